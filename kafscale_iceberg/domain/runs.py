@@ -1,0 +1,335 @@
+"""Run plans and run results: the contract between the launcher, the Spark job and the commit step.
+
+A *run* processes one topic's pending segment range. The launcher writes a `RunPlan` (JSON) to
+`{runs.location}/{topic}/{run_id}/plan.json`; the Spark job reads it, writes data files and a
+`RunResult` beside it (`result.json`); the commit step reads both. Both are versioned: a reader
+refuses a version it does not know instead of guessing.
+
+The plan is self-contained: the job needs no etcd, no config file and no catalog.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable
+from enum import StrEnum
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+PLAN_VERSION: Literal[1] = 1
+RESULT_VERSION: Literal[1] = 1
+RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9._-]{1,64}")
+NO_OFFSET = -1
+"""The committed offset of a partition nothing was committed from (KafScale's convention)."""
+
+Offset = Annotated[int, Field(ge=NO_OFFSET, le=2**63 - 1)]
+PartitionNumber = Annotated[int, Field(ge=0, le=2**31 - 1)]
+PartitionValue = str | int | float | bool | None
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ColumnType(StrEnum):
+    """Mapping column types, as the KafScale processor config names them."""
+
+    BOOLEAN = "boolean"
+    INT = "int"
+    LONG = "long"
+    FLOAT = "float"
+    DOUBLE = "double"
+    STRING = "string"
+    BINARY = "binary"
+    TIMESTAMP = "timestamp"
+    DATE = "date"
+
+
+class PartitionTransform(StrEnum):
+    """Iceberg partition transforms this product writes (one value per file for each)."""
+
+    IDENTITY = "identity"
+    YEAR = "year"
+    MONTH = "month"
+    DAY = "day"
+    HOUR = "hour"
+
+
+class SchemaMode(StrEnum):
+    """`schema.mode`: what happens to records that fail JSON-schema validation."""
+
+    OFF = "off"
+    LENIENT = "lenient"
+    STRICT = "strict"
+
+
+class CorruptSegmentPolicy(StrEnum):
+    """What a run does with a segment that fails to decode."""
+
+    FAIL = "fail"
+    QUARANTINE = "quarantine"
+
+
+class ColumnSpec(_Model):
+    """One column extracted from the JSON record value, after the eight base fields."""
+
+    name: str
+    type: ColumnType
+    required: bool = False
+
+
+class PartitionField(_Model):
+    """One partition field of the target table: `transform(column)`."""
+
+    column: str
+    transform: PartitionTransform = PartitionTransform.IDENTITY
+
+
+class PlannedSegment(_Model):
+    """One segment the run reads, with what the listing (and its footer) said about it."""
+
+    key: str
+    base_offset: Offset
+    last_offset: Offset
+    size_bytes: int = Field(ge=0)
+
+    @model_validator(mode="after")
+    def _offsets_ordered(self) -> PlannedSegment:
+        if self.last_offset < self.base_offset:
+            raise ValueError(f"segment {self.key}: last_offset {self.last_offset} < base {self.base_offset}")
+        return self
+
+
+class PartitionPlan(_Model):
+    """The offsets one partition contributes: `(start_exclusive, end_inclusive]`, and its segments."""
+
+    partition: PartitionNumber
+    start_exclusive: Offset
+    end_inclusive: Offset
+    segments: tuple[PlannedSegment, ...]
+
+    @model_validator(mode="after")
+    def _range_is_covered(self) -> PartitionPlan:
+        if self.end_inclusive <= self.start_exclusive:
+            raise ValueError(
+                f"partition {self.partition}: empty range ({self.start_exclusive}, {self.end_inclusive}]"
+            )
+        if not self.segments:
+            raise ValueError(f"partition {self.partition}: no segments")
+        bases = [s.base_offset for s in self.segments]
+        if bases != sorted(bases):
+            raise ValueError(f"partition {self.partition}: segments are not in base-offset order")
+        return self
+
+
+class SegmentSource(_Model):
+    """Where segment keys are read from: an S3 bucket (any endpoint) or a local folder."""
+
+    bucket: str | None = None
+    root: str | None = Field(default=None, description="local folder holding the bucket's keys")
+    endpoint_url: str | None = None
+    region: str | None = None
+    path_style: bool = False
+
+    @model_validator(mode="after")
+    def _exactly_one_location(self) -> SegmentSource:
+        if (self.bucket is None) == (self.root is None):
+            raise ValueError("a segment source names exactly one of 'bucket' (S3) or 'root' (local folder)")
+        return self
+
+
+class TableTarget(_Model):
+    """A table the run writes files for, and where those files go (a run-scoped URI prefix)."""
+
+    identifier: str
+    data_uri: str
+
+
+class ConversionSettings(_Model):
+    """How records become rows: mapping columns, validation, corrupt-segment policy, file sizing."""
+
+    columns: tuple[ColumnSpec, ...] = ()
+    partition_by: tuple[PartitionField, ...] = ()
+    schema_mode: SchemaMode = SchemaMode.OFF
+    json_schema: dict[str, object] | None = None
+    corrupt_segment_policy: CorruptSegmentPolicy = CorruptSegmentPolicy.FAIL
+    verify_crc: bool = True
+    target_file_size_bytes: int = Field(default=128 * 1024 * 1024, gt=0)
+
+    @model_validator(mode="after")
+    def _schema_present_when_validating(self) -> ConversionSettings:
+        if self.schema_mode is not SchemaMode.OFF and self.json_schema is None:
+            raise ValueError(f"schema_mode {self.schema_mode.value!r} needs json_schema")
+        return self
+
+
+class RunPlan(_Model):
+    """Everything the Spark job needs to turn one topic's segment range into data files."""
+
+    version: Literal[1] = PLAN_VERSION
+    run_id: str
+    topic: str
+    created_at_ms: int
+    source: SegmentSource
+    partitions: tuple[PartitionPlan, ...]
+    table: TableTarget
+    dead_letter_table: TableTarget
+    conversion: ConversionSettings
+    result_uri: str
+
+    @field_validator("run_id")
+    @classmethod
+    def _run_id_shape(cls, value: str) -> str:
+        return validate_run_id(value)
+
+    @model_validator(mode="after")
+    def _partitions_unique(self) -> RunPlan:
+        numbers = [p.partition for p in self.partitions]
+        if not numbers:
+            raise ValueError("a run plan covers at least one partition")
+        if len(set(numbers)) != len(numbers):
+            raise ValueError("a run plan lists each partition once")
+        return self
+
+    @property
+    def total_bytes(self) -> int:
+        """Sum of the planned segments' sizes."""
+        return sum(s.size_bytes for p in self.partitions for s in p.segments)
+
+    def end_offsets(self) -> dict[int, int]:
+        """The offset each partition's committed offset becomes when this run commits."""
+        return {p.partition: p.end_inclusive for p in self.partitions}
+
+    def start_offsets(self) -> dict[int, int]:
+        """The committed offsets this run expects to find (exclusive starts)."""
+        return {p.partition: p.start_exclusive for p in self.partitions}
+
+
+class RunStatus(StrEnum):
+    """How a Spark run ended."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+class FailureKind(StrEnum):
+    """Why a run failed; decides whether retrying the same plan can help."""
+
+    CORRUPT_SEGMENT = "corrupt_segment"
+    STRICT_VALIDATION = "strict_validation"
+    SEGMENT_UNAVAILABLE = "segment_unavailable"
+    INTERNAL = "internal"
+
+
+class RunFailure(_Model):
+    """What stopped a run, with the identifiers a person needs to act."""
+
+    kind: FailureKind
+    message: str
+    segment_key: str | None = None
+    position: int | None = None
+    record_id: str | None = None
+
+
+class DataFile(_Model):
+    """A Parquet file the run wrote, ready to be added to a table as it is."""
+
+    uri: str
+    record_count: int = Field(ge=0)
+    size_bytes: int = Field(ge=0)
+    partition_values: dict[str, PartitionValue] = Field(default_factory=dict)
+
+
+class OffsetGap(_Model):
+    """Offsets inside a partition's planned range that no segment contained (reported, not invented)."""
+
+    first: Offset
+    last: Offset
+
+
+class QuarantinedSegment(_Model):
+    """A segment skipped under the `quarantine` policy; its identity went to the dead-letter table."""
+
+    key: str
+    base_offset: Offset
+    last_offset: Offset
+    error: str
+
+
+class PartitionOutcome(_Model):
+    """What one partition's range produced."""
+
+    partition: PartitionNumber
+    first_offset: Offset | None = None
+    last_offset: Offset | None = None
+    max_timestamp_ms: int | None = None
+    records_written: int = 0
+    records_dead_lettered: int = 0
+    gaps: tuple[OffsetGap, ...] = ()
+    quarantined: tuple[QuarantinedSegment, ...] = ()
+
+
+class RunCounts(_Model):
+    """Records by outcome across the run."""
+
+    written: int = 0
+    dead_lettered: int = 0
+    out_of_range: int = 0
+    control_batches: int = 0
+    segments_read: int = 0
+    segment_bytes: int = 0
+
+
+class RunTimings(_Model):
+    """Wall-clock timings of the Spark run, in seconds unless named otherwise."""
+
+    started_at_ms: int
+    ended_at_ms: int
+    session_start_s: float = 0.0
+    process_s: float = 0.0
+
+
+class RunResult(_Model):
+    """What the Spark job produced for a plan: files, per-partition outcomes, counts, or a failure."""
+
+    version: Literal[1] = RESULT_VERSION
+    run_id: str
+    topic: str
+    status: RunStatus
+    failure: RunFailure | None = None
+    data_files: tuple[DataFile, ...] = ()
+    dead_letter_files: tuple[DataFile, ...] = ()
+    partitions: tuple[PartitionOutcome, ...] = ()
+    counts: RunCounts = RunCounts()
+    timings: RunTimings
+
+    @model_validator(mode="after")
+    def _failure_matches_status(self) -> RunResult:
+        if (self.status is RunStatus.FAILED) != (self.failure is not None):
+            raise ValueError("a failed result carries a failure, and only a failed one")
+        if self.status is RunStatus.FAILED and (self.data_files or self.dead_letter_files):
+            raise ValueError("a failed result lists no files: nothing of a failed run may be committed")
+        return self
+
+
+def validate_run_id(run_id: str) -> str:
+    """Return `run_id` if it is 1-64 characters of `[A-Za-z0-9._-]` (EMR clientToken rules)."""
+    if not RUN_ID_PATTERN.fullmatch(run_id):
+        raise ValueError(f"run id {run_id!r} must be 1-64 characters of [A-Za-z0-9._-]")
+    return run_id
+
+
+def make_run_id(topic: str, ranges: Iterable[tuple[int, int, int]], attempt: int = 0) -> str:
+    """Deterministic run id from the topic, its `(partition, start_exclusive, end_inclusive)` ranges
+    and the attempt number.
+
+    The same range and attempt always give the same id, so a retried launcher re-uses the EMR
+    `clientToken` and Step Functions execution name instead of starting a second run; a new attempt
+    after a failed run gets a new id (EMR would otherwise return the failed run for the old token).
+    """
+    canonical = ";".join(f"{p}:{s}:{e}" for p, s, e in sorted(ranges))
+    digest = hashlib.sha256(f"{topic}\n{canonical}".encode()).hexdigest()[:20]
+    suffix = f"-{digest}-a{attempt}"
+    return validate_run_id(topic[: 64 - len(suffix)] + suffix)
