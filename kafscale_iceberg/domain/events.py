@@ -1,0 +1,151 @@
+"""S3 object-created notifications and per-topic work items.
+
+S3 reaches the router two ways: an S3 event notification delivered to SQS (the stack-created bucket),
+or an EventBridge "Object Created" event routed to the same queue (an existing KafScale bucket, which
+a stack cannot add notifications to). Both become `ObjectCreated`. Keys are URL-decoded here, once.
+
+A `WorkItem` tells the launcher a complete segment exists; the FIFO work queue groups items by topic
+and deduplicates them by segment key (plus a nonce for deliberate replays).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from kafscale_iceberg.exceptions import KafscaleIcebergError
+from kafscale_iceberg.segments.keys import decode_event_key
+
+
+class MalformedEventError(KafscaleIcebergError):
+    """A queue message is not an S3 notification or EventBridge event this product understands.
+
+    Terminal: the same bytes will never parse; the message goes to the dead-letter queue with this
+    reason.
+    """
+
+    def __init__(self, message_id: str, problem: str) -> None:
+        self.message_id = message_id
+        super().__init__(f"message {message_id}: {problem}")
+
+
+@dataclass(frozen=True)
+class ObjectCreated:
+    """One object written to the segments bucket."""
+
+    bucket: str
+    key: str
+    size: int | None
+    etag: str | None
+    sequencer: str | None
+
+
+def parse_notification(body: str, message_id: str = "?") -> list[ObjectCreated]:
+    """Parse an SQS message body holding an S3 notification or an EventBridge S3 event.
+
+    Returns [] for `s3:TestEvent` (sent by S3 when notifications are configured) and for events other
+    than object creation. Raises `MalformedEventError` naming the message for anything unparsable.
+    """
+    try:
+        payload = json.loads(body)
+    except json.JSONDecodeError as exc:
+        raise MalformedEventError(message_id, f"body is not JSON ({exc.msg} at char {exc.pos})") from None
+    if not isinstance(payload, dict):
+        raise MalformedEventError(message_id, "body is JSON but not an object")
+    if payload.get("Event") == "s3:TestEvent":
+        return []
+    if "Records" in payload:
+        return _from_s3_records(payload["Records"], message_id)
+    if payload.get("source") == "aws.s3" and "detail" in payload:
+        return _from_eventbridge(payload, message_id)
+    raise MalformedEventError(
+        message_id, "neither an S3 notification ('Records') nor an EventBridge S3 event"
+    )
+
+
+def _from_s3_records(records: Any, message_id: str) -> list[ObjectCreated]:
+    if not isinstance(records, list):
+        raise MalformedEventError(message_id, "'Records' is not a list")
+    created = []
+    for index, record in enumerate(records):
+        try:
+            if not str(record["eventName"]).startswith("ObjectCreated:"):
+                continue
+            s3 = record["s3"]
+            obj = s3["object"]
+            created.append(
+                ObjectCreated(
+                    bucket=str(s3["bucket"]["name"]),
+                    key=decode_event_key(str(obj["key"])),
+                    size=_optional_int(obj.get("size")),
+                    etag=_optional_str(obj.get("eTag")),
+                    sequencer=_optional_str(obj.get("sequencer")),
+                )
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise MalformedEventError(message_id, f"Records[{index}] lacks {exc}") from None
+    return created
+
+
+def _from_eventbridge(payload: Mapping[str, Any], message_id: str) -> list[ObjectCreated]:
+    if payload.get("detail-type") != "Object Created":
+        return []
+    try:
+        detail = payload["detail"]
+        obj = detail["object"]
+        # EventBridge keys are not URL-encoded, unlike S3 notifications: decoding them would turn a
+        # literal '+' into a space.
+        return [
+            ObjectCreated(
+                bucket=str(detail["bucket"]["name"]),
+                key=str(obj["key"]),
+                size=_optional_int(obj.get("size")),
+                etag=_optional_str(obj.get("etag")),
+                sequencer=_optional_str(obj.get("sequencer")),
+            )
+        ]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise MalformedEventError(message_id, f"EventBridge detail lacks {exc}") from None
+
+
+def _optional_int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def _optional_str(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+class WorkItem(BaseModel):
+    """A complete segment of a topic is ready: the launcher should plan a run for the topic."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    topic: str
+    partition: int = Field(ge=0)
+    base_offset: int = Field(ge=0)
+    last_offset: int = Field(ge=0)
+    key: str
+    size: int = Field(ge=0)
+    etag: str | None = None
+    nonce: str | None = Field(default=None, description="set by replay so the FIFO queue does not dedupe it")
+
+    @property
+    def deduplication_id(self) -> str:
+        """FIFO deduplication id: the segment key (<= 128 chars), plus the replay nonce."""
+        raw = self.key if self.nonce is None else f"{self.key}#{self.nonce}"
+        # SQS allows 128 characters; a long namespace plus a 249-character topic can exceed that.
+        return raw if len(raw) <= 128 else hashlib.sha256(raw.encode()).hexdigest()
+
+
+def parse_work_item(body: str, message_id: str = "?") -> WorkItem:
+    """Parse a work-queue message body, or raise `MalformedEventError` naming the message."""
+    try:
+        return WorkItem.model_validate_json(body)
+    except ValidationError as exc:
+        raise MalformedEventError(message_id, f"not a work item: {exc.errors()[0]['msg']}") from None
