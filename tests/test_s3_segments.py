@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -49,7 +50,7 @@ def test_lists_only_segments_after_the_given_base_offset(store: S3SegmentStore) 
 
 def test_malformed_segment_key_in_a_listing_is_an_error(store: S3SegmentStore) -> None:
     _put(store, "prod/orders/0/segment-5.kfs")
-    with pytest.raises(SegmentKeyError, match="segment-5.kfs"):
+    with pytest.raises(SegmentKeyError, match=r"segment-5\.kfs"):
         store.list_segments("orders", 0, after_offset=None)
 
 
@@ -71,14 +72,14 @@ def test_reads_the_footer_with_a_ranged_get(store: S3SegmentStore) -> None:
 def test_footer_of_an_unfinished_object_is_a_format_error(store: S3SegmentStore) -> None:
     key = format_segment_key("prod", "orders", 0, 0)
     _put(store, key, b"K" * 40)
-    with pytest.raises(SegmentFormatError, match=key):
+    with pytest.raises(SegmentFormatError, match=re.escape(key)):
         store.read_footer(key)
 
 
 def test_missing_objects_are_reported_as_missing(store: S3SegmentStore) -> None:
     key = format_segment_key("prod", "orders", 0, 0)
     assert not store.exists(key)
-    with pytest.raises(SegmentObjectMissingError, match=key):
+    with pytest.raises(SegmentObjectMissingError, match=re.escape(key)):
         store.read_footer(key)
     _put_segment(store, "orders", 0, 0)
     assert store.exists(key)
