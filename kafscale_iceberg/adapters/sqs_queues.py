@@ -1,0 +1,117 @@
+"""SQS with boto3: the FIFO work queue, and receiving from a queue (the one-machine runtime)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from kafscale_iceberg.domain.events import WorkItem
+from kafscale_iceberg.exceptions import TransientError
+
+if TYPE_CHECKING:
+    from mypy_boto3_sqs import SQSClient
+    from mypy_boto3_sqs.type_defs import SendMessageBatchRequestEntryTypeDef
+
+_SQS_BATCH = 10
+
+
+class QueueUnavailableError(TransientError):
+    """SQS refused or failed a request; the caller retries (sends are idempotent by dedup id)."""
+
+
+@dataclass(frozen=True)
+class ReceivedMessage:
+    """A message taken from a queue, to be deleted once handled."""
+
+    message_id: str
+    body: str
+    receipt_handle: str
+
+
+class SqsWorkQueue:
+    """The FIFO work queue: group = topic, deduplication id = segment key (+ replay nonce)."""
+
+    def __init__(self, client: SQSClient, queue_url: str) -> None:
+        self._sqs = client
+        self.queue_url = queue_url
+
+    def send_work_items(self, items: Sequence[WorkItem]) -> None:
+        """Enqueue `items` in batches of 10. Idempotent within SQS's 5-minute deduplication window."""
+        for start in range(0, len(items), _SQS_BATCH):
+            chunk = items[start : start + _SQS_BATCH]
+            entries: list[SendMessageBatchRequestEntryTypeDef] = [
+                {
+                    "Id": str(position),
+                    "MessageBody": item.model_dump_json(),
+                    "MessageGroupId": item.topic,
+                    "MessageDeduplicationId": item.deduplication_id,
+                }
+                for position, item in enumerate(chunk)
+            ]
+            try:
+                response = self._sqs.send_message_batch(QueueUrl=self.queue_url, Entries=entries)
+            except (ClientError, BotoCoreError) as exc:
+                raise QueueUnavailableError(f"{self.queue_url}: sending work items failed: {exc}") from exc
+            failed = response.get("Failed", [])
+            if failed:
+                reasons = "; ".join(
+                    f"{chunk[int(f['Id'])].key}: {f.get('Message', f['Code'])}" for f in failed
+                )
+                raise QueueUnavailableError(f"{self.queue_url}: {len(failed)} work items not sent: {reasons}")
+
+
+class SqsReceiver:
+    """Long-polls a queue for messages and deletes them once handled (the one-machine runtime)."""
+
+    def __init__(self, client: SQSClient, queue_url: str) -> None:
+        self._sqs = client
+        self.queue_url = queue_url
+
+    def receive(self, *, wait_seconds: int = 1, max_messages: int = 10) -> list[ReceivedMessage]:
+        """Up to `max_messages` messages, waiting at most `wait_seconds` for the first."""
+        try:
+            response = self._sqs.receive_message(
+                QueueUrl=self.queue_url, MaxNumberOfMessages=max_messages, WaitTimeSeconds=wait_seconds
+            )
+        except (ClientError, BotoCoreError) as exc:
+            raise QueueUnavailableError(f"{self.queue_url}: receive failed: {exc}") from exc
+        return [
+            ReceivedMessage(m["MessageId"], m["Body"], m["ReceiptHandle"])
+            for m in response.get("Messages", [])
+        ]
+
+    def delete(self, message: ReceivedMessage) -> None:
+        """Acknowledge a handled message. Idempotent."""
+        try:
+            self._sqs.delete_message(QueueUrl=self.queue_url, ReceiptHandle=message.receipt_handle)
+        except (ClientError, BotoCoreError) as exc:
+            raise QueueUnavailableError(f"{self.queue_url}: delete failed: {exc}") from exc
+
+
+class SqsDeadLetterQueue:
+    """A dead-letter queue the services write rejected messages to, with the reason attached.
+
+    SQS's redrive moves a message only after `maxReceiveCount` failed receives and loses the reason;
+    a message that can never succeed (malformed, a segment without `END!`) is sent here at once.
+    """
+
+    def __init__(self, client: SQSClient, queue_url: str) -> None:
+        self._sqs = client
+        self.queue_url = queue_url
+
+    def reject(self, body: str, *, message_id: str, reason: str) -> None:
+        """Park `body` with `reason` (truncated to SQS's attribute limit). Not idempotent: at-least-once."""
+        try:
+            self._sqs.send_message(
+                QueueUrl=self.queue_url,
+                MessageBody=body,
+                MessageAttributes={
+                    "reason": {"DataType": "String", "StringValue": reason[:4000]},
+                    "source_message_id": {"DataType": "String", "StringValue": message_id},
+                },
+            )
+        except (ClientError, BotoCoreError) as exc:
+            raise QueueUnavailableError(f"{self.queue_url}: rejecting {message_id} failed: {exc}") from exc

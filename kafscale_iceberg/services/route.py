@@ -1,0 +1,136 @@
+"""The router: S3 notifications in, one work item per complete segment out.
+
+Rules (AWS delivers S3 notifications at least once, unordered, and the two objects of a segment in
+either order):
+- `s3:TestEvent`, other buckets, objects that are not segments, unmapped topics and `.index`
+  objects are counted and logged, never errors;
+- a work item is emitted for a `.kfs` only when its `.index` exists and the `.kfs` ends in `END!`
+  (one 16-byte ranged GET, which also yields the last offset) — so one segment PUT gives one item;
+- a `.kfs` whose `.index` is not there yet is *retried later* (transient: the message is returned
+  to the queue); a `.kfs` that does not end in `END!` can never become complete and is *rejected*
+  with the reason (the broker writes each object once);
+- duplicates are harmless: the FIFO queue deduplicates by segment key and the launcher plans from
+  committed offsets, never from the item itself.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from kafscale_iceberg.domain.events import ObjectCreated, WorkItem, parse_notification
+from kafscale_iceberg.exceptions import KafscaleIcebergError, SegmentKeyError
+from kafscale_iceberg.segments.keys import SegmentObjectKind, match_segment_key
+from kafscale_iceberg.segments.layout import SegmentFooter
+
+logger = logging.getLogger(__name__)
+
+
+class SegmentReader(Protocol):
+    """What the router needs from the segments bucket."""
+
+    bucket: str
+
+    def exists(self, key: str) -> bool: ...
+
+    def read_footer(self, key: str) -> SegmentFooter: ...
+
+
+class WorkQueue(Protocol):
+    """The per-topic FIFO work queue."""
+
+    def send_work_items(self, items: Sequence[WorkItem]) -> None:
+        """Enqueue items (grouped by topic, deduplicated by segment key). Idempotent per item."""
+
+
+class SegmentIncompleteError(KafscaleIcebergError):
+    """The `.kfs` landed before its `.index`: retry the notification later."""
+
+    transient = True
+
+
+@dataclass
+class RouteOutcome:
+    """What one routing call did."""
+
+    items: list[WorkItem] = field(default_factory=list)
+    ignored: Counter[str] = field(default_factory=Counter)
+
+
+@dataclass(frozen=True)
+class RouterSettings:
+    """What the router filters on."""
+
+    bucket: str
+    namespace: str
+    is_mapped: Callable[[str], bool]
+
+
+class Router:
+    """Turns S3 notifications into work items (see the module docstring for the rules)."""
+
+    def __init__(self, settings: RouterSettings, segments: SegmentReader, work_queue: WorkQueue) -> None:
+        self._settings = settings
+        self._segments = segments
+        self._work_queue = work_queue
+
+    def route_message(self, body: str, message_id: str) -> RouteOutcome:
+        """Route one queue message; enqueue its work items.
+
+        Raises `MalformedEventError` / `SegmentFormatError` (terminal: reject the message with the
+        reason) or `SegmentIncompleteError` / `TransientError` (retry the message later).
+        """
+        outcome = RouteOutcome()
+        for event in parse_notification(body, message_id):
+            item = self._work_item_for(event, outcome.ignored)
+            if item is not None:
+                outcome.items.append(item)
+        if outcome.items:
+            self._work_queue.send_work_items(outcome.items)
+        for item in outcome.items:
+            logger.info(
+                "work item enqueued",
+                extra={"topic": item.topic, "partition": item.partition, "segment_key": item.key},
+            )
+        if outcome.ignored:
+            logger.info("objects ignored", extra={"message_id": message_id, "ignored": dict(outcome.ignored)})
+        return outcome
+
+    def _work_item_for(self, event: ObjectCreated, ignored: Counter[str]) -> WorkItem | None:
+        if event.bucket != self._settings.bucket:
+            ignored["other_bucket"] += 1
+            return None
+        try:
+            parsed = match_segment_key(event.key, self._settings.namespace)
+        except SegmentKeyError as exc:
+            logger.warning("malformed segment key ignored", extra={"key": event.key, "problem": exc.problem})
+            ignored["malformed_key"] += 1
+            return None
+        if parsed is None:
+            ignored["not_a_segment"] += 1
+            return None
+        segment = parsed.segment
+        if not self._settings.is_mapped(segment.topic):
+            ignored["unmapped_topic"] += 1
+            return None
+        if parsed.kind is SegmentObjectKind.INDEX:
+            ignored["index_object"] += 1
+            return None
+        if not self._segments.exists(segment.index_key):
+            raise SegmentIncompleteError(
+                f"{event.key}: its index {segment.index_key} has not landed yet; retrying later "
+                "(if it never lands, the broker failed mid-flush and the reconciler reports it)"
+            )
+        footer = self._segments.read_footer(event.key)  # SegmentFormatError: never completes
+        return WorkItem(
+            topic=segment.topic,
+            partition=segment.partition,
+            base_offset=segment.base_offset,
+            last_offset=footer.last_offset,
+            key=event.key,
+            size=event.size or 0,
+            etag=event.etag,
+        )
