@@ -1,0 +1,120 @@
+"""Small documents (run plans, run results) at URIs: `s3://bucket/key`, `file:///path` or a plain path.
+
+The launcher writes plans, the Spark job reads them and writes results, the commit step reads both;
+all through this one module, so the three agree on how a URI is read.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import unquote, urlparse
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from kafscale_iceberg.adapters.s3_segments import S3Settings, make_s3_client
+from kafscale_iceberg.exceptions import KafscaleIcebergError, TransientError
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+
+
+class DocumentMissingError(KafscaleIcebergError):
+    """No document at the URI (a plan never written, a result a failed job never wrote)."""
+
+    def __init__(self, uri: str) -> None:
+        self.uri = uri
+        super().__init__(f"{uri} does not exist")
+
+
+class DocumentStoreError(TransientError):
+    """Reading or writing a document failed in a way a retry may fix."""
+
+
+def join_uri(base: str, *parts: str) -> str:
+    """`base` with `parts` appended, one `/` between each (works for s3://, file:// and paths)."""
+    return "/".join([base.rstrip("/"), *(p.strip("/") for p in parts)])
+
+
+def local_path(uri: str) -> Path | None:
+    """The filesystem path of a `file://` URI or a plain path; None for other schemes."""
+    parsed = urlparse(uri)
+    if parsed.scheme == "file":
+        return Path(unquote(parsed.path))
+    if parsed.scheme == "":
+        return Path(uri)
+    return None
+
+
+class DocumentStore:
+    """Reads and writes whole documents at URIs; the S3 client is made on first S3 use."""
+
+    def __init__(self, s3: S3Settings | None = None, client: S3Client | None = None) -> None:
+        self._settings = s3 or S3Settings()
+        self._client = client
+
+    def read_bytes(self, uri: str) -> bytes:
+        """The document's bytes. Raises `DocumentMissingError` or `DocumentStoreError`."""
+        path = local_path(uri)
+        if path is not None:
+            try:
+                return path.read_bytes()
+            except FileNotFoundError:
+                raise DocumentMissingError(uri) from None
+            except OSError as exc:
+                raise DocumentStoreError(f"{uri}: {exc}") from exc
+        bucket, key = _s3_location(uri)
+        try:
+            body: bytes = self._s3().get_object(Bucket=bucket, Key=key)["Body"].read()
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in {"NoSuchKey", "404"}:
+                raise DocumentMissingError(uri) from None
+            raise DocumentStoreError(f"{uri}: {exc}") from exc
+        except BotoCoreError as exc:
+            raise DocumentStoreError(f"{uri}: {exc}") from exc
+        return body
+
+    def read_text(self, uri: str) -> str:
+        """The document as UTF-8 text."""
+        return self.read_bytes(uri).decode("utf-8")
+
+    def write_bytes(self, uri: str, data: bytes) -> None:
+        """Write (replace) the document atomically: readers see the old or the new bytes. Idempotent."""
+        path = local_path(uri)
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".tmp-", delete=False) as handle:
+                handle.write(data)
+            os.replace(handle.name, path)
+            return
+        bucket, key = _s3_location(uri)
+        try:
+            self._s3().put_object(Bucket=bucket, Key=key, Body=data)
+        except (ClientError, BotoCoreError) as exc:
+            raise DocumentStoreError(f"{uri}: {exc}") from exc
+
+    def write_text(self, uri: str, text: str) -> None:
+        """Write (replace) the document as UTF-8 text. Idempotent."""
+        self.write_bytes(uri, text.encode("utf-8"))
+
+    def exists(self, uri: str) -> bool:
+        """True when a document is at `uri`."""
+        try:
+            self.read_bytes(uri)
+        except DocumentMissingError:
+            return False
+        return True
+
+    def _s3(self) -> S3Client:
+        if self._client is None:
+            self._client = make_s3_client(self._settings)
+        return self._client
+
+
+def _s3_location(uri: str) -> tuple[str, str]:
+    parsed = urlparse(uri)
+    if parsed.scheme != "s3" or not parsed.netloc or not parsed.path.strip("/"):
+        raise KafscaleIcebergError(f"{uri!r} is not an s3://bucket/key, file:// URI or local path")
+    return parsed.netloc, parsed.path.lstrip("/")
