@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from kafscale_iceberg.adapters.s3_segments import S3SegmentStore, S3Settings, make_s3_client
+from kafscale_iceberg.adapters.s3_segments import S3SegmentStore, make_s3_client
 from kafscale_iceberg.adapters.sqs_queues import SqsReceiver, SqsWorkQueue
 from kafscale_iceberg.domain.events import MalformedEventError, parse_work_item
 from kafscale_iceberg.exceptions import SegmentFormatError
@@ -43,7 +43,7 @@ class Pipeline:
         )["QueueUrl"]
         self.events = SqsReceiver(self.sqs, events_url)
         self.work = SqsReceiver(self.sqs, work_url)
-        client = make_s3_client(S3Settings(endpoint_url=moto.url, region=moto.region, path_style=True))
+        client = make_s3_client(moto.s3_settings())
         self.router = Router(
             RouterSettings(bucket=self.bucket, namespace="prod", is_mapped=lambda topic: topic != "unmapped"),
             S3SegmentStore(client, self.bucket, "prod"),

@@ -9,7 +9,6 @@ import pytest
 
 from kafscale_iceberg.adapters.s3_segments import (
     S3SegmentStore,
-    S3Settings,
     SegmentObjectMissingError,
     make_s3_client,
 )
@@ -21,7 +20,7 @@ from tests.support.moto import MotoEndpoint
 
 @pytest.fixture
 def store(moto_server: MotoEndpoint) -> S3SegmentStore:
-    client = make_s3_client(S3Settings(endpoint_url=moto_server.url, region="us-east-1", path_style=True))
+    client = make_s3_client(moto_server.s3_settings())
     return S3SegmentStore(client, moto_server.new_bucket(), "prod")
 
 

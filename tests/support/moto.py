@@ -12,6 +12,8 @@ import boto3
 import pytest
 from moto.server import ThreadedMotoServer
 
+from kafscale_iceberg.adapters.s3_segments import S3Settings
+
 REGION = "us-east-1"
 
 
@@ -21,6 +23,9 @@ class MotoEndpoint:
 
     url: str
     region: str = REGION
+
+    def s3_settings(self) -> S3Settings:
+        return S3Settings(endpoint_url=self.url, region=self.region, path_style=True)
 
     def client(self, service: str) -> object:
         return boto3.client(service, endpoint_url=self.url, region_name=self.region)
