@@ -210,3 +210,186 @@ class ConcurrentOffsetUpdateError(CheckpointError):
             "times while this run held the lease (nothing was written; is a KafScale Go processor "
             "still running against the same offsets.key_prefix? stop it, then retry)"
         )
+
+
+class DecompressedSizeError(SegmentFormatError):
+    """A compressed batch expands beyond the decoder's payload limit (corrupt, or a decompression bomb)."""
+
+
+class CatalogError(KafscaleIcebergError):
+    """The Iceberg catalog could not be loaded or refused a request.
+
+    Names the catalog type and URI (never a token or password), the operation and the table.
+    """
+
+    def __init__(self, catalog: str, operation: str, problem: str) -> None:
+        self.catalog = catalog
+        self.operation = operation
+        self.problem = problem
+        super().__init__(f"iceberg catalog {catalog}: {operation} failed: {problem}")
+
+
+class CatalogUnavailableError(CatalogError):
+    """The catalog (or its warehouse storage) did not answer, or answered with a server error. Transient."""
+
+    transient = True
+
+
+class TableMissingError(KafscaleIcebergError):
+    """A mapped table does not exist and the mapping does not allow creating it. Terminal."""
+
+    def __init__(self, table: str) -> None:
+        self.table = table
+        super().__init__(
+            f"table {table!r} does not exist (create it, or set create_table_if_missing: true on its mapping)"
+        )
+
+
+class SchemaChangeError(KafscaleIcebergError):
+    """A column's type in the table and in the mapping differ in a way that is not applied. Terminal.
+
+    Names the table, the column, the table's type and the mapping's type, and what to do.
+    """
+
+    def __init__(self, table: str, column: str, table_type: str, mapped_type: str, advice: str) -> None:
+        self.table = table
+        self.column = column
+        self.table_type = table_type
+        self.mapped_type = mapped_type
+        super().__init__(
+            f"table {table!r} column {column!r}: the table has type {table_type}, the mapping asks for "
+            f"{mapped_type}: {advice}"
+        )
+
+
+class PartitionSpecMismatchError(KafscaleIcebergError):
+    """The table is partitioned by a field the run's files are not split by. Terminal."""
+
+    def __init__(self, table: str, table_fields: str, mapped_fields: str) -> None:
+        self.table = table
+        super().__init__(
+            f"table {table!r} is partitioned by [{table_fields}] but the mapping's partition_by is "
+            f"[{mapped_fields}]: each data file must hold one value per table partition field; make "
+            "partition_by list every partition field of the table (or evolve the table's spec)"
+        )
+
+
+class TableMarkerError(KafscaleIcebergError):
+    """A `kafscale.*` property of a table is not what this product writes. Terminal: inspect it."""
+
+    def __init__(self, table: str, key: str, problem: str) -> None:
+        self.table = table
+        self.key = key
+        super().__init__(
+            f"table {table!r} property {key!r}: {problem} (it is written only by the commit step; "
+            "restore it from the newest snapshot summary's kafscale.* keys)"
+        )
+
+
+class DataFileRejectedError(KafscaleIcebergError):
+    """The catalog refused to add a run's data file (schema, partition values, missing file). Terminal."""
+
+    def __init__(self, table: str, run_id: str, problem: str) -> None:
+        self.table = table
+        self.run_id = run_id
+        super().__init__(
+            f"run {run_id!r}: the data files could not be added to table {table!r}: {problem} "
+            "(nothing was committed; fix the Spark output or the table, then retry the commit)"
+        )
+
+
+class RunNotCommittableError(KafscaleIcebergError):
+    """The run result can never be committed (a failed run, or a result of another plan). Terminal."""
+
+    def __init__(self, run_id: str, problem: str) -> None:
+        self.run_id = run_id
+        self.problem = problem
+        super().__init__(f"run {run_id!r} cannot be committed: {problem}")
+
+
+class OffsetMismatchError(KafscaleIcebergError):
+    """The committed offsets are not where the run starts: someone committed meanwhile. Terminal.
+
+    `mismatches` holds `(partition, expected start, committed offset found)`. Nothing was written.
+    """
+
+    def __init__(
+        self, table: str, topic: str, run_id: str, mismatches: Sequence[tuple[int, int, int]]
+    ) -> None:
+        self.table = table
+        self.topic = topic
+        self.run_id = run_id
+        self.mismatches = tuple(mismatches)
+        detail = "; ".join(
+            f"partition {partition}: run starts after {expected}, committed is {found}"
+            for partition, expected, found in self.mismatches
+        )
+        super().__init__(
+            f"refusing to commit run {run_id!r} of topic {topic!r} to {table!r}: {detail} "
+            "(nothing was written; abort this run and plan a new one from the committed offsets)"
+        )
+
+
+class CommitConflictError(KafscaleIcebergError):
+    """The table kept changing under the commit; each attempt was verified not to have landed. Transient."""
+
+    transient = True
+
+    def __init__(self, table: str, run_id: str, attempts: int) -> None:
+        self.table = table
+        self.run_id = run_id
+        self.attempts = attempts
+        super().__init__(
+            f"run {run_id!r}: table {table!r} changed concurrently on each of {attempts} commit attempts "
+            "(verified: none landed; another writer is committing to this table - retry the commit later)"
+        )
+
+
+class CommitOutcomeUnknownError(KafscaleIcebergError):
+    """A commit request failed in a way that leaves its outcome unknown; the caller must verify. Transient."""
+
+    transient = True
+
+    def __init__(self, table: str, run_id: str, problem: str) -> None:
+        self.table = table
+        self.run_id = run_id
+        super().__init__(
+            f"run {run_id!r}: the outcome of the commit to table {table!r} is unknown: {problem} "
+            "(retry the commit: it first checks whether the run is already in the table)"
+        )
+
+
+class TableChangedError(KafscaleIcebergError):
+    """The table changed between reading its commit state and committing; nothing was written. Transient.
+
+    The commit step re-reads and re-verifies the state before trying again (never a blind retry).
+    """
+
+    transient = True
+
+    def __init__(self, table: str, problem: str) -> None:
+        self.table = table
+        super().__init__(f"table {table!r} changed since its commit state was read: {problem}")
+
+
+class DeadLetterAheadError(KafscaleIcebergError):
+    """The dead-letter table holds part of this run's range from another run. Terminal; nothing written.
+
+    An earlier run committed its dead-letter files and never its table files (its commit was
+    abandoned), then a different range was planned. Adding this run's dead letters would duplicate.
+    """
+
+    def __init__(
+        self, table: str, topic: str, run_id: str, other_run_id: str | None, partitions: Sequence[int]
+    ) -> None:
+        self.table = table
+        self.topic = topic
+        self.run_id = run_id
+        self.other_run_id = other_run_id
+        self.partitions = tuple(partitions)
+        super().__init__(
+            f"refusing to commit run {run_id!r} of topic {topic!r}: dead-letter table {table!r} already "
+            f"holds part of its range on partitions {list(self.partitions)} from run {other_run_id!r}, "
+            "whose table commit never happened (nothing was written; commit that run from its result "
+            "first, then plan again)"
+        )
