@@ -1,0 +1,158 @@
+"""EMR Serverless job runs with boto3: start (idempotent by run id), look, cancel.
+
+`StartJobRun` is throttled at 1 TPS (burst 25) per account: throttling is retried here with the SAME
+`clientToken` (the run id), so a retry can never start a second job for the same run.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
+
+from kafscale_iceberg.config import EmrServerlessRunnerConfig
+from kafscale_iceberg.domain.jobs import JobState, JobStatus
+from kafscale_iceberg.domain.runs import RunPlan
+from kafscale_iceberg.exceptions import KafscaleIcebergError, TransientError
+
+if TYPE_CHECKING:
+    from mypy_boto3_emr_serverless import EMRServerlessClient
+
+_STATES = {
+    "SUBMITTED": JobState.PENDING,
+    "PENDING": JobState.PENDING,
+    "SCHEDULED": JobState.PENDING,
+    "QUEUED": JobState.PENDING,
+    "RUNNING": JobState.RUNNING,
+    "SUCCESS": JobState.SUCCEEDED,
+    "FAILED": JobState.FAILED,
+    "CANCELLING": JobState.RUNNING,
+    "CANCELLED": JobState.CANCELLED,
+}
+_THROTTLED = {"ThrottlingException", "TooManyRequestsException", "RequestLimitExceeded"}
+
+
+class JobRunnerUnavailableError(TransientError):
+    """The job service could not be reached or kept throttling; retry later (same run id)."""
+
+
+class JobRunnerError(KafscaleIcebergError):
+    """The job service refused the request (bad application id, role, permissions): a person must act."""
+
+
+def make_emr_serverless_client(region: str | None = None) -> EMRServerlessClient:
+    """A boto3 EMR Serverless client with standard retries."""
+    client: EMRServerlessClient = boto3.client(
+        "emr-serverless", region_name=region or None, config=Config(retries={"mode": "standard"})
+    )
+    return client
+
+
+class EmrServerlessJobRunner:
+    """Runs the Spark job of a plan on an EMR Serverless application."""
+
+    def __init__(
+        self,
+        settings: EmrServerlessRunnerConfig,
+        client: EMRServerlessClient,
+        *,
+        timeout_minutes: int,
+        throttle_attempts: int = 6,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self._settings = settings
+        self._emr = client
+        self._timeout_minutes = timeout_minutes
+        self._throttle_attempts = throttle_attempts
+        self._sleep = sleep
+
+    def start(self, plan: RunPlan, plan_uri: str) -> str:
+        """Start the run's job, or find the one already started for it. Returns the job run id.
+
+        Idempotent: the run id is the `clientToken`, so a repeated call returns the same job.
+        """
+        request: dict[str, Any] = {
+            "applicationId": self._settings.application_id,
+            "clientToken": plan.run_id,
+            "name": plan.run_id,
+            "executionRoleArn": self._settings.execution_role_arn,
+            "jobDriver": {
+                "sparkSubmit": {
+                    "entryPoint": self._settings.entry_point,
+                    "entryPointArguments": ["--plan", plan_uri],
+                    **self._spark_submit_parameters(),
+                }
+            },
+            "tags": {"kafscale:topic": plan.topic, "kafscale:run-id": plan.run_id},
+            "executionTimeoutMinutes": self._timeout_minutes,
+        }
+        if self._settings.log_uri:
+            request["configurationOverrides"] = {
+                "monitoringConfiguration": {"s3MonitoringConfiguration": {"logUri": self._settings.log_uri}}
+            }
+        response = self._call(f"start job for run {plan.run_id}", lambda: self._emr.start_job_run(**request))
+        job_id: str = response["jobRunId"]
+        return job_id
+
+    def status(self, job_id: str) -> JobStatus:
+        """The job run's state now."""
+        response = self._call(
+            f"get job run {job_id}",
+            lambda: self._emr.get_job_run(applicationId=self._settings.application_id, jobRunId=job_id),
+        )
+        run = response["jobRun"]
+        raw = str(run["state"])
+        return JobStatus(
+            job_id=job_id,
+            state=_STATES.get(raw, JobState.PENDING),
+            runner_state=raw,
+            detail=str(run.get("stateDetails", "")),
+            queued_ms=run.get("queuedDurationMilliseconds"),
+        )
+
+    def cancel(self, job_id: str) -> None:
+        """Ask EMR to cancel the job run. Idempotent (cancelling a finished job is not an error)."""
+        try:
+            self._emr.cancel_job_run(applicationId=self._settings.application_id, jobRunId=job_id)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "ValidationException":
+                return  # already in a final state
+            raise JobRunnerUnavailableError(f"cancel job run {job_id}: {exc}") from exc
+        except BotoCoreError as exc:
+            raise JobRunnerUnavailableError(f"cancel job run {job_id}: {exc}") from exc
+
+    def _spark_submit_parameters(self) -> dict[str, str]:
+        params = " ".join(
+            p
+            for p in (
+                self._settings.job_spark_submit_parameters(),
+                "--conf spark.sql.session.timeZone=UTC",
+                "--conf spark.sql.parquet.outputTimestampType=TIMESTAMP_MICROS",
+            )
+            if p
+        )
+        return {"sparkSubmitParameters": params}
+
+    def _call(self, what: str, request: Callable[[], Any]) -> Any:
+        for attempt in range(self._throttle_attempts):
+            try:
+                return request()
+            except ClientError as exc:
+                code = exc.response.get("Error", {}).get("Code", "")
+                if code in _THROTTLED and attempt + 1 < self._throttle_attempts:
+                    self._sleep(min(2.0**attempt, 20.0))
+                    continue
+                if code in _THROTTLED or code == "InternalServerException":
+                    raise JobRunnerUnavailableError(f"{what}: {code} (retry later)") from exc
+                raise JobRunnerError(
+                    f"{what}: {code}: {exc.response.get('Error', {}).get('Message', '')} "
+                    f"(check runner.emr_serverless.application_id {self._settings.application_id!r} "
+                    "and the execution role)"
+                ) from exc
+            except BotoCoreError as exc:
+                raise JobRunnerUnavailableError(f"{what}: {exc}") from exc
+        raise AssertionError("unreachable")

@@ -1,0 +1,187 @@
+"""The EMR Serverless job runner: moto server for the happy path, botocore Stubber for the states and
+throttling moto cannot produce (its job runs report SUCCESS at once)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import boto3
+import pytest
+from botocore.stub import Stubber
+
+from kafscale_iceberg.adapters.emr_serverless import (
+    EmrServerlessJobRunner,
+    JobRunnerError,
+    JobRunnerUnavailableError,
+)
+from kafscale_iceberg.config import EmrServerlessRunnerConfig
+from kafscale_iceberg.domain.jobs import JobState
+from kafscale_iceberg.domain.runs import RunPlan, make_run_id
+from tests.support.moto import MotoEndpoint
+
+ROLE = "arn:aws:iam::123456789012:role/kafscale-iceberg-job"
+PLAN_URI = "s3://runs/orders/r/plan.json"
+
+
+def _plan() -> RunPlan:
+    return RunPlan.model_validate(
+        {
+            "run_id": make_run_id("orders", [(0, -1, 9)]),
+            "topic": "orders",
+            "created_at_ms": 1,
+            "source": {"bucket": "segments"},
+            "partitions": [
+                {
+                    "partition": 0,
+                    "start_exclusive": -1,
+                    "end_inclusive": 9,
+                    "segments": [{"key": "k", "base_offset": 0, "last_offset": 9, "size_bytes": 1}],
+                }
+            ],
+            "table": {"identifier": "prod.orders", "data_uri": "s3://w/d"},
+            "dead_letter_table": {"identifier": "prod.orders__dlq", "data_uri": "s3://w/q"},
+            "conversion": {},
+            "result_uri": "s3://runs/orders/r/result.json",
+        }
+    )
+
+
+def _settings(application_id: str = "00abc") -> EmrServerlessRunnerConfig:
+    return EmrServerlessRunnerConfig(
+        application_id=application_id,
+        execution_role_arn=ROLE,
+        entry_point="s3://artifacts/spark_app/main.py",
+        venv_archive="s3://artifacts/env.tar.gz",
+        log_uri="s3://artifacts/logs/",
+    )
+
+
+def test_starts_a_job_on_moto_with_the_plan_and_python_environment(moto_server: MotoEndpoint) -> None:
+    emr: Any = moto_server.client("emr-serverless")
+    app_id = emr.create_application(name="kafscale", releaseLabel="emr-7.2.0", type="SPARK")["applicationId"]
+    runner = EmrServerlessJobRunner(_settings(app_id), emr, timeout_minutes=60)
+    job_id = runner.start(_plan(), PLAN_URI)
+    status = runner.status(job_id)
+    assert status.job_id == job_id
+    assert status.state in {JobState.SUCCEEDED, JobState.RUNNING, JobState.PENDING}
+    job = emr.get_job_run(applicationId=app_id, jobRunId=job_id)["jobRun"]
+    assert job["jobDriver"]["sparkSubmit"]["entryPointArguments"] == ["--plan", PLAN_URI]
+    assert (
+        "spark.archives=s3://artifacts/env.tar.gz#environment"
+        in job["jobDriver"]["sparkSubmit"]["sparkSubmitParameters"]
+    )
+
+
+def _stubbed() -> tuple[EmrServerlessJobRunner, Stubber, list[float]]:
+    client = boto3.client("emr-serverless", region_name="us-east-1")
+    stubber = Stubber(client)
+    sleeps: list[float] = []
+    return (
+        EmrServerlessJobRunner(_settings(), client, timeout_minutes=30, sleep=sleeps.append),
+        stubber,
+        sleeps,
+    )
+
+
+def test_throttled_start_is_retried_with_the_same_client_token() -> None:
+    runner, stubber, sleeps = _stubbed()
+    plan = _plan()
+    expected = {
+        "applicationId": "00abc",
+        "clientToken": plan.run_id,
+        "name": plan.run_id,
+        "executionRoleArn": ROLE,
+        "jobDriver": stubber_any(),
+        "tags": {"kafscale:topic": "orders", "kafscale:run-id": plan.run_id},
+        "executionTimeoutMinutes": 30,
+        "configurationOverrides": stubber_any(),
+    }
+    stubber.add_client_error("start_job_run", "ThrottlingException", expected_params=expected)
+    stubber.add_client_error("start_job_run", "ThrottlingException", expected_params=expected)
+    stubber.add_response(
+        "start_job_run",
+        {
+            "applicationId": "00abc",
+            "jobRunId": "job-1",
+            "arn": "arn:aws:emr-serverless:us-east-1:123456789012:/applications/00abc/jobruns/job-1",
+        },
+        expected,
+    )
+    with stubber:
+        assert runner.start(plan, PLAN_URI) == "job-1"
+    assert sleeps == [1.0, 2.0]
+    stubber.assert_no_pending_responses()
+
+
+def test_persistent_throttling_is_transient() -> None:
+    runner, stubber, _ = _stubbed()
+    for _ in range(6):
+        stubber.add_client_error("start_job_run", "ThrottlingException")
+    with stubber, pytest.raises(JobRunnerUnavailableError, match="retry later") as info:
+        runner.start(_plan(), PLAN_URI)
+    assert info.value.transient
+
+
+def test_a_refused_start_is_terminal_and_names_the_application() -> None:
+    runner, stubber, _ = _stubbed()
+    stubber.add_client_error("start_job_run", "ResourceNotFoundException", "Application 00abc not found")
+    with stubber, pytest.raises(JobRunnerError, match="00abc") as info:
+        runner.start(_plan(), PLAN_URI)
+    assert not info.value.transient
+
+
+@pytest.mark.parametrize(
+    ("emr_state", "state"),
+    [
+        ("SUBMITTED", JobState.PENDING),
+        ("QUEUED", JobState.PENDING),
+        ("SCHEDULED", JobState.PENDING),
+        ("RUNNING", JobState.RUNNING),
+        ("CANCELLING", JobState.RUNNING),
+        ("SUCCESS", JobState.SUCCEEDED),
+        ("FAILED", JobState.FAILED),
+        ("CANCELLED", JobState.CANCELLED),
+    ],
+)
+def test_job_states_are_folded(emr_state: str, state: JobState) -> None:
+    runner, stubber, _ = _stubbed()
+    stubber.add_response(
+        "get_job_run", {"jobRun": _job_run(emr_state)}, {"applicationId": "00abc", "jobRunId": "j"}
+    )
+    with stubber:
+        status = runner.status("j")
+    assert status.state is state
+    assert status.runner_state == emr_state
+    assert status.state.is_final == (state in {JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
+
+
+def test_cancel_of_a_finished_job_is_not_an_error() -> None:
+    runner, stubber, _ = _stubbed()
+    stubber.add_client_error("cancel_job_run", "ValidationException", "Job run is in a final state")
+    with stubber:
+        runner.cancel("j")
+
+
+def _job_run(state: str) -> dict[str, Any]:
+    from datetime import UTC, datetime
+
+    now = datetime(2026, 11, 20, tzinfo=UTC)
+    return {
+        "applicationId": "00abc",
+        "jobRunId": "j",
+        "arn": "arn:aws:emr-serverless:us-east-1:123456789012:/applications/00abc/jobruns/j",
+        "createdBy": "arn:aws:iam::123456789012:user/me",
+        "createdAt": now,
+        "updatedAt": now,
+        "executionRole": ROLE,
+        "state": state,
+        "stateDetails": f"state {state}",
+        "releaseLabel": "emr-spark-8.0.0",
+        "jobDriver": {"sparkSubmit": {"entryPoint": "s3://a/main.py"}},
+    }
+
+
+def stubber_any() -> Any:
+    from botocore.stub import ANY
+
+    return ANY
