@@ -1,0 +1,329 @@
+"""The launcher: for a topic with pending segments, claim its lease, plan a run, write the plan, start it.
+
+Per topic, in this order:
+1. if another run holds the topic's lease, do nothing (the holder re-signals the topic when it
+   ends, so nothing is lost by acknowledging);
+2. plan from the committed offsets: list each partition's segments after its committed offset,
+   choose within the run limits (or wait for a minimum batch), read the footer of each partition's
+   last chosen segment for the range's end;
+3. resolve the mapping's columns and JSON schema from the registry when configured (an unreachable
+   registry fails planning, which is retried — records are never dropped for it);
+4. claim the lease under the run id, re-read the committed offsets under the lease (a commit that
+   landed meanwhile means re-planning), write the plan, and start the job.
+
+Attempts: a run id includes the attempt number; a range whose previous attempt was aborted gets the
+next attempt, so the EMR `clientToken` of a failed run is never reused. The attempt count *is* the
+topic's consecutive-failure count, and resets when the range moves on.
+
+The committed offsets the launcher plans from are the checkpoint store's, a fenced cache of the
+table's. The commit step compares the plan's starts with the table, the source of truth, and
+refuses a stale plan (repairing the store), so a stale cache costs one wasted run, never a duplicate.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Protocol
+
+from kafscale_iceberg.adapters.documents import DocumentStore, join_uri
+from kafscale_iceberg.config import KafscaleConfig, MappingConfig
+from kafscale_iceberg.domain.leases import LeaseBusy, LeaseGrant
+from kafscale_iceberg.domain.planning import (
+    ListedSegment,
+    RunLimits,
+    Selection,
+    eligible_segments,
+    needs_fallback_listing,
+    select_segments,
+)
+from kafscale_iceberg.domain.registry import columns_from_json_schema
+from kafscale_iceberg.domain.runs import (
+    ConversionSettings,
+    PartitionPlan,
+    PlannedSegment,
+    RunPlan,
+    SchemaMode,
+    SegmentSource,
+    TableTarget,
+    make_run_id,
+)
+from kafscale_iceberg.exceptions import KafscaleIcebergError
+from kafscale_iceberg.ports import CheckpointStore
+from kafscale_iceberg.segments.layout import SegmentFooter
+
+logger = logging.getLogger(__name__)
+
+PLAN_NAME = "plan.json"
+RESULT_NAME = "result.json"
+OUTCOME_NAME = "outcome.json"
+
+
+class SegmentLister(Protocol):
+    """What planning needs from the segments bucket."""
+
+    bucket: str
+
+    def list_partitions(self, topic: str) -> list[int]: ...
+
+    def list_segments(self, topic: str, partition: int, after_offset: int | None) -> list[ListedSegment]: ...
+
+    def read_footer(self, key: str) -> SegmentFooter: ...
+
+
+class SchemaRegistry(Protocol):
+    """Topic JSON schemas (`{base_url}/{topic}.json`)."""
+
+    def schema_for(self, topic: str) -> dict[str, object]: ...
+
+
+class JobStarter(Protocol):
+    """Starts the Spark job of a plan; idempotent per run id."""
+
+    def start(self, plan: RunPlan, plan_uri: str) -> str: ...
+
+
+class UnmappedTopicError(KafscaleIcebergError):
+    """A work item names a topic without a mapping (the router filters these; config changed?)."""
+
+
+class LaunchStatus(StrEnum):
+    """What the launcher did for a topic."""
+
+    STARTED = "started"
+    BUSY = "busy"
+    IDLE = "idle"
+    WAITING = "waiting"
+    BLOCKED = "blocked"
+
+
+@dataclass(frozen=True)
+class LaunchOutcome:
+    """The launcher's answer for one topic; `grant` and `job_id` feed the run steps when started."""
+
+    topic: str
+    status: LaunchStatus
+    detail: str = ""
+    run_id: str | None = None
+    plan_uri: str | None = None
+    job_id: str | None = None
+    grant: LeaseGrant | None = None
+    attempt: int = 0
+    wait_seconds: float = 0.0
+
+
+def run_uri(runs_location: str, topic: str, run_id: str, name: str) -> str:
+    """Where a run's documents live: `{runs.location}/{topic}/{run_id}/{name}`."""
+    return join_uri(runs_location, topic, run_id, name)
+
+
+class Launcher:
+    """Plans and starts runs (see the module docstring)."""
+
+    def __init__(
+        self,
+        config: KafscaleConfig,
+        checkpoints: CheckpointStore,
+        segments: SegmentLister,
+        documents: DocumentStore,
+        jobs: JobStarter,
+        *,
+        owner_id: str,
+        registry: SchemaRegistry | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._config = config
+        self._checkpoints = checkpoints
+        self._segments = segments
+        self._documents = documents
+        self._jobs = jobs
+        self._owner_id = owner_id
+        self._registry = registry
+        self._clock = clock
+
+    def launch(self, topic: str) -> LaunchOutcome:
+        """Plan and start a run for `topic` if it has pending segments and nobody runs it.
+
+        Raises `UnmappedTopicError` for a topic without a mapping, and transient errors (store, S3,
+        registry, job service) for the caller to retry; a claimed lease is released on any error.
+        """
+        mapping = self._config.mapping_for(topic)
+        if mapping is None:
+            raise UnmappedTopicError(f"topic {topic!r} has no mapping in {self._config.source}")
+        holder = self._checkpoints.read_lease_holder(topic)
+        if holder is not None:
+            return LaunchOutcome(topic, LaunchStatus.BUSY, detail=holder.describe())
+        committed = self._checkpoints.load_committed_offsets(topic)
+        selection = self._select(
+            topic, {p: committed.offset(p) for p in self._segments.list_partitions(topic)}
+        )
+        if selection.is_empty:
+            return self._not_started(topic, selection)
+        partitions = self._partition_plans(selection)
+        if not partitions:
+            return LaunchOutcome(topic, LaunchStatus.IDLE, detail="nothing after the committed offsets")
+        ranges = [(p.partition, p.start_exclusive, p.end_inclusive) for p in partitions]
+        attempt = self._next_attempt(topic, ranges)
+        run_id = make_run_id(topic, ranges, attempt)
+        claim = self._checkpoints.claim_lease(topic, owner_id=self._owner_id, run_id=run_id)
+        if isinstance(claim, LeaseBusy):
+            return LaunchOutcome(topic, LaunchStatus.BUSY, detail=claim.describe())
+        try:
+            return self._start(
+                topic, mapping=mapping, partitions=partitions, run_id=run_id, attempt=attempt, grant=claim
+            )
+        except BaseException:
+            self._checkpoints.release_lease(claim)
+            raise
+
+    def _start(
+        self,
+        topic: str,
+        *,
+        mapping: MappingConfig,
+        partitions: tuple[PartitionPlan, ...],
+        run_id: str,
+        attempt: int,
+        grant: LeaseGrant,
+    ) -> LaunchOutcome:
+        now = self._checkpoints.load_committed_offsets(topic)
+        moved = [p.partition for p in partitions if now.offset(p.partition) != p.start_exclusive]
+        if moved:
+            self._checkpoints.release_lease(grant)
+            return LaunchOutcome(
+                topic, LaunchStatus.IDLE, detail=f"partitions {moved} committed while planning; re-plan"
+            )
+        plan = self._plan(topic, mapping, partitions, run_id)
+        plan_uri = run_uri(self._config.runs.location, topic, run_id, PLAN_NAME)
+        self._documents.write_text(plan_uri, plan.model_dump_json(indent=1))
+        job_id = self._jobs.start(plan, plan_uri)
+        logger.info(
+            "run started",
+            extra={"topic": topic, "run_id": run_id, "job_id": job_id, "segment_bytes": plan.total_bytes},
+        )
+        return LaunchOutcome(
+            topic,
+            LaunchStatus.STARTED,
+            run_id=run_id,
+            plan_uri=plan_uri,
+            job_id=job_id,
+            grant=grant,
+            attempt=attempt,
+        )
+
+    def _select(self, topic: str, committed: dict[int, int]) -> Selection:
+        runs = self._config.runs
+        limits = RunLimits(
+            max_bytes=int(runs.max_bytes_per_run),
+            max_segments=runs.max_segments_per_run,
+            min_bytes=int(runs.min_bytes_per_run),
+            max_wait_seconds=runs.max_wait_seconds,
+        )
+        eligible: dict[int, list[ListedSegment]] = {}
+        blocked: list[ListedSegment] = []
+        for partition, offset in committed.items():
+            listed = self._segments.list_segments(topic, partition, after_offset=offset)
+            if needs_fallback_listing(offset, listed):
+                listed = self._segments.list_segments(topic, partition, after_offset=None)
+            chosen, stopper = eligible_segments(offset, listed)
+            eligible[partition] = chosen
+            if stopper is not None:
+                blocked.append(stopper)
+        return select_segments(committed, eligible, limits, now_ms=int(self._clock() * 1000), blocked=blocked)
+
+    def _partition_plans(self, selection: Selection) -> tuple[PartitionPlan, ...]:
+        plans = []
+        for chosen in selection.partitions:
+            end = self._segments.read_footer(chosen.last.key).last_offset
+            if end <= chosen.committed:
+                continue  # the only candidate was a fully committed segment
+            plans.append(
+                PartitionPlan(
+                    partition=chosen.partition,
+                    start_exclusive=chosen.committed,
+                    end_inclusive=end,
+                    segments=tuple(
+                        PlannedSegment(
+                            key=s.key, base_offset=s.base_offset, last_offset=last, size_bytes=s.size_bytes
+                        )
+                        for s, last in zip(chosen.segments, chosen.last_offsets(end), strict=True)
+                    ),
+                )
+            )
+        return tuple(plans)
+
+    def _next_attempt(self, topic: str, ranges: list[tuple[int, int, int]]) -> int:
+        attempt = 0
+        while self._documents.exists(
+            run_uri(self._config.runs.location, topic, make_run_id(topic, ranges, attempt), OUTCOME_NAME)
+        ):
+            attempt += 1
+        return attempt
+
+    def _plan(
+        self, topic: str, mapping: MappingConfig, partitions: tuple[PartitionPlan, ...], run_id: str
+    ) -> RunPlan:
+        config = self._config
+        columns = mapping.column_specs()
+        json_schema: dict[str, object] | None = None
+        if self._registry is not None and (
+            mapping.schema_.source == "registry" or config.schema_.mode != SchemaMode.OFF
+        ):
+            json_schema = self._registry.schema_for(topic)
+            if mapping.schema_.source == "registry":
+                columns = columns_from_json_schema(json_schema)
+        s3 = config.s3
+        return RunPlan(
+            run_id=run_id,
+            topic=topic,
+            created_at_ms=int(self._clock() * 1000),
+            source=SegmentSource(
+                bucket=s3.bucket,
+                endpoint_url=s3.endpoint or None,
+                region=s3.region or None,
+                path_style=s3.path_style,
+            ),
+            partitions=partitions,
+            table=TableTarget(identifier=mapping.table, data_uri=self._data_uri(mapping.identifier, run_id)),
+            dead_letter_table=TableTarget(
+                identifier=".".join(mapping.dead_letter_identifier),
+                data_uri=self._data_uri(mapping.dead_letter_identifier, run_id),
+            ),
+            conversion=ConversionSettings(
+                columns=columns,
+                partition_by=mapping.partition_by,
+                schema_mode=SchemaMode(config.schema_.mode) if json_schema is not None else SchemaMode.OFF,
+                json_schema=json_schema,
+                corrupt_segment_policy=config.corrupt_segment_policy_for(mapping),
+                verify_crc=config.runs.verify_crc,
+                target_file_size_bytes=config.target_file_size_for(mapping),
+            ),
+            result_uri=run_uri(config.runs.location, topic, run_id, RESULT_NAME),
+        )
+
+    def _data_uri(self, identifier: tuple[str, ...], run_id: str) -> str:
+        """Run-scoped folder for a table's new files: under the table's warehouse location when the
+        warehouse is a storage URI (where tables this product creates live), else under the runs location.
+
+        Files are added to the table in place, so this folder is table data from then on.
+        """
+        warehouse = self._config.iceberg.warehouse
+        if warehouse.startswith(("s3://", "file://", "/")):
+            return join_uri(warehouse, *identifier, "data", "kafscale", run_id)
+        return join_uri(self._config.runs.location, "data", *identifier, run_id)
+
+    def _not_started(self, topic: str, selection: Selection) -> LaunchOutcome:
+        if selection.wait_seconds > 0:
+            return LaunchOutcome(
+                topic,
+                LaunchStatus.WAITING,
+                detail=f"{selection.pending_bytes} bytes pending, below runs.min_bytes_per_run",
+                wait_seconds=selection.wait_seconds,
+            )
+        if selection.blocked:
+            keys = ", ".join(s.key for s in selection.blocked)
+            return LaunchOutcome(topic, LaunchStatus.BLOCKED, detail=f"waiting for the .index of {keys}")
+        return LaunchOutcome(topic, LaunchStatus.IDLE, detail="no pending segments")
