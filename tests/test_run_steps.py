@@ -1,0 +1,135 @@
+"""Watching a running job (lease renewal, cancellation on loss) and aborting a failed run.
+
+EMR Serverless job states come from botocore's Stubber: moto's job runs finish at once."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from botocore.stub import Stubber
+
+from kafscale_iceberg.adapters.documents import DocumentStore
+from kafscale_iceberg.adapters.emr_serverless import EmrServerlessJobRunner
+from kafscale_iceberg.adapters.sqlite_checkpoints import SqliteCheckpointStore
+from kafscale_iceberg.config import EmrServerlessRunnerConfig, RunsConfig
+from kafscale_iceberg.domain.jobs import JobState
+from kafscale_iceberg.domain.leases import LeaseGrant
+from kafscale_iceberg.services.launch import OUTCOME_NAME, run_uri
+from kafscale_iceberg.services.run_steps import RunOutcome, RunSteps, RunTicket, failure_reason
+
+ROLE = "arn:aws:iam::123456789012:role/job"
+
+
+class Steps:
+    def __init__(self, tmp_path: Path) -> None:
+        self.now_ms = 1_000_000
+        self.checkpoints = SqliteCheckpointStore(
+            tmp_path / "o.sqlite", lease_ttl_seconds=30, now_ms=lambda: self.now_ms
+        )
+        client = boto3.client("emr-serverless", region_name="us-east-1")
+        self.stubber = Stubber(client)
+        settings = EmrServerlessRunnerConfig(
+            application_id="00abc", execution_role_arn=ROLE, entry_point="s3://a/main.py", image="x"
+        )
+        runner = EmrServerlessJobRunner(settings, client, timeout_minutes=5)
+        self.runs = RunsConfig(location=str(tmp_path / "runs"), max_consecutive_failures=2)
+        self.documents = DocumentStore()
+        self.steps = RunSteps(self.runs, self.checkpoints, runner, self.documents, clock=lambda: 5.0)
+
+    def ticket(self, attempt: int = 0) -> RunTicket:
+        grant = self.checkpoints.claim_lease("orders", owner_id="launcher", run_id="r1")
+        assert isinstance(grant, LeaseGrant)
+        return RunTicket(
+            topic="orders",
+            run_id="r1",
+            plan_uri="p",
+            job_id="j",
+            grant=grant,
+            attempt=attempt,
+            started_at_ms=1,
+        )
+
+    def job_state(self, state: str) -> None:
+        now = datetime(2026, 11, 20, tzinfo=UTC)
+        job = {
+            "applicationId": "00abc",
+            "jobRunId": "j",
+            "arn": "arn:aws:emr-serverless:us-east-1:123456789012:/applications/00abc/jobruns/j",
+            "createdBy": "arn:aws:iam::123456789012:user/me",
+            "createdAt": now,
+            "updatedAt": now,
+            "executionRole": ROLE,
+            "state": state,
+            "stateDetails": "Job failed: OOM" if state == "FAILED" else "running",
+            "releaseLabel": "emr-spark-8.0.0",
+            "jobDriver": {"sparkSubmit": {"entryPoint": "s3://a/main.py"}},
+        }
+        self.stubber.add_response("get_job_run", {"jobRun": job})
+
+
+@pytest.fixture
+def steps(tmp_path: Path) -> Steps:
+    return Steps(tmp_path)
+
+
+def test_watching_a_running_job_renews_the_lease(steps: Steps) -> None:
+    ticket = steps.ticket()
+    steps.job_state("RUNNING")
+    steps.now_ms += 25_000  # most of the 30 s TTL gone
+    with steps.stubber:
+        result = steps.steps.watch(ticket)
+    assert result.status.state is JobState.RUNNING
+    assert not result.is_final
+    steps.now_ms += 25_000  # past the original expiry: still held thanks to the renewal
+    assert steps.checkpoints.read_lease_holder("orders") is not None
+
+
+def test_a_lost_lease_cancels_the_job(steps: Steps) -> None:
+    ticket = steps.ticket()
+    steps.now_ms += 31_000  # expired
+    other: Any = steps.checkpoints.claim_lease("orders", owner_id="other", run_id="r2")
+    assert isinstance(other, LeaseGrant)
+    steps.job_state("RUNNING")
+    steps.stubber.add_response("cancel_job_run", {"applicationId": "00abc", "jobRunId": "j"})
+    with steps.stubber:
+        result = steps.steps.watch(ticket)
+    steps.stubber.assert_no_pending_responses()
+    assert result.lease_lost
+    assert result.is_final
+    assert "lease lost" in failure_reason(result.status, lease_lost=True)
+
+
+def test_a_finished_job_is_final_without_touching_the_lease(steps: Steps) -> None:
+    ticket = steps.ticket()
+    steps.job_state("FAILED")
+    with steps.stubber:
+        result = steps.steps.watch(ticket)
+    assert result.status.state is JobState.FAILED
+    assert failure_reason(result.status, lease_lost=False) == "job j ended FAILED: Job failed: OOM"
+
+
+def test_abort_records_the_attempt_releases_and_backs_off(steps: Steps) -> None:
+    ticket = steps.ticket(attempt=0)
+    first = steps.steps.abort(ticket, "job j ended FAILED")
+    assert first.lease_released
+    assert first.consecutive_failures == 1
+    assert not first.alarm
+    assert first.resignal_after_seconds == steps.runs.retry_backoff_seconds
+    assert steps.checkpoints.read_lease_holder("orders") is None
+    outcome = RunOutcome.model_validate_json(
+        steps.documents.read_text(run_uri(steps.runs.location, "orders", "r1", OUTCOME_NAME))
+    )
+    assert (outcome.status, outcome.attempt) == ("aborted", 0)
+    again = steps.steps.abort(ticket, "job j ended FAILED")  # a retried step changes nothing more
+    assert not again.lease_released
+
+
+def test_abort_alarms_after_the_configured_consecutive_failures(steps: Steps) -> None:
+    result = steps.steps.abort(steps.ticket(attempt=1), "job j ended FAILED")
+    assert result.consecutive_failures == 2
+    assert result.alarm
+    assert result.resignal_after_seconds == steps.runs.retry_backoff_seconds * 2
