@@ -99,7 +99,7 @@ class CheckpointError(KafscaleIcebergError):
 class CheckpointUnavailableError(CheckpointError):
     """The checkpoint store could not be reached (or was busy); nothing was written. Transient.
 
-    Names every endpoint (or the SQLite file) that was tried and why each failed.
+    `problem` names every endpoint (or the SQLite file) that was tried and why each failed.
     """
 
     transient = True
@@ -109,9 +109,8 @@ class CheckpointUnavailableError(CheckpointError):
         self.targets = targets
         self.problem = problem
         super().__init__(
-            f"checkpoint store unavailable while trying to {operation}: tried {', '.join(targets)}: "
-            f"{problem} (nothing was written; check that the store is up and the endpoints "
-            "(etcd.endpoints) are right, then retry)"
+            f"checkpoint store unavailable while trying to {operation}: {problem} (nothing was "
+            "written; check that the store is up and the endpoints (etcd.endpoints) are right, then retry)"
         )
 
 
@@ -160,17 +159,27 @@ class LeaseLostError(CheckpointError):
     """This run's topic lease expired, was released, or now belongs to another claim.
 
     Terminal for this run: it must stop without committing offsets (nothing was written by the call
-    that raised this). The topic is not stuck: the new holder, or the next run, carries on.
+    that raised this, except - for a commit too wide for one etcd transaction - the partitions in
+    `written_partitions`). The topic is not stuck: the new holder, or the next run, carries on.
     """
 
-    def __init__(self, topic: str, token: int, run_id: str, reason: str) -> None:
+    def __init__(
+        self, topic: str, token: int, run_id: str, reason: str, written_partitions: tuple[int, ...] = ()
+    ) -> None:
         self.topic = topic
         self.token = token
         self.run_id = run_id
         self.reason = reason
+        self.written_partitions = written_partitions
+        written = (
+            f"the offsets of partitions {list(written_partitions)} were written before the loss (a "
+            "commit wider than one etcd transaction); nothing else was written"
+            if written_partitions
+            else "nothing was written"
+        )
         super().__init__(
             f"lease on topic {topic!r} lost by run {run_id!r} (fencing token {token}): {reason}; "
-            "nothing was written: stop this run, the current or next lease holder takes over"
+            f"{written}: stop this run, the current or next lease holder takes over"
         )
 
 

@@ -1,3 +1,3 @@
 """Shared fixtures: real servers (moto, etcd) started once per session; see tests/support/."""
 
-pytest_plugins = ["tests.support.moto"]
+pytest_plugins = ["tests.support.moto", "tests.support.etcd"]
