@@ -838,8 +838,9 @@ class NotificationsConfig(_Section):
 
     queue_url: str = ""
     work_queue_url: str = ""
+    rejected_queue_url: str = ""
 
-    @field_validator("queue_url", "work_queue_url")
+    @field_validator("queue_url", "work_queue_url", "rejected_queue_url")
     @classmethod
     def _is_a_queue_url(cls, value: str) -> str:
         if value and not re.match(r"https?://", value):

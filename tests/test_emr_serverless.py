@@ -16,34 +16,11 @@ from kafscale_iceberg.adapters.emr_serverless import (
 )
 from kafscale_iceberg.config import EmrServerlessRunnerConfig
 from kafscale_iceberg.domain.jobs import JobState
-from kafscale_iceberg.domain.runs import RunPlan, make_run_id
 from tests.support.moto import MotoEndpoint
+from tests.support.plans import sample_plan
 
 ROLE = "arn:aws:iam::123456789012:role/kafscale-iceberg-job"
 PLAN_URI = "s3://runs/orders/r/plan.json"
-
-
-def _plan() -> RunPlan:
-    return RunPlan.model_validate(
-        {
-            "run_id": make_run_id("orders", [(0, -1, 9)]),
-            "topic": "orders",
-            "created_at_ms": 1,
-            "source": {"bucket": "segments"},
-            "partitions": [
-                {
-                    "partition": 0,
-                    "start_exclusive": -1,
-                    "end_inclusive": 9,
-                    "segments": [{"key": "k", "base_offset": 0, "last_offset": 9, "size_bytes": 1}],
-                }
-            ],
-            "table": {"identifier": "prod.orders", "data_uri": "s3://w/d"},
-            "dead_letter_table": {"identifier": "prod.orders__dlq", "data_uri": "s3://w/q"},
-            "conversion": {},
-            "result_uri": "s3://runs/orders/r/result.json",
-        }
-    )
 
 
 def _settings(application_id: str = "00abc") -> EmrServerlessRunnerConfig:
@@ -60,7 +37,7 @@ def test_starts_a_job_on_moto_with_the_plan_and_python_environment(moto_server: 
     emr: Any = moto_server.client("emr-serverless")
     app_id = emr.create_application(name="kafscale", releaseLabel="emr-7.2.0", type="SPARK")["applicationId"]
     runner = EmrServerlessJobRunner(_settings(app_id), emr, timeout_minutes=60)
-    job_id = runner.start(_plan(), PLAN_URI)
+    job_id = runner.start(sample_plan(), PLAN_URI)
     status = runner.status(job_id)
     assert status.job_id == job_id
     assert status.state in {JobState.SUCCEEDED, JobState.RUNNING, JobState.PENDING}
@@ -85,7 +62,7 @@ def _stubbed() -> tuple[EmrServerlessJobRunner, Stubber, list[float]]:
 
 def test_throttled_start_is_retried_with_the_same_client_token() -> None:
     runner, stubber, sleeps = _stubbed()
-    plan = _plan()
+    plan = sample_plan()
     expected = {
         "applicationId": "00abc",
         "clientToken": plan.run_id,
@@ -118,7 +95,7 @@ def test_persistent_throttling_is_transient() -> None:
     for _ in range(6):
         stubber.add_client_error("start_job_run", "ThrottlingException")
     with stubber, pytest.raises(JobRunnerUnavailableError, match="retry later") as info:
-        runner.start(_plan(), PLAN_URI)
+        runner.start(sample_plan(), PLAN_URI)
     assert info.value.transient
 
 
@@ -126,7 +103,7 @@ def test_a_refused_start_is_terminal_and_names_the_application() -> None:
     runner, stubber, _ = _stubbed()
     stubber.add_client_error("start_job_run", "ResourceNotFoundException", "Application 00abc not found")
     with stubber, pytest.raises(JobRunnerError, match="00abc") as info:
-        runner.start(_plan(), PLAN_URI)
+        runner.start(sample_plan(), PLAN_URI)
     assert not info.value.transient
 
 

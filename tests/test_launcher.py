@@ -1,22 +1,24 @@
-"""The launcher on moto server (S3, EMR Serverless) with the SQLite checkpoint store: lease, plan, start."""
+"""The launcher on moto server (S3, Step Functions) with the SQLite checkpoint store: lease, plan, start."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from kafscale_iceberg.adapters.documents import DocumentStore
-from kafscale_iceberg.adapters.emr_serverless import EmrServerlessJobRunner
 from kafscale_iceberg.adapters.s3_segments import S3SegmentStore, make_s3_client
 from kafscale_iceberg.adapters.sqlite_checkpoints import SqliteCheckpointStore
+from kafscale_iceberg.adapters.step_functions import StepFunctionsRunStarter
 from kafscale_iceberg.config import KafscaleConfig, config_from_mapping
 from kafscale_iceberg.domain.leases import LeaseGrant
 from kafscale_iceberg.domain.offsets import OffsetUpdate
 from kafscale_iceberg.domain.runs import RunPlan, make_run_id
+from kafscale_iceberg.domain.tickets import OUTCOME_NAME, RunTicket, run_document_uri
 from kafscale_iceberg.segments.keys import SegmentObjectKind, format_segment_key
-from kafscale_iceberg.services.launch import OUTCOME_NAME, Launcher, LaunchStatus, UnmappedTopicError, run_uri
+from kafscale_iceberg.services.launch import Launcher, LaunchOutcome, LaunchStatus, UnmappedTopicError
 from tests.support.moto import MotoEndpoint
 from tests.support.segments import put_segment
 
@@ -24,14 +26,18 @@ ROLE = "arn:aws:iam::123456789012:role/kafscale-iceberg-job"
 
 
 class World:
-    """A KafScale bucket, a runs bucket, an EMR application, a checkpoint store and a launcher."""
+    """A KafScale bucket, a runs bucket, a state machine, a checkpoint store and a launcher."""
 
     def __init__(self, moto: MotoEndpoint, tmp_path: Path, **runs: Any) -> None:
         self.s3: Any = moto.client("s3")
         self.bucket = moto.new_bucket()
         runs_bucket = moto.new_bucket()
-        emr: Any = moto.client("emr-serverless")
-        app_id = emr.create_application(name="k", releaseLabel="emr-7.2.0", type="SPARK")["applicationId"]
+        self.sfn: Any = moto.client("stepfunctions")
+        self.state_machine_arn = self.sfn.create_state_machine(
+            name=f"runs-{runs_bucket}",
+            definition='{"StartAt": "Done", "States": {"Done": {"Type": "Succeed"}}}',
+            roleArn=ROLE,
+        )["stateMachineArn"]
         self.config: KafscaleConfig = config_from_mapping(
             {
                 "s3": {"bucket": self.bucket, "namespace": "prod", "endpoint": moto.url, "path_style": True},
@@ -39,15 +45,6 @@ class World:
                 "offsets": {"backend": "sqlite", "sqlite_path": str(tmp_path / "offsets.sqlite")},
                 "mappings": [{"topic": "orders", "table": "prod.orders"}],
                 "runs": {"location": f"s3://{runs_bucket}/runs", **runs},
-                "runner": {
-                    "type": "emr_serverless",
-                    "emr_serverless": {
-                        "application_id": app_id,
-                        "execution_role_arn": ROLE,
-                        "entry_point": "s3://artifacts/main.py",
-                        "venv_archive": "s3://artifacts/env.tar.gz",
-                    },
-                },
             },
             source="test",
         )
@@ -58,7 +55,7 @@ class World:
             self.checkpoints,
             S3SegmentStore(make_s3_client(moto.s3_settings()), self.bucket, "prod"),
             self.documents,
-            EmrServerlessJobRunner(self.config.runner.emr_serverless, emr, timeout_minutes=60),
+            StepFunctionsRunStarter(self.sfn, self.state_machine_arn),
             owner_id="test-launcher",
         )
 
@@ -72,6 +69,11 @@ class World:
         self.checkpoints.release_lease(grant)
 
 
+def _plan_uri(outcome: LaunchOutcome) -> str:
+    assert outcome.ticket is not None, outcome.detail
+    return outcome.ticket.plan_uri
+
+
 @pytest.fixture
 def world(moto_server: MotoEndpoint, tmp_path: Path) -> World:
     return World(moto_server, tmp_path)
@@ -83,17 +85,25 @@ def test_plans_every_pending_segment_and_starts_the_run(world: World) -> None:
     world.put(1, 0, 7)
     outcome = world.launcher.launch("orders")
     assert outcome.status is LaunchStatus.STARTED
-    assert outcome.run_id == make_run_id("orders", [(0, -1, 14), (1, -1, 6)])
-    assert outcome.grant is not None
-    assert world.checkpoints.read_lease_holder("orders") is not None
-    assert outcome.plan_uri is not None
-    plan = RunPlan.model_validate_json(world.documents.read_text(outcome.plan_uri))
+    ticket = outcome.ticket
+    assert ticket is not None
+    assert ticket.run_id == make_run_id("orders", [(0, -1, 14), (1, -1, 6)])
+    holder = world.checkpoints.read_lease_holder("orders")
+    assert holder is not None
+    assert holder.run_id == ticket.run_id
+    (execution,) = world.sfn.list_executions(stateMachineArn=world.state_machine_arn)["executions"]
+    assert execution["name"] == ticket.run_id
+    described = world.sfn.describe_execution(executionArn=execution["executionArn"])
+    assert RunTicket.model_validate(json.loads(described["input"])["ticket"]) == ticket
+    plan = RunPlan.model_validate_json(world.documents.read_text(ticket.plan_uri))
     assert plan.end_offsets() == {0: 14, 1: 6}
     assert plan.start_offsets() == {0: -1, 1: -1}
     assert [(s.base_offset, s.last_offset) for s in plan.partitions[0].segments] == [(0, 9), (10, 14)]
     assert plan.source.bucket == world.bucket
     assert plan.table.data_uri.endswith(f"/warehouse/prod/orders/data/kafscale/{plan.run_id}")
-    assert plan.result_uri == run_uri(world.config.runs.location, "orders", plan.run_id, "result.json")
+    assert plan.result_uri == run_document_uri(
+        world.config.runs.location, "orders", plan.run_id, "result.json"
+    )
 
 
 def test_a_busy_topic_is_acknowledged_without_planning(world: World) -> None:
@@ -110,7 +120,7 @@ def test_plans_only_after_the_committed_offsets(world: World) -> None:
         world.put(0, base, 10)
     world.commit({0: 9})
     outcome = world.launcher.launch("orders")
-    plan = RunPlan.model_validate_json(world.documents.read_text(outcome.plan_uri or ""))
+    plan = RunPlan.model_validate_json(world.documents.read_text(_plan_uri(outcome)))
     assert plan.partitions[0].start_exclusive == 9
     assert [s.base_offset for s in plan.partitions[0].segments] == [10, 20]
 
@@ -120,7 +130,7 @@ def test_a_committed_offset_inside_a_segment_rereads_that_segment(world: World) 
     world.put(0, 10, 10)
     world.commit({0: 4})  # e.g. moved over from the Go processor mid-segment
     outcome = world.launcher.launch("orders")
-    plan = RunPlan.model_validate_json(world.documents.read_text(outcome.plan_uri or ""))
+    plan = RunPlan.model_validate_json(world.documents.read_text(_plan_uri(outcome)))
     assert plan.partitions[0].start_exclusive == 4
     assert [s.base_offset for s in plan.partitions[0].segments] == [0, 10]
 
@@ -146,9 +156,7 @@ def test_limits_bound_the_run(moto_server: MotoEndpoint, tmp_path: Path) -> None
     world = World(moto_server, tmp_path, max_segments_per_run=2)
     for base in (0, 10, 20):
         world.put(0, base, 10)
-    plan = RunPlan.model_validate_json(
-        world.documents.read_text(world.launcher.launch("orders").plan_uri or "")
-    )
+    plan = RunPlan.model_validate_json(world.documents.read_text(_plan_uri(world.launcher.launch("orders"))))
     assert plan.end_offsets() == {0: 19}
 
 
@@ -163,14 +171,13 @@ def test_small_backlog_waits_for_the_minimum_batch(moto_server: MotoEndpoint, tm
 
 def test_an_aborted_range_is_retried_under_the_next_attempt(world: World) -> None:
     world.put(0, 0, 10)
-    first = world.launcher.launch("orders")
-    assert first.grant is not None
-    world.documents.write_text(
-        run_uri(world.config.runs.location, "orders", first.run_id or "", OUTCOME_NAME),
-        '{"status":"aborted"}',
-    )
+    first = world.launcher.launch("orders").ticket
+    assert first is not None
+    outcome_uri = run_document_uri(world.config.runs.location, "orders", first.run_id, OUTCOME_NAME)
+    world.documents.write_text(outcome_uri, '{"status":"aborted"}')
     world.checkpoints.release_lease(first.grant)
-    second = world.launcher.launch("orders")
+    second = world.launcher.launch("orders").ticket
+    assert second is not None
     assert second.attempt == 1
     assert second.run_id == make_run_id("orders", [(0, -1, 9)], attempt=1)
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import boto3
 import pytest
-from botocore.stub import Stubber
+from botocore.stub import ANY, Stubber
 
 from kafscale_iceberg.adapters.documents import DocumentStore
 from kafscale_iceberg.adapters.emr_serverless import EmrServerlessJobRunner
@@ -18,8 +18,10 @@ from kafscale_iceberg.adapters.sqlite_checkpoints import SqliteCheckpointStore
 from kafscale_iceberg.config import EmrServerlessRunnerConfig, RunsConfig
 from kafscale_iceberg.domain.jobs import JobState
 from kafscale_iceberg.domain.leases import LeaseGrant
-from kafscale_iceberg.services.launch import OUTCOME_NAME, run_uri
-from kafscale_iceberg.services.run_steps import RunOutcome, RunSteps, RunTicket, failure_reason
+from kafscale_iceberg.domain.tickets import OUTCOME_NAME, RunOutcome, RunTicket, run_document_uri
+from kafscale_iceberg.exceptions import LeaseLostError
+from kafscale_iceberg.services.run_steps import RunSteps, failure_reason
+from tests.support.plans import sample_plan
 
 ROLE = "arn:aws:iam::123456789012:role/job"
 
@@ -50,7 +52,6 @@ class Steps:
             job_id="j",
             grant=grant,
             attempt=attempt,
-            started_at_ms=1,
         )
 
     def job_state(self, state: str) -> None:
@@ -74,6 +75,41 @@ class Steps:
 @pytest.fixture
 def steps(tmp_path: Path) -> Steps:
     return Steps(tmp_path)
+
+
+def test_start_job_starts_the_plans_job_under_the_lease(steps: Steps, tmp_path: Path) -> None:
+    plan = sample_plan()
+    plan_uri = str(tmp_path / "plan.json")
+    steps.documents.write_text(plan_uri, plan.model_dump_json())
+    ticket = steps.ticket().model_copy(update={"job_id": None, "plan_uri": plan_uri})
+    steps.stubber.add_response(
+        "start_job_run",
+        {
+            "applicationId": "00abc",
+            "jobRunId": "job-9",
+            "arn": "arn:aws:emr-serverless:us-east-1:123456789012:/applications/00abc/jobruns/job-9",
+        },
+        {
+            "applicationId": "00abc",
+            "clientToken": plan.run_id,
+            "name": plan.run_id,
+            "executionRoleArn": ROLE,
+            "jobDriver": ANY,
+            "tags": ANY,
+            "executionTimeoutMinutes": 5,
+        },
+    )
+    with steps.stubber:
+        started = steps.steps.start_job(ticket)
+    assert started.job_id == "job-9"
+    assert started.run_id == ticket.run_id
+
+
+def test_a_job_is_not_started_once_the_lease_lapsed(steps: Steps, tmp_path: Path) -> None:
+    ticket = steps.ticket().model_copy(update={"job_id": None})
+    steps.now_ms += 31_000
+    with pytest.raises(LeaseLostError):
+        steps.steps.start_job(ticket)
 
 
 def test_watching_a_running_job_renews_the_lease(steps: Steps) -> None:
@@ -121,7 +157,7 @@ def test_abort_records_the_attempt_releases_and_backs_off(steps: Steps) -> None:
     assert first.resignal_after_seconds == steps.runs.retry_backoff_seconds
     assert steps.checkpoints.read_lease_holder("orders") is None
     outcome = RunOutcome.model_validate_json(
-        steps.documents.read_text(run_uri(steps.runs.location, "orders", "r1", OUTCOME_NAME))
+        steps.documents.read_text(run_document_uri(steps.runs.location, "orders", "r1", OUTCOME_NAME))
     )
     assert (outcome.status, outcome.attempt) == ("aborted", 0)
     again = steps.steps.abort(ticket, "job j ended FAILED")  # a retried step changes nothing more

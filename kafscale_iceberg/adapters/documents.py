@@ -15,7 +15,10 @@ from urllib.parse import unquote, urlparse
 from botocore.exceptions import BotoCoreError, ClientError
 
 from kafscale_iceberg.adapters.s3_segments import S3Settings, make_s3_client
+from kafscale_iceberg.domain.tickets import join_uri
 from kafscale_iceberg.exceptions import KafscaleIcebergError, TransientError
+
+__all__ = ["DocumentMissingError", "DocumentStore", "DocumentStoreError", "join_uri", "local_path"]
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -31,11 +34,6 @@ class DocumentMissingError(KafscaleIcebergError):
 
 class DocumentStoreError(TransientError):
     """Reading or writing a document failed in a way a retry may fix."""
-
-
-def join_uri(base: str, *parts: str) -> str:
-    """`base` with `parts` appended, one `/` between each (works for s3://, file:// and paths)."""
-    return "/".join([base.rstrip("/"), *(p.strip("/") for p in parts)])
 
 
 def local_path(uri: str) -> Path | None:

@@ -9,7 +9,8 @@ Per topic, in this order:
 3. resolve the mapping's columns and JSON schema from the registry when configured (an unreachable
    registry fails planning, which is retried — records are never dropped for it);
 4. claim the lease under the run id, re-read the committed offsets under the lease (a commit that
-   landed meanwhile means re-planning), write the plan, and start the job.
+   landed meanwhile means re-planning), write the plan, and hand the run to the run steps (which
+   start the job).
 
 Attempts: a run id includes the attempt number; a range whose previous attempt was aborted gets the
 next attempt, so the EMR `clientToken` of a failed run is never reused. The attempt count *is* the
@@ -29,7 +30,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
-from kafscale_iceberg.adapters.documents import DocumentStore, join_uri
+from kafscale_iceberg.adapters.documents import DocumentStore
 from kafscale_iceberg.config import KafscaleConfig, MappingConfig
 from kafscale_iceberg.domain.leases import LeaseBusy, LeaseGrant
 from kafscale_iceberg.domain.planning import (
@@ -51,15 +52,19 @@ from kafscale_iceberg.domain.runs import (
     TableTarget,
     make_run_id,
 )
+from kafscale_iceberg.domain.tickets import (
+    OUTCOME_NAME,
+    PLAN_NAME,
+    RESULT_NAME,
+    RunTicket,
+    join_uri,
+    run_document_uri,
+)
 from kafscale_iceberg.exceptions import KafscaleIcebergError
 from kafscale_iceberg.ports import CheckpointStore
 from kafscale_iceberg.segments.layout import SegmentFooter
 
 logger = logging.getLogger(__name__)
-
-PLAN_NAME = "plan.json"
-RESULT_NAME = "result.json"
-OUTCOME_NAME = "outcome.json"
 
 
 class SegmentLister(Protocol):
@@ -80,10 +85,11 @@ class SchemaRegistry(Protocol):
     def schema_for(self, topic: str) -> dict[str, object]: ...
 
 
-class JobStarter(Protocol):
-    """Starts the Spark job of a plan; idempotent per run id."""
+class RunStarter(Protocol):
+    """Hands a planned run to the run steps (a Step Functions execution, or the local loop)."""
 
-    def start(self, plan: RunPlan, plan_uri: str) -> str: ...
+    def start_run(self, ticket: RunTicket) -> None:
+        """Start the steps of `ticket`'s run. Idempotent per run id."""
 
 
 class UnmappedTopicError(KafscaleIcebergError):
@@ -102,22 +108,13 @@ class LaunchStatus(StrEnum):
 
 @dataclass(frozen=True)
 class LaunchOutcome:
-    """The launcher's answer for one topic; `grant` and `job_id` feed the run steps when started."""
+    """The launcher's answer for one topic; `ticket` is the started run's."""
 
     topic: str
     status: LaunchStatus
     detail: str = ""
-    run_id: str | None = None
-    plan_uri: str | None = None
-    job_id: str | None = None
-    grant: LeaseGrant | None = None
-    attempt: int = 0
+    ticket: RunTicket | None = None
     wait_seconds: float = 0.0
-
-
-def run_uri(runs_location: str, topic: str, run_id: str, name: str) -> str:
-    """Where a run's documents live: `{runs.location}/{topic}/{run_id}/{name}`."""
-    return join_uri(runs_location, topic, run_id, name)
 
 
 class Launcher:
@@ -129,7 +126,7 @@ class Launcher:
         checkpoints: CheckpointStore,
         segments: SegmentLister,
         documents: DocumentStore,
-        jobs: JobStarter,
+        starter: RunStarter,
         *,
         owner_id: str,
         registry: SchemaRegistry | None = None,
@@ -139,7 +136,7 @@ class Launcher:
         self._checkpoints = checkpoints
         self._segments = segments
         self._documents = documents
-        self._jobs = jobs
+        self._starter = starter
         self._owner_id = owner_id
         self._registry = registry
         self._clock = clock
@@ -197,22 +194,14 @@ class Launcher:
                 topic, LaunchStatus.IDLE, detail=f"partitions {moved} committed while planning; re-plan"
             )
         plan = self._plan(topic, mapping, partitions, run_id)
-        plan_uri = run_uri(self._config.runs.location, topic, run_id, PLAN_NAME)
+        plan_uri = run_document_uri(self._config.runs.location, topic, run_id, PLAN_NAME)
         self._documents.write_text(plan_uri, plan.model_dump_json(indent=1))
-        job_id = self._jobs.start(plan, plan_uri)
+        ticket = RunTicket(topic=topic, run_id=run_id, plan_uri=plan_uri, grant=grant, attempt=attempt)
+        self._starter.start_run(ticket)
         logger.info(
-            "run started",
-            extra={"topic": topic, "run_id": run_id, "job_id": job_id, "segment_bytes": plan.total_bytes},
+            "run started", extra={"topic": topic, "run_id": run_id, "segment_bytes": plan.total_bytes}
         )
-        return LaunchOutcome(
-            topic,
-            LaunchStatus.STARTED,
-            run_id=run_id,
-            plan_uri=plan_uri,
-            job_id=job_id,
-            grant=grant,
-            attempt=attempt,
-        )
+        return LaunchOutcome(topic, LaunchStatus.STARTED, ticket=ticket)
 
     def _select(self, topic: str, committed: dict[int, int]) -> Selection:
         runs = self._config.runs
@@ -258,7 +247,9 @@ class Launcher:
     def _next_attempt(self, topic: str, ranges: list[tuple[int, int, int]]) -> int:
         attempt = 0
         while self._documents.exists(
-            run_uri(self._config.runs.location, topic, make_run_id(topic, ranges, attempt), OUTCOME_NAME)
+            run_document_uri(
+                self._config.runs.location, topic, make_run_id(topic, ranges, attempt), OUTCOME_NAME
+            )
         ):
             attempt += 1
         return attempt
@@ -301,7 +292,7 @@ class Launcher:
                 verify_crc=config.runs.verify_crc,
                 target_file_size_bytes=config.target_file_size_for(mapping),
             ),
-            result_uri=run_uri(config.runs.location, topic, run_id, RESULT_NAME),
+            result_uri=run_document_uri(config.runs.location, topic, run_id, RESULT_NAME),
         )
 
     def _data_uri(self, identifier: tuple[str, ...], run_id: str) -> str:

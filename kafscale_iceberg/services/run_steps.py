@@ -4,6 +4,7 @@ In AWS these are Step Functions task states (definition in `infra/`); on one mac
 them. The state passed between steps is a `RunTicket`, JSON-serializable, so any process can pick
 up a run where another left it.
 
+- `start_job`: starts the Spark job, idempotently (the run id is EMR's `clientToken`).
 - `watch`: one look at the job and one lease renewal. A lost lease cancels the job: another run may
   already hold the topic, and this one must not commit.
 - `abort`: records the run's outcome beside its plan (so the next plan of the same range uses the
@@ -19,47 +20,22 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from pydantic import BaseModel, ConfigDict
-
 from kafscale_iceberg.adapters.documents import DocumentStore
 from kafscale_iceberg.config import RunsConfig
 from kafscale_iceberg.domain.jobs import JobState, JobStatus
-from kafscale_iceberg.domain.leases import LeaseGrant
+from kafscale_iceberg.domain.runs import RunPlan
+from kafscale_iceberg.domain.tickets import OUTCOME_NAME, RunOutcome, RunTicket, run_document_uri
 from kafscale_iceberg.exceptions import LeaseLostError
 from kafscale_iceberg.ports import CheckpointStore
-from kafscale_iceberg.services.launch import OUTCOME_NAME, run_uri
 
 logger = logging.getLogger(__name__)
 
 
-class RunTicket(BaseModel):
-    """A started run, as the steps pass it along (Step Functions state / local loop variable)."""
+class JobRunner(Protocol):
+    """Starts, looks at and cancels Spark jobs (EMR Serverless, or local Spark)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    topic: str
-    run_id: str
-    plan_uri: str
-    job_id: str
-    grant: LeaseGrant
-    attempt: int = 0
-    started_at_ms: int
-
-
-class RunOutcome(BaseModel):
-    """Written beside a run's plan when the run ends without committing (`outcome.json`)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    status: str
-    reason: str
-    attempt: int
-    job_id: str | None = None
-    ended_at_ms: int
-
-
-class JobWatcher(Protocol):
-    """Looks at and cancels running jobs."""
+    def start(self, plan: RunPlan, plan_uri: str) -> str:
+        """Start the plan's job, or find the one already started for its run id; returns its id."""
 
     def status(self, job_id: str) -> JobStatus: ...
 
@@ -96,7 +72,7 @@ class RunSteps:
         self,
         runs: RunsConfig,
         checkpoints: CheckpointStore,
-        jobs: JobWatcher,
+        jobs: JobRunner,
         documents: DocumentStore,
         *,
         clock: Callable[[], float] = time.time,
@@ -107,9 +83,21 @@ class RunSteps:
         self._documents = documents
         self._clock = clock
 
+    def start_job(self, ticket: RunTicket) -> RunTicket:
+        """Start the run's Spark job (idempotent: the run id is the job's client token).
+
+        Renews the lease first, so a run whose lease lapsed before its job started never starts.
+        """
+        self._checkpoints.renew_lease(ticket.grant)
+        plan = RunPlan.model_validate_json(self._documents.read_text(ticket.plan_uri))
+        job_id = self._jobs.start(plan, ticket.plan_uri)
+        logger.info("job started", extra={"topic": ticket.topic, "run_id": ticket.run_id, "job_id": job_id})
+        return ticket.model_copy(update={"job_id": job_id})
+
     def watch(self, ticket: RunTicket) -> WatchResult:
         """Look at the job once and renew the lease once; cancel the job if the lease is lost."""
-        status = self._jobs.status(ticket.job_id)
+        job_id = _job_id(ticket)
+        status = self._jobs.status(job_id)
         if status.state.is_final:
             return WatchResult(status)
         try:
@@ -120,11 +108,11 @@ class RunSteps:
                 extra={
                     "topic": ticket.topic,
                     "run_id": ticket.run_id,
-                    "job_id": ticket.job_id,
+                    "job_id": job_id,
                     "error": str(exc),
                 },
             )
-            self._jobs.cancel(ticket.job_id)
+            self._jobs.cancel(job_id)
             return WatchResult(status, lease_lost=True)
         return WatchResult(status)
 
@@ -137,7 +125,7 @@ class RunSteps:
             job_id=ticket.job_id,
             ended_at_ms=int(self._clock() * 1000),
         )
-        uri = run_uri(self._runs.location, ticket.topic, ticket.run_id, OUTCOME_NAME)
+        uri = run_document_uri(self._runs.location, ticket.topic, ticket.run_id, OUTCOME_NAME)
         self._documents.write_text(uri, outcome.model_dump_json())
         released = self._checkpoints.release_lease(ticket.grant)
         failures = ticket.attempt + 1
@@ -158,6 +146,12 @@ class RunSteps:
             alarm=alarm,
             lease_released=released,
         )
+
+
+def _job_id(ticket: RunTicket) -> str:
+    if ticket.job_id is None:
+        raise ValueError(f"run {ticket.run_id}: its job was never started (start_job comes first)")
+    return ticket.job_id
 
 
 def failure_reason(status: JobStatus, *, lease_lost: bool) -> str:

@@ -1,0 +1,41 @@
+"""Router Lambda: S3 notifications (standard SQS queue) in, per-topic work items (FIFO queue) out."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from functions.runtime import assembly, reject_or_raise
+from kafscale_iceberg.exceptions import KafscaleIcebergError
+
+logger = Logger(service="kafscale-iceberg-router")
+metrics = Metrics(namespace="KafScaleIceberg", service="router")
+tracer = Tracer(service="kafscale-iceberg-router")
+processor = BatchProcessor(event_type=EventType.SQS)
+
+
+def _route(record: SQSRecord) -> None:
+    try:
+        outcome = assembly().router.route_message(record.body, record.message_id)
+    except KafscaleIcebergError as exc:
+        logger.warning("notification not routed", message_id=record.message_id, error=str(exc))
+        metrics.add_metric(name="errors_total", unit=MetricUnit.Count, value=1)
+        reject_or_raise(record.body, record.message_id, exc)
+        return
+    metrics.add_metric(name="work_items_total", unit=MetricUnit.Count, value=len(outcome.items))
+    for reason, count in outcome.ignored.items():
+        metrics.add_metric(name=f"ignored_{reason}_total", unit=MetricUnit.Count, value=count)
+
+
+@logger.inject_lambda_context
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
+    """Route each record; failed records are returned for SQS to redeliver (partial batch response)."""
+    return process_partial_response(event=event, record_handler=_route, processor=processor, context=context)
