@@ -1,0 +1,193 @@
+"""Loading an Iceberg catalog (REST, Glue or SQL) with pyiceberg, from typed settings.
+
+With `iceberg_tables.py` beside it, the only module that imports pyiceberg. Errors are translated
+here, once: a rejected credential is a `ConfigError` naming the YAML key; an unreachable catalog a
+`CatalogUnavailableError` (transient); anything else a `CatalogError`. Messages name the catalog type
+and URI with any password in the URI masked, never a token or password.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Literal
+from urllib.parse import urlsplit, urlunsplit
+
+from pyiceberg.catalog import Catalog
+from pyiceberg.catalog.glue import GlueCatalog
+from pyiceberg.catalog.rest import RestCatalog
+from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.exceptions import (
+    AuthorizationExpiredError,
+    ForbiddenError,
+    OAuthError,
+    ServerError,
+    ServiceUnavailableError,
+    TooManyRequestsError,
+    UnauthorizedError,
+)
+
+from kafscale_iceberg.exceptions import CatalogError, CatalogUnavailableError, ConfigError
+
+if TYPE_CHECKING:
+    from kafscale_iceberg.config import KafscaleConfig
+
+logger = logging.getLogger(__name__)
+
+CatalogType = Literal["rest", "glue", "sql"]
+
+
+@dataclass(frozen=True)
+class CatalogSettings:
+    """What it takes to open the catalog. Secrets are excluded from `repr`; they are never logged.
+
+    `properties` are passed to pyiceberg as they are and win over the ones derived here (an escape
+    hatch: `s3.force-virtual-addressing`, `oauth2-server-uri`, `glue.id`, ...).
+    """
+
+    type: CatalogType
+    uri: str = ""
+    warehouse: str = ""
+    name: str = "kafscale"
+    token: str = field(default="", repr=False)
+    username: str = ""
+    password: str = field(default="", repr=False)
+    s3_endpoint: str = ""
+    s3_region: str = ""
+    s3_path_style: bool = False
+    glue_endpoint: str = ""
+    properties: Mapping[str, str] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "properties", MappingProxyType(dict(self.properties)))
+
+    def describe(self) -> str:
+        """`sql sqlite:////w/catalog.db`, `rest https://…`: type and URI, any password masked."""
+        location = redact_uri(self.uri) if self.uri else "(default endpoint)"
+        return f"{self.type} {location}"
+
+    @classmethod
+    def from_config(cls, config: KafscaleConfig) -> CatalogSettings:
+        """The settings the validated config file names (`iceberg.*`, `s3.endpoint|region|path_style`)."""
+        catalog = config.iceberg.catalog
+        return cls(
+            type=catalog.type,
+            uri=catalog.uri,
+            warehouse=config.iceberg.warehouse,
+            name=catalog.name,
+            token=catalog.token.get_secret_value(),
+            username=catalog.username,
+            password=catalog.password.get_secret_value(),
+            s3_endpoint=config.s3.endpoint,
+            s3_region=config.s3.region,
+            s3_path_style=config.s3.path_style,
+            properties=dict(catalog.properties),
+        )
+
+
+def redact_uri(uri: str) -> str:
+    """The URI with the password of its user-info replaced by `***` (SQLAlchemy URLs carry one)."""
+    try:
+        parts = urlsplit(uri)
+    except ValueError:
+        return "(unparseable uri)"
+    if parts.password is None:
+        return uri
+    host = parts.hostname or ""
+    port = f":{parts.port}" if parts.port else ""
+    return urlunsplit(parts._replace(netloc=f"{parts.username}:***@{host}{port}"))
+
+
+def catalog_properties(settings: CatalogSettings) -> dict[str, str]:
+    """The pyiceberg catalog properties for `settings` (secrets included: never log the result)."""
+    properties: dict[str, str] = {}
+    if settings.uri:
+        properties["uri"] = settings.uri
+    if settings.warehouse:
+        properties["warehouse"] = settings.warehouse
+    if settings.type == "rest":
+        if settings.token:
+            properties["token"] = settings.token
+        if settings.username:
+            # The Go processor sends username:password as the OAuth2 client credential.
+            properties["credential"] = f"{settings.username}:{settings.password}"
+            # Where iceberg-go (and pyiceberg, deprecated) fetch the token by default, made explicit.
+            properties["oauth2-server-uri"] = f"{settings.uri.rstrip('/')}/v1/oauth/tokens"
+    if settings.type == "glue":
+        if settings.glue_endpoint:
+            properties["glue.endpoint"] = settings.glue_endpoint
+        if settings.s3_region:
+            properties["glue.region"] = settings.s3_region
+    # FileIO: where the warehouse, the run's data files and the table metadata are read and written.
+    if settings.s3_endpoint:
+        properties["s3.endpoint"] = settings.s3_endpoint
+        # KafScale's s3.path_style: MinIO and moto need path-style; virtual-hosted otherwise.
+        properties["s3.force-virtual-addressing"] = "false" if settings.s3_path_style else "true"
+    if settings.s3_region:
+        properties["s3.region"] = settings.s3_region
+        properties["client.region"] = settings.s3_region
+    properties.update(settings.properties)
+    return properties
+
+
+def load_iceberg_catalog(settings: CatalogSettings) -> Catalog:
+    """Open the catalog; REST contacts the server at once, SQL creates its tables when absent.
+
+    Raises `ConfigError` when the catalog rejects the credentials or the URI is malformed,
+    `CatalogUnavailableError` (transient) when it cannot be reached, `CatalogError` otherwise.
+    """
+    properties = catalog_properties(settings)
+    try:
+        if settings.type == "sql":
+            catalog: Catalog = SqlCatalog(settings.name, **properties)
+        elif settings.type == "glue":
+            catalog = GlueCatalog(settings.name, **properties)
+        else:
+            catalog = RestCatalog(settings.name, **properties)
+    except Exception as exc:
+        raise translate_catalog_error(settings, "open the catalog", exc) from exc
+    logger.info("iceberg catalog opened", extra={"catalog": settings.describe()})
+    return catalog
+
+
+def translate_catalog_error(settings: CatalogSettings, operation: str, exc: Exception) -> Exception:
+    """The error of this package that stands for `exc`, raised by pyiceberg (or below it) in `operation`."""
+    catalog = settings.describe()
+    problem = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, (UnauthorizedError, ForbiddenError, OAuthError, AuthorizationExpiredError)):
+        key = "iceberg.catalog.password" if settings.username else "iceberg.catalog.token"
+        return ConfigError(key, f"the {catalog} catalog rejected the credentials ({problem})")
+    if is_unreachable_error(exc):
+        return CatalogUnavailableError(catalog, operation, problem)
+    if _named_in(exc, _BAD_URI):
+        return ConfigError("iceberg.catalog.uri", f"{catalog}: {problem}")
+    return CatalogError(catalog, operation, problem)
+
+
+# Errors of the libraries under pyiceberg, by top-level package and class name, so that this module
+# need not import requests, sqlalchemy and botocore to recognise them.
+_UNREACHABLE: Mapping[str, frozenset[str]] = {
+    "requests": frozenset({"ConnectionError", "Timeout", "ConnectTimeout", "ReadTimeout"}),
+    "sqlalchemy": frozenset({"OperationalError", "TimeoutError", "DisconnectionError"}),
+    "botocore": frozenset(
+        {"EndpointConnectionError", "ConnectTimeoutError", "ReadTimeoutError", "ConnectionClosedError"}
+    ),
+    "urllib3": frozenset({"NewConnectionError", "ConnectTimeoutError", "ReadTimeoutError", "MaxRetryError"}),
+}
+_BAD_URI: Mapping[str, frozenset[str]] = {
+    "sqlalchemy": frozenset({"ArgumentError", "NoSuchModuleError"}),
+    "requests": frozenset({"MissingSchema", "InvalidURL", "InvalidSchema"}),
+}
+
+
+def is_unreachable_error(exc: BaseException) -> bool:
+    """True when `exc` means the catalog or its storage did not answer, or answered 5xx/429: retry later."""
+    unavailable = (ServerError, ServiceUnavailableError, TooManyRequestsError, ConnectionError, TimeoutError)
+    return isinstance(exc, unavailable) or _named_in(exc, _UNREACHABLE)
+
+
+def _named_in(exc: BaseException, names: Mapping[str, frozenset[str]]) -> bool:
+    package = type(exc).__module__.split(".")[0]
+    return type(exc).__name__ in names.get(package, frozenset())

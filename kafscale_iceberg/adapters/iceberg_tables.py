@@ -1,0 +1,403 @@
+"""Iceberg tables through pyiceberg: create, evolve, read a topic's commit state, commit a run's files.
+
+`IcebergTableCommitter` is the `TableCommitter` port's adapter. Rules it applies:
+
+- **Creation** (`create_table_if_missing`, namespace too): KafScale's eight base fields with field ids
+  1-8, then the mapping's columns; the mapping's partition fields (identity, year, month, day, hour);
+  `write.format.default=parquet` and `schema.name-mapping.default`, which maps the Spark job's Parquet
+  files (they carry no field ids) to the columns by name. A create race ends in loading the winner.
+- **Evolution** before any file is added: a missing column is added *optional* - Iceberg cannot add a
+  required column to a table that already holds rows (they would have no value); int->long and
+  float->double only with `allow_type_widening`; a table column already wider than the mapping's is
+  accepted as it is (Iceberg reads the narrower files promoted); a required table column the mapping
+  declares optional is made optional; every other difference is a `SchemaChangeError`. Columns the
+  mapping no longer lists are kept. A table created by the KafScale Go processor needs no change.
+- **Commit**: one Iceberg transaction = the data files (`add_files`) + the marker properties + the
+  snapshot summary, built on exactly the snapshot the caller verified (see `commit`). pyiceberg's own
+  commit retries are switched off for it: they re-apply a commit on top of a concurrent one without
+  re-checking our offsets, which is the blind retry that duplicates data.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from pyiceberg.catalog import Catalog
+from pyiceberg.exceptions import (
+    CommitFailedException,
+    NoSuchTableError,
+    TableAlreadyExistsError,
+    ValidationException,
+)
+from pyiceberg.partitioning import PartitionField as IcebergPartitionField
+from pyiceberg.partitioning import PartitionSpec
+from pyiceberg.schema import Schema
+from pyiceberg.table import Table
+from pyiceberg.transforms import (
+    DayTransform,
+    HourTransform,
+    IdentityTransform,
+    MonthTransform,
+    Transform,
+    YearTransform,
+)
+from pyiceberg.types import (
+    BinaryType,
+    BooleanType,
+    DateType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    NestedField,
+    PrimitiveType,
+    StringType,
+    TimestampType,
+)
+
+from kafscale_iceberg.adapters.iceberg_catalog import is_unreachable_error
+from kafscale_iceberg.domain.commits import (
+    TableCommit,
+    TableSpec,
+    TableState,
+    describe_partitioning,
+    marker_properties,
+    partition_field_name,
+    read_marker,
+)
+from kafscale_iceberg.domain.runs import ColumnType, PartitionTransform
+from kafscale_iceberg.exceptions import (
+    CatalogError,
+    CatalogUnavailableError,
+    CommitOutcomeUnknownError,
+    DataFileRejectedError,
+    KafscaleIcebergError,
+    PartitionSpecMismatchError,
+    SchemaChangeError,
+    TableChangedError,
+    TableMissingError,
+)
+
+logger = logging.getLogger(__name__)
+
+_SCHEMA_ATTEMPTS = 3
+_NAME_MAPPING = "schema.name-mapping.default"
+_COMMIT_RETRIES = "commit.retry.num-retries"
+
+
+def iceberg_type(column_type: ColumnType) -> PrimitiveType:
+    """The Iceberg type of a mapping column type - the one place this is decided.
+
+    As the Go processor: `timestamp` is Iceberg `timestamp` (no time zone, microseconds), `date` is
+    `date`, `int`/`long` are 32/64-bit, `float`/`double` 32/64-bit.
+    """
+    types: Mapping[ColumnType, PrimitiveType] = {
+        ColumnType.BOOLEAN: BooleanType(),
+        ColumnType.INT: IntegerType(),
+        ColumnType.LONG: LongType(),
+        ColumnType.FLOAT: FloatType(),
+        ColumnType.DOUBLE: DoubleType(),
+        ColumnType.STRING: StringType(),
+        ColumnType.BINARY: BinaryType(),
+        ColumnType.TIMESTAMP: TimestampType(),
+        ColumnType.DATE: DateType(),
+    }
+    return types[column_type]
+
+
+# (narrower, wider) Iceberg type names: the promotions Iceberg allows and the Go processor applies.
+_WIDENINGS = frozenset({("int", "long"), ("float", "double")})
+
+
+@dataclass(frozen=True)
+class SchemaChanges:
+    """What `ensure_table` did to a table: created it, or the columns it added, widened or relaxed."""
+
+    created: bool = False
+    added: tuple[str, ...] = ()
+    widened: tuple[tuple[str, str, str], ...] = ()
+    """`(column, old type, new type)`."""
+    relaxed: tuple[str, ...] = ()
+    """Columns made optional."""
+
+    def __bool__(self) -> bool:
+        return self.created or bool(self.added or self.widened or self.relaxed)
+
+
+def plan_schema_changes(table: str, schema: Schema, spec: TableSpec) -> SchemaChanges:
+    """Compare a table's schema with the fields a run writes; raises `SchemaChangeError` on a refused change.
+
+    Pure: reads `schema`, changes nothing.
+    """
+    added: list[str] = []
+    widened: list[tuple[str, str, str]] = []
+    relaxed: list[str] = []
+    for wanted in spec.fields:
+        new_type = iceberg_type(wanted.type)
+        try:
+            existing = schema.find_field(wanted.name)
+        except ValueError:
+            added.append(wanted.name)
+            continue
+        old_name, new_name = str(existing.field_type), str(new_type)
+        if old_name != new_name:
+            if (old_name, new_name) in _WIDENINGS:
+                if not spec.allow_type_widening:
+                    raise SchemaChangeError(
+                        table,
+                        wanted.name,
+                        old_name,
+                        new_name,
+                        "widening is off: set schema.allow_type_widening: true on the mapping to widen it",
+                    )
+                widened.append((wanted.name, old_name, new_name))
+            elif (new_name, old_name) not in _WIDENINGS:
+                raise SchemaChangeError(
+                    table,
+                    wanted.name,
+                    old_name,
+                    new_name,
+                    "only int->long and float->double can change in place; map the values to a new "
+                    "column name, or migrate the table yourself",
+                )
+        if existing.required and not wanted.required:
+            relaxed.append(wanted.name)
+    return SchemaChanges(added=tuple(added), widened=tuple(widened), relaxed=tuple(relaxed))
+
+
+class IcebergTableCommitter:
+    """Creates, evolves and commits to Iceberg tables in one catalog (the `TableCommitter` port).
+
+    `describe` names the catalog in errors (type and URI, no secret).
+    """
+
+    def __init__(self, catalog: Catalog, *, describe: str = "") -> None:
+        self._catalog = catalog
+        self._describe = describe or f"{type(catalog).__name__} {catalog.name!r}"
+
+    # -- tables ---------------------------------------------------------------------------------
+
+    def ensure_table(self, spec: TableSpec) -> SchemaChanges:
+        """Create the table (and namespace) if missing and allowed, then evolve its schema. Idempotent.
+
+        Raises `TableMissingError`, `SchemaChangeError`, `PartitionSpecMismatchError` (terminal),
+        `CatalogUnavailableError` (transient) or `CatalogError`.
+        """
+        try:
+            try:
+                table = self._catalog.load_table(spec.identifier)
+            except NoSuchTableError:
+                if not spec.create_if_missing:
+                    raise TableMissingError(spec.identifier) from None
+                try:
+                    self._create(spec)
+                except TableAlreadyExistsError:
+                    table = self._catalog.load_table(spec.identifier)  # lost a create race: use the winner
+                else:
+                    logger.info("table created", extra={"table": spec.identifier})
+                    return SchemaChanges(created=True)
+            _check_partitioning(spec, table)
+            for attempt in range(1, _SCHEMA_ATTEMPTS + 1):
+                changes = plan_schema_changes(spec.identifier, table.schema(), spec)
+                if not changes:
+                    return changes
+                try:
+                    _apply_schema_changes(table, spec, changes)
+                except CommitFailedException:
+                    if attempt == _SCHEMA_ATTEMPTS:
+                        raise
+                    table = self._catalog.load_table(spec.identifier)  # evolved concurrently: re-plan
+                    continue
+                logger.info(
+                    "table schema evolved",
+                    extra={
+                        "table": spec.identifier,
+                        "added": changes.added,
+                        "widened": changes.widened,
+                        "relaxed": changes.relaxed,
+                    },
+                )
+                return changes
+        except KafscaleIcebergError:
+            raise
+        except Exception as exc:
+            raise self._translate(f"ensure table {spec.identifier!r}", exc) from exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _create(self, spec: TableSpec) -> None:
+        schema = Schema(
+            *(
+                NestedField(
+                    field_id=field.field_id or index,
+                    name=field.name,
+                    field_type=iceberg_type(field.type),
+                    required=field.required,
+                )
+                for index, field in enumerate(spec.fields, start=1)
+            )
+        )
+        partition_fields = []
+        for index, field in enumerate(spec.partition_by):
+            source = schema.find_field(field.column)
+            partition_fields.append(
+                IcebergPartitionField(
+                    source_id=source.field_id,
+                    field_id=1000 + index,
+                    transform=_transform(field.transform),
+                    name=partition_field_name(field.column, field.transform),
+                )
+            )
+        if spec.namespace:
+            self._catalog.create_namespace_if_not_exists(spec.namespace)
+        with self._catalog.create_table_transaction(
+            spec.identifier,
+            schema,
+            partition_spec=PartitionSpec(*partition_fields),
+            properties={"write.format.default": "parquet", "format-version": "2"},
+        ) as transaction:
+            # Ids are assigned by the catalog; the name mapping is computed from the assigned ones.
+            mapping = transaction.table_metadata.schema().name_mapping
+            transaction.set_properties({_NAME_MAPPING: mapping.model_dump_json()})
+
+    # -- commit state -----------------------------------------------------------------------------
+
+    def read_state(self, table: str, topic: str) -> TableState:
+        """The table's current snapshot and what it records for `topic` (its `kafscale.*` properties).
+
+        Raises `TableMissingError`, `TableMarkerError`, `CatalogUnavailableError` or `CatalogError`.
+        """
+        return _state_of(self._load(table), table, topic)
+
+    def commit(self, expected: TableState, commit: TableCommit) -> TableState:
+        """Make ONE Iceberg commit: add `commit.file_uris`, record `commit.marker_after`, write the summary.
+
+        Builds on exactly `expected`: raises `TableChangedError` (nothing written) when the table's
+        snapshot or marker differ from it now, or when a concurrent commit wins the race. Raises
+        `DataFileRejectedError` when a file does not fit the table (nothing written), and
+        `CommitOutcomeUnknownError` when the catalog failed in a way that may or may not have applied
+        the commit - verify with `read_state` before anything else. Returns the state after the commit.
+        """
+        table = self._load(expected.table)
+        now = _state_of(table, expected.table, commit.topic)
+        if now.snapshot_id != expected.snapshot_id or now.marker != expected.marker:
+            raise TableChangedError(
+                expected.table,
+                f"expected snapshot {expected.snapshot_id} with {expected.marker}, "
+                f"found snapshot {now.snapshot_id} with {now.marker}",
+            )
+        transaction = _single_attempt(table).transaction()
+        updates, removals = marker_properties(commit.topic, commit.marker_after)
+        try:
+            transaction.set_properties(updates)
+            present = tuple(key for key in removals if key in table.properties)
+            if present:
+                transaction.remove_properties(*present)
+            if commit.file_uris:
+                # Duplicate paths are ruled out by the offsets marker; pyiceberg's own check would read
+                # every manifest of the table on each commit.
+                transaction.add_files(
+                    list(commit.file_uris), snapshot_properties=commit.summary(), check_duplicate_files=False
+                )
+            else:
+                # A run with no rows still moves the offsets: an empty append snapshot carries the marker.
+                with transaction.update_snapshot(snapshot_properties=commit.summary()).fast_append():
+                    pass
+        except (ValueError, FileNotFoundError) as exc:
+            raise DataFileRejectedError(
+                expected.table, commit.run_id, f"{type(exc).__name__}: {exc}"
+            ) from exc
+        except OSError as exc:
+            raise CatalogUnavailableError(
+                self._describe, f"read the data files of run {commit.run_id!r}", str(exc)
+            ) from exc
+        except Exception as exc:  # staging only: nothing reached the catalog
+            raise self._translate(f"prepare the commit of run {commit.run_id!r}", exc) from exc
+        try:
+            committed = transaction.commit_transaction()
+        except (CommitFailedException, ValidationException) as exc:
+            raise TableChangedError(expected.table, f"a concurrent commit won: {exc}") from exc
+        except Exception as exc:
+            raise CommitOutcomeUnknownError(
+                expected.table, commit.run_id, f"{type(exc).__name__}: {exc}"
+            ) from exc
+        return _state_of(committed, expected.table, commit.topic)
+
+    def _load(self, identifier: str) -> Table:
+        try:
+            return self._catalog.load_table(identifier)
+        except NoSuchTableError:
+            raise TableMissingError(identifier) from None
+        except Exception as exc:
+            raise self._translate(f"load table {identifier!r}", exc) from exc
+
+    def _translate(self, operation: str, exc: Exception) -> Exception:
+        if is_unreachable_error(exc):
+            return CatalogUnavailableError(self._describe, operation, f"{type(exc).__name__}: {exc}")
+        return CatalogError(self._describe, operation, f"{type(exc).__name__}: {exc}")
+
+
+def _state_of(table: Table, identifier: str, topic: str) -> TableState:
+    metadata = table.metadata
+    return TableState(
+        table=identifier,
+        topic=topic,
+        snapshot_id=metadata.current_snapshot_id,
+        marker=read_marker(metadata.properties, topic, table=identifier),
+        snapshot_count=len(metadata.snapshots),
+    )
+
+
+def _single_attempt(table: Table) -> Table:
+    """The same table, with pyiceberg's commit retries off for transactions started from it.
+
+    pyiceberg reads the retry count from the loaded metadata's properties; only this in-memory view
+    changes - the commit sends updates, never these properties, so the table keeps its own setting.
+    """
+    properties = {**table.metadata.properties, _COMMIT_RETRIES: "0"}
+    metadata = table.metadata.model_copy(update={"properties": properties})
+    return Table(table.name(), metadata, table.metadata_location, table.io, table.catalog)
+
+
+def _transform(transform: PartitionTransform) -> Transform[Any, Any]:
+    transforms: Mapping[PartitionTransform, Transform[Any, Any]] = MappingProxyType(
+        {
+            PartitionTransform.IDENTITY: IdentityTransform(),
+            PartitionTransform.YEAR: YearTransform(),
+            PartitionTransform.MONTH: MonthTransform(),
+            PartitionTransform.DAY: DayTransform(),
+            PartitionTransform.HOUR: HourTransform(),
+        }
+    )
+    return transforms[transform]
+
+
+def _check_partitioning(spec: TableSpec, table: Table) -> None:
+    """Every partition field of the table must be one the run's files are split by (one value per file)."""
+    table_fields = _table_partitioning(table.spec(), table.schema())
+    mapped = [(field.transform.value, field.column) for field in spec.partition_by]
+    if not set(table_fields) <= set(mapped):
+        raise PartitionSpecMismatchError(
+            spec.identifier, describe_partitioning(table_fields), describe_partitioning(mapped)
+        )
+
+
+def _table_partitioning(partition_spec: PartitionSpec, schema: Schema) -> list[tuple[str, str]]:
+    return [
+        (str(field.transform), schema.find_column_name(field.source_id) or "?")
+        for field in partition_spec.fields
+    ]
+
+
+def _apply_schema_changes(table: Table, spec: TableSpec, changes: SchemaChanges) -> None:
+    types = {f.name: iceberg_type(f.type) for f in spec.fields}
+    with table.update_schema() as update:
+        for name in changes.added:
+            update.add_column(name, types[name], required=False)
+        for name, _old, _new in changes.widened:
+            update.update_column(name, field_type=types[name])
+        for name in changes.relaxed:
+            update.update_column(name, required=False)
