@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from kafscale_iceberg.adapters.emr_serverless import EmrServerlessJobRunner
     from kafscale_iceberg.adapters.http_registry import HttpSchemaRegistry
     from kafscale_iceberg.ports import CheckpointStore
+    from kafscale_iceberg.services.commit import CommitService, TablePolicy
     from kafscale_iceberg.services.launch import Launcher
     from kafscale_iceberg.services.route import Router
     from kafscale_iceberg.services.run_steps import RunSteps
@@ -173,7 +174,34 @@ class Assembly:
         )
 
     @cached_property
-    def run_steps(self) -> RunSteps:
+    def commits(self) -> CommitService:
+        """The commit step over the configured catalog (imports pyiceberg and pyarrow)."""
+        from kafscale_iceberg.adapters.iceberg_catalog import (  # noqa: PLC0415
+            CatalogSettings,
+            load_iceberg_catalog,
+        )
+        from kafscale_iceberg.adapters.iceberg_tables import IcebergTableCommitter  # noqa: PLC0415
+        from kafscale_iceberg.services.commit import CommitService  # noqa: PLC0415
+
+        catalog = load_iceberg_catalog(CatalogSettings.from_config(self.config))
+        return CommitService(IcebergTableCommitter(catalog), self.checkpoints)
+
+    def table_policy(self, topic: str) -> TablePolicy:
+        """What the commit step may do to `topic`'s table, from its mapping."""
+        from kafscale_iceberg.services.commit import TablePolicy  # noqa: PLC0415
+
+        mapping = self.config.mapping_for(topic)
+        return TablePolicy() if mapping is None else TablePolicy.from_mapping(mapping)
+
+    def run_steps(self, *, with_commits: bool) -> RunSteps:
+        """The run steps on EMR Serverless; `with_commits` loads the catalog (the commit function only)."""
         from kafscale_iceberg.services.run_steps import RunSteps  # noqa: PLC0415
 
-        return RunSteps(self.config.runs, self.checkpoints, self.emr_runner, self.documents)
+        return RunSteps(
+            self.config.runs,
+            self.checkpoints,
+            self.emr_runner,
+            self.documents,
+            commits=self.commits if with_commits else None,
+            mapping_policy=self.table_policy,
+        )

@@ -113,3 +113,15 @@ def test_router_handler_parks_a_hopeless_message_with_its_reason(stack: Stack) -
     assert response == {"batchItemFailures": []}
     (rejected,) = _drain(stack, stack.rejected_url)
     assert "END!" in rejected["MessageAttributes"]["reason"]["StringValue"]
+
+
+def test_control_plane_functions_import_no_data_plane_libraries() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, functions.router, functions.launcher, functions.steps; "
+        "print(sorted(m for m in ('pyarrow', 'pyiceberg', 'pyspark', 'numpy', 'numba') if m in sys.modules))"
+    )
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert loaded.strip() == "[]"

@@ -7,6 +7,8 @@ up a run where another left it.
 - `start_job`: starts the Spark job, idempotently (the run id is EMR's `clientToken`).
 - `watch`: one look at the job and one lease renewal. A lost lease cancels the job: another run may
   already hold the topic, and this one must not commit.
+- `commit`: reads the run's plan and result and hands them to the commit step (`CommitService`): one
+  Iceberg snapshot per table, offsets, lease release. A failed result is refused (the run aborts).
 - `abort`: records the run's outcome beside its plan (so the next plan of the same range uses the
   next attempt), releases the lease if still ours, and says how long to wait before re-signalling
   the topic and whether the topic's consecutive failures reached the alarm threshold.
@@ -23,10 +25,11 @@ from typing import Protocol
 from kafscale_iceberg.adapters.documents import DocumentStore
 from kafscale_iceberg.config import RunsConfig
 from kafscale_iceberg.domain.jobs import JobState, JobStatus
-from kafscale_iceberg.domain.runs import RunPlan
+from kafscale_iceberg.domain.runs import RunPlan, RunResult
 from kafscale_iceberg.domain.tickets import OUTCOME_NAME, RunOutcome, RunTicket, run_document_uri
 from kafscale_iceberg.exceptions import LeaseLostError
 from kafscale_iceberg.ports import CheckpointStore
+from kafscale_iceberg.services.commit import CommitOutcome, CommitService, TablePolicy
 
 logger = logging.getLogger(__name__)
 
@@ -75,12 +78,16 @@ class RunSteps:
         jobs: JobRunner,
         documents: DocumentStore,
         *,
+        commits: CommitService | None = None,
+        mapping_policy: Callable[[str], TablePolicy] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._runs = runs
         self._checkpoints = checkpoints
         self._jobs = jobs
         self._documents = documents
+        self._commits = commits
+        self._mapping_policy = mapping_policy
         self._clock = clock
 
     def start_job(self, ticket: RunTicket) -> RunTicket:
@@ -115,6 +122,29 @@ class RunSteps:
             self._jobs.cancel(job_id)
             return WatchResult(status, lease_lost=True)
         return WatchResult(status)
+
+    def commit(self, ticket: RunTicket) -> CommitOutcome:
+        """Commit the run's result exactly once (see `CommitService.commit_run`). Idempotent.
+
+        Raises `RunNotCommittableError` for a failed or foreign result: the run is then aborted.
+        """
+        if self._commits is None:
+            raise ValueError("this RunSteps was built without a commit service")
+        plan = RunPlan.model_validate_json(self._documents.read_text(ticket.plan_uri))
+        result = RunResult.model_validate_json(self._documents.read_text(plan.result_uri))
+        policy = self._mapping_policy(ticket.topic) if self._mapping_policy else None
+        outcome = self._commits.commit_run(plan, result, ticket.grant, policy)
+        logger.info(
+            "run committed",
+            extra={
+                "topic": ticket.topic,
+                "run_id": ticket.run_id,
+                "table_committed": outcome.table_committed,
+                "records": result.counts.written,
+                "dead_lettered": result.counts.dead_lettered,
+            },
+        )
+        return outcome
 
     def abort(self, ticket: RunTicket, reason: str) -> AbortResult:
         """Record the failed attempt, release the lease if still ours, and decide the retry. Idempotent."""

@@ -1,0 +1,68 @@
+"""Run-step Lambdas for the state machine (`infra/state_machine.asl.json`): start, watch, abort.
+
+Each takes the state's `ticket` and returns the fields the next state needs. The commit step is in
+`functions/commit.py` (a container image: it needs pyiceberg and pyarrow).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from functions.runtime import assembly
+from kafscale_iceberg.domain.tickets import RunTicket
+from kafscale_iceberg.services.run_steps import failure_reason
+
+logger = Logger(service="kafscale-iceberg-steps")
+metrics = Metrics(namespace="KafScaleIceberg", service="steps")
+tracer = Tracer(service="kafscale-iceberg-steps")
+
+
+def _ticket(event: dict[str, Any]) -> RunTicket:
+    return RunTicket.model_validate(event["ticket"])
+
+
+@logger.inject_lambda_context
+@tracer.capture_lambda_handler
+def start_job(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """Start the run's Spark job (idempotent by run id); returns the ticket with its job id."""
+    ticket = assembly().run_steps(with_commits=False).start_job(_ticket(event))
+    return {"ticket": ticket.model_dump(mode="json")}
+
+
+@logger.inject_lambda_context
+@tracer.capture_lambda_handler
+def watch(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """One look at the job and one lease renewal; `done` and `succeeded` drive the state machine."""
+    ticket = _ticket(event)
+    result = assembly().run_steps(with_commits=False).watch(ticket)
+    status = result.status
+    succeeded = status.state.value == "succeeded" and not result.lease_lost
+    return {
+        "ticket": ticket.model_dump(mode="json"),
+        "done": result.is_final,
+        "succeeded": succeeded,
+        "job_state": status.runner_state,
+        "reason": "" if succeeded else failure_reason(status, lease_lost=result.lease_lost),
+    }
+
+
+@logger.inject_lambda_context
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def abort(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """Record the failed attempt, release the lease, and say when to re-signal the topic."""
+    ticket = _ticket(event)
+    reason = str(event.get("reason") or event.get("error") or "run failed")
+    result = assembly().run_steps(with_commits=False).abort(ticket, reason)
+    metrics.add_dimension(name="topic", value=ticket.topic)
+    metrics.add_metric(name="run_failures_total", unit=MetricUnit.Count, value=1)
+    metrics.add_metric(name="consecutive_failures", unit=MetricUnit.Count, value=result.consecutive_failures)
+    return {
+        "topic": ticket.topic,
+        "resignal_after_seconds": result.resignal_after_seconds,
+        "alarm": result.alarm,
+    }
