@@ -13,7 +13,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions.runtime import assembly, reject_or_raise
-from kafscale_iceberg.domain.events import parse_work_item
+from kafscale_iceberg.domain.events import parse_topic_message
 from kafscale_iceberg.exceptions import KafscaleIcebergError
 from kafscale_iceberg.services.launch import LaunchStatus
 
@@ -31,7 +31,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     failures: list[dict[str, str]] = []
     for record in event.get("Records", []):
         try:
-            item = parse_work_item(record["body"], record["messageId"])
+            item = parse_topic_message(record["body"], record["messageId"])
         except KafscaleIcebergError as exc:
             try:
                 reject_or_raise(record["body"], record["messageId"], exc)

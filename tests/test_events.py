@@ -10,8 +10,10 @@ import pytest
 from kafscale_iceberg.domain.events import (
     MalformedEventError,
     ObjectCreated,
+    TopicSignal,
     WorkItem,
     parse_notification,
+    parse_topic_message,
     parse_work_item,
 )
 
@@ -100,3 +102,13 @@ def test_long_keys_get_a_bounded_deduplication_id() -> None:
 def test_invalid_work_item_is_malformed() -> None:
     with pytest.raises(MalformedEventError, match="m-2"):
         parse_work_item('{"topic": "t"}', message_id="m-2")
+
+
+def test_work_queue_messages_are_work_items_or_topic_signals() -> None:
+    (record,) = json.loads((EVENTS / "launcher_sqs_fifo_work_items.json").read_text())["Records"]
+    assert isinstance(parse_topic_message(record["body"]), WorkItem)
+    signal = parse_topic_message('{"topic": "orders", "reason": "segments waiting", "nonce": "r1"}')
+    assert isinstance(signal, TopicSignal)
+    assert signal.deduplication_id == "signal#orders#r1"
+    with pytest.raises(MalformedEventError, match="neither a work item nor a topic signal"):
+        parse_topic_message('{"topic": "orders"}', message_id="m-3")

@@ -143,6 +143,36 @@ class WorkItem(BaseModel):
         return raw if len(raw) <= 128 else hashlib.sha256(raw.encode()).hexdigest()
 
 
+class TopicSignal(BaseModel):
+    """ "Look at this topic again": sent after a commit with segments waiting, after an abort's backoff,
+    and by the reconciler. The launcher plans from committed offsets, so a signal needs no segment."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    topic: str
+    reason: str
+    nonce: str = Field(description="unique per signal, so the FIFO queue does not dedupe it away")
+
+    @property
+    def deduplication_id(self) -> str:
+        """FIFO deduplication id."""
+        return f"signal#{self.topic}#{self.nonce}"[:128]
+
+
+def parse_topic_message(body: str, message_id: str = "?") -> WorkItem | TopicSignal:
+    """Parse a work-queue message (a work item or a topic signal), or raise `MalformedEventError`."""
+    try:
+        return WorkItem.model_validate_json(body)
+    except ValidationError:
+        pass
+    try:
+        return TopicSignal.model_validate_json(body)
+    except ValidationError as exc:
+        raise MalformedEventError(
+            message_id, f"neither a work item nor a topic signal: {exc.errors()[0]['msg']}"
+        ) from None
+
+
 def parse_work_item(body: str, message_id: str = "?") -> WorkItem:
     """Parse a work-queue message body, or raise `MalformedEventError` naming the message."""
     try:
