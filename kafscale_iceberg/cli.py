@@ -1,12 +1,218 @@
-"""`kafscale-iceberg ...`: the command-line entry point."""
+"""`kafscale-iceberg <group> <command> ...`: the command-line entry point.
+
+Each group registers its commands in `_COMMAND_GROUPS`; each command is one function taking the
+parsed arguments and returning the exit code. Errors this package raises on purpose end the
+command with exit code 1 and one line on stderr, never a traceback.
+"""
 
 from __future__ import annotations
 
+import argparse
+import base64
+import json
+import os
 import sys
+from collections.abc import Callable, Iterator
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kafscale_iceberg.exceptions import KafscaleIcebergError
+
+if TYPE_CHECKING:
+    from kafscale_iceberg.segments.decode import DecodedSegment
+
+Command = Callable[[argparse.Namespace], int]
+
+
+def _b64(data: bytes | None) -> str | None:
+    return None if data is None else base64.b64encode(data).decode("ascii")
+
+
+def segments_inspect(args: argparse.Namespace) -> int:
+    """Print a `.kfs` as JSON lines, one per record, or its header, footer, batches and index."""
+    from kafscale_iceberg.segments.decode import decode_segment
+    from kafscale_iceberg.segments.keys import infer_segment_key
+
+    path = Path(args.path)
+    data = path.read_bytes()
+    source = str(path)
+    parsed = infer_segment_key(source)
+    partition = parsed.segment.partition if parsed is not None else None
+    decoded = decode_segment(data, source=source, partition=partition, verify_crc=not args.no_verify)
+    if args.summary:
+        _print_json(_summary(decoded, path, size=len(data)))
+        return 0
+    _write_lines(_record_lines(decoded.records.to_pydict()))
+    return 0
+
+
+def _record_lines(columns: dict[str, list[Any]]) -> Iterator[str]:
+    for partition, offset, timestamp, key, value, headers in zip(
+        columns["partition"],
+        columns["offset"],
+        columns["timestamp_ms"],
+        columns["key"],
+        columns["value"],
+        columns["headers"],
+        strict=True,
+    ):
+        yield json.dumps(
+            {
+                "partition": partition,
+                "offset": offset,
+                "timestamp_ms": timestamp,
+                "key": _b64(key),
+                "value": _b64(value),
+                "headers": [{"key": h["key"], "value": _b64(h["value"])} for h in headers],
+            }
+        )
+
+
+def _summary(decoded: DecodedSegment, path: Path, *, size: int) -> dict[str, Any]:
+    from kafscale_iceberg.segments.layout import Codec, parse_index
+
+    index_path = path.with_suffix(".index")
+    index = None
+    if index_path.exists():
+        parsed = parse_index(index_path.read_bytes(), source=str(index_path))
+        index = {
+            "path": str(index_path),
+            "interval": parsed.interval,
+            "entries": [asdict(e) for e in parsed.entries],
+        }
+    return {
+        "path": str(path),
+        "size": size,
+        "header": asdict(decoded.header),
+        "footer": asdict(decoded.footer),
+        "batch_count": decoded.batch_count,
+        "record_count": decoded.record_count,
+        "control_batches_skipped": decoded.control_batches_skipped,
+        "payload_bytes": decoded.payload_bytes,
+        "batches": [
+            {
+                "position": b.position,
+                "base_offset": b.header.base_offset,
+                "last_offset_delta": b.header.last_offset_delta,
+                "record_count": b.header.record_count,
+                "codec": Codec(b.header.codec_id).name.lower(),
+                "timestamp_type": b.header.timestamp_type.name.lower(),
+                "control": b.header.is_control,
+                "size": b.header.size,
+            }
+            for b in decoded.batches
+        ],
+        "index": index,
+    }
+
+
+def segments_generate(args: argparse.Namespace) -> int:
+    """Write synthetic pizza-order segments to a folder or S3 and print what was written as JSON."""
+    from kafscale_iceberg.segments.generate import CodecChoice, generate_segments, write_segments
+    from kafscale_iceberg.segments.layout import Codec
+
+    codec: CodecChoice = "mixed" if args.codec == "mixed" else Codec[args.codec.upper()]
+    written = write_segments(
+        args.out,
+        generate_segments(
+            topics=[t for t in args.topics.split(",") if t],
+            partitions=args.partitions,
+            segments=args.segments,
+            batches_per_segment=args.batches_per_segment,
+            records_per_batch=args.records_per_batch,
+            codec=codec,
+            seed=args.seed,
+            namespace=args.namespace,
+            headers=args.headers,
+        ),
+        endpoint_url=args.endpoint_url,
+    )
+    _print_json(
+        {
+            "destination": args.out,
+            "segments": [asdict(w) for w in written],
+            "records": sum(w.records for w in written),
+        }
+    )
+    return 0
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text}")
+    return value
+
+
+def _add_segments_commands(group: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    inspect = group.add_parser("inspect", help="print a .kfs segment's records as JSON lines")
+    inspect.add_argument("path", help="path of a .kfs file")
+    inspect.add_argument("--no-verify", action="store_true", help="skip the CRC-32C checks")
+    inspect.add_argument(
+        "--summary", action="store_true", help="print header, footer, batches and the sibling .index instead"
+    )
+    inspect.set_defaults(command=segments_inspect)
+
+    generate = group.add_parser("generate", help="write synthetic pizza-order segments")
+    generate.add_argument("--out", required=True, help="folder, or s3://bucket[/prefix]")
+    generate.add_argument(
+        "--endpoint-url", default=None, help="S3 endpoint override (MinIO, moto, LocalStack)"
+    )
+    generate.add_argument("--topics", default="orders", help="comma-separated topic names (default: orders)")
+    generate.add_argument("--partitions", type=_positive_int, default=1)
+    generate.add_argument("--segments", type=_positive_int, default=1, help="segments per partition")
+    generate.add_argument("--batches-per-segment", type=_positive_int, default=4)
+    generate.add_argument("--records-per-batch", type=_positive_int, default=100)
+    generate.add_argument(
+        "--codec", choices=["none", "gzip", "snappy", "lz4", "zstd", "mixed"], default="none"
+    )
+    generate.add_argument("--seed", type=int, default=0)
+    generate.add_argument("--namespace", default="default", help="KafScale namespace (first key component)")
+    generate.add_argument("--headers", action="store_true", help="add content-type and trace-id headers")
+    generate.set_defaults(command=segments_generate)
+
+
+_COMMAND_GROUPS: dict[
+    str, tuple[str, Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]]
+] = {
+    "segments": ("read and write KafScale segment files", _add_segments_commands),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every command group registered."""
+    parser = argparse.ArgumentParser(prog="kafscale-iceberg")
+    groups = parser.add_subparsers(dest="group", required=True, metavar="<group>")
+    for name, (help_text, add_commands) in _COMMAND_GROUPS.items():
+        group_parser = groups.add_parser(name, help=help_text)
+        add_commands(group_parser.add_subparsers(dest="name", required=True, metavar="<command>"))
+    return parser
+
+
+def _print_json(value: Any) -> None:
+    print(json.dumps(value, indent=2))
+
+
+def _write_lines(lines: Iterator[str]) -> None:
+    write = sys.stdout.write
+    for line in lines:
+        write(line)
+        write("\n")
+    sys.stdout.flush()
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the process exit code."""
-    del argv
-    print("kafscale-iceberg: no commands yet", file=sys.stderr)
-    return 2
+    args = build_parser().parse_args(argv)
+    command: Command = args.command
+    try:
+        return command(args)
+    except BrokenPipeError:
+        # The reader went away (`| head`): stop quietly, and keep Python from complaining again
+        # when it flushes stdout at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except (KafscaleIcebergError, OSError) as exc:
+        print(f"kafscale-iceberg {args.group} {args.name}: {exc}", file=sys.stderr)
+        return 1

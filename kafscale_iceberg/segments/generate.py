@@ -1,0 +1,222 @@
+"""Synthetic KafScale segments of realistic JSON events (pizza orders), for the demo, tests and benchmarks.
+
+Deterministic: the same arguments and seed give the same bytes (timestamps come from `start_time_ms`,
+never the wall clock). Offsets of each partition run on from one segment to the next, as the broker
+assigns them. `generate_segments` only builds bytes; `write_segments` also writes them under the
+KafScale key layout to a local folder or an `s3://bucket/prefix` URI.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Literal
+
+from kafscale_iceberg.segments.decode import Record
+from kafscale_iceberg.segments.encode import SegmentFiles, build_segment, encode_record_batch
+from kafscale_iceberg.segments.keys import SegmentId
+from kafscale_iceberg.segments.layout import Codec
+
+CodecChoice = Codec | Literal["mixed"]
+
+# 2026-11-20T00:00:00Z: a fixed start keeps generated data reproducible.
+DEFAULT_START_TIME_MS = 1_795_132_800_000
+_MIXED_CYCLE = (Codec.NONE, Codec.GZIP, Codec.SNAPPY, Codec.LZ4, Codec.ZSTD)
+_PIZZAS = ("margherita", "marinara", "diavola", "quattro formaggi", "capricciosa", "funghi", "hawaii")
+_SIZES = {"small": 7.5, "medium": 10.0, "large": 13.5}
+_STATUSES = ("placed", "accepted", "baking", "out_for_delivery", "delivered", "cancelled")
+_FIRST = ("Ada", "Grace", "Alan", "Edsger", "Barbara", "Ken", "Margaret", "Dennis", "Frances", "Linus")
+_LAST = ("Lovelace", "Hopper", "Turing", "Dijkstra", "Liskov", "Thompson", "Hamilton", "Ritchie", "Allen")
+# Flush lag between the last record and the segment upload, as a produce-synced broker shows.
+_FLUSH_LAG_MS = 250
+
+
+@dataclass(frozen=True)
+class GeneratedSegment:
+    """One generated segment: where it belongs, its bytes, and the codec of each batch."""
+
+    segment: SegmentId
+    files: SegmentFiles
+    codecs: tuple[Codec, ...]
+
+
+@dataclass(frozen=True)
+class WrittenSegment:
+    """A segment written by `write_segments`: where its two objects went (paths or URIs), what it holds."""
+
+    kfs: str
+    index: str
+    topic: str
+    partition: int
+    base_offset: int
+    last_offset: int
+    records: int
+    kfs_bytes: int
+    codecs: tuple[str, ...]
+
+
+def pizza_order(rng: random.Random, *, order_id: int, store_id: int, event_time_ms: int) -> bytes:
+    """One pizza-order event as compact JSON (~200 bytes) with an RFC 3339 event time."""
+    when = datetime.fromtimestamp(event_time_ms / 1000, tz=UTC)
+    items = []
+    total = 0.0
+    for _ in range(rng.choice((1, 1, 1, 1, 2))):
+        size = rng.choice(tuple(_SIZES))
+        quantity = rng.randint(1, 3)
+        items.append({"pizza": rng.choice(_PIZZAS), "size": size, "qty": quantity})
+        total += _SIZES[size] * quantity
+    event = {
+        "order_id": order_id,
+        "store_id": store_id,
+        "customer": f"{rng.choice(_FIRST)} {rng.choice(_LAST)}",
+        "items": items,
+        "total": round(total * rng.uniform(0.9, 1.1), 2),
+        "status": rng.choice(_STATUSES),
+        "event_time": when.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        "ordered_on": when.date().isoformat(),
+    }
+    return json.dumps(event, separators=(",", ":")).encode()
+
+
+def generate_segments(
+    *,
+    topics: Sequence[str] = ("orders",),
+    partitions: int = 1,
+    segments: int = 1,
+    batches_per_segment: int = 4,
+    records_per_batch: int = 100,
+    codec: CodecChoice = Codec.NONE,
+    seed: int = 0,
+    namespace: str = "default",
+    headers: bool = False,
+    start_time_ms: int = DEFAULT_START_TIME_MS,
+) -> Iterator[GeneratedSegment]:
+    """Build segments of pizza orders for every topic and partition, in key order.
+
+    `codec="mixed"` cycles the batches through none, gzip, snappy, lz4 and zstd. With `headers`,
+    every record carries a `content-type` and a `trace-id` header. Raises `ValueError` for counts
+    below 1.
+    """
+    for name, count in (
+        ("partitions", partitions),
+        ("segments", segments),
+        ("batches_per_segment", batches_per_segment),
+        ("records_per_batch", records_per_batch),
+    ):
+        if count < 1:
+            raise ValueError(f"{name} must be >= 1, got {count}")
+    for topic in topics:
+        for partition in range(partitions):
+            rng = random.Random(f"{seed}:{topic}:{partition}")
+            codecs = itertools.cycle(_MIXED_CYCLE) if codec == "mixed" else itertools.repeat(codec)
+            offset = 0
+            clock = start_time_ms
+            for _ in range(segments):
+                batches = []
+                used = []
+                base_offset = offset
+                for _ in range(batches_per_segment):
+                    records = []
+                    for _ in range(records_per_batch):
+                        clock += rng.randint(0, 2000)
+                        record_headers: tuple[tuple[str, bytes | None], ...] = ()
+                        if headers:
+                            record_headers = (
+                                ("content-type", b"application/json"),
+                                ("trace-id", rng.randbytes(8).hex().encode()),
+                            )
+                        store = rng.randint(1, 40)
+                        value = pizza_order(
+                            rng,
+                            order_id=10_000_000 + offset * partitions + partition,
+                            store_id=store,
+                            event_time_ms=clock,
+                        )
+                        records.append(
+                            Record(offset, clock, f"store-{store}".encode(), value, record_headers)
+                        )
+                        offset += 1
+                    batch_codec = next(codecs)
+                    used.append(batch_codec)
+                    batches.append(encode_record_batch(records, codec=batch_codec))
+                files = build_segment(batches, created_at_ms=clock + _FLUSH_LAG_MS)
+                yield GeneratedSegment(
+                    segment=SegmentId(namespace, topic, partition, base_offset),
+                    files=files,
+                    codecs=tuple(used),
+                )
+
+
+def write_segments(
+    destination: str,
+    segments: Iterable[GeneratedSegment],
+    *,
+    endpoint_url: str | None = None,
+) -> list[WrittenSegment]:
+    """Write each segment's `.index`, then its `.kfs`, under `destination`; returns what was written.
+
+    `destination` is a folder or `s3://bucket[/prefix]` (with `endpoint_url` for MinIO, moto or
+    LocalStack). Keys follow the KafScale layout below the folder or prefix. The `.index` goes first
+    so that whoever reacts to a new `.kfs` finds its index. Idempotent: rewriting overwrites.
+    """
+    put = (
+        _s3_writer(destination, endpoint_url)
+        if destination.startswith("s3://")
+        else _folder_writer(destination)
+    )
+    written = []
+    for generated in segments:
+        segment = generated.segment
+        kfs_key = segment.segment_key
+        index_key = segment.index_key
+        index_location = put(index_key, generated.files.index)
+        kfs_location = put(kfs_key, generated.files.kfs)
+        written.append(
+            WrittenSegment(
+                kfs=kfs_location,
+                index=index_location,
+                topic=segment.topic,
+                partition=segment.partition,
+                base_offset=generated.files.base_offset,
+                last_offset=generated.files.last_offset,
+                records=generated.files.message_count,
+                kfs_bytes=len(generated.files.kfs),
+                codecs=tuple(c.name.lower() for c in generated.codecs),
+            )
+        )
+    return written
+
+
+def _folder_writer(folder: str) -> Callable[[str, bytes], str]:
+    root = Path(folder)
+
+    def put(key: str, data: bytes) -> str:
+        path = root / key
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        return str(path)
+
+    return put
+
+
+def _s3_writer(uri: str, endpoint_url: str | None) -> Callable[[str, bytes], str]:
+    # boto3 is imported here only: generating to a folder must not need the AWS extra.
+    import boto3  # noqa: PLC0415
+
+    bucket, _, prefix = uri.removeprefix("s3://").partition("/")
+    if not bucket:
+        raise ValueError(f"destination {uri!r}: expected s3://bucket[/prefix]")
+    prefix = prefix.strip("/")
+    client = boto3.client("s3", endpoint_url=endpoint_url)
+
+    def put(key: str, data: bytes) -> str:
+        full_key = f"{prefix}/{key}" if prefix else key
+        client.put_object(Bucket=bucket, Key=full_key, Body=data)
+        return f"s3://{bucket}/{full_key}"
+
+    return put
