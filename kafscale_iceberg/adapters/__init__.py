@@ -1,1 +1,1 @@
-"""Adapters: the only modules that import an SDK (boto3, etcd3, pyiceberg). Importing this package imports none."""
+"""Adapters: the only modules that import an SDK (boto3, etcd3, pyiceberg). Importing this imports none."""
