@@ -1,3 +1,3 @@
-"""Shared fixtures: real servers (moto, etcd) started once per session; see tests/support/."""
+"""Shared fixtures: real servers (moto, etcd) and one local Spark, each started once per session."""
 
-pytest_plugins = ["tests.support.moto", "tests.support.etcd"]
+pytest_plugins = ["tests.support.moto", "tests.support.etcd", "tests.support.spark_job"]

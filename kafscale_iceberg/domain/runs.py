@@ -220,6 +220,7 @@ class FailureKind(StrEnum):
     CORRUPT_SEGMENT = "corrupt_segment"
     STRICT_VALIDATION = "strict_validation"
     SEGMENT_UNAVAILABLE = "segment_unavailable"
+    INVALID_PLAN = "invalid_plan"
     INTERNAL = "internal"
 
 
@@ -283,12 +284,22 @@ class RunCounts(_Model):
 
 
 class RunTimings(_Model):
-    """Wall-clock timings of the Spark run, in seconds unless named otherwise."""
+    """Wall-clock timings of the Spark run, in seconds unless named otherwise.
+
+    `session_start_s` is the Spark session start (0 when the session already existed), `process_s`
+    the job from reading the plan to writing the result; the `task_*_s` are summed over the tasks
+    (so they exceed `process_s` when tasks run in parallel).
+    """
 
     started_at_ms: int
     ended_at_ms: int
     session_start_s: float = 0.0
     process_s: float = 0.0
+    tasks: int = 0
+    task_read_s: float = 0.0
+    task_decode_s: float = 0.0
+    task_convert_s: float = 0.0
+    task_write_s: float = 0.0
 
 
 class RunResult(_Model):

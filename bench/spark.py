@@ -1,0 +1,302 @@
+"""Spark job throughput: local[1] and local[2], against a pyarrow-only pipeline and an I/O floor.
+
+Run with `python -m bench.spark` (or `make bench-spark`). Workload: synthetic pizza-order JSON events
+(`kafscale_iceberg.segments.generate`, ~280 bytes per record in the segment) in segments of 20,000
+records (batches of 100), 4 partitions; the mapping extracts 7 columns (long, int, 2 strings,
+double, timestamp from RFC 3339, date) and the table is partitioned by `day(event_time)`.
+
+Measured, all on the same segments and the same plan (wall clock, best of `--repeats`):
+
+- spark local[N]: `spark_app.job.run_job` end to end (plan read, task planning, Spark tasks that
+  fetch + decode + convert + write Parquet, result folding, result write). The session start and
+  the first (cold: Python workers start, numba caches load) run are reported separately.
+- pyarrow pipeline: the same `run_task` code for all segments in this one process, no Spark.
+- floor: reading the same segment bytes, and writing the rows the job produced (held in memory
+  beforehand) as Parquet with the same writer: no decoding, no conversion.
+
+MB are segment (`.kfs`) bytes. The last line is one JSON object with the headline figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from kafscale_iceberg.adapters.data_files import StagedFileStore
+from kafscale_iceberg.adapters.documents import DocumentStore
+from kafscale_iceberg.dataplane.parquet_files import RollingParquetWriter
+from kafscale_iceberg.dataplane.storage import segment_uri
+from kafscale_iceberg.dataplane.tasks import plan_tasks, run_task
+from kafscale_iceberg.domain.runs import (
+    ColumnSpec,
+    ColumnType,
+    ConversionSettings,
+    DataFile,
+    PartitionField,
+    PartitionPlan,
+    PartitionTransform,
+    PlannedSegment,
+    RunPlan,
+    SegmentSource,
+    TableTarget,
+    make_run_id,
+)
+from kafscale_iceberg.segments.generate import generate_segments, write_segments
+from kafscale_iceberg.segments.layout import Codec
+
+TOPIC = "orders"
+COLUMNS = (
+    ColumnSpec(name="order_id", type=ColumnType.LONG, required=True),
+    ColumnSpec(name="store_id", type=ColumnType.INT),
+    ColumnSpec(name="customer", type=ColumnType.STRING),
+    ColumnSpec(name="total", type=ColumnType.DOUBLE),
+    ColumnSpec(name="status", type=ColumnType.STRING),
+    ColumnSpec(name="event_time", type=ColumnType.TIMESTAMP),
+    ColumnSpec(name="ordered_on", type=ColumnType.DATE),
+)
+TARGETS = {"mb_per_s_per_core": 50.0, "scaling_2_vs_1": 1.6, "vs_pyarrow_pipeline": 0.7}
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The generated segments and the plan over them."""
+
+    root: Path
+    plan: RunPlan
+    records: int
+
+    @property
+    def megabytes(self) -> float:
+        return self.plan.total_bytes / 1e6
+
+
+@dataclass(frozen=True)
+class Measure:
+    """One configuration's best wall time."""
+
+    name: str
+    cores: int
+    seconds: float
+    cold_seconds: float | None = None
+    session_start_s: float | None = None
+
+    def mb_per_s(self, workload: Workload) -> float:
+        return workload.megabytes / self.seconds
+
+    def records_per_s(self, workload: Workload) -> float:
+        return workload.records / self.seconds
+
+
+def make_workload(root: Path, *, partitions: int, segments: int, codec: Codec) -> Workload:
+    """Generate segments under `root/segments` and a plan writing under `root/out`."""
+    written = write_segments(
+        str(root / "segments"),
+        generate_segments(
+            topics=(TOPIC,),
+            partitions=partitions,
+            segments=segments,
+            batches_per_segment=200,
+            records_per_batch=100,
+            codec=codec,
+            namespace="bench",
+        ),
+    )
+    by_partition: dict[int, list[PlannedSegment]] = {}
+    for segment in written:
+        key = str(Path(segment.kfs).relative_to(root / "segments"))
+        by_partition.setdefault(segment.partition, []).append(
+            PlannedSegment(
+                key=key,
+                base_offset=segment.base_offset,
+                last_offset=segment.last_offset,
+                size_bytes=segment.kfs_bytes,
+            )
+        )
+    ranges = [(p, -1, s[-1].last_offset) for p, s in by_partition.items()]
+    run_id = make_run_id(TOPIC, ranges)
+    out = root / "out"
+    plan = RunPlan(
+        run_id=run_id,
+        topic=TOPIC,
+        created_at_ms=0,
+        source=SegmentSource(root=str(root / "segments")),
+        partitions=tuple(
+            PartitionPlan(partition=p, start_exclusive=-1, end_inclusive=s[-1].last_offset, segments=tuple(s))
+            for p, s in sorted(by_partition.items())
+        ),
+        table=TableTarget(identifier="bench.orders", data_uri=str(out / "data")),
+        dead_letter_table=TableTarget(identifier="bench.orders_dl", data_uri=str(out / "dead_letters")),
+        conversion=ConversionSettings(
+            columns=COLUMNS,
+            partition_by=(PartitionField(column="event_time", transform=PartitionTransform.DAY),),
+        ),
+        result_uri=str(out / "runs" / TOPIC / run_id / "result.json"),
+    )
+    plan_path = out / "runs" / TOPIC / run_id / "plan.json"
+    plan_path.parent.mkdir(parents=True, exist_ok=True)
+    plan_path.write_text(plan.model_dump_json())
+    return Workload(root=root, plan=plan, records=sum(s.records for s in written))
+
+
+def plan_uri(workload: Workload) -> str:
+    return workload.plan.result_uri.rsplit("/", 1)[0] + "/plan.json"
+
+
+def best_of(repeats: int, run: Callable[[], None], before: Callable[[], None] | None = None) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        if before is not None:
+            before()
+        started = time.perf_counter()
+        run()
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
+def clear_output(workload: Workload) -> None:
+    for uri in (workload.plan.table.data_uri, workload.plan.dead_letter_table.data_uri):
+        shutil.rmtree(uri, ignore_errors=True)
+
+
+def measure_pipeline(workload: Workload, repeats: int) -> tuple[Measure, list[DataFile]]:
+    """`run_task` over every segment in this process: the job without Spark. Also its files."""
+    plan = workload.plan
+    (task,) = plan_tasks(plan, max_tasks=1, min_task_bytes=1, max_task_bytes=2**62)
+    files: list[DataFile] = []
+
+    def run() -> None:
+        report = run_task(plan, task, reader=DocumentStore(), sink=StagedFileStore())
+        assert report.failure is None, report.failure
+        files[:] = report.data_files
+
+    run()  # warm: numba caches, imports
+    seconds = best_of(repeats, run, lambda: clear_output(workload))
+    return Measure("pyarrow pipeline", 1, seconds), files
+
+
+def measure_floor(workload: Workload, files: list[DataFile], repeats: int) -> Measure:
+    """Read the segment bytes and write the job's rows with the same Parquet writer; nothing else."""
+    plan = workload.plan
+    rows = [(dict(f.partition_values), pq.read_table(f.uri)) for f in files]
+    schema = rows[0][1].schema
+    floor_uri = str(workload.root / "out" / "floor")
+    keys = [segment_uri(plan.source, s.key) for p in plan.partitions for s in p.segments]
+
+    def run() -> None:
+        reader = DocumentStore()
+        total = sum(len(reader.read_bytes(k)) for k in keys)
+        assert total == plan.total_bytes
+        writer = RollingParquetWriter(
+            sink=StagedFileStore(),
+            data_uri=floor_uri,
+            schema=schema,
+            task_index=0,
+            target_file_size_bytes=plan.conversion.target_file_size_bytes,
+        )
+        for values, table in rows:
+            writer.write(values, table)
+        writer.close()
+
+    run()
+    return Measure("floor (read bytes + write rows)", 1, best_of(repeats, run))
+
+
+def measure_spark(workload: Workload, cores: int, repeats: int) -> Measure:
+    """`run_job` in a fresh local[cores] session: session start, one cold run, best warm run."""
+    from spark_app.job import build_session, run_job
+
+    started = time.perf_counter()
+    spark = build_session(
+        master=f"local[{cores}]",
+        app_name=f"bench-local-{cores}",
+        conf={"spark.ui.enabled": "false", "spark.default.parallelism": str(cores)},
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    session_start = time.perf_counter() - started
+    try:
+
+        def run() -> None:
+            result = run_job(spark, plan_uri(workload))
+            assert result.status.value == "succeeded", result.failure
+
+        clear_output(workload)
+        cold = best_of(1, run)
+        warm = best_of(repeats, run, lambda: clear_output(workload))
+    finally:
+        spark.stop()
+    return Measure(f"spark local[{cores}]", cores, warm, cold_seconds=cold, session_start_s=session_start)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument(
+        "--segments", type=int, default=9, help="segments per partition (20,000 records each)"
+    )
+    parser.add_argument("--codec", choices=[c.name.lower() for c in Codec], default="none")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--workdir", help="keep data here (default: a temporary folder, removed after)")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    root = Path(args.workdir or tempfile.mkdtemp(prefix="bench-spark-"))
+    try:
+        started = time.perf_counter()
+        workload = make_workload(
+            root, partitions=args.partitions, segments=args.segments, codec=Codec[args.codec.upper()]
+        )
+        print(
+            f"workload: {workload.records:,} records, {workload.megabytes:.1f} MB of segments "
+            f"({args.partitions} partitions x {args.segments} segments, codec {args.codec}), "
+            f"generated in {time.perf_counter() - started:.1f} s; {os.cpu_count()} cores",
+            flush=True,
+        )
+        spark1 = measure_spark(workload, 1, args.repeats)
+        print(f"  {spark1.name}: {spark1.seconds:.2f} s", flush=True)
+        spark2 = measure_spark(workload, 2, args.repeats)
+        print(f"  {spark2.name}: {spark2.seconds:.2f} s", flush=True)
+        pipeline, files = measure_pipeline(workload, args.repeats)
+        print(f"  {pipeline.name}: {pipeline.seconds:.2f} s", flush=True)
+        floor = measure_floor(workload, files, args.repeats)
+        print(f"  {floor.name}: {floor.seconds:.2f} s", flush=True)
+        report(workload, [spark1, spark2, pipeline, floor])
+        headline = {
+            "mb_per_s_per_core": round(spark2.mb_per_s(workload) / 2, 1),
+            "scaling_2_vs_1": round(spark2.mb_per_s(workload) / spark1.mb_per_s(workload), 2),
+            "vs_pyarrow_pipeline": round(spark1.mb_per_s(workload) / pipeline.mb_per_s(workload), 2),
+            "vs_floor": round(spark1.mb_per_s(workload) / floor.mb_per_s(workload), 2),
+        }
+        print(json.dumps(headline))
+    finally:
+        if not args.workdir:
+            shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
+def report(workload: Workload, measures: list[Measure]) -> None:
+    print()
+    header = ("wall s", "MB/s", "MB/s/core", "rec/s/core", "cold s", "session s")
+    print(f"{'':34s} " + " ".join(f"{h:>{w}s}" for h, w in zip(header, (7, 7, 9, 11, 7, 9), strict=True)))
+    for m in measures:
+        cold = f"{m.cold_seconds:7.2f}" if m.cold_seconds is not None else f"{'':7s}"
+        session = f"{m.session_start_s:9.2f}" if m.session_start_s is not None else f"{'':9s}"
+        rate = m.mb_per_s(workload)
+        print(
+            f"{m.name:34s} {m.seconds:7.2f} {rate:7.1f} {rate / m.cores:9.1f} "
+            f"{m.records_per_s(workload) / m.cores:11,.0f} {cold} {session}"
+        )
+    print(f"targets: {json.dumps(TARGETS)}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

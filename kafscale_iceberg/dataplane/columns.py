@@ -1,0 +1,318 @@
+"""Mapping columns from record values: one interface, two ways to get there.
+
+- `ScannedColumns` (no validation): the compiled scanner (`json_scan`) finds each column's token in
+  every value; Arrow kernels turn the tokens into typed columns. Records the scanner leaves alone
+  (`FALLBACK`: syntax errors, invalid UTF-8, non-objects, ...) and tokens that need Python (strings
+  with escapes, numbers with a fraction or exponent for integer columns, 19+ digit integers) take the
+  per-record rules of `values.py`, so both ways give the same answers.
+- `ParsedColumns` (validation on): every value is parsed into a document for `jsonschema`, and the
+  columns come from the documents with `values.coerce`.
+
+Both give the columns in mapping order, the records whose value is not a JSON object (with why),
+and, for error text, what a record's value of a column was.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from kafscale_iceberg.dataplane import json_scan as js
+from kafscale_iceberg.dataplane.values import (
+    MISSING,
+    ValueReader,
+    coerce,
+    days_from_number,
+    describe_mismatch,
+    integer_from_float,
+    loads_like_go,
+    millis_to_micros,
+    parse_datetimes,
+)
+from kafscale_iceberg.domain.runs import ColumnSpec, ColumnType
+
+_INT32 = (-(2**31), 2**31 - 1)
+_INT64 = (-(2**63), 2**63 - 1)
+_MICROS_PER_DAY = 86_400_000_000
+_MAX_MILLIS = _INT64[1] // 1000
+
+
+class ExtractedColumns(Protocol):
+    """The mapping columns of a batch of values."""
+
+    arrays: list[pa.Array]
+    errors: dict[int, str]
+    documents: list[object] | None
+
+    def describe(self, column: int, row: int) -> str:
+        """What row `row`'s value of column `column` was, and why it is not of the column's type."""
+        ...
+
+
+@dataclass
+class ParsedColumns:
+    """Columns from parsed documents (the per-record path)."""
+
+    arrays: list[pa.Array]
+    errors: dict[int, str]
+    documents: list[object] | None
+    raw: list[list[object]]
+    types: tuple[ColumnType, ...]
+
+    def describe(self, column: int, row: int) -> str:
+        """See `ExtractedColumns.describe`."""
+        return describe_mismatch(self.raw[column][row], self.types[column])
+
+
+def parse_columns(values: pa.Array, columns: Sequence[ColumnSpec], *, documents: bool) -> ParsedColumns:
+    """Columns through the per-record path (`documents=True` also keeps each parsed value)."""
+    read = ValueReader([c.name for c in columns], documents=documents).read(values)
+    arrays = [coerce(raw, c.type) for raw, c in zip(read.raw_columns, columns, strict=True)]
+    return ParsedColumns(
+        arrays, read.errors, read.documents, read.raw_columns, tuple(c.type for c in columns)
+    )
+
+
+@dataclass
+class ScannedColumns:
+    """Columns through the compiled scanner, with the per-record path for what it leaves."""
+
+    arrays: list[pa.Array]
+    errors: dict[int, str]
+    documents: list[object] | None
+    _buffer: np.ndarray
+    _kinds: np.ndarray
+    _starts: np.ndarray
+    _ends: np.ndarray
+    _fallback: dict[int, int]
+    _parsed: ParsedColumns | None
+    _types: tuple[ColumnType, ...]
+
+    def describe(self, column: int, row: int) -> str:
+        """See `ExtractedColumns.describe`."""
+        column_type = self._types[column]
+        if row in self._fallback and self._parsed is not None:
+            return self._parsed.describe(column, self._fallback[row])
+        kind = int(self._kinds[column, row])
+        if kind == js.MISSING:
+            return "missing"
+        if kind == js.NULL:
+            return "null"
+        if kind == js.CONTAINER:
+            opening = chr(self._buffer[self._starts[column, row]])
+            shown = "an object" if opening == "{" else "an array"
+            return f"{shown} is not a valid {column_type.value}"
+        text = self._buffer[self._starts[column, row] : self._ends[column, row]].tobytes().decode()
+        if kind in (js.STRING, js.ESCAPED_STRING):
+            text = f'"{text}"'
+        if len(text) > 80:
+            text = text[:77] + "..."
+        return f"{text} is not a valid {column_type.value}"
+
+
+class ColumnScanner:
+    """Builds a mapping's columns from record values with the compiled scanner; reusable per task."""
+
+    def __init__(self, columns: Sequence[ColumnSpec]) -> None:
+        self.columns = tuple(columns)
+        encoded = [c.name.encode() for c in self.columns]
+        self._names = np.frombuffer(b"".join(encoded), np.uint8) if encoded else np.zeros(0, np.uint8)
+        self._name_offsets = np.cumsum([0, *(len(e) for e in encoded)]).astype(np.int64)
+
+    def scan(self, values: pa.Array) -> ScannedColumns:
+        """The columns of `values` (a binary array, nullable)."""
+        count = len(values)
+        buffer, starts, ends = _spans_of(values)
+        status, kinds, token_starts, token_ends, integers = js.scan_values(
+            buffer, starts, ends, self._names, self._name_offsets
+        )
+        fallback_rows = np.flatnonzero(status == js.FALLBACK)
+        parsed = None
+        errors: dict[int, str] = {}
+        if fallback_rows.size:
+            parsed = parse_columns(values.take(pa.array(fallback_rows)), self.columns, documents=False)
+            errors = {int(fallback_rows[i]): reason for i, reason in parsed.errors.items()}
+        arrays = []
+        for c, column in enumerate(self.columns):
+            array = _build(
+                column.type,
+                _Tokens(buffer, kinds[c], token_starts[c], token_ends[c], integers[c]),
+                count,
+            )
+            if parsed is not None:
+                mask = np.zeros(count, bool)
+                mask[fallback_rows] = True
+                array = pc.replace_with_mask(array, pa.array(mask), parsed.arrays[c].cast(array.type))
+            arrays.append(array)
+        return ScannedColumns(
+            arrays=arrays,
+            errors=errors,
+            documents=None,
+            _buffer=buffer,
+            _kinds=kinds,
+            _starts=token_starts,
+            _ends=token_ends,
+            _fallback={int(r): i for i, r in enumerate(fallback_rows.tolist())},
+            _parsed=parsed,
+            _types=tuple(c.type for c in self.columns),
+        )
+
+
+def _spans_of(values: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The data buffer of a binary array and each value's [start, end) in it; start -1 for null."""
+    count = len(values)
+    _, offsets_buffer, data_buffer = values.buffers()
+    buffer = np.frombuffer(data_buffer, np.uint8) if data_buffer is not None else np.zeros(0, np.uint8)
+    offsets = np.frombuffer(offsets_buffer, np.int32, count + 1, values.offset * 4).astype(np.int64)
+    starts = offsets[:-1].copy()
+    ends = offsets[1:].copy()
+    if values.null_count:
+        starts[np.asarray(values.is_null().to_numpy(zero_copy_only=False), dtype=bool)] = -1
+    return buffer, starts, ends
+
+
+def _texts(buffer: np.ndarray, starts: np.ndarray, ends: np.ndarray, valid: np.ndarray) -> pa.Array:
+    """A string array of the token spans where `valid` (null elsewhere); tokens are valid UTF-8."""
+    offsets, data = js.gather_spans(buffer, starts, ends, valid)
+    count = len(valid)
+    null_count = count - int(np.count_nonzero(valid))
+    validity = pa.py_buffer(np.packbits(valid, bitorder="little")) if null_count else None
+    return pa.StringArray.from_buffers(
+        count, pa.py_buffer(offsets), pa.py_buffer(data), validity, null_count=null_count
+    )
+
+
+def _python_values(
+    buffer: np.ndarray, starts: np.ndarray, ends: np.ndarray, rows: np.ndarray, *, string: bool
+) -> list[object]:
+    """Tokens at `rows` as Python values: decoded JSON strings, or numbers (int if integral grammar)."""
+    out: list[object] = []
+    for r in rows.tolist():
+        raw = buffer[starts[r] : ends[r]].tobytes()
+        if string:
+            out.append(loads_like_go(b'"' + raw + b'"'))
+        elif b"." in raw or b"e" in raw or b"E" in raw:
+            out.append(float(raw))
+        else:
+            out.append(int(raw))
+    return out
+
+
+def _strings(buffer: np.ndarray, kinds: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> pa.Array:
+    array = _texts(buffer, starts, ends, kinds == js.STRING)
+    escaped = np.flatnonzero(kinds == js.ESCAPED_STRING)
+    if escaped.size:
+        decoded = _python_values(buffer, starts, ends, escaped, string=True)
+        mask = np.zeros(len(kinds), bool)
+        mask[escaped] = True
+        array = pc.replace_with_mask(array, pa.array(mask), pa.array(decoded, pa.string()))
+    return array
+
+
+def _patch(array: pa.Array, rows: np.ndarray, replacements: list[object]) -> pa.Array:
+    if not rows.size:
+        return array
+    mask = np.zeros(len(array), bool)
+    mask[rows] = True
+    return pc.replace_with_mask(array, pa.array(mask), pa.array(replacements, array.type))
+
+
+@dataclass(frozen=True)
+class _Tokens:
+    """One column's tokens across a batch: kinds, spans in `buffer`, and integer values."""
+
+    buffer: np.ndarray
+    kinds: np.ndarray
+    starts: np.ndarray
+    ends: np.ndarray
+    integers: np.ndarray
+
+    def integer_array(self) -> pa.Array:
+        """int64 values of the `INTEGER` tokens, null elsewhere."""
+        is_integer = self.kinds == js.INTEGER
+        return pa.array(self.integers, pa.int64(), mask=~is_integer)
+
+    def python_numbers(self) -> tuple[np.ndarray, list[object]]:
+        """Rows holding `NUMBER` tokens, and those numbers as Python ints or floats."""
+        rows = np.flatnonzero(self.kinds == js.NUMBER)
+        return rows, _python_values(self.buffer, self.starts, self.ends, rows, string=False)
+
+    def strings(self) -> pa.Array:
+        """The string tokens as a string array (escapes decoded), null elsewhere."""
+        return _strings(self.buffer, self.kinds, self.starts, self.ends)
+
+
+def _build(column_type: ColumnType, tokens: _Tokens, count: int) -> pa.Array:
+    kinds = tokens.kinds
+    if column_type is ColumnType.BOOLEAN:
+        is_true = kinds == js.TRUE
+        return pa.array(is_true, pa.bool_(), mask=~(is_true | (kinds == js.FALSE)))
+    if column_type in (ColumnType.INT, ColumnType.LONG):
+        low, high = _INT32 if column_type is ColumnType.INT else _INT64
+        ints = tokens.integer_array()
+        if column_type is ColumnType.INT:
+            ints = pc.if_else(pc.and_(pc.greater_equal(ints, low), pc.less_equal(ints, high)), ints, None)
+        rows, numbers = tokens.python_numbers()
+        ints = _patch(ints, rows, [_integer(x, low, high) for x in numbers])
+        return ints.cast(pa.int32() if column_type is ColumnType.INT else pa.int64())
+    if column_type in (ColumnType.FLOAT, ColumnType.DOUBLE):
+        numeric = (kinds == js.INTEGER) | (kinds == js.NUMBER)
+        try:
+            # Arrow's string -> double parsing rounds correctly, like Python's float().
+            doubles = _texts(tokens.buffer, tokens.starts, tokens.ends, numeric).cast(pa.float64())
+        except pa.ArrowInvalid:  # beyond double range (1e400): Python says inf
+            rows = np.flatnonzero(numeric)
+            numbers = _python_values(tokens.buffer, tokens.starts, tokens.ends, rows, string=False)
+            doubles = _patch(pa.nulls(count, pa.float64()), rows, [_to_float(x) for x in numbers])
+        if column_type is ColumnType.FLOAT:
+            return doubles.cast(pa.float32(), safe=False)
+        return doubles
+    if column_type in (ColumnType.STRING, ColumnType.BINARY):
+        strings = tokens.strings()
+        return strings if column_type is ColumnType.STRING else strings.cast(pa.binary())
+    if column_type is ColumnType.TIMESTAMP:
+        micros, valid = parse_datetimes(tokens.strings(), require_time=True)
+        result = pa.array(micros, pa.int64(), mask=~valid)
+        if (kinds == js.INTEGER).any():
+            millis = tokens.integer_array()
+            in_range = pc.less_equal(pc.abs(millis), _MAX_MILLIS)
+            result = pc.coalesce(result, pc.if_else(in_range, pc.multiply(millis, 1000), None))
+        rows, numbers = tokens.python_numbers()
+        result = _patch(result, rows, [millis_to_micros(x) for x in numbers])
+        return result.cast(pa.timestamp("us"))
+    if column_type is ColumnType.DATE:
+        micros, valid = parse_datetimes(tokens.strings(), require_time=False)
+        days = np.floor_divide(micros, _MICROS_PER_DAY)
+        valid &= (days >= _INT32[0]) & (days <= _INT32[1])
+        result = pa.array(days.astype(np.int32), pa.int32(), mask=~valid)
+        if (kinds == js.INTEGER).any():
+            numbers = tokens.integer_array()
+            in_range = pc.and_(pc.greater_equal(numbers, _INT32[0]), pc.less_equal(numbers, _INT32[1]))
+            result = pc.coalesce(result, pc.if_else(in_range, numbers, None).cast(pa.int32()))
+        rows, others = tokens.python_numbers()
+        result = _patch(result, rows, [days_from_number(x) for x in others])
+        return result.cast(pa.date32())
+    raise AssertionError(f"unhandled column type {column_type}")
+
+
+def _to_float(x: object) -> float | None:
+    try:
+        return float(x)  # type: ignore[arg-type]
+    except OverflowError:
+        return None
+
+
+def _integer(x: object, low: int, high: int) -> int | None:
+    if type(x) is int:
+        return x if low <= x <= high else None
+    if type(x) is float:
+        return integer_from_float(x, low, high)
+    return None
+
+
+__all__ = ["MISSING", "ColumnScanner", "ExtractedColumns", "ParsedColumns", "ScannedColumns", "parse_columns"]

@@ -1,0 +1,242 @@
+"""Decoded records -> table rows and dead-letter rows (pure Arrow; one `RecordConverter` per task).
+
+Rows carry the eight base fields exactly as KafScale's Go processor writes them (`record_id` =
+`topic:partition:offset`, topic and partition from the segment's key, `headers` as Go's JSON or
+`""`), then the mapping columns extracted from the JSON value (`values.py` has the coercions).
+
+A record is *invalid*, and becomes a dead-letter row instead of a table row, when (first match wins):
+
+1. `invalid_json` - the value is not JSON (or, when the mapping has columns, not a JSON object).
+   A null or empty value, or the JSON `null`, is not invalid: every column is null (as in Go).
+2. `schema_violation` - `schema_mode` is lenient or strict and the parsed value fails the JSON
+   Schema (null and empty values pass, as in the Go processor).
+3. `required_column` - a required mapping column is missing, null or not of its type.
+
+With `schema_mode: off` and no mapping columns nothing is parsed and every record is valid. With
+`schema_mode: off` and mapping columns, rules 1 and 3 still apply: such a record cannot be
+written without inventing or dropping data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+import jsonschema
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from kafscale_iceberg.dataplane.columns import ColumnScanner, ExtractedColumns, parse_columns
+from kafscale_iceberg.dataplane.headers import go_headers_json
+from kafscale_iceberg.dataplane.schemas import DEAD_LETTER_SCHEMA, data_schema
+from kafscale_iceberg.dataplane.values import NO_VALUE
+from kafscale_iceberg.domain.runs import ConversionSettings, SchemaMode
+from kafscale_iceberg.domain.schema import record_id as format_record_id
+
+
+class ErrorKind(StrEnum):
+    """`error_kind` of a dead-letter row."""
+
+    INVALID_JSON = "invalid_json"
+    SCHEMA_VIOLATION = "schema_violation"
+    REQUIRED_COLUMN = "required_column"
+    CORRUPT_SEGMENT = "corrupt_segment"
+
+
+@dataclass(frozen=True)
+class InvalidRecord:
+    """The lowest-offset invalid record of a batch (what strict mode reports)."""
+
+    offset: int
+    record_id: str
+    kind: ErrorKind
+    error: str
+
+
+@dataclass(frozen=True)
+class ConvertedRecords:
+    """What a batch of records became: table rows, dead-letter rows, and its first invalid record."""
+
+    rows: pa.Table
+    dead_letters: pa.Table
+    first_invalid: InvalidRecord | None
+
+
+class InvalidJsonSchemaError(ValueError):
+    """The plan's JSON Schema is not a valid schema for its own meta-schema."""
+
+
+class RecordConverter:
+    """Converts decoded records of one topic; compiles the JSON Schema once.
+
+    Raises `InvalidJsonSchemaError` from the constructor when the plan's schema is itself invalid.
+    """
+
+    def __init__(self, *, topic: str, run_id: str, settings: ConversionSettings) -> None:
+        self.topic = topic
+        self.run_id = run_id
+        self.columns = settings.columns
+        self.schema = data_schema(settings.columns)
+        self._validator: Any = None
+        if settings.schema_mode is not SchemaMode.OFF and settings.json_schema is not None:
+            validator_class = jsonschema.validators.validator_for(settings.json_schema)
+            try:
+                validator_class.check_schema(settings.json_schema)
+            except jsonschema.SchemaError as exc:
+                raise InvalidJsonSchemaError(
+                    f"topic {topic}: the plan's json_schema is invalid: {exc.message}"
+                ) from exc
+            self._validator = validator_class(settings.json_schema)
+        self._scanner = ColumnScanner(self.columns) if self.columns and self._validator is None else None
+
+    def convert(self, records: pa.Table, *, partition: int, segment_key: str) -> ConvertedRecords:
+        """Rows and dead-letter rows of `records` (decoded records of `partition`, already in range)."""
+        count = records.num_rows
+        offsets = _column(records, "offset")
+        prefix = f"{self.topic}:{partition}"
+        base: dict[str, pa.Array] = {
+            "record_id": pc.binary_join_element_wise(pa.scalar(prefix), offsets.cast(pa.string()), ":"),
+            "topic": repeat_string(self.topic, count),
+            "partition": pa.array(np.full(count, partition, np.int32)),
+            "offset": offsets,
+            "timestamp_ms": _column(records, "timestamp_ms"),
+            "key": _column(records, "key"),
+            "value": _column(records, "value"),
+            "headers": go_headers_json(_column(records, "headers")),
+        }
+        problems: dict[int, tuple[ErrorKind, str]] = {}
+        mapped: list[pa.Array] = []
+        if self._scanner is not None or self._validator is not None:
+            mapped = self._mapped_columns(base["value"], problems)
+        rows = pa.Table.from_arrays([*base.values(), *mapped], schema=self.schema)
+        if not problems:
+            return ConvertedRecords(rows, DEAD_LETTER_SCHEMA.empty_table(), None)
+        invalid = np.zeros(count, bool)
+        invalid_indices = np.fromiter(sorted(problems), np.int64, len(problems))
+        invalid[invalid_indices] = True
+        dead = self._dead_letters(base, invalid_indices, problems, segment_key)
+        first = int(invalid_indices[np.argmin(offsets.to_numpy()[invalid_indices])])
+        kind, error = problems[first]
+        first_invalid = InvalidRecord(
+            offset=offsets[first].as_py(),
+            record_id=format_record_id(self.topic, partition, offsets[first].as_py()),
+            kind=kind,
+            error=error,
+        )
+        return ConvertedRecords(rows.filter(pa.array(~invalid)), dead, first_invalid)
+
+    def _mapped_columns(self, values: pa.Array, problems: dict[int, tuple[ErrorKind, str]]) -> list[pa.Array]:
+        extracted: ExtractedColumns
+        if self._scanner is not None:
+            extracted = self._scanner.scan(values)
+        else:
+            extracted = parse_columns(values, self.columns, documents=True)
+        for index, reason in extracted.errors.items():
+            problems[index] = (ErrorKind.INVALID_JSON, reason)
+        if extracted.documents is not None:
+            self._validate(extracted.documents, problems)
+        for c, (column, array) in enumerate(zip(self.columns, extracted.arrays, strict=True)):
+            if column.required and array.null_count:
+                nulls = np.flatnonzero(np.asarray(array.is_null().to_numpy(zero_copy_only=False)))
+                for index in nulls.tolist():
+                    if index not in problems:
+                        problems[index] = (
+                            ErrorKind.REQUIRED_COLUMN,
+                            f"required column {column.name!r} ({column.type.value}): "
+                            f"{extracted.describe(c, index)}",
+                        )
+        return extracted.arrays
+
+    def _validate(self, documents: list[object], problems: dict[int, tuple[ErrorKind, str]]) -> None:
+        validator = self._validator
+        for index, document in enumerate(documents):
+            if document is NO_VALUE or index in problems:
+                continue
+            if not validator.is_valid(document):
+                error = jsonschema.exceptions.best_match(validator.iter_errors(document))
+                where = error.json_path if error is not None else "$"
+                message = error.message if error is not None else "invalid"
+                problems[index] = (ErrorKind.SCHEMA_VIOLATION, f"{where}: {message}")
+
+    def _dead_letters(
+        self,
+        base: Mapping[str, pa.Array],
+        indices: np.ndarray,
+        problems: Mapping[int, tuple[ErrorKind, str]],
+        segment_key: str,
+    ) -> pa.Table:
+        take = pa.array(indices)
+        kinds = [problems[i][0].value for i in indices.tolist()]
+        errors = [problems[i][1] for i in indices.tolist()]
+        count = len(indices)
+        arrays = [base[name].take(take) for name in base]
+        arrays += [
+            pa.array(kinds, pa.string()),
+            pa.array(errors, pa.string()),
+            repeat_string(self.run_id, count),
+            repeat_string(segment_key, count),
+            pa.nulls(count, pa.int64()),
+        ]
+        return pa.Table.from_arrays(arrays, schema=DEAD_LETTER_SCHEMA)
+
+
+def corrupt_segment_row(
+    *,
+    topic: str,
+    partition: int,
+    segment_key: str,
+    base_offset: int,
+    last_offset: int,
+    error: str,
+    run_id: str,
+) -> pa.Table:
+    """The one dead-letter row recording a quarantined segment: its identity, offset range and error."""
+    row: dict[str, list[Any]] = {
+        "record_id": [format_record_id(topic, partition, base_offset)],
+        "topic": [topic],
+        "partition": [partition],
+        "offset": [base_offset],
+        "timestamp_ms": [None],
+        "key": [None],
+        "value": [None],
+        "headers": [""],
+        "error_kind": [ErrorKind.CORRUPT_SEGMENT.value],
+        "error": [error],
+        "run_id": [run_id],
+        "segment_key": [segment_key],
+        "last_offset": [last_offset],
+    }
+    return pa.Table.from_pydict(row, schema=DEAD_LETTER_SCHEMA)
+
+
+def repeat_string(value: str, count: int) -> pa.Array:
+    """`count` copies of `value` as a plain string array, built from buffers (no object per row)."""
+    encoded = value.encode()
+    offsets = np.arange(count + 1, dtype=np.int64) * len(encoded)
+    if offsets[-1] < 2**31:
+        return pa.StringArray.from_buffers(
+            count, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(encoded * count)
+        )
+    return pa.array([value] * count, pa.string())
+
+
+def _column(records: pa.Table, name: str) -> pa.Array:
+    column = records.column(name)
+    if column.num_chunks == 1:
+        return column.chunk(0)
+    return column.combine_chunks()
+
+
+def _json_kind(document: object) -> str:
+    if isinstance(document, list):
+        return "array"
+    if isinstance(document, str):
+        return "string"
+    if isinstance(document, bool):
+        return "boolean"
+    if document is None:
+        return "null"
+    return "number"

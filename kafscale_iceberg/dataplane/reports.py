@@ -1,0 +1,196 @@
+"""Task assignments and task reports (driver <-> executors), and the run result built from reports.
+
+Assignments travel to executors and reports come back as JSON, so both are pydantic models. The
+driver folds the reports into one `RunResult`: any failure makes the whole run failed with no files
+(the failure with the lowest partition and offset is the one named, so the result does not depend
+on task timing); otherwise every file, per-partition offsets, gaps and quarantined segments.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from kafscale_iceberg.domain.runs import (
+    DataFile,
+    OffsetGap,
+    PartitionOutcome,
+    PartitionPlan,
+    QuarantinedSegment,
+    RunCounts,
+    RunFailure,
+    RunPlan,
+    RunResult,
+    RunStatus,
+    RunTimings,
+)
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class SegmentWindow(_Model):
+    """A planned segment and the offsets it owns in this run, `[first_owned, last_owned]`."""
+
+    partition: int
+    key: str
+    base_offset: int
+    last_offset: int
+    size_bytes: int
+    first_owned: int
+    last_owned: int
+
+
+class TaskAssignment(_Model):
+    """The segments one task reads, in (partition, base offset) order."""
+
+    index: int = Field(ge=0)
+    segments: tuple[SegmentWindow, ...]
+
+    @property
+    def size_bytes(self) -> int:
+        """Planned bytes of the task's segments."""
+        return sum(s.size_bytes for s in self.segments)
+
+
+class SegmentOutcome(_Model):
+    """What one segment contributed: offsets it contained (its batches, clipped to its window) and rows."""
+
+    partition: int
+    key: str
+    size_bytes: int = 0
+    covered: tuple[tuple[int, int], ...] = ()
+    records_written: int = 0
+    records_dead_lettered: int = 0
+    out_of_range: int = 0
+    control_batches: int = 0
+    first_offset: int | None = None
+    last_offset: int | None = None
+    max_timestamp_ms: int | None = None
+    quarantined: QuarantinedSegment | None = None
+
+
+class TaskTimings(_Model):
+    """Seconds a task spent per stage."""
+
+    read: float = 0.0
+    decode: float = 0.0
+    convert: float = 0.0
+    write: float = 0.0
+
+
+class TaskReport(_Model):
+    """What one task did: files published, per-segment outcomes, or the failure that stopped it."""
+
+    task_index: int
+    segments: tuple[SegmentOutcome, ...] = ()
+    data_files: tuple[DataFile, ...] = ()
+    dead_letter_files: tuple[DataFile, ...] = ()
+    failure: RunFailure | None = None
+    failure_at: tuple[int, int] | None = Field(
+        default=None, description="(partition, offset) of the failure, to pick the first one"
+    )
+    timings: TaskTimings = TaskTimings()
+
+
+def failed_result(plan_run_id: str, topic: str, failure: RunFailure, timings: RunTimings) -> RunResult:
+    """A failed result: the failure and no files (nothing of it may be committed)."""
+    return RunResult(
+        run_id=plan_run_id, topic=topic, status=RunStatus.FAILED, failure=failure, timings=timings
+    )
+
+
+def build_run_result(plan: RunPlan, reports: Sequence[TaskReport], timings: RunTimings) -> RunResult:
+    """Fold task reports into the run's result (failed if any task failed)."""
+    totals = TaskTimings(
+        read=sum(r.timings.read for r in reports),
+        decode=sum(r.timings.decode for r in reports),
+        convert=sum(r.timings.convert for r in reports),
+        write=sum(r.timings.write for r in reports),
+    )
+    timings = timings.model_copy(
+        update={
+            "tasks": len(reports),
+            "task_read_s": totals.read,
+            "task_decode_s": totals.decode,
+            "task_convert_s": totals.convert,
+            "task_write_s": totals.write,
+        }
+    )
+    failures = [r for r in reports if r.failure is not None]
+    if failures:
+        first = min(failures, key=lambda r: (r.failure_at or (2**31, 2**63), r.task_index))
+        assert first.failure is not None
+        failure = first.failure
+        if len(failures) > 1:
+            failure = failure.model_copy(
+                update={"message": f"{failure.message} (and {len(failures) - 1} more failed task(s))"}
+            )
+        return failed_result(plan.run_id, plan.topic, failure, timings)
+    outcomes = [o for r in reports for o in r.segments]
+    partitions = tuple(
+        _partition_outcome(p, [o for o in outcomes if o.partition == p.partition]) for p in plan.partitions
+    )
+    counts = RunCounts(
+        written=sum(o.records_written for o in outcomes),
+        dead_lettered=sum(o.records_dead_lettered for o in outcomes),
+        out_of_range=sum(o.out_of_range for o in outcomes),
+        control_batches=sum(o.control_batches for o in outcomes),
+        segments_read=len(outcomes),
+        segment_bytes=sum(o.size_bytes for o in outcomes),
+    )
+    return RunResult(
+        run_id=plan.run_id,
+        topic=plan.topic,
+        status=RunStatus.SUCCEEDED,
+        data_files=tuple(sorted((f for r in reports for f in r.data_files), key=lambda f: f.uri)),
+        dead_letter_files=tuple(
+            sorted((f for r in reports for f in r.dead_letter_files), key=lambda f: f.uri)
+        ),
+        partitions=partitions,
+        counts=counts,
+        timings=timings,
+    )
+
+
+def _partition_outcome(plan_partition: PartitionPlan, outcomes: Sequence[SegmentOutcome]) -> PartitionOutcome:
+    firsts = [o.first_offset for o in outcomes if o.first_offset is not None]
+    lasts = [o.last_offset for o in outcomes if o.last_offset is not None]
+    stamps = [o.max_timestamp_ms for o in outcomes if o.max_timestamp_ms is not None]
+    quarantined = sorted((o.quarantined for o in outcomes if o.quarantined), key=lambda q: q.base_offset)
+    accounted = [span for o in outcomes for span in o.covered]
+    accounted += [(q.base_offset, q.last_offset) for q in quarantined]
+    return PartitionOutcome(
+        partition=plan_partition.partition,
+        first_offset=min(firsts) if firsts else None,
+        last_offset=max(lasts) if lasts else None,
+        max_timestamp_ms=max(stamps) if stamps else None,
+        records_written=sum(o.records_written for o in outcomes),
+        records_dead_lettered=sum(o.records_dead_lettered for o in outcomes),
+        gaps=tuple(
+            OffsetGap(first=a, last=b)
+            for a, b in missing_spans(
+                plan_partition.start_exclusive + 1, plan_partition.end_inclusive, accounted
+            )
+        ),
+        quarantined=tuple(quarantined),
+    )
+
+
+def missing_spans(first: int, last: int, spans: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The inclusive spans of `[first, last]` that no span in `spans` covers, in order."""
+    missing: list[tuple[int, int]] = []
+    cursor = first
+    for a, b in sorted(spans):
+        if b < cursor:
+            continue
+        if a > cursor:
+            missing.append((cursor, min(a - 1, last)))
+        cursor = max(cursor, b + 1)
+        if cursor > last:
+            break
+    if cursor <= last:
+        missing.append((cursor, last))
+    return [(a, b) for a, b in missing if a <= b]

@@ -1,0 +1,46 @@
+"""What the data plane needs from storage, as Protocols; adapters implement them.
+
+`kafscale_iceberg.adapters.documents.DocumentStore` reads segments (`s3://bucket/key` or a local
+path) and `kafscale_iceberg.adapters.data_files.StagedFileStore` publishes finished Parquet files.
+Any `KafscaleIcebergError` they raise while reading a segment makes the run fail as
+`segment_unavailable`.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from kafscale_iceberg.domain.runs import SegmentSource
+
+
+class ObjectReader(Protocol):
+    """Reads whole objects named by URI."""
+
+    def read_bytes(self, uri: str) -> bytes:
+        """The object's bytes; raises a `KafscaleIcebergError` when it is missing or unreadable."""
+        ...
+
+
+class FileSink(Protocol):
+    """Where finished data files go: written to a local staging path, then published to their URI."""
+
+    def staging_path(self, uri: str) -> str:
+        """A local path to write `uri`'s content to (its folder exists)."""
+        ...
+
+    def publish(self, staging_path: str, uri: str) -> None:
+        """Move the finished file to `uri`, replacing what is there. Idempotent; the staging file is gone."""
+        ...
+
+
+def segment_uri(source: SegmentSource, key: str) -> str:
+    """Where a segment key is read from: `s3://{bucket}/{key}` or `{root}/{key}`."""
+    if source.bucket is not None:
+        return f"s3://{source.bucket}/{key}"
+    assert source.root is not None  # the model guarantees exactly one
+    return f"{source.root.rstrip('/')}/{key}"
+
+
+def join_uri(base: str, name: str) -> str:
+    """`base/name` with exactly one slash between (s3://, file:// and plain paths alike)."""
+    return f"{base.rstrip('/')}/{name.lstrip('/')}"

@@ -1,0 +1,334 @@
+"""A run split into tasks, and one task executed: fetch, decode, keep the range, convert, write.
+
+`plan_tasks` bin-packs the plan's segments into tasks of roughly equal bytes (largest first onto the
+lightest task), so Spark can spread them over every core; `run_task` does one task's whole work in
+one process with pyarrow and returns a `TaskReport`. Spark only distributes `run_task`; the
+pyarrow-only benchmark pipeline calls it directly.
+
+Offset ownership: segment *i* of a partition owns the offsets from `max(start_exclusive + 1, base_i)`
+to `min(end_inclusive, base_{i+1} - 1)` (its window). A record outside its segment's window is not
+written and is counted `out_of_range`, so overlapping segments can never write an offset twice.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from kafscale_iceberg.dataplane.conversion import RecordConverter, corrupt_segment_row
+from kafscale_iceberg.dataplane.parquet_files import RollingParquetWriter
+from kafscale_iceberg.dataplane.partitioning import split_by_partition
+from kafscale_iceberg.dataplane.reports import (
+    SegmentOutcome,
+    SegmentWindow,
+    TaskAssignment,
+    TaskReport,
+    TaskTimings,
+)
+from kafscale_iceberg.dataplane.schemas import DEAD_LETTER_SCHEMA
+from kafscale_iceberg.dataplane.storage import FileSink, ObjectReader, segment_uri
+from kafscale_iceberg.domain.runs import (
+    CorruptSegmentPolicy,
+    FailureKind,
+    QuarantinedSegment,
+    RunFailure,
+    RunPlan,
+    SchemaMode,
+)
+from kafscale_iceberg.exceptions import KafscaleIcebergError, SegmentFormatError
+from kafscale_iceberg.segments.decode import FramedBatch, decode_segment
+
+# A task smaller than this costs more in scheduling than it saves in parallelism.
+DEFAULT_MIN_TASK_BYTES = 8 * 1024 * 1024
+# A task larger than this holds too much in one executor's memory at once.
+DEFAULT_MAX_TASK_BYTES = 512 * 1024 * 1024
+
+
+def segment_windows(plan: RunPlan) -> list[SegmentWindow]:
+    """Every planned segment with the offsets it owns, in (partition, base offset) order."""
+    windows: list[SegmentWindow] = []
+    for partition in sorted(plan.partitions, key=lambda p: p.partition):
+        segments = partition.segments
+        for i, segment in enumerate(segments):
+            upper = partition.end_inclusive
+            if i + 1 < len(segments):
+                upper = min(upper, segments[i + 1].base_offset - 1)
+            windows.append(
+                SegmentWindow(
+                    partition=partition.partition,
+                    key=segment.key,
+                    base_offset=segment.base_offset,
+                    last_offset=segment.last_offset,
+                    size_bytes=segment.size_bytes,
+                    first_owned=max(partition.start_exclusive + 1, segment.base_offset),
+                    last_owned=upper,
+                )
+            )
+    return windows
+
+
+def plan_tasks(
+    plan: RunPlan,
+    *,
+    max_tasks: int,
+    min_task_bytes: int = DEFAULT_MIN_TASK_BYTES,
+    max_task_bytes: int = DEFAULT_MAX_TASK_BYTES,
+    multiple_of: int = 1,
+) -> tuple[TaskAssignment, ...]:
+    """Bin-pack the plan's segments into tasks of roughly equal bytes.
+
+    The task count is at most `max_tasks` (e.g. 2 x the cores) and the number of segments, at most
+    one per `min_task_bytes`, and at least one per `max_task_bytes`; above `multiple_of` (the
+    cores) it is rounded down to a multiple of it, so no last round of tasks runs on a few cores.
+    Segments owning no offsets are left out. Deterministic: the same plan and limits give the same
+    tasks, largest task first.
+    """
+    windows = [w for w in segment_windows(plan) if w.first_owned <= w.last_owned]
+    if not windows:
+        return ()
+    total = sum(max(w.size_bytes, 1) for w in windows)
+    count = min(max_tasks, len(windows), max(1, math.ceil(total / min_task_bytes)))
+    at_least = math.ceil(total / max_task_bytes)
+    count = max(1, min(len(windows), max(count, at_least)))
+    if multiple_of > 1 and count > multiple_of and count - count % multiple_of >= at_least:
+        count -= count % multiple_of
+    bins: list[tuple[int, int]] = [(0, i) for i in range(count)]
+    members: list[list[SegmentWindow]] = [[] for _ in range(count)]
+    for window in sorted(windows, key=lambda w: (-w.size_bytes, w.partition, w.base_offset)):
+        size, index = heapq.heappop(bins)
+        members[index].append(window)
+        heapq.heappush(bins, (size + max(window.size_bytes, 1), index))
+    ordered = sorted(
+        members,
+        key=lambda ws: (-sum(w.size_bytes for w in ws), min((w.partition, w.base_offset) for w in ws)),
+    )
+    return tuple(
+        TaskAssignment(index=i, segments=tuple(sorted(ws, key=lambda w: (w.partition, w.base_offset))))
+        for i, ws in enumerate(ordered)
+    )
+
+
+@dataclass
+class _Clock:
+    timings: dict[str, float] = field(
+        default_factory=lambda: dict.fromkeys(("read", "decode", "convert", "write"), 0.0)
+    )
+    _last: float = field(default_factory=time.perf_counter)
+
+    def lap(self, stage: str) -> None:
+        now = time.perf_counter()
+        self.timings[stage] += now - self._last
+        self._last = now
+
+
+def run_task(plan: RunPlan, task: TaskAssignment, *, reader: ObjectReader, sink: FileSink) -> TaskReport:
+    """Fetch, decode, filter, convert and write one task's segments; never raises for bad data.
+
+    A corrupt segment (policy `fail`), a segment that cannot be read, or (strict mode) an invalid
+    record stops the task with a failure in the report; files it already published stay under the
+    run's prefix and are not listed. Unexpected errors (bugs, a full disk) propagate.
+    """
+    conversion = plan.conversion
+    converter = RecordConverter(topic=plan.topic, run_id=plan.run_id, settings=conversion)
+    data_writer = RollingParquetWriter(
+        sink=sink,
+        data_uri=plan.table.data_uri,
+        schema=converter.schema,
+        task_index=task.index,
+        target_file_size_bytes=conversion.target_file_size_bytes,
+    )
+    dead_writer = RollingParquetWriter(
+        sink=sink,
+        data_uri=plan.dead_letter_table.data_uri,
+        schema=DEAD_LETTER_SCHEMA,
+        task_index=task.index,
+        target_file_size_bytes=conversion.target_file_size_bytes,
+    )
+    clock = _Clock()
+    outcomes: list[SegmentOutcome] = []
+    failure: RunFailure | None = None
+    failure_at: tuple[int, int] | None = None
+    try:
+        for window in task.segments:
+            uri = segment_uri(plan.source, window.key)
+            try:
+                data = reader.read_bytes(uri)
+            except KafscaleIcebergError as exc:
+                failure = RunFailure(
+                    kind=FailureKind.SEGMENT_UNAVAILABLE,
+                    message=f"segment {window.key} could not be read: {exc}",
+                    segment_key=window.key,
+                )
+                failure_at = (window.partition, window.base_offset)
+                break
+            clock.lap("read")
+            try:
+                decoded = decode_segment(
+                    data, source=window.key, partition=window.partition, verify_crc=conversion.verify_crc
+                )
+            except SegmentFormatError as exc:
+                clock.lap("decode")
+                if conversion.corrupt_segment_policy is CorruptSegmentPolicy.FAIL:
+                    failure = RunFailure(
+                        kind=FailureKind.CORRUPT_SEGMENT,
+                        message=str(exc),
+                        segment_key=window.key,
+                        position=exc.position,
+                    )
+                    failure_at = (window.partition, window.base_offset)
+                    break
+                outcomes.append(_quarantine(plan, window, exc, len(data), dead_writer))
+                clock.lap("write")
+                continue
+            clock.lap("decode")
+            records = decoded.records
+            kept = _in_window(records, window)
+            converted = converter.convert(kept, partition=window.partition, segment_key=window.key)
+            clock.lap("convert")
+            invalid = converted.first_invalid
+            if invalid is not None and conversion.schema_mode is SchemaMode.STRICT:
+                failure = RunFailure(
+                    kind=FailureKind.STRICT_VALIDATION,
+                    message=(
+                        f"record {invalid.record_id} is invalid ({invalid.kind.value}): {invalid.error}; "
+                        "schema mode is strict, so nothing of this run is committed"
+                    ),
+                    segment_key=window.key,
+                    record_id=invalid.record_id,
+                )
+                failure_at = (window.partition, invalid.offset)
+                break
+            for values, rows in split_by_partition(converted.rows, conversion.partition_by):
+                data_writer.write(values, rows)
+            if converted.dead_letters.num_rows:
+                dead_writer.write({}, converted.dead_letters)
+            clock.lap("write")
+            outcomes.append(
+                _outcome(
+                    window,
+                    batches=decoded.batches,
+                    kept=kept,
+                    written=converted.rows.num_rows,
+                    dead_lettered=converted.dead_letters.num_rows,
+                    out_of_range=records.num_rows - kept.num_rows,
+                    size=len(data),
+                )
+            )
+        if failure is not None:
+            data_writer.abort()
+            dead_writer.abort()
+            return TaskReport(
+                task_index=task.index,
+                segments=tuple(outcomes),
+                failure=failure,
+                failure_at=failure_at,
+                timings=TaskTimings(**clock.timings),
+            )
+        data_files = data_writer.close()
+        dead_files = dead_writer.close()
+        clock.lap("write")
+    except BaseException:
+        data_writer.abort()
+        dead_writer.abort()
+        raise
+    return TaskReport(
+        task_index=task.index,
+        segments=tuple(outcomes),
+        data_files=tuple(data_files),
+        dead_letter_files=tuple(dead_files),
+        timings=TaskTimings(**clock.timings),
+    )
+
+
+def _in_window(records: pa.Table, window: SegmentWindow) -> pa.Table:
+    """The records whose offset the segment owns (offsets increase, so usually all or a slice)."""
+    if records.num_rows == 0:
+        return records
+    offsets = records.column("offset")
+    first, last = offsets[0].as_py(), offsets[-1].as_py()
+    if first >= window.first_owned and last <= window.last_owned:
+        return records
+    inside = pc.and_(pc.greater_equal(offsets, window.first_owned), pc.less_equal(offsets, window.last_owned))
+    return records.filter(inside)
+
+
+def _outcome(
+    window: SegmentWindow,
+    *,
+    batches: Sequence[FramedBatch],
+    kept: pa.Table,
+    written: int,
+    dead_lettered: int,
+    out_of_range: int,
+    size: int,
+) -> SegmentOutcome:
+    covered: list[tuple[int, int]] = []
+    control = 0
+    for batch in batches:
+        header = batch.header
+        control += int(header.is_control)
+        first = max(header.base_offset, window.first_owned)
+        last = min(header.base_offset + header.last_offset_delta, window.last_owned)
+        if first > last:
+            continue
+        if covered and first <= covered[-1][1] + 1:
+            covered[-1] = (covered[-1][0], max(covered[-1][1], last))
+        else:
+            covered.append((first, last))
+    first_offset = last_offset = max_timestamp = None
+    if kept.num_rows:
+        offsets = kept.column("offset").to_numpy()
+        first_offset, last_offset = int(offsets[0]), int(offsets[-1])
+        max_timestamp = int(np.max(kept.column("timestamp_ms").to_numpy()))
+    return SegmentOutcome(
+        partition=window.partition,
+        key=window.key,
+        size_bytes=size,
+        covered=tuple(covered),
+        records_written=written,
+        records_dead_lettered=dead_lettered,
+        out_of_range=out_of_range,
+        control_batches=control,
+        first_offset=first_offset,
+        last_offset=last_offset,
+        max_timestamp_ms=max_timestamp,
+    )
+
+
+def _quarantine(
+    plan: RunPlan,
+    window: SegmentWindow,
+    error: SegmentFormatError,
+    size: int,
+    dead_writer: RollingParquetWriter,
+) -> SegmentOutcome:
+    # The offsets this run was to take from the segment: its window, cut at the planned last offset.
+    first = window.first_owned
+    last = min(window.last_owned, max(window.last_offset, first))
+    message = f"byte {error.position}: {error.problem}"
+    dead_writer.write(
+        {},
+        corrupt_segment_row(
+            topic=plan.topic,
+            partition=window.partition,
+            segment_key=window.key,
+            base_offset=first,
+            last_offset=last,
+            error=message,
+            run_id=plan.run_id,
+        ),
+    )
+    return SegmentOutcome(
+        partition=window.partition,
+        key=window.key,
+        size_bytes=size,
+        records_dead_lettered=1,
+        quarantined=QuarantinedSegment(key=window.key, base_offset=first, last_offset=last, error=message),
+    )

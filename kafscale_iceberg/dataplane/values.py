@@ -1,0 +1,417 @@
+"""Record values as JSON, and mapping columns extracted from them with exact coercions.
+
+Parsing is per record with msgspec: without validation it decodes straight into a struct of the
+mapping's columns (other keys are checked for syntax and skipped without building objects), with
+validation into whole documents for `jsonschema`. What msgspec refuses but Go's `encoding/json`
+accepts (invalid UTF-8 or an unpaired `\\uD800` escape inside a string) is re-parsed with the
+standard library and becomes U+FFFD per invalid byte / escape, as in Go; `NaN`/`Infinity` are not
+JSON. Everything after parsing is a list comprehension or an Arrow kernel per column.
+
+Coercions, column by column (the top-level key with the column's name; anything else is null, and
+null in a required column makes the record invalid):
+
+- `boolean`: JSON `true`/`false` only.
+- `int` / `long`: JSON integers, parsed as integers (no float64 detour, so longs above 2^53 are
+  exact), range-checked (`int` is 32-bit); a number written with a fraction or exponent counts only
+  when it is integral and at most 2^53 in magnitude (`1.0`, `1e3`). The Go processor truncates
+  `1.9` to 1 and rounds large longs through float64: here both are null.
+- `float` / `double`: any JSON number (`float` is rounded to 32 bits; beyond its range it is ±inf).
+- `string`: JSON strings only. `binary`: a JSON string, as its UTF-8 bytes (as the Go processor).
+- `timestamp` (Iceberg `timestamp`, microseconds, UTC wall time): an RFC 3339 date-time string with
+  any offset and any number of fraction digits (converted to UTC; digits beyond microseconds are
+  truncated), or a JSON number of epoch **milliseconds** (how the Go processor reads numbers; a
+  fraction is rounded to the nearest microsecond). The Go processor stores milliseconds in the
+  microsecond column (a 1000x error); this does not.
+- `date`: `YYYY-MM-DD`, an RFC 3339 date-time (the UTC date of that instant, correct before 1970),
+  or a JSON integer number of days since 1970-01-01.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from operator import attrgetter
+from typing import Any, Final
+
+import msgspec
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from kafscale_iceberg.dataplane.schemas import arrow_type
+from kafscale_iceberg.domain.runs import ColumnType
+
+
+class _Sentinel:
+    __slots__ = ("_name",)
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __repr__(self) -> str:
+        return self._name
+
+
+NO_VALUE: Final = _Sentinel("NO_VALUE")
+"""The document of a record whose value is null, empty or not JSON: nothing to validate."""
+MISSING: Final = msgspec.UNSET
+"""A column's raw value when the document has no such top-level key (or is not an object)."""
+
+_INT32: Final = (-(2**31), 2**31 - 1)
+_INT64: Final = (-(2**63), 2**63 - 1)
+_EXACT_FLOAT_INT: Final = 2**53
+_MICROS_PER_DAY: Final = 86_400_000_000
+_GO_RFC3339: Final = (
+    r"^(?P<y>\d{4})-(?P<mo>\d{2})-(?P<d>\d{2})"
+    r"(?:[Tt](?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2})(?P<f>\.\d+)?(?P<z>[Zz]|[+-]\d{2}:\d{2}))?$"
+)
+
+
+@dataclass(frozen=True)
+class ReadValues:
+    """What `ValueReader.read` found in a batch of values.
+
+    `raw_columns[c][i]` is record `i`'s value of column `c`: `MISSING`, None (JSON null) or the JSON
+    value. `errors` maps records whose value is not JSON (or, when there are columns, not a JSON
+    object) to the reason. `documents` (only when asked for) holds each parsed value, `NO_VALUE`
+    for null, empty and erroneous values.
+    """
+
+    raw_columns: list[list[object]]
+    errors: dict[int, str]
+    documents: list[object] | None
+
+
+class ValueReader:
+    """Parses record values as JSON for a fixed set of top-level column names."""
+
+    def __init__(self, column_names: Sequence[str], *, documents: bool) -> None:
+        self._names = tuple(column_names)
+        self._documents = documents
+        fields = [(f"c{i}", Any, msgspec.UNSET) for i in range(len(self._names))]
+        rename = {f"c{i}": name for i, name in enumerate(self._names)}
+        self._row_type: Any = msgspec.defstruct("MappedColumns", fields, rename=rename, gc=False)
+        self._empty_row = self._row_type()
+        self._getters = [attrgetter(f"c{i}") for i in range(len(self._names))]
+        self._struct_decoder: Any = msgspec.json.Decoder(self._row_type)
+        self._any_decoder: Any = msgspec.json.Decoder()
+
+    def read(self, values: pa.Array) -> ReadValues:
+        """Parse every value of `values` (binary, nullable); see `ReadValues`."""
+        if self._documents:
+            return self._read_documents(values.to_pylist())
+        return self._read_rows(values.to_pylist())
+
+    def _read_rows(self, values: list[bytes | None]) -> ReadValues:
+        decode = self._struct_decoder.decode
+        failure = (msgspec.DecodeError, UnicodeDecodeError)
+        empty = self._empty_row
+        rows: list[Any] = []
+        append = rows.append
+        errors: dict[int, str] = {}
+        fallback: dict[int, dict[str, object]] = {}
+        for index, value in enumerate(values):
+            if not value:
+                append(empty)
+                continue
+            try:
+                append(decode(value))
+            except failure:
+                append(empty)
+                document = self._fallback(index, value, errors)
+                if type(document) is dict:
+                    fallback[index] = document
+        raw_columns = []
+        for name, getter in zip(self._names, self._getters, strict=True):
+            raw: list[object] = list(map(getter, rows))
+            for index, document in fallback.items():
+                raw[index] = document.get(name, MISSING)
+            raw_columns.append(raw)
+        return ReadValues(raw_columns, errors, None)
+
+    def _read_documents(self, values: list[bytes | None]) -> ReadValues:
+        decode = self._any_decoder.decode
+        failure = (msgspec.DecodeError, UnicodeDecodeError)
+        documents: list[object] = []
+        append = documents.append
+        errors: dict[int, str] = {}
+        for index, value in enumerate(values):
+            if not value:
+                append(NO_VALUE)
+                continue
+            try:
+                append(decode(value))
+            except failure:
+                document = self._fallback(index, value, errors)
+                append(NO_VALUE if index in errors else document)
+        if self._names:
+            for index, document in enumerate(documents):
+                if document is not NO_VALUE and document is not None and type(document) is not dict:
+                    errors[index] = _not_an_object(document)
+        objects = [d if type(d) is dict else _NO_KEYS for d in documents]
+        raw_columns: list[list[object]] = [[o.get(name, MISSING) for o in objects] for name in self._names]
+        return ReadValues(raw_columns, errors, documents)
+
+    def _fallback(self, index: int, value: bytes, errors: dict[int, str]) -> object:
+        """Parse what msgspec refused; record an error unless it is a JSON object or null."""
+        try:
+            document = loads_like_go(value)
+        except ValueError as exc:
+            errors[index] = f"value is not JSON: {exc}"
+            return NO_VALUE
+        if self._names and document is not None and type(document) is not dict:
+            errors[index] = _not_an_object(document)
+        return document
+
+
+_NO_KEYS: Final[dict[str, object]] = {}
+
+
+def _not_an_object(document: object) -> str:
+    kinds = {list: "an array", str: "a string", bool: "a boolean", int: "a number", float: "a number"}
+    return f"value is {kinds.get(type(document), 'not an object')}, not a JSON object: columns need an object"
+
+
+def _reject_constant(name: str) -> object:
+    raise ValueError(f"{name} is not a JSON value")
+
+
+def loads_like_go(value: bytes) -> object:
+    """Parse JSON as Go does where msgspec refuses: invalid UTF-8 and unpaired surrogate escapes
+    inside strings become U+FFFD. Raises ValueError for what is not JSON."""
+    text = value.decode("utf-8", "surrogateescape")
+    document = json.loads(text, parse_constant=_reject_constant)
+    return _replace_lone_surrogates(document)
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _replace_lone_surrogates(document: object) -> object:
+    if isinstance(document, str):
+        return _LONE_SURROGATE.sub("\ufffd", document)
+    if isinstance(document, dict):
+        return {_replace_lone_surrogates(k): _replace_lone_surrogates(v) for k, v in document.items()}
+    if isinstance(document, list):
+        return [_replace_lone_surrogates(v) for v in document]
+    return document
+
+
+def coerce(raw: Sequence[object], column_type: ColumnType) -> pa.Array:
+    """The column of `column_type` from raw JSON values: null where missing, null or mistyped."""
+    return _COERCERS[column_type](raw)
+
+
+def describe_mismatch(value: object, column_type: ColumnType) -> str:
+    """Why `value` did not become a `column_type` (for dead-letter error text)."""
+    if value is MISSING:
+        return "missing"
+    if value is None:
+        return "null"
+    shown = json.dumps(value, ensure_ascii=False, default=str)
+    if len(shown) > 80:
+        shown = shown[:77] + "..."
+    return f"{shown} is not a valid {column_type.value}"
+
+
+def _booleans(raw: Sequence[object]) -> pa.Array:
+    return pa.array([x if x is True or x is False else None for x in raw], pa.bool_())
+
+
+def integer_from_float(x: float, low: int, high: int) -> int | None:
+    """`x` as an integer in [low, high] when it is integral and exact (at most 2^53), else None."""
+    if x.is_integer() and abs(x) <= _EXACT_FLOAT_INT:
+        value = int(x)
+        return value if low <= value <= high else None
+    return None
+
+
+def _integers(low: int, high: int, arrow: pa.DataType) -> Callable[[Sequence[object]], pa.Array]:
+    def convert(raw: Sequence[object]) -> pa.Array:
+        return pa.array(
+            [
+                x
+                if type(x) is int and low <= x <= high
+                else (integer_from_float(x, low, high) if type(x) is float else None)
+                for x in raw
+            ],
+            arrow,
+        )
+
+    return convert
+
+
+def _to_float(x: int | float) -> float | None:
+    try:
+        return float(x)
+    except OverflowError:  # an integer beyond float64 (only reachable through the stdlib fallback)
+        return None
+
+
+def _floats(arrow: pa.DataType) -> Callable[[Sequence[object]], pa.Array]:
+    def convert(raw: Sequence[object]) -> pa.Array:
+        return pa.array(
+            [x if type(x) is float else (_to_float(x) if type(x) is int else None) for x in raw],
+            arrow,
+        )
+
+    return convert
+
+
+def _strings(raw: Sequence[object]) -> pa.Array:
+    return pa.array([x if type(x) is str else None for x in raw], pa.string())
+
+
+def _binaries(raw: Sequence[object]) -> pa.Array:
+    return pa.array([x.encode() if type(x) is str else None for x in raw], pa.binary())
+
+
+def millis_to_micros(x: object) -> int | None:
+    """A JSON number of epoch milliseconds as epoch microseconds (None if not a number or out of range)."""
+    if type(x) is int:
+        micros = x * 1000
+    elif type(x) is float and np.isfinite(x):
+        micros = round(x * 1000)
+    else:
+        return None
+    return micros if _INT64[0] <= micros <= _INT64[1] else None
+
+
+def _timestamps(raw: Sequence[object]) -> pa.Array:
+    strings = pa.array([x if type(x) is str else None for x in raw], pa.string())
+    micros, valid = parse_datetimes(strings, require_time=True)
+    from_strings = pa.array(micros, pa.int64(), mask=~valid)
+    if _has_numbers(raw):
+        from_numbers = pa.array([millis_to_micros(x) for x in raw], pa.int64())
+        from_strings = pc.coalesce(from_strings, from_numbers)
+    return from_strings.cast(pa.timestamp("us"))
+
+
+def _has_numbers(raw: Sequence[object]) -> bool:
+    return any(type(x) is int or type(x) is float for x in raw)
+
+
+def days_from_number(x: object) -> int | None:
+    """A JSON number of days since 1970-01-01, when integral and in int32 range, else None."""
+    if type(x) is int:
+        return x if _INT32[0] <= x <= _INT32[1] else None
+    if type(x) is float:
+        return integer_from_float(x, *_INT32)
+    return None
+
+
+def _dates(raw: Sequence[object]) -> pa.Array:
+    strings = pa.array([x if type(x) is str else None for x in raw], pa.string())
+    micros, valid = parse_datetimes(strings, require_time=False)
+    days = np.floor_divide(micros, _MICROS_PER_DAY)
+    valid &= (days >= _INT32[0]) & (days <= _INT32[1])
+    from_strings = pa.array(days.astype(np.int32, copy=False), pa.int32(), mask=~valid)
+    if _has_numbers(raw):
+        from_numbers = pa.array([days_from_number(x) for x in raw], pa.int32())
+        from_strings = pc.coalesce(from_strings, from_numbers)
+    return from_strings.cast(pa.date32())
+
+
+def parse_datetimes(strings: pa.Array, *, require_time: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Vectorized RFC 3339 (and, unless `require_time`, `YYYY-MM-DD`) parsing to UTC epoch µs.
+
+    Returns `(micros, valid)`; `micros` is meaningless where `valid` is False (null, no match, or an
+    impossible date/time such as February 30, hour 24, second 60 or an offset hour of 24).
+
+    The usual case takes Arrow's ISO-8601 cast on the strings the strict pattern matched (Arrow
+    refuses the same impossible values); when that cast refuses anything (more than 6 fraction
+    digits, lower-case `t`/`z`, an impossible date), the whole batch takes the exact slow path.
+    """
+    count = len(strings)
+    if strings.null_count == count:  # also when empty
+        return np.zeros(count, np.int64), np.zeros(count, bool)
+    fast = _parse_datetimes_with_arrow(strings, require_time=require_time)
+    if fast is not None:
+        return fast
+    return _parse_datetimes_exactly(strings, require_time=require_time)
+
+
+def _parse_datetimes_with_arrow(
+    strings: pa.Array, *, require_time: bool
+) -> tuple[np.ndarray, np.ndarray] | None:
+    matched = pc.match_substring_regex(strings, _GO_RFC3339)
+    valid = np.asarray(matched.fill_null(False).to_numpy(zero_copy_only=False), dtype=bool)
+    lengths = np.asarray(pc.utf8_length(strings).fill_null(0).to_numpy(zero_copy_only=False))
+    date_only = valid & (lengths == 10)
+    if require_time:
+        valid &= ~date_only
+        date_only[:] = False
+    try:
+        if date_only.any():
+            if not np.array_equal(date_only, valid):
+                return None
+            days = pc.cast(pc.if_else(pa.array(valid), strings, None), pa.date32()).cast(pa.int32())
+            micros = np.asarray(days.fill_null(0).to_numpy(), dtype=np.int64) * _MICROS_PER_DAY
+            return micros, valid
+        parsed = pc.cast(pc.if_else(pa.array(valid), strings, None), pa.timestamp("us", "UTC"))
+    except pa.ArrowInvalid:
+        return None
+    micros = np.asarray(parsed.cast(pa.int64()).fill_null(0).to_numpy(), dtype=np.int64)
+    return micros, valid
+
+
+def _parse_datetimes_exactly(strings: pa.Array, *, require_time: bool) -> tuple[np.ndarray, np.ndarray]:
+    parts = pc.extract_regex(strings, _GO_RFC3339)
+    valid = np.asarray(parts.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+
+    def number(name: str, default: str = "0") -> np.ndarray:
+        field = pc.struct_field(parts, name).fill_null(default)
+        field = pc.if_else(pc.equal(field, ""), default, field)
+        return np.asarray(field.cast(pa.int64()).to_numpy(zero_copy_only=False), dtype=np.int64)
+
+    year, month, day = number("y"), number("mo", "1"), number("d", "1")
+    hour, minute, second = number("h"), number("mi"), number("s")
+    has_time = pc.not_equal(pc.struct_field(parts, "z").fill_null(""), "")
+    has_time_np = np.asarray(has_time.to_numpy(zero_copy_only=False), dtype=bool)
+    if require_time:
+        valid &= has_time_np
+    fraction = pc.utf8_rpad(pc.utf8_slice_codeunits(pc.struct_field(parts, "f").fill_null(""), 1, 7), 6, "0")
+    micros_of_second = np.asarray(fraction.cast(pa.int64()).to_numpy(zero_copy_only=False), dtype=np.int64)
+    zone = pc.struct_field(parts, "z").fill_null("")
+    zone = pc.if_else(pc.or_(pc.equal(zone, ""), pc.equal(pc.utf8_upper(zone), "Z")), "+00:00", zone)
+    zone_sign = np.where(np.asarray(pc.starts_with(zone, "-").to_numpy(zero_copy_only=False)), -1, 1)
+    zone_hours = np.asarray(pc.utf8_slice_codeunits(zone, 1, 3).cast(pa.int64()).to_numpy(), dtype=np.int64)
+    zone_minutes = np.asarray(pc.utf8_slice_codeunits(zone, 4, 6).cast(pa.int64()).to_numpy(), dtype=np.int64)
+
+    leap = (year % 4 == 0) & ((year % 100 != 0) | (year % 400 == 0))
+    month_index = np.clip(month, 1, 12) - 1
+    days_in_month = np.array([31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31], np.int64)[month_index]
+    days_in_month = days_in_month + ((month == 2) & leap)
+    valid &= (month >= 1) & (month <= 12) & (day >= 1) & (day <= days_in_month)
+    valid &= (hour < 24) & (minute < 60) & (second < 60) & (zone_hours < 24) & (zone_minutes < 60)
+
+    days = days_from_civil(year, month, day)
+    offset_minutes = zone_sign * (zone_hours * 60 + zone_minutes)
+    seconds = days * 86_400 + hour * 3600 + minute * 60 + second - offset_minutes * 60
+    return seconds * 1_000_000 + micros_of_second, valid
+
+
+def days_from_civil(year: np.ndarray, month: np.ndarray, day: np.ndarray) -> np.ndarray:
+    """Days since 1970-01-01 of proleptic Gregorian dates (H. Hinnant's algorithm, vectorized)."""
+    y = year - (month <= 2)
+    era = np.floor_divide(y, 400)
+    year_of_era = y - era * 400
+    day_of_year = (153 * (month + np.where(month > 2, -3, 9)) + 2) // 5 + day - 1
+    day_of_era = year_of_era * 365 + year_of_era // 4 - year_of_era // 100 + day_of_year
+    result: np.ndarray = era * 146_097 + day_of_era - 719_468
+    return result
+
+
+_COERCERS: dict[ColumnType, Callable[[Sequence[object]], pa.Array]] = {
+    ColumnType.BOOLEAN: _booleans,
+    ColumnType.INT: _integers(*_INT32, arrow_type(ColumnType.INT)),
+    ColumnType.LONG: _integers(*_INT64, arrow_type(ColumnType.LONG)),
+    ColumnType.FLOAT: _floats(arrow_type(ColumnType.FLOAT)),
+    ColumnType.DOUBLE: _floats(arrow_type(ColumnType.DOUBLE)),
+    ColumnType.STRING: _strings,
+    ColumnType.BINARY: _binaries,
+    ColumnType.TIMESTAMP: _timestamps,
+    ColumnType.DATE: _dates,
+}

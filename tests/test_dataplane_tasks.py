@@ -1,0 +1,67 @@
+"""One task run in this process (no Spark): offset ownership, control batches, what a report says."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from kafscale_iceberg.adapters.data_files import StagedFileStore
+from kafscale_iceberg.adapters.documents import DocumentStore
+from kafscale_iceberg.dataplane.reports import build_run_result
+from kafscale_iceberg.dataplane.tasks import plan_tasks, run_task
+from kafscale_iceberg.domain.runs import PlannedSegment, RunPlan, RunResult, RunStatus, RunTimings
+from kafscale_iceberg.segments.decode import Record
+from kafscale_iceberg.segments.encode import build_segment, encode_record_batch
+from kafscale_iceberg.segments.keys import format_segment_key
+from tests.support.spark_job import BASE_TIME_MS, SegmentFolder, make_plan, order_record
+
+
+def run_in_process(plan: RunPlan) -> tuple[list[int], RunResult]:
+    reports = [
+        run_task(plan, task, reader=DocumentStore(), sink=StagedFileStore())
+        for task in plan_tasks(plan, max_tasks=1, min_task_bytes=1)
+    ]
+    result = build_run_result(plan, reports, RunTimings(started_at_ms=0, ended_at_ms=0))
+    offsets = sorted(o for f in result.data_files for o in pq.read_table(f.uri).column("offset").to_pylist())
+    return offsets, result
+
+
+def test_overlapping_segments_never_write_an_offset_twice(tmp_path: Path) -> None:
+    folder = SegmentFolder(tmp_path / "segments")
+    folder.add_orders(0, 0, 20)
+    # A second segment that (wrongly) repeats offsets 15..19 before its own 20..29.
+    folder.add(0, [order_record(o, 0) for o in range(15, 30)])
+    first, second = folder.written[0]
+    fixed = PlannedSegment(key=second.key, base_offset=20, last_offset=29, size_bytes=second.size_bytes)
+    plan = make_plan(folder, str(tmp_path), ranges={0: (-1, 29)}, segments={0: [first, fixed]})
+
+    offsets, result = run_in_process(plan)
+
+    assert offsets == list(range(30))
+    assert result.counts.out_of_range == 5
+
+
+def test_offsets_of_control_batches_are_contained_not_gaps(tmp_path: Path) -> None:
+    data = [order_record(o, 0) for o in range(5)]
+    marker = Record(
+        offset=5, timestamp_ms=BASE_TIME_MS, key=b"\x00\x00\x00\x01", value=b"\x00\x00\x00\x00\x00\x00"
+    )
+    more = [order_record(o, 0) for o in range(6, 10)]
+    files = build_segment(
+        [encode_record_batch(data), encode_record_batch([marker], control=True), encode_record_batch(more)],
+        created_at_ms=BASE_TIME_MS,
+    )
+    folder = SegmentFolder(tmp_path / "segments")
+    key = format_segment_key(folder.namespace, folder.topic, 0, 0)
+    (folder.root / key).parent.mkdir(parents=True)
+    (folder.root / key).write_bytes(files.kfs)
+    segment = PlannedSegment(key=key, base_offset=0, last_offset=9, size_bytes=len(files.kfs))
+    plan = make_plan(folder, str(tmp_path), ranges={0: (-1, 9)}, segments={0: [segment]})
+
+    offsets, result = run_in_process(plan)
+
+    assert offsets == [0, 1, 2, 3, 4, 6, 7, 8, 9]
+    assert result.status is RunStatus.SUCCEEDED
+    assert result.partitions[0].gaps == ()
+    assert result.counts.control_batches == 1
