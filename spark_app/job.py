@@ -23,6 +23,7 @@ prefixes and are never listed.
 
 from __future__ import annotations
 
+import functools
 import gc
 import logging
 import os
@@ -116,10 +117,15 @@ class TaskRunner:
     def __call__(self, task_indexes: Iterable[int]) -> Iterator[str]:
         prepare_worker()
         plan = RunPlan.model_validate_json(self.plan_json)
-        reader = DocumentStore(self.s3)
-        sink = StagedFileStore(self.s3)
+        reader, sink = _worker_stores(self.s3)
         for task_index in task_indexes:
             yield run_task(plan, self.tasks[task_index], reader=reader, sink=sink).model_dump_json()
+
+
+@functools.cache
+def _worker_stores(s3: S3Settings) -> tuple[DocumentStore, StagedFileStore]:
+    """One reader and one sink per worker process and S3 settings (an S3 client is costly to make)."""
+    return DocumentStore(s3), StagedFileStore(s3)
 
 
 class _StaticZipImporter(zipimport.zipimporter):
