@@ -5,14 +5,15 @@ Run with `python -m bench.spark` (or `make bench-spark`). Workload: synthetic pi
 records (batches of 100), 4 partitions; the mapping extracts 7 columns (long, int, 2 strings,
 double, timestamp from RFC 3339, date) and the table is partitioned by `day(event_time)`.
 
-Measured, all on the same segments and the same plan (wall clock; best of `--repeats` warm runs in
-each of `--rounds` rounds over all configurations, since other load on a shared machine comes in
-bursts):
+Measured, all on the same segments and the same plan (wall clock, best run; the configurations
+are sampled interleaved - each warm Spark run is followed by a pipeline and a floor run, over
+`--rounds` rounds of a local[1] then a local[2] session - since other load on a shared machine
+comes in bursts):
 
 - spark local[N]: `spark_app.job.run_job` end to end (plan read, task planning, Spark tasks that
   fetch + decode + convert + write Parquet, result folding, result write). The session start and
   the first (cold: Python workers start, numba caches load) run are reported separately, from the
-  first round (later rounds start their session in the already running JVM).
+  first session of each kind (later sessions start in the already running JVM).
 - pyarrow pipeline: the same `run_task` code for all segments in this one process, no Spark.
 - floor: reading the same segment bytes, and writing the rows the job produced (held in memory
   beforehand) as Parquet with the same writer: no decoding, no conversion.
@@ -30,8 +31,9 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyarrow.parquet as pq
 
@@ -54,8 +56,11 @@ from kafscale_iceberg.domain.runs import (
     TableTarget,
     make_run_id,
 )
-from kafscale_iceberg.segments.generate import generate_segments, write_segments
+from kafscale_iceberg.segments.generate import CodecChoice, generate_segments, write_segments
 from kafscale_iceberg.segments.layout import Codec
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 TOPIC = "orders"
 COLUMNS = (
@@ -100,7 +105,7 @@ class Measure:
         return workload.records / self.seconds
 
 
-def make_workload(root: Path, *, partitions: int, segments: int, codec: Codec) -> Workload:
+def make_workload(root: Path, *, partitions: int, segments: int, codec: CodecChoice) -> Workload:
     """Generate segments under `root/segments` and a plan writing under `root/out`."""
     written = write_segments(
         str(root / "segments"),
@@ -155,15 +160,12 @@ def plan_uri(workload: Workload) -> str:
     return workload.plan.result_uri.rsplit("/", 1)[0] + "/plan.json"
 
 
-def best_of(repeats: int, run: Callable[[], None], before: Callable[[], None] | None = None) -> float:
-    best = float("inf")
-    for _ in range(repeats):
-        if before is not None:
-            before()
-        started = time.perf_counter()
-        run()
-        best = min(best, time.perf_counter() - started)
-    return best
+def timed(run: Callable[[], None], before: Callable[[], None] | None = None) -> float:
+    if before is not None:
+        before()
+    started = time.perf_counter()
+    run()
+    return time.perf_counter() - started
 
 
 def clear_output(workload: Workload) -> None:
@@ -171,23 +173,23 @@ def clear_output(workload: Workload) -> None:
         shutil.rmtree(uri, ignore_errors=True)
 
 
-def measure_pipeline(workload: Workload, repeats: int) -> tuple[Measure, list[DataFile]]:
+def pipeline_runner(workload: Workload) -> tuple[Callable[[], None], list[DataFile]]:
     """`run_task` over every segment in this process: the job without Spark. Also its files."""
     plan = workload.plan
     (task,) = plan_tasks(plan, max_tasks=1, min_task_bytes=1, max_task_bytes=2**62)
     files: list[DataFile] = []
 
     def run() -> None:
+        clear_output(workload)
         report = run_task(plan, task, reader=DocumentStore(), sink=StagedFileStore())
         assert report.failure is None, report.failure
         files[:] = report.data_files
 
-    run()  # warm: numba caches, imports
-    seconds = best_of(repeats, run, lambda: clear_output(workload))
-    return Measure("pyarrow pipeline", 1, seconds), files
+    run()  # warm: imports, numba caches; and the rows the floor writes
+    return run, files
 
 
-def measure_floor(workload: Workload, files: list[DataFile], repeats: int) -> Measure:
+def floor_runner(workload: Workload, files: list[DataFile]) -> Callable[[], None]:
     """Read the segment bytes and write the job's rows with the same Parquet writer; nothing else."""
     plan = workload.plan
     rows = [(dict(f.partition_values), pq.read_table(f.uri)) for f in files]
@@ -211,33 +213,63 @@ def measure_floor(workload: Workload, files: list[DataFile], repeats: int) -> Me
         writer.close()
 
     run()
-    return Measure("floor (read bytes + write rows)", 1, best_of(repeats, run))
+    return run
 
 
-def measure_spark(workload: Workload, cores: int, repeats: int) -> Measure:
-    """`run_job` in a fresh local[cores] session: session start, one cold run, best warm run."""
+def measure(workload: Workload, *, rounds: int, repeats: int) -> list[Measure]:
+    """Best wall times of every configuration, sampled interleaved over the whole benchmark.
+
+    Each round starts a local[1] then a local[2] session; inside each session every warm Spark run
+    is followed by a pipeline run and a floor run, so a burst of other load on the machine hits all
+    configurations alike instead of one.
+    """
     from spark_app.job import build_session, run_job
 
-    started = time.perf_counter()
-    spark = build_session(
-        master=f"local[{cores}]",
-        app_name=f"bench-local-{cores}",
-        conf={"spark.ui.enabled": "false", "spark.default.parallelism": str(cores)},
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    session_start = time.perf_counter() - started
-    try:
+    pipeline, files = pipeline_runner(workload)
+    floor = floor_runner(workload, files)
+    seconds: dict[str, list[float]] = {"spark1": [], "spark2": [], "pipeline": [], "floor": []}
+    first_session: dict[int, tuple[float, float]] = {}
+    for number in range(1, rounds + 1):
+        for cores in (1, 2):
+            started = time.perf_counter()
+            spark = build_session(
+                master=f"local[{cores}]",
+                app_name=f"bench-local-{cores}",
+                conf={"spark.ui.enabled": "false", "spark.default.parallelism": str(cores)},
+            )
+            spark.sparkContext.setLogLevel("ERROR")
+            session_start = time.perf_counter() - started
+            try:
 
-        def run() -> None:
-            result = run_job(spark, plan_uri(workload))
-            assert result.status.value == "succeeded", result.failure
+                def run_spark(session: SparkSession = spark) -> None:
+                    result = run_job(session, plan_uri(workload))
+                    assert result.status.value == "succeeded", result.failure
 
-        clear_output(workload)
-        cold = best_of(1, run)
-        warm = best_of(repeats, run, lambda: clear_output(workload))
-    finally:
-        spark.stop()
-    return Measure(f"spark local[{cores}]", cores, warm, cold_seconds=cold, session_start_s=session_start)
+                cold = timed(run_spark, lambda: clear_output(workload))
+                first_session.setdefault(cores, (session_start, cold))
+                for _ in range(repeats):
+                    seconds[f"spark{cores}"].append(timed(run_spark, lambda: clear_output(workload)))
+                    seconds["pipeline"].append(timed(pipeline))
+                    seconds["floor"].append(timed(floor))
+            finally:
+                spark.stop()
+        best = ", ".join(f"{name} {min(values):.2f} s" for name, values in seconds.items())
+        print(f"  after round {number}, best: {best}", flush=True)
+    sparks = [
+        Measure(
+            f"spark local[{cores}]",
+            cores,
+            min(seconds[f"spark{cores}"]),
+            cold_seconds=first_session[cores][1],
+            session_start_s=first_session[cores][0],
+        )
+        for cores in (1, 2)
+    ]
+    return [
+        *sparks,
+        Measure("pyarrow pipeline", 1, min(seconds["pipeline"])),
+        Measure("floor (read bytes + write rows)", 1, min(seconds["floor"])),
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -246,8 +278,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--segments", type=int, default=9, help="segments per partition (20,000 records each)"
     )
-    parser.add_argument("--codec", choices=[c.name.lower() for c in Codec], default="none")
-    parser.add_argument("--repeats", type=int, default=3, help="warm runs per configuration and round")
+    parser.add_argument(
+        "--codec",
+        choices=[*(c.name.lower() for c in Codec), "mixed"],
+        default="none",
+        help="batch compression; mixed cycles none, gzip, snappy, lz4, zstd",
+    )
+    parser.add_argument("--repeats", type=int, default=2, help="warm runs per configuration and session")
     parser.add_argument(
         "--rounds",
         type=int,
@@ -262,7 +299,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         started = time.perf_counter()
         workload = make_workload(
-            root, partitions=args.partitions, segments=args.segments, codec=Codec[args.codec.upper()]
+            root,
+            partitions=args.partitions,
+            segments=args.segments,
+            codec="mixed" if args.codec == "mixed" else Codec[args.codec.upper()],
         )
         print(
             f"workload: {workload.records:,} records, {workload.megabytes:.1f} MB of segments "
@@ -270,21 +310,7 @@ def main(argv: list[str] | None = None) -> int:
             f"generated in {time.perf_counter() - started:.1f} s; {os.cpu_count()} cores",
             flush=True,
         )
-        rounds: list[list[Measure]] = []
-        for number in range(1, args.rounds + 1):
-            spark1 = measure_spark(workload, 1, args.repeats)
-            spark2 = measure_spark(workload, 2, args.repeats)
-            pipeline, files = measure_pipeline(workload, args.repeats)
-            floor = measure_floor(workload, files, args.repeats)
-            rounds.append([spark1, spark2, pipeline, floor])
-            times = ", ".join(f"{m.name} {m.seconds:.2f} s" for m in rounds[-1])
-            print(f"  round {number}: {times}", flush=True)
-        best = [min(ms, key=lambda m: m.seconds) for ms in zip(*rounds, strict=True)]
-        # Session start and cold run from round 1: later rounds start their session in a warm JVM.
-        spark1, spark2, pipeline, floor = (
-            replace(b, cold_seconds=f.cold_seconds, session_start_s=f.session_start_s)
-            for b, f in zip(best, rounds[0], strict=True)
-        )
+        spark1, spark2, pipeline, floor = measure(workload, rounds=args.rounds, repeats=args.repeats)
         report(workload, [spark1, spark2, pipeline, floor])
         headline = {
             "mb_per_s_per_core": round(spark2.mb_per_s(workload) / 2, 1),

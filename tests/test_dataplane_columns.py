@@ -144,7 +144,7 @@ def _same(a: pa.Array, b: pa.Array) -> bool:
     return True
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(values_strategy, min_size=1, max_size=12))
 def test_scanned_columns_equal_parsed_columns(values: list[bytes | None]) -> None:
     array = pa.array(values, pa.binary())

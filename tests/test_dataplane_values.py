@@ -117,6 +117,8 @@ def test_scalar_coercions(raw: list[object], column_type: ColumnType, expected: 
         (1_795_132_800_123, dt.datetime(2026, 11, 20, 0, 0, 0, 123000)),
         (1_795_132_800_123.4567, dt.datetime(2026, 11, 20, 0, 0, 0, 123457)),
         (-1, dt.datetime(1969, 12, 31, 23, 59, 59, 999000)),
+        (1.7e305, None),
+        (10**20, None),
         (True, None),
     ],
 )

@@ -62,6 +62,8 @@ MISSING: Final = msgspec.UNSET
 _INT32: Final = (-(2**31), 2**31 - 1)
 _INT64: Final = (-(2**63), 2**63 - 1)
 _EXACT_FLOAT_INT: Final = 2**53
+# Milliseconds beyond this are outside int64 microseconds anyway (and NaN/inf fail the comparison).
+_MAX_FLOAT_MILLIS: Final = 1e16
 _MICROS_PER_DAY: Final = 86_400_000_000
 _GO_RFC3339: Final = (
     r"^(?P<y>\d{4})-(?P<mo>\d{2})-(?P<d>\d{2})"
@@ -272,7 +274,7 @@ def millis_to_micros(x: object) -> int | None:
     """A JSON number of epoch milliseconds as epoch microseconds (None if not a number or out of range)."""
     if type(x) is int:
         micros = x * 1000
-    elif type(x) is float and np.isfinite(x):
+    elif type(x) is float and abs(x) < _MAX_FLOAT_MILLIS:
         micros = round(x * 1000)
     else:
         return None
