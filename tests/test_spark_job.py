@@ -26,22 +26,13 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.transforms import DayTransform, IdentityTransform
 from pyiceberg.types import (
-    BinaryType,
-    BooleanType,
-    DateType,
-    DoubleType,
-    FloatType,
-    IntegerType,
-    LongType,
     NestedField,
-    StringType,
-    TimestampType,
 )
 from pyspark.sql import SparkSession
 
 from kafscale_iceberg.adapters.documents import DocumentStore
+from kafscale_iceberg.adapters.iceberg_tables import iceberg_type
 from kafscale_iceberg.domain.runs import (
-    ColumnType,
     CorruptSegmentPolicy,
     FailureKind,
     OffsetGap,
@@ -70,18 +61,6 @@ from tests.support.spark_job import (
 pytestmark = pytest.mark.slow
 # Several tasks even for these small runs, so the bin-packing and the report folding are exercised.
 SMALL_TASKS = TaskSizing(max_tasks=4, min_task_bytes=1)
-
-_ICEBERG_TYPES: dict[ColumnType, Any] = {
-    ColumnType.BOOLEAN: BooleanType(),
-    ColumnType.INT: IntegerType(),
-    ColumnType.LONG: LongType(),
-    ColumnType.FLOAT: FloatType(),
-    ColumnType.DOUBLE: DoubleType(),
-    ColumnType.STRING: StringType(),
-    ColumnType.BINARY: BinaryType(),
-    ColumnType.TIMESTAMP: TimestampType(),
-    ColumnType.DATE: DateType(),
-}
 
 
 # --- expectations, computed without the code under test ------------------------------------------
@@ -129,7 +108,7 @@ def read_rows(uris: Sequence[str]) -> list[dict[str, Any]]:
 def iceberg_schema(fields: Sequence[FieldSpec]) -> Schema:
     return Schema(
         *(
-            NestedField(field_id=i, name=f.name, field_type=_ICEBERG_TYPES[f.type], required=f.required)
+            NestedField(field_id=i, name=f.name, field_type=iceberg_type(f.type), required=f.required)
             for i, f in enumerate(fields, start=1)
         )
     )
