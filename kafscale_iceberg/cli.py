@@ -179,11 +179,18 @@ _COMMAND_GROUPS: dict[
     "segments": ("read and write KafScale segment files", _add_segments_commands),
 }
 
+_COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {}
+"""Top-level commands (`kafscale-iceberg run ...`): name -> (help, adds its arguments and `command`)."""
+
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser with every command group registered."""
+    """The argument parser with every command and command group registered."""
     parser = argparse.ArgumentParser(prog="kafscale-iceberg")
-    groups = parser.add_subparsers(dest="group", required=True, metavar="<group>")
+    groups = parser.add_subparsers(dest="group", required=True, metavar="<command>")
+    for name, (help_text, add_arguments) in _COMMANDS.items():
+        command_parser = groups.add_parser(name, help=help_text)
+        command_parser.set_defaults(name="")
+        add_arguments(command_parser)
     for name, (help_text, add_commands) in _COMMAND_GROUPS.items():
         group_parser = groups.add_parser(name, help=help_text)
         add_commands(group_parser.add_subparsers(dest="name", required=True, metavar="<command>"))
@@ -214,5 +221,6 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except (KafscaleIcebergError, OSError) as exc:
-        print(f"kafscale-iceberg {args.group} {args.name}: {exc}", file=sys.stderr)
+        where = " ".join(part for part in (args.group, args.name) if part)
+        print(f"kafscale-iceberg {where}: {exc}", file=sys.stderr)
         return 1
