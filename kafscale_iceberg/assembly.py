@@ -19,11 +19,16 @@ from kafscale_iceberg.exceptions import ConfigError
 if TYPE_CHECKING:
     from kafscale_iceberg.adapters.emr_serverless import EmrServerlessJobRunner
     from kafscale_iceberg.adapters.http_registry import HttpSchemaRegistry
+    from kafscale_iceberg.adapters.iceberg_tables import IcebergTableCommitter
+    from kafscale_iceberg.adapters.sqs_queues import SqsWorkQueue
+    from kafscale_iceberg.adapters.step_functions import StepFunctionsRunStarter
     from kafscale_iceberg.ports import CheckpointStore
     from kafscale_iceberg.services.commit import CommitService, TablePolicy
-    from kafscale_iceberg.services.launch import Launcher
+    from kafscale_iceberg.services.discovery import MetadataSource, TopicDiscovery
+    from kafscale_iceberg.services.launch import Launcher, RunStarter
+    from kafscale_iceberg.services.reconcile import Reconciler, RunTracker, TopicSignaller
     from kafscale_iceberg.services.route import Router
-    from kafscale_iceberg.services.run_steps import RunSteps
+    from kafscale_iceberg.services.run_steps import JobRunner, RunSteps
 
 CONFIG_ENV = "KAFSCALE_ICEBERG_CONFIG"
 STATE_MACHINE_ENV = "KAFSCALE_ICEBERG_STATE_MACHINE_ARN"
@@ -36,13 +41,16 @@ def load_config_from(location: str) -> KafscaleConfig:
 
 
 def config_from_environment() -> KafscaleConfig:
-    """The config named by `KAFSCALE_ICEBERG_CONFIG` (what the Lambda functions use)."""
+    """The config named by `KAFSCALE_ICEBERG_CONFIG` (what the Lambda functions use), with the stack's
+    `KAFSCALE_ICEBERG_*` deployment variables and secrets laid over it (`kafscale_iceberg.deployment`)."""
     location = os.environ.get(CONFIG_ENV, "")
     if not location:
         raise ConfigError(
             CONFIG_ENV, "environment variable is not set: point it at the config file (s3:// or path)"
         )
-    return load_config_from(location)
+    from kafscale_iceberg.deployment import load_deployed_config  # noqa: PLC0415
+
+    return load_deployed_config(location, os.environ)
 
 
 def default_owner_id() -> str:
@@ -125,17 +133,47 @@ class Assembly:
         )
 
     @cached_property
-    def router(self) -> Router:
+    def metadata_source(self) -> MetadataSource | None:
+        """KafScale's metadata snapshot in etcd (discovery's filter); None without etcd endpoints."""
+        if self.config.offsets.backend == "etcd":
+            return self.checkpoints
+        if not self.config.etcd.endpoints:
+            return None
+        from kafscale_iceberg.adapters.etcd_checkpoints import EtcdCheckpointStore  # noqa: PLC0415
+
+        etcd = self.config.etcd
+        return EtcdCheckpointStore(
+            list(etcd.endpoints),
+            key_prefix=self.config.offsets.key_prefix,
+            username=etcd.username or None,
+            password=etcd.password.get_secret_value() or None,
+        )
+
+    @cached_property
+    def discovery(self) -> TopicDiscovery:
+        """Topics and partitions to look at, per `discovery.mode`."""
+        from kafscale_iceberg.services.discovery import TopicDiscovery  # noqa: PLC0415
+
+        return TopicDiscovery(
+            self.config.discovery.mode, self.config.mapped_topics, self.segments, self.metadata_source
+        )
+
+    @cached_property
+    def work_queue(self) -> SqsWorkQueue:
+        """The FIFO work queue (`notifications.work_queue_url`): work items and topic signals."""
         import boto3  # noqa: PLC0415
 
         from kafscale_iceberg.adapters.sqs_queues import SqsWorkQueue  # noqa: PLC0415
+
+        url = self.config.notifications.work_queue_url
+        if not url:
+            raise ConfigError("notifications.work_queue_url", "is required here: the FIFO work queue URL")
+        return SqsWorkQueue(boto3.client("sqs", region_name=self.config.s3.region or None), url)
+
+    @cached_property
+    def router(self) -> Router:
         from kafscale_iceberg.services.route import Router, RouterSettings  # noqa: PLC0415
 
-        work_queue_url = self.config.notifications.work_queue_url
-        if not work_queue_url:
-            raise ConfigError(
-                "notifications.work_queue_url", "is required by the router: the FIFO work queue URL"
-            )
         mapped = self.config.mapped_topics
         return Router(
             RouterSettings(
@@ -144,25 +182,29 @@ class Assembly:
                 is_mapped=mapped.__contains__,
             ),
             self.segments,
-            SqsWorkQueue(boto3.client("sqs", region_name=self.config.s3.region or None), work_queue_url),
+            self.work_queue,
         )
 
     @cached_property
-    def launcher(self) -> Launcher:
-        """The AWS launcher: runs go to the state machine named by `KAFSCALE_ICEBERG_STATE_MACHINE_ARN`."""
+    def step_functions(self) -> StepFunctionsRunStarter:
+        """Runs go to the state machine named by `KAFSCALE_ICEBERG_STATE_MACHINE_ARN`."""
         import boto3  # noqa: PLC0415
 
         from kafscale_iceberg.adapters.step_functions import StepFunctionsRunStarter  # noqa: PLC0415
-        from kafscale_iceberg.services.launch import Launcher  # noqa: PLC0415
 
         arn = os.environ.get(STATE_MACHINE_ENV, "")
         if not arn:
             raise ConfigError(
                 STATE_MACHINE_ENV, "environment variable is not set: the run state machine's ARN"
             )
-        starter = StepFunctionsRunStarter(
+        return StepFunctionsRunStarter(
             boto3.client("stepfunctions", region_name=self.config.s3.region or None), arn
         )
+
+    def make_launcher(self, starter: RunStarter) -> Launcher:
+        """A launcher handing its runs to `starter`."""
+        from kafscale_iceberg.services.launch import Launcher  # noqa: PLC0415
+
         return Launcher(
             self.config,
             self.checkpoints,
@@ -171,20 +213,50 @@ class Assembly:
             starter,
             owner_id=self.owner_id,
             registry=self.registry,
+            partition_filter=self.discovery.partitions if self.metadata_source is not None else None,
         )
 
     @cached_property
-    def commits(self) -> CommitService:
-        """The commit step over the configured catalog (imports pyiceberg and pyarrow)."""
+    def launcher(self) -> Launcher:
+        """The AWS launcher: runs go to the state machine."""
+        return self.make_launcher(self.step_functions)
+
+    def make_reconciler(self, signaller: TopicSignaller, runs: RunTracker | None) -> Reconciler:
+        """A reconciler signalling through `signaller`, asking `runs` whether a lease holder still runs."""
+        from kafscale_iceberg.services.reconcile import Reconciler  # noqa: PLC0415
+
+        return Reconciler(
+            self.checkpoints,
+            self.segments,
+            self.discovery,
+            signaller,
+            runs=runs,
+            lease_ttl_seconds=self.config.offsets.lease_ttl_seconds,
+        )
+
+    @cached_property
+    def reconciler(self) -> Reconciler:
+        """The AWS reconciler: signals on the work queue, runs tracked by Step Functions."""
+        return self.make_reconciler(self.work_queue, self.step_functions)
+
+    @cached_property
+    def tables(self) -> IcebergTableCommitter:
+        """The configured catalog's tables (imports pyiceberg and pyarrow)."""
         from kafscale_iceberg.adapters.iceberg_catalog import (  # noqa: PLC0415
             CatalogSettings,
             load_iceberg_catalog,
         )
         from kafscale_iceberg.adapters.iceberg_tables import IcebergTableCommitter  # noqa: PLC0415
-        from kafscale_iceberg.services.commit import CommitService  # noqa: PLC0415
 
         catalog = load_iceberg_catalog(CatalogSettings.from_config(self.config))
-        return CommitService(IcebergTableCommitter(catalog), self.checkpoints)
+        return IcebergTableCommitter(catalog)
+
+    @cached_property
+    def commits(self) -> CommitService:
+        """The commit step over the configured catalog (imports pyiceberg and pyarrow)."""
+        from kafscale_iceberg.services.commit import CommitService  # noqa: PLC0415
+
+        return CommitService(self.tables, self.checkpoints)
 
     def table_policy(self, topic: str) -> TablePolicy:
         """What the commit step may do to `topic`'s table, from its mapping."""
@@ -195,12 +267,16 @@ class Assembly:
 
     def run_steps(self, *, with_commits: bool) -> RunSteps:
         """The run steps on EMR Serverless; `with_commits` loads the catalog (the commit function only)."""
+        return self.make_run_steps(self.emr_runner, with_commits=with_commits)
+
+    def make_run_steps(self, jobs: JobRunner, *, with_commits: bool) -> RunSteps:
+        """The run steps over `jobs` (EMR Serverless, or local Spark)."""
         from kafscale_iceberg.services.run_steps import RunSteps  # noqa: PLC0415
 
         return RunSteps(
             self.config.runs,
             self.checkpoints,
-            self.emr_runner,
+            jobs,
             self.documents,
             commits=self.commits if with_commits else None,
             mapping_policy=self.table_policy,

@@ -316,6 +316,17 @@ class RunNotCommittableError(KafscaleIcebergError):
         super().__init__(f"run {run_id!r} cannot be committed: {problem}")
 
 
+class RunAttemptEndedError(KafscaleIcebergError):
+    """A run id's attempt already ended without its outcome being recorded (its steps died).
+
+    The launcher records the attempt as lost and plans the range under the next attempt.
+    """
+
+    def __init__(self, run_id: str, problem: str) -> None:
+        self.run_id = run_id
+        super().__init__(f"run {run_id!r}: {problem}")
+
+
 class OffsetMismatchError(KafscaleIcebergError):
     """The committed offsets are not where the run starts: someone committed meanwhile. Terminal.
 
@@ -402,3 +413,15 @@ class DeadLetterAheadError(KafscaleIcebergError):
             "whose table commit never happened (nothing was written; commit that run from its result "
             "first, then plan again)"
         )
+
+
+class OffsetResetRefusedError(KafscaleIcebergError):
+    """An offset reset was refused before anything was written (`replay --reset-offsets`). Terminal.
+
+    Names the topic, the partition and offsets, why, and the reset that would be accepted.
+    """
+
+    def __init__(self, topic: str, problem: str) -> None:
+        self.topic = topic
+        self.problem = problem
+        super().__init__(f"refusing to reset the offsets of topic {topic!r}: {problem} (nothing was written)")

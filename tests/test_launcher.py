@@ -11,12 +11,13 @@ import pytest
 from kafscale_iceberg.adapters.documents import DocumentStore
 from kafscale_iceberg.adapters.s3_segments import S3SegmentStore, make_s3_client
 from kafscale_iceberg.adapters.sqlite_checkpoints import SqliteCheckpointStore
-from kafscale_iceberg.adapters.step_functions import StepFunctionsRunStarter
+from kafscale_iceberg.adapters.step_functions import StepFunctionsRunStarter, execution_arn
 from kafscale_iceberg.config import KafscaleConfig, config_from_mapping
 from kafscale_iceberg.domain.leases import LeaseGrant
 from kafscale_iceberg.domain.offsets import OffsetUpdate
 from kafscale_iceberg.domain.runs import RunPlan, make_run_id
 from kafscale_iceberg.domain.tickets import OUTCOME_NAME, RunTicket, run_document_uri
+from kafscale_iceberg.exceptions import TransientError
 from kafscale_iceberg.segments.keys import SegmentObjectKind, format_segment_key
 from kafscale_iceberg.services.launch import Launcher, LaunchOutcome, LaunchStatus, UnmappedTopicError
 from tests.support.moto import MotoEndpoint
@@ -185,3 +186,59 @@ def test_an_aborted_range_is_retried_under_the_next_attempt(world: World) -> Non
 def test_unmapped_topic_is_an_error(world: World) -> None:
     with pytest.raises(UnmappedTopicError, match="payments"):
         world.launcher.launch("payments")
+
+
+def test_a_run_whose_steps_died_unrecorded_is_replanned_under_the_next_attempt(world: World) -> None:
+    world.put(0, 0, 10)
+    first = world.launcher.launch("orders").ticket
+    assert first is not None
+    world.checkpoints.release_lease(first.grant)  # the lease lapsed: nobody renewed it
+    # While the execution still runs, the range is in flight: retried later, no lease kept.
+    with pytest.raises(TransientError, match="still executing"):
+        world.launcher.launch("orders")
+    assert world.checkpoints.read_lease_holder("orders") is None
+    # The execution ends without its abort step (the steps died): the attempt is spent.
+    world.sfn.stop_execution(executionArn=execution_arn(world.state_machine_arn, first.run_id))
+    outcome = world.launcher.launch("orders")
+    assert outcome.status is LaunchStatus.STARTED
+    second = outcome.ticket
+    assert second is not None
+    assert second.run_id == make_run_id("orders", [(0, -1, 9)], attempt=1)
+    lost = json.loads(
+        world.documents.read_text(
+            run_document_uri(world.config.runs.location, "orders", first.run_id, OUTCOME_NAME)
+        )
+    )
+    assert lost["status"] == "lost"
+    assert "ABORTED" in lost["reason"]
+    holder = world.checkpoints.read_lease_holder("orders")
+    assert holder is not None
+    assert holder.run_id == second.run_id
+
+
+def test_the_same_ticket_started_twice_is_one_execution(world: World) -> None:
+    world.put(0, 0, 10)
+    ticket = world.launcher.launch("orders").ticket
+    assert ticket is not None
+    starter = StepFunctionsRunStarter(world.sfn, world.state_machine_arn)
+    starter.start_run(ticket)
+    assert len(world.sfn.list_executions(stateMachineArn=world.state_machine_arn)["executions"]) == 1
+    assert starter.run_status(ticket.run_id) == "RUNNING"
+    assert starter.run_status("orders-nope-a0") is None
+
+
+def test_a_partition_filter_leaves_partitions_out(moto_server: MotoEndpoint, tmp_path: Path) -> None:
+    world = World(moto_server, tmp_path)
+    world.launcher = Launcher(
+        world.config,
+        world.checkpoints,
+        S3SegmentStore(make_s3_client(moto_server.s3_settings()), world.bucket, "prod"),
+        world.documents,
+        StepFunctionsRunStarter(world.sfn, world.state_machine_arn),
+        owner_id="test-launcher",
+        partition_filter=lambda topic: frozenset({1}),
+    )
+    world.put(0, 0, 10)
+    world.put(1, 0, 5)
+    plan = RunPlan.model_validate_json(world.documents.read_text(_plan_uri(world.launcher.launch("orders"))))
+    assert plan.end_offsets() == {1: 4}

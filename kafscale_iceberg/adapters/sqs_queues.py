@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from kafscale_iceberg.domain.events import WorkItem
+from kafscale_iceberg.domain.events import TopicSignal, WorkItem
 from kafscale_iceberg.exceptions import TransientError
 
 if TYPE_CHECKING:
@@ -40,16 +41,23 @@ class SqsWorkQueue:
 
     def send_work_items(self, items: Sequence[WorkItem]) -> None:
         """Enqueue `items` in batches of 10. Idempotent within SQS's 5-minute deduplication window."""
-        for start in range(0, len(items), _SQS_BATCH):
-            chunk = items[start : start + _SQS_BATCH]
+        self._send(items)
+
+    def signal(self, topic: str, reason: str) -> None:
+        """Enqueue a topic signal ("look at this topic again"); each signal is unique (a new nonce)."""
+        self._send([TopicSignal(topic=topic, reason=reason, nonce=uuid.uuid4().hex)])
+
+    def _send(self, messages: Sequence[WorkItem | TopicSignal]) -> None:
+        for start in range(0, len(messages), _SQS_BATCH):
+            chunk = messages[start : start + _SQS_BATCH]
             entries: list[SendMessageBatchRequestEntryTypeDef] = [
                 {
                     "Id": str(position),
-                    "MessageBody": item.model_dump_json(),
-                    "MessageGroupId": item.topic,
-                    "MessageDeduplicationId": item.deduplication_id,
+                    "MessageBody": message.model_dump_json(),
+                    "MessageGroupId": message.topic,
+                    "MessageDeduplicationId": message.deduplication_id,
                 }
-                for position, item in enumerate(chunk)
+                for position, message in enumerate(chunk)
             ]
             try:
                 response = self._sqs.send_message_batch(QueueUrl=self.queue_url, Entries=entries)
@@ -58,9 +66,9 @@ class SqsWorkQueue:
             failed = response.get("Failed", [])
             if failed:
                 reasons = "; ".join(
-                    f"{chunk[int(f['Id'])].key}: {f.get('Message', f['Code'])}" for f in failed
+                    f"{chunk[int(f['Id'])].deduplication_id}: {f.get('Message', f['Code'])}" for f in failed
                 )
-                raise QueueUnavailableError(f"{self.queue_url}: {len(failed)} work items not sent: {reasons}")
+                raise QueueUnavailableError(f"{self.queue_url}: {len(failed)} messages not sent: {reasons}")
 
 
 class SqsReceiver:

@@ -56,11 +56,12 @@ from kafscale_iceberg.domain.tickets import (
     OUTCOME_NAME,
     PLAN_NAME,
     RESULT_NAME,
+    RunOutcome,
     RunTicket,
     join_uri,
     run_document_uri,
 )
-from kafscale_iceberg.exceptions import KafscaleIcebergError
+from kafscale_iceberg.exceptions import KafscaleIcebergError, RunAttemptEndedError
 from kafscale_iceberg.ports import CheckpointStore
 from kafscale_iceberg.segments.layout import SegmentFooter
 
@@ -89,7 +90,10 @@ class RunStarter(Protocol):
     """Hands a planned run to the run steps (a Step Functions execution, or the local loop)."""
 
     def start_run(self, ticket: RunTicket) -> None:
-        """Start the steps of `ticket`'s run. Idempotent per run id."""
+        """Start the steps of `ticket`'s run. Idempotent per run id.
+
+        Raises `RunAttemptEndedError` when the run id's steps already ran and ended unrecorded.
+        """
 
 
 class UnmappedTopicError(KafscaleIcebergError):
@@ -130,9 +134,11 @@ class Launcher:
         *,
         owner_id: str,
         registry: SchemaRegistry | None = None,
+        partition_filter: Callable[[str], frozenset[int] | None] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._config = config
+        self._partition_filter = partition_filter
         self._checkpoints = checkpoints
         self._segments = segments
         self._documents = documents
@@ -141,11 +147,15 @@ class Launcher:
         self._registry = registry
         self._clock = clock
 
-    def launch(self, topic: str) -> LaunchOutcome:
+    def launch(
+        self, topic: str, *, ignore_min_batch: bool = False, retry_ended: bool = True
+    ) -> LaunchOutcome:
         """Plan and start a run for `topic` if it has pending segments and nobody runs it.
 
         Raises `UnmappedTopicError` for a topic without a mapping, and transient errors (store, S3,
         registry, job service) for the caller to retry; a claimed lease is released on any error.
+        A run id whose steps already ended unrecorded is recorded as lost and re-planned once under
+        the next attempt. `ignore_min_batch` plans whatever is pending now (`run --once`).
         """
         mapping = self._config.mapping_for(topic)
         if mapping is None:
@@ -155,7 +165,9 @@ class Launcher:
             return LaunchOutcome(topic, LaunchStatus.BUSY, detail=holder.describe())
         committed = self._checkpoints.load_committed_offsets(topic)
         selection = self._select(
-            topic, {p: committed.offset(p) for p in self._segments.list_partitions(topic)}
+            topic,
+            {p: committed.offset(p) for p in self._partitions(topic)},
+            ignore_min_batch=ignore_min_batch,
         )
         if selection.is_empty:
             return self._not_started(topic, selection)
@@ -172,9 +184,33 @@ class Launcher:
             return self._start(
                 topic, mapping=mapping, partitions=partitions, run_id=run_id, attempt=attempt, grant=claim
             )
+        except RunAttemptEndedError as exc:
+            self._checkpoints.release_lease(claim)
+            if not retry_ended:
+                raise
+            self._record_lost_attempt(topic, run_id, attempt, str(exc))
+            return self.launch(topic, ignore_min_batch=ignore_min_batch, retry_ended=False)
         except BaseException:
             self._checkpoints.release_lease(claim)
             raise
+
+    def _partitions(self, topic: str) -> list[int]:
+        """The topic's partitions in S3, less those the discovery filter (etcd metadata) leaves out."""
+        listed = self._segments.list_partitions(topic)
+        allowed = self._partition_filter(topic) if self._partition_filter else None
+        return listed if allowed is None else [p for p in listed if p in allowed]
+
+    def _record_lost_attempt(self, topic: str, run_id: str, attempt: int, reason: str) -> None:
+        """Record an attempt whose steps died unrecorded, so the range moves to the next attempt."""
+        outcome = RunOutcome(
+            status="lost", reason=reason, attempt=attempt, ended_at_ms=int(self._clock() * 1000)
+        )
+        uri = run_document_uri(self._config.runs.location, topic, run_id, OUTCOME_NAME)
+        self._documents.write_text(uri, outcome.model_dump_json())
+        logger.warning(
+            "run attempt ended without a recorded outcome; planning the next attempt",
+            extra={"topic": topic, "run_id": run_id, "reason": reason},
+        )
 
     def _start(
         self,
@@ -203,12 +239,12 @@ class Launcher:
         )
         return LaunchOutcome(topic, LaunchStatus.STARTED, ticket=ticket)
 
-    def _select(self, topic: str, committed: dict[int, int]) -> Selection:
+    def _select(self, topic: str, committed: dict[int, int], *, ignore_min_batch: bool) -> Selection:
         runs = self._config.runs
         limits = RunLimits(
             max_bytes=int(runs.max_bytes_per_run),
             max_segments=runs.max_segments_per_run,
-            min_bytes=int(runs.min_bytes_per_run),
+            min_bytes=0 if ignore_min_batch else int(runs.min_bytes_per_run),
             max_wait_seconds=runs.max_wait_seconds,
         )
         eligible: dict[int, list[ListedSegment]] = {}
@@ -236,7 +272,11 @@ class Launcher:
                     end_inclusive=end,
                     segments=tuple(
                         PlannedSegment(
-                            key=s.key, base_offset=s.base_offset, last_offset=last, size_bytes=s.size_bytes
+                            key=s.key,
+                            base_offset=s.base_offset,
+                            last_offset=last,
+                            size_bytes=s.size_bytes,
+                            last_modified_ms=s.last_modified_ms,
                         )
                         for s, last in zip(chosen.segments, chosen.last_offsets(end), strict=True)
                     ),

@@ -1,0 +1,394 @@
+"""The one-machine pipeline: the AWS flow's services wired into one process.
+
+What Lambda, SQS and Step Functions do in AWS, a plain loop does here, calling the same services:
+
+- **signals**: S3 notifications from `notifications.queue_url` (through the same `Router`) when a
+  queue is configured, and the `Reconciler` every `processor.poll_interval_seconds` — which, with no
+  queue, *is* discovery (the Go processor's polling), and with one, recovers lost notifications;
+- **launch**: `Launcher.launch(topic)` with a starter that hands the ticket back to this loop;
+- **steps**: `start_job` → `watch` (renewing the lease) until the job ends → `commit`, or `abort`
+  (outcome recorded, lease released, retried after the backoff) — the state machine, as a loop.
+
+Runs execute one at a time (a 2-core machine gains nothing from two Spark jobs at once), and after
+a commit the topic is launched again at once, so a backlog drains run after run.
+
+Stopping (`stop()`, SIGINT/SIGTERM in `run`) is checked between steps: a running job is cancelled
+and aborted (lease released, attempt recorded); a commit in progress completes. Either way nothing
+is half-committed, and the next start plans from the committed offsets.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING, Protocol
+
+from kafscale_iceberg.domain.events import WorkItem
+from kafscale_iceberg.domain.jobs import JobState
+from kafscale_iceberg.domain.runs import RunPlan, RunResult
+from kafscale_iceberg.domain.tickets import RunTicket
+from kafscale_iceberg.exceptions import KafscaleIcebergError, RunNotCommittableError
+from kafscale_iceberg.services.launch import LaunchStatus
+from kafscale_iceberg.services.run_steps import JobRunner, failure_reason
+
+if TYPE_CHECKING:
+    from kafscale_iceberg.adapters.sqs_queues import SqsReceiver
+    from kafscale_iceberg.assembly import Assembly
+    from kafscale_iceberg.services.launch import Launcher
+    from kafscale_iceberg.services.reconcile import Reconciler
+    from kafscale_iceberg.services.route import Router
+    from kafscale_iceberg.services.run_steps import RunSteps
+
+logger = logging.getLogger(__name__)
+
+_COMMIT_ATTEMPTS = 3
+_CANCEL_WAIT_S = 60.0
+
+
+class RunEnd(StrEnum):
+    """How a run driven by the loop ended."""
+
+    COMMITTED = "committed"
+    ABORTED = "aborted"
+    CANCELLED = "cancelled"
+
+
+@dataclass(frozen=True)
+class RunReport:
+    """One run, as the loop saw it."""
+
+    topic: str
+    run_id: str
+    end: RunEnd
+    seconds: float
+    segments: int = 0
+    records: int = 0
+    dead_lettered: int = 0
+    quarantined: int = 0
+    offsets: dict[int, int] = field(default_factory=dict)
+    reason: str = ""
+    retry_after_seconds: int = 0
+    consecutive_failures: int = 0
+
+
+class PipelineObserver(Protocol):
+    """What the loop tells the outside (progress display, metrics)."""
+
+    def run_started(self, ticket: RunTicket, plan: RunPlan) -> None: ...
+
+    def run_ended(self, report: RunReport, plan: RunPlan, result: RunResult | None) -> None: ...
+
+    def error(self, stage: str, topic: str | None, error: Exception) -> None: ...
+
+
+class _Inbox:
+    """Topics to look at: the router's work queue and the reconciler's signaller, in one."""
+
+    def __init__(self) -> None:
+        self._topics: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def send_work_items(self, items: Sequence[WorkItem]) -> None:
+        with self._lock:
+            for item in items:
+                self._topics.setdefault(item.topic, f"segment {item.key}")
+
+    def signal(self, topic: str, reason: str) -> None:
+        with self._lock:
+            self._topics.setdefault(topic, reason)
+
+    def drain(self) -> list[str]:
+        with self._lock:
+            topics = list(self._topics)
+            self._topics.clear()
+        return topics
+
+
+class _LocalStarter:
+    """The launcher's `RunStarter`: tickets come back to the loop, which drives them."""
+
+    def __init__(self) -> None:
+        self.tickets: deque[RunTicket] = deque()
+        self.active: set[str] = set()
+
+    def start_run(self, ticket: RunTicket) -> None:
+        self.tickets.append(ticket)
+
+    def is_running(self, run_id: str) -> bool | None:
+        """The reconciler's question: runs of this process are known; others' are not."""
+        return True if run_id in self.active else None
+
+
+@dataclass
+class OnceSummary:
+    """What `run --once` did: every run, and the topics left not fully committed (with why)."""
+
+    runs: list[RunReport] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+    blocked: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        """True when every pending topic was committed."""
+        return not self.failed
+
+
+class Pipeline:
+    """The one-machine loop (see the module docstring). Not thread-safe: one loop per instance."""
+
+    def __init__(
+        self,
+        assembly: Assembly,
+        runner: JobRunner,
+        *,
+        observer: PipelineObserver | None = None,
+        watch_interval_s: float = 0.5,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._assembly = assembly
+        self._runner = runner
+        self._observer = observer
+        self._watch_interval_s = watch_interval_s
+        self._clock = clock
+        self._starter = _LocalStarter()
+        self._inbox = _Inbox()
+        self.stopping = threading.Event()
+        self.launcher: Launcher = assembly.make_launcher(self._starter)
+        self.reconciler: Reconciler = assembly.make_reconciler(self._inbox, self._starter)
+        self.steps: RunSteps = assembly.make_run_steps(runner, with_commits=True)
+        self._router: Router | None = None
+        self._receiver: SqsReceiver | None = None
+
+    def stop(self) -> None:
+        """Ask the loop to stop at the next step boundary (safe from a signal handler)."""
+        self.stopping.set()
+
+    # -- run --once --------------------------------------------------------------------------------
+
+    def run_once(self, *, busy_wait_s: float | None = None) -> OnceSummary:
+        """Commit everything pending now, topic by topic, ignoring the minimum batch; never retries
+        a failed run (the summary says why it failed). A topic another process holds is waited for
+        up to `busy_wait_s` (default: twice the lease TTL)."""
+        ttl = self._assembly.config.offsets.lease_ttl_seconds
+        busy_wait_s = 2.0 * ttl if busy_wait_s is None else busy_wait_s
+        summary = OnceSummary()
+        for topic in self._assembly.discovery.discover().topics:
+            if self.stopping.is_set():
+                summary.failed.setdefault(topic, "stopped before this topic was processed")
+                continue
+            self._once_topic(topic, summary, busy_wait_s)
+        return summary
+
+    def _once_topic(self, topic: str, summary: OnceSummary, busy_wait_s: float) -> None:
+        busy_since: float | None = None
+        while not self.stopping.is_set():
+            try:
+                outcome = self.launcher.launch(topic, ignore_min_batch=True)
+            except KafscaleIcebergError as exc:
+                self._error("launch", topic, exc)
+                summary.failed[topic] = f"planning failed: {exc}"
+                return
+            if outcome.status is LaunchStatus.BUSY:
+                busy_since = self._clock() if busy_since is None else busy_since
+                if self._clock() - busy_since > busy_wait_s:
+                    summary.failed[topic] = f"busy for {busy_wait_s:.0f} s: {outcome.detail}"
+                    return
+                self.stopping.wait(1.0)
+                continue
+            if outcome.status is LaunchStatus.BLOCKED:
+                summary.blocked[topic] = outcome.detail
+            if outcome.status is not LaunchStatus.STARTED:
+                return
+            report = self.drive(self._starter.tickets.popleft())
+            summary.runs.append(report)
+            if report.end is not RunEnd.COMMITTED:
+                summary.failed[topic] = f"run {report.run_id} {report.end.value}: {report.reason}"
+                return
+        summary.failed.setdefault(topic, "stopped")
+
+    # -- run (continuous) --------------------------------------------------------------------------
+
+    def run_forever(self) -> None:
+        """Ingest as segments arrive until `stop()`: notifications (if configured) and a reconciler
+        pass every poll interval; failed topics are retried after their backoff."""
+        config = self._assembly.config
+        poll_s = float(config.processor.poll_interval_seconds)
+        next_pass = 0.0
+        retry_at: dict[str, float] = {}
+        while not self.stopping.is_set():
+            self._receive_notifications(wait_seconds=1 if config.notifications.queue_url else 0)
+            now = self._clock()
+            if now >= next_pass:
+                next_pass = now + poll_s
+                try:
+                    self.reconciler.reconcile()
+                except KafscaleIcebergError as exc:
+                    self._error("discover", None, exc)
+            due = [t for t, at in retry_at.items() if at <= now]
+            for topic in [*self._inbox.drain(), *due]:
+                retry_at.pop(topic, None)
+                delay = self.process_topic(topic)
+                if delay is not None:
+                    retry_at[topic] = self._clock() + delay
+            if not config.notifications.queue_url:
+                self.stopping.wait(min(1.0, max(0.0, next_pass - self._clock())))
+
+    def process_topic(self, topic: str) -> float | None:
+        """Launch and drive runs of `topic` until nothing is pending; seconds until a retry, if any."""
+        while not self.stopping.is_set():
+            try:
+                outcome = self.launcher.launch(topic)
+            except KafscaleIcebergError as exc:
+                self._error("launch", topic, exc)
+                return float(self._assembly.config.runs.retry_delay_seconds(1))
+            if outcome.status is LaunchStatus.WAITING:
+                return outcome.wait_seconds
+            if outcome.status is not LaunchStatus.STARTED:
+                return None  # idle, busy (the holder re-checks when it ends), blocked (next event)
+            report = self.drive(self._starter.tickets.popleft())
+            if report.end is not RunEnd.COMMITTED:
+                return float(report.retry_after_seconds)
+        return None
+
+    def _receive_notifications(self, *, wait_seconds: int) -> None:
+        url = self._assembly.config.notifications.queue_url
+        if not url:
+            return
+        if self._receiver is None:
+            self._router, self._receiver = self._notification_path(url)
+        assert self._router is not None
+        try:
+            messages = self._receiver.receive(wait_seconds=wait_seconds)
+        except KafscaleIcebergError as exc:
+            self._error("route", None, exc)
+            self.stopping.wait(1.0)
+            return
+        for message in messages:
+            try:
+                self._router.route_message(message.body, message.message_id)
+            except KafscaleIcebergError as exc:
+                # Left on the queue: redelivered after its visibility timeout (an incomplete segment),
+                # and moved to its dead-letter queue by the redrive policy when it never routes.
+                self._error("route", None, exc)
+                continue
+            self._receiver.delete(message)
+
+    def _notification_path(self, url: str) -> tuple[Router, SqsReceiver]:
+        import boto3  # noqa: PLC0415
+
+        from kafscale_iceberg.adapters.sqs_queues import SqsReceiver  # noqa: PLC0415
+        from kafscale_iceberg.services.route import Router, RouterSettings  # noqa: PLC0415
+
+        config = self._assembly.config
+        settings = self._assembly.s3_settings
+        client = boto3.client("sqs", endpoint_url=settings.endpoint_url, region_name=settings.region)
+        router = Router(
+            RouterSettings(
+                bucket=config.s3.bucket,
+                namespace=config.s3.namespace,
+                is_mapped=config.mapped_topics.__contains__,
+            ),
+            self._assembly.segments,
+            self._inbox,
+        )
+        return router, SqsReceiver(client, url)
+
+    # -- one run -----------------------------------------------------------------------------------
+
+    def drive(self, ticket: RunTicket) -> RunReport:
+        """Take one launched run through its steps: start, watch, then commit or abort."""
+        started = self._clock()
+        self._starter.active.add(ticket.run_id)
+        plan = RunPlan.model_validate_json(self._assembly.documents.read_text(ticket.plan_uri))
+        if self._observer:
+            self._observer.run_started(ticket, plan)
+        try:
+            report, result = self._drive(ticket, plan, started)
+        finally:
+            self._starter.active.discard(ticket.run_id)
+        if self._observer:
+            self._observer.run_ended(report, plan, result)
+        return report
+
+    def _drive(self, ticket: RunTicket, plan: RunPlan, started: float) -> tuple[RunReport, RunResult | None]:
+        try:
+            ticket = self.steps.start_job(ticket)
+        except KafscaleIcebergError as exc:
+            self._error("job", ticket.topic, exc)
+            return self._abort(ticket, plan, started, f"the job could not start: {exc}"), None
+        while True:
+            watched = self.steps.watch(ticket)
+            if watched.is_final:
+                break
+            if self.stopping.is_set():
+                return self._cancel(ticket, plan, started), None
+            self.stopping.wait(self._watch_interval_s)
+        if watched.status.state is not JobState.SUCCEEDED or watched.lease_lost:
+            reason = failure_reason(watched.status, lease_lost=watched.lease_lost)
+            return self._abort(ticket, plan, started, reason), self._result(plan)
+        return self._commit(ticket, plan, started)
+
+    def _commit(self, ticket: RunTicket, plan: RunPlan, started: float) -> tuple[RunReport, RunResult | None]:
+        result = self._result(plan)
+        for attempt in range(1, _COMMIT_ATTEMPTS + 1):
+            try:
+                outcome = self.steps.commit(ticket)
+                break
+            except RunNotCommittableError as exc:
+                self._error("sink", ticket.topic, exc)
+                return self._abort(ticket, plan, started, str(exc)), result
+            except KafscaleIcebergError as exc:
+                self._error("sink", ticket.topic, exc)
+                if not exc.transient or attempt == _COMMIT_ATTEMPTS:
+                    return self._abort(ticket, plan, started, f"commit failed: {exc}"), result
+                time.sleep(attempt)
+        report = RunReport(
+            topic=ticket.topic,
+            run_id=ticket.run_id,
+            end=RunEnd.COMMITTED,
+            seconds=self._clock() - started,
+            segments=sum(len(p.segments) for p in plan.partitions),
+            records=result.counts.written if result else 0,
+            dead_lettered=result.counts.dead_lettered if result else 0,
+            quarantined=sum(len(p.quarantined) for p in result.partitions) if result else 0,
+            offsets=dict(outcome.offsets),
+        )
+        return report, result
+
+    def _cancel(self, ticket: RunTicket, plan: RunPlan, started: float) -> RunReport:
+        job_id = ticket.job_id or ticket.run_id
+        self._runner.cancel(job_id)
+        deadline = self._clock() + _CANCEL_WAIT_S
+        while not self._runner.status(job_id).state.is_final and self._clock() < deadline:
+            time.sleep(0.2)
+        report = self._abort(ticket, plan, started, "stopped: the job was cancelled at shutdown")
+        return RunReport(**{**report.__dict__, "end": RunEnd.CANCELLED})
+
+    def _abort(self, ticket: RunTicket, plan: RunPlan, started: float, reason: str) -> RunReport:
+        aborted = self.steps.abort(ticket, reason)
+        return RunReport(
+            topic=ticket.topic,
+            run_id=ticket.run_id,
+            end=RunEnd.ABORTED,
+            seconds=self._clock() - started,
+            segments=sum(len(p.segments) for p in plan.partitions),
+            reason=reason,
+            retry_after_seconds=aborted.resignal_after_seconds,
+            consecutive_failures=aborted.consecutive_failures,
+        )
+
+    def _result(self, plan: RunPlan) -> RunResult | None:
+        try:
+            return RunResult.model_validate_json(self._assembly.documents.read_text(plan.result_uri))
+        except (KafscaleIcebergError, ValueError):
+            return None
+
+    def _error(self, stage: str, topic: str | None, error: Exception) -> None:
+        logger.error("%s failed: %s", stage, error, extra={"stage": stage, "topic": topic})
+        if self._observer:
+            self._observer.error(stage, topic, error)
