@@ -9,6 +9,7 @@ TTL is 1 s. Both stop with `stop()`.
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 import shutil
 import socket
@@ -62,6 +63,7 @@ def start_moto(region: str = DEFAULT_REGION) -> EmbeddedMoto:
         ) from None
     for name, value in {**DUMMY_CREDENTIALS, "AWS_DEFAULT_REGION": region}.items():
         os.environ.setdefault(name, value)
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one access-log line per request otherwise
     port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()

@@ -150,7 +150,7 @@ class Pipeline:
         watch_interval_s: float = 0.5,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._assembly = assembly
+        self.assembly = assembly
         self._runner = runner
         self._observer = observer
         self._watch_interval_s = watch_interval_s
@@ -168,16 +168,29 @@ class Pipeline:
         """Ask the loop to stop at the next step boundary (safe from a signal handler)."""
         self.stopping.set()
 
+    @property
+    def work_queue(self) -> _Inbox:
+        """The in-process work queue: work items and topic signals sent here are launched by the loop
+        (`run_forever`, or `process_signalled`). Replay enqueues here on one machine."""
+        return self._inbox
+
+    def process_signalled(self) -> list[str]:
+        """Launch every topic signalled so far (once each, draining their backlogs); the topics."""
+        topics = self._inbox.drain()
+        for topic in topics:
+            self.process_topic(topic)
+        return topics
+
     # -- run --once --------------------------------------------------------------------------------
 
     def run_once(self, *, busy_wait_s: float | None = None) -> OnceSummary:
         """Commit everything pending now, topic by topic, ignoring the minimum batch; never retries
         a failed run (the summary says why it failed). A topic another process holds is waited for
         up to `busy_wait_s` (default: twice the lease TTL)."""
-        ttl = self._assembly.config.offsets.lease_ttl_seconds
+        ttl = self.assembly.config.offsets.lease_ttl_seconds
         busy_wait_s = 2.0 * ttl if busy_wait_s is None else busy_wait_s
         summary = OnceSummary()
-        for topic in self._assembly.discovery.discover().topics:
+        for topic in self.assembly.discovery.discover().topics:
             if self.stopping.is_set():
                 summary.failed.setdefault(topic, "stopped before this topic was processed")
                 continue
@@ -216,7 +229,7 @@ class Pipeline:
     def run_forever(self) -> None:
         """Ingest as segments arrive until `stop()`: notifications (if configured) and a reconciler
         pass every poll interval; failed topics are retried after their backoff."""
-        config = self._assembly.config
+        config = self.assembly.config
         poll_s = float(config.processor.poll_interval_seconds)
         next_pass = 0.0
         retry_at: dict[str, float] = {}
@@ -245,7 +258,7 @@ class Pipeline:
                 outcome = self.launcher.launch(topic)
             except KafscaleIcebergError as exc:
                 self._error("launch", topic, exc)
-                return float(self._assembly.config.runs.retry_delay_seconds(1))
+                return float(self.assembly.config.runs.retry_delay_seconds(1))
             if outcome.status is LaunchStatus.WAITING:
                 return outcome.wait_seconds
             if outcome.status is not LaunchStatus.STARTED:
@@ -256,7 +269,7 @@ class Pipeline:
         return None
 
     def _receive_notifications(self, *, wait_seconds: int) -> None:
-        url = self._assembly.config.notifications.queue_url
+        url = self.assembly.config.notifications.queue_url
         if not url:
             return
         if self._receiver is None:
@@ -284,8 +297,8 @@ class Pipeline:
         from kafscale_iceberg.adapters.sqs_queues import SqsReceiver  # noqa: PLC0415
         from kafscale_iceberg.services.route import Router, RouterSettings  # noqa: PLC0415
 
-        config = self._assembly.config
-        settings = self._assembly.s3_settings
+        config = self.assembly.config
+        settings = self.assembly.s3_settings
         client = boto3.client("sqs", endpoint_url=settings.endpoint_url, region_name=settings.region)
         router = Router(
             RouterSettings(
@@ -293,7 +306,7 @@ class Pipeline:
                 namespace=config.s3.namespace,
                 is_mapped=config.mapped_topics.__contains__,
             ),
-            self._assembly.segments,
+            self.assembly.segments,
             self._inbox,
         )
         return router, SqsReceiver(client, url)
@@ -304,7 +317,7 @@ class Pipeline:
         """Take one launched run through its steps: start, watch, then commit or abort."""
         started = self._clock()
         self._starter.active.add(ticket.run_id)
-        plan = RunPlan.model_validate_json(self._assembly.documents.read_text(ticket.plan_uri))
+        plan = RunPlan.model_validate_json(self.assembly.documents.read_text(ticket.plan_uri))
         if self._observer:
             self._observer.run_started(ticket, plan)
         try:
@@ -384,7 +397,7 @@ class Pipeline:
 
     def _result(self, plan: RunPlan) -> RunResult | None:
         try:
-            return RunResult.model_validate_json(self._assembly.documents.read_text(plan.result_uri))
+            return RunResult.model_validate_json(self.assembly.documents.read_text(plan.result_uri))
         except (KafscaleIcebergError, ValueError):
             return None
 

@@ -74,6 +74,7 @@ class LocalSparkJobRunner:
         self._jobs: dict[str, _Job] = {}
         self._lock = threading.Lock()
         self._session: SparkSession | None = None
+        self._owns_session = False
         self._executor: ThreadPoolExecutor | None = None
         self.session_start_s = 0.0
 
@@ -138,9 +139,9 @@ class LocalSparkJobRunner:
         if self._executor is not None:
             self._executor.shutdown(wait=True, cancel_futures=True)
             self._executor = None
-        if self._session is not None:
+        if self._session is not None and self._owns_session:
             self._session.stop()
-            self._session = None
+        self._session = None
 
     # -- warm session ------------------------------------------------------------------------------
 
@@ -153,8 +154,12 @@ class LocalSparkJobRunner:
         if self._session is None:
             import time  # noqa: PLC0415
 
+            from pyspark import SparkContext  # noqa: PLC0415
+
             from spark_app.job import build_session  # noqa: PLC0415
 
+            # A session this process already runs (a test's, a notebook's) is used, and left running.
+            self._owns_session = getattr(SparkContext, "_active_spark_context", None) is None
             started = time.perf_counter()
             self._session = build_session(master=self.master, conf=self.spark_conf)
             self.session_start_s = time.perf_counter() - started

