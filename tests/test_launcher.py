@@ -51,10 +51,11 @@ class World:
         )
         self.checkpoints = SqliteCheckpointStore(tmp_path / "offsets.sqlite", lease_ttl_seconds=30)
         self.documents = DocumentStore(moto.s3_settings())
+        self.segment_client = make_s3_client(moto.s3_settings())
         self.launcher = Launcher(
             self.config,
             self.checkpoints,
-            S3SegmentStore(make_s3_client(moto.s3_settings()), self.bucket, "prod"),
+            S3SegmentStore(self.segment_client, self.bucket, "prod"),
             self.documents,
             StepFunctionsRunStarter(self.sfn, self.state_machine_arn),
             owner_id="test-launcher",
@@ -242,3 +243,24 @@ def test_a_partition_filter_leaves_partitions_out(moto_server: MotoEndpoint, tmp
     world.put(1, 0, 5)
     plan = RunPlan.model_validate_json(world.documents.read_text(_plan_uri(world.launcher.launch("orders"))))
     assert plan.end_offsets() == {1: 4}
+
+
+def test_planning_requests_do_not_grow_with_committed_segments(
+    moto_server: MotoEndpoint, tmp_path: Path
+) -> None:
+    """O(new segments): 10 or 60 committed segments cost the same S3 requests (`make bench-planning`
+    measures 10,000)."""
+    from bench.planning import counting
+
+    requests = []
+    for committed_segments in (10, 60):
+        world = World(moto_server, tmp_path / str(committed_segments))
+        for base in range(0, committed_segments * 10, 10):
+            world.put(0, base, 10)
+        world.commit({0: committed_segments * 10 - 1})
+        world.put(0, committed_segments * 10, 10)
+        world.put(0, committed_segments * 10 + 10, 10)
+        with counting(world.segment_client) as counts:
+            assert world.launcher.launch("orders").status is LaunchStatus.STARTED
+        requests.append(dict(counts))
+    assert requests[0] == requests[1] == {"ListObjectsV2": 2, "GetObject": 1}

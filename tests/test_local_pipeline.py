@@ -19,6 +19,7 @@ from pyspark.sql import SparkSession
 from kafscale_iceberg.adapters.iceberg_catalog import CatalogSettings, load_iceberg_catalog
 from kafscale_iceberg.assembly import Assembly
 from kafscale_iceberg.config import KafscaleConfig, config_from_mapping
+from kafscale_iceberg.local.embedded import notified_bucket
 from kafscale_iceberg.local.pipeline import Pipeline, RunEnd
 from kafscale_iceberg.local.spark_runner import LocalSparkJobRunner
 from kafscale_iceberg.segments.keys import SegmentObjectKind, format_segment_key
@@ -45,10 +46,12 @@ class World:
     ) -> None:
         self.moto = moto
         self.s3: Any = moto.client("s3")
-        self.bucket = moto.new_bucket()
         notify: dict[str, str] = {}
         if notifications:
-            notify["queue_url"] = self._notifying_queue()
+            self.bucket = f"test-{uuid4().hex[:12]}"
+            notify["queue_url"] = notified_bucket(moto.url, moto.region, self.bucket, f"events-{self.bucket}")
+        else:
+            self.bucket = moto.new_bucket()
         self.config: KafscaleConfig = config_from_mapping(
             {
                 "s3": {
@@ -87,18 +90,6 @@ class World:
         self.assembly = Assembly(self.config, owner_id="test-pipeline")
         self.runner = LocalSparkJobRunner(master="local[2]", s3=self.assembly.s3_settings)
         self.pipeline = Pipeline(self.assembly, self.runner, watch_interval_s=0.1)
-
-    def _notifying_queue(self) -> str:
-        sqs: Any = self.moto.client("sqs")
-        url: str = sqs.create_queue(QueueName=f"events-{self.bucket}")["QueueUrl"]
-        arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
-        self.s3.put_bucket_notification_configuration(
-            Bucket=self.bucket,
-            NotificationConfiguration={
-                "QueueConfigurations": [{"QueueArn": arn, "Events": ["s3:ObjectCreated:*"]}]
-            },
-        )
-        return url
 
     def put(self, partition: int, base: int, count: int, **options: Any) -> None:
         put_segment(self.s3, self.bucket, NAMESPACE, TOPIC, partition, base, count, **options)

@@ -299,6 +299,8 @@ class SqliteCheckpointStore:
             ) from exc
 
     def _connect(self) -> sqlite3.Connection:
+        if not self._schema_ready:
+            self._path.parent.mkdir(parents=True, exist_ok=True)  # the default path is a relative folder
         db = sqlite3.connect(self._path, timeout=self._busy_timeout_seconds, isolation_level=None)
         if not self._schema_ready:
             try:

@@ -33,7 +33,14 @@ import boto3
 import yaml
 
 from kafscale_iceberg.config import KafscaleConfig, config_from_mapping
-from kafscale_iceberg.local.embedded import EmbeddedEtcd, EmbeddedServiceError, start_etcd, start_moto
+from kafscale_iceberg.local.embedded import (
+    EmbeddedEtcd,
+    EmbeddedMoto,
+    EmbeddedServiceError,
+    notified_bucket,
+    start_etcd,
+    start_moto,
+)
 from kafscale_iceberg.local.pipeline import Pipeline
 from kafscale_iceberg.local.runtime import ProgressPrinter, open_pipeline
 from kafscale_iceberg.segments.decode import Record
@@ -209,7 +216,7 @@ class Demo:
                 self.say(f"   moto server (S3 + SQS) {moto.url}; etcd {etcd.url}")
             except EmbeddedServiceError as exc:
                 self.say(f"   moto server (S3 + SQS) {moto.url}; no etcd ({exc}); using the embedded store")
-            config = self._setup(moto.url, moto.region, etcd)
+            config = self._setup(moto, etcd)
             self._act(config, moto.url, moto.region)
         finally:
             if etcd is not None:
@@ -222,25 +229,10 @@ class Demo:
         self.say(f"\ndemo passed in {took:.0f} s: every check holds")
         return 0
 
-    def _setup(self, endpoint: str, region: str, etcd: EmbeddedEtcd | None) -> KafscaleConfig:
-        s3 = boto3.client("s3", endpoint_url=endpoint, region_name=region)
-        sqs = boto3.client("sqs", endpoint_url=endpoint, region_name=region)
-        s3.create_bucket(Bucket=BUCKET)
-        queue_url = sqs.create_queue(QueueName="kafscale-segment-events")["QueueUrl"]
-        arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"][
-            "QueueArn"
-        ]
-        s3.put_bucket_notification_configuration(
-            Bucket=BUCKET,
-            NotificationConfiguration={
-                "QueueConfigurations": [
-                    {
-                        "QueueArn": arn,
-                        "Events": ["s3:ObjectCreated:*"],
-                        "Filter": {"Key": {"FilterRules": [{"Name": "prefix", "Value": f"{NAMESPACE}/"}]}},
-                    }
-                ]
-            },
+    def _setup(self, moto: EmbeddedMoto, etcd: EmbeddedEtcd | None) -> KafscaleConfig:
+        endpoint, region = moto.url, moto.region
+        queue_url = notified_bucket(
+            endpoint, region, BUCKET, "kafscale-segment-events", prefix=f"{NAMESPACE}/"
         )
         document: dict[str, Any] = {
             "s3": {

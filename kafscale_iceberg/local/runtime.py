@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TextIO
@@ -21,6 +21,7 @@ from kafscale_iceberg.domain.runs import RunPlan, RunResult
 from kafscale_iceberg.domain.tickets import RunTicket
 from kafscale_iceberg.exceptions import KafscaleIcebergError
 from kafscale_iceberg.local.pipeline import Pipeline, PipelineObserver, RunEnd, RunReport
+from kafscale_iceberg.metrics import MetricsSink, record_abort, record_commit, record_error, record_status
 from kafscale_iceberg.services.run_steps import JobRunner
 
 
@@ -70,17 +71,40 @@ def make_runner(assembly: Assembly) -> JobRunner:
 
 @contextmanager
 def open_pipeline(
-    config: KafscaleConfig, *, observers: Sequence[PipelineObserver] = ()
+    config: KafscaleConfig,
+    *,
+    observers: Sequence[PipelineObserver] = (),
+    metrics: MetricsSink | None = None,
 ) -> Iterator[Pipeline]:
-    """A pipeline over `config`'s services and runner; the runner (and its Spark) closes on exit."""
+    """A pipeline over `config`'s services and runner; the runner (and its Spark) closes on exit.
+
+    With `metrics`, runs and errors are recorded there, and after each poll the status gauges
+    (lag, committed offsets, watermark timestamps, consecutive failures) are refreshed.
+    """
     assembly = Assembly(config)
     runner = make_runner(assembly)
+    observing = list(observers)
+    after_pass = None
+    if metrics is not None:
+        observing.append(MetricsObserver(metrics))
+        after_pass = _status_gauges(assembly, metrics)
     try:
-        yield Pipeline(assembly, runner, observer=Observers(observers) if observers else None)
+        yield Pipeline(
+            assembly, runner, observer=Observers(observing) if observing else None, after_pass=after_pass
+        )
     finally:
         close = getattr(runner, "close", None)
         if close is not None:
             close()
+
+
+def _status_gauges(assembly: Assembly, sink: MetricsSink) -> Callable[[], None]:
+    from kafscale_iceberg.services.status import StatusService  # noqa: PLC0415
+
+    service = StatusService(
+        assembly.config, assembly.checkpoints, assembly.segments, assembly.tables, assembly.documents
+    )
+    return lambda: record_status(sink, service.report())
 
 
 class Observers:
@@ -100,6 +124,39 @@ class Observers:
     def error(self, stage: str, topic: str | None, error: Exception) -> None:
         for observer in self._observers:
             observer.error(stage, topic, error)
+
+
+class MetricsObserver:
+    """The loop's runs and errors as the Go processor's metrics (and ours), into a `MetricsSink`."""
+
+    def __init__(self, sink: MetricsSink) -> None:
+        self._sink = sink
+
+    def run_started(self, ticket: RunTicket, plan: RunPlan) -> None:
+        """Nothing yet: a run is counted when it ends."""
+
+    def run_ended(self, report: RunReport, plan: RunPlan, result: RunResult | None) -> None:
+        if report.commit is not None:
+            committed = report.commit
+            record_commit(
+                self._sink,
+                committed.plan,
+                committed.result,
+                committed.outcome,
+                started_at=report.commit_started_at,
+                ended_at=report.commit_ended_at,
+            )
+        else:
+            record_abort(
+                self._sink,
+                report.topic,
+                report.consecutive_failures,
+                run_started_at=report.started_at,
+                ended_at=report.started_at + report.seconds,
+            )
+
+    def error(self, stage: str, topic: str | None, error: Exception) -> None:
+        record_error(self._sink, stage)
 
 
 class ProgressPrinter:
