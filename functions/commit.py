@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
-from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions.runtime import assembly
 from kafscale_iceberg.domain.tickets import RunTicket
+from kafscale_iceberg.exceptions import KafscaleIcebergError
+from kafscale_iceberg.metrics import EMF_NAMESPACE, EmfMetricsSink, record_commit, record_commit_failure
 
 logger = Logger(service="kafscale-iceberg-commit")
-metrics = Metrics(namespace="KafScaleIceberg", service="commit")
+metrics = Metrics(namespace=EMF_NAMESPACE, service="commit")
+sink = EmfMetricsSink(metrics)
 tracer = Tracer(service="kafscale-iceberg-commit")
 
 
@@ -22,12 +25,18 @@ tracer = Tracer(service="kafscale-iceberg-commit")
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Commit the run in the event's ticket; errors fail the state (retried, then aborted)."""
     ticket = RunTicket.model_validate(event["ticket"])
-    outcome = assembly().run_steps(with_commits=True).commit(ticket)
-    metrics.add_dimension(name="topic", value=ticket.topic)
-    metrics.add_metric(name="runs_committed_total", unit=MetricUnit.Count, value=1)
+    started = time.time()
+    try:
+        committed = assembly().run_steps(with_commits=True).commit_run(ticket)
+    except KafscaleIcebergError as exc:
+        record_commit_failure(sink, exc)
+        raise
+    record_commit(
+        sink, committed.plan, committed.result, committed.outcome, started_at=started, ended_at=time.time()
+    )
     return {
         "topic": ticket.topic,
         "run_id": ticket.run_id,
-        "table_committed": outcome.table_committed,
-        "offsets": {str(p): o for p, o in outcome.offsets.items()},
+        "table_committed": committed.outcome.table_committed,
+        "offsets": {str(p): o for p, o in committed.outcome.offsets.items()},
     }

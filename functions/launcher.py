@@ -9,16 +9,16 @@ from __future__ import annotations
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
-from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions.runtime import assembly, reject_or_raise
 from kafscale_iceberg.domain.events import parse_topic_message
 from kafscale_iceberg.exceptions import KafscaleIcebergError
-from kafscale_iceberg.services.launch import LaunchStatus
+from kafscale_iceberg.metrics import EMF_NAMESPACE, EmfMetricsSink, ErrorStage, record_error, record_launch
 
 logger = Logger(service="kafscale-iceberg-launcher")
-metrics = Metrics(namespace="KafScaleIceberg", service="launcher")
+metrics = Metrics(namespace=EMF_NAMESPACE, service="launcher")
+sink = EmfMetricsSink(metrics)
 tracer = Tracer(service="kafscale-iceberg-launcher")
 
 
@@ -44,11 +44,10 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
             outcome = assembly().launcher.launch(topic)
         except KafscaleIcebergError as exc:
             logger.error("launch failed", topic=topic, error=str(exc), transient=exc.transient)
-            metrics.add_metric(name="errors_total", unit=MetricUnit.Count, value=1)
+            record_error(sink, ErrorStage.LAUNCH)
             failures.extend({"itemIdentifier": r["messageId"]} for r in records)
             continue
         run_id = outcome.ticket.run_id if outcome.ticket else None
         logger.info("launch", topic=topic, status=outcome.status.value, run_id=run_id, detail=outcome.detail)
-        if outcome.status is LaunchStatus.STARTED:
-            metrics.add_metric(name="runs_started_total", unit=MetricUnit.Count, value=1)
+        record_launch(sink, outcome)
     return {"batchItemFailures": failures}

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
-from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
@@ -13,9 +12,11 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions.runtime import assembly, reject_or_raise
 from kafscale_iceberg.exceptions import KafscaleIcebergError
+from kafscale_iceberg.metrics import EMF_NAMESPACE, EmfMetricsSink, record_route, record_route_failure
 
 logger = Logger(service="kafscale-iceberg-router")
-metrics = Metrics(namespace="KafScaleIceberg", service="router")
+metrics = Metrics(namespace=EMF_NAMESPACE, service="router")
+sink = EmfMetricsSink(metrics)
 tracer = Tracer(service="kafscale-iceberg-router")
 processor = BatchProcessor(event_type=EventType.SQS)
 
@@ -25,12 +26,10 @@ def _route(record: SQSRecord) -> None:
         outcome = assembly().router.route_message(record.body, record.message_id)
     except KafscaleIcebergError as exc:
         logger.warning("notification not routed", message_id=record.message_id, error=str(exc))
-        metrics.add_metric(name="errors_total", unit=MetricUnit.Count, value=1)
+        record_route_failure(sink, exc)
         reject_or_raise(record.body, record.message_id, exc)
         return
-    metrics.add_metric(name="work_items_total", unit=MetricUnit.Count, value=len(outcome.items))
-    for reason, count in outcome.ignored.items():
-        metrics.add_metric(name=f"ignored_{reason}_total", unit=MetricUnit.Count, value=count)
+    record_route(sink, outcome)
 
 
 @logger.inject_lambda_context

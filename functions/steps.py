@@ -9,15 +9,16 @@ from __future__ import annotations
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
-from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions.runtime import assembly
 from kafscale_iceberg.domain.tickets import RunTicket
+from kafscale_iceberg.metrics import EMF_NAMESPACE, EmfMetricsSink, record_abort
 from kafscale_iceberg.services.run_steps import failure_reason
 
 logger = Logger(service="kafscale-iceberg-steps")
-metrics = Metrics(namespace="KafScaleIceberg", service="steps")
+metrics = Metrics(namespace=EMF_NAMESPACE, service="steps")
+sink = EmfMetricsSink(metrics)
 tracer = Tracer(service="kafscale-iceberg-steps")
 
 
@@ -58,9 +59,9 @@ def abort(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     ticket = _ticket(event)
     reason = str(event.get("reason") or event.get("error") or "run failed")
     result = assembly().run_steps(with_commits=False).abort(ticket, reason)
-    metrics.add_dimension(name="topic", value=ticket.topic)
-    metrics.add_metric(name="run_failures_total", unit=MetricUnit.Count, value=1)
-    metrics.add_metric(name="consecutive_failures", unit=MetricUnit.Count, value=result.consecutive_failures)
+    record_abort(
+        sink, ticket.topic, result.consecutive_failures, run_started_at=ticket.grant.claimed_at_ms / 1000
+    )
     return {
         "topic": ticket.topic,
         "resignal_after_seconds": result.resignal_after_seconds,

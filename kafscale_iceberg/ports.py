@@ -105,5 +105,10 @@ class TableCommitter(Protocol):
 
         `TableChangedError` when the table is no longer `expected` (nothing written);
         `CommitOutcomeUnknownError` when it may or may not have landed: re-read and verify.
+        `commit.delete_after` deletes rows in that same commit (an offset reset).
         """
+        ...
+
+    def count_rows(self, table: str, after: Mapping[int, int]) -> int:
+        """Rows of `table` whose `offset` is greater than `after[partition]` (what a reset would delete)."""
         ...

@@ -11,7 +11,13 @@ from typing import Any
 import pytest
 
 from functions import runtime
+from kafscale_iceberg.adapters.sqlite_checkpoints import SqliteCheckpointStore
 from kafscale_iceberg.domain.events import parse_work_item
+from kafscale_iceberg.domain.leases import LeaseGrant
+from kafscale_iceberg.domain.runs import RunCounts
+from kafscale_iceberg.domain.tickets import RunTicket
+from kafscale_iceberg.metrics import EMF_NAMESPACE
+from tests.support.iceberg_runs import RunFactory
 from tests.support.moto import MotoEndpoint
 from tests.support.segments import put_segment
 
@@ -35,6 +41,8 @@ class Stack:
     bucket: str
     work_url: str
     rejected_url: str
+    root: Path
+    checkpoints: SqliteCheckpointStore
 
 
 @pytest.fixture
@@ -46,10 +54,14 @@ def stack(moto_server: MotoEndpoint, tmp_path: Path, monkeypatch: pytest.MonkeyP
     rejected_url = sqs.create_queue(QueueName=f"{bucket}-rejected")["QueueUrl"]
     config = {
         "s3": {"bucket": bucket, "namespace": "production", "endpoint": moto_server.url, "path_style": True},
-        "iceberg": {"catalog": {"type": "glue"}, "warehouse": "s3://warehouse/w"},
+        "iceberg": {
+            "catalog": {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db"},
+            "warehouse": f"file://{tmp_path}/warehouse",
+        },
         "offsets": {"backend": "sqlite", "sqlite_path": str(tmp_path / "o.sqlite")},
-        "mappings": [{"topic": "orders", "table": "prod.orders"}],
+        "mappings": [{"topic": "orders", "table": "prod.orders", "create_table_if_missing": True}],
         "notifications": {"work_queue_url": work_url, "rejected_queue_url": rejected_url},
+        "runs": {"location": str(tmp_path / "runs")},
     }
     path = tmp_path / "config.yaml"
     path.write_text(json.dumps(config))
@@ -58,8 +70,35 @@ def stack(moto_server: MotoEndpoint, tmp_path: Path, monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("POWERTOOLS_METRICS_NAMESPACE", "KafScaleIceberg")
     monkeypatch.setenv("AWS_ENDPOINT_URL_SQS", moto_server.url)
     runtime.assembly.cache_clear()
-    yield Stack(s3, sqs, bucket, work_url, rejected_url)
+    yield Stack(
+        s3, sqs, bucket, work_url, rejected_url, tmp_path, SqliteCheckpointStore(tmp_path / "o.sqlite")
+    )
     runtime.assembly.cache_clear()
+
+
+def emf_records(stdout: str) -> list[dict[str, Any]]:
+    """The EMF records a handler printed (Powertools prints one JSON object per line)."""
+    return [json.loads(line) for line in stdout.splitlines() if line.startswith("{") and '"_aws"' in line]
+
+
+def emf_values(records: list[dict[str, Any]], metric: str) -> list[tuple[dict[str, Any], list[float]]]:
+    """Each record holding `metric`: its dimensions (name -> value) and the metric's values."""
+    found = []
+    for record in records:
+        (directive,) = record["_aws"]["CloudWatchMetrics"]
+        assert directive["Namespace"] == EMF_NAMESPACE
+        if metric in {m["Name"] for m in directive["Metrics"]}:
+            (dimensions,) = directive["Dimensions"]
+            found.append(({name: record[name] for name in dimensions}, record[metric]))
+    return found
+
+
+def _ticket(stack: Stack, run_id: str, *, plan_uri: str = "unused", attempt: int = 0) -> RunTicket:
+    grant = stack.checkpoints.claim_lease("orders", owner_id="launcher", run_id=run_id)
+    assert isinstance(grant, LeaseGrant)
+    return RunTicket(
+        topic="orders", run_id=run_id, plan_uri=plan_uri, grant=grant, attempt=attempt, job_id="j"
+    )
 
 
 def _router_event(bucket: str) -> dict[str, Any]:
@@ -77,7 +116,9 @@ def _drain(stack: Stack, url: str) -> list[dict[str, Any]]:
     return list(messages.get("Messages", []))
 
 
-def test_router_handler_turns_the_sample_notification_into_one_work_item(stack: Stack) -> None:
+def test_router_handler_turns_the_sample_notification_into_one_work_item(
+    stack: Stack, capsys: pytest.CaptureFixture[str]
+) -> None:
     from functions.router import handler
 
     put_segment(stack.s3, stack.bucket, "production", "orders", 0, 0, 5)
@@ -86,9 +127,14 @@ def test_router_handler_turns_the_sample_notification_into_one_work_item(stack: 
     (message,) = _drain(stack, stack.work_url)
     item = parse_work_item(message["Body"])
     assert (item.topic, item.partition, item.last_offset) == ("orders", 0, 4)
+    records = emf_records(capsys.readouterr().out)
+    assert emf_values(records, "work_items_total") == [({"topic": "orders", "service": "router"}, [1.0])]
+    assert emf_values(records, "errors_total") == []
 
 
-def test_router_handler_returns_an_incomplete_segment_for_redelivery(stack: Stack) -> None:
+def test_router_handler_returns_an_incomplete_segment_for_redelivery(
+    stack: Stack, capsys: pytest.CaptureFixture[str]
+) -> None:
     from functions.router import handler
 
     stack.s3.put_object(
@@ -98,9 +144,14 @@ def test_router_handler_returns_an_incomplete_segment_for_redelivery(stack: Stac
     response = handler(event, LambdaContext())
     assert response == {"batchItemFailures": [{"itemIdentifier": event["Records"][1]["messageId"]}]}
     assert _drain(stack, stack.work_url) == []
+    records = emf_records(capsys.readouterr().out)
+    assert emf_values(records, "notifications_deferred_total") == [({"service": "router"}, [1.0])]
+    assert emf_values(records, "errors_total") == []
 
 
-def test_router_handler_parks_a_hopeless_message_with_its_reason(stack: Stack) -> None:
+def test_router_handler_parks_a_hopeless_message_with_its_reason(
+    stack: Stack, capsys: pytest.CaptureFixture[str]
+) -> None:
     from functions.router import handler
 
     stack.s3.put_object(
@@ -113,6 +164,92 @@ def test_router_handler_parks_a_hopeless_message_with_its_reason(stack: Stack) -
     assert response == {"batchItemFailures": []}
     (rejected,) = _drain(stack, stack.rejected_url)
     assert "END!" in rejected["MessageAttributes"]["reason"]["StringValue"]
+    records = emf_records(capsys.readouterr().out)
+    assert emf_values(records, "errors_total") == [({"stage": "route", "service": "router"}, [1.0])]
+
+
+def test_launcher_handler_counts_the_started_run(
+    stack: Stack,
+    moto_server: MotoEndpoint,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from functions.launcher import handler
+
+    sfn: Any = moto_server.client("stepfunctions")
+    arn = sfn.create_state_machine(
+        name=f"runs-{stack.bucket}",
+        definition='{"StartAt": "Done", "States": {"Done": {"Type": "Succeed"}}}',
+        roleArn="arn:aws:iam::123456789012:role/steps",
+    )["stateMachineArn"]
+    monkeypatch.setenv("KAFSCALE_ICEBERG_STATE_MACHINE_ARN", arn)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_SFN", moto_server.url)
+    put_segment(stack.s3, stack.bucket, "production", "orders", 0, 0, 5)
+    event = json.loads((EVENTS / "launcher_sqs_fifo_work_items.json").read_text())
+
+    assert handler(event, LambdaContext(function_name="launcher")) == {"batchItemFailures": []}
+    records = emf_values(emf_records(capsys.readouterr().out), "runs_total")
+    assert records == [({"topic": "orders", "outcome": "started", "service": "launcher"}, [1.0])]
+    holder = stack.checkpoints.read_lease_holder("orders")
+    assert holder is not None
+
+
+def test_abort_handler_emits_the_failure_count_for_alarms(
+    stack: Stack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from functions.steps import abort
+
+    ticket = _ticket(stack, "orders-abc-a1", attempt=1)
+    response = abort({"ticket": ticket.model_dump(mode="json"), "reason": "job failed"}, LambdaContext())
+
+    assert response["topic"] == "orders"
+    records = emf_records(capsys.readouterr().out)
+    assert emf_values(records, "runs_total") == [
+        ({"topic": "orders", "outcome": "aborted", "service": "steps"}, [1.0])
+    ]
+    assert emf_values(records, "consecutive_failures") == [({"topic": "orders", "service": "steps"}, [2.0])]
+    assert emf_values(records, "errors_total") == [({"stage": "job", "service": "steps"}, [1.0])]
+    ((dimensions, (duration,)),) = emf_values(records, "run_duration_seconds")
+    assert dimensions == {"topic": "orders", "outcome": "aborted", "service": "steps"}
+    assert duration >= 0
+    assert stack.checkpoints.read_lease_holder("orders") is None
+
+
+def test_commit_handler_emits_the_runs_records_once(stack: Stack, capsys: pytest.CaptureFixture[str]) -> None:
+    from functions.commit import handler
+
+    runs = RunFactory(stack.root, table="prod.orders", dead_letter_table="prod.orders__dlq")
+    plan = runs.plan({0: (-1, 9), 1: (-1, 4)})
+    result = runs.result(plan, dead_letters={0: [3, 4]})
+    # The counts the Spark job reports beside its per-partition outcomes.
+    result = result.model_copy(update={"counts": RunCounts(written=13, dead_lettered=2, segments_read=2)})
+    plan_path = stack.root / "runs" / "orders" / plan.run_id / "plan.json"
+    plan_path.parent.mkdir(parents=True, exist_ok=True)
+    plan_path.write_text(plan.model_dump_json())
+    Path(plan.result_uri.removeprefix("file://")).write_text(result.model_dump_json())
+    ticket = _ticket(stack, plan.run_id, plan_uri=str(plan_path))
+
+    response = handler({"ticket": ticket.model_dump(mode="json")}, LambdaContext(function_name="commit"))
+
+    assert response["table_committed"] is True
+    assert response["offsets"] == {"0": 9, "1": 4}
+    records = emf_records(capsys.readouterr().out)
+    by_result = {d["result"]: v for d, v in emf_values(records, "records_total")}
+    assert by_result == {"written": [13.0], "invalid": [2.0], "dropped": [0.0], "quarantined": [0.0]}
+    assert emf_values(records, "runs_total") == [
+        ({"topic": "orders", "outcome": "committed", "service": "commit"}, [1.0])
+    ]
+    last_offsets = {r["partition"]: r["last_offset"] for r in records if "last_offset" in r}
+    assert last_offsets == {0: [9.0], 1: [4.0]}
+
+    retry = _ticket(stack, plan.run_id, plan_uri=str(plan_path))
+    again = handler({"ticket": retry.model_dump(mode="json")}, LambdaContext(function_name="commit"))
+    assert again["table_committed"] is False
+    records = emf_records(capsys.readouterr().out)
+    assert emf_values(records, "records_total") == []
+    assert emf_values(records, "runs_total") == [
+        ({"topic": "orders", "outcome": "already_committed", "service": "commit"}, [1.0])
+    ]
 
 
 def test_control_plane_functions_import_no_data_plane_libraries() -> None:

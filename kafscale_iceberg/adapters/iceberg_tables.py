@@ -16,11 +16,17 @@
   snapshot summary, built on exactly the snapshot the caller verified (see `commit`). pyiceberg's own
   commit retries are switched off for it: they re-apply a commit on top of a concurrent one without
   re-checking our offsets, which is the blind retry that duplicates data.
+- **Offset reset**: the same single transaction, with a row-level delete (`partition == P and
+  offset > N`) instead of files. pyiceberg 0.12 deletes copy-on-write: files whose rows all match are
+  dropped (a `delete` snapshot), files with some matching rows are rewritten without them (an
+  `overwrite` snapshot); one commit carries both, asserting the branch still points at the snapshot
+  verified. A delete matching nothing writes no snapshot: an empty append then carries the marker.
 """
 
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -33,6 +39,8 @@ from pyiceberg.exceptions import (
     TableAlreadyExistsError,
     ValidationException,
 )
+from pyiceberg.expressions import And, BooleanExpression, EqualTo, GreaterThan, Or, Reference
+from pyiceberg.expressions.literals import literal
 from pyiceberg.partitioning import PartitionField as IcebergPartitionField
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
@@ -61,6 +69,7 @@ from pyiceberg.types import (
 
 from kafscale_iceberg.adapters.iceberg_catalog import is_unreachable_error
 from kafscale_iceberg.domain.commits import (
+    SUMMARY_TOPIC,
     TableCommit,
     TableSpec,
     TableState,
@@ -272,14 +281,35 @@ class IcebergTableCommitter:
         """
         return _state_of(self._load(table), table, topic)
 
+    def last_commit_ms(self, table: str, topic: str) -> int | None:
+        """When `topic` was last committed to `table`: the newest snapshot on the current lineage whose
+        summary names the topic (`kafscale.topic`), Unix ms; None when no snapshot does (never
+        committed by this product, or expired).
+
+        Walks parent snapshots from the current one, so it costs O(snapshots since the topic's last
+        commit) in memory, no extra I/O. Raises like `read_state`.
+        """
+        metadata = self._load(table).metadata
+        by_id = {snapshot.snapshot_id: snapshot for snapshot in metadata.snapshots}
+        snapshot_id = metadata.current_snapshot_id
+        while snapshot_id is not None and snapshot_id in by_id:
+            snapshot = by_id[snapshot_id]
+            if snapshot.summary is not None and snapshot.summary.get(SUMMARY_TOPIC) == topic:
+                return snapshot.timestamp_ms
+            snapshot_id = snapshot.parent_snapshot_id
+        return None
+
     def commit(self, expected: TableState, commit: TableCommit) -> TableState:
         """Make ONE Iceberg commit: add `commit.file_uris`, record `commit.marker_after`, write the summary.
 
-        Builds on exactly `expected`: raises `TableChangedError` (nothing written) when the table's
-        snapshot or marker differ from it now, or when a concurrent commit wins the race. Raises
-        `DataFileRejectedError` when a file does not fit the table (nothing written), and
-        `CommitOutcomeUnknownError` when the catalog failed in a way that may or may not have applied
-        the commit - verify with `read_state` before anything else. Returns the state after the commit.
+        With `commit.delete_after`, the same commit first deletes every row of those partitions whose
+        `offset` is greater (copy-on-write: a `delete` and/or `overwrite` snapshot; when nothing
+        matches, an empty append carries the marker). Builds on exactly `expected`: raises
+        `TableChangedError` (nothing written) when the table's snapshot or marker differ from it now,
+        or when a concurrent commit wins the race. Raises `DataFileRejectedError` when a file does
+        not fit the table (nothing written), and `CommitOutcomeUnknownError` when the catalog failed
+        in a way that may or may not have applied the commit - verify with `read_state` before
+        anything else. Returns the state after the commit.
         """
         table = self._load(expected.table)
         now = _state_of(table, expected.table, commit.topic)
@@ -296,17 +326,27 @@ class IcebergTableCommitter:
             present = tuple(key for key in removals if key in table.properties)
             if present:
                 transaction.remove_properties(*present)
+            if commit.delete_after:
+                with warnings.catch_warnings():
+                    # Expected on a rerun or a table without rows there; the empty append below follows.
+                    warnings.filterwarnings("ignore", message="Delete operation did not match any records")
+                    transaction.delete(
+                        delete_filter=rows_after(commit.delete_after), snapshot_properties=commit.summary()
+                    )
             if commit.file_uris:
                 # Duplicate paths are ruled out by the offsets marker; pyiceberg's own check would read
                 # every manifest of the table on each commit.
                 transaction.add_files(
                     list(commit.file_uris), snapshot_properties=commit.summary(), check_duplicate_files=False
                 )
-            else:
-                # A run with no rows still moves the offsets: an empty append snapshot carries the marker.
+            elif transaction.table_metadata.current_snapshot_id == expected.snapshot_id:
+                # A run with no rows still moves the offsets (and a delete that matched nothing wrote
+                # no snapshot): an empty append snapshot carries the marker.
                 with transaction.update_snapshot(snapshot_properties=commit.summary()).fast_append():
                     pass
         except (ValueError, FileNotFoundError) as exc:
+            if commit.delete_after:
+                raise self._translate(f"delete the rows after offsets {commit.delete_after}", exc) from exc
             raise DataFileRejectedError(
                 expected.table, commit.run_id, f"{type(exc).__name__}: {exc}"
             ) from exc
@@ -326,6 +366,22 @@ class IcebergTableCommitter:
             ) from exc
         return _state_of(committed, expected.table, commit.topic)
 
+    def count_rows(self, table: str, after: Mapping[int, int]) -> int:
+        """How many rows of `table` have, for a partition of `after`, an `offset` greater than its value.
+
+        A scan reading the `partition` and `offset` columns of the files that may match. Raises
+        `TableMissingError`, `CatalogUnavailableError` or `CatalogError`.
+        """
+        loaded = self._load(table)
+        if not after:
+            return 0
+        try:
+            return loaded.scan(row_filter=rows_after(after), selected_fields=("partition", "offset")).count()
+        except OSError as exc:
+            raise CatalogUnavailableError(self._describe, f"count rows of {table!r}", str(exc)) from exc
+        except Exception as exc:
+            raise self._translate(f"count rows of {table!r}", exc) from exc
+
     def _load(self, identifier: str) -> Table:
         try:
             return self._catalog.load_table(identifier)
@@ -338,6 +394,23 @@ class IcebergTableCommitter:
         if is_unreachable_error(exc):
             return CatalogUnavailableError(self._describe, operation, f"{type(exc).__name__}: {exc}")
         return CatalogError(self._describe, operation, f"{type(exc).__name__}: {exc}")
+
+
+def rows_after(offsets: Mapping[int, int]) -> BooleanExpression:
+    """`(partition == P1 and offset > N1) or ...`: the rows after each partition's offset (base fields)."""
+    terms = [
+        And(
+            EqualTo(term=Reference("partition"), value=literal(p)),
+            GreaterThan(term=Reference("offset"), value=literal(o)),
+        )
+        for p, o in sorted(offsets.items())
+    ]
+    if not terms:
+        raise ValueError("rows_after needs at least one partition")
+    expression: BooleanExpression = terms[0]
+    for term in terms[1:]:
+        expression = Or(expression, term)
+    return expression
 
 
 def _state_of(table: Table, identifier: str, topic: str) -> TableState:

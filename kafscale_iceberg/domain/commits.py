@@ -7,7 +7,9 @@ Every commit of a run to a table writes, in ONE Iceberg commit (one snapshot):
   `kafscale.run-id`, `kafscale.topic`, `kafscale.start-offsets` (JSON `{partition: start_exclusive}`),
   `kafscale.offsets` (JSON `{partition: end_inclusive}`), and when the run quarantined segments
   `kafscale.quarantined` (JSON list, see `QuarantinedRange`); a replay of quarantined segments writes
-  `kafscale.replayed` instead of the offsets; an explicit offset reset adds `kafscale.reset`;
+  `kafscale.replayed` instead of the offsets; an explicit offset reset adds `kafscale.reset` (its
+  commit deletes the rows after the new offsets instead of adding files: pyiceberg's copy-on-write
+  delete writes a `delete` and/or an `overwrite` snapshot, both in that one commit);
 - table properties holding the table's whole record for the topic, which survive snapshot expiry:
   `kafscale.offsets.<topic>` (JSON `{partition: last committed offset, inclusive}`, every partition ever
   committed), `kafscale.run-id.<topic>` (the last run committed) and `kafscale.quarantine.<topic>`
@@ -224,6 +226,8 @@ class TableCommit:
     replayed: tuple[QuarantinedRange, ...] = ()
     reset: bool = False
     """An explicit offset reset (no files): the summary says so, start/end are before/after."""
+    delete_after: Mapping[int, int] = field(default_factory=dict)
+    """Rows to delete in the same commit: per partition, every row whose `offset` is greater (a reset)."""
 
     def summary(self) -> dict[str, str]:
         """The snapshot summary keys: what this snapshot added, for audit and recovery."""
@@ -285,6 +289,28 @@ def stand_dead_letters(
         return Standing.COMMITTED, ()
     inside = tuple(p for p in sorted(starts) if found[p] > starts[p])
     return (Standing.MISMATCH, inside) if inside else (Standing.READY, ())
+
+
+def ranges_straddling(
+    quarantined: Iterable[QuarantinedRange], offsets: Mapping[int, int]
+) -> tuple[QuarantinedRange, ...]:
+    """Quarantined ranges an offset reset would cut in two: `first <= offsets[partition] < last`.
+
+    A reset to such an offset would keep the range's dead-letter row (its `offset` is `first`) while
+    re-ingesting the rest of the segment, so it is refused; resets before or after a range are fine.
+    """
+    return tuple(
+        r
+        for r in quarantined
+        if r.partition in offsets and r.first_offset <= offsets[r.partition] < r.last_offset
+    )
+
+
+def ranges_after(
+    quarantined: Iterable[QuarantinedRange], offsets: Mapping[int, int]
+) -> tuple[QuarantinedRange, ...]:
+    """The quarantined ranges that lie wholly after the reset offsets of their partitions."""
+    return tuple(r for r in quarantined if r.partition in offsets and r.first_offset > offsets[r.partition])
 
 
 def advance_offsets(baseline: Mapping[int, int], ends: Mapping[int, int]) -> dict[int, int]:

@@ -94,6 +94,8 @@ class PlannedSegment(_Model):
     base_offset: Offset
     last_offset: Offset
     size_bytes: int = Field(ge=0)
+    last_modified_ms: int | None = None
+    """When the `.kfs` landed (S3 LastModified, Unix ms): the start of queue-to-start latency."""
 
     @model_validator(mode="after")
     def _offsets_ordered(self) -> PlannedSegment:

@@ -32,7 +32,7 @@ from kafscale_iceberg.domain.events import WorkItem
 from kafscale_iceberg.domain.jobs import JobState
 from kafscale_iceberg.domain.runs import RunPlan, RunResult
 from kafscale_iceberg.domain.tickets import RunTicket
-from kafscale_iceberg.exceptions import KafscaleIcebergError, RunNotCommittableError
+from kafscale_iceberg.exceptions import KafscaleIcebergError, RunAttemptEndedError, RunNotCommittableError
 from kafscale_iceberg.services.launch import LaunchStatus
 from kafscale_iceberg.services.run_steps import CommittedRun, JobRunner, failure_reason
 
@@ -120,8 +120,13 @@ class _LocalStarter:
     def __init__(self) -> None:
         self.tickets: deque[RunTicket] = deque()
         self.active: set[str] = set()
+        self.ended: set[str] = set()
 
     def start_run(self, ticket: RunTicket) -> None:
+        if ticket.run_id in self.ended:
+            # As Step Functions refuses an execution name twice: a range planned again after a
+            # reset gets the next attempt, so its job runs anew with today's settings.
+            raise RunAttemptEndedError(ticket.run_id, "this run id already ran in this process")
         self.tickets.append(ticket)
 
     def is_running(self, run_id: str) -> bool | None:
@@ -334,6 +339,7 @@ class Pipeline:
             report, result = self._drive(ticket, plan, started)
         finally:
             self._starter.active.discard(ticket.run_id)
+            self._starter.ended.add(ticket.run_id)
         if self._observer:
             self._observer.run_ended(report, plan, result)
         return report

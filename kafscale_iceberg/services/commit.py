@@ -37,6 +37,8 @@ from kafscale_iceberg.domain.commits import (
     TableSpec,
     TableState,
     advance_offsets,
+    ranges_after,
+    ranges_straddling,
     reconcile,
     stand_dead_letters,
     stand_run,
@@ -50,6 +52,7 @@ from kafscale_iceberg.exceptions import (
     CommitOutcomeUnknownError,
     DeadLetterAheadError,
     OffsetMismatchError,
+    OffsetResetRefusedError,
     RunNotCommittableError,
     TableChangedError,
     TableMissingError,
@@ -380,49 +383,28 @@ class CommitService:
     def reset_offsets(
         self, topic: str, tables: tuple[str, ...], offsets: Mapping[int, int], lease: LeaseGrant
     ) -> dict[int, int]:
-        """Set the topic's committed offsets on purpose (backwards included), in the tables and the store.
+        """Set the topic's committed offsets on purpose (backwards included) and delete the rows after them.
 
         The explicit reset behind "re-ingest a range" (`replay --reset-offsets`): since the table
         wins, a reset of the store alone would be undone. Each table in `tables` (the table, then its
-        dead-letter table) gets one empty commit recording the new offsets (summary `kafscale.reset`),
-        then the store is set, fenced by `lease`. Rows already in the tables stay: delete them first
-        if re-ingesting must not duplicate them. Idempotent; returns the offsets now committed.
+        dead-letter table) gets ONE Iceberg commit that deletes its rows of each partition whose
+        `offset` is after the new one, records the new offsets and drops the quarantined ranges lying
+        after them (summary `kafscale.reset`); then the store is set, fenced by `lease`. A table that
+        never recorded the topic (the Go processor's) records the store's offsets for its other
+        partitions, as its first commit would. A table already at the new offsets is left alone, so a
+        rerun after a crash at any point finishes the job and deletes nothing more: idempotent.
+
+        Raises `OffsetResetRefusedError` (nothing written) when a new offset falls inside a
+        quarantined range, `LeaseLostError`, `CommitConflictError` (transient: the table kept
+        changing), and the adapters' errors. Returns the offsets now committed.
         """
         if lease.topic != topic:
             raise ValueError(f"the lease given is for topic {lease.topic!r}, not {topic!r}")
         self._checkpoints.renew_lease(lease)
-        for table in tables:
-            for attempt in range(1, self._attempts + 1):
-                state = self._read_state_if_exists(table, topic)
-                if state is None or all(state.marker.offset(p) == o for p, o in offsets.items()):
-                    break
-                before = {p: state.marker.offset(p) for p in offsets}
-                commit = TableCommit(
-                    topic=topic,
-                    run_id=lease.run_id,
-                    file_uris=(),
-                    start_offsets=before,
-                    end_offsets=dict(offsets),
-                    marker_after=TableMarker(
-                        offsets={**(state.marker.offsets or {}), **offsets},
-                        run_id=state.marker.run_id,
-                        quarantined=state.marker.quarantined,
-                    ),
-                    reset=True,
-                )
-                try:
-                    self._tables.commit(state, commit)
-                except (TableChangedError, CommitOutcomeUnknownError):
-                    if attempt == self._attempts:
-                        raise
-                    self._sleep(self._backoff_s * attempt)
-                    continue
-                logger.warning(
-                    "committed offsets reset in the table",
-                    extra={"table": table, "topic": topic, "before": before, "after": dict(offsets)},
-                )
-                break
         stored = self._checkpoints.load_committed_offsets(topic)
+        self.check_reset(topic, tables, offsets)  # every refusal before any write
+        for table in tables:
+            self._reset_table(table, topic, offsets, lease, adopted=_offsets_of(stored))
         self._checkpoints.reset_offsets(
             lease,
             {
@@ -431,6 +413,84 @@ class CommitService:
             },
         )
         return dict(offsets)
+
+    def check_reset(self, topic: str, tables: tuple[str, ...], offsets: Mapping[int, int]) -> None:
+        """Raise `OffsetResetRefusedError` if `reset_offsets` would refuse these offsets now. Reads only.
+
+        Refused: an offset inside a quarantined range recorded in one of the tables (`first <=
+        offset < last`): the range's dead-letter row would stay while the rest of its segment is
+        re-ingested. Resets to just before a range, or to its end, are accepted.
+        """
+        for table in tables:
+            state = self._read_state_if_exists(table, topic)
+            if state is not None:
+                _refuse_cut_ranges(table, topic, state.marker.quarantined, offsets)
+
+    def _reset_table(
+        self,
+        table: str,
+        topic: str,
+        offsets: Mapping[int, int],
+        lease: LeaseGrant,
+        *,
+        adopted: Mapping[int, int],
+    ) -> None:
+        """One verified reset commit (delete + marker) to a table, unless it records `offsets` already."""
+        for attempt in range(1, self._attempts + 1):
+            state = self._read_state_if_exists(table, topic)
+            if state is None or _records(state, offsets):
+                return
+            _refuse_cut_ranges(table, topic, state.marker.quarantined, offsets)
+            self._checkpoints.renew_lease(lease)  # a delete may rewrite files for a while
+            current = dict(state.marker.offsets) if state.marker.offsets is not None else dict(adopted)
+            before = {p: current.get(p, NO_OFFSET) for p in offsets}
+            dropped = set(ranges_after(state.marker.quarantined, offsets))
+            commit = TableCommit(
+                topic=topic,
+                run_id=lease.run_id,
+                file_uris=(),
+                start_offsets=before,
+                end_offsets=dict(offsets),
+                marker_after=TableMarker(
+                    offsets={**current, **offsets},
+                    run_id=state.marker.run_id,
+                    quarantined=tuple(r for r in state.marker.quarantined if r not in dropped),
+                ),
+                reset=True,
+                delete_after=dict(offsets),
+            )
+            try:
+                after = self._tables.commit(state, commit)
+            except (TableChangedError, CommitOutcomeUnknownError) as exc:
+                logger.warning(
+                    "offset reset not confirmed; verifying before another attempt",
+                    extra={"table": table, "topic": topic, "attempt": attempt, "problem": str(exc)},
+                )
+                if attempt < self._attempts:
+                    self._sleep(self._backoff_s * attempt)
+                continue
+            logger.warning(
+                "committed offsets reset in the table; the rows after them deleted",
+                extra={
+                    "table": table,
+                    "topic": topic,
+                    "before": before,
+                    "after": dict(offsets),
+                    "snapshot_id": after.snapshot_id,
+                },
+            )
+            return
+        state = self._read_state_if_exists(table, topic)
+        if state is None or _records(state, offsets):
+            return
+        raise CommitConflictError(table, lease.run_id, self._attempts)
+
+    def count_rows_after(self, table: str, offsets: Mapping[int, int]) -> int | None:
+        """How many rows of `table` a reset to `offsets` would delete; None when the table does not exist."""
+        try:
+            return self._tables.count_rows(table, offsets)
+        except TableMissingError:
+            return None
 
     # -- quarantined segments ----------------------------------------------------------------------
 
@@ -637,6 +697,27 @@ def _repairs(stored: CommittedOffsets, differences: Mapping[int, tuple[int, int]
         partition: OffsetUpdate(offset=table_offset, last_timestamp_ms=_stored_timestamp(stored, partition))
         for partition, (_store_offset, table_offset) in differences.items()
     }
+
+
+def _records(state: TableState, offsets: Mapping[int, int]) -> bool:
+    """True when the table records exactly `offsets` for their partitions (a reset already made)."""
+    recorded = state.marker.offsets
+    return recorded is not None and all(recorded.get(p, NO_OFFSET) == o for p, o in offsets.items())
+
+
+def _refuse_cut_ranges(
+    table: str, topic: str, quarantined: tuple[QuarantinedRange, ...], offsets: Mapping[int, int]
+) -> None:
+    cut = ranges_straddling(quarantined, offsets)
+    if cut:
+        detail = "; ".join(
+            f"partition {r.partition}: a reset to offset {offsets[r.partition]} (re-ingesting from "
+            f"{offsets[r.partition] + 1}) cuts quarantined segment {r.segment_key} [{r.first_offset}, "
+            f"{r.last_offset}] recorded in {table!r}; re-ingest from offset {r.first_offset} (the whole "
+            f"segment) or from {r.last_offset + 1} instead"
+            for r in cut
+        )
+        raise OffsetResetRefusedError(topic, detail)
 
 
 def _stored_timestamp(stored: CommittedOffsets, partition: int) -> int:

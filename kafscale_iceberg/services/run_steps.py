@@ -59,6 +59,15 @@ class WatchResult:
 
 
 @dataclass(frozen=True)
+class CommittedRun:
+    """A committed run: its plan and result, and what the commit step did (what metrics need)."""
+
+    plan: RunPlan
+    result: RunResult
+    outcome: CommitOutcome
+
+
+@dataclass(frozen=True)
 class AbortResult:
     """What the abort step decided."""
 
@@ -128,6 +137,10 @@ class RunSteps:
 
         Raises `RunNotCommittableError` for a failed or foreign result: the run is then aborted.
         """
+        return self.commit_run(ticket).outcome
+
+    def commit_run(self, ticket: RunTicket) -> CommittedRun:
+        """`commit`, returning the plan and result read for it too (for `metrics.record_commit`)."""
         if self._commits is None:
             raise ValueError("this RunSteps was built without a commit service")
         plan = RunPlan.model_validate_json(self._documents.read_text(ticket.plan_uri))
@@ -144,7 +157,7 @@ class RunSteps:
                 "dead_lettered": result.counts.dead_lettered,
             },
         )
-        return outcome
+        return CommittedRun(plan=plan, result=result, outcome=outcome)
 
     def abort(self, ticket: RunTicket, reason: str) -> AbortResult:
         """Record the failed attempt, release the lease if still ours, and decide the retry. Idempotent."""

@@ -1,0 +1,45 @@
+"""Replay Lambda (the commit function's container image: it reads the table, and a reset deletes rows).
+
+Invoked by hand or by automation, never by a queue. Event (samples in `events/replay_*.json`):
+`{"topic": str, "partitions": [int] | null, "from_offset": int | null, "reset_offsets": bool,
+"confirm": "<topic>"}` - `confirm` must equal the topic when `reset_offsets` is true. An invalid
+event fails the invocation with a message naming the field; nothing is changed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from functions.runtime import assembly
+from kafscale_iceberg.commands.replay import build_replay_service
+from kafscale_iceberg.domain.replay import ReplayEvent
+from kafscale_iceberg.exceptions import KafscaleIcebergError
+
+logger = Logger(service="kafscale-iceberg-replay")
+metrics = Metrics(namespace="KafScaleIceberg", service="replay")
+tracer = Tracer(service="kafscale-iceberg-replay")
+
+
+@logger.inject_lambda_context
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """Replay (and with `reset_offsets`, first rebuild) the event's range; returns the outcome as JSON."""
+    try:
+        request = ReplayEvent.parse(event, source="replay event").request()
+        logger.append_keys(topic=request.topic)
+        outcome = build_replay_service(assembly()).replay(request)
+    except KafscaleIcebergError as exc:
+        logger.error("replay refused or failed", error=str(exc), transient=exc.transient)
+        metrics.add_metric(name="errors_total", unit=MetricUnit.Count, value=1)
+        raise
+    metrics.add_dimension(name="topic", value=request.topic)
+    metrics.add_metric(name="replay_segments_enqueued_total", unit=MetricUnit.Count, value=outcome.enqueued)
+    if outcome.reset_done:
+        metrics.add_metric(name="offset_resets_total", unit=MetricUnit.Count, value=1)
+    logger.info("replay", reset=outcome.reset_done, enqueued=outcome.enqueued, summary=outcome.summary())
+    return outcome.to_json()

@@ -1,0 +1,108 @@
+"""`kafscale-iceberg status --config FILE [--json]`: where each mapped topic and partition stands.
+
+Reads only: the tables' markers and snapshots, the checkpoint store (offsets, leases), S3 listings after
+the committed offsets, and the run documents of aborted attempts. A readable table by default, the
+`StatusReport` as JSON with `--json`. What each value means: `kafscale_iceberg/services/status.py`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kafscale_iceberg.services.status import StatusReport, TopicStatus
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """`status`'s arguments."""
+    parser.add_argument("--config", required=True, help="the config file (path, file:// or s3:// URI)")
+    parser.add_argument("--json", action="store_true", help="print the status as one JSON document")
+    parser.set_defaults(command=status_command)
+
+
+def status_command(args: argparse.Namespace) -> int:
+    """Print the status of every mapped topic; 0 once printed (errors reading it end the command)."""
+    from kafscale_iceberg.assembly import Assembly, load_config_from  # noqa: PLC0415
+    from kafscale_iceberg.services.status import StatusService  # noqa: PLC0415
+
+    config = load_config_from(args.config)
+    assembly = Assembly(config)
+    service = StatusService(
+        config, assembly.checkpoints, assembly.segments, assembly.tables, assembly.documents
+    )
+    report = service.report()
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2))
+    else:
+        print(render_status(report))
+    return 0
+
+
+def render_status(report: StatusReport) -> str:
+    """The report as text: one block per topic, one table row per partition."""
+    blocks = [f"status at {_time(report.generated_at_ms)}"]
+    blocks += [_render_topic(topic) for topic in report.topics]
+    if not report.topics:
+        blocks.append("no mapped topics")
+    return "\n\n".join(blocks)
+
+
+def _render_topic(topic: TopicStatus) -> str:
+    table = topic.table if topic.table_exists else f"{topic.table} (not created yet)"
+    lines = [f"{topic.topic} -> {table}"]
+    if topic.last_commit_ms is None:
+        lines.append("  last commit   never")
+    else:
+        source = "table snapshot" if topic.last_commit_source == "table" else "checkpoint store"
+        run = f", run {topic.last_run_id}" if topic.last_run_id else ""
+        lines.append(f"  last commit   {_time(topic.last_commit_ms)} ({source}{run})")
+    lease = topic.lease
+    if lease is None:
+        lines.append("  lease         free (no run in flight)")
+    elif lease.go_processor_partition is not None:
+        lines.append(
+            f"  lease         KafScale Go processor {lease.owner_id} on partition "
+            f"{lease.go_processor_partition}: stop it before this product runs the topic"
+        )
+    else:
+        since = f" since {_time(lease.since_ms)}" if lease.since_ms else ""
+        lines.append(f"  lease         {lease.owner_id}, run in flight {lease.run_id}{since}")
+    lines.append(f"  failures      {topic.consecutive_failures} consecutive")
+    rows: list[Sequence[str]] = [
+        ("partition", "committed", "table", "store", "newest", "lag", "lag_s", "pending", "store updated")
+    ]
+    for p in topic.partitions:
+        pending = str(p.pending_segments) + (" (blocked)" if p.blocked_segment else "")
+        rows.append(
+            (
+                str(p.partition),
+                str(p.committed_offset),
+                "-" if p.table_offset is None else str(p.table_offset),
+                str(p.store_offset) + ("" if p.table_offset in (None, p.store_offset) else " (differs)"),
+                str(p.newest_offset),
+                str(p.lag_records),
+                f"{p.lag_seconds:.1f}",
+                pending,
+                _time(p.store_updated_at_ms) if p.store_updated_at_ms else "-",
+            )
+        )
+    if len(rows) == 1:
+        lines.append("  no partitions yet (no segments, nothing committed)")
+    else:
+        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+        lines += [
+            "  " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows
+        ]
+    blocked = [p for p in topic.partitions if p.blocked_segment]
+    lines += [f"  partition {p.partition} waits for the .index of {p.blocked_segment}" for p in blocked]
+    return "\n".join(lines)
+
+
+def _time(ms: int | None) -> str:
+    if ms is None:
+        return "-"
+    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%SZ")

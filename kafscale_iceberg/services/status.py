@@ -1,0 +1,371 @@
+"""Status: where ingestion stands, per mapped topic and partition (`kafscale-iceberg status`).
+
+For each topic of the config's mappings:
+
+- **committed offset**, twice: what the table records (`kafscale.offsets.<topic>`, the source of
+  truth) and what the checkpoint store (etcd or SQLite) holds - they differ after a crash between the
+  two writes or a hand edit; `committed_offset` is the one planning uses (the table's when it recorded
+  the topic, else the store's);
+- **newest offset**: the last offset of the newest complete segment (`.kfs` and `.index`) after the
+  committed one, from its 16-byte footer; the committed offset itself when there is none. The listing
+  starts after the committed segment's key (S3 `StartAfter`), so it costs O(new segments);
+- **lag**: `newest - committed` offsets (KafScale does not compact, so offsets are records), and in
+  seconds `now - last committed record timestamp` while that is above 0, else 0. With nothing committed
+  yet the oldest pending segment's S3 LastModified stands in for the timestamp. A store behind the
+  table shows a larger lag in seconds than the truth (its timestamp is older);
+- **lease**: holder, its run (the run in flight) and since when; a KafScale Go processor's partition
+  lease is shown as such;
+- **last commit**: the timestamp of the table's newest snapshot committed for the topic, else the
+  newest checkpoint `updated_at` (a table never written by this product, e.g. the Go processor's);
+- **consecutive failures**: a run in flight's attempt number (attempt *n* means *n* aborted
+  attempts of its range before it); with no run in flight, the `outcome.json` documents of aborted
+  attempts of the range the launcher would plan now (same selection rules and limits, from the
+  checkpoint store's offsets, as the launcher plans) - one GET per recorded attempt.
+
+Known blind spots (cheapness first): a committed offset in the middle of a segment (after an offset
+reset or a move from the Go processor) shows lag only from the next segment on, and then the failure
+probe may look at another range than the launcher's fallback listing plans; partitions the etcd
+discovery filter leaves out are still listed.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Protocol
+
+from kafscale_iceberg.config import KafscaleConfig
+from kafscale_iceberg.domain.commits import TableState
+from kafscale_iceberg.domain.leases import LeaseHolder
+from kafscale_iceberg.domain.offsets import CommittedOffsets
+from kafscale_iceberg.domain.planning import ListedSegment, RunLimits, eligible_segments, select_segments
+from kafscale_iceberg.domain.runs import NO_OFFSET, make_run_id
+from kafscale_iceberg.domain.tickets import OUTCOME_NAME, run_document_uri
+from kafscale_iceberg.exceptions import TableMissingError
+from kafscale_iceberg.ports import CheckpointStore
+from kafscale_iceberg.services.launch import SegmentLister, UnmappedTopicError
+
+_ATTEMPT = re.compile(r"-a(\d+)$")
+
+
+class TableStatusReader(Protocol):
+    """What status reads from the tables (adapter: `IcebergTableCommitter`)."""
+
+    def read_state(self, table: str, topic: str) -> TableState: ...
+
+    def last_commit_ms(self, table: str, topic: str) -> int | None: ...
+
+
+class RunDocuments(Protocol):
+    """Where run documents (`outcome.json` of aborted attempts) are looked up."""
+
+    def exists(self, uri: str) -> bool: ...
+
+
+@dataclass(frozen=True)
+class LeaseStatus:
+    """Who holds a topic's lease."""
+
+    owner_id: str
+    run_id: str | None
+    """The run in flight; None for a KafScale Go processor's lease."""
+    since_ms: int | None
+    expires_at_ms: int | None
+    go_processor_partition: int | None = None
+
+    @classmethod
+    def of(cls, holder: LeaseHolder) -> LeaseStatus:
+        """The status view of a lease holder."""
+        return cls(
+            owner_id=holder.owner_id,
+            run_id=holder.run_id,
+            since_ms=holder.claimed_at_ms,
+            expires_at_ms=holder.expires_at_ms,
+            go_processor_partition=holder.partition,
+        )
+
+    def to_json(self) -> dict[str, object]:
+        """A JSON-ready dict."""
+        return {
+            "owner_id": self.owner_id,
+            "run_id": self.run_id,
+            "since_ms": self.since_ms,
+            "expires_at_ms": self.expires_at_ms,
+            "go_processor_partition": self.go_processor_partition,
+        }
+
+
+@dataclass(frozen=True)
+class PartitionStatus:
+    """One partition (see the module docstring for each value's meaning)."""
+
+    partition: int
+    committed_offset: int
+    table_offset: int | None
+    """None when the table never recorded the topic (or does not exist)."""
+    store_offset: int
+    newest_offset: int
+    lag_records: int
+    lag_seconds: float
+    pending_segments: int
+    """Complete segments after the committed offset, up to the first one lacking its `.index`."""
+    blocked_segment: str | None
+    """The first segment lacking its `.index` (nothing after it is ingested until it lands)."""
+    last_record_timestamp_ms: int | None
+    """The store's `last_timestamp_ms` (newest committed record); None when nothing is stored."""
+    store_updated_at_ms: int | None
+
+    def to_json(self) -> dict[str, object]:
+        """A JSON-ready dict."""
+        return {
+            "partition": self.partition,
+            "committed_offset": self.committed_offset,
+            "table_offset": self.table_offset,
+            "store_offset": self.store_offset,
+            "newest_offset": self.newest_offset,
+            "lag_records": self.lag_records,
+            "lag_seconds": round(self.lag_seconds, 3),
+            "pending_segments": self.pending_segments,
+            "blocked_segment": self.blocked_segment,
+            "last_record_timestamp_ms": self.last_record_timestamp_ms,
+            "store_updated_at_ms": self.store_updated_at_ms,
+        }
+
+
+@dataclass(frozen=True)
+class TopicStatus:
+    """One mapped topic."""
+
+    topic: str
+    table: str
+    table_exists: bool
+    last_commit_ms: int | None
+    last_commit_source: str | None
+    """`table` (snapshot timestamp), `checkpoints` (newest `updated_at`), or None (never committed)."""
+    last_run_id: str | None
+    """The last run the table recorded (`kafscale.run-id.<topic>`)."""
+    lease: LeaseStatus | None
+    consecutive_failures: int
+    partitions: tuple[PartitionStatus, ...]
+
+    @property
+    def run_in_flight(self) -> str | None:
+        """The lease holder's run id (None when free, or held by a Go processor)."""
+        return self.lease.run_id if self.lease else None
+
+    @property
+    def lag_records(self) -> int:
+        """Lag summed over the partitions."""
+        return sum(p.lag_records for p in self.partitions)
+
+    def to_json(self) -> dict[str, object]:
+        """A JSON-ready dict."""
+        return {
+            "topic": self.topic,
+            "table": self.table,
+            "table_exists": self.table_exists,
+            "last_commit_ms": self.last_commit_ms,
+            "last_commit_source": self.last_commit_source,
+            "last_run_id": self.last_run_id,
+            "lease": self.lease.to_json() if self.lease else None,
+            "run_in_flight": self.run_in_flight,
+            "consecutive_failures": self.consecutive_failures,
+            "lag_records": self.lag_records,
+            "partitions": [p.to_json() for p in self.partitions],
+        }
+
+
+@dataclass(frozen=True)
+class StatusReport:
+    """Every mapped topic's status at one moment."""
+
+    generated_at_ms: int
+    topics: tuple[TopicStatus, ...]
+
+    def to_json(self) -> dict[str, object]:
+        """A JSON-ready dict (`kafscale-iceberg status --json` prints it)."""
+        return {"generated_at_ms": self.generated_at_ms, "topics": [t.to_json() for t in self.topics]}
+
+
+class StatusService:
+    """Computes `StatusReport`s; reads only (see the module docstring for what each read costs)."""
+
+    def __init__(
+        self,
+        config: KafscaleConfig,
+        checkpoints: CheckpointStore,
+        segments: SegmentLister,
+        tables: TableStatusReader,
+        documents: RunDocuments,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._config = config
+        self._checkpoints = checkpoints
+        self._segments = segments
+        self._tables = tables
+        self._documents = documents
+        self._clock = clock
+
+    def report(self, topics: Iterable[str] | None = None) -> StatusReport:
+        """The status of `topics` (default: every mapped topic, sorted).
+
+        Raises `UnmappedTopicError` for a topic without a mapping, and the adapters' errors (checkpoint
+        store, S3, catalog) as they are: a status that could not be read is not guessed.
+        """
+        now_ms = int(self._clock() * 1000)
+        names = sorted(self._config.mapped_topics) if topics is None else list(topics)
+        return StatusReport(
+            generated_at_ms=now_ms, topics=tuple(self.topic_status(t, now_ms=now_ms) for t in names)
+        )
+
+    def topic_status(self, topic: str, *, now_ms: int) -> TopicStatus:
+        """One topic's status as of `now_ms`."""
+        mapping = self._config.mapping_for(topic)
+        if mapping is None:
+            raise UnmappedTopicError(f"topic {topic!r} has no mapping in {self._config.source}")
+        try:
+            state: TableState | None = self._tables.read_state(mapping.table, topic)
+            table_commit_ms = self._tables.last_commit_ms(mapping.table, topic)
+        except TableMissingError:
+            state, table_commit_ms = None, None
+        table_offsets = state.marker.offsets if state is not None else None
+        store = self._checkpoints.load_committed_offsets(topic)
+        holder = self._checkpoints.read_lease_holder(topic)
+        probe = _SegmentProbe(self._segments, topic)
+        in_s3 = self._segments.list_partitions(topic)
+        numbers = sorted({*in_s3, *store.states, *(table_offsets or {})})
+        partitions = tuple(
+            self._partition_status(
+                probe,
+                partition,
+                table_offset=None if table_offsets is None else table_offsets.get(partition, NO_OFFSET),
+                store=store,
+                listed=partition in in_s3,
+                now_ms=now_ms,
+            )
+            for partition in numbers
+        )
+        if holder is not None:
+            failures = _attempt_of(holder.run_id) if holder.run_id else 0
+        else:
+            failures = self._aborted_attempts(probe, topic, {p: store.offset(p) for p in in_s3}, now_ms)
+        last_commit_ms, source = table_commit_ms, "table" if table_commit_ms is not None else None
+        if last_commit_ms is None:
+            updated = [s.updated_at_ms for s in store.states.values()]
+            if updated:
+                last_commit_ms, source = max(updated), "checkpoints"
+        return TopicStatus(
+            topic=topic,
+            table=mapping.table,
+            table_exists=state is not None,
+            last_commit_ms=last_commit_ms,
+            last_commit_source=source,
+            last_run_id=state.marker.run_id if state is not None else None,
+            lease=LeaseStatus.of(holder) if holder is not None else None,
+            consecutive_failures=failures,
+            partitions=partitions,
+        )
+
+    def _partition_status(
+        self,
+        probe: _SegmentProbe,
+        partition: int,
+        *,
+        table_offset: int | None,
+        store: CommittedOffsets,
+        listed: bool,
+        now_ms: int,
+    ) -> PartitionStatus:
+        stored = store.state(partition)
+        committed = table_offset if table_offset is not None else store.offset(partition)
+        segments = probe.after(partition, committed) if listed else []
+        chosen, stopper = eligible_segments(committed, segments)
+        complete = [s for s in segments if s.has_index]
+        newest = max(committed, probe.last_offset(complete[-1].key)) if complete else committed
+        lag = newest - committed
+        lag_seconds = 0.0
+        if lag > 0:
+            stamp = stored.last_timestamp_ms if stored is not None and stored.last_timestamp_ms > 0 else None
+            if stamp is None:
+                stamp = min(s.last_modified_ms for s in segments)
+            lag_seconds = max(0.0, (now_ms - stamp) / 1000)
+        return PartitionStatus(
+            partition=partition,
+            committed_offset=committed,
+            table_offset=table_offset,
+            store_offset=store.offset(partition),
+            newest_offset=newest,
+            lag_records=lag,
+            lag_seconds=lag_seconds,
+            pending_segments=len(chosen),
+            blocked_segment=stopper.key if stopper is not None else None,
+            last_record_timestamp_ms=stored.last_timestamp_ms if stored is not None else None,
+            store_updated_at_ms=stored.updated_at_ms if stored is not None else None,
+        )
+
+    def _aborted_attempts(
+        self, probe: _SegmentProbe, topic: str, committed: dict[int, int], now_ms: int
+    ) -> int:
+        """Aborted attempts of the range the launcher would plan now (0 when it would plan nothing)."""
+        runs = self._config.runs
+        if not runs.location:
+            return 0
+        eligible: dict[int, list[ListedSegment]] = {}
+        blocked: list[ListedSegment] = []
+        for partition, offset in committed.items():
+            segments, stopper = eligible_segments(offset, probe.after(partition, offset))
+            eligible[partition] = segments
+            if stopper is not None:
+                blocked.append(stopper)
+        limits = RunLimits(
+            max_bytes=int(runs.max_bytes_per_run),
+            max_segments=runs.max_segments_per_run,
+            min_bytes=int(runs.min_bytes_per_run),
+            max_wait_seconds=runs.max_wait_seconds,
+        )
+        selection = select_segments(committed, eligible, limits, now_ms=now_ms, blocked=blocked)
+        ranges = []
+        for chosen in selection.partitions:
+            end = probe.last_offset(chosen.last.key)
+            if end > chosen.committed:
+                ranges.append((chosen.partition, chosen.committed, end))
+        if not ranges:
+            return 0
+        attempt = 0
+        while self._documents.exists(
+            run_document_uri(runs.location, topic, make_run_id(topic, ranges, attempt), OUTCOME_NAME)
+        ):
+            attempt += 1
+        return attempt
+
+
+class _SegmentProbe:
+    """One topic's listings and footers, each read at most once per status call."""
+
+    def __init__(self, segments: SegmentLister, topic: str) -> None:
+        self._segments = segments
+        self._topic = topic
+        self._listings: dict[tuple[int, int], list[ListedSegment]] = {}
+        self._footers: dict[str, int] = {}
+
+    def after(self, partition: int, offset: int) -> list[ListedSegment]:
+        """Segments after the one based at `offset` (S3 `StartAfter`), cached."""
+        key = (partition, offset)
+        if key not in self._listings:
+            self._listings[key] = self._segments.list_segments(self._topic, partition, after_offset=offset)
+        return self._listings[key]
+
+    def last_offset(self, key: str) -> int:
+        """A segment's last offset from its footer, cached."""
+        if key not in self._footers:
+            self._footers[key] = self._segments.read_footer(key).last_offset
+        return self._footers[key]
+
+
+def _attempt_of(run_id: str) -> int:
+    """The attempt number a run id ends with (`…-a2` -> 2): the aborted attempts before it."""
+    match = _ATTEMPT.search(run_id)
+    return int(match.group(1)) if match else 0

@@ -1,0 +1,436 @@
+"""Status on real parts: moto server S3, SQLite or etcd checkpoints, a SQLite Iceberg catalog, the real
+launcher and run steps for attempts. Every number is checked exactly."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+from uuid import uuid4
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from pyiceberg.catalog import Catalog
+
+from kafscale_iceberg.adapters.documents import DocumentStore
+from kafscale_iceberg.adapters.etcd_checkpoints import EtcdCheckpointStore
+from kafscale_iceberg.adapters.iceberg_catalog import load_iceberg_catalog
+from kafscale_iceberg.adapters.iceberg_tables import IcebergTableCommitter
+from kafscale_iceberg.adapters.s3_segments import S3SegmentStore, make_s3_client
+from kafscale_iceberg.adapters.sqlite_checkpoints import SqliteCheckpointStore
+from kafscale_iceberg.adapters.step_functions import StepFunctionsRunStarter
+from kafscale_iceberg.cli import main
+from kafscale_iceberg.config import KafscaleConfig, config_from_mapping
+from kafscale_iceberg.domain.leases import LeaseGrant
+from kafscale_iceberg.domain.offsets import OffsetUpdate
+from kafscale_iceberg.metrics import PrometheusMetricsSink, record_status
+from kafscale_iceberg.ports import CheckpointStore
+from kafscale_iceberg.segments.keys import format_segment_key
+from kafscale_iceberg.services.commit import CommitService, TablePolicy
+from kafscale_iceberg.services.launch import Launcher, LaunchStatus, UnmappedTopicError
+from kafscale_iceberg.services.run_steps import RunSteps
+from kafscale_iceberg.services.status import PartitionStatus, StatusService, TopicStatus
+from tests.support.etcd import EtcdServer
+from tests.support.iceberg_runs import RunFactory, sql_settings
+from tests.support.moto import MotoEndpoint
+from tests.support.segments import put_segment
+
+TOPIC, TABLE, NAMESPACE = "orders", "lake.orders", "prod"
+TIMESTAMP_BASE = 1_790_000_000_000
+"""RunFactory's results: a partition's newest record timestamp is this plus its last offset."""
+
+
+class World:
+    """A KafScale bucket, a checkpoint store, a SQLite catalog, and a status service over them."""
+
+    def __init__(self, moto: MotoEndpoint, tmp_path: Path, store: CheckpointStore) -> None:
+        self.root = tmp_path
+        self.s3: Any = moto.client("s3")
+        self.bucket = moto.new_bucket()
+        self.store = store
+        catalog = sql_settings(tmp_path)
+        self.config_data: dict[str, Any] = {
+            "s3": {"bucket": self.bucket, "namespace": NAMESPACE, "endpoint": moto.url, "path_style": True},
+            "iceberg": {"catalog": {"type": "sql", "uri": catalog.uri}, "warehouse": catalog.warehouse},
+            "offsets": {"backend": "sqlite", "sqlite_path": str(tmp_path / "checkpoints.db")},
+            "mappings": [{"topic": TOPIC, "table": TABLE, "create_table_if_missing": True}],
+            "runs": {"location": str(tmp_path / "runs")},
+        }
+        self.config: KafscaleConfig = config_from_mapping(self.config_data, source="test")
+        self.catalog: Catalog = load_iceberg_catalog(catalog)
+        self.tables = IcebergTableCommitter(self.catalog)
+        self.s3_calls: list[tuple[str, dict[str, Any]]] = []
+        client = make_s3_client(moto.s3_settings())
+        client.meta.events.register("before-parameter-build.s3", self._record_call)
+        self.segments = S3SegmentStore(client, self.bucket, NAMESPACE)
+        self.documents = DocumentStore(moto.s3_settings())
+        self.now_ms = int(time.time() * 1000) + 100_000
+        self.status = StatusService(
+            self.config, store, self.segments, self.tables, self.documents, clock=lambda: self.now_ms / 1000
+        )
+        self.runs = RunFactory(tmp_path, topic=TOPIC, table=TABLE, dead_letter_table=f"{TABLE}__dlq")
+
+    def _record_call(self, params: dict[str, Any], model: Any, **_: Any) -> None:
+        self.s3_calls.append((model.name, dict(params)))
+
+    def put(self, partition: int, base: int, count: int) -> None:
+        put_segment(self.s3, self.bucket, NAMESPACE, TOPIC, partition, base, count)
+
+    def landed_ms(self, partition: int, base: int) -> int:
+        """The `.kfs`'s S3 LastModified, as the listing reports it."""
+        key = format_segment_key(NAMESPACE, TOPIC, partition, base)
+        head = self.s3.head_object(Bucket=self.bucket, Key=key)
+        return int(head["LastModified"].timestamp() * 1000)
+
+    def commit_run(self, ranges: Mapping[int, tuple[int, int]]) -> str:
+        """Commit a run over `ranges` to the table and the store (as the commit step does); its id."""
+        plan = self.runs.plan(ranges)
+        result = self.runs.result(plan)
+        CommitService(self.tables, self.store).commit_run(
+            plan, result, self.claim(plan.run_id), TablePolicy(create_table_if_missing=True)
+        )
+        return plan.run_id
+
+    def claim(self, run_id: str, owner: str = "test") -> LeaseGrant:
+        grant = self.store.claim_lease(TOPIC, owner_id=owner, run_id=run_id)
+        assert isinstance(grant, LeaseGrant), grant
+        return grant
+
+    def set_store(self, offsets: Mapping[int, tuple[int, int]], *, rewind: bool = False) -> None:
+        """Write `{partition: (offset, last_timestamp_ms)}` to the store only, under a lease."""
+        grant = self.claim("hand-edit")
+        updates = {p: OffsetUpdate(o, t) for p, (o, t) in offsets.items()}
+        if rewind:
+            self.store.reset_offsets(grant, updates)
+        else:
+            self.store.commit_offsets(grant, updates)
+        self.store.release_lease(grant)
+
+    def topic(self) -> TopicStatus:
+        (topic,) = self.status.report().topics
+        return topic
+
+
+@pytest.fixture(params=["sqlite", "etcd"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[CheckpointStore]:
+    if request.param == "sqlite":
+        yield SqliteCheckpointStore(tmp_path / "checkpoints.db")
+        return
+    server: EtcdServer = request.getfixturevalue("etcd_server")
+    etcd = EtcdCheckpointStore([server.url], key_prefix=f"test-{uuid4().hex[:8]}")
+    yield etcd
+    etcd.close()
+
+
+@pytest.fixture
+def world(moto_server: MotoEndpoint, tmp_path: Path, store: CheckpointStore) -> World:
+    return World(moto_server, tmp_path, store)
+
+
+@pytest.fixture
+def sqlite_world(moto_server: MotoEndpoint, tmp_path: Path) -> World:
+    return World(moto_server, tmp_path, SqliteCheckpointStore(tmp_path / "checkpoints.db"))
+
+
+def test_lag_is_the_newest_complete_offset_minus_the_committed_one(world: World) -> None:
+    for base in (0, 10, 20):
+        world.put(0, base, 10)
+    world.put(1, 0, 5)
+    run_id = world.commit_run({0: (-1, 9)})
+
+    topic = world.topic()
+
+    stored = world.store.load_committed_offsets(TOPIC).state(0)
+    assert stored is not None
+    assert topic.partitions == (
+        PartitionStatus(
+            partition=0,
+            committed_offset=9,
+            table_offset=9,
+            store_offset=9,
+            newest_offset=29,
+            lag_records=20,
+            lag_seconds=(world.now_ms - (TIMESTAMP_BASE + 9)) / 1000,
+            pending_segments=2,
+            blocked_segment=None,
+            last_record_timestamp_ms=TIMESTAMP_BASE + 9,
+            store_updated_at_ms=stored.updated_at_ms,
+        ),
+        # Nothing committed: the table records the topic but not this partition; the oldest pending
+        # segment's landing time stands in for a committed record's timestamp.
+        PartitionStatus(
+            partition=1,
+            committed_offset=-1,
+            table_offset=-1,
+            store_offset=-1,
+            newest_offset=4,
+            lag_records=5,
+            lag_seconds=(world.now_ms - world.landed_ms(1, 0)) / 1000,
+            pending_segments=1,
+            blocked_segment=None,
+            last_record_timestamp_ms=None,
+            store_updated_at_ms=None,
+        ),
+    )
+    snapshot = world.catalog.load_table(TABLE).current_snapshot()
+    assert snapshot is not None
+    assert (topic.table_exists, topic.last_commit_ms, topic.last_commit_source) == (
+        True,
+        snapshot.timestamp_ms,
+        "table",
+    )
+    assert (topic.last_run_id, topic.lease, topic.run_in_flight, topic.consecutive_failures) == (
+        run_id,
+        None,
+        None,
+        0,
+    )
+    assert topic.lag_records == 25
+
+
+def test_a_caught_up_partition_has_no_lag(world: World) -> None:
+    world.put(0, 0, 10)
+    world.commit_run({0: (-1, 9)})
+    (partition,) = world.topic().partitions
+    assert (partition.committed_offset, partition.newest_offset, partition.lag_records) == (9, 9, 0)
+    assert (partition.lag_seconds, partition.pending_segments) == (0.0, 0)
+
+
+def test_table_and_store_offsets_are_shown_apart_and_the_table_wins(sqlite_world: World) -> None:
+    world = sqlite_world
+    for base in (0, 10, 20):
+        world.put(0, base, 10)
+    world.commit_run({0: (-1, 9)})
+    world.set_store({0: (5, 123)}, rewind=True)  # a hand edit: the store now lags the table
+
+    (partition,) = world.topic().partitions
+
+    assert (partition.table_offset, partition.store_offset, partition.committed_offset) == (9, 5, 9)
+    assert (partition.newest_offset, partition.lag_records) == (29, 20)
+    assert partition.last_record_timestamp_ms == 123
+    assert partition.lag_seconds == (world.now_ms - 123) / 1000
+
+
+def test_a_table_never_written_adopts_the_store_and_its_commit_time(sqlite_world: World) -> None:
+    world = sqlite_world
+    world.put(0, 0, 10)
+    world.put(0, 10, 10)
+    world.set_store({0: (9, TIMESTAMP_BASE)})  # e.g. the Go processor's offsets
+
+    topic = world.topic()
+
+    stored = world.store.load_committed_offsets(TOPIC).state(0)
+    assert stored is not None
+    assert (topic.table_exists, topic.last_run_id) == (False, None)
+    assert (topic.last_commit_ms, topic.last_commit_source) == (stored.updated_at_ms, "checkpoints")
+    (partition,) = topic.partitions
+    assert (partition.table_offset, partition.store_offset, partition.committed_offset) == (None, 9, 9)
+    assert (partition.newest_offset, partition.lag_records) == (19, 10)
+
+
+def test_a_segment_without_its_index_blocks_its_partition_but_not_the_newest_offset(
+    sqlite_world: World,
+) -> None:
+    world = sqlite_world
+    world.put(0, 0, 10)
+    blocked = format_segment_key(NAMESPACE, TOPIC, 0, 10)
+    world.s3.put_object(Bucket=world.bucket, Key=blocked, Body=b"x" * 64)
+    world.put(0, 20, 10)
+
+    (partition,) = world.topic().partitions
+
+    assert (partition.pending_segments, partition.blocked_segment) == (1, blocked)
+    assert (partition.newest_offset, partition.lag_records) == (29, 30)
+
+
+def test_status_lists_only_after_the_committed_offset(sqlite_world: World) -> None:
+    world = sqlite_world
+    for base in range(30):  # thirty committed one-record segments
+        world.put(0, base, 1)
+    world.put(0, 30, 5)
+    world.put(0, 35, 5)
+    world.set_store({0: (29, TIMESTAMP_BASE)})
+    world.s3_calls.clear()
+
+    (partition,) = world.topic().partitions
+
+    assert (partition.newest_offset, partition.lag_records, partition.pending_segments) == (39, 10, 2)
+    listings = [params for name, params in world.s3_calls if name == "ListObjectsV2"]
+    gets = [params["Key"] for name, params in world.s3_calls if name == "GetObject"]
+    partitions_listing, segments_listing = listings
+    assert partitions_listing["Delimiter"] == "/"
+    assert segments_listing["StartAfter"] == format_segment_key(NAMESPACE, TOPIC, 0, 29)
+    assert gets == [format_segment_key(NAMESPACE, TOPIC, 0, 35)]  # one footer, read once
+
+
+class Steps:
+    """The real launcher (runs start on a moto state machine) and abort step over the world's parts."""
+
+    def __init__(self, world: World, moto: MotoEndpoint) -> None:
+        sfn: Any = moto.client("stepfunctions")
+        arn = sfn.create_state_machine(
+            name=f"runs-{world.bucket}",
+            definition='{"StartAt": "Done", "States": {"Done": {"Type": "Succeed"}}}',
+            roleArn="arn:aws:iam::123456789012:role/steps",
+        )["stateMachineArn"]
+        self.launcher = Launcher(
+            world.config,
+            world.store,
+            world.segments,
+            world.documents,
+            StepFunctionsRunStarter(sfn, arn),
+            owner_id="test-launcher",
+        )
+        # The abort step never touches the job runner.
+        self.steps = RunSteps(world.config.runs, world.store, None, world.documents)  # type: ignore[arg-type]
+
+    def launch(self) -> Any:
+        outcome = self.launcher.launch(TOPIC)
+        assert outcome.status is LaunchStatus.STARTED, outcome.detail
+        assert outcome.ticket is not None
+        return outcome.ticket
+
+
+def test_consecutive_failures_agree_with_the_launchers_attempts(
+    sqlite_world: World, moto_server: MotoEndpoint
+) -> None:
+    world = sqlite_world
+    world.put(0, 0, 10)
+    world.put(1, 0, 4)
+    runs = Steps(world, moto_server)
+
+    first = runs.launch()
+    topic = world.topic()
+    assert topic.lease is not None
+    assert (topic.run_in_flight, topic.lease.owner_id, topic.lease.since_ms) == (
+        first.run_id,
+        "test-launcher",
+        first.grant.claimed_at_ms,
+    )
+    assert topic.consecutive_failures == 0
+
+    runs.steps.abort(first, "job failed")
+    assert (world.topic().run_in_flight, world.topic().consecutive_failures) == (None, 1)
+
+    second = runs.launch()
+    assert second.attempt == 1
+    assert (world.topic().run_in_flight, world.topic().consecutive_failures) == (second.run_id, 1)
+
+    runs.steps.abort(second, "job failed")
+    assert world.topic().consecutive_failures == 2
+    third = runs.launch()
+    assert third.attempt == 2  # the launcher counts the same two aborted attempts
+    assert (world.topic().run_in_flight, world.topic().consecutive_failures) == (third.run_id, 2)
+
+
+def test_a_new_segment_moves_the_range_on_and_the_count_restarts(
+    sqlite_world: World, moto_server: MotoEndpoint
+) -> None:
+    world = sqlite_world
+    world.put(0, 0, 10)
+    runs = Steps(world, moto_server)
+    runs.steps.abort(runs.launch(), "job failed")
+    assert world.topic().consecutive_failures == 1
+
+    world.put(0, 10, 10)
+
+    assert world.topic().consecutive_failures == 0
+    assert runs.launch().attempt == 0
+
+
+def test_status_gauges_for_prometheus(sqlite_world: World) -> None:
+    world = sqlite_world
+    world.put(0, 0, 10)
+    world.put(0, 10, 10)
+    world.commit_run({0: (-1, 9)})
+    sink = PrometheusMetricsSink()
+
+    record_status(sink, world.status.report())
+
+    scraped = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(sink.exposition().decode())
+        for sample in family.samples
+    }
+    labels = (("partition", "0"), ("topic", TOPIC))
+    assert scraped[("kafscale_processor_lag_records", labels)] == 10
+    assert scraped[("kafscale_processor_last_offset", labels)] == 9
+    assert scraped[("kafscale_processor_watermark_offset", labels)] == 9
+    assert scraped[("kafscale_processor_watermark_timestamp_ms", labels)] == TIMESTAMP_BASE + 9
+    assert scraped[("kafscale_processor_consecutive_failures", (("topic", TOPIC),))] == 0
+
+
+# -- the command ------------------------------------------------------------------------------------
+
+
+def _config_file(world: World) -> Path:
+    path = world.root / "config.json"
+    path.write_text(json.dumps(world.config_data))
+    return path
+
+
+def test_status_command_prints_the_report_as_json(
+    sqlite_world: World, capsys: pytest.CaptureFixture[str]
+) -> None:
+    world = sqlite_world
+    for base in (0, 10):
+        world.put(0, base, 10)
+    run_id = world.commit_run({0: (-1, 9)})
+
+    assert main(["status", "--config", str(_config_file(world)), "--json"]) == 0
+
+    document = json.loads(capsys.readouterr().out)
+    (topic,) = document["topics"]
+    assert {k: topic[k] for k in ("topic", "table", "table_exists", "last_run_id", "run_in_flight")} == {
+        "topic": TOPIC,
+        "table": TABLE,
+        "table_exists": True,
+        "last_run_id": run_id,
+        "run_in_flight": None,
+    }
+    (partition,) = topic["partitions"]
+    assert {
+        k: partition[k] for k in ("committed_offset", "table_offset", "store_offset", "newest_offset")
+    } == {
+        "committed_offset": 9,
+        "table_offset": 9,
+        "store_offset": 9,
+        "newest_offset": 19,
+    }
+    assert (partition["lag_records"], topic["lag_records"], topic["consecutive_failures"]) == (10, 10, 0)
+
+
+def test_status_command_prints_a_readable_table(
+    sqlite_world: World, capsys: pytest.CaptureFixture[str]
+) -> None:
+    world = sqlite_world
+    for base in (0, 10):
+        world.put(0, base, 10)
+    world.commit_run({0: (-1, 9)})
+    world.claim("orders-abc-a1", owner="host-7/123")
+
+    assert main(["status", "--config", str(_config_file(world))]) == 0
+
+    lines = capsys.readouterr().out.splitlines()
+    assert f"{TOPIC} -> {TABLE}" in lines
+    assert "  lease         host-7/123, run in flight orders-abc-a1 since" in "\n".join(lines)
+    assert "  failures      1 consecutive" in lines
+    header = next(i for i, line in enumerate(lines) if line.strip().startswith("partition"))
+    assert lines[header].split()[:7] == ["partition", "committed", "table", "store", "newest", "lag", "lag_s"]
+    row = lines[header + 1].split()
+    assert row[:6] == ["0", "9", "9", "9", "19", "10"]
+    assert float(row[6]) > 0
+
+
+def test_status_command_names_an_unreadable_config(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["status", "--config", str(tmp_path / "missing.yaml")]) == 1
+    assert "kafscale-iceberg status:" in capsys.readouterr().err
+
+
+def test_unmapped_topics_are_refused(sqlite_world: World) -> None:
+    with pytest.raises(UnmappedTopicError, match="'payments' has no mapping"):
+        sqlite_world.status.report(["payments"])
