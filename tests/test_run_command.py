@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 from uuid import uuid4
@@ -152,6 +154,13 @@ def test_sigterm_mid_run_leaves_a_state_the_next_start_completes_exactly_once(se
     else:
         process.kill()
         pytest.fail("no run started:\n" + "".join(lines))
+    (port,) = [
+        re.search(r"metrics on :(\d+)/metrics", line).group(1) for line in lines if "metrics on" in line
+    ]  # type: ignore[union-attr]
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as response:
+        assert response.read() == b"ok"
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        assert b"kafscale_processor_lag_records" in response.read()
     process.send_signal(signal.SIGTERM)
     _, rest = process.communicate(timeout=120)
     output = "".join(lines) + rest

@@ -17,6 +17,7 @@ from types import FrameType
 from kafscale_iceberg.assembly import load_config_from
 from kafscale_iceberg.local.pipeline import OnceSummary, RunEnd
 from kafscale_iceberg.local.runtime import ProgressPrinter, open_pipeline
+from kafscale_iceberg.metrics import MetricsServer, PrometheusMetricsSink
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,7 +34,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run_command(args: argparse.Namespace) -> int:
     """Run the pipeline; the exit code of `--once`, or 0 after a clean shutdown."""
     config = load_config_from(args.config)
-    with open_pipeline(config, observers=[ProgressPrinter()]) as pipeline, stop_on_signals(pipeline.stop):
+    sink = PrometheusMetricsSink()
+    server = MetricsServer.from_environment(sink)
+    port = server.start()
+    print(f"kafscale-iceberg run: metrics on :{port}/metrics, health on :{port}/healthz", file=sys.stderr)
+    with (
+        server,
+        open_pipeline(config, observers=[ProgressPrinter()], metrics=sink) as pipeline,
+        stop_on_signals(pipeline.stop),
+    ):
         if args.once:
             summary = pipeline.run_once()
             print_summary(summary)
