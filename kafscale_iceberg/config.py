@@ -96,6 +96,7 @@ __all__ = [
     "describe_partition_field",
     "load_config",
     "parse_config",
+    "parse_config_yaml",
 ]
 
 CatalogType = Literal["rest", "glue", "sql"]
@@ -1099,6 +1100,15 @@ def parse_config(text: str, *, source: str, environ: Mapping[str, str] | None = 
     Raises `ConfigValidationError` naming the line and column for invalid YAML (never echoing the
     line, which may hold a secret), or listing every invalid key.
     """
+    return config_from_mapping(parse_config_yaml(text, source=source), source=source, environ=environ)
+
+
+def parse_config_yaml(text: str, *, source: str) -> Mapping[str, Any]:
+    """The YAML text as raw, not yet validated config data, read the way Go's yaml.v3 reads it.
+
+    For callers that add values before validating (`kafscale_iceberg.deployment`); raises
+    `ConfigValidationError` for invalid YAML or a document that is not a mapping.
+    """
     try:
         data = yaml.load(text, Loader=_GoYamlLoader)
     except yaml.MarkedYAMLError as exc:
@@ -1122,7 +1132,7 @@ def parse_config(text: str, *, source: str, environ: Mapping[str, str] | None = 
                 )
             ],
         )
-    return config_from_mapping(data, source=source, environ=environ)
+    return data
 
 
 def config_from_mapping(

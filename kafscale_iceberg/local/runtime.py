@@ -21,6 +21,7 @@ from kafscale_iceberg.domain.runs import RunPlan, RunResult
 from kafscale_iceberg.domain.tickets import RunTicket
 from kafscale_iceberg.exceptions import KafscaleIcebergError
 from kafscale_iceberg.local.pipeline import Pipeline, PipelineObserver, RunEnd, RunReport
+from kafscale_iceberg.local.spark_runner import LocalSparkJobRunner
 from kafscale_iceberg.metrics import MetricsSink, record_abort, record_commit, record_error, record_status
 from kafscale_iceberg.services.run_steps import JobRunner
 
@@ -56,8 +57,6 @@ def make_runner(assembly: Assembly) -> JobRunner:
     config = assembly.config
     if config.runner.type == "emr_serverless":
         return assembly.emr_runner
-    from kafscale_iceberg.local.spark_runner import LocalSparkJobRunner  # noqa: PLC0415
-
     ensure_java()
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     local = config.runner.local
@@ -83,6 +82,10 @@ def open_pipeline(
     """
     assembly = Assembly(config)
     runner = make_runner(assembly)
+    if isinstance(runner, LocalSparkJobRunner):
+        # The JVM is forked before any gRPC channel (etcd) exists: forking a process with gRPC's
+        # threads running intermittently killed the JVM launch (JAVA_GATEWAY_EXITED, ~1 in 7 here).
+        runner.warm_up()
     observing = list(observers)
     after_pass = None
     if metrics is not None:
