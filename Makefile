@@ -61,7 +61,7 @@ bench-e2e: $(STAMP)
 	$(BIN)/python -m bench.e2e
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venv-sam .venv-checkov .aws-sam build *.egg-info .pytest_cache .mypy_cache .ruff_cache
 
 # -- Deployment (docs/deploy.md) -------------------------------------------------------------------------
 # The template's checks run in `make test` (tests/test_template.py); `deploy-check` runs the linters alone.

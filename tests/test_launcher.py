@@ -245,22 +245,28 @@ def test_a_partition_filter_leaves_partitions_out(moto_server: MotoEndpoint, tmp
     assert plan.end_offsets() == {1: 4}
 
 
+@pytest.mark.parametrize("new_segments", [2, 0])
 def test_planning_requests_do_not_grow_with_committed_segments(
-    moto_server: MotoEndpoint, tmp_path: Path
+    moto_server: MotoEndpoint, tmp_path: Path, new_segments: int
 ) -> None:
-    """O(new segments): 10 or 60 committed segments cost the same S3 requests (`make bench-planning`
-    measures 10,000)."""
+    """O(new segments): 10 or 60 committed segments (of 10 records) cost the same S3 requests, with
+    new segments to plan and for an idle partition (`make bench-planning` measures 10,000)."""
     from bench.planning import counting
 
     requests = []
     for committed_segments in (10, 60):
-        world = World(moto_server, tmp_path / str(committed_segments))
+        world = World(moto_server, tmp_path / f"{new_segments}-{committed_segments}")
         for base in range(0, committed_segments * 10, 10):
             world.put(0, base, 10)
         world.commit({0: committed_segments * 10 - 1})
-        world.put(0, committed_segments * 10, 10)
-        world.put(0, committed_segments * 10 + 10, 10)
+        for number in range(new_segments):
+            world.put(0, (committed_segments + number) * 10, 10)
         with counting(world.segment_client) as counts:
-            assert world.launcher.launch("orders").status is LaunchStatus.STARTED
+            status = world.launcher.launch("orders").status
+        assert status is (LaunchStatus.STARTED if new_segments else LaunchStatus.IDLE)
         requests.append(dict(counts))
-    assert requests[0] == requests[1] == {"ListObjectsV2": 2, "GetObject": 1}
+    assert requests[0] == requests[1]
+    # new: partitions + one listing, one footer; idle: + probes back (1, 16) to the last segment
+    assert requests[0] == (
+        {"ListObjectsV2": 2, "GetObject": 1} if new_segments else {"ListObjectsV2": 4, "GetObject": 1}
+    )

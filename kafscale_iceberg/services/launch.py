@@ -80,6 +80,33 @@ class SegmentLister(Protocol):
     def read_footer(self, key: str) -> SegmentFooter: ...
 
 
+_PROBE_FACTOR = 16
+
+
+def list_after_committed(
+    lister: SegmentLister, topic: str, partition: int, committed: int
+) -> list[ListedSegment]:
+    """The partition's segments that may hold offsets after `committed`, in O(new segments) requests.
+
+    One listing `StartAfter` the committed offset's key shows every segment starting after it. When
+    that can't show the segment holding `committed + 1` - the partition's newest segment is fully
+    committed (the idle case), or `committed` sits inside a segment (after a move from the Go
+    processor, or a reset) - the listing start is moved back exponentially (committed - 1, - 16,
+    - 256, ...) until it shows a segment starting at or before `committed + 1`: about log16(segment
+    length) more requests, never a listing of the partition's whole history (unless the partition
+    has a gap before `committed + 1`, e.g. retention deleted it, when the probe reaches offset 0).
+    """
+    listed = lister.list_segments(topic, partition, after_offset=committed)
+    step = 1
+    while needs_fallback_listing(committed, listed):
+        start = committed - step
+        if start < 0:
+            return lister.list_segments(topic, partition, after_offset=None)
+        listed = lister.list_segments(topic, partition, after_offset=start)
+        step *= _PROBE_FACTOR
+    return listed
+
+
 class SchemaRegistry(Protocol):
     """Topic JSON schemas (`{base_url}/{topic}.json`)."""
 
@@ -250,10 +277,9 @@ class Launcher:
         eligible: dict[int, list[ListedSegment]] = {}
         blocked: list[ListedSegment] = []
         for partition, offset in committed.items():
-            listed = self._segments.list_segments(topic, partition, after_offset=offset)
-            if needs_fallback_listing(offset, listed):
-                listed = self._segments.list_segments(topic, partition, after_offset=None)
-            chosen, stopper = eligible_segments(offset, listed)
+            chosen, stopper = eligible_segments(
+                offset, list_after_committed(self._segments, topic, partition, offset)
+            )
             eligible[partition] = chosen
             if stopper is not None:
                 blocked.append(stopper)

@@ -25,10 +25,10 @@ from enum import StrEnum
 from typing import Protocol
 
 from kafscale_iceberg.domain.leases import LeaseGrant, LeaseHolder
-from kafscale_iceberg.domain.planning import eligible_segments, needs_fallback_listing
+from kafscale_iceberg.domain.planning import eligible_segments
 from kafscale_iceberg.ports import CheckpointStore
 from kafscale_iceberg.services.discovery import Discovered, TopicDiscovery
-from kafscale_iceberg.services.launch import SegmentLister
+from kafscale_iceberg.services.launch import SegmentLister, list_after_committed
 
 logger = logging.getLogger(__name__)
 
@@ -146,10 +146,17 @@ class Reconciler:
             if allowed is not None and partition not in allowed:
                 continue
             offset = committed.offset(partition)
-            listed = self._segments.list_segments(topic, partition, after_offset=offset)
-            if needs_fallback_listing(offset, listed):
-                listed = self._segments.list_segments(topic, partition, after_offset=None)
-            chosen, _ = eligible_segments(offset, listed)
+            chosen, _ = eligible_segments(
+                offset, list_after_committed(self._segments, topic, partition, offset)
+            )
+            only = chosen[0] if len(chosen) == 1 else None
+            # The segment holding the committed offset has newer records only if it ends after it.
+            if (
+                only
+                and only.base_offset <= offset
+                and self._segments.read_footer(only.key).last_offset <= offset
+            ):
+                continue
             count += len(chosen)
         return count
 

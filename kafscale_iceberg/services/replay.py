@@ -30,12 +30,12 @@ from typing import TYPE_CHECKING, Any
 
 from kafscale_iceberg.domain.events import WorkItem
 from kafscale_iceberg.domain.leases import LeaseBusy, LeaseGrant
-from kafscale_iceberg.domain.planning import ListedSegment, needs_fallback_listing
+from kafscale_iceberg.domain.planning import ListedSegment
 from kafscale_iceberg.domain.replay import ReplayRequest, ReplayRequestError
 from kafscale_iceberg.domain.runs import NO_OFFSET
 from kafscale_iceberg.exceptions import OffsetResetRefusedError, SegmentFormatError, TransientError
 from kafscale_iceberg.ports import CheckpointStore
-from kafscale_iceberg.services.launch import SegmentLister
+from kafscale_iceberg.services.launch import SegmentLister, list_after_committed
 from kafscale_iceberg.services.route import WorkQueue
 
 if TYPE_CHECKING:
@@ -364,9 +364,11 @@ class ReplayService:
         next one starts; the last one's end is its footer (one 16-byte GET, which also checks `END!`).
         """
         after = first - 1 if first > 0 else None
-        listed = self._segments.list_segments(topic, partition, after_offset=after)
-        if after is not None and needs_fallback_listing(after, listed):
-            listed = self._segments.list_segments(topic, partition, after_offset=None)
+        listed = (
+            self._segments.list_segments(topic, partition, after_offset=None)
+            if after is None
+            else list_after_committed(self._segments, topic, partition, after)
+        )
         ordered: list[ListedSegment] = sorted(listed, key=lambda s: s.base_offset)
         items: list[WorkItem] = []
         incomplete: list[str] = []
