@@ -262,3 +262,24 @@ def test_control_plane_functions_import_no_data_plane_libraries() -> None:
     )
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert loaded.strip() == "[]"
+
+
+def test_reconciler_handler_signals_a_topic_whose_notification_was_lost(
+    stack: Stack, moto_server: MotoEndpoint, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from functions.reconciler import handler
+
+    sfn: Any = moto_server.client("stepfunctions")
+    machine = sfn.create_state_machine(
+        name=f"runs-{stack.bucket}",
+        definition='{"StartAt": "Done", "States": {"Done": {"Type": "Succeed"}}}',
+        roleArn="arn:aws:iam::123456789012:role/steps",
+    )["stateMachineArn"]
+    monkeypatch.setenv("KAFSCALE_ICEBERG_STATE_MACHINE_ARN", machine)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_STEPFUNCTIONS", moto_server.url)
+    put_segment(stack.s3, stack.bucket, "production", "orders", 0, 0, 5)  # no notification arrived
+    event = json.loads((EVENTS / "reconciler_schedule.json").read_text())
+    response = handler(event, LambdaContext(function_name="reconciler"))
+    assert response["topics"]["orders"]["action"] == "signalled"
+    (message,) = _drain(stack, stack.work_url)
+    assert json.loads(message["Body"])["topic"] == "orders"
