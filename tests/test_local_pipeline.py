@@ -210,3 +210,20 @@ def test_notifications_drive_ingestion_with_duplicates_and_a_missing_index(
     world.put(0, 20, 10)  # the .index arrives (with the .kfs again)
     until_committed(29)
     assert _actual(world.rows()) == _expected(0, range(30))
+
+
+def test_the_spark_submit_runner_runs_the_same_entry_point(
+    moto_server: MotoEndpoint, etcd_server: EtcdServer, tmp_path: Path, spark: SparkSession
+) -> None:
+    world = World(moto_server, etcd_server, tmp_path)
+    world.runner = LocalSparkJobRunner(
+        master="local[1]", keep_session_warm=False, s3=world.assembly.s3_settings
+    )
+    world.pipeline = Pipeline(world.assembly, world.runner, watch_interval_s=0.2)
+    command = world.runner.submit_command("file:///p.json")
+    assert command[0].endswith("spark-submit")
+    assert command[command.index("--plan") - 1].endswith("spark_app/main.py")
+    world.put(0, 0, 20, codec=Codec.GZIP)
+    summary = world.pipeline.run_once()
+    assert summary.ok, summary.failed
+    assert _actual(world.rows()) == _expected(0, range(20))
