@@ -25,13 +25,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
 from kafscale_iceberg.adapters.documents import DocumentStore
-from kafscale_iceberg.config import KafscaleConfig, MappingConfig
+from kafscale_iceberg.config import KafscaleConfig, MappingConfig, RunsConfig
 from kafscale_iceberg.domain.leases import LeaseBusy, LeaseGrant
 from kafscale_iceberg.domain.planning import (
     ListedSegment,
@@ -105,6 +105,69 @@ def list_after_committed(
         listed = lister.list_segments(topic, partition, after_offset=start)
         step *= _PROBE_FACTOR
     return listed
+
+
+def pending_segments(
+    lister: SegmentLister, topic: str, partition: int, committed: int
+) -> tuple[list[ListedSegment], ListedSegment | None]:
+    """The complete segments of a partition holding offsets after `committed`, and the first one
+    lacking its `.index` (which stops the walk), or None.
+
+    The segment holding `committed` itself (listed when `committed` is its last offset, the idle
+    case, or sits inside it) counts only when its footer says it ends after `committed`.
+    """
+    chosen, stopper = eligible_segments(committed, list_after_committed(lister, topic, partition, committed))
+    if (
+        len(chosen) == 1
+        and chosen[0].base_offset <= committed
+        and lister.read_footer(chosen[0].key).last_offset <= committed
+    ):
+        chosen = []
+    return chosen, stopper
+
+
+def run_limits(runs: RunsConfig, *, ignore_min_batch: bool = False) -> RunLimits:
+    """The `runs.*` limits one run is planned within."""
+    return RunLimits(
+        max_bytes=int(runs.max_bytes_per_run),
+        max_segments=runs.max_segments_per_run,
+        min_bytes=0 if ignore_min_batch else int(runs.min_bytes_per_run),
+        max_wait_seconds=runs.max_wait_seconds,
+    )
+
+
+def select_pending(
+    lister: SegmentLister, topic: str, committed: Mapping[int, int], limits: RunLimits, *, now_ms: int
+) -> Selection:
+    """What the next run of `topic` would take: per partition the complete segments after the
+    committed offset (`list_after_committed`), chosen within `limits`."""
+    eligible: dict[int, list[ListedSegment]] = {}
+    blocked: list[ListedSegment] = []
+    for partition, offset in committed.items():
+        chosen, stopper = pending_segments(lister, topic, partition, offset)
+        eligible[partition] = chosen
+        if stopper is not None:
+            blocked.append(stopper)
+    return select_segments(committed, eligible, limits, now_ms=now_ms, blocked=blocked)
+
+
+def next_attempt(
+    documents: RunDocuments, runs_location: str, topic: str, ranges: list[tuple[int, int, int]]
+) -> int:
+    """The attempt a run of `ranges` takes: one more than its attempts that ended without a commit
+    (each recorded by an `outcome.json` beside its plan)."""
+    attempt = 0
+    while documents.exists(
+        run_document_uri(runs_location, topic, make_run_id(topic, ranges, attempt), OUTCOME_NAME)
+    ):
+        attempt += 1
+    return attempt
+
+
+class RunDocuments(Protocol):
+    """Where run documents (`outcome.json` of ended attempts) are looked up."""
+
+    def exists(self, uri: str) -> bool: ...
 
 
 class SchemaRegistry(Protocol):
@@ -202,7 +265,7 @@ class Launcher:
         if not partitions:
             return LaunchOutcome(topic, LaunchStatus.IDLE, detail="nothing after the committed offsets")
         ranges = [(p.partition, p.start_exclusive, p.end_inclusive) for p in partitions]
-        attempt = self._next_attempt(topic, ranges)
+        attempt = next_attempt(self._documents, self._config.runs.location, topic, ranges)
         run_id = make_run_id(topic, ranges, attempt)
         claim = self._checkpoints.claim_lease(topic, owner_id=self._owner_id, run_id=run_id)
         if isinstance(claim, LeaseBusy):
@@ -267,23 +330,8 @@ class Launcher:
         return LaunchOutcome(topic, LaunchStatus.STARTED, ticket=ticket)
 
     def _select(self, topic: str, committed: dict[int, int], *, ignore_min_batch: bool) -> Selection:
-        runs = self._config.runs
-        limits = RunLimits(
-            max_bytes=int(runs.max_bytes_per_run),
-            max_segments=runs.max_segments_per_run,
-            min_bytes=0 if ignore_min_batch else int(runs.min_bytes_per_run),
-            max_wait_seconds=runs.max_wait_seconds,
-        )
-        eligible: dict[int, list[ListedSegment]] = {}
-        blocked: list[ListedSegment] = []
-        for partition, offset in committed.items():
-            chosen, stopper = eligible_segments(
-                offset, list_after_committed(self._segments, topic, partition, offset)
-            )
-            eligible[partition] = chosen
-            if stopper is not None:
-                blocked.append(stopper)
-        return select_segments(committed, eligible, limits, now_ms=int(self._clock() * 1000), blocked=blocked)
+        limits = run_limits(self._config.runs, ignore_min_batch=ignore_min_batch)
+        return select_pending(self._segments, topic, committed, limits, now_ms=int(self._clock() * 1000))
 
     def _partition_plans(self, selection: Selection) -> tuple[PartitionPlan, ...]:
         plans = []
@@ -309,16 +357,6 @@ class Launcher:
                 )
             )
         return tuple(plans)
-
-    def _next_attempt(self, topic: str, ranges: list[tuple[int, int, int]]) -> int:
-        attempt = 0
-        while self._documents.exists(
-            run_document_uri(
-                self._config.runs.location, topic, make_run_id(topic, ranges, attempt), OUTCOME_NAME
-            )
-        ):
-            attempt += 1
-        return attempt
 
     def _plan(
         self, topic: str, mapping: MappingConfig, partitions: tuple[PartitionPlan, ...], run_id: str

@@ -25,10 +25,9 @@ from enum import StrEnum
 from typing import Protocol
 
 from kafscale_iceberg.domain.leases import LeaseGrant, LeaseHolder
-from kafscale_iceberg.domain.planning import eligible_segments
 from kafscale_iceberg.ports import CheckpointStore
 from kafscale_iceberg.services.discovery import Discovered, TopicDiscovery
-from kafscale_iceberg.services.launch import SegmentLister, list_after_committed
+from kafscale_iceberg.services.launch import SegmentLister, pending_segments
 
 logger = logging.getLogger(__name__)
 
@@ -145,18 +144,7 @@ class Reconciler:
         for partition in self._segments.list_partitions(topic):
             if allowed is not None and partition not in allowed:
                 continue
-            offset = committed.offset(partition)
-            chosen, _ = eligible_segments(
-                offset, list_after_committed(self._segments, topic, partition, offset)
-            )
-            only = chosen[0] if len(chosen) == 1 else None
-            # The segment holding the committed offset has newer records only if it ends after it.
-            if (
-                only
-                and only.base_offset <= offset
-                and self._segments.read_footer(only.key).last_offset <= offset
-            ):
-                continue
+            chosen, _ = pending_segments(self._segments, topic, partition, committed.offset(partition))
             count += len(chosen)
         return count
 

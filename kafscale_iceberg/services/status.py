@@ -22,10 +22,10 @@ For each topic of the config's mappings:
   attempts of the range the launcher would plan now (same selection rules and limits, from the
   checkpoint store's offsets, as the launcher plans) - one GET per recorded attempt.
 
-Known blind spots (cheapness first): a committed offset in the middle of a segment (after an offset
-reset or a move from the Go processor) shows lag only from the next segment on, and then the failure
-probe may look at another range than the launcher's fallback listing plans; partitions the etcd
-discovery filter leaves out are still listed.
+Segments are listed exactly as the launcher lists them (`list_after_committed`: O(new segments),
+probing back only to find the segment holding `committed + 1`), so a committed offset in the middle
+of a segment shows that segment's remaining lag, and the failure probe looks at the range the
+launcher would plan. Known blind spot: partitions the etcd discovery filter leaves out are listed.
 """
 
 from __future__ import annotations
@@ -40,12 +40,21 @@ from kafscale_iceberg.config import KafscaleConfig
 from kafscale_iceberg.domain.commits import TableState
 from kafscale_iceberg.domain.leases import LeaseHolder
 from kafscale_iceberg.domain.offsets import CommittedOffsets
-from kafscale_iceberg.domain.planning import ListedSegment, RunLimits, eligible_segments, select_segments
-from kafscale_iceberg.domain.runs import NO_OFFSET, make_run_id
-from kafscale_iceberg.domain.tickets import OUTCOME_NAME, run_document_uri
+from kafscale_iceberg.domain.planning import ListedSegment
+from kafscale_iceberg.domain.runs import NO_OFFSET
 from kafscale_iceberg.exceptions import TableMissingError
 from kafscale_iceberg.ports import CheckpointStore
-from kafscale_iceberg.services.launch import SegmentLister, UnmappedTopicError
+from kafscale_iceberg.segments.layout import SegmentFooter
+from kafscale_iceberg.services.launch import (
+    RunDocuments,
+    SegmentLister,
+    UnmappedTopicError,
+    list_after_committed,
+    next_attempt,
+    pending_segments,
+    run_limits,
+    select_pending,
+)
 
 _ATTEMPT = re.compile(r"-a(\d+)$")
 
@@ -56,12 +65,6 @@ class TableStatusReader(Protocol):
     def read_state(self, table: str, topic: str) -> TableState: ...
 
     def last_commit_ms(self, table: str, topic: str) -> int | None: ...
-
-
-class RunDocuments(Protocol):
-    """Where run documents (`outcome.json` of aborted attempts) are looked up."""
-
-    def exists(self, uri: str) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -282,7 +285,7 @@ class StatusService:
         stored = store.state(partition)
         committed = table_offset if table_offset is not None else store.offset(partition)
         segments = probe.after(partition, committed) if listed else []
-        chosen, stopper = eligible_segments(committed, segments)
+        chosen, stopper = probe.pending(partition, committed) if listed else ([], None)
         complete = [s for s in segments if s.has_index]
         newest = max(committed, probe.last_offset(complete[-1].key)) if complete else committed
         lag = newest - committed
@@ -313,55 +316,61 @@ class StatusService:
         runs = self._config.runs
         if not runs.location:
             return 0
-        eligible: dict[int, list[ListedSegment]] = {}
-        blocked: list[ListedSegment] = []
-        for partition, offset in committed.items():
-            segments, stopper = eligible_segments(offset, probe.after(partition, offset))
-            eligible[partition] = segments
-            if stopper is not None:
-                blocked.append(stopper)
-        limits = RunLimits(
-            max_bytes=int(runs.max_bytes_per_run),
-            max_segments=runs.max_segments_per_run,
-            min_bytes=int(runs.min_bytes_per_run),
-            max_wait_seconds=runs.max_wait_seconds,
-        )
-        selection = select_segments(committed, eligible, limits, now_ms=now_ms, blocked=blocked)
+        selection = select_pending(probe.segments, topic, committed, run_limits(runs), now_ms=now_ms)
         ranges = []
         for chosen in selection.partitions:
             end = probe.last_offset(chosen.last.key)
             if end > chosen.committed:
                 ranges.append((chosen.partition, chosen.committed, end))
-        if not ranges:
-            return 0
-        attempt = 0
-        while self._documents.exists(
-            run_document_uri(runs.location, topic, make_run_id(topic, ranges, attempt), OUTCOME_NAME)
-        ):
-            attempt += 1
-        return attempt
+        return next_attempt(self._documents, runs.location, topic, ranges) if ranges else 0
 
 
 class _SegmentProbe:
     """One topic's listings and footers, each read at most once per status call."""
 
     def __init__(self, segments: SegmentLister, topic: str) -> None:
-        self._segments = segments
+        self._cached = _CachedSegments(segments)
         self._topic = topic
-        self._listings: dict[tuple[int, int], list[ListedSegment]] = {}
-        self._footers: dict[str, int] = {}
+
+    @property
+    def segments(self) -> SegmentLister:
+        """The caching lister (for the launcher's selection rules)."""
+        return self._cached
 
     def after(self, partition: int, offset: int) -> list[ListedSegment]:
-        """Segments after the one based at `offset` (S3 `StartAfter`), cached."""
-        key = (partition, offset)
-        if key not in self._listings:
-            self._listings[key] = self._segments.list_segments(self._topic, partition, after_offset=offset)
-        return self._listings[key]
+        """The segments that may hold offsets after `offset`, as the launcher lists them."""
+        return list_after_committed(self._cached, self._topic, partition, offset)
+
+    def pending(self, partition: int, offset: int) -> tuple[list[ListedSegment], ListedSegment | None]:
+        """The segments the launcher would take after `offset`, and the one blocking them."""
+        return pending_segments(self._cached, self._topic, partition, offset)
 
     def last_offset(self, key: str) -> int:
-        """A segment's last offset from its footer, cached."""
+        """A segment's last offset from its footer."""
+        return self._cached.read_footer(key).last_offset
+
+
+class _CachedSegments:
+    """A `SegmentLister` reading each listing and footer at most once."""
+
+    def __init__(self, segments: SegmentLister) -> None:
+        self._segments = segments
+        self.bucket = segments.bucket
+        self._listings: dict[tuple[str, int, int | None], list[ListedSegment]] = {}
+        self._footers: dict[str, SegmentFooter] = {}
+
+    def list_partitions(self, topic: str) -> list[int]:
+        return self._segments.list_partitions(topic)
+
+    def list_segments(self, topic: str, partition: int, after_offset: int | None) -> list[ListedSegment]:
+        key = (topic, partition, after_offset)
+        if key not in self._listings:
+            self._listings[key] = self._segments.list_segments(topic, partition, after_offset=after_offset)
+        return self._listings[key]
+
+    def read_footer(self, key: str) -> SegmentFooter:
         if key not in self._footers:
-            self._footers[key] = self._segments.read_footer(key).last_offset
+            self._footers[key] = self._segments.read_footer(key)
         return self._footers[key]
 
 
