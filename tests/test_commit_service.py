@@ -7,17 +7,15 @@ then the wrapper raises, as a process dying at that point would leave things.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
-from uuid import uuid4
 
 import pytest
 from pyiceberg.catalog import Catalog
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table.update import AddSnapshotUpdate
 
-from kafscale_iceberg.adapters.etcd_checkpoints import EtcdCheckpointStore
 from kafscale_iceberg.adapters.iceberg_catalog import catalog_properties, load_iceberg_catalog
 from kafscale_iceberg.adapters.iceberg_tables import IcebergTableCommitter
 from kafscale_iceberg.adapters.sqlite_checkpoints import SqliteCheckpointStore
@@ -36,7 +34,6 @@ from kafscale_iceberg.exceptions import (
 )
 from kafscale_iceberg.ports import CheckpointStore
 from kafscale_iceberg.services.commit import CommitService, TablePolicy
-from tests.support.etcd import EtcdServer
 from tests.support.iceberg_runs import RunFactory, sql_settings
 
 TOPIC, TABLE, DLQ = "orders", "lake.orders", "lake.orders__dlq"
@@ -99,17 +96,6 @@ def catalog(tmp_path: Path) -> Catalog:
 @pytest.fixture
 def tables(catalog: Catalog) -> IcebergTableCommitter:
     return IcebergTableCommitter(catalog)
-
-
-@pytest.fixture(params=["sqlite", "etcd"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[CheckpointStore]:
-    if request.param == "sqlite":
-        yield SqliteCheckpointStore(tmp_path / "checkpoints.db")
-        return
-    server: EtcdServer = request.getfixturevalue("etcd_server")
-    etcd = EtcdCheckpointStore([server.url], key_prefix=f"test-{uuid4().hex[:8]}")
-    yield etcd
-    etcd.close()
 
 
 @pytest.fixture

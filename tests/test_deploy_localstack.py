@@ -26,6 +26,7 @@ import pytest
 from functions import runtime
 from kafscale_iceberg.domain.events import parse_work_item
 from tests.support.cfn_template import Deployment, functions
+from tests.support.lambdas import LambdaContext
 from tests.support.moto import MotoEndpoint
 from tests.support.segments import put_segment
 
@@ -194,14 +195,6 @@ def receive_all(sqs: Any, url: str, *, expect: int, wait_s: float = 10.0) -> lis
         if len(messages) >= expect and not batch:
             break
     return messages
-
-
-@dataclass
-class LambdaContext:
-    function_name: str = "router"
-    memory_limit_in_mb: int = 256
-    invoked_function_arn: str = "arn:aws:lambda:us-east-1:123456789012:function:router"
-    aws_request_id: str = "req-1"
 
 
 @pytest.fixture

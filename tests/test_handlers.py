@@ -18,20 +18,11 @@ from kafscale_iceberg.domain.runs import RunCounts
 from kafscale_iceberg.domain.tickets import RunTicket
 from kafscale_iceberg.metrics import EMF_NAMESPACE
 from tests.support.iceberg_runs import RunFactory
+from tests.support.lambdas import LambdaContext
 from tests.support.moto import MotoEndpoint
 from tests.support.segments import put_segment
 
 EVENTS = Path(__file__).resolve().parent.parent / "events"
-
-
-@dataclass
-class LambdaContext:
-    """The attributes Powertools reads from the Lambda context object."""
-
-    function_name: str = "router"
-    memory_limit_in_mb: int = 256
-    invoked_function_arn: str = "arn:aws:lambda:us-east-1:123456789012:function:router"
-    aws_request_id: str = "req-1"
 
 
 @dataclass

@@ -42,6 +42,7 @@ from kafscale_iceberg.services.launch import Launcher, LaunchStatus
 from kafscale_iceberg.services.replay import ReplayLeaseBusyError, ReplayService
 from tests.support.etcd import EtcdServer
 from tests.support.iceberg_runs import RunFactory
+from tests.support.lambdas import LambdaContext
 from tests.support.moto import MotoEndpoint
 from tests.support.segments import put_segment
 
@@ -733,13 +734,6 @@ def test_cli_bad_input_is_one_line_and_exit_code_1(
 # -- the Lambda function -----------------------------------------------------------------------------
 
 
-class LambdaContext:
-    function_name = "replay"
-    memory_limit_in_mb = 1024
-    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:replay"
-    aws_request_id = "req-replay"
-
-
 @pytest.fixture
 def function_world(world: World, monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
     monkeypatch.setenv("KAFSCALE_ICEBERG_CONFIG", str(world.config_path))
@@ -756,7 +750,7 @@ def test_the_function_resets_with_the_sample_event(function_world: World) -> Non
     world.produce_table()
     event = json.loads((EVENTS / "replay_reset_offsets.json").read_text())
 
-    answer = handler(event, LambdaContext())
+    answer = handler(event, LambdaContext(function_name="replay"))
 
     assert answer["reset_offsets"] is True
     assert answer["enqueued"] == 2
@@ -776,7 +770,10 @@ def test_the_function_replays_a_committed_range_as_a_no_op(function_world: World
     world.produce_table()
     before = world.state()
 
-    answer = handler(json.loads((EVENTS / "replay_committed_range.json").read_text()), LambdaContext())
+    answer = handler(
+        json.loads((EVENTS / "replay_committed_range.json").read_text()),
+        LambdaContext(function_name="replay"),
+    )
 
     assert answer["message"].endswith("nothing will change")
     assert answer["enqueued"] == 5
@@ -792,7 +789,7 @@ def test_the_function_refuses_an_unconfirmed_reset_naming_the_field(function_wor
     event = {**json.loads((EVENTS / "replay_reset_offsets.json").read_text()), "confirm": "order"}
 
     with pytest.raises(ReplayRequestError, match=r"replay event: field 'confirm' must equal the topic"):
-        handler(event, LambdaContext())
+        handler(event, LambdaContext(function_name="replay"))
     with pytest.raises(ReplayRequestError, match=r"replay event: field 'partitions': .*numbered from 0"):
-        handler({"topic": TOPIC, "partitions": [-1]}, LambdaContext())
+        handler({"topic": TOPIC, "partitions": [-1]}, LambdaContext(function_name="replay"))
     assert world.state() == before

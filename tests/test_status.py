@@ -5,17 +5,15 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-from uuid import uuid4
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from pyiceberg.catalog import Catalog
 
 from kafscale_iceberg.adapters.documents import DocumentStore
-from kafscale_iceberg.adapters.etcd_checkpoints import EtcdCheckpointStore
 from kafscale_iceberg.adapters.iceberg_catalog import load_iceberg_catalog
 from kafscale_iceberg.adapters.iceberg_tables import IcebergTableCommitter
 from kafscale_iceberg.adapters.s3_segments import S3SegmentStore, make_s3_client
@@ -32,7 +30,6 @@ from kafscale_iceberg.services.commit import CommitService, TablePolicy
 from kafscale_iceberg.services.launch import Launcher, LaunchStatus, UnmappedTopicError
 from kafscale_iceberg.services.run_steps import RunSteps
 from kafscale_iceberg.services.status import PartitionStatus, StatusService, TopicStatus
-from tests.support.etcd import EtcdServer
 from tests.support.iceberg_runs import RunFactory, sql_settings
 from tests.support.moto import MotoEndpoint
 from tests.support.segments import put_segment
@@ -111,17 +108,6 @@ class World:
     def topic(self) -> TopicStatus:
         (topic,) = self.status.report().topics
         return topic
-
-
-@pytest.fixture(params=["sqlite", "etcd"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[CheckpointStore]:
-    if request.param == "sqlite":
-        yield SqliteCheckpointStore(tmp_path / "checkpoints.db")
-        return
-    server: EtcdServer = request.getfixturevalue("etcd_server")
-    etcd = EtcdCheckpointStore([server.url], key_prefix=f"test-{uuid4().hex[:8]}")
-    yield etcd
-    etcd.close()
 
 
 @pytest.fixture

@@ -42,20 +42,12 @@ def etcd_binary(name: str = "etcd") -> Path:
 
 
 @dataclass
-class EtcdServer:
-    """A running etcd: its client URL, data directory, process, and helpers for raw key access."""
+class EtcdServer(embedded.EmbeddedEtcd):
+    """A running etcd (`EmbeddedEtcd`), with helpers for raw key access and etcdctl."""
 
-    url: str
-    data_dir: Path
-    process: subprocess.Popen[bytes]
-    log_path: Path
     username: str | None = None
     password: str | None = None
     _raw: Any = field(default=None, repr=False)
-
-    @property
-    def port(self) -> int:
-        return int(self.url.rsplit(":", 1)[1])
 
     def raw_client(self) -> Any:
         """An `etcd3` client for looking at keys directly (authenticated as root on the auth server)."""
@@ -81,12 +73,7 @@ class EtcdServer:
     def stop(self) -> None:
         if self._raw is not None:
             self._raw.close()
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=5)
+        super().stop()
 
 
 def start_etcd_server(base_dir: Path, *, extra_args: tuple[str, ...] = ()) -> EtcdServer:
