@@ -157,7 +157,8 @@ class Recorder:
         if self._printer:
             self._printer.run_started(ticket, plan)
 
-    def run_ended(self, report: RunReport, plan: RunPlan, result: RunResult | None) -> None:
+    def run_ended(self, report: RunReport, plan: RunPlan) -> None:
+        result = report.commit.result if report.commit is not None else None
         with self._lock:
             self.plans[report.topic] = plan
             if result is not None:
@@ -177,7 +178,7 @@ class Recorder:
             else:
                 self.aborted.append(report)
         if self._printer:
-            self._printer.run_ended(report, plan, result)
+            self._printer.run_ended(report, plan)
 
     def error(self, stage: str, topic: str | None, error: Exception) -> None:
         with self._lock:

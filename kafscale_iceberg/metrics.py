@@ -585,7 +585,7 @@ def record_commit(
             RecordResult.QUARANTINED: sum(q.last_offset - q.base_offset + 1 for q in quarantined),
         }
         samples += [sample(RECORDS, count, topic=topic, result=r) for r, count in by_result.items()]
-        samples.append(sample(BATCHES, sum(len(p.segments) for p in plan.partitions), topic=topic))
+        samples.append(sample(BATCHES, plan.segment_count, topic=topic))
         job_ms = max(0, result.timings.ended_at_ms - result.timings.started_at_ms)
         samples.append(sample(WRITE_LATENCY, job_ms + max(0.0, ended_at - started_at) * 1000, topic=topic))
         run_s = max(0.0, ended_at - plan.created_at_ms / 1000)

@@ -198,7 +198,7 @@ def run_job(
         plan.run_id,
         plan.topic,
         len(plan.partitions),
-        sum(len(p.segments) for p in plan.partitions),
+        plan.segment_count,
         plan.total_bytes,
     )
     try:

@@ -24,6 +24,7 @@ from kafscale_iceberg.config import config_from_mapping
 from kafscale_iceberg.domain.events import parse_topic_message
 from kafscale_iceberg.domain.leases import LeaseGrant
 from kafscale_iceberg.domain.offsets import OffsetUpdate
+from kafscale_iceberg.domain.runs import RunPlan
 from kafscale_iceberg.services.discovery import DiscoveryError, TopicDiscovery
 from kafscale_iceberg.services.launch import Launcher, LaunchStatus
 from kafscale_iceberg.services.reconcile import Action, Reconciler
@@ -78,6 +79,7 @@ class World:
         segments = S3SegmentStore(make_s3_client(moto.s3_settings()), self.bucket, NAMESPACE)
         self.discovery = TopicDiscovery(mode, self.config.mapped_topics, segments, self.checkpoints)
         self.starter = StepFunctionsRunStarter(self.sfn, self.machine)
+        self.documents = DocumentStore(moto.s3_settings())
         self.reconciler = Reconciler(
             self.checkpoints,
             segments,
@@ -90,7 +92,7 @@ class World:
             self.config,
             self.checkpoints,
             segments,
-            DocumentStore(moto.s3_settings()),
+            self.documents,
             self.starter,
             owner_id="launcher",
             partition_filter=self.discovery.partitions,
@@ -189,10 +191,10 @@ def test_etcd_discovery_filters_topics_and_partitions_by_the_metadata_snapshot(
     report = world.reconciler.reconcile()
     assert report.source == "etcd"
     assert [(c.topic, c.pending_segments) for c in report.checks] == [("orders", 1)]
-    plan_ends = world.launcher.launch("orders")
-    assert plan_ends.ticket is not None
-    holder = world.checkpoints.read_lease_holder("orders")
-    assert holder is not None
+    ticket = world.launcher.launch("orders").ticket
+    assert ticket is not None
+    plan = RunPlan.model_validate_json(world.documents.read_text(ticket.plan_uri))
+    assert plan.end_offsets() == {1: 9}  # partition 0 is not in the snapshot: left out of the run
 
 
 def test_auto_discovery_falls_back_to_s3_without_a_snapshot(

@@ -200,6 +200,11 @@ class RunPlan(_Model):
         """Sum of the planned segments' sizes."""
         return sum(s.size_bytes for p in self.partitions for s in p.segments)
 
+    @property
+    def segment_count(self) -> int:
+        """How many segments the plan covers."""
+        return sum(len(p.segments) for p in self.partitions)
+
     def end_offsets(self) -> dict[int, int]:
         """The offset each partition's committed offset becomes when this run commits."""
         return {p.partition: p.end_inclusive for p in self.partitions}

@@ -24,13 +24,13 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol
 
 from kafscale_iceberg.domain.events import WorkItem
 from kafscale_iceberg.domain.jobs import JobState
-from kafscale_iceberg.domain.runs import RunPlan, RunResult
+from kafscale_iceberg.domain.runs import RunPlan
 from kafscale_iceberg.domain.tickets import RunTicket
 from kafscale_iceberg.exceptions import KafscaleIcebergError, RunAttemptEndedError, RunNotCommittableError
 from kafscale_iceberg.services.launch import LaunchStatus
@@ -81,12 +81,21 @@ class RunReport:
     commit_ended_at: float = 0.0
 
 
+@dataclass(frozen=True)
+class _Start:
+    """When the loop took a run: a monotonic reading (durations) and the wall clock (reports)."""
+
+    monotonic: float
+    wall: float
+
+
 class PipelineObserver(Protocol):
     """What the loop tells the outside (progress display, metrics)."""
 
     def run_started(self, ticket: RunTicket, plan: RunPlan) -> None: ...
 
-    def run_ended(self, report: RunReport, plan: RunPlan, result: RunResult | None) -> None: ...
+    def run_ended(self, report: RunReport, plan: RunPlan) -> None:
+        """A run ended; a committed one's plan, result and commit outcome are in `report.commit`."""
 
     def error(self, stage: str, topic: str | None, error: Exception) -> None: ...
 
@@ -247,7 +256,7 @@ class Pipeline:
         next_pass = 0.0
         retry_at: dict[str, float] = {}
         while not self.stopping.is_set():
-            self._receive_notifications(wait_seconds=1 if config.notifications.queue_url else 0)
+            self._receive_notifications()
             now = self._clock()
             if now >= next_pass:
                 next_pass = now + poll_s
@@ -283,7 +292,7 @@ class Pipeline:
                 return float(report.retry_after_seconds)
         return None
 
-    def _receive_notifications(self, *, wait_seconds: int) -> None:
+    def _receive_notifications(self) -> None:
         url = self.assembly.config.notifications.queue_url
         if not url:
             return
@@ -291,7 +300,7 @@ class Pipeline:
             self._router, self._receiver = self._notification_path(url)
         assert self._router is not None
         try:
-            messages = self._receiver.receive(wait_seconds=wait_seconds)
+            messages = self._receiver.receive(wait_seconds=1)
         except KafscaleIcebergError as exc:
             self._error("route", None, exc)
             self.stopping.wait(1.0)
@@ -330,40 +339,40 @@ class Pipeline:
 
     def drive(self, ticket: RunTicket) -> RunReport:
         """Take one launched run through its steps: start, watch, then commit or abort."""
-        started = self._clock()
+        start = _Start(self._clock(), time.time())
         self._starter.active.add(ticket.run_id)
         plan = RunPlan.model_validate_json(self.assembly.documents.read_text(ticket.plan_uri))
         if self._observer:
             self._observer.run_started(ticket, plan)
         try:
-            report, result = self._drive(ticket, plan, started)
+            report = self._drive(ticket, plan, start)
         finally:
             self._starter.active.discard(ticket.run_id)
             self._starter.ended.add(ticket.run_id)
         if self._observer:
-            self._observer.run_ended(report, plan, result)
+            self._observer.run_ended(report, plan)
         return report
 
-    def _drive(self, ticket: RunTicket, plan: RunPlan, started: float) -> tuple[RunReport, RunResult | None]:
+    def _drive(self, ticket: RunTicket, plan: RunPlan, start: _Start) -> RunReport:
         try:
             ticket = self.steps.start_job(ticket)
         except KafscaleIcebergError as exc:
             self._error("job", ticket.topic, exc)
-            return self._abort(ticket, plan, started, f"the job could not start: {exc}"), None
+            return self._abort(ticket, plan, start, f"the job could not start: {exc}")
         while True:
             watched = self.steps.watch(ticket)
             if watched.is_final:
                 break
             if self.stopping.is_set():
-                return self._cancel(ticket, plan, started), None
+                return self._cancel(ticket, plan, start)
             self.stopping.wait(self._watch_interval_s)
         if watched.status.state is not JobState.SUCCEEDED or watched.lease_lost:
-            reason = failure_reason(watched.status, lease_lost=watched.lease_lost)
-            return self._abort(ticket, plan, started, reason), self._result(plan)
-        return self._commit(ticket, plan, started)
+            return self._abort(
+                ticket, plan, start, failure_reason(watched.status, lease_lost=watched.lease_lost)
+            )
+        return self._commit(ticket, plan, start)
 
-    def _commit(self, ticket: RunTicket, plan: RunPlan, started: float) -> tuple[RunReport, RunResult | None]:
-        result = self._result(plan)
+    def _commit(self, ticket: RunTicket, plan: RunPlan, start: _Start) -> RunReport:
         commit_started_at = time.time()
         for attempt in range(1, _COMMIT_ATTEMPTS + 1):
             try:
@@ -371,57 +380,51 @@ class Pipeline:
                 break
             except RunNotCommittableError as exc:
                 self._error("sink", ticket.topic, exc)
-                return self._abort(ticket, plan, started, str(exc)), result
+                return self._abort(ticket, plan, start, str(exc))
             except KafscaleIcebergError as exc:
                 self._error("sink", ticket.topic, exc)
                 if not exc.transient or attempt == _COMMIT_ATTEMPTS:
-                    return self._abort(ticket, plan, started, f"commit failed: {exc}"), result
+                    return self._abort(ticket, plan, start, f"commit failed: {exc}")
                 time.sleep(attempt)
-        report = RunReport(
+        result = committed.result
+        return RunReport(
             topic=ticket.topic,
             run_id=ticket.run_id,
             end=RunEnd.COMMITTED,
-            seconds=self._clock() - started,
-            segments=sum(len(p.segments) for p in plan.partitions),
-            records=committed.result.counts.written,
-            dead_lettered=committed.result.counts.dead_lettered,
-            quarantined=sum(len(p.quarantined) for p in committed.result.partitions),
+            seconds=self._clock() - start.monotonic,
+            segments=plan.segment_count,
+            records=result.counts.written,
+            dead_lettered=result.counts.dead_lettered,
+            quarantined=sum(len(p.quarantined) for p in result.partitions),
             offsets=dict(committed.outcome.offsets),
-            started_at=time.time() - (self._clock() - started),
+            started_at=start.wall,
             commit=committed,
             commit_started_at=commit_started_at,
             commit_ended_at=time.time(),
         )
-        return report, committed.result
 
-    def _cancel(self, ticket: RunTicket, plan: RunPlan, started: float) -> RunReport:
+    def _cancel(self, ticket: RunTicket, plan: RunPlan, start: _Start) -> RunReport:
         job_id = ticket.job_id or ticket.run_id
         self._runner.cancel(job_id)
         deadline = self._clock() + _CANCEL_WAIT_S
         while not self._runner.status(job_id).state.is_final and self._clock() < deadline:
             time.sleep(0.2)
-        report = self._abort(ticket, plan, started, "stopped: the job was cancelled at shutdown")
-        return RunReport(**{**report.__dict__, "end": RunEnd.CANCELLED})
+        report = self._abort(ticket, plan, start, "stopped: the job was cancelled at shutdown")
+        return replace(report, end=RunEnd.CANCELLED)
 
-    def _abort(self, ticket: RunTicket, plan: RunPlan, started: float, reason: str) -> RunReport:
+    def _abort(self, ticket: RunTicket, plan: RunPlan, start: _Start, reason: str) -> RunReport:
         aborted = self.steps.abort(ticket, reason)
         return RunReport(
             topic=ticket.topic,
             run_id=ticket.run_id,
             end=RunEnd.ABORTED,
-            seconds=self._clock() - started,
-            segments=sum(len(p.segments) for p in plan.partitions),
+            seconds=self._clock() - start.monotonic,
+            segments=plan.segment_count,
             reason=reason,
             retry_after_seconds=aborted.resignal_after_seconds,
             consecutive_failures=aborted.consecutive_failures,
-            started_at=time.time() - (self._clock() - started),
+            started_at=start.wall,
         )
-
-    def _result(self, plan: RunPlan) -> RunResult | None:
-        try:
-            return RunResult.model_validate_json(self.assembly.documents.read_text(plan.result_uri))
-        except (KafscaleIcebergError, ValueError):
-            return None
 
     def _error(self, stage: str, topic: str | None, error: Exception) -> None:
         logger.error("%s failed: %s", stage, error, extra={"stage": stage, "topic": topic})

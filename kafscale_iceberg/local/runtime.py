@@ -17,7 +17,7 @@ from typing import TextIO
 
 from kafscale_iceberg.assembly import Assembly
 from kafscale_iceberg.config import KafscaleConfig
-from kafscale_iceberg.domain.runs import RunPlan, RunResult
+from kafscale_iceberg.domain.runs import RunPlan
 from kafscale_iceberg.domain.tickets import RunTicket
 from kafscale_iceberg.exceptions import KafscaleIcebergError
 from kafscale_iceberg.local.pipeline import Pipeline, PipelineObserver, RunEnd, RunReport
@@ -120,9 +120,9 @@ class Observers:
         for observer in self._observers:
             observer.run_started(ticket, plan)
 
-    def run_ended(self, report: RunReport, plan: RunPlan, result: RunResult | None) -> None:
+    def run_ended(self, report: RunReport, plan: RunPlan) -> None:
         for observer in self._observers:
-            observer.run_ended(report, plan, result)
+            observer.run_ended(report, plan)
 
     def error(self, stage: str, topic: str | None, error: Exception) -> None:
         for observer in self._observers:
@@ -138,7 +138,7 @@ class MetricsObserver:
     def run_started(self, ticket: RunTicket, plan: RunPlan) -> None:
         """Nothing yet: a run is counted when it ends."""
 
-    def run_ended(self, report: RunReport, plan: RunPlan, result: RunResult | None) -> None:
+    def run_ended(self, report: RunReport, plan: RunPlan) -> None:
         if report.commit is not None:
             committed = report.commit
             record_commit(
@@ -172,10 +172,11 @@ class ProgressPrinter:
         ranges = ", ".join(
             f"p{p.partition} {p.start_exclusive + 1}..{p.end_inclusive}" for p in plan.partitions
         )
-        segments = sum(len(p.segments) for p in plan.partitions)
-        self._print(f"  {ticket.topic}: run {_short(ticket.run_id)} started: {segments} segments ({ranges})")
+        self._print(
+            f"  {ticket.topic}: run {_short(ticket.run_id)} started: {plan.segment_count} segments ({ranges})"
+        )
 
-    def run_ended(self, report: RunReport, plan: RunPlan, result: RunResult | None) -> None:
+    def run_ended(self, report: RunReport, plan: RunPlan) -> None:
         if report.end is RunEnd.COMMITTED:
             extra = f", {report.dead_lettered} dead-lettered" if report.dead_lettered else ""
             extra += f", {report.quarantined} segments quarantined" if report.quarantined else ""
@@ -194,8 +195,9 @@ class ProgressPrinter:
 
 
 def _short(run_id: str) -> str:
-    topic, _, rest = run_id.rpartition("-")
-    return f"{topic.rsplit('-', 1)[-1][:8]}-{rest}" if topic else run_id
+    """`{topic}-{hash}-a{n}` as `{hash[:8]}-a{n}`."""
+    _, digest, attempt = run_id.rsplit("-", 2)
+    return f"{digest[:8]}-{attempt}"
 
 
 def _offsets(offsets: dict[int, int]) -> str:

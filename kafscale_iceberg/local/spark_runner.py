@@ -24,7 +24,7 @@ import tempfile
 import threading
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib.util import find_spec
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -53,7 +53,6 @@ class _Job:
     process: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
     cancelled: bool = False
-    lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 class LocalSparkJobRunner:
@@ -104,8 +103,7 @@ class LocalSparkJobRunner:
     def cancel(self, job_id: str) -> None:
         """Interrupt the job's tasks (warm) or terminate its process. Idempotent."""
         job = self._job(job_id)
-        with job.lock:
-            job.cancelled = True
+        job.cancelled = True
         if job.process is not None and job.process.poll() is None:
             job.process.terminate()
         elif job.future is not None and not job.future.cancel() and self._session is not None:
