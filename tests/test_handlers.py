@@ -190,7 +190,8 @@ def test_abort_handler_emits_the_failure_count_for_alarms(
 ) -> None:
     from functions.steps import abort
 
-    ticket = _ticket(stack, "orders-abc-a1", attempt=1)
+    # A run whose job never started (no EMR application here: a started one would be cancelled).
+    ticket = _ticket(stack, "orders-abc-a1", attempt=1).model_copy(update={"job_id": None})
     response = abort({"ticket": ticket.model_dump(mode="json"), "reason": "job failed"}, LambdaContext())
 
     assert response["topic"] == "orders"

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from kafscale_iceberg.domain.events import TopicSignal, WorkItem
+from kafscale_iceberg.domain.events import TopicSignal, WorkItem, message_group_id
 from kafscale_iceberg.exceptions import TransientError
 
 if TYPE_CHECKING:
@@ -54,7 +54,7 @@ class SqsWorkQueue:
                 {
                     "Id": str(position),
                     "MessageBody": message.model_dump_json(),
-                    "MessageGroupId": message.topic,
+                    "MessageGroupId": message_group_id(message.topic),
                     "MessageDeduplicationId": message.deduplication_id,
                 }
                 for position, message in enumerate(chunk)
