@@ -1,0 +1,151 @@
+"""The AWS flow end to end on emulated services (`make test-aws`): S3 event -> router -> FIFO work
+queue -> launcher -> the real state machine -> EMR Serverless job (local Spark) -> commit or abort,
+with every AWS call checked against its role in template.yaml.
+
+The box and each of its fakes (Lambda invoke, SQS event source mappings, time, EMR compute, the
+catalog, IAM) are described in tests/support/aws_box.py, with what each does not cover.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kafscale_iceberg.segments.keys import SegmentObjectKind, format_segment_key
+from tests.support.aws_box import Box, build_box, timed_out, unregister
+from tests.support.etcd import EtcdServer
+from tests.support.moto import MotoEndpoint
+from tests.support.segments import encode_segment, put_segment
+
+pytestmark = [pytest.mark.slow, pytest.mark.aws]
+
+TOPIC = "orders"
+TABLE = "shop.orders"
+
+
+@pytest.fixture(scope="module")
+def spark_runner(spark: Any, moto_server: MotoEndpoint) -> Iterator[Any]:
+    """The EMR jobs' compute: the session's local Spark, warm (the job code is spark_app's)."""
+    from kafscale_iceberg.adapters.s3_segments import S3Settings
+    from kafscale_iceberg.local.spark_runner import LocalSparkJobRunner
+
+    runner = LocalSparkJobRunner(
+        master="local[2]",
+        keep_session_warm=True,
+        s3=S3Settings(endpoint_url=moto_server.url, region="eu-west-1", path_style=True),
+    )
+    yield runner
+    runner.close()
+
+
+def _box(
+    moto_server: MotoEndpoint,
+    etcd_server: EtcdServer,
+    spark_runner: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    topic: str = TOPIC,
+) -> Iterator[Box]:
+    box = build_box(
+        moto_url=moto_server.url,
+        etcd=etcd_server,
+        spark_runner=spark_runner,
+        tmp_path=tmp_path,
+        monkeypatch=monkeypatch,
+        mappings=[{"topic": topic, "table": TABLE, "create_table_if_missing": True}],
+    )
+    try:
+        yield box
+    finally:
+        unregister(box)
+
+
+@pytest.fixture
+def box(
+    moto_server: MotoEndpoint,
+    etcd_server: EtcdServer,
+    spark_runner: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[Box]:
+    yield from _box(moto_server, etcd_server, spark_runner, tmp_path, monkeypatch)
+
+
+def _assert_iam(box: Box) -> None:
+    assert box.recorder.calls, "no AWS call was recorded"
+    denied = box.recorder.denied()
+    assert denied == [], "\n".join(map(str, denied))
+
+
+def _statuses(box: Box) -> list[str]:
+    return sorted(e["status"] for e in box.executions())
+
+
+def test_segments_land_exactly_once_and_every_call_is_allowed(box: Box) -> None:
+    put_segment(box.s3, box.segment_bucket, box.namespace, TOPIC, 0, 0, 5)
+    put_segment(box.s3, box.segment_bucket, box.namespace, TOPIC, 1, 0, 3)
+    box.pump()
+    assert len(box.rows(TABLE)) == 8, box.describe()
+    assert box.committed_offsets(TOPIC) == {0: 4, 1: 2}
+    assert "SUCCEEDED" in _statuses(box)
+    # A duplicate notification of a committed segment (the same object PUT again) changes nothing.
+    key = format_segment_key(box.namespace, TOPIC, 0, 0)
+    body = box.s3.get_object(Bucket=box.segment_bucket, Key=key)["Body"].read()
+    box.s3.put_object(Bucket=box.segment_bucket, Key=key, Body=body)
+    box.pump()
+    assert len(box.rows(TABLE)) == 8, box.describe()
+    assert "FAILED" not in _statuses(box)
+    _assert_iam(box)
+    # The launcher described no execution, the steps ran in order, the commit signalled the topic.
+    assert box.recorder.count("sqs:SendMessage", "RunStateMachineRole") >= 1
+    assert box.fleet.count("CommitFunction") >= 1
+
+
+def test_a_failed_emr_job_is_aborted_and_the_next_attempt_commits(box: Box) -> None:
+    box.emr.faults.append("FAILED")
+    put_segment(box.s3, box.segment_bucket, box.namespace, TOPIC, 0, 0, 4)
+    box.pump()
+    assert len(box.rows(TABLE)) == 4
+    assert box.committed_offsets(TOPIC) == {0: 3}
+    assert _statuses(box) == ["FAILED", "SUCCEEDED"]  # the aborted run, then its next attempt
+    assert box.fleet.count("AbortFunction") == 1
+    _assert_iam(box)
+
+
+def test_an_index_that_lands_late_is_routed_seconds_later(box: Box) -> None:
+    files = encode_segment(0, 0, 3)
+    box.s3.put_object(Bucket=box.segment_bucket, Key=format_segment_key(box.namespace, TOPIC, 0, 0), Body=files.kfs)
+    box.pump(until=lambda: box.recorder.count("sqs:ChangeMessageVisibility", "RouterRole") >= 1, timeout_s=30)
+    index_key = format_segment_key(box.namespace, TOPIC, 0, 0, SegmentObjectKind.INDEX)
+    box.s3.put_object(Bucket=box.segment_bucket, Key=index_key, Body=files.index)
+    box.pump()
+    assert len(box.rows(TABLE)) == 3
+    _assert_iam(box)
+
+
+def test_a_watch_step_that_times_out_is_retried_and_the_run_commits(box: Box) -> None:
+    box.fleet.faults["WatchFunction"] = [timed_out]
+    put_segment(box.s3, box.segment_bucket, box.namespace, TOPIC, 0, 0, 2)
+    box.pump()
+    assert len(box.rows(TABLE)) == 2
+    assert _statuses(box) == ["SUCCEEDED"]
+    _assert_iam(box)
+
+
+def test_a_topic_of_249_characters_lands(
+    moto_server: MotoEndpoint,
+    etcd_server: EtcdServer,
+    spark_runner: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    topic = "t" * 200 + ".orders-" + "x" * 41
+    for box in _box(moto_server, etcd_server, spark_runner, tmp_path, monkeypatch, topic=topic):
+        put_segment(box.s3, box.segment_bucket, box.namespace, topic, 0, 0, 3)
+        box.pump()
+        assert len(box.rows(TABLE)) == 3
+        assert _statuses(box) == ["SUCCEEDED"]
+        _assert_iam(box)
