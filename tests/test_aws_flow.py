@@ -48,6 +48,7 @@ def _box(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     topic: str = TOPIC,
+    **options: Any,
 ) -> Iterator[Box]:
     box = build_box(
         moto_url=moto_server.url,
@@ -56,6 +57,7 @@ def _box(
         tmp_path=tmp_path,
         monkeypatch=monkeypatch,
         mappings=[{"topic": topic, "table": TABLE, "create_table_if_missing": True}],
+        **options,
     )
     try:
         yield box
@@ -117,7 +119,9 @@ def test_a_failed_emr_job_is_aborted_and_the_next_attempt_commits(box: Box) -> N
 
 def test_an_index_that_lands_late_is_routed_seconds_later(box: Box) -> None:
     files = encode_segment(0, 0, 3)
-    box.s3.put_object(Bucket=box.segment_bucket, Key=format_segment_key(box.namespace, TOPIC, 0, 0), Body=files.kfs)
+    box.s3.put_object(
+        Bucket=box.segment_bucket, Key=format_segment_key(box.namespace, TOPIC, 0, 0), Body=files.kfs
+    )
     box.pump(until=lambda: box.recorder.count("sqs:ChangeMessageVisibility", "RouterRole") >= 1, timeout_s=30)
     index_key = format_segment_key(box.namespace, TOPIC, 0, 0, SegmentObjectKind.INDEX)
     box.s3.put_object(Bucket=box.segment_bucket, Key=index_key, Body=files.index)
@@ -149,3 +153,68 @@ def test_a_topic_of_249_characters_lands(
         assert len(box.rows(TABLE)) == 3
         assert _statuses(box) == ["SUCCEEDED"]
         _assert_iam(box)
+
+
+def test_an_execution_that_dies_mid_run_is_recovered_by_the_reconciler(box: Box) -> None:
+    """The launcher finds the dead run's execution (ExecutionAlreadyExists -> DescribeExecution, which
+    its role must allow), records the spent attempt, and the next attempt commits."""
+    box.emr.faults.append("STUCK")
+    put_segment(box.s3, box.segment_bucket, box.namespace, TOPIC, 0, 0, 3)
+    box.pump(until=lambda: box.fleet.count("WatchFunction") >= 2, timeout_s=60)
+    (execution,) = box.executions()
+    box.sfn.stop_execution(executionArn=execution["executionArn"], error="States.Runtime", cause="steps died")
+    box.pump()
+    assert box.rows(TABLE) == []
+    box.fleet.invoke("ReconcilerFunction", {"source": "aws.events", "detail-type": "Scheduled Event"})
+    box.pump()
+    assert len(box.rows(TABLE)) == 3, box.describe()
+    assert box.committed_offsets(TOPIC) == {0: 2}
+    assert "SUCCEEDED" in _statuses(box)
+    _assert_iam(box)
+
+
+@pytest.fixture
+def box_with_short_job_timeout(
+    moto_server: MotoEndpoint,
+    etcd_server: EtcdServer,
+    spark_runner: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[Box]:
+    # runs.timeout_minutes is the job's executionTimeoutMinutes: EMR's minimum, 3 s in the box's time.
+    yield from _box(
+        moto_server, etcd_server, spark_runner, tmp_path, monkeypatch, runs={"timeout_minutes": 5}
+    )
+
+
+def test_a_job_stuck_past_its_timeout_is_aborted_and_the_next_attempt_commits(
+    box_with_short_job_timeout: Box,
+) -> None:
+    box = box_with_short_job_timeout
+    box.emr.faults.append("STUCK")
+    put_segment(box.s3, box.segment_bucket, box.namespace, TOPIC, 0, 0, 3)
+    box.pump()
+    assert len(box.rows(TABLE)) == 3, box.describe()
+    assert _statuses(box) == ["FAILED", "SUCCEEDED"]
+    _assert_iam(box)
+
+
+def _expire_leases(box: Box) -> None:
+    """What a lease TTL running out does in etcd: the lease and its keys are gone (etcd's TTL is wall
+    time, so the box revokes the lease instead of waiting the deployed 900 s)."""
+    client = box.etcd.raw_client()
+    for _, meta in client.get_prefix(f"{box.key_prefix}/leases/"):
+        client.revoke_lease(meta.lease_id)
+
+
+def test_a_commit_that_starts_after_the_lease_lapsed_lands_once(box: Box) -> None:
+    """The commit starts after the run's lease lapsed and nobody claimed the topic: it reclaims the
+    lease, commits exactly once, and the topic's next signal finds nothing to do."""
+    box.fleet.faults["CommitFunction"] = [lambda: _expire_leases(box)]
+    put_segment(box.s3, box.segment_bucket, box.namespace, TOPIC, 0, 0, 4)
+    box.pump()
+    assert len(box.rows(TABLE)) == 4, box.describe()
+    assert box.committed_offsets(TOPIC) == {0: 3}
+    assert _statuses(box) == ["SUCCEEDED"]
+    assert box.fleet.count("AbortFunction") == 0
+    _assert_iam(box)

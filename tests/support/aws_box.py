@@ -21,7 +21,8 @@ The fakes, each with what it does not cover:
   Not covered: batching windows, scaling, `MaximumConcurrency`.
 - **Time**: Wait states and Retry intervals run `TIME_SCALE` times their length; queue visibility
   timeouts are `VISIBILITY_SECONDS` instead of the template's 180/720 s; an EMR job's
-  `executionTimeoutMinutes` counts `TIME_SCALE` minutes.
+  `executionTimeoutMinutes` counts `JOB_TIMEOUT_SCALE` minutes, for stuck jobs only (a real local
+  Spark run's speed on a shared machine says nothing about EMR's, so it is never timed out).
 - **EMR Serverless compute**: moto's `StartJobRun` is idempotent by `clientToken` here (as EMR is)
   and starts the job's `--plan` on local Spark (`LocalSparkJobRunner`, warm session);
   `GetJobRun` reports that job's state; `CancelJobRun` cancels it (a finished job: ValidationException).
@@ -41,13 +42,12 @@ from __future__ import annotations
 import contextvars
 import json
 import os
-import re
 import threading
 import time
 import traceback
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -60,6 +60,7 @@ from tests.support.cfn_template import ACCOUNT, REGION, ROOT, Deployment, Functi
 from tests.support.lambdas import LambdaContext
 
 TIME_SCALE = 0.01
+JOB_TIMEOUT_SCALE = 0.01  # 5 min (EMR's minimum) -> 3 s
 VISIBILITY_SECONDS = 1
 PAYLOAD_LIMIT = 6 * 1024 * 1024
 TEMPLATE_APPLICATION_ID = "00fabcdefg123456"
@@ -106,7 +107,9 @@ def iam_requests(service: str, operation: str, params: dict[str, Any]) -> list[t
             "ListObjects": ("s3:ListBucket", f"arn:aws:s3:::{bucket}"),
         }
         if operation == "DeleteObjects":
-            return [("s3:DeleteObject", f"arn:aws:s3:::{bucket}/{o['Key']}") for o in params["Delete"]["Objects"]]
+            return [
+                ("s3:DeleteObject", f"arn:aws:s3:::{bucket}/{o['Key']}") for o in params["Delete"]["Objects"]
+            ]
         return [by_op[operation]]
     if service == "sqs":
         action = {
@@ -170,7 +173,8 @@ class CallRecorder:
             requests = iam_requests(service, operation, params)
         except (AssertionError, KeyError) as exc:  # reported by denied(), never raised into a handler
             requests = [(f"unmapped:{service}:{operation}", repr(exc))]
-        for action, resource in requests:
+        for action, raw in requests:
+            resource = raw
             for moto_id, template_id in self.renames.items():
                 resource = resource.replace(moto_id, template_id)
             with self._lock:
@@ -190,7 +194,7 @@ class CallRecorder:
 # -- Lambda -------------------------------------------------------------------------------------------
 
 
-class LambdaTimedOut(Exception):
+class LambdaTimeoutError(Exception):
     """A fault: the invocation ran past the function's timeout (Lambda kills it; nothing returned)."""
 
 
@@ -218,7 +222,7 @@ class LambdaFleet:
         self._lock = threading.RLock()
 
     def handler(self, function: Function) -> Callable[[dict[str, Any], Any], Any]:
-        import importlib  # noqa: PLC0415
+        import importlib
 
         module, name = function.handler.rsplit(".", 1)
         handler: Callable[[dict[str, Any], Any], Any] = getattr(importlib.import_module(module), name)
@@ -235,7 +239,7 @@ class LambdaFleet:
             started = time.perf_counter()
             error: str | None = None
             try:
-                from functions import runtime  # noqa: PLC0415
+                from functions import runtime
 
                 runtime.assembly.cache_clear()
                 for fault in self.faults.get(logical_id, [])[:1]:
@@ -247,7 +251,7 @@ class LambdaFleet:
                 )
                 result = self.handler(function)(event, context)
                 if time.perf_counter() - started > timeout:
-                    raise LambdaTimedOut(f"{logical_id} ran past its {timeout:.0f} s timeout")
+                    raise LambdaTimeoutError(f"{logical_id} ran past its {timeout:.0f} s timeout")
                 return result
             except BaseException as exc:
                 error = f"{type(exc).__name__}: {exc}"[-600:]
@@ -261,7 +265,7 @@ class LambdaFleet:
     def invoke_payload(self, function_name: str, payload: bytes) -> dict[str, Any]:
         """Lambda's `Invoke` (RequestResponse) as Step Functions sees it: payload out, or the error."""
         if len(payload) > PAYLOAD_LIMIT:
-            from botocore.exceptions import ClientError  # noqa: PLC0415
+            from botocore.exceptions import ClientError
 
             raise ClientError(
                 {
@@ -273,7 +277,7 @@ class LambdaFleet:
         logical_id = self.by_name[function_name]
         try:
             result = self.invoke(logical_id, json.loads(payload or b"{}"))
-        except LambdaTimedOut as exc:
+        except LambdaTimeoutError as exc:
             return _function_error("Sandbox.Timedout", str(exc))
         except Exception as exc:  # Lambda reports any exception the same way
             return _function_error(type(exc).__name__, str(exc), traceback.format_exception(exc))
@@ -293,7 +297,7 @@ def _function_error(error_type: str, message: str, trace: list[str] | None = Non
 
 def timed_out() -> None:
     """A fault for `LambdaFleet.faults`: the invocation times out before doing anything."""
-    raise LambdaTimedOut("the function timed out (fault)")
+    raise LambdaTimeoutError("the function timed out (fault)")
 
 
 # -- SQS event sources ----------------------------------------------------------------------------------
@@ -332,7 +336,7 @@ class EventSourceMappings:
             event = {"Records": [_sqs_record(m, source.queue_arn) for m in messages]}
             try:
                 result = self.fleet.invoke(source.function, event)
-            except Exception:  # noqa: BLE001 - the whole batch comes back after its visibility timeout
+            except Exception:
                 continue
             failed = {f["itemIdentifier"] for f in (result or {}).get("batchItemFailures", [])}
             for message in messages:
@@ -370,8 +374,8 @@ class EmrCompute:
         self.started: list[str] = []
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        from moto.emrserverless.exceptions import ValidationException  # noqa: PLC0415
-        from moto.emrserverless.models import EMRServerlessBackend  # noqa: PLC0415
+        from moto.emrserverless.exceptions import ValidationException
+        from moto.emrserverless.models import EMRServerlessBackend
 
         original_start = EMRServerlessBackend.start_job_run
         original_get = EMRServerlessBackend.get_job_run
@@ -405,8 +409,8 @@ class EmrCompute:
         monkeypatch.setattr(EMRServerlessBackend, "cancel_job_run", cancel_job_run)
 
     def start(self, run: Any) -> None:
-        from kafscale_iceberg.adapters.documents import DocumentStore  # noqa: PLC0415
-        from kafscale_iceberg.domain.runs import RunPlan  # noqa: PLC0415
+        from kafscale_iceberg.adapters.documents import DocumentStore
+        from kafscale_iceberg.domain.runs import RunPlan
 
         self.started_at[run.id] = time.monotonic()
         self.started.append(run.id)
@@ -425,13 +429,10 @@ class EmrCompute:
     def refresh(self, run: Any) -> None:
         if run.state in {"SUCCESS", "FAILED", "CANCELLED"}:
             return
-        limit = run.execution_timeout_minutes * 60 * TIME_SCALE
-        if time.monotonic() - self.started_at.get(run.id, time.monotonic()) > limit:
-            if run.id in self.local_jobs:
-                self.runner.cancel(self.local_jobs[run.id])
-            run.state, run.state_details = "FAILED", "Job run timed out (executionTimeoutMinutes)"
-            return
-        if run.id not in self.local_jobs:
+        if run.id not in self.local_jobs:  # a stuck job (fault): EMR fails it at its timeout
+            limit = run.execution_timeout_minutes * 60 * JOB_TIMEOUT_SCALE
+            if time.monotonic() - self.started_at.get(run.id, time.monotonic()) > limit:
+                run.state, run.state_details = "FAILED", "Job run timed out (executionTimeoutMinutes)"
             return
         status = self.runner.status(self.local_jobs[run.id])
         run.state = {"succeeded": "SUCCESS", "failed": "FAILED", "cancelled": "CANCELLED"}.get(
@@ -500,19 +501,25 @@ class Box:
     def describe(self) -> str:
         states = Counter(e["status"] for e in self.executions())
         calls = Counter((i.function, i.error) for i in self.fleet.invocations)
-        return f"executions {dict(states)}, messages pending {self.messages_pending()}, invocations {dict(calls)}"
+        pending = self.messages_pending()
+        return f"executions {dict(states)}, messages pending {pending}, invocations {dict(calls)}"
 
     def history(self, execution_arn: str) -> list[dict[str, Any]]:
         return list(self.sfn.get_execution_history(executionArn=execution_arn, maxResults=1000)["events"])
 
     def rows(self, table: str) -> list[dict[str, Any]]:
         """The table's rows (pyiceberg reads the current snapshot from the SQLite catalog)."""
-        import sqlite3  # noqa: PLC0415
+        import sqlite3
 
-        from pyiceberg.table import StaticTable  # noqa: PLC0415
+        from pyiceberg.table import StaticTable
 
         namespace, name = table.rsplit(".", 1)
+        if not self.catalog_db.exists():
+            return []
         with sqlite3.connect(self.catalog_db) as db:
+            exists = db.execute("select 1 from sqlite_master where name = 'iceberg_tables'").fetchone()
+            if exists is None:
+                return []
             found = db.execute(
                 "select metadata_location from iceberg_tables where table_namespace = ? and table_name = ?",
                 (namespace, name),
@@ -523,7 +530,7 @@ class Box:
         return rows
 
     def committed_offsets(self, topic: str) -> dict[int, int]:
-        from kafscale_iceberg.adapters.etcd_checkpoints import EtcdCheckpointStore  # noqa: PLC0415
+        from kafscale_iceberg.adapters.etcd_checkpoints import EtcdCheckpointStore
 
         with EtcdCheckpointStore([self.etcd.url], key_prefix=self.key_prefix) as store:
             committed = store.load_committed_offsets(topic)
@@ -548,16 +555,17 @@ def build_box(
     monkeypatch: pytest.MonkeyPatch,
     mappings: list[dict[str, Any]],
     runs: dict[str, Any] | None = None,
+    environment_overrides: dict[str, str] | None = None,
 ) -> Box:
     """Create the stack's resources on moto, wire the fakes, and return the box (one per test)."""
-    from moto.core.config import default_user_config  # noqa: PLC0415
-    from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl  # noqa: PLC0415
-    from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils  # noqa: PLC0415
-    from moto.stepfunctions.parser.asl.component.state.wait.wait_function.wait_function import (  # noqa: PLC0415
+    from moto.core.config import default_user_config
+    from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
+    from moto.stepfunctions.parser.asl.component.state.wait.wait_function.wait_function import (
         WaitFunction,
     )
 
-    from kafscale_iceberg.adapters.s3_segments import S3Settings  # noqa: PLC0415
+    from kafscale_iceberg.adapters.s3_segments import S3Settings
 
     stack = f"box{uuid.uuid4().hex[:8]}"
     namespace = "prod"
@@ -618,7 +626,9 @@ def build_box(
     # moto sends an s3:TestEvent first (as S3 does): leave it for the router to ignore.
 
     application_id = emr.create_application(
-        name=f"{stack}-spark", releaseLabel="emr-7.2.0", type="SPARK"  # moto knows no emr-spark-8 label
+        name=f"{stack}-spark",
+        releaseLabel="emr-7.2.0",
+        type="SPARK",  # moto knows no emr-spark-8 label
     )["applicationId"]
     machine_name = deployment.attribute("RunStateMachine", "Name")
     state_machine_arn = sfn.create_state_machine(
@@ -633,7 +643,12 @@ def build_box(
     key_prefix = f"{stack}/processors"
     catalog_db = tmp_path / "catalog.db"
     config = {
-        "s3": {"bucket": parameters["SegmentBucketName"], "endpoint": moto_url, "path_style": True, "region": REGION},
+        "s3": {
+            "bucket": parameters["SegmentBucketName"],
+            "endpoint": moto_url,
+            "path_style": True,
+            "region": REGION,
+        },
         "iceberg": {
             "catalog": {"type": "sql", "uri": f"sqlite:///{catalog_db}"},
             "warehouse": f"file://{tmp_path}/warehouse",
@@ -653,10 +668,9 @@ def build_box(
     }
     environment: dict[str, dict[str, str]] = {}
     for function in functions():
-        variables = {
-            k: v for k, v in deployment.environment(function).items() if k not in NOT_GIVEN
-        } | common
+        variables = {k: v for k, v in deployment.environment(function).items() if k not in NOT_GIVEN} | common
         variables["KAFSCALE_ICEBERG_EMR_APPLICATION_ID"] = application_id
+        variables |= environment_overrides or {}
         environment[function.logical_id] = variables
 
     recorder = CallRecorder(deployment, {application_id: TEMPLATE_APPLICATION_ID})
@@ -668,7 +682,13 @@ def build_box(
 
     fleet = LambdaFleet(deployment, environment)
 
-    def invoke_lambda_function(parameters: dict[str, Any], region: str, state_credentials: Any) -> dict[str, Any]:
+    def invoke_lambda_function(
+        parameters: dict[str, Any], region: str, state_credentials: Any
+    ) -> dict[str, Any]:
+        if (
+            parameters["FunctionName"] not in fleet.by_name
+        ):  # an execution of an earlier box, still winding down
+            return _function_error("ResourceNotFoundException", f"no function {parameters['FunctionName']}")
         recorder.record(STATE_MACHINE_ROLE, "lambda", "Invoke", parameters)
         return fleet.invoke_payload(parameters["FunctionName"], parameters.get("Payload") or b"")
 
@@ -721,10 +741,10 @@ def build_box(
 
 
 def unregister(box: Box) -> None:
-    """Stop recording the default session's calls (the box's fixture does it at teardown)."""
+    """Stop the box's executions still running and stop recording calls (the fixture's teardown)."""
+    for execution in box.executions():
+        if execution["status"] == "RUNNING":
+            box.sfn.stop_execution(executionArn=execution["executionArn"], cause="test ended")
     if boto3.DEFAULT_SESSION is not None:
         boto3.DEFAULT_SESSION.events.unregister("before-parameter-build", box.recorder.keep_params)
         boto3.DEFAULT_SESSION.events.unregister("before-call", box.recorder.hook)
-
-
-__all__ = ["Box", "Call", "build_box", "timed_out", "unregister", "Iterator", "re"]
