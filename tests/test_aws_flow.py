@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from bench.cost import transitions_per_run
 from kafscale_iceberg.segments.keys import SegmentObjectKind, format_segment_key
 from tests.support.aws_box import Box, build_box, timed_out, unregister
 from tests.support.etcd import EtcdServer
@@ -93,6 +94,11 @@ def test_segments_land_exactly_once_and_every_call_is_allowed(box: Box) -> None:
     assert len(box.rows(TABLE)) == 8, box.describe()
     assert box.committed_offsets(TOPIC) == {0: 4, 1: 2}
     assert "SUCCEEDED" in _statuses(box)
+    # The cost model's count of state transitions is the real execution's (bench/cost.py).
+    (committed,) = [e for e in box.executions() if e["status"] == "SUCCEEDED"]
+    entered = [e for e in box.history(committed["executionArn"]) if e["type"].endswith("StateEntered")]
+    watches = sum(1 for e in entered if e["stateEnteredEventDetails"]["name"] == "Watch")
+    assert len(entered) == transitions_per_run(watches)
     # A duplicate notification of a committed segment (the same object PUT again) changes nothing.
     key = format_segment_key(box.namespace, TOPIC, 0, 0)
     body = box.s3.get_object(Bucket=box.segment_bucket, Key=key)["Body"].read()
