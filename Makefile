@@ -88,7 +88,9 @@ STACK_NAME ?= kafscale-iceberg
 SPARK_PACKAGING ?= venv
 EMR_RELEASE_LABEL ?= emr-spark-8.0.0
 EMR_BASE_IMAGE ?= public.ecr.aws/emr-serverless/spark/$(EMR_RELEASE_LABEL):latest
-EMR_PYTHON ?= python3
+# The interpreter the job's environment is built for: one EMR runs Spark with (emr-spark-8.x: 3.11-3.13).
+EMR_PYTHON ?= python3.11
+EMR_SPARK8_PYTHONS := python3.11 python3.12 python3.13
 # The stack's output SparkArtifactsUri (s3://<runs bucket>/spark), and for images the ECR image to push.
 SPARK_ARTIFACTS_URI ?=
 SPARK_IMAGE ?=
@@ -144,6 +146,10 @@ package-spark:
 		{ echo "package-spark: SPARK_PACKAGING must be venv or image, got '$(SPARK_PACKAGING)'" >&2; exit 2; }
 	@test "$(SPARK_PACKAGING)" = venv || test -n "$(SPARK_IMAGE)" || { echo "package-spark: set SPARK_IMAGE \
 	to the ECR image to push (<account>.dkr.ecr.<region>.amazonaws.com/<repository>:<tag>)" >&2; exit 2; }
+	@case "$(EMR_RELEASE_LABEL)" in emr-spark-8.*) case " $(EMR_SPARK8_PYTHONS) " in *" $(EMR_PYTHON) "*) ;; \
+		*) echo "package-spark: EMR_PYTHON=$(EMR_PYTHON) does not match $(EMR_RELEASE_LABEL), which runs Spark \
+	with Python 3.11-3.13: set EMR_PYTHON to one of $(EMR_SPARK8_PYTHONS) (the environment is built for that \
+	interpreter and must be the one Spark starts)" >&2; exit 2;; esac;; esac
 	@test -n "$(DRY_RUN)" || { docker buildx version && docker info; } >/dev/null 2>&1 || { echo "package-spark: \
 	needs a running Docker engine with buildx (docker buildx build of infra/emr/Dockerfile); DRY_RUN=1 prints \
 	the commands instead" >&2; exit 2; }

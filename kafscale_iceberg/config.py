@@ -137,6 +137,8 @@ DEFAULT_SQLITE_PATH = ".kafscale-iceberg/offsets.sqlite"
 DEFAULT_EMR_RELEASE_LABEL = "emr-spark-8.0.0"
 DEAD_LETTER_SUFFIX = "__dlq"
 _EMR_PYTHON = "./environment/bin/python"
+# The interpreter infra/emr/Dockerfile's image links (the one the package was installed for).
+_EMR_IMAGE_PYTHON = "/usr/local/bin/kafscale-python"
 
 # Error types this module raises inside validation; `_problems_from` turns them into key-path lines.
 _VALUE_PROBLEM = "kafscale_config_value"
@@ -762,6 +764,12 @@ class EmrServerlessRunnerConfig(_Section):
                 f"--conf spark.emr-serverless.driverEnv.PYSPARK_DRIVER_PYTHON={_EMR_PYTHON}",
                 f"--conf spark.emr-serverless.driverEnv.PYSPARK_PYTHON={_EMR_PYTHON}",
                 f"--conf spark.executorEnv.PYSPARK_PYTHON={_EMR_PYTHON}",
+            ]
+        elif self.image:
+            parts += [
+                f"--conf spark.emr-serverless.driverEnv.PYSPARK_DRIVER_PYTHON={_EMR_IMAGE_PYTHON}",
+                f"--conf spark.emr-serverless.driverEnv.PYSPARK_PYTHON={_EMR_IMAGE_PYTHON}",
+                f"--conf spark.executorEnv.PYSPARK_PYTHON={_EMR_IMAGE_PYTHON}",
             ]
         if self.spark_submit_parameters:
             parts.append(self.spark_submit_parameters)
