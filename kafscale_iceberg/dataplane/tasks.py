@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kafscale_iceberg.dataplane.conversion import RecordConverter, corrupt_segment_row
+from kafscale_iceberg.dataplane.lfs import BlobReader, LfsStage
 from kafscale_iceberg.dataplane.parquet_files import RollingParquetWriter
 from kafscale_iceberg.dataplane.partitioning import split_by_partition
 from kafscale_iceberg.dataplane.reports import (
@@ -42,7 +43,7 @@ from kafscale_iceberg.domain.runs import (
     RunPlan,
     SchemaMode,
 )
-from kafscale_iceberg.exceptions import KafscaleIcebergError, SegmentFormatError
+from kafscale_iceberg.exceptions import KafscaleIcebergError, LfsBlobUnavailableError, SegmentFormatError
 from kafscale_iceberg.segments.decode import FramedBatch, decode_segment
 
 # A task smaller than this costs more in scheduling than it saves in parallelism.
@@ -118,7 +119,7 @@ def plan_tasks(
 @dataclass
 class _Clock:
     timings: dict[str, float] = field(
-        default_factory=lambda: dict.fromkeys(("read", "decode", "convert", "write"), 0.0)
+        default_factory=lambda: dict.fromkeys(("read", "decode", "lfs", "convert", "write"), 0.0)
     )
     _last: float = field(default_factory=time.perf_counter)
 
@@ -128,14 +129,24 @@ class _Clock:
         self._last = now
 
 
-def run_task(plan: RunPlan, task: TaskAssignment, *, reader: ObjectReader, sink: FileSink) -> TaskReport:
-    """Fetch, decode, filter, convert and write one task's segments; never raises for bad data.
+def run_task(
+    plan: RunPlan,
+    task: TaskAssignment,
+    *,
+    reader: ObjectReader,
+    sink: FileSink,
+    blobs: BlobReader | None = None,
+) -> TaskReport:
+    """Fetch, decode, filter, resolve LFS envelopes, convert and write one task's segments; never
+    raises for bad data.
 
-    A corrupt segment (policy `fail`), a segment that cannot be read, or (strict mode) an invalid
-    record stops the task with a failure in the report; files it already published stay under the
-    run's prefix and are not listed. Unexpected errors (bugs, a full disk) propagate.
+    A corrupt segment (policy `fail`), a segment or LFS blob that cannot be read, or (strict mode) an
+    invalid record stops the task with a failure in the report; files it already published stay
+    under the run's prefix and are not listed. Unexpected errors (bugs, a full disk) propagate.
+    `blobs` reads LFS blobs (needed when the plan's `lfs.mode` is resolve or hybrid).
     """
     conversion = plan.conversion
+    lfs = LfsStage(conversion.lfs, reader=blobs)
     converter = RecordConverter(topic=plan.topic, run_id=plan.run_id, settings=conversion)
     data_writer = RollingParquetWriter(
         sink=sink,
@@ -190,9 +201,34 @@ def run_task(plan: RunPlan, task: TaskAssignment, *, reader: ObjectReader, sink:
             clock.lap("decode")
             records = decoded.records
             kept = _in_window(records, window)
-            converted = converter.convert(kept, partition=window.partition, segment_key=window.key)
-            clock.lap("convert")
-            invalid = converted.first_invalid
+            written = dead_lettered = 0
+            invalid = None
+            try:
+                for part in lfs.parts(kept):
+                    clock.lap("lfs")
+                    converted = converter.convert(
+                        part.records,
+                        partition=window.partition,
+                        segment_key=window.key,
+                        rejected=part.rejected,
+                        lfs_metadata=part.metadata,
+                    )
+                    clock.lap("convert")
+                    invalid = converted.first_invalid
+                    if invalid is not None and conversion.schema_mode is SchemaMode.STRICT:
+                        break
+                    for values, rows in split_by_partition(converted.rows, conversion.partition_by):
+                        data_writer.write(values, rows)
+                    if converted.dead_letters.num_rows:
+                        dead_writer.write({}, converted.dead_letters)
+                    written += converted.rows.num_rows
+                    dead_lettered += converted.dead_letters.num_rows
+                    clock.lap("write")
+            except LfsBlobUnavailableError as exc:
+                clock.lap("lfs")
+                failure = RunFailure(kind=FailureKind.BLOB_UNAVAILABLE, message=str(exc), segment_key=window.key)
+                failure_at = (window.partition, window.base_offset)
+                break
             if invalid is not None and conversion.schema_mode is SchemaMode.STRICT:
                 failure = RunFailure(
                     kind=FailureKind.STRICT_VALIDATION,
@@ -205,22 +241,17 @@ def run_task(plan: RunPlan, task: TaskAssignment, *, reader: ObjectReader, sink:
                 )
                 failure_at = (window.partition, invalid.offset)
                 break
-            for values, rows in split_by_partition(converted.rows, conversion.partition_by):
-                data_writer.write(values, rows)
-            if converted.dead_letters.num_rows:
-                dead_writer.write({}, converted.dead_letters)
-            clock.lap("write")
-            outcomes.append(
-                _outcome(
-                    window,
-                    batches=decoded.batches,
-                    kept=kept,
-                    written=converted.rows.num_rows,
-                    dead_lettered=converted.dead_letters.num_rows,
-                    out_of_range=records.num_rows - kept.num_rows,
-                    size=len(data),
-                )
+            skipped, lfs_counts = lfs.take_counts()
+            outcome = _outcome(
+                window,
+                batches=decoded.batches,
+                kept=kept,
+                written=written,
+                dead_lettered=dead_lettered,
+                out_of_range=records.num_rows - kept.num_rows,
+                size=len(data),
             )
+            outcomes.append(outcome.model_copy(update={"skipped_lfs": skipped, "lfs": lfs_counts}))
         if failure is not None:
             data_writer.abort()
             dead_writer.abort()
@@ -238,6 +269,8 @@ def run_task(plan: RunPlan, task: TaskAssignment, *, reader: ObjectReader, sink:
         data_writer.abort()
         dead_writer.abort()
         raise
+    finally:
+        lfs.close()
     return TaskReport(
         task_index=task.index,
         segments=tuple(outcomes),

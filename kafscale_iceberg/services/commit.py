@@ -675,7 +675,7 @@ def _listed(state: TableState, wanted: set[tuple[int, int, int]], plan: RunPlan)
 def _table_spec(plan: RunPlan, policy: TablePolicy) -> TableSpec:
     return TableSpec(
         identifier=plan.table.identifier,
-        fields=table_fields(plan.conversion.columns),
+        fields=table_fields(plan.conversion.table_columns),
         partition_by=plan.conversion.partition_by,
         create_if_missing=policy.create_table_if_missing,
         allow_type_widening=policy.allow_type_widening,

@@ -395,6 +395,7 @@ class Launcher:
                 corrupt_segment_policy=config.corrupt_segment_policy_for(mapping),
                 verify_crc=config.runs.verify_crc,
                 target_file_size_bytes=config.target_file_size_for(mapping),
+                lfs=mapping.lfs_settings(s3.bucket),
             ),
             result_uri=run_document_uri(config.runs.location, topic, run_id, RESULT_NAME),
         )
