@@ -660,7 +660,8 @@ def _lfs_samples(topic: str, result: RunResult) -> list[Sample]:
         for reason, count in sorted(lfs.errors.items())
     ]
     for count, total in zip(lfs.duration_counts, lfs.duration_sums, strict=False):
-        samples += [sample(LFS_RESOLUTION_DURATION, total / count, topic=topic)] * int(count)
+        if count:
+            samples += [sample(LFS_RESOLUTION_DURATION, total / count, topic=topic)] * int(count)
     return samples
 
 
