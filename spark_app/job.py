@@ -122,7 +122,9 @@ class TaskRunner:
         reader, sink = _worker_stores(self.s3)
         blobs = _worker_blobs(plan.source, self.s3, plan.conversion.lfs.resolve_concurrency)
         for task_index in task_indexes:
-            yield run_task(plan, self.tasks[task_index], reader=reader, sink=sink, blobs=blobs).model_dump_json()
+            yield run_task(
+                plan, self.tasks[task_index], reader=reader, sink=sink, blobs=blobs
+            ).model_dump_json()
 
 
 @functools.cache

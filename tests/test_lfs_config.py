@@ -7,7 +7,13 @@ from typing import Any
 import pytest
 
 from kafscale_iceberg.config import config_from_mapping
-from kafscale_iceberg.domain.runs import LFS_METADATA_COLUMNS, ColumnSpec, ColumnType, ConversionSettings, LfsMode
+from kafscale_iceberg.domain.runs import (
+    LFS_METADATA_COLUMNS,
+    ColumnSpec,
+    ColumnType,
+    ConversionSettings,
+    LfsMode,
+)
 from kafscale_iceberg.exceptions import ConfigValidationError
 
 
@@ -35,7 +41,11 @@ def test_every_lfs_key_reaches_the_plan() -> None:
     )
     settings = config.mappings[0].lfs_settings(config.s3.bucket)
     assert settings.mode is LfsMode.HYBRID
-    assert (settings.max_inline_size, settings.store_metadata, settings.validate_checksum) == (4096, True, False)
+    assert (settings.max_inline_size, settings.store_metadata, settings.validate_checksum) == (
+        4096,
+        True,
+        False,
+    )
     assert settings.resolve_concurrency == 9
     assert settings.buckets == ("kafscale-data", "lfs-blobs")  # the segment bucket first, once
 
@@ -60,7 +70,11 @@ def test_environment_overrides_reach_the_plan_of_every_mapping() -> None:
 def test_defaults_are_off_with_only_the_segment_bucket() -> None:
     config = _config()
     settings = config.mappings[0].lfs_settings(config.s3.bucket)
-    assert (settings.mode, settings.buckets, settings.resolve_concurrency) == (LfsMode.OFF, ("kafscale-data",), 4)
+    assert (settings.mode, settings.buckets, settings.resolve_concurrency) == (
+        LfsMode.OFF,
+        ("kafscale-data",),
+        4,
+    )
 
 
 def test_a_single_blob_bucket_may_be_written_as_a_string() -> None:
@@ -80,7 +94,10 @@ def test_a_mapping_column_named_like_lfs_metadata_must_keep_its_type() -> None:
 
 def test_store_metadata_adds_the_go_columns_after_the_mapping_ones() -> None:
     settings = ConversionSettings(
-        columns=(ColumnSpec(name="lfs_key", type=ColumnType.STRING), ColumnSpec(name="n", type=ColumnType.LONG)),
+        columns=(
+            ColumnSpec(name="lfs_key", type=ColumnType.STRING),
+            ColumnSpec(name="n", type=ColumnType.LONG),
+        ),
         lfs={"mode": "reference", "store_metadata": True},
     )
     assert [c.name for c in settings.table_columns] == [

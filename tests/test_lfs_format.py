@@ -69,12 +69,15 @@ def test_the_proxy_envelope_is_go_json_marshal_of_the_struct() -> None:
     )
     sha = hashlib.sha256(PAYLOAD).hexdigest()
     md5 = hashlib.md5(PAYLOAD).hexdigest()
-    assert proxied.value == (
-        '{"kfs_lfs":1,"bucket":"blobs","key":"prod/images/lfs/2026/11/20/obj-00000000-0000-0000-0000-000000000007",'
-        f'"size":{len(PAYLOAD)},"sha256":"{sha}","checksum":"{md5}","checksum_alg":"md5",'
-        '"content_type":"image/png","original_headers":{"content-type":"image/png","x-request-id":"r\\u003c1\\u003e"},'
-        '"created_at":"2026-11-20T08:30:05Z","proxy_id":"proxy-1"}'
-    ).encode()
+    assert (
+        proxied.value
+        == (
+            '{"kfs_lfs":1,"bucket":"blobs","key":"prod/images/lfs/2026/11/20/obj-00000000-0000-0000-0000-000000000007",'
+            f'"size":{len(PAYLOAD)},"sha256":"{sha}","checksum":"{md5}","checksum_alg":"md5",'
+            '"content_type":"image/png","original_headers":{"content-type":"image/png","x-request-id":"r\\u003c1\\u003e"},'
+            '"created_at":"2026-11-20T08:30:05Z","proxy_id":"proxy-1"}'
+        ).encode()
+    )
     assert decode_envelope(proxied.value) == proxied.envelope
 
 
@@ -126,7 +129,13 @@ def test_decoding_matches_go_json_unmarshal() -> None:
     envelope = decode_envelope(
         b'{"kfs_lfs":1,"Bucket":"x","bucket":"b","KEY":"k","sha256":"s","size":null,"extra":[1,2]}'
     )
-    assert (envelope.version, envelope.bucket, envelope.key, envelope.sha256, envelope.size) == (1, "b", "k", "s", 0)
+    assert (envelope.version, envelope.bucket, envelope.key, envelope.sha256, envelope.size) == (
+        1,
+        "b",
+        "k",
+        "s",
+        0,
+    )
     # Invalid UTF-8 inside a string reads as U+FFFD, as Go's decoder does.
     assert decode_envelope(b'{"kfs_lfs":1,"bucket":"b","key":"k\xff","sha256":"s"}').key == "k\ufffd"
 

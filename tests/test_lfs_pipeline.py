@@ -1,4 +1,4 @@
-"""LFS end to end: planning carries the settings, Spark resolves, the commit lands rows, metadata, dead letters.
+"""LFS end to end: plans carry the settings, Spark resolves, the commit lands rows, metadata, dead letters.
 
 Real parts: moto server (segments and blobs in one bucket, as KafScale's proxy and broker share it in
 the demo), a real etcd, a pyiceberg SQLite catalog with a file warehouse, the local Spark runner
@@ -39,13 +39,22 @@ from tests.support.segments import put_segment
 NAMESPACE = "prod"
 TOPIC = "images"
 WHEN = datetime(2026, 11, 20, tzinfo=UTC)
-LFS_COLUMNS = ("lfs_content_type", "lfs_blob_size", "lfs_checksum", "lfs_checksum_alg", "lfs_bucket", "lfs_key")
+LFS_COLUMNS = (
+    "lfs_content_type",
+    "lfs_blob_size",
+    "lfs_checksum",
+    "lfs_checksum_alg",
+    "lfs_bucket",
+    "lfs_key",
+)
 
 
 def _proxied(bucket: str, n: int, alg: ChecksumAlg) -> ProxiedValue:
     payload = f"image-{n}:".encode() + bytes(range(256)) * (n + 1)
     key = blob_key(NAMESPACE, TOPIC, at=WHEN, object_id=UUID(int=n + 1))
-    return proxy_value(payload, bucket=bucket, key=key, checksum_alg=alg, headers={"content-type": "image/png"})
+    return proxy_value(
+        payload, bucket=bucket, key=key, checksum_alg=alg, headers={"content-type": "image/png"}
+    )
 
 
 def _upload(s3: Any, bucket: str, values: list[ProxiedValue], *, skip: int | None = None) -> None:
@@ -59,7 +68,9 @@ def _go_processor_table(catalog: Catalog, identifier: str) -> None:
     1-8, then the six `lfs_*` columns (ids 9-14), its properties only (no name mapping)."""
     namespace, name = identifier.split(".")
     catalog.create_namespace_if_not_exists(namespace)
-    base = [NestedField(f.field_id or 0, f.name, iceberg_type(f.type), required=f.required) for f in BASE_FIELDS]
+    base = [
+        NestedField(f.field_id or 0, f.name, iceberg_type(f.type), required=f.required) for f in BASE_FIELDS
+    ]
     lfs = [
         NestedField(9 + i, column, LongType() if column == "lfs_blob_size" else StringType(), required=False)
         for i, column in enumerate(LFS_COLUMNS)
@@ -116,7 +127,9 @@ def test_a_go_processor_table_is_resolved_into_with_metadata_and_dead_letters(
     catalog = load_iceberg_catalog(CatalogSettings.from_config(config))
     _go_processor_table(catalog, "media.images")
     assembly = Assembly(config, owner_id="test-lfs")
-    pipeline = Pipeline(assembly, LocalSparkJobRunner(master="local[2]", s3=assembly.s3_settings), watch_interval_s=0.1)
+    pipeline = Pipeline(
+        assembly, LocalSparkJobRunner(master="local[2]", s3=assembly.s3_settings), watch_interval_s=0.1
+    )
 
     summary = pipeline.run_once()
 
@@ -128,12 +141,14 @@ def test_a_go_processor_table_is_resolved_into_with_metadata_and_dead_letters(
     assert [f.field_id for f in table.schema().fields] == list(range(1, 15))  # the Go table, as it was
     rows = sorted(table.scan().to_arrow().to_pylist(), key=lambda r: r["offset"])
     assert [r["offset"] for r in rows] == [0, 1, 2, 3, 4, 6]
-    assert rows[0]["value"] == plain and rows[0]["lfs_key"] is None
+    assert rows[0]["value"] == plain
+    assert rows[0]["lfs_key"] is None
     for row in rows[1:]:
         proxied = values[row["offset"] - 1]
         envelope = proxied.envelope
         assert row["value"] == proxied.blob
-        assert row["lfs_key"] == envelope.key and row["lfs_bucket"] == bucket
+        assert row["lfs_key"] == envelope.key
+        assert row["lfs_bucket"] == bucket
         assert row["lfs_blob_size"] == len(proxied.blob)
         assert row["lfs_content_type"] == "image/png"
         assert row["lfs_checksum_alg"] == envelope.checksum_alg
@@ -145,12 +160,16 @@ def test_a_go_processor_table_is_resolved_into_with_metadata_and_dead_letters(
 
     sink = PrometheusMetricsSink()
     assert report.commit is not None
-    record_commit(sink, report.commit.plan, report.commit.result, report.commit.outcome, started_at=0, ended_at=1)
+    record_commit(
+        sink, report.commit.plan, report.commit.result, report.commit.outcome, started_at=0, ended_at=1
+    )
     text = sink.exposition().decode()
     assert f'kafscale_processor_lfs_resolved_total{{topic="{TOPIC}"}} 5.0' in text
     resolved_bytes = sum(len(v.blob) for n, v in enumerate(values) if n != 4)
     assert f'kafscale_processor_lfs_resolved_bytes_total{{topic="{TOPIC}"}} {float(resolved_bytes)}' in text
-    assert f'kafscale_processor_lfs_resolution_errors_total{{reason="missing_blob",topic="{TOPIC}"}} 1.0' in text
+    assert (
+        f'kafscale_processor_lfs_resolution_errors_total{{reason="missing_blob",topic="{TOPIC}"}} 1.0' in text
+    )
     assert f'kafscale_processor_lfs_resolution_duration_seconds_count{{topic="{TOPIC}"}} 5.0' in text
     assert f'kafscale_processor_records_total{{result="invalid",topic="{TOPIC}"}} 1.0' in text
 
@@ -185,7 +204,9 @@ def test_run_once_follows_the_lfs_environment_overrides(
             "mappings": [{"topic": TOPIC, "table": "media.images", "create_table_if_missing": True}],
         }
     )
-    config_path.write_text(text.replace("create_table_if_missing: true", "create_table_if_missing: true\n  lfs:\n    mode: off"))
+    config_path.write_text(
+        text.replace("create_table_if_missing: true", "create_table_if_missing: true\n  lfs:\n    mode: off")
+    )
     assert load_config(config_path, environ={}).mappings[0].lfs.mode == "off"
     env = {
         **os.environ,

@@ -41,7 +41,7 @@ from kafscale_iceberg.domain.runs import (
     RunTimings,
     SchemaMode,
 )
-from kafscale_iceberg.exceptions import LfsBlobMissingError, LfsBlobUnavailableError
+from kafscale_iceberg.exceptions import LfsBlobMissingError
 from kafscale_iceberg.segments.decode import Record
 from kafscale_iceberg.segments.lfs import ChecksumAlg, ProxiedValue, blob_key, proxy_value
 from tests.support.moto import MotoEndpoint
@@ -238,7 +238,9 @@ def test_validate_checksum_false_keeps_a_mismatched_blob(topic: Topic, blobs: S3
     assert outcome.row(tampered)["value"] == b"something else entirely"
 
 
-def test_each_failure_class_is_dead_lettered_with_its_reason_and_key(topic: Topic, blobs: S3BlobReader) -> None:
+def test_each_failure_class_is_dead_lettered_with_its_reason_and_key(
+    topic: Topic, blobs: S3BlobReader
+) -> None:
     ok = topic.blob(SMALL)
     missing = topic.blob(SMALL, bucket=topic.bucket, upload=None)
     topic.s3.delete_object(Bucket=topic.bucket, Key=topic.proxied[missing].blob_key)
@@ -247,7 +249,9 @@ def test_each_failure_class_is_dead_lettered_with_its_reason_and_key(topic: Topi
     not_json = topic.envelope(b'{"kfs_lfs":1,"bucket":"b",')
     other_bucket = topic.blob(SMALL, bucket="someone-elses-bucket")
     bad_alg = topic.envelope(
-        b'{"kfs_lfs":1,"bucket":"' + topic.bucket.encode() + b'","key":"k/obj-2","sha256":"aa","checksum_alg":"blake3"}'
+        b'{"kfs_lfs":1,"bucket":"'
+        + topic.bucket.encode()
+        + b'","key":"k/obj-2","sha256":"aa","checksum_alg":"blake3"}'
     )
 
     outcome = topic.run(blobs, mode=LfsMode.RESOLVE, max_inline_size=2000, buckets=(topic.bucket,))
@@ -271,7 +275,7 @@ def test_each_failure_class_is_dead_lettered_with_its_reason_and_key(topic: Topi
     assert "lfs.blob_buckets" in outcome.dead_letter(other_bucket)["error"]
     assert "'blake3' is not supported" in outcome.dead_letter(bad_alg)["error"]
     counts = outcome.result.counts
-    assert counts.dead_lettered == 6 and counts.written == 1
+    assert (counts.dead_lettered, counts.written) == (6, 1)
     assert counts.lfs.errors == {"missing_blob": 2, "too_large": 1, "decode": 3}
     assert outcome.result.partitions[0].records_dead_lettered == 6
 
@@ -343,10 +347,11 @@ def test_throttling_fails_the_task_and_dead_letters_nothing(topic: Topic, thrott
     outcome = topic.run(_reader_at(throttling_s3), mode=LfsMode.RESOLVE)
     result = outcome.result
     assert result.status is RunStatus.FAILED
-    assert result.failure is not None and result.failure.kind is FailureKind.BLOB_UNAVAILABLE
+    assert result.failure is not None
+    assert result.failure.kind is FailureKind.BLOB_UNAVAILABLE
     assert topic.proxied[offset].blob_key in result.failure.message
     assert "SlowDown" in result.failure.message
-    assert result.dead_letter_files == () and result.data_files == ()
+    assert (result.dead_letter_files, result.data_files) == ((), ())
 
 
 def test_an_unreachable_endpoint_fails_the_task(topic: Topic) -> None:
@@ -359,7 +364,9 @@ def test_an_unreachable_endpoint_fails_the_task(topic: Topic) -> None:
 # -- store_metadata -----------------------------------------------------------------------------------
 
 
-def test_store_metadata_fills_the_lfs_columns_from_blob_or_envelope(topic: Topic, blobs: S3BlobReader) -> None:
+def test_store_metadata_fills_the_lfs_columns_from_blob_or_envelope(
+    topic: Topic, blobs: S3BlobReader
+) -> None:
     # A mapping column makes values JSON documents, so the resolved blob is one.
     document = json.dumps({"lfs_key": "from the blob", "pixels": "x" * 1000}).encode()
     resolved = topic.blob(document, ChecksumAlg.CRC32, content_type="image/png")
@@ -375,10 +382,24 @@ def test_store_metadata_fills_the_lfs_columns_from_blob_or_envelope(topic: Topic
     )
 
     small, large = topic.proxied[resolved].envelope, topic.proxied[referenced].envelope
-    columns = ("lfs_content_type", "lfs_blob_size", "lfs_checksum", "lfs_checksum_alg", "lfs_bucket", "lfs_key")
+    columns = (
+        "lfs_content_type",
+        "lfs_blob_size",
+        "lfs_checksum",
+        "lfs_checksum_alg",
+        "lfs_bucket",
+        "lfs_key",
+    )
     row = outcome.row(resolved)
     # LFS metadata wins over the mapping column of the same name (the Go processor's precedence).
-    assert [row[c] for c in columns] == ["image/png", len(document), small.checksum, "crc32", small.bucket, small.key]
+    assert [row[c] for c in columns] == [
+        "image/png",
+        len(document),
+        small.checksum,
+        "crc32",
+        small.bucket,
+        small.key,
+    ]
     row = outcome.row(referenced)  # alg none: the sha256 field, algorithm as the envelope names it
     assert [row[c] for c in columns] == [
         "application/octet-stream",
@@ -409,7 +430,9 @@ def test_without_store_metadata_there_are_no_lfs_columns(topic: Topic, blobs: S3
 
 def test_resolved_json_payloads_feed_the_mapping_columns(topic: Topic, blobs: S3BlobReader) -> None:
     offset = topic.blob(json.dumps({"order_id": 41, "note": "x" * 3000}).encode())
-    outcome = topic.run(blobs, mode=LfsMode.RESOLVE, columns=(ColumnSpec(name="order_id", type=ColumnType.LONG),))
+    outcome = topic.run(
+        blobs, mode=LfsMode.RESOLVE, columns=(ColumnSpec(name="order_id", type=ColumnType.LONG),)
+    )
     assert outcome.row(offset)["order_id"] == 41
 
 
@@ -447,7 +470,9 @@ def _envelope_table(sizes: list[int]) -> tuple[pa.Table, dict[str, bytes]]:
         proxied = proxy_value(bytes([n % 256]) * size, bucket="b", key=f"k/obj-{n}", created_at=WHEN)
         blobs[proxied.blob_key] = proxied.blob
         values.append(proxied.value)
-    table = pa.table({"offset": pa.array(range(len(sizes)), pa.int64()), "value": pa.array(values, pa.binary())})
+    table = pa.table(
+        {"offset": pa.array(range(len(sizes)), pa.int64()), "value": pa.array(values, pa.binary())}
+    )
     return table, blobs
 
 

@@ -94,7 +94,9 @@ class LocalBlobReader:
             raise LfsBlobUnavailableError(bucket, key, str(exc)) from exc
 
 
-def blob_reader_for(source: SegmentSource, settings: S3Settings, *, concurrency: int) -> S3BlobReader | LocalBlobReader:
+def blob_reader_for(
+    source: SegmentSource, settings: S3Settings, *, concurrency: int
+) -> S3BlobReader | LocalBlobReader:
     """Where a plan's blobs are read: the segment folder for a local source, else S3 with `settings`."""
     if source.root is not None:
         return LocalBlobReader(source.root)

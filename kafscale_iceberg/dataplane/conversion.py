@@ -51,7 +51,9 @@ class ErrorKind(StrEnum):
 
 
 # Records the LFS stage could not use: dead-lettered in every schema mode, never a strict-mode failure.
-_LFS_KINDS = frozenset({ErrorKind.LFS_DECODE, ErrorKind.LFS_MISSING_BLOB, ErrorKind.LFS_CHECKSUM, ErrorKind.LFS_TOO_LARGE})
+_LFS_KINDS = frozenset(
+    {ErrorKind.LFS_DECODE, ErrorKind.LFS_MISSING_BLOB, ErrorKind.LFS_CHECKSUM, ErrorKind.LFS_TOO_LARGE}
+)
 
 
 @dataclass(frozen=True)
@@ -139,7 +141,9 @@ class RecordConverter:
                 values = pc.if_else(_mask(count, problems), pa.nulls(count, values.type), values)
             mapped = self._mapped_columns(values, problems, lfs_metadata)
         mapped += [
-            lfs_metadata[c.name] if lfs_metadata is not None else pa.nulls(count, self.schema.field(c.name).type)
+            lfs_metadata[c.name]
+            if lfs_metadata is not None
+            else pa.nulls(count, self.schema.field(c.name).type)
             for c in self._lfs_columns
         ]
         rows = pa.Table.from_arrays([*base.values(), *mapped], schema=self.schema)
@@ -149,7 +153,9 @@ class RecordConverter:
         invalid_indices = np.fromiter(sorted(problems), np.int64, len(problems))
         invalid[invalid_indices] = True
         dead = self._dead_letters(base, invalid_indices, problems, segment_key)
-        checked = np.asarray([i for i in invalid_indices.tolist() if problems[i][0] not in _LFS_KINDS], np.int64)
+        checked = np.asarray(
+            [i for i in invalid_indices.tolist() if problems[i][0] not in _LFS_KINDS], np.int64
+        )
         if not len(checked):
             return ConvertedRecords(rows.filter(pa.array(~invalid)), dead, None)
         first = int(checked[np.argmin(offsets.to_numpy()[checked])])

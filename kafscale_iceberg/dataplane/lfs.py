@@ -215,7 +215,9 @@ class LfsStage:
         try:
             envelope = decode_envelope(raw)
         except EnvelopeError as exc:
-            self._reject(rejected, row, DECODE, f"LFS envelope could not be decoded: {exc}; envelope: {_excerpt(raw)}")
+            self._reject(
+                rejected, row, DECODE, f"LFS envelope could not be decoded: {exc}; envelope: {_excerpt(raw)}"
+            )
             return
         fetch = settings.mode is LfsMode.RESOLVE or (
             settings.mode is LfsMode.HYBRID and 0 < envelope.size <= settings.max_inline_size
@@ -257,7 +259,9 @@ class LfsStage:
         metadata: dict[int, dict[str, object]],
     ) -> Iterator[LfsPart]:
         if self._reader is None:
-            raise ValueError(f"lfs mode {self.settings.mode.value!r} reads blobs, but no blob reader was given")
+            raise ValueError(
+                f"lfs mode {self.settings.mode.value!r} reads blobs, but no blob reader was given"
+            )
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.settings.resolve_concurrency, thread_name_prefix="lfs-fetch")
         pool, concurrency = self._pool, self.settings.resolve_concurrency
@@ -271,7 +275,9 @@ class LfsStage:
                 if upcoming is not None:
                     row, envelope, expected = upcoming
                     estimate = max(envelope.size, 0)
-                    room = len(pending) < concurrency and (not pending or inflight + estimate <= self._inflight_bytes)
+                    room = len(pending) < concurrency and (
+                        not pending or inflight + estimate <= self._inflight_bytes
+                    )
                     if room:
                         pending.append((row, pool.submit(self._fetch, envelope, expected), estimate))
                         inflight += estimate
@@ -350,11 +356,17 @@ class LfsStage:
             mask = np.zeros(count, bool)
             mask[np.asarray(rows) - start] = True
             replaced = pc.replace_with_mask(
-                values.slice(start, count), pa.array(mask), pa.array([payloads.pop(r) for r in rows], pa.binary())
+                values.slice(start, count),
+                pa.array(mask),
+                pa.array([payloads.pop(r) for r in rows], pa.binary()),
             )
             part = part.set_column(part.schema.get_field_index("value"), "value", replaced)
-        local_rejected = {r - start: rejected.pop(r) for r in sorted(r for r in rejected if start <= r < stop)}
-        local_metadata = {r - start: metadata.pop(r) for r in sorted(r for r in metadata if start <= r < stop)}
+        local_rejected = {
+            r - start: rejected.pop(r) for r in sorted(r for r in rejected if start <= r < stop)
+        }
+        local_metadata = {
+            r - start: metadata.pop(r) for r in sorted(r for r in metadata if start <= r < stop)
+        }
         return LfsPart(part, local_rejected, self._metadata(count, local_metadata))
 
     def _metadata(self, count: int, rows: dict[int, dict[str, object]]) -> dict[str, pa.Array] | None:

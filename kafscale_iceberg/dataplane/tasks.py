@@ -226,7 +226,9 @@ def run_task(
                     clock.lap("write")
             except LfsBlobUnavailableError as exc:
                 clock.lap("lfs")
-                failure = RunFailure(kind=FailureKind.BLOB_UNAVAILABLE, message=str(exc), segment_key=window.key)
+                failure = RunFailure(
+                    kind=FailureKind.BLOB_UNAVAILABLE, message=str(exc), segment_key=window.key
+                )
                 failure_at = (window.partition, window.base_offset)
                 break
             if invalid is not None and conversion.schema_mode is SchemaMode.STRICT:

@@ -366,8 +366,10 @@ class LfsCounts(_Model):
             resolved=self.resolved + other.resolved,
             resolved_bytes=self.resolved_bytes + other.resolved_bytes,
             errors=errors,
-            duration_counts=tuple(map(sum, _pad_zip(self.duration_counts, other.duration_counts))),
-            duration_sums=tuple(map(sum, _pad_zip(self.duration_sums, other.duration_sums))),
+            duration_counts=tuple(
+                int(x + y) for x, y in _pad_zip(self.duration_counts, other.duration_counts)
+            ),
+            duration_sums=tuple(x + y for x, y in _pad_zip(self.duration_sums, other.duration_sums)),
         )
 
 

@@ -78,7 +78,9 @@ _FIELDS: Final = (
 )
 _BY_NAME: Final = {name: (attribute, kind) for name, attribute, kind in _FIELDS}
 _BY_FOLDED: Final = {name.casefold(): name for name, _, _ in _FIELDS}
-_OMIT_EMPTY: Final = frozenset({"checksum", "checksum_alg", "content_type", "original_headers", "created_at", "proxy_id"})
+_OMIT_EMPTY: Final = frozenset(
+    {"checksum", "checksum_alg", "content_type", "original_headers", "created_at", "proxy_id"}
+)
 
 
 def decode_envelope(data: bytes) -> Envelope:
@@ -172,9 +174,7 @@ def normalize_checksum_alg(raw: str) -> ChecksumAlg:
     try:
         return ChecksumAlg(text)
     except ValueError:
-        raise EnvelopeError(
-            f"checksum_alg {raw!r} is not supported (sha256, md5, crc32 or none)"
-        ) from None
+        raise EnvelopeError(f"checksum_alg {raw!r} is not supported (sha256, md5, crc32 or none)") from None
 
 
 @dataclass(frozen=True)
