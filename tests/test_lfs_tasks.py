@@ -26,7 +26,8 @@ from botocore.config import Config
 
 from kafscale_iceberg.adapters.data_files import StagedFileStore
 from kafscale_iceberg.adapters.documents import DocumentStore
-from kafscale_iceberg.adapters.lfs_blobs import S3BlobReader
+from kafscale_iceberg.adapters.lfs_blobs import S3BlobReader, blob_reader_for
+from kafscale_iceberg.adapters.s3_segments import S3Settings
 from kafscale_iceberg.dataplane.lfs import BlobReader, LfsStage
 from kafscale_iceberg.dataplane.reports import build_run_result
 from kafscale_iceberg.dataplane.tasks import plan_tasks, run_task
@@ -36,6 +37,7 @@ from kafscale_iceberg.domain.runs import (
     FailureKind,
     LfsMode,
     LfsSettings,
+    PlannedSegment,
     RunResult,
     RunStatus,
     RunTimings,
@@ -43,6 +45,7 @@ from kafscale_iceberg.domain.runs import (
 )
 from kafscale_iceberg.exceptions import LfsBlobMissingError
 from kafscale_iceberg.segments.decode import Record
+from kafscale_iceberg.segments.generate import generate_segments, write_segments
 from kafscale_iceberg.segments.lfs import ChecksumAlg, ProxiedValue, blob_key, proxy_value
 from tests.support.moto import MotoEndpoint
 from tests.support.spark_job import BASE_TIME_MS, NAMESPACE, TOPIC, SegmentFolder, make_plan
@@ -510,3 +513,61 @@ def test_a_huge_blob_is_never_held_beside_more_than_a_few_others() -> None:
     assert max(held) <= 20 * mib + 2 * mib  # a part: under part_bytes, plus at most one blob
     assert sum(held) == sum(sizes)
     assert len(held) >= 5
+
+
+# -- what `segments generate --lfs-every` writes -------------------------------------------------------
+
+
+def test_generated_lfs_segments_resolve_to_their_blobs(tmp_path: Path) -> None:
+    root = tmp_path / "bucket"
+    written = write_segments(
+        str(root),
+        generate_segments(
+            topics=("images",),
+            namespace="prod",
+            batches_per_segment=2,
+            records_per_batch=10,
+            lfs_every=4,
+            lfs_blob_bytes=3000,
+            lfs_bucket="kafscale-blobs",
+            lfs_checksum_alg=ChecksumAlg.MD5,
+        ),
+    )
+    (segment,) = written
+    assert [Path(b).relative_to(root).parts[:3] for b in segment.blobs] == [("prod", "images", "lfs")] * 5
+    folder = SegmentFolder(
+        root,
+        topic="images",
+        namespace="prod",
+        written={
+            0: [
+                PlannedSegment(
+                    key=str(Path(segment.kfs).relative_to(root)),
+                    base_offset=0,
+                    last_offset=19,
+                    size_bytes=segment.kfs_bytes,
+                )
+            ]
+        },
+    )
+    plan = make_plan(
+        folder,
+        str(tmp_path / "out"),
+        ranges={0: (-1, 19)},
+        columns=(ColumnSpec(name="order_id", type=ColumnType.LONG, required=True),),
+        lfs=LfsSettings(mode=LfsMode.RESOLVE, store_metadata=True, buckets=("kafscale-blobs",)),
+    )
+    blobs = blob_reader_for(plan.source, S3Settings(), concurrency=2)
+    (task,) = plan_tasks(plan, max_tasks=1, min_task_bytes=1)
+    report = run_task(plan, task, reader=DocumentStore(), sink=StagedFileStore(), blobs=blobs)
+    result = build_run_result(plan, [report], RunTimings(started_at_ms=0, ended_at_ms=0))
+    rows = _read(result.data_files)
+    assert result.counts.lfs.resolved == 5
+    assert len(rows) == 20
+    for row in rows:
+        if row["offset"] % 4 == 3:
+            assert len(row["value"]) == 3000
+            assert json.loads(row["value"])["order_id"] == row["order_id"]
+            assert (row["lfs_checksum_alg"], row["lfs_bucket"]) == ("md5", "kafscale-blobs")
+        else:
+            assert row["lfs_key"] is None
