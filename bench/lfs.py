@@ -235,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = {
         "bench": "lfs",
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": f"{platform.machine()} {os.cpu_count()} cores, {platform.python_implementation()} {platform.python_version()}",
+        "machine": f"{platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}",
         "load_avg_1m": round(load[0], 2),
         "resolve_concurrency": args.concurrency,
         "sizes": rows,
