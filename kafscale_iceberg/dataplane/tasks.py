@@ -26,6 +26,8 @@ from kafscale_iceberg.dataplane.conversion import RecordConverter, corrupt_segme
 from kafscale_iceberg.dataplane.lfs import BlobReader, LfsStage
 from kafscale_iceberg.dataplane.parquet_files import RollingParquetWriter
 from kafscale_iceberg.dataplane.partitioning import split_by_partition
+from kafscale_iceberg.dataplane.prefetch import ObjectRequest, PrefetchLimits, prefetch_objects
+from kafscale_iceberg.dataplane.publishing import ConcurrentPublisher
 from kafscale_iceberg.dataplane.reports import (
     SegmentOutcome,
     SegmentWindow,
@@ -43,7 +45,7 @@ from kafscale_iceberg.domain.runs import (
     RunPlan,
     SchemaMode,
 )
-from kafscale_iceberg.exceptions import KafscaleIcebergError, LfsBlobUnavailableError, SegmentFormatError
+from kafscale_iceberg.exceptions import LfsBlobUnavailableError, SegmentFormatError
 from kafscale_iceberg.segments.decode import FramedBatch, decode_segment
 
 # A task smaller than this costs more in scheduling than it saves in parallelism.
@@ -136,17 +138,23 @@ def run_task(
     reader: ObjectReader,
     sink: FileSink,
     blobs: BlobReader | None = None,
+    prefetch: PrefetchLimits | None = None,
 ) -> TaskReport:
     """Fetch, decode, filter, resolve LFS envelopes, convert and write one task's segments; never
     raises for bad data.
 
-    A corrupt segment (policy `fail`), a segment or LFS blob that cannot be read, or (strict mode) an
-    invalid record stops the task with a failure in the report; files it already published stay
-    under the run's prefix and are not listed. Unexpected errors (bugs, a full disk) propagate.
+    Segments are fetched ahead of the work (`prefetch`: GETs and bytes in flight, ranged parts) and
+    handled in (partition, base offset) order; finished files are published concurrently while the
+    task goes on. A corrupt segment (policy `fail`), a segment or LFS blob that cannot be read, or
+    (strict mode) an invalid record stops the task with a failure in the report, exactly where a
+    sequential read would have stopped; files it already published stay under the run's prefix and
+    are not listed. Unexpected errors (bugs, a full disk, a failed upload) propagate.
     `blobs` reads LFS blobs (needed when the plan's `lfs.mode` is resolve or hybrid).
     """
     conversion = plan.conversion
     lfs = LfsStage(conversion.lfs, reader=blobs)
+    publisher = ConcurrentPublisher(sink)
+    sink = publisher
     converter = RecordConverter(topic=plan.topic, run_id=plan.run_id, settings=conversion)
     data_writer = RollingParquetWriter(
         sink=sink,
@@ -166,19 +174,19 @@ def run_task(
     outcomes: list[SegmentOutcome] = []
     failure: RunFailure | None = None
     failure_at: tuple[int, int] | None = None
+    requests = [ObjectRequest(segment_uri(plan.source, w.key), w.size_bytes) for w in task.segments]
+    fetched = prefetch_objects(reader, requests, prefetch)
     try:
-        for window in task.segments:
-            uri = segment_uri(plan.source, window.key)
-            try:
-                data = reader.read_bytes(uri)
-            except KafscaleIcebergError as exc:
+        for window, item in zip(task.segments, fetched, strict=True):
+            if item.data is None:
                 failure = RunFailure(
                     kind=FailureKind.SEGMENT_UNAVAILABLE,
-                    message=f"segment {window.key} could not be read: {exc}",
+                    message=f"segment {window.key} could not be read: {item.error}",
                     segment_key=window.key,
                 )
                 failure_at = (window.partition, window.base_offset)
                 break
+            data = item.data
             clock.lap("read")
             try:
                 decoded = decode_segment(
@@ -254,9 +262,11 @@ def run_task(
                 size=len(data),
             )
             outcomes.append(outcome.model_copy(update={"skipped_lfs": skipped, "lfs": lfs_counts}))
+        fetched.close()
         if failure is not None:
             data_writer.abort()
             dead_writer.abort()
+            publisher.wait()
             return TaskReport(
                 task_index=task.index,
                 segments=tuple(outcomes),
@@ -266,10 +276,13 @@ def run_task(
             )
         data_files = data_writer.close()
         dead_files = dead_writer.close()
+        publisher.wait()
         clock.lap("write")
     except BaseException:
+        fetched.close()
         data_writer.abort()
         dead_writer.abort()
+        publisher.wait(raise_errors=False)
         raise
     finally:
         lfs.close()

@@ -305,13 +305,49 @@ class RunFailure(_Model):
     record_id: str | None = None
 
 
+class ColumnStats(_Model):
+    """One column's Iceberg metrics in a data file, taken from the footer the task had just written.
+
+    Bounds are base64 of Iceberg's single-value serialization of the *written* type (`type`), over
+    every row group; strings and binaries longer than `dataplane.file_stats.CARRIED_PREFIX` are
+    carried as that prefix (`lower_cut`/`upper_cut`), enough for Iceberg's `truncate(16)` default.
+    The commit step turns them into the table's metrics (field ids, metrics mode, truncation).
+    """
+
+    name: str
+    type: ColumnType
+    required: bool
+    physical_type: str
+    size_bytes: int = Field(ge=0)
+    value_count: int = Field(ge=0)
+    null_count: int | None = None
+    has_stats: bool = True
+    """Every row group had statistics (Iceberg keeps no null count or bounds otherwise)."""
+    lower: str | None = None
+    upper: str | None = None
+    lower_cut: bool = False
+    upper_cut: bool = False
+
+
+class FileStats(_Model):
+    """A data file's Iceberg metrics, computed while it was written (no footer read at commit)."""
+
+    split_offsets: tuple[int, ...] = ()
+    columns: tuple[ColumnStats, ...] = ()
+
+
 class DataFile(_Model):
-    """A Parquet file the run wrote, ready to be added to a table as it is."""
+    """A Parquet file the run wrote, ready to be added to a table as it is.
+
+    `stats` is None in results written before statistics were carried: the commit step then reads
+    the file's footer.
+    """
 
     uri: str
     record_count: int = Field(ge=0)
     size_bytes: int = Field(ge=0)
     partition_values: dict[str, PartitionValue] = Field(default_factory=dict)
+    stats: FileStats | None = None
 
 
 class OffsetGap(_Model):

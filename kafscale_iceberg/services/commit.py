@@ -266,6 +266,7 @@ class CommitService:
                 topic=topic,
                 run_id=run_id,
                 file_uris=tuple(f.uri for f in files),
+                files=files,
                 start_offsets=starts,
                 end_offsets=ends,
                 marker_after=TableMarker(
