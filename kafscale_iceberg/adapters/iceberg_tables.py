@@ -78,12 +78,14 @@ from kafscale_iceberg.domain.commits import (
     partition_field_name,
     read_marker,
 )
+from kafscale_iceberg.domain.field_ids import TableFieldIds, field_id_mismatches
 from kafscale_iceberg.domain.runs import ColumnType, PartitionTransform
 from kafscale_iceberg.exceptions import (
     CatalogError,
     CatalogUnavailableError,
     CommitOutcomeUnknownError,
     DataFileRejectedError,
+    FieldIdMismatchError,
     KafscaleIcebergError,
     PartitionSpecMismatchError,
     SchemaChangeError,
@@ -319,6 +321,10 @@ class IcebergTableCommitter:
                 f"expected snapshot {expected.snapshot_id} with {expected.marker}, "
                 f"found snapshot {now.snapshot_id} with {now.marker}",
             )
+        if commit.field_ids is not None and commit.file_uris:
+            mismatches = field_id_mismatches(commit.field_ids, _top_level_ids(table.schema()))
+            if mismatches:
+                raise FieldIdMismatchError(expected.table, commit.run_id, mismatches)
         transaction = _single_attempt(table).transaction()
         updates, removals = marker_properties(commit.topic, commit.marker_after)
         try:
@@ -365,6 +371,15 @@ class IcebergTableCommitter:
                 expected.table, commit.run_id, f"{type(exc).__name__}: {exc}"
             ) from exc
         return _state_of(committed, expected.table, commit.topic)
+
+    def field_ids(self, table: str) -> TableFieldIds:
+        """The table's top-level column ids and `last-column-id`. Raises like `read_state`."""
+        metadata = self._load(table).metadata
+        return TableFieldIds(
+            identifier=table,
+            field_ids=_top_level_ids(metadata.schema()),
+            last_column_id=metadata.last_column_id,
+        )
 
     def count_rows(self, table: str, after: Mapping[int, int]) -> int:
         """How many rows of `table` have, for a partition of `after`, an `offset` greater than its value.
@@ -422,6 +437,10 @@ def _state_of(table: Table, identifier: str, topic: str) -> TableState:
         marker=read_marker(metadata.properties, topic, table=identifier),
         snapshot_count=len(metadata.snapshots),
     )
+
+
+def _top_level_ids(schema: Schema) -> dict[str, int]:
+    return {f.name: f.field_id for f in schema.fields}
 
 
 def _single_attempt(table: Table) -> Table:

@@ -228,6 +228,8 @@ class TableCommit:
     """An explicit offset reset (no files): the summary says so, start/end are before/after."""
     delete_after: Mapping[int, int] = field(default_factory=dict)
     """Rows to delete in the same commit: per partition, every row whose `offset` is greater (a reset)."""
+    field_ids: Mapping[str, int] | None = None
+    """The Parquet field ids the files carry (None: none); checked against the table before adding."""
 
     def summary(self) -> dict[str, str]:
         """The snapshot summary keys: what this snapshot added, for audit and recovery."""
