@@ -87,6 +87,16 @@ class SegmentLister(Protocol):
 _PROBE_FACTOR = 16
 
 
+def run_data_prefix(config: KafscaleConfig, identifier: tuple[str, ...]) -> str:
+    """The folder holding every run's data files of a table (one subfolder per run id): under the
+    table's warehouse location when the warehouse is a storage URI, else under the runs location.
+    Orphan-file cleanup looks only here."""
+    warehouse = config.iceberg.warehouse
+    if warehouse.startswith(("s3://", "file://", "/")):
+        return join_uri(warehouse, *identifier, "data", "kafscale")
+    return join_uri(config.runs.location, "data", *identifier)
+
+
 def list_after_committed(
     lister: SegmentLister, topic: str, partition: int, committed: int
 ) -> list[ListedSegment]:
@@ -428,10 +438,7 @@ class Launcher:
 
         Files are added to the table in place, so this folder is table data from then on.
         """
-        warehouse = self._config.iceberg.warehouse
-        if warehouse.startswith(("s3://", "file://", "/")):
-            return join_uri(warehouse, *identifier, "data", "kafscale", run_id)
-        return join_uri(self._config.runs.location, "data", *identifier, run_id)
+        return join_uri(run_data_prefix(self._config, identifier), run_id)
 
     def _not_started(self, topic: str, selection: Selection) -> LaunchOutcome:
         if selection.wait_seconds > 0:
