@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -90,6 +90,8 @@ class CompactionPlan:
     snapshot_id: int | None
     groups: tuple[CompactionGroup, ...]
     tasks: dict[str, FileScanTask] = field(default_factory=dict, repr=False)
+    base: Table | None = field(default=None, repr=False)
+    """The table as planned from: the commit is built on it, and the catalog refuses it if it moved."""
 
     @property
     def file_count(self) -> int:
@@ -169,20 +171,18 @@ class IcebergTableMaintainer:
         groups: list[CompactionGroup] = []
         budget = max_bytes
         for key in sorted(by_partition):
-            files = sorted(by_partition[key], key=lambda f: f.file_path)
-            if len(files) < 2 and not any(_mixes_partitions(f, partition_column) for f in files):
-                continue
+            files = _worth_rewriting(by_partition[key], partition_column)
             chosen: list[IcebergDataFile] = []
             for data_file in files:
                 if data_file.file_size_in_bytes > budget:
                     break
                 chosen.append(data_file)
                 budget -= data_file.file_size_in_bytes
-            if len(chosen) >= 2 or (chosen and _mixes_partitions(chosen[0], partition_column)):
+            if chosen and _worth_rewriting(chosen, partition_column):
                 groups.append(CompactionGroup(key, tuple(chosen)))
             if budget <= 0:
                 break
-        return CompactionPlan(table, snapshot_id, tuple(groups), {t.file.file_path: t for t in tasks})
+        return CompactionPlan(table, snapshot_id, tuple(groups), {t.file.file_path: t for t in tasks}, loaded)
 
     def write_compaction(
         self, plan: CompactionPlan, *, data_prefix: str, target_file_size_bytes: int
@@ -229,10 +229,10 @@ class IcebergTableMaintainer:
         replaced = [f for g in plan.groups for f in g.files]
         if not replaced:
             return CompactionOutcome(table=plan.table, committed=False)
-        loaded = self._load(plan.table)
+        loaded = plan.base or self._load(plan.table)
         new_files = [parquet_file_to_data_file(loaded.io, loaded.metadata, uri) for uri in write.new_files]
         for attempt in range(1, _COMMIT_ATTEMPTS + 1):
-            if attempt > 1 or loaded.metadata.current_snapshot_id != plan.snapshot_id:
+            if attempt > 1:
                 live = {t.file.file_path for t in loaded.scan().plan_files()}
                 gone = [f.file_path for f in replaced if f.file_path not in live]
                 if gone:
@@ -384,6 +384,19 @@ def _partition_field_id(table: Table) -> int | None:
         return table.schema().find_field("partition").field_id
     except ValueError:
         return None
+
+
+def _worth_rewriting(files: Sequence[IcebergDataFile], field_id: int | None) -> list[IcebergDataFile]:
+    """The files whose rewrite lowers the file count: every file mixing Kafka partitions, and the
+    partition-pure files of Kafka partitions with more than one (a lone pure file stays as it is)."""
+    mixed = [f for f in files if _mixes_partitions(f, field_id)]
+    pure: dict[bytes, list[IcebergDataFile]] = {}
+    for data_file in files:
+        if field_id is not None and not _mixes_partitions(data_file, field_id):
+            pure.setdefault(data_file.lower_bounds[field_id], []).append(data_file)
+    several = [f for group in pure.values() if len(group) > 1 for f in group]
+    chosen = sorted([*mixed, *several], key=lambda f: f.file_path)
+    return chosen if len(chosen) > 1 or mixed else []
 
 
 def _mixes_partitions(data_file: IcebergDataFile, field_id: int | None) -> bool:
