@@ -19,6 +19,7 @@ from kafscale_iceberg.exceptions import ConfigError
 if TYPE_CHECKING:
     from kafscale_iceberg.adapters.emr_serverless import EmrServerlessJobRunner
     from kafscale_iceberg.adapters.http_registry import HttpSchemaRegistry
+    from kafscale_iceberg.adapters.iceberg_maintenance import IcebergTableMaintainer
     from kafscale_iceberg.adapters.iceberg_tables import IcebergTableCommitter
     from kafscale_iceberg.adapters.sqs_queues import SqsWorkQueue
     from kafscale_iceberg.adapters.step_functions import StepFunctionsRunStarter
@@ -260,21 +261,26 @@ class Assembly:
         return CommitService(self.tables, self.checkpoints)
 
     @cached_property
-    def maintenance(self) -> MaintenanceService:
-        """Compaction, snapshot expiry and orphan cleanup of the mapped tables (imports pyiceberg)."""
+    def table_maintainer(self) -> IcebergTableMaintainer:
+        """Maintenance operations on the configured catalog's tables (imports pyiceberg)."""
         from kafscale_iceberg.adapters.data_files import StagedFileStore  # noqa: PLC0415
-        from kafscale_iceberg.adapters.file_listing import StorageFileLister  # noqa: PLC0415
         from kafscale_iceberg.adapters.iceberg_catalog import (  # noqa: PLC0415
             CatalogSettings,
             load_iceberg_catalog,
         )
         from kafscale_iceberg.adapters.iceberg_maintenance import IcebergTableMaintainer  # noqa: PLC0415
-        from kafscale_iceberg.services.maintenance import MaintenanceService  # noqa: PLC0415
 
         catalog = load_iceberg_catalog(CatalogSettings.from_config(self.config))
-        maintainer = IcebergTableMaintainer(catalog, StagedFileStore(self.s3_settings))
+        return IcebergTableMaintainer(catalog, StagedFileStore(self.s3_settings))
+
+    @cached_property
+    def maintenance(self) -> MaintenanceService:
+        """Compaction, snapshot expiry and orphan cleanup of the mapped tables (imports pyiceberg)."""
+        from kafscale_iceberg.adapters.file_listing import StorageFileLister  # noqa: PLC0415
+        from kafscale_iceberg.services.maintenance import MaintenanceService  # noqa: PLC0415
+
         return MaintenanceService(
-            self.config, maintainer, StorageFileLister(self.s3_settings), self.checkpoints
+            self.config, self.table_maintainer, StorageFileLister(self.s3_settings), self.checkpoints
         )
 
     def table_policy(self, topic: str) -> TablePolicy:
