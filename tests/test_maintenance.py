@@ -7,6 +7,7 @@ the machine's, moved ahead where a test needs files older than the grace period.
 
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter
 from pathlib import Path
@@ -21,6 +22,7 @@ from kafscale_iceberg.adapters.file_listing import StorageFileLister
 from kafscale_iceberg.adapters.iceberg_catalog import CatalogSettings, load_iceberg_catalog
 from kafscale_iceberg.adapters.iceberg_maintenance import IcebergTableMaintainer
 from kafscale_iceberg.assembly import Assembly
+from kafscale_iceberg.cli import main
 from kafscale_iceberg.config import KafscaleConfig, config_from_mapping
 from kafscale_iceberg.dataplane.reports import build_run_result
 from kafscale_iceberg.dataplane.tasks import plan_tasks, run_task
@@ -43,19 +45,17 @@ class World:
 
     def __init__(self, tmp_path: Path, **maintenance: Any) -> None:
         self.root = tmp_path
-        self.config: KafscaleConfig = config_from_mapping(
-            {
-                "s3": {"bucket": "segments"},
-                "iceberg": {
-                    "catalog": {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db"},
-                    "warehouse": f"file://{tmp_path}/warehouse",
-                },
-                "offsets": {"backend": "sqlite", "sqlite_path": str(tmp_path / "offsets.db")},
-                "mappings": [{"topic": TOPIC, "table": TABLE, "create_table_if_missing": True}],
-                "maintenance": {"compaction_min_small_files": 2, **maintenance},
+        self.config_data: dict[str, Any] = {
+            "s3": {"bucket": "segments"},
+            "iceberg": {
+                "catalog": {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db"},
+                "warehouse": f"file://{tmp_path}/warehouse",
             },
-            source="test",
-        )
+            "offsets": {"backend": "sqlite", "sqlite_path": str(tmp_path / "offsets.db")},
+            "mappings": [{"topic": TOPIC, "table": TABLE, "create_table_if_missing": True}],
+            "maintenance": {"compaction_min_small_files": 2, **maintenance},
+        }
+        self.config: KafscaleConfig = config_from_mapping(self.config_data, source="test")
         self.assembly = Assembly(self.config, owner_id="test")
         self.catalog = load_iceberg_catalog(CatalogSettings.from_config(self.config))
         self.folder = SegmentFolder(tmp_path / "segments")
@@ -255,3 +255,28 @@ def test_orphan_cleanup_spares_the_run_in_flight_and_deletes_a_dead_runs_files(t
     assert all(Path(f.uri.removeprefix("file://")).exists() for f in flight_files)
     assert all(Path(f.file_path.removeprefix("file://")).exists() for f in world.files())
     world.assembly.checkpoints.release_lease(grant)
+
+
+def test_the_maintain_command_dry_run_lists_and_changes_nothing_then_maintains(
+    world: World, capsys: pytest.CaptureFixture[str]
+) -> None:
+    world.produce(3)
+    config = world.root / "config.json"
+    config.write_text(json.dumps(world.config_data))
+    before = world.catalog.load_table(TABLE).metadata_location
+
+    assert main(["maintain", "--config", str(config), "--dry-run", "--json"]) == 0
+
+    document = json.loads(capsys.readouterr().out)
+    (table,) = [t for t in document["tables"] if t["table"] == TABLE]
+    assert document["dry_run"] is True
+    assert (table["before"]["files"], table["compaction"]["candidates"]) == (6, 6)  # 2 tasks a run
+    assert world.catalog.load_table(TABLE).metadata_location == before
+
+    assert main(["maintain", "--config", str(config)]) == 0
+
+    out = capsys.readouterr().out
+    assert f"{TABLE}: 6 files (6 small)" in out
+    assert "  compaction    6 files -> 3, committed" in out
+    assert len(world.files()) == PARTITIONS
+    assert _pairs(world.rows()) == world.expected_pairs()
