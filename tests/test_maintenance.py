@@ -32,7 +32,7 @@ from kafscale_iceberg.domain.runs import RunPlan, RunResult, RunTimings
 from kafscale_iceberg.domain.tickets import join_uri
 from kafscale_iceberg.services.commit import TablePolicy
 from kafscale_iceberg.services.launch import run_data_prefix
-from kafscale_iceberg.services.maintenance import MaintenanceService
+from kafscale_iceberg.services.maintenance import MaintenanceSchedule, MaintenanceService
 from tests.support.spark_job import SegmentFolder, make_plan
 
 TOPIC, TABLE, DLQ = "orders", "prod.orders", "prod.orders_dead_letters"
@@ -280,3 +280,18 @@ def test_the_maintain_command_dry_run_lists_and_changes_nothing_then_maintains(
     assert "  compaction    6 files -> 3, committed" in out
     assert len(world.files()) == PARTITIONS
     assert _pairs(world.rows()) == world.expected_pairs()
+
+
+def test_the_run_loop_schedule_maintains_once_per_interval(world: World) -> None:
+    world.produce(2)
+    now = [100.0]
+    schedule = MaintenanceSchedule(world.service(), 60.0, clock=lambda: now[0])
+
+    assert schedule() is None  # not due at start
+    now[0] += 61
+    report = schedule()
+    assert report is not None
+    assert report.tables[0].compaction is not None
+    now[0] += 30
+    assert schedule() is None
+    assert len(world.files()) == PARTITIONS

@@ -244,3 +244,31 @@ class MaintenanceService:
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
+
+
+class MaintenanceSchedule:
+    """Runs a maintenance pass when `maintenance.interval_seconds` have passed since the last one
+    (the one-machine `run` calls it after each discovery pass). The first pass is one interval after
+    start, so a restart loop never turns into a maintenance loop."""
+
+    def __init__(self, service: MaintenanceService, interval_s: float, *, clock: Callable[[], float]) -> None:
+        self._service = service
+        self._interval_s = interval_s
+        self._clock = clock
+        self._next_at = clock() + interval_s
+
+    def __call__(self) -> MaintenanceReport | None:
+        """Maintain now if due; the report, or None when not due or failed.
+
+        A failed pass is logged at error level with its reason and tried again one interval later:
+        maintenance must never stop ingestion, and every step of it is safe to repeat.
+        """
+        now = self._clock()
+        if now < self._next_at:
+            return None
+        self._next_at = now + self._interval_s
+        try:
+            return self._service.maintain()
+        except Exception as exc:
+            logger.exception("maintenance pass failed; retried next interval", extra={"problem": str(exc)})
+            return None
