@@ -770,6 +770,37 @@ class RunsConfig(_Section):
         return min(doubled, self.retry_backoff_max_seconds)
 
 
+_DURATION = re.compile(r"(\d+)\s*([smhd]?)")
+_DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _duration_seconds(value: object) -> object:
+    """`7d`, `12h`, `30m`, `45s` or a number of seconds -> seconds."""
+    if isinstance(value, str):
+        match = _DURATION.fullmatch(value.strip().lower())
+        if match is None:
+            raise _invalid(f"is not a duration: {value!r} (use seconds, or a number with s, m, h or d: '7d')")
+        return int(match.group(1)) * _DURATION_UNITS[match.group(2)]
+    return value
+
+
+DurationSeconds = Annotated[int, BeforeValidator(_duration_seconds), Field(ge=0)]
+
+
+class MaintenanceConfig(_Section):
+    """`maintenance`: compaction, snapshot expiry and orphan-file cleanup of the tables (`maintain`)."""
+
+    enabled: bool = True
+    interval_seconds: Annotated[DurationSeconds, Field(gt=0)] = 3600
+    snapshot_retention: DurationSeconds = 7 * 86400
+    keep_snapshots: Annotated[int, Field(ge=1)] = 100
+    metadata_previous_versions_max: Annotated[int, Field(ge=1)] = 100
+    orphan_grace: DurationSeconds = 86400
+    small_file_bytes: PositiveByteSize = ByteSize(32 * MIB)
+    compaction_min_small_files: Annotated[int, Field(ge=2)] = 20
+    compaction_max_bytes: PositiveByteSize = ByteSize(GIB)
+
+
 class LocalRunnerConfig(_Section):
     """`runner.local`: Spark in this process's machine (`kafscale-iceberg run`, demo, tests)."""
 
@@ -938,6 +969,7 @@ class KafscaleConfig(_Section):
     runs: RunsConfig = Field(default_factory=RunsConfig)
     runner: RunnerConfig = Field(default_factory=RunnerConfig)
     notifications: NotificationsConfig = Field(default_factory=NotificationsConfig)
+    maintenance: MaintenanceConfig = Field(default_factory=MaintenanceConfig)
 
     _source: str = PrivateAttr(default="<memory>")
     _unknown_keys: tuple[str, ...] = PrivateAttr(default=())

@@ -8,7 +8,7 @@ from the class name. Foreign exceptions are translated once, in the adapter, wit
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 
 class KafscaleIcebergError(Exception):
@@ -304,6 +304,24 @@ class DataFileRejectedError(KafscaleIcebergError):
         super().__init__(
             f"run {run_id!r}: the data files could not be added to table {table!r}: {problem} "
             "(nothing was committed; fix the Spark output or the table, then retry the commit)"
+        )
+
+
+class FieldIdMismatchError(DataFileRejectedError):
+    """A run's files carry field ids that are not the table's (it changed after planning). Terminal."""
+
+    def __init__(self, table: str, run_id: str, mismatches: Mapping[str, tuple[int, int | None]]) -> None:
+        self.mismatches = dict(mismatches)
+        described = ", ".join(
+            f"{name}: file id {planned}, table id {'none' if found is None else found}"
+            for name, (planned, found) in sorted(mismatches.items())
+        )
+        super().__init__(
+            table,
+            run_id,
+            f"the files' Parquet field ids differ from the table's ({described}); the table's schema "
+            "changed after the run was planned. Abort the run: the next attempt is planned with the "
+            "table's ids",
         )
 
 

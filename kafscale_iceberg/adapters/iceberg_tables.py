@@ -25,8 +25,9 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
-import warnings
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -39,8 +40,11 @@ from pyiceberg.exceptions import (
     TableAlreadyExistsError,
     ValidationException,
 )
-from pyiceberg.expressions import And, BooleanExpression, EqualTo, GreaterThan, Or, Reference
+from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, EqualTo, GreaterThan, Or, Reference
 from pyiceberg.expressions.literals import literal
+from pyiceberg.expressions.visitors import bind
+from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files, _expression_to_complementary_pyarrow
+from pyiceberg.manifest import DataFile as IcebergDataFile
 from pyiceberg.partitioning import PartitionField as IcebergPartitionField
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
@@ -80,12 +84,14 @@ from kafscale_iceberg.domain.commits import (
     partition_field_name,
     read_marker,
 )
+from kafscale_iceberg.domain.field_ids import TableFieldIds, field_id_mismatches
 from kafscale_iceberg.domain.runs import ColumnType, PartitionTransform
 from kafscale_iceberg.exceptions import (
     CatalogError,
     CatalogUnavailableError,
     CommitOutcomeUnknownError,
     DataFileRejectedError,
+    FieldIdMismatchError,
     KafscaleIcebergError,
     PartitionSpecMismatchError,
     SchemaChangeError,
@@ -321,6 +327,10 @@ class IcebergTableCommitter:
                 f"expected snapshot {expected.snapshot_id} with {expected.marker}, "
                 f"found snapshot {now.snapshot_id} with {now.marker}",
             )
+        if commit.field_ids is not None and commit.file_uris:
+            mismatches = field_id_mismatches(commit.field_ids, _top_level_ids(table.schema()))
+            if mismatches:
+                raise FieldIdMismatchError(expected.table, commit.run_id, mismatches)
         transaction = _single_attempt(table).transaction()
         updates, removals = marker_properties(commit.topic, commit.marker_after)
         try:
@@ -329,12 +339,7 @@ class IcebergTableCommitter:
             if present:
                 transaction.remove_properties(*present)
             if commit.delete_after:
-                with warnings.catch_warnings():
-                    # Expected on a rerun or a table without rows there; the empty append below follows.
-                    warnings.filterwarnings("ignore", message="Delete operation did not match any records")
-                    transaction.delete(
-                        delete_filter=rows_after(commit.delete_after), snapshot_properties=commit.summary()
-                    )
+                delete_rows(transaction, rows_after(commit.delete_after), commit.summary())
             if commit.file_uris:
                 # What `add_files` does, from the metrics the run carried instead of one footer read
                 # per file (`iceberg_data_files`). Duplicate paths are ruled out by the offsets
@@ -366,6 +371,15 @@ class IcebergTableCommitter:
                 expected.table, commit.run_id, f"{type(exc).__name__}: {exc}"
             ) from exc
         return _state_of(committed, expected.table, commit.topic)
+
+    def field_ids(self, table: str) -> TableFieldIds:
+        """The table's top-level column ids and `last-column-id`. Raises like `read_state`."""
+        metadata = self._load(table).metadata
+        return TableFieldIds(
+            identifier=table,
+            field_ids=_top_level_ids(metadata.schema()),
+            last_column_id=metadata.last_column_id,
+        )
 
     def count_rows(self, table: str, after: Mapping[int, int]) -> int:
         """How many rows of `table` have, for a partition of `after`, an `offset` greater than its value.
@@ -414,6 +428,74 @@ def _append_files(transaction: Transaction, table: Table, commit: TableCommit) -
             append.append_data_file(data_file)
 
 
+@dataclass(frozen=True)
+class RowDeletion:
+    """What `delete_rows` did: files dropped whole, files rewritten, rows removed and rows rewritten."""
+
+    files_dropped: int = 0
+    files_rewritten: int = 0
+    rows_removed: int = 0
+    rows_rewritten: int = 0
+
+
+def delete_rows(
+    transaction: Transaction, delete_filter: BooleanExpression, summary: dict[str, str]
+) -> RowDeletion:
+    """Delete the rows matching `delete_filter` copy-on-write, as ONE `overwrite` snapshot of `transaction`.
+
+    Only files whose statistics (partition values, column bounds) say they may hold matching rows are
+    read (pyiceberg's scan planning); a file all of whose rows match is dropped, a file with some is
+    rewritten without them (pyiceberg's writer: the table's field ids, into the table's data
+    location), a file with none is left alone. pyiceberg's own `Transaction.delete` writes a
+    `delete` and then an `overwrite` snapshot, so time travel could land between them; here both
+    changes are one snapshot. Nothing matching: no snapshot (the caller decides).
+    """
+    schema = transaction.table_metadata.schema()
+    keep = _expression_to_complementary_pyarrow(bind(schema, delete_filter, case_sensitive=True), schema)
+    io = transaction._table.io
+    commit_uuid = uuid.uuid4()
+    counter = itertools.count(0)
+    removed: list[IcebergDataFile] = []
+    added: list[IcebergDataFile] = []
+    rows_removed = rows_rewritten = rewritten = 0
+    for task in transaction._scan(row_filter=delete_filter).plan_files():
+        rows = ArrowScan(
+            table_metadata=transaction.table_metadata, io=io, projected_schema=schema, row_filter=AlwaysTrue()
+        ).to_table(tasks=[task])
+        kept = rows.filter(keep)
+        if kept.num_rows == rows.num_rows:
+            continue
+        removed.append(task.file)
+        rows_removed += rows.num_rows - kept.num_rows
+        if kept.num_rows:
+            rewritten += 1
+            rows_rewritten += kept.num_rows
+            added.extend(
+                _dataframe_to_data_files(
+                    io=io,
+                    df=kept,
+                    table_metadata=transaction.table_metadata,
+                    write_uuid=commit_uuid,
+                    counter=counter,
+                )
+            )
+    if removed:
+        overwrite = transaction.update_snapshot(snapshot_properties=summary).overwrite(
+            commit_uuid=commit_uuid
+        )
+        with overwrite:
+            for data_file in removed:
+                overwrite.delete_data_file(data_file)
+            for data_file in added:
+                overwrite.append_data_file(data_file)
+    return RowDeletion(
+        files_dropped=len(removed) - rewritten,
+        files_rewritten=rewritten,
+        rows_removed=rows_removed,
+        rows_rewritten=rows_rewritten,
+    )
+
+
 def rows_after(offsets: Mapping[int, int]) -> BooleanExpression:
     """`(partition == P1 and offset > N1) or ...`: the rows after each partition's offset (base fields)."""
     terms = [
@@ -440,6 +522,10 @@ def _state_of(table: Table, identifier: str, topic: str) -> TableState:
         marker=read_marker(metadata.properties, topic, table=identifier),
         snapshot_count=len(metadata.snapshots),
     )
+
+
+def _top_level_ids(schema: Schema) -> dict[str, int]:
+    return {f.name: f.field_id for f in schema.fields}
 
 
 def _single_attempt(table: Table) -> Table:

@@ -35,7 +35,7 @@ from kafscale_iceberg.dataplane.reports import (
     TaskReport,
     TaskTimings,
 )
-from kafscale_iceberg.dataplane.schemas import DEAD_LETTER_SCHEMA
+from kafscale_iceberg.dataplane.schemas import DEAD_LETTER_SCHEMA, with_field_ids
 from kafscale_iceberg.dataplane.storage import FileSink, ObjectReader, segment_uri
 from kafscale_iceberg.domain.runs import (
     CorruptSegmentPolicy,
@@ -159,14 +159,17 @@ def run_task(
     data_writer = RollingParquetWriter(
         sink=sink,
         data_uri=plan.table.data_uri,
-        schema=converter.schema,
+        schema=with_field_ids(converter.schema, plan.table.field_ids, table=plan.table.identifier),
         task_index=task.index,
         target_file_size_bytes=conversion.target_file_size_bytes,
+        partition_file_min_bytes=conversion.partition_file_min_bytes,
     )
     dead_writer = RollingParquetWriter(
         sink=sink,
         data_uri=plan.dead_letter_table.data_uri,
-        schema=DEAD_LETTER_SCHEMA,
+        schema=with_field_ids(
+            DEAD_LETTER_SCHEMA, plan.dead_letter_table.field_ids, table=plan.dead_letter_table.identifier
+        ),
         task_index=task.index,
         target_file_size_bytes=conversion.target_file_size_bytes,
     )
@@ -226,7 +229,7 @@ def run_task(
                     if invalid is not None and conversion.schema_mode is SchemaMode.STRICT:
                         break
                     for values, rows in split_by_partition(converted.rows, conversion.partition_by):
-                        data_writer.write(values, rows)
+                        data_writer.write(values, rows, kafka_partition=window.partition)
                     if converted.dead_letters.num_rows:
                         dead_writer.write({}, converted.dead_letters)
                     written += converted.rows.num_rows

@@ -230,6 +230,8 @@ class TableCommit:
     """Rows to delete in the same commit: per partition, every row whose `offset` is greater (a reset)."""
     files: tuple[DataFile, ...] = ()
     """What the run reported about `file_uris` (their metrics, so no footer is read at commit)."""
+    field_ids: Mapping[str, int] | None = None
+    """The Parquet field ids the files carry (None: none); checked against the table before adding."""
 
     def summary(self) -> dict[str, str]:
         """The snapshot summary keys: what this snapshot added, for audit and recovery."""

@@ -27,6 +27,9 @@ NO_OFFSET = -1
 Offset = Annotated[int, Field(ge=NO_OFFSET, le=2**63 - 1)]
 PartitionNumber = Annotated[int, Field(ge=0, le=2**31 - 1)]
 PartitionValue = str | int | float | bool | None
+DEFAULT_PARTITION_FILE_MIN_BYTES = 256 * 1024
+"""Below this many bytes (Arrow) of one Kafka partition in one task, its rows share a file (see
+docs/architecture.md, "Files": the small-file trade)."""
 
 
 class _Model(BaseModel):
@@ -143,10 +146,16 @@ class SegmentSource(_Model):
 
 
 class TableTarget(_Model):
-    """A table the run writes files for, and where those files go (a run-scoped URI prefix)."""
+    """A table the run writes files for, and where those files go (a run-scoped URI prefix).
+
+    `field_ids` maps every column to its Iceberg field id; the data files carry them as Parquet
+    field ids, so engines read them without the table's name mapping. None (plans of earlier
+    versions): files without ids, read through the name mapping.
+    """
 
     identifier: str
     data_uri: str
+    field_ids: dict[str, int] | None = None
 
 
 class LfsMode(StrEnum):
@@ -207,6 +216,9 @@ class ConversionSettings(_Model):
     verify_crc: bool = True
     target_file_size_bytes: int = Field(default=128 * 1024 * 1024, gt=0)
     lfs: LfsSettings = LfsSettings()
+    partition_file_min_bytes: int = Field(default=DEFAULT_PARTITION_FILE_MIN_BYTES, ge=0)
+    """A Kafka partition's rows in one task get files of their own (in offset order) from this many
+    bytes of Arrow data; smaller shares of a task are written together in one shared file."""
 
     @model_validator(mode="after")
     def _schema_present_when_validating(self) -> ConversionSettings:

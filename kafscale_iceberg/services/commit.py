@@ -43,6 +43,7 @@ from kafscale_iceberg.domain.commits import (
     stand_dead_letters,
     stand_run,
 )
+from kafscale_iceberg.domain.field_ids import TableFieldIds, TopicFieldIds
 from kafscale_iceberg.domain.leases import LeaseGrant
 from kafscale_iceberg.domain.offsets import CommittedOffsets, OffsetUpdate
 from kafscale_iceberg.domain.runs import NO_OFFSET, DataFile, RunPlan, RunResult, RunStatus
@@ -275,6 +276,7 @@ class CommitService:
                     quarantined=_merge_ranges(state.marker.quarantined, quarantined),
                 ),
                 quarantined=quarantined,
+                field_ids=_planned_field_ids(plan, identifier),
             )
             try:
                 after = self._tables.commit(state, commit)
@@ -486,6 +488,16 @@ class CommitService:
             return
         raise CommitConflictError(table, lease.run_id, self._attempts)
 
+    def field_ids(self, tables: tuple[str, ...]) -> TopicFieldIds:
+        """The field ids of those of `tables` that exist (what the launcher plans the next files with)."""
+        known: list[TableFieldIds] = []
+        for table in tables:
+            try:
+                known.append(self._tables.field_ids(table))
+            except TableMissingError:
+                continue
+        return TopicFieldIds(tables=tuple(known))
+
     def count_rows_after(self, table: str, offsets: Mapping[int, int]) -> int | None:
         """How many rows of `table` a reset to `offsets` would delete; None when the table does not exist."""
         try:
@@ -671,6 +683,11 @@ def _listed(state: TableState, wanted: set[tuple[int, int, int]], plan: RunPlan)
             f"{missing} (replay each quarantined segment with its own exact range)",
         )
     return bool(present)
+
+
+def _planned_field_ids(plan: RunPlan, identifier: str) -> Mapping[str, int] | None:
+    target = plan.table if identifier == plan.table.identifier else plan.dead_letter_table
+    return target.field_ids
 
 
 def _table_spec(plan: RunPlan, policy: TablePolicy) -> TableSpec:

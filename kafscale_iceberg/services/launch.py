@@ -31,8 +31,11 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol, TypeVar
 
+from pydantic import ValidationError
+
 from kafscale_iceberg.adapters.documents import DocumentStore
 from kafscale_iceberg.config import KafscaleConfig, MappingConfig, RunsConfig
+from kafscale_iceberg.domain.field_ids import TopicFieldIds, field_ids_uri, planned_field_ids
 from kafscale_iceberg.domain.leases import LeaseBusy, LeaseGrant
 from kafscale_iceberg.domain.planning import (
     ListedSegment,
@@ -53,6 +56,7 @@ from kafscale_iceberg.domain.runs import (
     TableTarget,
     make_run_id,
 )
+from kafscale_iceberg.domain.schema import DEAD_LETTER_FIELDS, table_fields
 from kafscale_iceberg.domain.tickets import (
     OUTCOME_NAME,
     PLAN_NAME,
@@ -99,6 +103,16 @@ def concurrently(work: Callable[[_T], _R], items: Iterable[_T]) -> list[_R]:
         return [work(item) for item in todo]
     with ThreadPoolExecutor(max_workers=min(PLANNING_CONCURRENCY, len(todo))) as pool:
         return list(pool.map(work, todo))
+
+
+def run_data_prefix(config: KafscaleConfig, identifier: tuple[str, ...]) -> str:
+    """The folder holding every run's data files of a table (one subfolder per run id): under the
+    table's warehouse location when the warehouse is a storage URI, else under the runs location.
+    Orphan-file cleanup looks only here."""
+    warehouse = config.iceberg.warehouse
+    if warehouse.startswith(("s3://", "file://", "/")):
+        return join_uri(warehouse, *identifier, "data", "kafscale")
+    return join_uri(config.runs.location, "data", *identifier)
 
 
 def list_after_committed(
@@ -390,6 +404,8 @@ class Launcher:
             if mapping.schema_.source == "registry":
                 columns = columns_from_json_schema(json_schema)
         s3 = config.s3
+        dead_letter = ".".join(mapping.dead_letter_identifier)
+        known = self._known_field_ids(topic)
         return RunPlan(
             run_id=run_id,
             topic=topic,
@@ -401,10 +417,15 @@ class Launcher:
                 path_style=s3.path_style,
             ),
             partitions=partitions,
-            table=TableTarget(identifier=mapping.table, data_uri=self._data_uri(mapping.identifier, run_id)),
+            table=TableTarget(
+                identifier=mapping.table,
+                data_uri=self._data_uri(mapping.identifier, run_id),
+                field_ids=planned_field_ids(table_fields(columns), known.table(mapping.table)),
+            ),
             dead_letter_table=TableTarget(
-                identifier=".".join(mapping.dead_letter_identifier),
+                identifier=dead_letter,
                 data_uri=self._data_uri(mapping.dead_letter_identifier, run_id),
+                field_ids=planned_field_ids(DEAD_LETTER_FIELDS, known.table(dead_letter)),
             ),
             conversion=ConversionSettings(
                 columns=columns,
@@ -419,16 +440,25 @@ class Launcher:
             result_uri=run_document_uri(config.runs.location, topic, run_id, RESULT_NAME),
         )
 
+    def _known_field_ids(self, topic: str) -> TopicFieldIds:
+        """The tables' field ids the commit step recorded (`field-ids.json`); none recorded yet: empty."""
+        uri = field_ids_uri(self._config.runs.location, topic)
+        if not self._documents.exists(uri):
+            return TopicFieldIds()
+        try:
+            return TopicFieldIds.model_validate_json(self._documents.read_text(uri))
+        except ValidationError as exc:
+            # Safe to plan without: the commit step checks the ids and rewrites the document.
+            logger.warning("unreadable field-id document ignored", extra={"uri": uri, "problem": str(exc)})
+            return TopicFieldIds()
+
     def _data_uri(self, identifier: tuple[str, ...], run_id: str) -> str:
         """Run-scoped folder for a table's new files: under the table's warehouse location when the
         warehouse is a storage URI (where tables this product creates live), else under the runs location.
 
         Files are added to the table in place, so this folder is table data from then on.
         """
-        warehouse = self._config.iceberg.warehouse
-        if warehouse.startswith(("s3://", "file://", "/")):
-            return join_uri(warehouse, *identifier, "data", "kafscale", run_id)
-        return join_uri(self._config.runs.location, "data", *identifier, run_id)
+        return join_uri(run_data_prefix(self._config, identifier), run_id)
 
     def _not_started(self, topic: str, selection: Selection) -> LaunchOutcome:
         if selection.wait_seconds > 0:

@@ -25,11 +25,12 @@ from typing import Protocol
 
 from kafscale_iceberg.adapters.documents import DocumentStore
 from kafscale_iceberg.config import RunsConfig
+from kafscale_iceberg.domain.field_ids import field_ids_uri
 from kafscale_iceberg.domain.jobs import JobState, JobStatus
 from kafscale_iceberg.domain.leases import LeaseGrant
 from kafscale_iceberg.domain.runs import RunPlan, RunResult
 from kafscale_iceberg.domain.tickets import OUTCOME_NAME, RunOutcome, RunTicket, run_document_uri
-from kafscale_iceberg.exceptions import KafscaleIcebergError, LeaseLostError
+from kafscale_iceberg.exceptions import FieldIdMismatchError, KafscaleIcebergError, LeaseLostError
 from kafscale_iceberg.ports import CheckpointStore
 from kafscale_iceberg.services.commit import CommitOutcome, CommitService, TablePolicy
 
@@ -153,7 +154,13 @@ class RunSteps:
         result = RunResult.model_validate_json(self._documents.read_text(plan.result_uri))
         policy = self._mapping_policy(ticket.topic) if self._mapping_policy else None
         grant = self._hold_or_reclaim(ticket)
-        outcome = self._commits.commit_run(plan, result, grant, policy)
+        try:
+            outcome = self._commits.commit_run(plan, result, grant, policy)
+        except FieldIdMismatchError:
+            self._record_field_ids(plan)  # so the next attempt is planned with the table's ids
+            raise
+        if outcome.table_committed or outcome.dead_letter_committed or not self._field_ids_recorded(plan):
+            self._record_field_ids(plan)
         logger.info(
             "run committed",
             extra={
@@ -187,6 +194,16 @@ class RunSteps:
             )
             return claimed
         return ticket.grant
+
+    def _record_field_ids(self, plan: RunPlan) -> None:
+        """Write `field-ids.json` for the plan's topic from its tables' schemas. Idempotent."""
+        assert self._commits is not None
+        known = self._commits.field_ids((plan.table.identifier, plan.dead_letter_table.identifier))
+        uri = field_ids_uri(self._runs.location, plan.topic)
+        self._documents.write_text(uri, known.model_dump_json())
+
+    def _field_ids_recorded(self, plan: RunPlan) -> bool:
+        return self._documents.exists(field_ids_uri(self._runs.location, plan.topic))
 
     def abort(self, ticket: RunTicket, reason: str) -> AbortResult:
         """Cancel the run's job if it still runs, record the failed attempt with the locations of the
