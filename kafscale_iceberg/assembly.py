@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from kafscale_iceberg.adapters.iceberg_tables import IcebergTableCommitter
     from kafscale_iceberg.adapters.sqs_queues import SqsWorkQueue
     from kafscale_iceberg.adapters.step_functions import StepFunctionsRunStarter
+    from kafscale_iceberg.domain.leases import LeaseGrant
     from kafscale_iceberg.ports import CheckpointStore
     from kafscale_iceberg.services.commit import CommitService, TablePolicy
     from kafscale_iceberg.services.discovery import MetadataSource, TopicDiscovery
@@ -201,8 +202,9 @@ class Assembly:
             boto3.client("stepfunctions", region_name=self.config.s3.region or None), arn
         )
 
-    def make_launcher(self, starter: RunStarter) -> Launcher:
-        """A launcher handing its runs to `starter`."""
+    def make_launcher(self, starter: RunStarter, *, repair_from_table: bool = False) -> Launcher:
+        """A launcher handing its runs to `starter`; `repair_from_table` (one machine: pyiceberg is
+        loaded anyway) has it set the checkpoint store to the table's offsets before each plan starts."""
         from kafscale_iceberg.services.launch import Launcher  # noqa: PLC0415
 
         return Launcher(
@@ -214,7 +216,14 @@ class Assembly:
             owner_id=self.owner_id,
             registry=self.registry,
             partition_filter=self.discovery.partitions if self.metadata_source is not None else None,
+            repair_offsets=self._repair_offsets if repair_from_table else None,
         )
+
+    def _repair_offsets(self, topic: str, grant: LeaseGrant) -> None:
+        """Set `topic`'s checkpoint-store offsets to its table's markers, fenced by `grant`."""
+        mapping = self.config.mapping_for(topic)
+        if mapping is not None:
+            self.commits.reconciled_offsets(topic, mapping.table, lease=grant)
 
     @cached_property
     def launcher(self) -> Launcher:

@@ -32,7 +32,12 @@ from kafscale_iceberg.domain.events import WorkItem
 from kafscale_iceberg.domain.jobs import JobState
 from kafscale_iceberg.domain.runs import RunPlan
 from kafscale_iceberg.domain.tickets import RunTicket
-from kafscale_iceberg.exceptions import KafscaleIcebergError, RunAttemptEndedError, RunNotCommittableError
+from kafscale_iceberg.exceptions import (
+    KafscaleIcebergError,
+    OffsetMismatchError,
+    RunAttemptEndedError,
+    RunNotCommittableError,
+)
 from kafscale_iceberg.services.launch import LaunchStatus
 from kafscale_iceberg.services.run_steps import CommittedRun, JobRunner, failure_reason
 
@@ -79,6 +84,8 @@ class RunReport:
     commit: CommittedRun | None = None
     commit_started_at: float = 0.0
     commit_ended_at: float = 0.0
+    replan: bool = False
+    """The plan was stale (refused at commit, the store repaired from the table): plan again now."""
 
 
 @dataclass(frozen=True)
@@ -179,7 +186,7 @@ class Pipeline:
         self._starter = _LocalStarter()
         self._inbox = _Inbox()
         self.stopping = threading.Event()
-        self.launcher: Launcher = assembly.make_launcher(self._starter)
+        self.launcher: Launcher = assembly.make_launcher(self._starter, repair_from_table=True)
         self.reconciler: Reconciler = assembly.make_reconciler(self._inbox, self._starter)
         self.steps: RunSteps = assembly.make_run_steps(runner, with_commits=True)
         self._router: Router | None = None
@@ -220,6 +227,7 @@ class Pipeline:
 
     def _once_topic(self, topic: str, summary: OnceSummary, busy_wait_s: float) -> None:
         busy_since: float | None = None
+        replanned = False
         while not self.stopping.is_set():
             try:
                 outcome = self.launcher.launch(topic, ignore_min_batch=True)
@@ -240,6 +248,9 @@ class Pipeline:
                 return
             report = self.drive(self._starter.tickets.popleft())
             summary.runs.append(report)
+            if report.replan and not replanned:
+                replanned = True
+                continue
             if report.end is not RunEnd.COMMITTED:
                 summary.failed[topic] = f"run {report.run_id} {report.end.value}: {report.reason}"
                 return
@@ -381,6 +392,11 @@ class Pipeline:
             except RunNotCommittableError as exc:
                 self._error("sink", ticket.topic, exc)
                 return self._abort(ticket, plan, start, str(exc))
+            except OffsetMismatchError as exc:
+                # A stale plan: the store was repaired from the table, so the topic is re-planned at
+                # once (one wasted run, not a failure to back off from).
+                self._error("sink", ticket.topic, exc)
+                return replace(self._abort(ticket, plan, start, str(exc)), retry_after_seconds=0, replan=True)
             except KafscaleIcebergError as exc:
                 self._error("sink", ticket.topic, exc)
                 if not exc.transient or attempt == _COMMIT_ATTEMPTS:

@@ -51,6 +51,7 @@ from kafscale_iceberg.exceptions import (
     CommitConflictError,
     CommitOutcomeUnknownError,
     DeadLetterAheadError,
+    KafscaleIcebergError,
     OffsetMismatchError,
     OffsetResetRefusedError,
     RunNotCommittableError,
@@ -143,6 +144,37 @@ class CommitService:
         policy = policy or TablePolicy()
         _check_committable(plan, result, lease)
         self._checkpoints.renew_lease(lease)
+        try:
+            return self._commit_run(plan, result, lease, policy)
+        except OffsetMismatchError as exc:
+            if exc.repaired:
+                raise
+            repaired = self._repair_store(plan, lease)
+            raise OffsetMismatchError(
+                exc.table, exc.topic, exc.run_id, exc.mismatches, repaired=repaired
+            ) from None
+
+    def _repair_store(self, plan: RunPlan, lease: LeaseGrant) -> dict[int, int]:
+        """Set the store to the table's offsets after a refused (stale) plan, fenced by the run's lease.
+
+        A crash between the Iceberg commit and the offset write leaves the store behind the table; every
+        plan made from it would be refused forever. Repairing here makes a stale plan cost one wasted
+        run. Best effort: a failure is logged (the refusal stands and the next refusal repairs).
+        """
+        try:
+            reconciliation = self.reconciled_offsets(plan.topic, plan.table.identifier, lease=lease)
+        except KafscaleIcebergError as exc:
+            logger.warning(
+                "could not repair the checkpoint store after a refused plan",
+                extra={"topic": plan.topic, "run_id": plan.run_id, "problem": str(exc)},
+            )
+            return {}
+        changed = {**reconciliation.store_behind, **reconciliation.store_ahead}
+        return {partition: table for partition, (_store, table) in changed.items()}
+
+    def _commit_run(
+        self, plan: RunPlan, result: RunResult, lease: LeaseGrant, policy: TablePolicy
+    ) -> CommitOutcome:
         topic, run_id = plan.topic, plan.run_id
         starts, ends = plan.start_offsets(), plan.end_offsets()
         quarantined = _quarantined_ranges(result)

@@ -209,6 +209,8 @@ class LaunchOutcome:
     detail: str = ""
     ticket: RunTicket | None = None
     wait_seconds: float = 0.0
+    replan: bool = False
+    """The committed offsets moved under the claimed lease: plan again from them."""
 
 
 class Launcher:
@@ -226,7 +228,13 @@ class Launcher:
         registry: SchemaRegistry | None = None,
         partition_filter: Callable[[str], frozenset[int] | None] | None = None,
         clock: Callable[[], float] = time.time,
+        repair_offsets: Callable[[str, LeaseGrant], object] | None = None,
     ) -> None:
+        """`repair_offsets(topic, grant)`, when given, sets the checkpoint store to the table's offsets
+        under the claimed lease before a plan is handed on (`CommitService.reconciled_offsets`); a
+        repair that moves a planned start means re-planning at once. Without it (the AWS launcher,
+        which carries no pyiceberg) the commit step repairs the store when it refuses a stale plan."""
+        self._repair_offsets = repair_offsets
         self._config = config
         self._partition_filter = partition_filter
         self._checkpoints = checkpoints
@@ -238,7 +246,12 @@ class Launcher:
         self._clock = clock
 
     def launch(
-        self, topic: str, *, ignore_min_batch: bool = False, retry_ended: bool = True
+        self,
+        topic: str,
+        *,
+        ignore_min_batch: bool = False,
+        retry_ended: bool = True,
+        replan: bool = True,
     ) -> LaunchOutcome:
         """Plan and start a run for `topic` if it has pending segments and nobody runs it.
 
@@ -271,7 +284,7 @@ class Launcher:
         if isinstance(claim, LeaseBusy):
             return LaunchOutcome(topic, LaunchStatus.BUSY, detail=claim.describe())
         try:
-            return self._start(
+            outcome = self._start(
                 topic, mapping=mapping, partitions=partitions, run_id=run_id, attempt=attempt, grant=claim
             )
         except RunAttemptEndedError as exc:
@@ -283,6 +296,11 @@ class Launcher:
         except BaseException:
             self._checkpoints.release_lease(claim)
             raise
+        if outcome.replan and replan:
+            return self.launch(
+                topic, ignore_min_batch=ignore_min_batch, retry_ended=retry_ended, replan=False
+            )
+        return outcome
 
     def _partitions(self, topic: str) -> list[int]:
         """The topic's partitions in S3, less those the discovery filter (etcd metadata) leaves out."""
@@ -312,12 +330,17 @@ class Launcher:
         attempt: int,
         grant: LeaseGrant,
     ) -> LaunchOutcome:
+        if self._repair_offsets is not None:
+            self._repair_offsets(topic, grant)
         now = self._checkpoints.load_committed_offsets(topic)
         moved = [p.partition for p in partitions if now.offset(p.partition) != p.start_exclusive]
         if moved:
             self._checkpoints.release_lease(grant)
             return LaunchOutcome(
-                topic, LaunchStatus.IDLE, detail=f"partitions {moved} committed while planning; re-plan"
+                topic,
+                LaunchStatus.IDLE,
+                detail=f"partitions {moved} committed while planning (or repaired from the table); re-plan",
+                replan=True,
             )
         plan = self._plan(topic, mapping, partitions, run_id)
         plan_uri = run_document_uri(self._config.runs.location, topic, run_id, PLAN_NAME)
