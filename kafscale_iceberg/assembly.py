@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from kafscale_iceberg.adapters.sqs_queues import SqsWorkQueue
     from kafscale_iceberg.adapters.step_functions import StepFunctionsRunStarter
     from kafscale_iceberg.domain.leases import LeaseGrant
+    from kafscale_iceberg.domain.runs import RunPlan, RunResult
     from kafscale_iceberg.ports import CheckpointStore
     from kafscale_iceberg.services.commit import CommitService, TablePolicy
     from kafscale_iceberg.services.discovery import MetadataSource, TopicDiscovery
@@ -265,7 +266,20 @@ class Assembly:
         """The commit step over the configured catalog (imports pyiceberg and pyarrow)."""
         from kafscale_iceberg.services.commit import CommitService  # noqa: PLC0415
 
-        return CommitService(self.tables, self.checkpoints)
+        return CommitService(self.tables, self.checkpoints, stranded_runs=self._run_documents)
+
+    def _run_documents(self, topic: str, run_id: str) -> tuple[RunPlan, RunResult] | None:
+        """A run's plan and result from `runs.location`; None when either is missing."""
+        from kafscale_iceberg.adapters.documents import DocumentMissingError  # noqa: PLC0415
+        from kafscale_iceberg.domain.runs import RunPlan, RunResult  # noqa: PLC0415
+        from kafscale_iceberg.domain.tickets import PLAN_NAME, run_document_uri  # noqa: PLC0415
+
+        try:
+            plan_uri = run_document_uri(self.config.runs.location, topic, run_id, PLAN_NAME)
+            plan = RunPlan.model_validate_json(self.documents.read_text(plan_uri))
+            return plan, RunResult.model_validate_json(self.documents.read_text(plan.result_uri))
+        except DocumentMissingError:
+            return None
 
     def table_policy(self, topic: str) -> TablePolicy:
         """What the commit step may do to `topic`'s table, from its mapping."""

@@ -270,3 +270,50 @@ def test_planning_requests_do_not_grow_with_committed_segments(
     assert requests[0] == (
         {"ListObjectsV2": 2, "GetObject": 1} if new_segments else {"ListObjectsV2": 4, "GetObject": 1}
     )
+
+
+def _abort(world: World, outcome: LaunchOutcome, now: float) -> int:
+    """The abort step (the real one) for the started run, at `now`; the failure streak it counted."""
+    from kafscale_iceberg.services.run_steps import RunSteps  # noqa: PLC0415
+
+    assert outcome.ticket is not None, outcome.detail
+    steps = RunSteps(world.config.runs, world.checkpoints, jobs=None, documents=world.documents, clock=lambda: now)  # type: ignore[arg-type]
+    return steps.abort(outcome.ticket, "job j ended FAILED").consecutive_failures
+
+
+def test_retry_backoff_holds_a_failing_topic_even_when_new_segments_change_the_range(
+    moto_server: MotoEndpoint, tmp_path: Path
+) -> None:
+    """Issue 12 §3: every re-plan of a failing topic covered a new range (segments kept arriving), so
+    its attempt was 0 and the backoff was skipped on every reconciler pass."""
+    clock = [1_000.0]
+    world = World(moto_server, tmp_path, retry_backoff_seconds=30, retry_backoff_max_seconds=600)
+    world.launcher._clock = lambda: clock[0]
+    world.put(0, 0, 10)
+    assert _abort(world, world.launcher.launch("orders"), clock[0]) == 1
+    world.put(0, 10, 5)  # a new range: attempt 0 again
+    clock[0] += 10
+    waiting = world.launcher.launch("orders")
+    assert waiting.status is LaunchStatus.WAITING
+    assert waiting.wait_seconds == pytest.approx(20)
+    assert "1 failed run(s) in a row" in waiting.detail
+    assert world.checkpoints.read_lease_holder("orders") is None
+    clock[0] += 21
+    second = world.launcher.launch("orders")
+    assert second.status is LaunchStatus.STARTED
+    assert _abort(world, second, clock[0]) == 2  # the streak grows: 60 s now
+    world.put(0, 15, 5)
+    clock[0] += 59
+    assert world.launcher.launch("orders").status is LaunchStatus.WAITING
+    assert world.launcher.launch("orders", ignore_backoff=True).status is LaunchStatus.STARTED
+
+
+def test_a_commit_ends_the_backoff_streak(moto_server: MotoEndpoint, tmp_path: Path) -> None:
+    clock = [1_000.0]
+    world = World(moto_server, tmp_path, retry_backoff_seconds=30)
+    world.launcher._clock = lambda: clock[0]
+    world.put(0, 0, 10)
+    _abort(world, world.launcher.launch("orders"), clock[0])
+    world.commit({0: 9})  # another runner committed the range meanwhile
+    world.put(0, 10, 5)
+    assert world.launcher.launch("orders").status is LaunchStatus.STARTED

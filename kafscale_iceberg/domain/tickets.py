@@ -52,3 +52,7 @@ class RunOutcome(BaseModel):
     attempt: int
     job_id: str | None = None
     ended_at_ms: int
+    data_prefixes: tuple[str, ...] = ()
+    """The attempt's file folders (table, dead-letter table). Nothing in them is table data unless a
+    commit of this run landed; Iceberg's orphan-file cleanup (`remove_orphan_files`, which checks
+    references) removes the rest."""

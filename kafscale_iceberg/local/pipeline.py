@@ -230,7 +230,7 @@ class Pipeline:
         replanned = False
         while not self.stopping.is_set():
             try:
-                outcome = self.launcher.launch(topic, ignore_min_batch=True)
+                outcome = self.launcher.launch(topic, ignore_min_batch=True, ignore_backoff=True)
             except KafscaleIcebergError as exc:
                 self._error("launch", topic, exc)
                 summary.failed[topic] = f"planning failed: {exc}"
@@ -278,7 +278,7 @@ class Pipeline:
                 except KafscaleIcebergError as exc:
                     self._error("discover", None, exc)
             due = [t for t, at in retry_at.items() if at <= now]
-            for topic in [*self._inbox.drain(), *due]:
+            for topic in dict.fromkeys([*self._inbox.drain(), *due]):
                 retry_at.pop(topic, None)
                 delay = self.process_topic(topic)
                 if delay is not None:

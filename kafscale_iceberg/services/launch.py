@@ -63,6 +63,7 @@ from kafscale_iceberg.domain.tickets import (
 )
 from kafscale_iceberg.exceptions import KafscaleIcebergError, RunAttemptEndedError
 from kafscale_iceberg.ports import CheckpointStore
+from kafscale_iceberg.services.backoff import BackoffRecords
 from kafscale_iceberg.segments.layout import SegmentFooter
 
 logger = logging.getLogger(__name__)
@@ -235,6 +236,7 @@ class Launcher:
         repair that moves a planned start means re-planning at once. Without it (the AWS launcher,
         which carries no pyiceberg) the commit step repairs the store when it refuses a stale plan."""
         self._repair_offsets = repair_offsets
+        self._backoff = BackoffRecords(documents, config.runs)
         self._config = config
         self._partition_filter = partition_filter
         self._checkpoints = checkpoints
@@ -250,6 +252,7 @@ class Launcher:
         topic: str,
         *,
         ignore_min_batch: bool = False,
+        ignore_backoff: bool = False,
         retry_ended: bool = True,
         replan: bool = True,
     ) -> LaunchOutcome:
@@ -258,7 +261,9 @@ class Launcher:
         Raises `UnmappedTopicError` for a topic without a mapping, and transient errors (store, S3,
         registry, job service) for the caller to retry; a claimed lease is released on any error.
         A run id whose steps already ended unrecorded is recorded as lost and re-planned once under
-        the next attempt. `ignore_min_batch` plans whatever is pending now (`run --once`).
+        the next attempt. `ignore_min_batch` plans whatever is pending now (`run --once`). A topic in
+        its retry backoff after failed runs (`services/backoff.py`) is WAITING unless `ignore_backoff`
+        (`run --once`, an operator's explicit request).
         """
         mapping = self._config.mapping_for(topic)
         if mapping is None:
@@ -267,11 +272,18 @@ class Launcher:
         if holder is not None:
             return LaunchOutcome(topic, LaunchStatus.BUSY, detail=holder.describe())
         committed = self._checkpoints.load_committed_offsets(topic)
-        selection = self._select(
-            topic,
-            {p: committed.offset(p) for p in self._partitions(topic)},
-            ignore_min_batch=ignore_min_batch,
-        )
+        offsets = {p: committed.offset(p) for p in self._partitions(topic)}
+        if not ignore_backoff:
+            wait_s, backoff = self._backoff.wait_seconds(topic, offsets, self._clock())
+            if backoff is not None and wait_s > 0:
+                return LaunchOutcome(
+                    topic,
+                    LaunchStatus.WAITING,
+                    detail=f"retry backoff: {backoff.failures} failed run(s) in a row, the last "
+                    f"{backoff.run_id}: {backoff.reason}",
+                    wait_seconds=wait_s,
+                )
+        selection = self._select(topic, offsets, ignore_min_batch=ignore_min_batch)
         if selection.is_empty:
             return self._not_started(topic, selection)
         partitions = self._partition_plans(selection)
@@ -292,13 +304,19 @@ class Launcher:
             if not retry_ended:
                 raise
             self._record_lost_attempt(topic, run_id, attempt, str(exc))
-            return self.launch(topic, ignore_min_batch=ignore_min_batch, retry_ended=False)
+            return self.launch(
+                topic, ignore_min_batch=ignore_min_batch, ignore_backoff=ignore_backoff, retry_ended=False
+            )
         except BaseException:
             self._checkpoints.release_lease(claim)
             raise
         if outcome.replan and replan:
             return self.launch(
-                topic, ignore_min_batch=ignore_min_batch, retry_ended=retry_ended, replan=False
+                topic,
+                ignore_min_batch=ignore_min_batch,
+                ignore_backoff=ignore_backoff,
+                retry_ended=retry_ended,
+                replan=False,
             )
         return outcome
 
