@@ -359,7 +359,9 @@ class OffsetMismatchError(KafscaleIcebergError):
             )
         else:
             action = "nothing was written; abort this run and plan a new one from the committed offsets"
-        super().__init__(f"refusing to commit run {run_id!r} of topic {topic!r} to {table!r}: {detail} ({action})")
+        super().__init__(
+            f"refusing to commit run {run_id!r} of topic {topic!r} to {table!r}: {detail} ({action})"
+        )
 
 
 class CommitConflictError(KafscaleIcebergError):

@@ -40,7 +40,7 @@ NAMESPACE, TOPIC, TABLE, DLQ = "prod", "orders", "shop.orders", "shop.orders__dl
 BAD = b"not json"
 
 
-class ProcessDied(BaseException):  # noqa: N818 - a process dying is not an error the product handles
+class ProcessDied(BaseException):
     """The process died at an injected point (nothing in the product catches a BaseException)."""
 
 
@@ -117,9 +117,13 @@ class DyingRunner:
 
 
 class World:
-    """A bucket, a checkpoint store (etcd or SQLite), a SQLite catalog, a warm local runner; what was produced."""
+    """A bucket, a checkpoint store (etcd or SQLite), a SQLite catalog, a local runner; what was produced."""
 
-    def __init__(self, moto: MotoEndpoint, tmp_path: Path, store: dict[str, Any]) -> None:
+    def __init__(
+        self, moto: MotoEndpoint, tmp_path: Path, store: dict[str, Any], *, endpoint: str | None = None
+    ) -> None:
+        """`store`: the checkpoint store's config sections; `endpoint`: S3 as the product sees it
+        (a proxy in front of moto for outages), moto itself by default."""
         self.s3: Any = moto.client("s3")
         self.bucket = moto.new_bucket()
         self.config: KafscaleConfig = config_from_mapping(
@@ -127,7 +131,7 @@ class World:
                 "s3": {
                     "bucket": self.bucket,
                     "namespace": NAMESPACE,
-                    "endpoint": moto.url,
+                    "endpoint": endpoint or moto.url,
                     "region": moto.region,
                     "path_style": True,
                 },
@@ -155,6 +159,7 @@ class World:
                     }
                 ],
                 "runs": {"retry_backoff_seconds": 0},
+                "processor": {"poll_interval_seconds": 1},
             },
             source="test",
         )
@@ -165,11 +170,14 @@ class World:
         """Produce `count` records after the partition's last; the one at `bad_at` is invalid JSON."""
         values = self.produced.setdefault(partition, [])
         base = len(values)
-        new = [BAD if offset == bad_at else order_value(offset, partition) for offset in range(base, base + count)]
+        new = [
+            BAD if offset == bad_at else order_value(offset, partition)
+            for offset in range(base, base + count)
+        ]
         put_segment(self.s3, self.bucket, NAMESPACE, TOPIC, partition, base, count, values=new, batch_size=5)
         values.extend(new)
 
-    def process(self, point: str | None = None) -> Pipeline:
+    def process(self, point: str | None = None, **options: Any) -> Pipeline:
         """A fresh process (its own owner id and adapters), dying at `point` if given."""
         assembly = Assembly(self.config, owner_id=f"process-{uuid4().hex[:6]}")
         if self.runner is None:
@@ -180,7 +188,7 @@ class World:
             assembly.__dict__["tables"] = DyingTables(assembly.tables, point)
             assembly.__dict__["checkpoints"] = DyingCheckpoints(assembly.checkpoints, point)
             runner = DyingRunner(self.runner, point)
-        return Pipeline(assembly, runner, watch_interval_s=0.1)
+        return Pipeline(assembly, runner, watch_interval_s=0.1, **options)
 
     def check_exactly_once(self) -> None:
         """Table, dead-letter table, checkpoint store and lease: exactly what was produced, once."""
@@ -189,7 +197,10 @@ class World:
         rows = catalog.load_table(TABLE).scan().to_arrow().to_pylist()
         got = sorted((r["partition"], r["offset"], r["order_id"]) for r in rows)
         want = sorted(
-            (p, o, json.loads(v)["order_id"]) for p, vs in self.produced.items() for o, v in enumerate(vs) if v != BAD
+            (p, o, json.loads(v)["order_id"])
+            for p, vs in self.produced.items()
+            for o, v in enumerate(vs)
+            if v != BAD
         )
         assert got == want
         bad = sorted((p, o) for p, vs in self.produced.items() for o, v in enumerate(vs) if v == BAD)
@@ -200,8 +211,9 @@ class World:
         stored = assembly.checkpoints.load_committed_offsets(TOPIC)
         assert {p: stored.offset(p) for p in last} == last
         table = assembly.commits.reconciled_offsets(TOPIC, TABLE)
-        assert table.from_table and {p: table.offset(p) for p in last} == last
-        assert not table.store_behind and not table.store_ahead
+        assert table.from_table
+        assert {p: table.offset(p) for p in last} == last
+        assert (dict(table.store_behind), dict(table.store_ahead)) == ({}, {})
         assert assembly.checkpoints.read_lease_holder(TOPIC) is None
 
 
@@ -258,8 +270,9 @@ def test_a_stale_plan_refused_at_commit_repairs_the_store_and_is_replanned_at_on
     summary = pipeline.run_once()
     assert summary.ok, summary.failed
     refused, committed = summary.runs
-    assert refused.replan and "repaired to the table's offsets" in refused.reason
-    assert committed.end is RunEnd.COMMITTED and committed.records == 10
+    assert refused.replan
+    assert "repaired to the table's offsets" in refused.reason
+    assert (committed.end, committed.records) == (RunEnd.COMMITTED, 10)
     world.check_exactly_once()
 
 

@@ -274,10 +274,12 @@ def test_planning_requests_do_not_grow_with_committed_segments(
 
 def _abort(world: World, outcome: LaunchOutcome, now: float) -> int:
     """The abort step (the real one) for the started run, at `now`; the failure streak it counted."""
-    from kafscale_iceberg.services.run_steps import RunSteps  # noqa: PLC0415
+    from kafscale_iceberg.services.run_steps import RunSteps
 
     assert outcome.ticket is not None, outcome.detail
-    steps = RunSteps(world.config.runs, world.checkpoints, jobs=None, documents=world.documents, clock=lambda: now)  # type: ignore[arg-type]
+    steps = RunSteps(
+        world.config.runs, world.checkpoints, jobs=None, documents=world.documents, clock=lambda: now
+    )  # type: ignore[arg-type]
     return steps.abort(outcome.ticket, "job j ended FAILED").consecutive_failures
 
 

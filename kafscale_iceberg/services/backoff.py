@@ -61,7 +61,9 @@ class BackoffRecords:
             return None
         return TopicBackoff.model_validate_json(text)
 
-    def wait_seconds(self, topic: str, committed: Mapping[int, int], now_s: float) -> tuple[float, TopicBackoff | None]:
+    def wait_seconds(
+        self, topic: str, committed: Mapping[int, int], now_s: float
+    ) -> tuple[float, TopicBackoff | None]:
         """Seconds before a run of `topic` may start from `committed` (0 when it may now), and why."""
         backoff = self.read(topic)
         if backoff is None or not backoff.applies_to(committed):
@@ -93,4 +95,3 @@ class BackoffRecords:
         )
         self._documents.write_text(backoff_uri(self._runs.location, topic), backoff.model_dump_json())
         return backoff
-

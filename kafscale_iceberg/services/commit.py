@@ -207,7 +207,13 @@ class CommitService:
         return {partition: table for partition, (_store, table) in changed.items()}
 
     def _commit_run(
-        self, plan: RunPlan, result: RunResult, lease: LeaseGrant, policy: TablePolicy, *, release: bool = True
+        self,
+        plan: RunPlan,
+        result: RunResult,
+        lease: LeaseGrant,
+        policy: TablePolicy,
+        *,
+        release: bool = True,
     ) -> CommitOutcome:
         topic, run_id = plan.topic, plan.run_id
         starts, ends = plan.start_offsets(), plan.end_offsets()

@@ -63,8 +63,8 @@ from kafscale_iceberg.domain.tickets import (
 )
 from kafscale_iceberg.exceptions import KafscaleIcebergError, RunAttemptEndedError
 from kafscale_iceberg.ports import CheckpointStore
-from kafscale_iceberg.services.backoff import BackoffRecords
 from kafscale_iceberg.segments.layout import SegmentFooter
+from kafscale_iceberg.services.backoff import BackoffRecords
 
 logger = logging.getLogger(__name__)
 

@@ -170,9 +170,7 @@ class RunSteps:
             attempt=ticket.attempt,
             job_id=ticket.job_id,
             ended_at_ms=int(self._clock() * 1000),
-            data_prefixes=()
-            if plan is None
-            else (plan.table.data_uri, plan.dead_letter_table.data_uri),
+            data_prefixes=() if plan is None else (plan.table.data_uri, plan.dead_letter_table.data_uri),
         )
         uri = run_document_uri(self._runs.location, ticket.topic, ticket.run_id, OUTCOME_NAME)
         self._documents.write_text(uri, outcome.model_dump_json())
