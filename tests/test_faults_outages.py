@@ -87,7 +87,7 @@ class Loop:
             try:
                 if condition():
                     return
-            except Exception:  # noqa: BLE001, S110 - the dependency may be down while we look
+            except Exception:
                 pass
             time.sleep(0.2)
         raise AssertionError(f"timed out waiting for {what}; not-ready reasons seen: {self.not_ready}")
@@ -160,7 +160,9 @@ def test_run_rides_out_s3_cut_and_etcd_frozen(
     world.put(1, 5)
     try:
         loop.wait_for(
-            lambda: any("CheckpointUnavailableError" in r for r in loop.not_ready), "etcd frozen", timeout_s=40
+            lambda: any("CheckpointUnavailableError" in r for r in loop.not_ready),
+            "etcd frozen",
+            timeout_s=40,
         )
     finally:
         etcd.thaw()
@@ -239,7 +241,7 @@ def _wait(condition: Callable[[], bool], process: subprocess.Popen[str], what: s
         try:
             if condition():
                 return
-        except Exception:  # noqa: BLE001, S110 - a dependency may be down while we look
+        except Exception:
             pass
         time.sleep(0.3)
     raise AssertionError(f"timed out waiting for {what}")

@@ -3,6 +3,7 @@ whose connections can be cut (in front of the moto server: S3 and SQS refusing, 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import selectors
 import signal
@@ -136,7 +137,5 @@ class TcpProxy:
                 self._sockets.discard(client)
                 self._sockets.discard(upstream)
             for sock in (client, upstream):
-                try:
+                with contextlib.suppress(OSError):
                     sock.close()
-                except OSError:
-                    pass
