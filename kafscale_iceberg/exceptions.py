@@ -352,19 +352,33 @@ class OffsetMismatchError(KafscaleIcebergError):
     """
 
     def __init__(
-        self, table: str, topic: str, run_id: str, mismatches: Sequence[tuple[int, int, int]]
+        self,
+        table: str,
+        topic: str,
+        run_id: str,
+        mismatches: Sequence[tuple[int, int, int]],
+        *,
+        repaired: Mapping[int, int] | None = None,
     ) -> None:
         self.table = table
         self.topic = topic
         self.run_id = run_id
         self.mismatches = tuple(mismatches)
+        self.repaired: dict[int, int] = dict(repaired or {})
+        """Partitions whose checkpoint-store offset was set to the table's (fenced) before raising."""
         detail = "; ".join(
             f"partition {partition}: run starts after {expected}, committed is {found}"
             for partition, expected, found in self.mismatches
         )
+        if self.repaired:
+            action = (
+                f"nothing was written; the checkpoint store was repaired to the table's offsets "
+                f"{dict(sorted(self.repaired.items()))}, so the next plan starts there - no action needed"
+            )
+        else:
+            action = "nothing was written; abort this run and plan a new one from the committed offsets"
         super().__init__(
-            f"refusing to commit run {run_id!r} of topic {topic!r} to {table!r}: {detail} "
-            "(nothing was written; abort this run and plan a new one from the committed offsets)"
+            f"refusing to commit run {run_id!r} of topic {topic!r} to {table!r}: {detail} ({action})"
         )
 
 

@@ -428,7 +428,11 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/metrics":
             self._reply(200, self.server.sink.exposition(), PROMETHEUS_CONTENT_TYPE)
         elif path == "/healthz":
-            self._reply(200, b"ok", "text/plain; charset=utf-8")
+            ready, reason = self.server.readiness.state()
+            if ready:
+                self._reply(200, b"ok", "text/plain; charset=utf-8")
+            else:
+                self._reply(503, f"not ready: {reason}\n".encode(), "text/plain; charset=utf-8")
         else:
             self._reply(404, b"not found: try /metrics or /healthz\n", "text/plain; charset=utf-8")
 
@@ -443,12 +447,41 @@ class _Handler(BaseHTTPRequestHandler):
         """Scrapes every few seconds would flood stderr: not logged."""
 
 
+class Readiness:
+    """Ready, or not ready with a reason: what `/healthz` answers (200 `ok`, or 503 `not ready: …`).
+
+    Thread-safe: the loop sets it, the HTTP server's threads read it.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._reason: str | None = None
+
+    def ready(self) -> None:
+        """Working again."""
+        with self._lock:
+            self._reason = None
+
+    def not_ready(self, reason: str) -> None:
+        """Cannot work now, because of `reason` (e.g. a dependency's outage)."""
+        with self._lock:
+            self._reason = reason
+
+    def state(self) -> tuple[bool, str]:
+        """(ready, reason); the reason is empty when ready."""
+        with self._lock:
+            return self._reason is None, self._reason or ""
+
+
 class _MetricsHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, address: tuple[str, int], sink: PrometheusMetricsSink, *, ipv6: bool) -> None:
+    def __init__(
+        self, address: tuple[str, int], sink: PrometheusMetricsSink, *, ipv6: bool, readiness: Readiness
+    ) -> None:
         self.address_family = socket.AF_INET6 if ipv6 else socket.AF_INET
         self.sink = sink
+        self.readiness = readiness
         super().__init__(address, _Handler)
 
 
@@ -465,6 +498,8 @@ class MetricsServer:
         self._host, self._port = parse_metrics_address(address)
         self._server: _MetricsHTTPServer | None = None
         self._thread: threading.Thread | None = None
+        self.readiness = Readiness()
+        """What `/healthz` reports; `run` hands it to its pipeline."""
 
     @classmethod
     def from_environment(
@@ -485,7 +520,10 @@ class MetricsServer:
             return self.port
         try:
             server = _MetricsHTTPServer(
-                (self._host or "0.0.0.0", self._port), self._sink, ipv6=":" in self._host
+                (self._host or "0.0.0.0", self._port),
+                self._sink,
+                ipv6=":" in self._host,
+                readiness=self.readiness,
             )
         except OSError as exc:
             raise MetricsServerError(

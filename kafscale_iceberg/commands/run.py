@@ -43,6 +43,7 @@ def run_command(args: argparse.Namespace) -> int:
         open_pipeline(config, observers=[ProgressPrinter()], metrics=sink) as pipeline,
         stop_on_signals(pipeline.stop),
     ):
+        pipeline.health = server.readiness
         if args.once:
             summary = pipeline.run_once()
             print_summary(summary)
@@ -101,3 +102,5 @@ def print_summary(summary: OnceSummary) -> None:
         print(f"  {topic}: not complete yet (left for the next run): {reason}", file=sys.stderr)
     for topic, reason in sorted(summary.failed.items()):
         print(f"  {topic}: FAILED: {reason}", file=sys.stderr)
+    for what in dict.fromkeys(summary.unavailable):
+        print(f"  unavailable: {what}", file=sys.stderr)

@@ -68,6 +68,7 @@ class SegmentOutcome(_Model):
     records_dead_lettered: int = 0
     out_of_range: int = 0
     control_batches: int = 0
+    header_keys_replaced: int = 0
     first_offset: int | None = None
     last_offset: int | None = None
     max_timestamp_ms: int | None = None
@@ -145,6 +146,7 @@ def build_run_result(plan: RunPlan, reports: Sequence[TaskReport], timings: RunT
         dead_lettered=sum(o.records_dead_lettered for o in outcomes),
         out_of_range=sum(o.out_of_range for o in outcomes),
         control_batches=sum(o.control_batches for o in outcomes),
+        header_keys_replaced=sum(o.header_keys_replaced for o in outcomes),
         segments_read=len(outcomes),
         segment_bytes=sum(o.size_bytes for o in outcomes),
         skipped_lfs=sum(o.skipped_lfs for o in outcomes),

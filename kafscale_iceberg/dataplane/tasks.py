@@ -263,6 +263,7 @@ def run_task(
                 dead_lettered=dead_lettered,
                 out_of_range=records.num_rows - kept.num_rows,
                 size=len(data),
+                header_keys_replaced=decoded.header_keys_replaced,
             )
             outcomes.append(outcome.model_copy(update={"skipped_lfs": skipped, "lfs": lfs_counts}))
         fetched.close()
@@ -319,6 +320,7 @@ def _outcome(
     dead_lettered: int,
     out_of_range: int,
     size: int,
+    header_keys_replaced: int = 0,
 ) -> SegmentOutcome:
     covered: list[tuple[int, int]] = []
     control = 0
@@ -347,6 +349,7 @@ def _outcome(
         records_dead_lettered=dead_lettered,
         out_of_range=out_of_range,
         control_batches=control,
+        header_keys_replaced=header_keys_replaced,
         first_offset=first_offset,
         last_offset=last_offset,
         max_timestamp_ms=max_timestamp,

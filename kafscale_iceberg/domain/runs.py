@@ -433,6 +433,8 @@ class RunCounts(_Model):
     dead_lettered: int = 0
     out_of_range: int = 0
     control_batches: int = 0
+    header_keys_replaced: int = 0
+    """Header keys that were not UTF-8, kept with each invalid byte as U+FFFD (as Go stores them)."""
     segments_read: int = 0
     segment_bytes: int = 0
     skipped_lfs: int = 0
