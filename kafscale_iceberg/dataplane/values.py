@@ -17,13 +17,19 @@ null in a required column makes the record invalid):
   `1.9` to 1 and rounds large longs through float64: here both are null.
 - `float` / `double`: any JSON number (`float` is rounded to 32 bits; beyond its range it is ±inf).
 - `string`: JSON strings only. `binary`: a JSON string, as its UTF-8 bytes (as the Go processor).
-- `timestamp` (Iceberg `timestamp`, microseconds, UTC wall time): an RFC 3339 date-time string with
-  any offset and any number of fraction digits (converted to UTC; digits beyond microseconds are
-  truncated), or a JSON number of epoch **milliseconds** (how the Go processor reads numbers; a
-  fraction is rounded to the nearest microsecond). The Go processor stores milliseconds in the
-  microsecond column (a 1000x error); this does not.
-- `date`: `YYYY-MM-DD`, an RFC 3339 date-time (the UTC date of that instant, correct before 1970),
-  or a JSON integer number of days since 1970-01-01.
+- `timestamp` (Iceberg `timestamp`, microseconds, UTC wall time): a date-time string
+  `YYYY-MM-DD{T| }HH:MM:SS[.fraction][offset]` - RFC 3339 and the forms people write
+  (`2024-01-04 12:28:13`, as in the Kafka Connect sink's pizza events): the offset is `Z`, `+05:30`
+  or `+0530` (converted to UTC), or absent (read as UTC wall time, as the Kafka Connect Iceberg sink
+  does); any number of fraction digits (digits beyond microseconds are truncated); or a JSON number
+  of epoch **milliseconds** (how the Go processor reads numbers; a fraction is rounded to the nearest
+  microsecond). The Go processor stores milliseconds in the microsecond column (a 1000x error); this
+  does not.
+- `date`: `YYYY-MM-DD`, one of those date-times (the UTC date of that instant, correct before 1970;
+  the wall date when there is no offset), or a JSON integer number of days since 1970-01-01.
+
+A value that is present (not missing, not JSON null) but does not convert is null in its column and
+counted as a conversion failure of that column (`conversion.py`); it is never silently null.
 """
 
 from __future__ import annotations
@@ -65,10 +71,14 @@ _EXACT_FLOAT_INT: Final = 2**53
 # Milliseconds beyond this are outside int64 microseconds anyway (and NaN/inf fail the comparison).
 _MAX_FLOAT_MILLIS: Final = 1e16
 _MICROS_PER_DAY: Final = 86_400_000_000
-_GO_RFC3339: Final = (
+# RFC 3339 plus what people write: a space for the `T`, no offset (UTC wall time), `+0530` without
+# the colon. The date alone matches too (date columns take it; timestamp columns require the time).
+_DATETIME: Final = (
     r"^(?P<y>\d{4})-(?P<mo>\d{2})-(?P<d>\d{2})"
-    r"(?:[Tt](?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2})(?P<f>\.\d+)?(?P<z>[Zz]|[+-]\d{2}:\d{2}))?$"
+    r"(?:[Tt ](?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2})(?P<f>\.\d+)?(?P<z>[Zz]|[+-]\d{2}:?\d{2})?)?$"
 )
+# On a string `_DATETIME` matched, whether it ends in an offset (a date alone never does).
+_ENDS_IN_OFFSET: Final = r"(?:[Zz]|[+-]\d{2}:?\d{2})$"
 
 
 @dataclass(frozen=True)
@@ -317,14 +327,17 @@ def _dates(raw: Sequence[object]) -> pa.Array:
 
 
 def parse_datetimes(strings: pa.Array, *, require_time: bool) -> tuple[np.ndarray, np.ndarray]:
-    """Vectorized RFC 3339 (and, unless `require_time`, `YYYY-MM-DD`) parsing to UTC epoch µs.
+    """Vectorized date-time (and, unless `require_time`, `YYYY-MM-DD`) parsing to UTC epoch µs.
 
-    Returns `(micros, valid)`; `micros` is meaningless where `valid` is False (null, no match, or an
-    impossible date/time such as February 30, hour 24, second 60 or an offset hour of 24).
+    Accepted: `YYYY-MM-DD{T|t| }HH:MM:SS[.fraction][Z|z|+HH:MM|+HHMM]`; without an offset the value
+    is UTC wall time. Returns `(micros, valid)`; `micros` is meaningless where `valid` is False
+    (null, no match, or an impossible date/time such as February 30, hour 24, second 60 or an
+    offset hour of 24).
 
     The usual case takes Arrow's ISO-8601 cast on the strings the strict pattern matched (Arrow
-    refuses the same impossible values); when that cast refuses anything (more than 6 fraction
-    digits, lower-case `t`/`z`, an impossible date), the whole batch takes the exact slow path.
+    refuses the same impossible values): one cast for the values with an offset, one for those
+    without. When a cast refuses anything (more than 6 fraction digits, lower-case `t`/`z`, an
+    impossible date), the whole batch takes the exact slow path.
     """
     count = len(strings)
     if strings.null_count == count:  # also when empty
@@ -335,11 +348,14 @@ def parse_datetimes(strings: pa.Array, *, require_time: bool) -> tuple[np.ndarra
     return _parse_datetimes_exactly(strings, require_time=require_time)
 
 
+def _flags(array: pa.Array) -> np.ndarray:
+    return np.asarray(array.fill_null(False).to_numpy(zero_copy_only=False), dtype=bool)
+
+
 def _parse_datetimes_with_arrow(
     strings: pa.Array, *, require_time: bool
 ) -> tuple[np.ndarray, np.ndarray] | None:
-    matched = pc.match_substring_regex(strings, _GO_RFC3339)
-    valid = np.asarray(matched.fill_null(False).to_numpy(zero_copy_only=False), dtype=bool)
+    valid = _flags(pc.match_substring_regex(strings, _DATETIME))
     lengths = np.asarray(pc.utf8_length(strings).fill_null(0).to_numpy(zero_copy_only=False))
     date_only = valid & (lengths == 10)
     if require_time:
@@ -352,15 +368,25 @@ def _parse_datetimes_with_arrow(
             days = pc.cast(pc.if_else(pa.array(valid), strings, None), pa.date32()).cast(pa.int32())
             micros = np.asarray(days.fill_null(0).to_numpy(), dtype=np.int64) * _MICROS_PER_DAY
             return micros, valid
-        parsed = pc.cast(pc.if_else(pa.array(valid), strings, None), pa.timestamp("us", "UTC"))
+        zoned = valid & _flags(pc.match_substring_regex(strings, _ENDS_IN_OFFSET))
+        wall = valid & ~zoned
+        parsed = None
+        if zoned.any():
+            parsed = pc.cast(pc.if_else(pa.array(zoned), strings, None), pa.timestamp("us", "UTC"))
+            parsed = parsed.cast(pa.int64())
+        if wall.any():
+            walls = pc.cast(pc.if_else(pa.array(wall), strings, None), pa.timestamp("us")).cast(pa.int64())
+            parsed = walls if parsed is None else pc.coalesce(parsed, walls)
     except pa.ArrowInvalid:
         return None
-    micros = np.asarray(parsed.cast(pa.int64()).fill_null(0).to_numpy(), dtype=np.int64)
+    if parsed is None:
+        return np.zeros(len(strings), np.int64), valid
+    micros = np.asarray(parsed.fill_null(0).to_numpy(), dtype=np.int64)
     return micros, valid
 
 
 def _parse_datetimes_exactly(strings: pa.Array, *, require_time: bool) -> tuple[np.ndarray, np.ndarray]:
-    parts = pc.extract_regex(strings, _GO_RFC3339)
+    parts = pc.extract_regex(strings, _DATETIME)
     valid = np.asarray(parts.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
 
     def number(name: str, default: str = "0") -> np.ndarray:
@@ -370,17 +396,16 @@ def _parse_datetimes_exactly(strings: pa.Array, *, require_time: bool) -> tuple[
 
     year, month, day = number("y"), number("mo", "1"), number("d", "1")
     hour, minute, second = number("h"), number("mi"), number("s")
-    has_time = pc.not_equal(pc.struct_field(parts, "z").fill_null(""), "")
-    has_time_np = np.asarray(has_time.to_numpy(zero_copy_only=False), dtype=bool)
     if require_time:
-        valid &= has_time_np
+        valid &= _flags(pc.not_equal(pc.struct_field(parts, "h").fill_null(""), ""))
     fraction = pc.utf8_rpad(pc.utf8_slice_codeunits(pc.struct_field(parts, "f").fill_null(""), 1, 7), 6, "0")
     micros_of_second = np.asarray(fraction.cast(pa.int64()).to_numpy(zero_copy_only=False), dtype=np.int64)
-    zone = pc.struct_field(parts, "z").fill_null("")
-    zone = pc.if_else(pc.or_(pc.equal(zone, ""), pc.equal(pc.utf8_upper(zone), "Z")), "+00:00", zone)
+    # `+HH:MM`, `+HHMM`, `Z` or nothing (UTC wall time), all as `+HHMM`.
+    zone = pc.replace_substring(pc.struct_field(parts, "z").fill_null(""), ":", "")
+    zone = pc.if_else(pc.or_(pc.equal(zone, ""), pc.equal(pc.utf8_upper(zone), "Z")), "+0000", zone)
     zone_sign = np.where(np.asarray(pc.starts_with(zone, "-").to_numpy(zero_copy_only=False)), -1, 1)
     zone_hours = np.asarray(pc.utf8_slice_codeunits(zone, 1, 3).cast(pa.int64()).to_numpy(), dtype=np.int64)
-    zone_minutes = np.asarray(pc.utf8_slice_codeunits(zone, 4, 6).cast(pa.int64()).to_numpy(), dtype=np.int64)
+    zone_minutes = np.asarray(pc.utf8_slice_codeunits(zone, 3, 5).cast(pa.int64()).to_numpy(), dtype=np.int64)
 
     leap = (year % 4 == 0) & ((year % 100 != 0) | (year % 400 == 0))
     month_index = np.clip(month, 1, 12) - 1
