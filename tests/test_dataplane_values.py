@@ -134,7 +134,9 @@ def test_scalar_coercions(raw: list[object], column_type: ColumnType, expected: 
         (True, None),
     ],
 )
-def test_timestamps_are_microseconds_from_date_times_or_epoch_milliseconds(value: object, expected: Any) -> None:
+def test_timestamps_are_microseconds_from_date_times_or_epoch_milliseconds(
+    value: object, expected: Any
+) -> None:
     assert column([value], ColumnType.TIMESTAMP) == [expected]
 
 

@@ -69,10 +69,12 @@ from pyiceberg.types import (
 
 from kafscale_iceberg.adapters.iceberg_catalog import is_unreachable_error
 from kafscale_iceberg.domain.commits import (
+    SUMMARY_CONVERSION_FAILURES,
     SUMMARY_TOPIC,
     TableCommit,
     TableSpec,
     TableState,
+    decode_conversion_failures,
     describe_partitioning,
     marker_properties,
     partition_field_name,
@@ -298,6 +300,26 @@ class IcebergTableCommitter:
                 return snapshot.timestamp_ms
             snapshot_id = snapshot.parent_snapshot_id
         return None
+
+    def conversion_failures(self, table: str, topic: str) -> dict[str, int]:
+        """Per column, the values of `topic` stored null because they did not convert: the sum of the
+        `kafscale.conversion-failures` summaries on the current lineage (snapshots still retained).
+
+        Walks parent snapshots in memory, no extra I/O beyond loading the table. Raises like `read_state`.
+        """
+        metadata = self._load(table).metadata
+        by_id = {snapshot.snapshot_id: snapshot for snapshot in metadata.snapshots}
+        totals: dict[str, int] = {}
+        snapshot_id = metadata.current_snapshot_id
+        while snapshot_id is not None and snapshot_id in by_id:
+            snapshot = by_id[snapshot_id]
+            summary = snapshot.summary
+            if summary is not None and summary.get(SUMMARY_TOPIC) == topic:
+                text = summary.get(SUMMARY_CONVERSION_FAILURES)
+                for column, count in decode_conversion_failures(text or "{}").items():
+                    totals[column] = totals.get(column, 0) + count
+            snapshot_id = snapshot.parent_snapshot_id
+        return dict(sorted(totals.items()))
 
     def commit(self, expected: TableState, commit: TableCommit) -> TableState:
         """Make ONE Iceberg commit: add `commit.file_uris`, record `commit.marker_after`, write the summary.

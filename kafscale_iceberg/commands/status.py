@@ -72,6 +72,9 @@ def _render_topic(topic: TopicStatus) -> str:
         since = f" since {_time(lease.since_ms)}" if lease.since_ms else ""
         lines.append(f"  lease         {lease.owner_id}, run in flight {lease.run_id}{since}")
     lines.append(f"  failures      {topic.consecutive_failures} consecutive")
+    if topic.conversion_failures:
+        listed = ", ".join(f"{column} {count}" for column, count in topic.conversion_failures.items())
+        lines.append(f"  not converted {listed} (stored null; the value column keeps them)")
     rows: list[Sequence[str]] = [
         ("partition", "committed", "table", "store", "newest", "lag", "lag_s", "pending", "store updated")
     ]

@@ -53,6 +53,13 @@ class ExtractedColumns(Protocol):
         """What row `row`'s value of column `column` was, and why it is not of the column's type."""
         ...
 
+    def present(self, column: int) -> np.ndarray:
+        """Per row: whether the value held column `column` (a key with a non-null value).
+
+        A present value whose array entry is null failed to convert to the column's type.
+        """
+        ...
+
 
 @dataclass
 class ParsedColumns:
@@ -67,6 +74,12 @@ class ParsedColumns:
     def describe(self, column: int, row: int) -> str:
         """See `ExtractedColumns.describe`."""
         return describe_mismatch(self.raw[column][row], self.types[column])
+
+    def present(self, column: int) -> np.ndarray:
+        """See `ExtractedColumns.present`."""
+        return np.fromiter(
+            (x is not MISSING and x is not None for x in self.raw[column]), bool, len(self.raw[column])
+        )
 
 
 def parse_columns(values: pa.Array, columns: Sequence[ColumnSpec], *, documents: bool) -> ParsedColumns:
@@ -92,6 +105,15 @@ class ScannedColumns:
     _fallback: dict[int, int]
     _parsed: ParsedColumns | None
     _types: tuple[ColumnType, ...]
+
+    def present(self, column: int) -> np.ndarray:
+        """See `ExtractedColumns.present`."""
+        kinds = self._kinds[column]
+        present: np.ndarray = (kinds != js.MISSING) & (kinds != js.NULL)
+        if self._fallback and self._parsed is not None:
+            rows = np.fromiter(self._fallback, np.int64, len(self._fallback))
+            present[rows] = self._parsed.present(column)[list(self._fallback.values())]
+        return present
 
     def describe(self, column: int, row: int) -> str:
         """See `ExtractedColumns.describe`."""

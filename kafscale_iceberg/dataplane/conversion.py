@@ -15,12 +15,19 @@ A record is *invalid*, and becomes a dead-letter row instead of a table row, whe
 With `schema_mode: off` and no mapping columns nothing is parsed and every record is valid. With
 `schema_mode: off` and mapping columns, rules 1 and 3 still apply: such a record cannot be
 written without inventing or dropping data.
+
+A value present in an *optional* column that does not convert to the column's type (`"soon"` in a
+`timestamp` column, `"12"` in a `long`) is never silently null: the record is kept (its `value`
+column keeps the bytes), the column is null, and the failure is counted per column
+(`ConvertedRecords.conversion_failures`, then the run's counts and `conversion_failures_total`).
+With `schema_mode: strict` it is rule 4, `conversion_failure`, and fails the run naming the record
+and the column.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
@@ -44,6 +51,8 @@ class ErrorKind(StrEnum):
     SCHEMA_VIOLATION = "schema_violation"
     REQUIRED_COLUMN = "required_column"
     CORRUPT_SEGMENT = "corrupt_segment"
+    CONVERSION_FAILURE = "conversion_failure"
+    """Strict mode only: an optional column's value did not convert (counted, not invalid, otherwise)."""
 
 
 @dataclass(frozen=True)
@@ -54,15 +63,21 @@ class InvalidRecord:
     record_id: str
     kind: ErrorKind
     error: str
+    column: str | None = None
+    """The mapping column at fault (`required_column`, `conversion_failure`)."""
 
 
 @dataclass(frozen=True)
 class ConvertedRecords:
-    """What a batch of records became: table rows, dead-letter rows, and its first invalid record."""
+    """What a batch of records became: table rows, dead-letter rows, and its first invalid record.
+
+    `conversion_failures`: per column, the kept rows whose present value did not convert (null).
+    """
 
     rows: pa.Table
     dead_letters: pa.Table
     first_invalid: InvalidRecord | None
+    conversion_failures: Mapping[str, int] = field(default_factory=dict)
 
 
 class InvalidJsonSchemaError(ValueError):
@@ -80,6 +95,7 @@ class RecordConverter:
         self.run_id = run_id
         self.columns = settings.columns
         self.schema = data_schema(settings.columns)
+        self._strict = settings.schema_mode is SchemaMode.STRICT
         self._validator: Any = None
         if settings.schema_mode is not SchemaMode.OFF and settings.json_schema is not None:
             validator_class = jsonschema.validators.validator_for(settings.json_schema)
@@ -108,12 +124,14 @@ class RecordConverter:
             "headers": go_headers_json(_column(records, "headers")),
         }
         problems: dict[int, tuple[ErrorKind, str]] = {}
+        culprits: dict[int, str] = {}
+        failures: dict[str, int] = {}
         mapped: list[pa.Array] = []
         if self._scanner is not None or self._validator is not None:
-            mapped = self._mapped_columns(base["value"], problems)
+            mapped = self._mapped_columns(base["value"], problems, culprits, failures)
         rows = pa.Table.from_arrays([*base.values(), *mapped], schema=self.schema)
         if not problems:
-            return ConvertedRecords(rows, DEAD_LETTER_SCHEMA.empty_table(), None)
+            return ConvertedRecords(rows, DEAD_LETTER_SCHEMA.empty_table(), None, failures)
         invalid = np.zeros(count, bool)
         invalid_indices = np.fromiter(sorted(problems), np.int64, len(problems))
         invalid[invalid_indices] = True
@@ -125,10 +143,17 @@ class RecordConverter:
             record_id=format_record_id(self.topic, partition, offsets[first].as_py()),
             kind=kind,
             error=error,
+            column=culprits.get(first),
         )
-        return ConvertedRecords(rows.filter(pa.array(~invalid)), dead, first_invalid)
+        return ConvertedRecords(rows.filter(pa.array(~invalid)), dead, first_invalid, failures)
 
-    def _mapped_columns(self, values: pa.Array, problems: dict[int, tuple[ErrorKind, str]]) -> list[pa.Array]:
+    def _mapped_columns(
+        self,
+        values: pa.Array,
+        problems: dict[int, tuple[ErrorKind, str]],
+        culprits: dict[int, str],
+        failures: dict[str, int],
+    ) -> list[pa.Array]:
         extracted: ExtractedColumns
         if self._scanner is not None:
             extracted = self._scanner.scan(values)
@@ -143,12 +168,42 @@ class RecordConverter:
                 nulls = np.flatnonzero(np.asarray(array.is_null().to_numpy(zero_copy_only=False)))
                 for index in nulls.tolist():
                     if index not in problems:
+                        culprits[index] = column.name
                         problems[index] = (
                             ErrorKind.REQUIRED_COLUMN,
                             f"required column {column.name!r} ({column.type.value}): "
                             f"{extracted.describe(c, index)}",
                         )
+        self._count_conversion_failures(extracted, problems, culprits, failures)
         return extracted.arrays
+
+    def _count_conversion_failures(
+        self,
+        extracted: ExtractedColumns,
+        problems: dict[int, tuple[ErrorKind, str]],
+        culprits: dict[int, str],
+        failures: dict[str, int],
+    ) -> None:
+        """Count present values that converted to null in kept rows; in strict mode they are invalid."""
+        rejected = list(problems)
+        for c, (column, array) in enumerate(zip(self.columns, extracted.arrays, strict=True)):
+            if column.required or not array.null_count:
+                continue
+            failed = extracted.present(c) & np.asarray(array.is_null().to_numpy(zero_copy_only=False))
+            if rejected:
+                failed[rejected] = False
+            rows = np.flatnonzero(failed)
+            if not rows.size:
+                continue
+            failures[column.name] = int(rows.size)
+            if self._strict:
+                for index in rows.tolist():
+                    if index not in problems:
+                        culprits[index] = column.name
+                        problems[index] = (
+                            ErrorKind.CONVERSION_FAILURE,
+                            f"column {column.name!r} ({column.type.value}): {extracted.describe(c, index)}",
+                        )
 
     def _validate(self, documents: list[object], problems: dict[int, tuple[ErrorKind, str]]) -> None:
         validator = self._validator

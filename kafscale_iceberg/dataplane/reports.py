@@ -8,7 +8,7 @@ on task timing); otherwise every file, per-partition offsets, gaps and quarantin
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -70,6 +70,7 @@ class SegmentOutcome(_Model):
     last_offset: int | None = None
     max_timestamp_ms: int | None = None
     quarantined: QuarantinedSegment | None = None
+    conversion_failures: dict[str, int] = Field(default_factory=dict)
 
 
 class TaskTimings(_Model):
@@ -140,6 +141,7 @@ def build_run_result(plan: RunPlan, reports: Sequence[TaskReport], timings: RunT
         control_batches=sum(o.control_batches for o in outcomes),
         segments_read=len(outcomes),
         segment_bytes=sum(o.size_bytes for o in outcomes),
+        conversion_failures=sum_counts(o.conversion_failures for o in outcomes),
     )
     return RunResult(
         run_id=plan.run_id,
@@ -177,6 +179,15 @@ def _partition_outcome(plan_partition: PartitionPlan, outcomes: Sequence[Segment
         ),
         quarantined=tuple(quarantined),
     )
+
+
+def sum_counts(counts: Iterable[Mapping[str, int]]) -> dict[str, int]:
+    """Counts by name added up, names in sorted order (a deterministic result)."""
+    total: dict[str, int] = {}
+    for each in counts:
+        for name, count in each.items():
+            total[name] = total.get(name, 0) + count
+    return dict(sorted(total.items()))
 
 
 def missing_spans(first: int, last: int, spans: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:

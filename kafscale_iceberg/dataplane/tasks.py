@@ -202,6 +202,7 @@ def run_task(plan: RunPlan, task: TaskAssignment, *, reader: ObjectReader, sink:
                     ),
                     segment_key=window.key,
                     record_id=invalid.record_id,
+                    column=invalid.column,
                 )
                 failure_at = (window.partition, invalid.offset)
                 break
@@ -219,7 +220,7 @@ def run_task(plan: RunPlan, task: TaskAssignment, *, reader: ObjectReader, sink:
                     dead_lettered=converted.dead_letters.num_rows,
                     out_of_range=records.num_rows - kept.num_rows,
                     size=len(data),
-                )
+                ).model_copy(update={"conversion_failures": dict(converted.conversion_failures)})
             )
         if failure is not None:
             data_writer.abort()

@@ -239,6 +239,8 @@ class RunFailure(_Model):
     segment_key: str | None = None
     position: int | None = None
     record_id: str | None = None
+    column: str | None = None
+    """The mapping column at fault, when one is (a strict-mode conversion failure, a required column)."""
 
 
 class DataFile(_Model):
@@ -288,6 +290,9 @@ class RunCounts(_Model):
     control_batches: int = 0
     segments_read: int = 0
     segment_bytes: int = 0
+    conversion_failures: dict[str, int] = Field(default_factory=dict)
+    """Per mapping column: written records whose present value did not convert to the column's type
+    (stored null; the `value` column keeps the bytes). Never silently null: counted here."""
 
 
 class RunTimings(_Model):

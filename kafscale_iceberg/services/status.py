@@ -33,7 +33,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from kafscale_iceberg.config import KafscaleConfig
@@ -65,6 +65,8 @@ class TableStatusReader(Protocol):
     def read_state(self, table: str, topic: str) -> TableState: ...
 
     def last_commit_ms(self, table: str, topic: str) -> int | None: ...
+
+    def conversion_failures(self, table: str, topic: str) -> dict[str, int]: ...
 
 
 @dataclass(frozen=True)
@@ -152,6 +154,9 @@ class TopicStatus:
     lease: LeaseStatus | None
     consecutive_failures: int
     partitions: tuple[PartitionStatus, ...]
+    conversion_failures: dict[str, int] = field(default_factory=dict)
+    """Per mapping column, committed values stored null because they did not convert (over the
+    table's retained snapshots)."""
 
     @property
     def run_in_flight(self) -> str | None:
@@ -176,6 +181,7 @@ class TopicStatus:
             "run_in_flight": self.run_in_flight,
             "consecutive_failures": self.consecutive_failures,
             "lag_records": self.lag_records,
+            "conversion_failures": dict(self.conversion_failures),
             "partitions": [p.to_json() for p in self.partitions],
         }
 
@@ -232,8 +238,9 @@ class StatusService:
         try:
             state: TableState | None = self._tables.read_state(mapping.table, topic)
             table_commit_ms = self._tables.last_commit_ms(mapping.table, topic)
+            conversion_failures = self._tables.conversion_failures(mapping.table, topic)
         except TableMissingError:
-            state, table_commit_ms = None, None
+            state, table_commit_ms, conversion_failures = None, None, {}
         table_offsets = state.marker.offsets if state is not None else None
         store = self._checkpoints.load_committed_offsets(topic)
         holder = self._checkpoints.read_lease_holder(topic)
@@ -270,6 +277,7 @@ class StatusService:
             lease=LeaseStatus.of(holder) if holder is not None else None,
             consecutive_failures=failures,
             partitions=partitions,
+            conversion_failures=conversion_failures,
         )
 
     def _partition_status(
