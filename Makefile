@@ -49,7 +49,7 @@ bench-commit: $(STAMP)
 	$(BIN)/python -m bench.commit
 
 bench-spark: $(STAMP)
-	$(BIN)/python -m bench.spark
+	$(BIN)/python -m bench.spark $(BENCH_SPARK_ARGS)
 
 bench-planning: $(STAMP)
 	$(BIN)/python -m bench.planning

@@ -195,7 +195,8 @@ def date_time(draw: st.DrawFn) -> tuple[str, int]:
     }[zone_form]
     separator = draw(st.sampled_from("T "))
     fraction = f"{moment.microsecond:06d}000"[:digits]
-    text = f"{moment.year:04d}-{moment:%m-%d}{separator}{moment:%H:%M:%S}{'.' + fraction if digits else ''}{zone}"
+    clock = f"{moment:%H:%M:%S}{'.' + fraction if digits else ''}"
+    text = f"{moment.year:04d}-{moment:%m-%d}{separator}{clock}{zone}"
     micros = int(fraction[:6].ljust(6, "0")) if digits else 0
     instant = moment.replace(microsecond=micros) - dt.timedelta(minutes=offset)
     return text, (instant - EPOCH) // dt.timedelta(microseconds=1)

@@ -73,7 +73,12 @@ def test_pizza_events_land_with_their_timestamps_and_unconvertible_values_are_co
     path.write_text(
         yaml.safe_dump(
             {
-                "s3": {"bucket": bucket, "namespace": NAMESPACE, "endpoint": moto_server.url, "path_style": True},
+                "s3": {
+                    "bucket": bucket,
+                    "namespace": NAMESPACE,
+                    "endpoint": moto_server.url,
+                    "path_style": True,
+                },
                 "iceberg": {
                     "catalog": {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db"},
                     "warehouse": f"file://{tmp_path}/warehouse",
