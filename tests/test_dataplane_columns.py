@@ -15,7 +15,12 @@ from kafscale_iceberg.dataplane import json_scan as js
 from kafscale_iceberg.dataplane.columns import ColumnScanner, parse_columns
 from kafscale_iceberg.domain.runs import ColumnSpec, ColumnType
 
-COLUMNS = tuple(ColumnSpec(name=f"c_{t.value}", type=t) for t in ColumnType)
+# Every type the scanner builds (the types without parts).
+COLUMNS = tuple(
+    ColumnSpec(name=f"c_{t.value}", type=t)
+    for t in ColumnType
+    if t not in (ColumnType.DECIMAL, ColumnType.STRUCT, ColumnType.LIST, ColumnType.MAP, ColumnType.UUID)
+)
 NAMES = [c.name for c in COLUMNS]
 
 

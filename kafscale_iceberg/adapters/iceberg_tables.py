@@ -25,9 +25,10 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -57,14 +58,21 @@ from pyiceberg.types import (
     BinaryType,
     BooleanType,
     DateType,
+    DecimalType,
     DoubleType,
     FloatType,
+    IcebergType,
     IntegerType,
+    ListType,
     LongType,
+    MapType,
     NestedField,
     PrimitiveType,
     StringType,
+    StructType,
     TimestampType,
+    TimestamptzType,
+    UUIDType,
 )
 
 from kafscale_iceberg.adapters.iceberg_catalog import is_unreachable_error
@@ -80,7 +88,8 @@ from kafscale_iceberg.domain.commits import (
     partition_field_name,
     read_marker,
 )
-from kafscale_iceberg.domain.runs import ColumnType, PartitionTransform
+from kafscale_iceberg.domain.runs import ColumnSpec, ColumnType, PartitionTransform
+from kafscale_iceberg.domain.schema import FieldSpec
 from kafscale_iceberg.exceptions import (
     CatalogError,
     CatalogUnavailableError,
@@ -116,8 +125,58 @@ def iceberg_type(column_type: ColumnType) -> PrimitiveType:
         ColumnType.BINARY: BinaryType(),
         ColumnType.TIMESTAMP: TimestampType(),
         ColumnType.DATE: DateType(),
+        ColumnType.TIMESTAMPTZ: TimestamptzType(),
+        ColumnType.UUID: UUIDType(),
     }
     return types[column_type]
+
+
+def column_iceberg_type(column: ColumnSpec, next_id: Callable[[], int]) -> IcebergType:
+    """The Iceberg type of a mapping column with its parts: `decimal(P, S)`, and structs, lists and
+    maps (string keys) whose parts are all optional, with field ids from `next_id` (pyiceberg assigns
+    fresh ones when the table is created or the column added)."""
+    if column.type is ColumnType.DECIMAL:
+        return DecimalType(column.precision or 1, column.scale or 0)
+    if column.type is ColumnType.STRUCT:
+        return StructType(
+            *(
+                NestedField(
+                    field_id=next_id(),
+                    name=f.name,
+                    field_type=column_iceberg_type(f, next_id),
+                    required=False,
+                )
+                for f in column.fields
+            )
+        )
+    if column.type is ColumnType.LIST and column.element is not None:
+        element_id = next_id()
+        return ListType(element_id, column_iceberg_type(column.element, next_id), element_required=False)
+    if column.type is ColumnType.MAP and column.value is not None:
+        key_id, value_id = next_id(), next_id()
+        return MapType(
+            key_id, StringType(), value_id, column_iceberg_type(column.value, next_id), value_required=False
+        )
+    return iceberg_type(column.type)
+
+
+def field_iceberg_type(field: FieldSpec, next_id: Callable[[], int] | None = None) -> IcebergType:
+    """The Iceberg type of a table field (a mapping column's parts included)."""
+    if field.column is None:
+        return iceberg_type(field.type)
+    counter = itertools.count(10_000)
+    return column_iceberg_type(field.column, next_id or (lambda: next(counter)))
+
+
+def type_text(field_type: IcebergType) -> str:
+    """An Iceberg type as text without field ids, to compare a table's type with a mapping's."""
+    if isinstance(field_type, StructType):
+        return "struct<" + ", ".join(f"{f.name}: {type_text(f.field_type)}" for f in field_type.fields) + ">"
+    if isinstance(field_type, ListType):
+        return f"list<{type_text(field_type.element_type)}>"
+    if isinstance(field_type, MapType):
+        return f"map<{type_text(field_type.key_type)}, {type_text(field_type.value_type)}>"
+    return str(field_type)
 
 
 # (narrower, wider) Iceberg type names: the promotions Iceberg allows and the Go processor applies.
@@ -148,13 +207,13 @@ def plan_schema_changes(table: str, schema: Schema, spec: TableSpec) -> SchemaCh
     widened: list[tuple[str, str, str]] = []
     relaxed: list[str] = []
     for wanted in spec.fields:
-        new_type = iceberg_type(wanted.type)
+        new_type = field_iceberg_type(wanted)
         try:
             existing = schema.find_field(wanted.name)
         except ValueError:
             added.append(wanted.name)
             continue
-        old_name, new_name = str(existing.field_type), str(new_type)
+        old_name, new_name = type_text(existing.field_type), type_text(new_type)
         if old_name != new_name:
             if (old_name, new_name) in _WIDENINGS:
                 if not spec.allow_type_widening:
@@ -172,8 +231,9 @@ def plan_schema_changes(table: str, schema: Schema, spec: TableSpec) -> SchemaCh
                     wanted.name,
                     old_name,
                     new_name,
-                    "only int->long and float->double can change in place; map the values to a new "
-                    "column name, or migrate the table yourself",
+                    "only int->long and float->double can change in place (and a nested column's type "
+                    "must match as a whole); map the values to a new column name, or migrate the table "
+                    "yourself",
                 )
         if existing.required and not wanted.required:
             relaxed.append(wanted.name)
@@ -240,12 +300,15 @@ class IcebergTableCommitter:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _create(self, spec: TableSpec) -> None:
+        # Top-level fields keep ids 1..n (the base fields' 1-8, as the Go processor's); nested parts
+        # take ids after them. The catalog assigns fresh ids on creation either way.
+        nested_ids = itertools.count(len(spec.fields) + 1)
         schema = Schema(
             *(
                 NestedField(
                     field_id=field.field_id or index,
                     name=field.name,
-                    field_type=iceberg_type(field.type),
+                    field_type=field_iceberg_type(field, lambda: next(nested_ids)),
                     required=field.required,
                 )
                 for index, field in enumerate(spec.fields, start=1)
@@ -488,7 +551,7 @@ def _table_partitioning(partition_spec: PartitionSpec, schema: Schema) -> list[t
 
 
 def _apply_schema_changes(table: Table, spec: TableSpec, changes: SchemaChanges) -> None:
-    types = {f.name: iceberg_type(f.type) for f in spec.fields}
+    types = {f.name: field_iceberg_type(f) for f in spec.fields}
     with table.update_schema() as update:
         for name in changes.added:
             update.add_column(name, types[name], required=False)

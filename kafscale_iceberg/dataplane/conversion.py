@@ -40,7 +40,7 @@ from kafscale_iceberg.dataplane.columns import ColumnScanner, ExtractedColumns, 
 from kafscale_iceberg.dataplane.headers import go_headers_json
 from kafscale_iceberg.dataplane.schemas import DEAD_LETTER_SCHEMA, data_schema
 from kafscale_iceberg.dataplane.values import NO_VALUE
-from kafscale_iceberg.domain.runs import ConversionSettings, SchemaMode
+from kafscale_iceberg.domain.runs import NESTED_TYPES, ConversionSettings, SchemaMode
 from kafscale_iceberg.domain.schema import record_id as format_record_id
 
 
@@ -106,7 +106,13 @@ class RecordConverter:
                     f"topic {topic}: the plan's json_schema is invalid: {exc.message}"
                 ) from exc
             self._validator = validator_class(settings.json_schema)
-        self._scanner = ColumnScanner(self.columns) if self.columns and self._validator is None else None
+        # The compiled scanner builds the Go processor's scalar types (the fast path); a mapping with
+        # nested, decimal or uuid columns takes the per-record path for all its columns.
+        scannable = all(c.scannable for c in self.columns)
+        self._scanner = (
+            ColumnScanner(self.columns) if self.columns and self._validator is None and scannable else None
+        )
+        self._parse = bool(self.columns) and self._scanner is None
 
     def convert(self, records: pa.Table, *, partition: int, segment_key: str) -> ConvertedRecords:
         """Rows and dead-letter rows of `records` (decoded records of `partition`, already in range)."""
@@ -127,7 +133,7 @@ class RecordConverter:
         culprits: dict[int, str] = {}
         failures: dict[str, int] = {}
         mapped: list[pa.Array] = []
-        if self._scanner is not None or self._validator is not None:
+        if self._scanner is not None or self._validator is not None or self._parse:
             mapped = self._mapped_columns(base["value"], problems, culprits, failures)
         rows = pa.Table.from_arrays([*base.values(), *mapped], schema=self.schema)
         if not problems:
@@ -171,7 +177,7 @@ class RecordConverter:
                         culprits[index] = column.name
                         problems[index] = (
                             ErrorKind.REQUIRED_COLUMN,
-                            f"required column {column.name!r} ({column.type.value}): "
+                            f"required column {column.name!r} ({column.type_name}): "
                             f"{extracted.describe(c, index)}",
                         )
         self._count_conversion_failures(extracted, problems, culprits, failures)
@@ -187,9 +193,12 @@ class RecordConverter:
         """Count present values that converted to null in kept rows; in strict mode they are invalid."""
         rejected = list(problems)
         for c, (column, array) in enumerate(zip(self.columns, extracted.arrays, strict=True)):
-            if column.required or not array.null_count:
+            nested = column.type in NESTED_TYPES
+            if column.required and not nested:
+                continue  # a required scalar's failure already made the record invalid
+            if not array.null_count and not nested:
                 continue
-            failed = extracted.present(c) & np.asarray(array.is_null().to_numpy(zero_copy_only=False))
+            failed = extracted.failed(c)
             if rejected:
                 failed[rejected] = False
             rows = np.flatnonzero(failed)
@@ -202,7 +211,7 @@ class RecordConverter:
                         culprits[index] = column.name
                         problems[index] = (
                             ErrorKind.CONVERSION_FAILURE,
-                            f"column {column.name!r} ({column.type.value}): {extracted.describe(c, index)}",
+                            f"column {column.name!r} ({column.type_name}): {extracted.describe(c, index)}",
                         )
 
     def _validate(self, documents: list[object], problems: dict[int, tuple[ErrorKind, str]]) -> None:

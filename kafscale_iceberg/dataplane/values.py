@@ -28,14 +28,24 @@ null in a required column makes the record invalid):
 - `date`: `YYYY-MM-DD`, one of those date-times (the UTC date of that instant, correct before 1970;
   the wall date when there is no offset), or a JSON integer number of days since 1970-01-01.
 
+- `timestamptz` (Iceberg `timestamptz`): as `timestamp`, stored as a UTC instant.
+- `decimal(P,S)`: a JSON number or a numeric string with at most S fraction digits and P digits in
+  all (never rounded: more digits is a conversion failure).
+- `uuid`: a string `uuid.UUID` reads (canonical `8-4-4-4-12` hex, any case, hyphens optional).
+- `struct`: a JSON object, field by field; `list`: a JSON array, element by element; `map`: a JSON
+  object, its keys as strings and values converted. Inner values follow the same rules; a mistyped
+  inner value is null and counts as a conversion failure of the top-level column.
+
 A value that is present (not missing, not JSON null) but does not convert is null in its column and
 counted as a conversion failure of that column (`conversion.py`); it is never silently null.
 """
 
 from __future__ import annotations
 
+import decimal
 import json
 import re
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
@@ -46,8 +56,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kafscale_iceberg.dataplane.schemas import arrow_type
-from kafscale_iceberg.domain.runs import ColumnType
+from kafscale_iceberg.dataplane.schemas import arrow_type, column_arrow_type
+from kafscale_iceberg.domain.runs import ColumnSpec, ColumnType
 
 
 class _Sentinel:
@@ -442,3 +452,142 @@ _COERCERS: dict[ColumnType, Callable[[Sequence[object]], pa.Array]] = {
     ColumnType.TIMESTAMP: _timestamps,
     ColumnType.DATE: _dates,
 }
+
+
+# -- columns of types the compiled scanner does not build: per value, in Python ---------------------
+
+_FAILED: Final = _Sentinel("FAILED")
+_NUMERIC_STRING = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+
+
+def coerce_column(raw: Sequence[object], column: ColumnSpec) -> tuple[pa.Array, np.ndarray | None]:
+    """The column `column` from raw JSON values, and (for nested types) the rows where an *inner*
+    value did not convert (None when no row has one); see the module docstring for each type."""
+    if column.type in _COERCERS:
+        return _COERCERS[column.type](raw), None
+    if column.type is ColumnType.TIMESTAMPTZ:
+        return _timestamps(raw).cast(pa.timestamp("us", "UTC")), None
+    convert = _converter(column)
+    values: list[object] = []
+    inner = np.zeros(len(raw), bool)
+    for row, x in enumerate(raw):
+        if x is None or x is MISSING:
+            values.append(None)
+            continue
+        failures: list[bool] = []
+        value = convert(x, failures)
+        values.append(None if value is _FAILED else value)
+        if failures:
+            inner[row] = True
+    return pa.array(values, column_arrow_type(column)), (inner if inner.any() else None)
+
+
+_Convert = Callable[[object, list[bool]], object]
+
+
+def _converter(column: ColumnSpec) -> _Convert:
+    """A function from a JSON value to the Python value Arrow builds `column`'s type from, `_FAILED`
+    when it does not convert at this level; failures below it are nulled and noted in the list."""
+    kind = column.type
+    if kind is ColumnType.STRUCT:
+        parts = [(f.name, _nullable(_converter(f))) for f in column.fields]
+
+        def struct(x: object, failures: list[bool]) -> object:
+            if type(x) is not dict:
+                return _FAILED
+            return {name: part(x.get(name), failures) for name, part in parts}
+
+        return struct
+    if kind is ColumnType.LIST and column.element is not None:
+        element = _nullable(_converter(column.element))
+
+        def array(x: object, failures: list[bool]) -> object:
+            if type(x) is not list:
+                return _FAILED
+            return [element(e, failures) for e in x]
+
+        return array
+    if kind is ColumnType.MAP and column.value is not None:
+        entry = _nullable(_converter(column.value))
+
+        def mapping(x: object, failures: list[bool]) -> object:
+            if type(x) is not dict:
+                return _FAILED
+            return [(key, entry(v, failures)) for key, v in x.items()]
+
+        return mapping
+    if kind is ColumnType.DECIMAL:
+        return _decimal_converter(column.precision or 1, column.scale or 0)
+    if kind is ColumnType.UUID:
+        return _uuid
+    scalar = _scalar_converter(kind)
+    return lambda x, failures: scalar(x)
+
+
+def _nullable(convert: _Convert) -> _Convert:
+    """`convert` inside a nested value: null stays null, a failure becomes null and is noted."""
+
+    def inner(x: object, failures: list[bool]) -> object:
+        if x is None or x is MISSING:
+            return None
+        value = convert(x, failures)
+        if value is _FAILED:
+            failures.append(True)
+            return None
+        return value
+
+    return inner
+
+
+def _scalar_converter(kind: ColumnType) -> Callable[[object], object]:
+    """One value of a scalar type by the same rules as the column coercions above."""
+    if kind in (ColumnType.TIMESTAMP, ColumnType.TIMESTAMPTZ, ColumnType.DATE):
+        physical = pa.int32() if kind is ColumnType.DATE else pa.int64()
+        column_kind = ColumnType.DATE if kind is ColumnType.DATE else ColumnType.TIMESTAMP
+
+        def moment(x: object) -> object:
+            value = _COERCERS[column_kind]([x]).cast(physical)[0].as_py()
+            return _FAILED if value is None else value
+
+        return moment
+    coerce_one = _COERCERS[kind]
+
+    def scalar(x: object) -> object:
+        value = coerce_one([x])[0].as_py()
+        return _FAILED if value is None else value
+
+    return scalar
+
+
+def _decimal_converter(precision: int, scale: int) -> _Convert:
+    quantum = decimal.Decimal(1).scaleb(-scale)
+
+    def convert(x: object, failures: list[bool]) -> object:
+        if type(x) is int:
+            number = decimal.Decimal(x)
+        elif type(x) is float:
+            number = decimal.Decimal(repr(x))
+        elif type(x) is str and _NUMERIC_STRING.fullmatch(x):
+            number = decimal.Decimal(x)
+        else:
+            return _FAILED
+        if not number.is_finite():
+            return _FAILED
+        try:
+            exact = number.quantize(quantum, context=decimal.Context(prec=precision, traps=[decimal.Inexact]))
+        except (decimal.InvalidOperation, decimal.Inexact):
+            return _FAILED  # more fraction digits than the scale, or more digits than the precision
+        if exact != number or len(exact.as_tuple().digits) > precision:
+            return _FAILED
+        return exact
+
+    return convert
+
+
+def _uuid(x: object, failures: list[bool]) -> object:
+    if type(x) is not str:
+        return _FAILED
+    try:
+        return uuid.UUID(x).bytes
+    except ValueError:
+        return _FAILED
