@@ -164,7 +164,7 @@ class RecordConverter:
         if self._scanner is not None:
             extracted = self._scanner.scan(values)
         else:
-            extracted = parse_columns(values, self.columns, documents=True)
+            extracted = parse_columns(values, self.columns, documents=self._validator is not None)
         for index, reason in extracted.errors.items():
             problems[index] = (ErrorKind.INVALID_JSON, reason)
         if extracted.documents is not None:
