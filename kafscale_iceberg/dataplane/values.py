@@ -345,8 +345,9 @@ def parse_datetimes(strings: pa.Array, *, require_time: bool) -> tuple[np.ndarra
     offset hour of 24).
 
     The usual case takes Arrow's ISO-8601 cast on the strings the strict pattern matched (Arrow
-    refuses the same impossible values): one cast for the values with an offset, one for those
-    without. When a cast refuses anything (more than 6 fraction digits, lower-case `t`/`z`, an
+    refuses the same impossible values): one cast when every value has an offset (RFC 3339, the
+    Go processor's form), else one for the values with an offset and one for those without. When a
+    cast refuses anything (more than 6 fraction digits, lower-case `t`/`z`, an
     impossible date), the whole batch takes the exact slow path.
     """
     count = len(strings)
@@ -378,21 +379,33 @@ def _parse_datetimes_with_arrow(
             days = pc.cast(pc.if_else(pa.array(valid), strings, None), pa.date32()).cast(pa.int32())
             micros = np.asarray(days.fill_null(0).to_numpy(), dtype=np.int64) * _MICROS_PER_DAY
             return micros, valid
-        zoned = valid & _flags(pc.match_substring_regex(strings, _ENDS_IN_OFFSET))
-        wall = valid & ~zoned
-        parsed = None
-        if zoned.any():
-            parsed = pc.cast(pc.if_else(pa.array(zoned), strings, None), pa.timestamp("us", "UTC"))
-            parsed = parsed.cast(pa.int64())
-        if wall.any():
-            walls = pc.cast(pc.if_else(pa.array(wall), strings, None), pa.timestamp("us")).cast(pa.int64())
-            parsed = walls if parsed is None else pc.coalesce(parsed, walls)
+        if not valid.any():
+            return np.zeros(len(strings), np.int64), valid
+        matched = pc.if_else(pa.array(valid), strings, None)
+        try:  # the usual batch: every value has an offset (RFC 3339), one cast and no more
+            parsed = pc.cast(matched, pa.timestamp("us", "UTC")).cast(pa.int64())
+        except pa.ArrowInvalid:
+            parsed = _parse_zoned_and_wall(strings, valid)
     except pa.ArrowInvalid:
         return None
-    if parsed is None:
-        return np.zeros(len(strings), np.int64), valid
     micros = np.asarray(parsed.fill_null(0).to_numpy(), dtype=np.int64)
     return micros, valid
+
+
+def _parse_zoned_and_wall(strings: pa.Array, valid: np.ndarray) -> pa.Array:
+    """Epoch µs of the `valid` date-times, the ones with an offset and the ones without (UTC wall
+    time) cast apart, as Arrow's parser takes one kind per cast. Raises `pa.ArrowInvalid`."""
+    zoned = valid & _flags(pc.match_substring_regex(strings, _ENDS_IN_OFFSET))
+    wall = valid & ~zoned
+    parsed = pa.nulls(len(strings), pa.int64())
+    if zoned.any():
+        parsed = pc.cast(pc.if_else(pa.array(zoned), strings, None), pa.timestamp("us", "UTC")).cast(
+            pa.int64()
+        )
+    if wall.any():
+        walls = pc.cast(pc.if_else(pa.array(wall), strings, None), pa.timestamp("us")).cast(pa.int64())
+        parsed = pc.coalesce(parsed, walls)
+    return parsed
 
 
 def _parse_datetimes_exactly(strings: pa.Array, *, require_time: bool) -> tuple[np.ndarray, np.ndarray]:
