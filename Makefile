@@ -55,7 +55,7 @@ bench-maintenance: $(STAMP)
 	$(BIN)/python -m bench.maintenance
 
 bench-spark: $(STAMP)
-	$(BIN)/python -m bench.spark
+	$(BIN)/python -m bench.spark $(BENCH_SPARK_ARGS)
 
 bench-planning: $(STAMP)
 	$(BIN)/python -m bench.planning

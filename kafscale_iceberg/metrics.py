@@ -241,6 +241,14 @@ NOTIFICATIONS_DEFERRED = MetricDef(
     "Segment notifications returned for redelivery because the .index had not landed yet.",
     "Count",
 )
+CONVERSION_FAILURES = MetricDef(
+    "conversion_failures_total",
+    MetricKind.COUNTER,
+    ("topic", "column"),
+    "Committed records whose present value of a mapping column did not convert to its type "
+    "(stored null; the value column keeps the bytes).",
+    "Count",
+)
 
 ALL_METRICS: tuple[MetricDef, ...] = (
     RECORDS,
@@ -264,6 +272,7 @@ ALL_METRICS: tuple[MetricDef, ...] = (
     WORK_ITEMS,
     NOTIFICATIONS_IGNORED,
     NOTIFICATIONS_DEFERRED,
+    CONVERSION_FAILURES,
 )
 
 
@@ -662,6 +671,10 @@ def record_commit(
         samples += [sample(RECORDS, count, topic=topic, result=r) for r, count in by_result.items()]
         samples += _lfs_samples(topic, result)
         samples.append(sample(BATCHES, plan.segment_count, topic=topic))
+        samples += [
+            sample(CONVERSION_FAILURES, count, topic=topic, column=column)
+            for column, count in result.counts.conversion_failures.items()
+        ]
         job_ms = max(0, result.timings.ended_at_ms - result.timings.started_at_ms)
         samples.append(sample(WRITE_LATENCY, job_ms + max(0.0, ended_at - started_at) * 1000, topic=topic))
         run_s = max(0.0, ended_at - plan.created_at_ms / 1000)

@@ -9,7 +9,7 @@ on task timing); otherwise every file, per-partition offsets, gaps and quarantin
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -75,6 +75,7 @@ class SegmentOutcome(_Model):
     quarantined: QuarantinedSegment | None = None
     skipped_lfs: int = 0
     lfs: LfsCounts = LfsCounts()
+    conversion_failures: dict[str, int] = Field(default_factory=dict)
 
 
 class TaskTimings(_Model):
@@ -151,6 +152,7 @@ def build_run_result(plan: RunPlan, reports: Sequence[TaskReport], timings: RunT
         segment_bytes=sum(o.size_bytes for o in outcomes),
         skipped_lfs=sum(o.skipped_lfs for o in outcomes),
         lfs=functools.reduce(LfsCounts.plus, (o.lfs for o in outcomes), LfsCounts()),
+        conversion_failures=sum_counts(o.conversion_failures for o in outcomes),
     )
     return RunResult(
         run_id=plan.run_id,
@@ -188,6 +190,15 @@ def _partition_outcome(plan_partition: PartitionPlan, outcomes: Sequence[Segment
         ),
         quarantined=tuple(quarantined),
     )
+
+
+def sum_counts(counts: Iterable[Mapping[str, int]]) -> dict[str, int]:
+    """Counts by name added up, names in sorted order (a deterministic result)."""
+    total: dict[str, int] = {}
+    for each in counts:
+        for name, count in each.items():
+            total[name] = total.get(name, 0) + count
+    return dict(sorted(total.items()))
 
 
 def missing_spans(first: int, last: int, spans: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:

@@ -213,6 +213,7 @@ def run_task(
             records = decoded.records
             kept = _in_window(records, window)
             written = dead_lettered = 0
+            conversion_failures: dict[str, int] = {}
             invalid = None
             try:
                 for part in lfs.parts(kept):
@@ -234,6 +235,8 @@ def run_task(
                         dead_writer.write({}, converted.dead_letters)
                     written += converted.rows.num_rows
                     dead_lettered += converted.dead_letters.num_rows
+                    for column, count in converted.conversion_failures.items():
+                        conversion_failures[column] = conversion_failures.get(column, 0) + count
                     clock.lap("write")
             except LfsBlobUnavailableError as exc:
                 clock.lap("lfs")
@@ -251,6 +254,7 @@ def run_task(
                     ),
                     segment_key=window.key,
                     record_id=invalid.record_id,
+                    column=invalid.column,
                 )
                 failure_at = (window.partition, invalid.offset)
                 break
@@ -265,7 +269,15 @@ def run_task(
                 size=len(data),
                 header_keys_replaced=decoded.header_keys_replaced,
             )
-            outcomes.append(outcome.model_copy(update={"skipped_lfs": skipped, "lfs": lfs_counts}))
+            outcomes.append(
+                outcome.model_copy(
+                    update={
+                        "skipped_lfs": skipped,
+                        "lfs": lfs_counts,
+                        "conversion_failures": conversion_failures,
+                    }
+                )
+            )
         fetched.close()
         if failure is not None:
             data_writer.abort()

@@ -48,6 +48,21 @@ class ColumnType(StrEnum):
     BINARY = "binary"
     TIMESTAMP = "timestamp"
     DATE = "date"
+    # Beyond the Go processor's types (what the Kafka Connect Iceberg sink writes):
+    TIMESTAMPTZ = "timestamptz"
+    UUID = "uuid"
+    DECIMAL = "decimal"
+    """`decimal(P,S)`: `ColumnSpec.precision` and `.scale`."""
+    STRUCT = "struct"
+    """`ColumnSpec.fields`."""
+    LIST = "list"
+    """`ColumnSpec.element`."""
+    MAP = "map"
+    """String keys; `ColumnSpec.value`."""
+
+
+NESTED_TYPES = frozenset({ColumnType.STRUCT, ColumnType.LIST, ColumnType.MAP})
+DECIMAL_MAX_PRECISION = 38
 
 
 class PartitionTransform(StrEnum):
@@ -76,11 +91,73 @@ class CorruptSegmentPolicy(StrEnum):
 
 
 class ColumnSpec(_Model):
-    """One column extracted from the JSON record value, after the eight base fields."""
+    """One column extracted from the JSON record value, after the eight base fields.
+
+    Nested and parametrized types carry their parts: `decimal` its `precision` and `scale`, `struct`
+    its `fields`, `list` its `element`, `map` its `value` (keys are strings). Inside a nested type
+    every part is optional (a missing or mistyped inner value is null, and counted).
+    """
 
     name: str
     type: ColumnType
     required: bool = False
+    precision: int | None = Field(default=None, ge=1, le=DECIMAL_MAX_PRECISION)
+    scale: int | None = Field(default=None, ge=0)
+    fields: tuple[ColumnSpec, ...] = ()
+    element: ColumnSpec | None = None
+    value: ColumnSpec | None = None
+
+    @model_validator(mode="after")
+    def _parts_match_type(self) -> ColumnSpec:
+        kind = self.type
+        if (kind is ColumnType.DECIMAL) != (self.precision is not None):
+            raise ValueError(f"column {self.name!r}: precision is given exactly for decimal columns")
+        if self.scale is not None and (self.precision is None or self.scale > self.precision):
+            raise ValueError(f"column {self.name!r}: decimal scale must be between 0 and the precision")
+        if (kind is ColumnType.STRUCT) != bool(self.fields):
+            raise ValueError(f"column {self.name!r}: fields are given exactly for struct columns")
+        if (kind is ColumnType.LIST) != (self.element is not None):
+            raise ValueError(f"column {self.name!r}: element is given exactly for list columns")
+        if (kind is ColumnType.MAP) != (self.value is not None):
+            raise ValueError(f"column {self.name!r}: value is given exactly for map columns")
+        names = [f.name for f in self.fields]
+        if len(set(names)) != len(names):
+            raise ValueError(f"column {self.name!r}: a struct field is listed twice")
+        return self
+
+    @property
+    def type_name(self) -> str:
+        """The type as written in a mapping: `long`, `decimal(10,2)`, `list<string>`, `struct<a: long>`."""
+        if self.type is ColumnType.DECIMAL:
+            return f"decimal({self.precision},{self.scale or 0})"
+        if self.type is ColumnType.LIST and self.element is not None:
+            return f"list<{self.element.type_name}>"
+        if self.type is ColumnType.MAP and self.value is not None:
+            return f"map<string, {self.value.type_name}>"
+        if self.type is ColumnType.STRUCT:
+            return "struct<" + ", ".join(f"{f.name}: {f.type_name}" for f in self.fields) + ">"
+        return self.type.value
+
+    @property
+    def scannable(self) -> bool:
+        """Whether the compiled scanner builds this column (the Go processor's scalar types)."""
+        return self.type in _SCANNED_TYPES
+
+
+_SCANNED_TYPES = frozenset(
+    {
+        ColumnType.BOOLEAN,
+        ColumnType.INT,
+        ColumnType.LONG,
+        ColumnType.FLOAT,
+        ColumnType.DOUBLE,
+        ColumnType.STRING,
+        ColumnType.BINARY,
+        ColumnType.TIMESTAMP,
+        ColumnType.DATE,
+        ColumnType.TIMESTAMPTZ,
+    }
+)
 
 
 class PartitionField(_Model):
@@ -315,6 +392,8 @@ class RunFailure(_Model):
     segment_key: str | None = None
     position: int | None = None
     record_id: str | None = None
+    column: str | None = None
+    """The mapping column at fault, when one is (a strict-mode conversion failure, a required column)."""
 
 
 class ColumnStats(_Model):
@@ -440,6 +519,9 @@ class RunCounts(_Model):
     skipped_lfs: int = 0
     """LFS envelopes left out by `lfs.mode: skip` (their offsets are committed)."""
     lfs: LfsCounts = LfsCounts()
+    conversion_failures: dict[str, int] = Field(default_factory=dict)
+    """Per mapping column: written records whose present value did not convert to the column's type
+    (stored null; the `value` column keeps the bytes). Never silently null: counted here."""
 
 
 class RunTimings(_Model):

@@ -241,6 +241,7 @@ class CommitService:
                 files=result.data_files,
                 quarantined=quarantined,
                 store=store,
+                conversion_failures=result.counts.conversion_failures,
             )
         else:
             logger.info("run already in the table; commit skipped", extra={"run_id": run_id, "topic": topic})
@@ -309,6 +310,7 @@ class CommitService:
         files: tuple[DataFile, ...],
         quarantined: tuple[QuarantinedRange, ...],
         store: Mapping[int, int] | None,
+        conversion_failures: Mapping[str, int] | None = None,
     ) -> tuple[TableState, bool]:
         """Commit to one table unless it holds the run already; verify the state before every attempt.
 
@@ -349,6 +351,7 @@ class CommitService:
                 ),
                 quarantined=quarantined,
                 field_ids=_planned_field_ids(plan, identifier),
+                conversion_failures=dict(conversion_failures or {}),
             )
             try:
                 after = self._tables.commit(state, commit)
