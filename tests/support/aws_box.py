@@ -655,7 +655,8 @@ def build_box(
         },
         "etcd": {"endpoints": [etcd.url]},
         "offsets": {"key_prefix": key_prefix},
-        "runs": {"retry_backoff_seconds": 1, **(runs or {})},
+        # No backoff: the state machine's Backoff wait is scaled, the launcher's check of it is wall time.
+        "runs": {"retry_backoff_seconds": 0, **(runs or {})},
         "mappings": mappings,
     }
     s3.put_object(Bucket=f"{stack}-config", Key="config.yaml", Body=json.dumps(config).encode())
