@@ -27,9 +27,10 @@ TOPIC = "orders"
 TABLE = "shop.orders"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def spark_runner(spark: Any, moto_server: MotoEndpoint) -> Iterator[Any]:
-    """The EMR jobs' compute: the session's local Spark, warm (the job code is spark_app's)."""
+    """The EMR jobs' compute: the session's local Spark, warm (the job code is spark_app's). One per
+    test: local job ids are run ids, which repeat across boxes (same topic, same offsets)."""
     from kafscale_iceberg.adapters.s3_segments import S3Settings
     from kafscale_iceberg.local.spark_runner import LocalSparkJobRunner
 
