@@ -8,6 +8,8 @@ run and on the same blobs:
 - **ours**: `LfsStage.parts` with `resolve_concurrency` (default 8) over the segment's records - the
   GETs in parallel with bounded memory, sha256 verified, values replaced - as one Spark task runs it
   (one core); and the whole task (`run_task`: decode, resolve, convert, write Parquet);
+- **ours, concurrency 1**: the same stage fetching one blob at a time (what the code costs beside
+  plain GETs);
 - **sequential**: one boto3 GET after the other, each body read (the Go processor's single-worker
   cost; no checksum: a floor for the sequential approach).
 
@@ -62,7 +64,7 @@ from kafscale_iceberg.segments.lfs import ChecksumAlg, blob_key, proxy_value
 BUCKET = "lfs-bench"
 NAMESPACE = "bench"
 WHEN = datetime(2026, 11, 20, tzinfo=UTC)
-SIZES = {"4KB": (4 * 1024, 2000), "256KB": (256 * 1024, 240), "8MB": (8 * 1024 * 1024, 24)}
+SIZES = {"4KB": (4 * 1024, 600), "256KB": (256 * 1024, 120), "8MB": (8 * 1024 * 1024, 16)}
 
 
 @dataclass(frozen=True)
@@ -157,8 +159,8 @@ def measure(
     segment = workload.plan.partitions[0].segments[0]
     records = decode_segment((root / segment.key).read_bytes(), source=segment.key, partition=0).records
 
-    def ours_stage() -> None:
-        stage = LfsStage(workload.plan.conversion.lfs, reader=reader)
+    def ours_stage(settings: LfsSettings = workload.plan.conversion.lfs) -> None:
+        stage = LfsStage(settings, reader=reader)
         try:
             resolved = sum(p.records.column("value").nbytes for p in stage.parts(records))
         finally:
@@ -178,7 +180,13 @@ def measure(
         assert total == workload.blob_bytes * len(workload.keys)
 
     figures: dict[str, tuple[float, float]] = {}
-    for name, action in (("sequential", sequential), ("ours", ours_stage), ("ours_task", ours_task)):
+    one_at_a_time = workload.plan.conversion.lfs.model_copy(update={"resolve_concurrency": 1})
+    for name, action in (
+        ("sequential", sequential),
+        ("ours", ours_stage),
+        ("ours_concurrency_1", lambda: ours_stage(one_at_a_time)),
+        ("ours_task", ours_task),
+    ):
         runs = [timed(action) for _ in range(repeats)]
         figures[name] = min(runs)
     count, mb = len(workload.keys), workload.mb
