@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from kafscale_iceberg.adapters.emr_serverless import EmrServerlessJobRunner
     from kafscale_iceberg.adapters.http_registry import HttpSchemaRegistry
     from kafscale_iceberg.adapters.iceberg_tables import IcebergTableCommitter
-    from kafscale_iceberg.adapters.sqs_queues import SqsWorkQueue
+    from kafscale_iceberg.adapters.sqs_queues import SqsRedelivery, SqsWorkQueue
     from kafscale_iceberg.adapters.step_functions import StepFunctionsRunStarter
     from kafscale_iceberg.ports import CheckpointStore
     from kafscale_iceberg.services.commit import CommitService, TablePolicy
@@ -169,6 +169,15 @@ class Assembly:
         if not url:
             raise ConfigError("notifications.work_queue_url", "is required here: the FIFO work queue URL")
         return SqsWorkQueue(boto3.client("sqs", region_name=self.config.s3.region or None), url)
+
+    @cached_property
+    def sqs_redelivery(self) -> SqsRedelivery:
+        """Shortens a received message's visibility (the router's `.kfs` before its `.index`)."""
+        import boto3  # noqa: PLC0415
+
+        from kafscale_iceberg.adapters.sqs_queues import SqsRedelivery  # noqa: PLC0415
+
+        return SqsRedelivery(boto3.client("sqs", region_name=self.config.s3.region or None))
 
     @cached_property
     def router(self) -> Router:
