@@ -601,3 +601,17 @@ def test_resolved_blobs_still_roll_data_files_at_the_target_size(topic: Topic, b
     assert len(files) >= 3
     sizes = [f.size_bytes for f in files]
     assert all(size <= target + blob_size + 64 * 1024 for size in sizes), sizes
+
+
+def test_concurrency_one_fetches_in_order_without_threads() -> None:
+    table, blobs = _envelope_table([100] * 5)
+    reader = RecordingReader(blobs)
+    stage = LfsStage(LfsSettings(mode=LfsMode.RESOLVE, resolve_concurrency=1), reader=reader)
+    before = threading.active_count()
+    try:
+        (part,) = stage.parts(table)
+        assert threading.active_count() == before
+    finally:
+        stage.close()
+    assert reader.max_active == 1
+    assert part.records.column("value").to_pylist() == [blobs[f"k/obj-{n}"] for n in range(5)]
