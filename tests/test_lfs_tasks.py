@@ -615,3 +615,10 @@ def test_concurrency_one_fetches_in_order_without_threads() -> None:
         stage.close()
     assert reader.max_active == 1
     assert part.records.column("value").to_pylist() == [blobs[f"k/obj-{n}"] for n in range(5)]
+
+
+def test_off_mode_leaves_envelopes_alone(topic: Topic) -> None:
+    offset = topic.blob(SMALL)
+    outcome = topic.run(None, mode=LfsMode.OFF, store_metadata=False)
+    assert outcome.row(offset)["value"] == topic.proxied[offset].value
+    assert outcome.result.counts.lfs.resolved == 0
