@@ -241,6 +241,14 @@ NOTIFICATIONS_DEFERRED = MetricDef(
     "Segment notifications returned for redelivery because the .index had not landed yet.",
     "Count",
 )
+CONVERSION_FAILURES = MetricDef(
+    "conversion_failures_total",
+    MetricKind.COUNTER,
+    ("topic", "column"),
+    "Committed records whose present value of a mapping column did not convert to its type "
+    "(stored null; the value column keeps the bytes).",
+    "Count",
+)
 
 ALL_METRICS: tuple[MetricDef, ...] = (
     RECORDS,
@@ -264,6 +272,7 @@ ALL_METRICS: tuple[MetricDef, ...] = (
     WORK_ITEMS,
     NOTIFICATIONS_IGNORED,
     NOTIFICATIONS_DEFERRED,
+    CONVERSION_FAILURES,
 )
 
 
@@ -432,7 +441,11 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/metrics":
             self._reply(200, self.server.sink.exposition(), PROMETHEUS_CONTENT_TYPE)
         elif path == "/healthz":
-            self._reply(200, b"ok", "text/plain; charset=utf-8")
+            ready, reason = self.server.readiness.state()
+            if ready:
+                self._reply(200, b"ok", "text/plain; charset=utf-8")
+            else:
+                self._reply(503, f"not ready: {reason}\n".encode(), "text/plain; charset=utf-8")
         else:
             self._reply(404, b"not found: try /metrics or /healthz\n", "text/plain; charset=utf-8")
 
@@ -447,12 +460,41 @@ class _Handler(BaseHTTPRequestHandler):
         """Scrapes every few seconds would flood stderr: not logged."""
 
 
+class Readiness:
+    """Ready, or not ready with a reason: what `/healthz` answers (200 `ok`, or 503 `not ready: …`).
+
+    Thread-safe: the loop sets it, the HTTP server's threads read it.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._reason: str | None = None
+
+    def ready(self) -> None:
+        """Working again."""
+        with self._lock:
+            self._reason = None
+
+    def not_ready(self, reason: str) -> None:
+        """Cannot work now, because of `reason` (e.g. a dependency's outage)."""
+        with self._lock:
+            self._reason = reason
+
+    def state(self) -> tuple[bool, str]:
+        """(ready, reason); the reason is empty when ready."""
+        with self._lock:
+            return self._reason is None, self._reason or ""
+
+
 class _MetricsHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, address: tuple[str, int], sink: PrometheusMetricsSink, *, ipv6: bool) -> None:
+    def __init__(
+        self, address: tuple[str, int], sink: PrometheusMetricsSink, *, ipv6: bool, readiness: Readiness
+    ) -> None:
         self.address_family = socket.AF_INET6 if ipv6 else socket.AF_INET
         self.sink = sink
+        self.readiness = readiness
         super().__init__(address, _Handler)
 
 
@@ -469,6 +511,8 @@ class MetricsServer:
         self._host, self._port = parse_metrics_address(address)
         self._server: _MetricsHTTPServer | None = None
         self._thread: threading.Thread | None = None
+        self.readiness = Readiness()
+        """What `/healthz` reports; `run` hands it to its pipeline."""
 
     @classmethod
     def from_environment(
@@ -489,7 +533,10 @@ class MetricsServer:
             return self.port
         try:
             server = _MetricsHTTPServer(
-                (self._host or "0.0.0.0", self._port), self._sink, ipv6=":" in self._host
+                (self._host or "0.0.0.0", self._port),
+                self._sink,
+                ipv6=":" in self._host,
+                readiness=self.readiness,
             )
         except OSError as exc:
             raise MetricsServerError(
@@ -628,6 +675,10 @@ def record_commit(
         samples += [sample(RECORDS, count, topic=topic, result=r) for r, count in by_result.items()]
         samples += _lfs_samples(topic, result)
         samples.append(sample(BATCHES, plan.segment_count, topic=topic))
+        samples += [
+            sample(CONVERSION_FAILURES, count, topic=topic, column=column)
+            for column, count in result.counts.conversion_failures.items()
+        ]
         job_ms = max(0, result.timings.ended_at_ms - result.timings.started_at_ms)
         samples.append(sample(WRITE_LATENCY, job_ms + max(0.0, ended_at - started_at) * 1000, topic=topic))
         run_s = max(0.0, ended_at - plan.created_at_ms / 1000)

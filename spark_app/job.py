@@ -46,6 +46,7 @@ from kafscale_iceberg.adapters.s3_segments import S3Settings
 from kafscale_iceberg.dataplane.conversion import InvalidJsonSchemaError, RecordConverter
 from kafscale_iceberg.dataplane.partitioning import PartitioningError, check_partitioning
 from kafscale_iceberg.dataplane.reports import TaskAssignment, TaskReport, build_run_result, failed_result
+from kafscale_iceberg.dataplane.schemas import DEAD_LETTER_SCHEMA, with_field_ids
 from kafscale_iceberg.dataplane.tasks import (
     DEFAULT_MAX_TASK_BYTES,
     DEFAULT_MIN_TASK_BYTES,
@@ -268,7 +269,11 @@ def _check_plan(plan: RunPlan) -> None:
     try:
         fields = table_fields(plan.conversion.table_columns)
         check_partitioning(fields, plan.conversion.partition_by)
-        RecordConverter(topic=plan.topic, run_id=plan.run_id, settings=plan.conversion)
+        converter = RecordConverter(topic=plan.topic, run_id=plan.run_id, settings=plan.conversion)
+        with_field_ids(converter.schema, plan.table.field_ids, table=plan.table.identifier)
+        with_field_ids(
+            DEAD_LETTER_SCHEMA, plan.dead_letter_table.field_ids, table=plan.dead_letter_table.identifier
+        )
     except (PartitioningError, InvalidJsonSchemaError, ValueError) as exc:
         raise _InvalidPlanError(f"plan {plan.run_id}: {exc}") from exc
 

@@ -26,6 +26,8 @@ from kafscale_iceberg.dataplane.conversion import RecordConverter, corrupt_segme
 from kafscale_iceberg.dataplane.lfs import BlobReader, LfsStage
 from kafscale_iceberg.dataplane.parquet_files import RollingParquetWriter
 from kafscale_iceberg.dataplane.partitioning import split_by_partition
+from kafscale_iceberg.dataplane.prefetch import ObjectRequest, PrefetchLimits, prefetch_objects
+from kafscale_iceberg.dataplane.publishing import ConcurrentPublisher
 from kafscale_iceberg.dataplane.reports import (
     SegmentOutcome,
     SegmentWindow,
@@ -33,7 +35,7 @@ from kafscale_iceberg.dataplane.reports import (
     TaskReport,
     TaskTimings,
 )
-from kafscale_iceberg.dataplane.schemas import DEAD_LETTER_SCHEMA
+from kafscale_iceberg.dataplane.schemas import DEAD_LETTER_SCHEMA, with_field_ids
 from kafscale_iceberg.dataplane.storage import FileSink, ObjectReader, segment_uri
 from kafscale_iceberg.domain.runs import (
     CorruptSegmentPolicy,
@@ -43,7 +45,7 @@ from kafscale_iceberg.domain.runs import (
     RunPlan,
     SchemaMode,
 )
-from kafscale_iceberg.exceptions import KafscaleIcebergError, LfsBlobUnavailableError, SegmentFormatError
+from kafscale_iceberg.exceptions import LfsBlobUnavailableError, SegmentFormatError
 from kafscale_iceberg.segments.decode import FramedBatch, decode_segment
 
 # A task smaller than this costs more in scheduling than it saves in parallelism.
@@ -136,29 +138,38 @@ def run_task(
     reader: ObjectReader,
     sink: FileSink,
     blobs: BlobReader | None = None,
+    prefetch: PrefetchLimits | None = None,
 ) -> TaskReport:
     """Fetch, decode, filter, resolve LFS envelopes, convert and write one task's segments; never
     raises for bad data.
 
-    A corrupt segment (policy `fail`), a segment or LFS blob that cannot be read, or (strict mode) an
-    invalid record stops the task with a failure in the report; files it already published stay
-    under the run's prefix and are not listed. Unexpected errors (bugs, a full disk) propagate.
+    Segments are fetched ahead of the work (`prefetch`: GETs and bytes in flight, ranged parts) and
+    handled in (partition, base offset) order; finished files are published concurrently while the
+    task goes on. A corrupt segment (policy `fail`), a segment or LFS blob that cannot be read, or
+    (strict mode) an invalid record stops the task with a failure in the report, exactly where a
+    sequential read would have stopped; files it already published stay under the run's prefix and
+    are not listed. Unexpected errors (bugs, a full disk, a failed upload) propagate.
     `blobs` reads LFS blobs (needed when the plan's `lfs.mode` is resolve or hybrid).
     """
     conversion = plan.conversion
     lfs = LfsStage(conversion.lfs, reader=blobs)
+    publisher = ConcurrentPublisher(sink)
+    sink = publisher
     converter = RecordConverter(topic=plan.topic, run_id=plan.run_id, settings=conversion)
     data_writer = RollingParquetWriter(
         sink=sink,
         data_uri=plan.table.data_uri,
-        schema=converter.schema,
+        schema=with_field_ids(converter.schema, plan.table.field_ids, table=plan.table.identifier),
         task_index=task.index,
         target_file_size_bytes=conversion.target_file_size_bytes,
+        partition_file_min_bytes=conversion.partition_file_min_bytes,
     )
     dead_writer = RollingParquetWriter(
         sink=sink,
         data_uri=plan.dead_letter_table.data_uri,
-        schema=DEAD_LETTER_SCHEMA,
+        schema=with_field_ids(
+            DEAD_LETTER_SCHEMA, plan.dead_letter_table.field_ids, table=plan.dead_letter_table.identifier
+        ),
         task_index=task.index,
         target_file_size_bytes=conversion.target_file_size_bytes,
     )
@@ -166,19 +177,19 @@ def run_task(
     outcomes: list[SegmentOutcome] = []
     failure: RunFailure | None = None
     failure_at: tuple[int, int] | None = None
+    requests = [ObjectRequest(segment_uri(plan.source, w.key), w.size_bytes) for w in task.segments]
+    fetched = prefetch_objects(reader, requests, prefetch)
     try:
-        for window in task.segments:
-            uri = segment_uri(plan.source, window.key)
-            try:
-                data = reader.read_bytes(uri)
-            except KafscaleIcebergError as exc:
+        for window, item in zip(task.segments, fetched, strict=True):
+            if item.data is None:
                 failure = RunFailure(
                     kind=FailureKind.SEGMENT_UNAVAILABLE,
-                    message=f"segment {window.key} could not be read: {exc}",
+                    message=f"segment {window.key} could not be read: {item.error}",
                     segment_key=window.key,
                 )
                 failure_at = (window.partition, window.base_offset)
                 break
+            data = item.data
             clock.lap("read")
             try:
                 decoded = decode_segment(
@@ -202,6 +213,7 @@ def run_task(
             records = decoded.records
             kept = _in_window(records, window)
             written = dead_lettered = 0
+            conversion_failures: dict[str, int] = {}
             invalid = None
             try:
                 for part in lfs.parts(kept):
@@ -218,11 +230,13 @@ def run_task(
                     if invalid is not None and conversion.schema_mode is SchemaMode.STRICT:
                         break
                     for values, rows in split_by_partition(converted.rows, conversion.partition_by):
-                        data_writer.write(values, rows)
+                        data_writer.write(values, rows, kafka_partition=window.partition)
                     if converted.dead_letters.num_rows:
                         dead_writer.write({}, converted.dead_letters)
                     written += converted.rows.num_rows
                     dead_lettered += converted.dead_letters.num_rows
+                    for column, count in converted.conversion_failures.items():
+                        conversion_failures[column] = conversion_failures.get(column, 0) + count
                     clock.lap("write")
             except LfsBlobUnavailableError as exc:
                 clock.lap("lfs")
@@ -240,6 +254,7 @@ def run_task(
                     ),
                     segment_key=window.key,
                     record_id=invalid.record_id,
+                    column=invalid.column,
                 )
                 failure_at = (window.partition, invalid.offset)
                 break
@@ -252,11 +267,22 @@ def run_task(
                 dead_lettered=dead_lettered,
                 out_of_range=records.num_rows - kept.num_rows,
                 size=len(data),
+                header_keys_replaced=decoded.header_keys_replaced,
             )
-            outcomes.append(outcome.model_copy(update={"skipped_lfs": skipped, "lfs": lfs_counts}))
+            outcomes.append(
+                outcome.model_copy(
+                    update={
+                        "skipped_lfs": skipped,
+                        "lfs": lfs_counts,
+                        "conversion_failures": conversion_failures,
+                    }
+                )
+            )
+        fetched.close()
         if failure is not None:
             data_writer.abort()
             dead_writer.abort()
+            publisher.wait()
             return TaskReport(
                 task_index=task.index,
                 segments=tuple(outcomes),
@@ -266,10 +292,13 @@ def run_task(
             )
         data_files = data_writer.close()
         dead_files = dead_writer.close()
+        publisher.wait()
         clock.lap("write")
     except BaseException:
+        fetched.close()
         data_writer.abort()
         dead_writer.abort()
+        publisher.wait(raise_errors=False)
         raise
     finally:
         lfs.close()
@@ -303,6 +332,7 @@ def _outcome(
     dead_lettered: int,
     out_of_range: int,
     size: int,
+    header_keys_replaced: int = 0,
 ) -> SegmentOutcome:
     covered: list[tuple[int, int]] = []
     control = 0
@@ -331,6 +361,7 @@ def _outcome(
         records_dead_lettered=dead_lettered,
         out_of_range=out_of_range,
         control_batches=control,
+        header_keys_replaced=header_keys_replaced,
         first_offset=first_offset,
         last_offset=last_offset,
         max_timestamp_ms=max_timestamp,

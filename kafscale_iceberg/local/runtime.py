@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -87,18 +88,39 @@ def open_pipeline(
         # threads running intermittently killed the JVM launch (JAVA_GATEWAY_EXITED, ~1 in 7 here).
         runner.warm_up()
     observing = list(observers)
-    after_pass = None
+    after_pass: list[Callable[[], object]] = []
     if metrics is not None:
         observing.append(MetricsObserver(metrics))
-        after_pass = _status_gauges(assembly, metrics)
+        after_pass.append(_status_gauges(assembly, metrics))
+    if config.maintenance.enabled:
+        after_pass.append(maintenance_schedule(assembly))
     try:
         yield Pipeline(
-            assembly, runner, observer=Observers(observing) if observing else None, after_pass=after_pass
+            assembly,
+            runner,
+            observer=Observers(observing) if observing else None,
+            after_pass=_each(after_pass) if after_pass else None,
         )
     finally:
         close = getattr(runner, "close", None)
         if close is not None:
             close()
+
+
+def maintenance_schedule(assembly: Assembly) -> Callable[[], object]:
+    """Table maintenance every `maintenance.interval_seconds` (see `MaintenanceSchedule`)."""
+    from kafscale_iceberg.services.maintenance import MaintenanceSchedule  # noqa: PLC0415
+
+    interval = float(assembly.config.maintenance.interval_seconds)
+    return MaintenanceSchedule(assembly.maintenance, interval, clock=time.monotonic)
+
+
+def _each(steps: Sequence[Callable[[], object]]) -> Callable[[], None]:
+    def run_all() -> None:
+        for step in steps:
+            step()
+
+    return run_all
 
 
 def _status_gauges(assembly: Assembly, sink: MetricsSink) -> Callable[[], None]:

@@ -13,7 +13,7 @@ import json
 import random
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Literal
 from uuid import UUID
@@ -65,8 +65,32 @@ class WrittenSegment:
     blobs: tuple[str, ...] = ()
 
 
-def pizza_order(rng: random.Random, *, order_id: int, store_id: int, event_time_ms: int) -> bytes:
-    """One pizza-order event as compact JSON (~200 bytes) with an RFC 3339 event time."""
+TimeFormats = Literal["rfc3339", "mixed"]
+"""How generated events write `event_time`: RFC 3339 (`...T...Z`), or `mixed`: cycling through the
+forms people write - RFC 3339, `YYYY-MM-DD HH:MM:SS` (to the second) and `...THH:MM:SS.ffffff`
+without an offset (UTC wall time), `+0530` and `+05:30` offsets - all naming the same instant."""
+
+_INDIA = timezone(timedelta(hours=5, minutes=30))
+
+
+def format_event_time(when: datetime, form: int) -> str:
+    """`when` (UTC) written in form `form % 5` of the `mixed` time formats."""
+    form %= 5
+    if form == 0:
+        return when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    if form == 1:
+        return when.strftime("%Y-%m-%d %H:%M:%S")
+    if form == 2:
+        return when.replace(tzinfo=None).isoformat(timespec="microseconds")
+    local = when.astimezone(_INDIA).isoformat(timespec="milliseconds")
+    return local.replace("+05:30", "+0530") if form == 3 else local
+
+
+def pizza_order(
+    rng: random.Random, *, order_id: int, store_id: int, event_time_ms: int, time_form: int = 0
+) -> bytes:
+    """One pizza-order event as compact JSON (~200 bytes); `event_time` in form `time_form` of
+    `format_event_time` (0: RFC 3339 UTC)."""
     when = datetime.fromtimestamp(event_time_ms / 1000, tz=UTC)
     items = []
     total = 0.0
@@ -82,7 +106,7 @@ def pizza_order(rng: random.Random, *, order_id: int, store_id: int, event_time_
         "items": items,
         "total": round(total * rng.uniform(0.9, 1.1), 2),
         "status": rng.choice(_STATUSES),
-        "event_time": when.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        "event_time": format_event_time(when, time_form),
         "ordered_on": when.date().isoformat(),
     }
     return json.dumps(event, separators=(",", ":")).encode()
@@ -104,11 +128,13 @@ def generate_segments(
     lfs_blob_bytes: int = 256 * 1024,
     lfs_bucket: str = "kafscale",
     lfs_checksum_alg: ChecksumAlg = ChecksumAlg.SHA256,
+    time_formats: TimeFormats = "rfc3339",
 ) -> Iterator[GeneratedSegment]:
     """Build segments of pizza orders for every topic and partition, in key order.
 
     `codec="mixed"` cycles the batches through none, gzip, snappy, lz4 and zstd. With `headers`,
-    every record carries a `content-type` and a `trace-id` header. With `lfs_every` N > 0, every
+    every record carries a `content-type` and a `trace-id` header. `time_formats="mixed"` cycles
+    `event_time` through the forms people write (see `TimeFormats`). With `lfs_every` N > 0, every
     Nth record is produced through KafScale's LFS proxy: its value (the order with a padding
     `attachment` making it `lfs_blob_bytes` long) becomes a blob at the proxy's key
     (`{ns}/{topic}/lfs/YYYY/MM/DD/obj-{uuid}`, in `lfs_bucket`) and the record carries the
@@ -149,6 +175,7 @@ def generate_segments(
                             order_id=10_000_000 + offset * partitions + partition,
                             store_id=store,
                             event_time_ms=clock,
+                            time_form=offset if time_formats == "mixed" else 0,
                         )
                         if lfs_every > 0 and offset % lfs_every == lfs_every - 1:
                             value = _through_lfs_proxy(

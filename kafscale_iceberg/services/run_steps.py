@@ -23,14 +23,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from kafscale_iceberg.adapters.documents import DocumentStore
+from kafscale_iceberg.adapters.documents import DocumentMissingError, DocumentStore
 from kafscale_iceberg.config import RunsConfig
+from kafscale_iceberg.domain.field_ids import field_ids_uri
 from kafscale_iceberg.domain.jobs import JobState, JobStatus
 from kafscale_iceberg.domain.leases import LeaseGrant
 from kafscale_iceberg.domain.runs import RunPlan, RunResult
 from kafscale_iceberg.domain.tickets import OUTCOME_NAME, RunOutcome, RunTicket, run_document_uri
-from kafscale_iceberg.exceptions import KafscaleIcebergError, LeaseLostError
+from kafscale_iceberg.exceptions import FieldIdMismatchError, KafscaleIcebergError, LeaseLostError
 from kafscale_iceberg.ports import CheckpointStore
+from kafscale_iceberg.services.backoff import BackoffRecords
 from kafscale_iceberg.services.commit import CommitOutcome, CommitService, TablePolicy
 
 logger = logging.getLogger(__name__)
@@ -153,7 +155,13 @@ class RunSteps:
         result = RunResult.model_validate_json(self._documents.read_text(plan.result_uri))
         policy = self._mapping_policy(ticket.topic) if self._mapping_policy else None
         grant = self._hold_or_reclaim(ticket)
-        outcome = self._commits.commit_run(plan, result, grant, policy)
+        try:
+            outcome = self._commits.commit_run(plan, result, grant, policy)
+        except FieldIdMismatchError:
+            self._record_field_ids(plan)  # so the next attempt is planned with the table's ids
+            raise
+        if outcome.table_committed or outcome.dead_letter_committed or not self._field_ids_recorded(plan):
+            self._record_field_ids(plan)
         logger.info(
             "run committed",
             extra={
@@ -188,24 +196,36 @@ class RunSteps:
             return claimed
         return ticket.grant
 
+    def _record_field_ids(self, plan: RunPlan) -> None:
+        """Write `field-ids.json` for the plan's topic from its tables' schemas. Idempotent."""
+        assert self._commits is not None
+        known = self._commits.field_ids((plan.table.identifier, plan.dead_letter_table.identifier))
+        uri = field_ids_uri(self._runs.location, plan.topic)
+        self._documents.write_text(uri, known.model_dump_json())
+
+    def _field_ids_recorded(self, plan: RunPlan) -> bool:
+        return self._documents.exists(field_ids_uri(self._runs.location, plan.topic))
+
     def abort(self, ticket: RunTicket, reason: str) -> AbortResult:
-        """Cancel the run's job if it still runs, record the failed attempt with the locations of the
-        files the run wrote (never committed unless a commit of this run landed: for cleanup), release
-        the lease if still ours, and decide the retry. Idempotent."""
+        """Cancel the run's job if it still runs, record the failed attempt (with where the run wrote
+        its files: never committed unless a commit of this run landed, so safe to clean up) and the
+        topic's backoff, release the lease if still ours, and decide the retry. Idempotent."""
         if ticket.job_id is not None:
             self._cancel_abandoned(ticket.topic, ticket.run_id, ticket.job_id)
+        plan = self._read_plan(ticket)
         outcome = RunOutcome(
             status="aborted",
             reason=reason,
             attempt=ticket.attempt,
             job_id=ticket.job_id,
             ended_at_ms=int(self._clock() * 1000),
-            written_under=self._written_under(ticket),
+            written_under=() if plan is None else (plan.table.data_uri, plan.dead_letter_table.data_uri),
         )
         uri = run_document_uri(self._runs.location, ticket.topic, ticket.run_id, OUTCOME_NAME)
         self._documents.write_text(uri, outcome.model_dump_json())
+        # Before the release: a launcher claiming the topic right after must see the backoff.
+        failures = self._record_backoff(ticket, plan, reason)
         released = self._checkpoints.release_lease(ticket.grant)
-        failures = ticket.attempt + 1
         alarm = failures >= self._runs.max_consecutive_failures
         log = logger.error if alarm else logger.warning
         log(
@@ -237,14 +257,25 @@ class RunSteps:
                 extra={"topic": topic, "run_id": run_id, "job_id": job_id, "error": str(exc)},
             )
 
-    def _written_under(self, ticket: RunTicket) -> tuple[str, ...]:
-        """Where the run's job writes its data files (the plan's per-run table locations)."""
+    def _read_plan(self, ticket: RunTicket) -> RunPlan | None:
         try:
-            plan = RunPlan.model_validate_json(self._documents.read_text(ticket.plan_uri))
-        except Exception:  # an abort must not fail on a missing or unreadable plan
-            logger.warning("plan unreadable; the run's file locations are not recorded", exc_info=True)
-            return ()
-        return (plan.table.data_uri, plan.dead_letter_table.data_uri)
+            return RunPlan.model_validate_json(self._documents.read_text(ticket.plan_uri))
+        except DocumentMissingError:
+            return None
+
+    def _record_backoff(self, ticket: RunTicket, plan: RunPlan | None, reason: str) -> int:
+        """Count the failure in the topic's backoff document (honoured by the launcher); the streak."""
+        if plan is None:
+            return ticket.attempt + 1  # no plan, no starts to key the streak on: the attempt counts
+        backoff = BackoffRecords(self._documents, self._runs).record_failure(
+            ticket.topic,
+            starts=plan.start_offsets(),
+            run_id=ticket.run_id,
+            reason=reason,
+            attempt=ticket.attempt,
+            now_s=self._clock(),
+        )
+        return backoff.failures
 
 
 def _job_id(ticket: RunTicket) -> str:
