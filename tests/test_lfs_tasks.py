@@ -622,3 +622,12 @@ def test_off_mode_leaves_envelopes_alone(topic: Topic) -> None:
     outcome = topic.run(None, mode=LfsMode.OFF, store_metadata=False)
     assert outcome.row(offset)["value"] == topic.proxied[offset].value
     assert outcome.result.counts.lfs.resolved == 0
+
+
+def test_conversion_failures_are_counted_beside_lfs_dead_letters(topic: Topic, blobs: S3BlobReader) -> None:
+    tampered = topic.blob(SMALL, upload=b"tampered")
+    mistyped = topic.plain(b'{"n": "not a number"}')
+    outcome = topic.run(blobs, mode=LfsMode.RESOLVE, columns=(ColumnSpec(name="n", type=ColumnType.LONG),))
+    assert outcome.dead_letter(tampered)["error_kind"] == "lfs_checksum"
+    assert outcome.row(mistyped)["n"] is None
+    assert outcome.result.counts.conversion_failures == {"n": 1}
