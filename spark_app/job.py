@@ -32,7 +32,7 @@ import time
 import traceback
 import zipimport
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from urllib.parse import urlparse
 
@@ -44,6 +44,7 @@ from kafscale_iceberg.adapters.documents import DocumentStore, join_uri
 from kafscale_iceberg.adapters.s3_segments import S3Settings
 from kafscale_iceberg.dataplane.conversion import InvalidJsonSchemaError, RecordConverter
 from kafscale_iceberg.dataplane.partitioning import PartitioningError, check_partitioning
+from kafscale_iceberg.dataplane.prefetch import PrefetchLimits
 from kafscale_iceberg.dataplane.reports import TaskAssignment, TaskReport, build_run_result, failed_result
 from kafscale_iceberg.dataplane.tasks import (
     DEFAULT_MAX_TASK_BYTES,
@@ -77,11 +78,15 @@ _MAX_MESSAGE = 4000
 
 @dataclass(frozen=True)
 class TaskSizing:
-    """How a run is cut into tasks; `max_tasks` None = `TASKS_PER_CORE` x Spark's default parallelism."""
+    """How a run is cut into tasks; `max_tasks` None = `TASKS_PER_CORE` x Spark's default parallelism.
+
+    `prefetch` is how far ahead each task reads its segments (`max_in_flight=1`: one at a time).
+    """
 
     max_tasks: int | None = None
     min_task_bytes: int = DEFAULT_MIN_TASK_BYTES
     max_task_bytes: int = DEFAULT_MAX_TASK_BYTES
+    prefetch: PrefetchLimits = field(default_factory=PrefetchLimits)
 
 
 def build_session(
@@ -113,13 +118,15 @@ class TaskRunner:
     plan_json: str
     tasks: tuple[TaskAssignment, ...]
     s3: S3Settings
+    prefetch: PrefetchLimits = field(default_factory=PrefetchLimits)
 
     def __call__(self, task_indexes: Iterable[int]) -> Iterator[str]:
         prepare_worker()
         plan = RunPlan.model_validate_json(self.plan_json)
         reader, sink = _worker_stores(self.s3)
         for task_index in task_indexes:
-            yield run_task(plan, self.tasks[task_index], reader=reader, sink=sink).model_dump_json()
+            report = run_task(plan, self.tasks[task_index], reader=reader, sink=sink, prefetch=self.prefetch)
+            yield report.model_dump_json()
 
 
 @functools.cache
@@ -214,7 +221,9 @@ def run_job(
         )
         reports: list[TaskReport] = []
         if tasks:
-            runner = TaskRunner(plan_json=plan.model_dump_json(), tasks=tasks, s3=settings)
+            runner = TaskRunner(
+                plan_json=plan.model_dump_json(), tasks=tasks, s3=settings, prefetch=sizing.prefetch
+            )
             reports = run_tasks(spark, runner)
         result = build_run_result(plan, reports, _timings(started_ms, clock, session_start_s))
     except _InvalidPlanError as exc:

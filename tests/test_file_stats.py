@@ -29,6 +29,7 @@ from kafscale_iceberg.adapters.data_files import StagedFileStore
 from kafscale_iceberg.adapters.iceberg_catalog import load_iceberg_catalog
 from kafscale_iceberg.adapters.iceberg_data_files import (
     MetricsNeedFooterError,
+    TableMetrics,
     data_file_from_stats,
     data_files_to_add,
 )
@@ -182,7 +183,7 @@ def test_carried_metrics_equal_pyiceberg_from_the_footer(
     from_footer = parquet_file_to_data_file(table.io, table.metadata, written.uri)
     carried = None
     with contextlib.suppress(MetricsNeedFooterError):
-        carried = data_file_from_stats(table.metadata, written, written.stats)
+        carried = data_file_from_stats(TableMetrics(table.metadata), written, written.stats)
 
     if carried is None:  # only a cut bound the table's metrics mode needs sends a file to its footer
         assert any(c.lower_cut or c.upper_cut for c in written.stats.columns)
@@ -205,7 +206,7 @@ def test_long_bounds_are_carried_cut_and_still_give_truncated_bounds(
     assert len(name.lower or "") < 4 * CARRIED_PREFIX * 2
 
     table = tables["default"]
-    carried = data_file_from_stats(table.metadata, written, written.stats)
+    carried = data_file_from_stats(TableMetrics(table.metadata), written, written.stats)
     assert _fields(carried) == _fields(parquet_file_to_data_file(table.io, table.metadata, written.uri))
     # A full-metrics column cannot be given from a cut bound: that file's footer is read instead.
     full = tables["full"]
