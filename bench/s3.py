@@ -6,7 +6,7 @@ latency per request, default 30 ms, and a per-connection bandwidth cap, default 
 docs/benchmarks.md for why these numbers). Same data, same run, so the ratios are what count:
 
 - **job**: `spark_app.job.run_job` on local[2] over `--partitions` x `--segments` segments of
-  ~126 KB (450 pizza orders each, uncompressed), segments read from S3 and files written to S3:
+  ~126 KB (510 pizza orders each, uncompressed), segments read from S3 and files written to S3:
   without latency, with latency (tasks read ahead: the default), and with latency reading one
   segment at a time (`max_in_flight=1`, what tasks did before). Best of `--rounds`, interleaved.
 - **commit**: one table commit of `--files` data files (the commit step's `ensure_table`,
@@ -85,6 +85,7 @@ class Endpoints:
     direct: S3Settings
     slow: S3Settings
     bucket: str
+    proxy: LatencyProxy
 
 
 def best(samples: list[float]) -> float:
@@ -97,15 +98,15 @@ def best(samples: list[float]) -> float:
 def upload_segments(
     endpoints: Endpoints, *, partitions: int, segments: int
 ) -> dict[int, list[PlannedSegment]]:
-    """~126 KB segments (9 batches of 50 orders, no compression) in the bucket; the planned view."""
+    """~126 KB segments (10 batches of 51 orders, no compression) in the bucket; the planned view."""
     client = make_s3_client(endpoints.direct)
     generated = list(
         generate_segments(
             topics=(TOPIC,),
             partitions=partitions,
             segments=segments,
-            batches_per_segment=9,
-            records_per_batch=50,
+            batches_per_segment=10,
+            records_per_batch=51,
             codec=Codec.NONE,
             namespace=NAMESPACE,
         )
@@ -168,11 +169,20 @@ def bench_job(endpoints: Endpoints, *, partitions: int, segments: int, rounds: i
     megabytes = sum(s.size_bytes for ss in planned.values() for s in ss) / 1e6
     count = sum(len(s) for s in planned.values())
     print(f"job: {count} segments, {megabytes:.1f} MB ({megabytes * 1e3 / count:.0f} KB each)", flush=True)
-    configs: dict[str, tuple[str, TaskSizing]] = {
-        "no latency": (write_job_plan(endpoints, endpoints.direct, "direct", planned), TaskSizing()),
-        "latency, read ahead": (write_job_plan(endpoints, endpoints.slow, "slow", planned), TaskSizing()),
+    configs: dict[str, tuple[str, S3Settings, TaskSizing]] = {
+        "no latency": (
+            write_job_plan(endpoints, endpoints.direct, "direct", planned),
+            endpoints.direct,
+            TaskSizing(),
+        ),
+        "latency, read ahead": (
+            write_job_plan(endpoints, endpoints.slow, "slow", planned),
+            endpoints.slow,
+            TaskSizing(),
+        ),
         "latency, one at a time": (
             write_job_plan(endpoints, endpoints.slow, "slow", planned),
+            endpoints.slow,
             TaskSizing(prefetch=PrefetchLimits(max_in_flight=1)),
         ),
     }
@@ -184,12 +194,12 @@ def bench_job(endpoints: Endpoints, *, partitions: int, segments: int, rounds: i
     spark.sparkContext.setLogLevel("ERROR")
     seconds: dict[str, list[float]] = {name: [] for name in configs}
     try:
-        for uri, sizing in configs.values():  # warm: workers, numba caches, clients
-            run_job(spark, uri, sizing=sizing)
+        for uri, settings, sizing in configs.values():  # warm: workers, numba caches, clients
+            run_job(spark, uri, s3=settings, sizing=sizing)
         for number in range(1, rounds + 1):
-            for name, (uri, sizing) in configs.items():
+            for name, (uri, settings, sizing) in configs.items():
                 started = time.perf_counter()
-                result = run_job(spark, uri, sizing=sizing)
+                result = run_job(spark, uri, s3=settings, sizing=sizing)
                 seconds[name].append(time.perf_counter() - started)
                 assert result.status.value == "succeeded", result.failure
             print(
@@ -261,6 +271,7 @@ def bench_commit(endpoints: Endpoints, workdir: Path, *, files: int, rounds: int
     )
     committer = IcebergTableCommitter(load_iceberg_catalog(settings))
     seconds: dict[str, list[float]] = {"carried metrics": [], "footers": []}
+    requests: dict[str, int] = {}
     for number in range(rounds):
         for name, samples in seconds.items():
             spec = TableSpec(
@@ -270,6 +281,7 @@ def bench_commit(endpoints: Endpoints, workdir: Path, *, files: int, rounds: int
             )
             committer.ensure_table(spec)
             carried = tuple(written) if name == "carried metrics" else ()
+            before = endpoints.proxy.requests
             started = time.perf_counter()
             committer.ensure_table(spec)
             state = committer.read_state(spec.identifier, TOPIC)
@@ -286,9 +298,13 @@ def bench_commit(endpoints: Endpoints, workdir: Path, *, files: int, rounds: int
                 ),
             )
             samples.append(time.perf_counter() - started)
+            requests[name] = endpoints.proxy.requests - before
     for name, values in seconds.items():
         listed = ", ".join(f"{v:.3f}" for v in values)
-        print(f"commit of {files} files, {name:16s}: best {best(values):.3f} s ({listed})")
+        print(
+            f"commit of {files} files, {name:16s}: best {best(values):.3f} s ({listed}); "
+            f"{requests[name]} S3 requests"
+        )
     return {name: best(values) for name, values in seconds.items()}
 
 
@@ -329,20 +345,25 @@ def bench_planning(endpoints: Endpoints, workdir: Path, *, partitions: int, roun
     )
     concurrency = launch.PLANNING_CONCURRENCY
     seconds: dict[str, list[float]] = {"concurrent": [], "one partition at a time": []}
+    requests: dict[str, int] = {}
     try:
         for _ in range(rounds):
             for name, samples in seconds.items():
                 launch.PLANNING_CONCURRENCY = concurrency if name == "concurrent" else 1
+                before = endpoints.proxy.requests
                 started = time.perf_counter()
                 outcome = launcher.launch(PLANNING_TOPIC)
                 samples.append(time.perf_counter() - started)
+                requests[name] = endpoints.proxy.requests - before
                 assert outcome.status is LaunchStatus.STARTED, outcome
                 assert outcome.ticket is not None
                 store.release_lease(outcome.ticket.grant)
     finally:
         launch.PLANNING_CONCURRENCY = concurrency
     for name, values in seconds.items():
-        print(f"planning {partitions} partitions, {name:24s}: best {best(values):.3f} s")
+        print(
+            f"planning {partitions} partitions, {name:24s}: best {best(values):.3f} s; {requests} S3 requests"
+        )
     return {name: best(values) for name, values in seconds.items()}
 
 
@@ -361,6 +382,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     workdir = Path(tempfile.mkdtemp(prefix="bench-s3-"))
     moto = start_moto()
+    # A client made without an endpoint must reach moto, never AWS.
+    os.environ["AWS_ENDPOINT_URL"] = moto.url
     proxy = LatencyProxy.for_url(
         moto.url, latency_s=args.latency_ms / 1000, bandwidth_bytes_per_s=args.bandwidth_mb_per_s * 1e6
     )
@@ -370,6 +393,7 @@ def main(argv: list[str] | None = None) -> int:
             direct=S3Settings(endpoint_url=moto.url, region=moto.region, path_style=True),
             slow=S3Settings(endpoint_url=proxy.url, region=moto.region, path_style=True),
             bucket="bench-s3",
+            proxy=proxy,
         )
         make_s3_client(endpoints.direct).create_bucket(Bucket=endpoints.bucket)
         print(
