@@ -167,6 +167,7 @@ def _fields(data_file: IcebergDataFile) -> dict[str, Any]:
     return values
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     rows=st.lists(_row, min_size=1, max_size=40),

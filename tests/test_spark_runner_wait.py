@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from pyspark.sql import SparkSession
 
 from kafscale_iceberg.domain.jobs import JobState
@@ -12,6 +13,7 @@ from kafscale_iceberg.local.spark_runner import LocalSparkJobRunner
 from tests.support.spark_job import SegmentFolder, make_plan, write_plan
 
 
+@pytest.mark.slow
 def test_wait_returns_when_the_job_ends(tmp_path: Path, spark: SparkSession) -> None:
     folder = SegmentFolder(tmp_path / "segments")
     folder.add_orders(0, 0, 20)
