@@ -51,6 +51,7 @@ COLUMNS = (
     ColumnSpec(name="blob", type=ColumnType.BINARY),
     ColumnSpec(name="at", type=ColumnType.TIMESTAMP),
     ColumnSpec(name="on", type=ColumnType.DATE),
+    ColumnSpec(name="at_utc", type=ColumnType.TIMESTAMPTZ),
     ColumnSpec(name="big", type=ColumnType.LONG, required=True),
 )
 FIELDS = table_fields(COLUMNS)
@@ -86,6 +87,9 @@ _row = st.fixed_dictionaries(
         "blob": _nullable(st.binary(max_size=100) | st.just(b"\xff" * 70)),
         "at": _nullable(st.datetimes(dt.datetime(1900, 1, 1), dt.datetime(2200, 1, 1))),
         "on": _nullable(st.dates(dt.date(1800, 1, 1), dt.date(2300, 1, 1))),
+        "at_utc": _nullable(
+            st.datetimes(dt.datetime(1900, 1, 1), dt.datetime(2200, 1, 1), timezones=st.just(dt.UTC))
+        ),
         "big": st.integers(-(2**63), 2**63 - 1),
     }
 )
@@ -239,3 +243,22 @@ def test_carried_metrics_need_no_footer_read(tables: dict[str, Table], tmp_path:
     assert built.record_count == 1
     with pytest.raises(FileNotFoundError):
         data_files_to_add(table.metadata, table.io, [written.uri], {})
+
+
+def test_files_with_columns_without_carried_metrics_are_read_from_their_footers(
+    tables: dict[str, Table], tmp_path: Path
+) -> None:
+    schema = SCHEMA.append(pa.field("amount", pa.decimal128(10, 2)))
+    writer = RollingParquetWriter(
+        sink=StagedFileStore(),
+        data_uri=str(tmp_path),
+        schema=schema,
+        task_index=0,
+        target_file_size_bytes=1 << 30,
+    )
+    row = dict.fromkeys(schema.names)
+    row.update(record_id="r", topic="orders", partition=0, offset=1, timestamp_ms=0, big=3)
+    writer.write({}, pa.Table.from_pylist([row], schema=schema))
+    (written,) = writer.close()
+
+    assert written.stats is None

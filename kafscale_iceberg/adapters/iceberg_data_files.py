@@ -19,7 +19,7 @@ import base64
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 import pyarrow as pa
@@ -45,6 +45,7 @@ from kafscale_iceberg.dataplane.schemas import arrow_type
 from kafscale_iceberg.domain.runs import ColumnStats, ColumnType, DataFile, FileStats
 
 _EPOCH = datetime(1970, 1, 1)
+_EPOCH_UTC = datetime(1970, 1, 1, tzinfo=UTC)
 _EPOCH_DAY = date(1970, 1, 1)
 _UNPACK = {
     ColumnType.INT: "<i",
@@ -190,4 +191,6 @@ def _decode(column: ColumnStats, encoded: str | None) -> Any:
         return _EPOCH_DAY + timedelta(days=struct.unpack("<i", data)[0])
     if kind is ColumnType.TIMESTAMP:
         return _EPOCH + timedelta(microseconds=struct.unpack("<q", data)[0])
+    if kind is ColumnType.TIMESTAMPTZ:
+        return _EPOCH_UTC + timedelta(microseconds=struct.unpack("<q", data)[0])
     return struct.unpack(_UNPACK[kind], data)[0]
