@@ -31,7 +31,9 @@ _COLUMN_TYPES: Mapping[pa.DataType, ColumnType] = {
     pa.float32(): ColumnType.FLOAT,
     pa.float64(): ColumnType.DOUBLE,
     pa.string(): ColumnType.STRING,
+    pa.large_string(): ColumnType.STRING,
     pa.binary(): ColumnType.BINARY,
+    pa.large_binary(): ColumnType.BINARY,
     pa.timestamp("us"): ColumnType.TIMESTAMP,
     pa.timestamp("us", "UTC"): ColumnType.TIMESTAMPTZ,
     pa.date32(): ColumnType.DATE,
@@ -50,10 +52,10 @@ _PACK = {
 def file_stats(metadata: pq.FileMetaData, schema: pa.Schema) -> FileStats | None:
     """The metrics of a closed Parquet file from its in-memory footer; `schema` is what was written.
 
-    None when a column is not a flat type listed here (nested, decimal, uuid columns): the commit
-    step then reads that file's footer, as `add_files` does.
+    None when a column is nested or of a type without carried metrics here (decimal, uuid): the
+    commit step then reads that file's footer, as for results without statistics.
     """
-    if any(field.type not in _COLUMN_TYPES for field in schema):
+    if any(_COLUMN_TYPES.get(f.type) is None for f in schema):
         return None
     split_offsets: list[int] = []
     columns = []
