@@ -428,3 +428,25 @@ def test_status_command_names_an_unreadable_config(
 def test_unmapped_topics_are_refused(sqlite_world: World) -> None:
     with pytest.raises(UnmappedTopicError, match="'payments' has no mapping"):
         sqlite_world.status.report(["payments"])
+
+
+def test_conversion_failures_are_summed_over_the_topics_commits_and_printed(
+    sqlite_world: World, capsys: pytest.CaptureFixture[str]
+) -> None:
+    world = sqlite_world
+    for base in (0, 10):
+        world.put(0, base, 10)
+    for (start, end), failures in (((-1, 9), {"at": 2, "total": 1}), ((9, 19), {"at": 3})):
+        plan = world.runs.plan({0: (start, end)})
+        result = world.runs.result(plan)
+        result = result.model_copy(
+            update={"counts": result.counts.model_copy(update={"conversion_failures": failures})}
+        )
+        CommitService(world.tables, world.store).commit_run(
+            plan, result, world.claim(plan.run_id), TablePolicy(create_table_if_missing=True)
+        )
+
+    assert world.topic().conversion_failures == {"at": 5, "total": 1}
+    assert main(["status", "--config", str(_config_file(world))]) == 0
+    out = capsys.readouterr().out
+    assert "  not converted at 5, total 1 (stored null; the value column keeps them)" in out.splitlines()

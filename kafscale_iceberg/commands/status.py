@@ -85,6 +85,9 @@ def _render_topic(topic: TopicStatus) -> str:
             f"last maintenance {_time(health.last_maintenance_ms)}, "
             f"last compaction {_time(health.last_compaction_ms)}"
         )
+    if topic.conversion_failures:
+        listed = ", ".join(f"{column} {count}" for column, count in topic.conversion_failures.items())
+        lines.append(f"  not converted {listed} (stored null; the value column keeps them)")
     rows: list[Sequence[str]] = [
         ("partition", "committed", "table", "store", "newest", "lag", "lag_s", "pending", "store updated")
     ]

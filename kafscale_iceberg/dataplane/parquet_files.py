@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from kafscale_iceberg.dataplane.file_stats import file_stats
 from kafscale_iceberg.dataplane.partitioning import PartitionKey
 from kafscale_iceberg.dataplane.storage import FileSink, join_uri
 from kafscale_iceberg.domain.runs import DataFile
@@ -213,6 +214,8 @@ class RollingParquetWriter:
         series.current = None
         current.writer.close()
         size = os.path.getsize(current.staging)
+        # The footer pyarrow just wrote, still in memory: the commit step needs no footer read.
+        stats = file_stats(current.writer.writer.metadata, self._schema)
         self._sink.publish(current.staging, current.uri)
         self._files.append(
             DataFile(
@@ -220,6 +223,7 @@ class RollingParquetWriter:
                 record_count=current.rows,
                 size_bytes=size,
                 partition_values=dict(series.values),
+                stats=stats,
             )
         )
 

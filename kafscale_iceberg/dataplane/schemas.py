@@ -25,17 +25,37 @@ _ARROW_TYPES: dict[ColumnType, pa.DataType] = {
     ColumnType.BINARY: pa.binary(),
     ColumnType.TIMESTAMP: pa.timestamp("us"),
     ColumnType.DATE: pa.date32(),
+    ColumnType.TIMESTAMPTZ: pa.timestamp("us", "UTC"),
+    ColumnType.UUID: pa.binary(16),  # Parquet FIXED_LEN_BYTE_ARRAY(16): what Iceberg `uuid` reads
 }
 
 
 def arrow_type(column_type: ColumnType) -> pa.DataType:
-    """The Arrow type a column of `column_type` is written with."""
+    """The Arrow type a column of `column_type` is written with (types without parts only)."""
     return _ARROW_TYPES[column_type]
+
+
+def column_arrow_type(column: ColumnSpec) -> pa.DataType:
+    """The Arrow type of a mapping column, parts included: `decimal128(P, S)`, structs, lists and
+    maps (string keys) whose parts are all nullable (Iceberg `optional`)."""
+    if column.type is ColumnType.DECIMAL:
+        return pa.decimal128(column.precision or 1, column.scale or 0)
+    if column.type is ColumnType.STRUCT:
+        return pa.struct([pa.field(f.name, column_arrow_type(f)) for f in column.fields])
+    if column.type is ColumnType.LIST and column.element is not None:
+        return pa.list_(column_arrow_type(column.element))
+    if column.type is ColumnType.MAP and column.value is not None:
+        return pa.map_(pa.string(), column_arrow_type(column.value))
+    return _ARROW_TYPES[column.type]
+
+
+def _field_arrow_type(field: FieldSpec) -> pa.DataType:
+    return column_arrow_type(field.column) if field.column is not None else arrow_type(field.type)
 
 
 def arrow_schema(fields: Sequence[FieldSpec]) -> pa.Schema:
     """An Arrow schema for `fields`: required fields are non-nullable, no field-id metadata."""
-    return pa.schema([pa.field(f.name, arrow_type(f.type), nullable=not f.required) for f in fields])
+    return pa.schema([pa.field(f.name, _field_arrow_type(f), nullable=not f.required) for f in fields])
 
 
 def data_schema(columns: Sequence[ColumnSpec]) -> pa.Schema:

@@ -11,7 +11,7 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TextIO
@@ -202,6 +202,7 @@ class ProgressPrinter:
         if report.end is RunEnd.COMMITTED:
             extra = f", {report.dead_lettered} dead-lettered" if report.dead_lettered else ""
             extra += f", {report.quarantined} segments quarantined" if report.quarantined else ""
+            extra += lfs_summary(report.lfs_resolved, report.skipped_lfs, report.lfs_errors)
             self._print(
                 f"  {report.topic}: run {_short(report.run_id)} committed {report.records} records{extra} "
                 f"in {report.seconds:.1f} s; offsets {_offsets(report.offsets)}"
@@ -214,6 +215,15 @@ class ProgressPrinter:
 
     def _print(self, line: str) -> None:
         print(line, file=self._stream, flush=True)
+
+
+def lfs_summary(resolved: int, skipped: int, errors: Mapping[str, int]) -> str:
+    """`, 3 LFS blobs resolved, 1 LFS envelope skipped, LFS dead letters: missing_blob 2` (or "")."""
+    text = f", {resolved} LFS blobs resolved" if resolved else ""
+    text += f", {skipped} LFS envelopes skipped" if skipped else ""
+    if errors:
+        text += ", LFS dead letters: " + ", ".join(f"{r} {n}" for r, n in sorted(errors.items()))
+    return text
 
 
 def _short(run_id: str) -> str:

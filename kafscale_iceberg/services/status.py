@@ -38,7 +38,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from kafscale_iceberg.config import KafscaleConfig
@@ -85,6 +85,8 @@ class TableStatusReader(Protocol):
     def read_state(self, table: str, topic: str) -> TableState: ...
 
     def last_commit_ms(self, table: str, topic: str) -> int | None: ...
+
+    def conversion_failures(self, table: str, topic: str) -> dict[str, int]: ...
 
 
 class TableHealthReader(Protocol):
@@ -180,6 +182,9 @@ class TopicStatus:
     partitions: tuple[PartitionStatus, ...]
     health: TableHealth | None = None
     """The table's files, small files, snapshots, last maintenance and compaction (when read)."""
+    conversion_failures: dict[str, int] = field(default_factory=dict)
+    """Per mapping column, committed values stored null because they did not convert (over the
+    table's retained snapshots)."""
 
     @property
     def run_in_flight(self) -> str | None:
@@ -204,6 +209,7 @@ class TopicStatus:
             "run_in_flight": self.run_in_flight,
             "consecutive_failures": self.consecutive_failures,
             "lag_records": self.lag_records,
+            "conversion_failures": dict(self.conversion_failures),
             "partitions": [p.to_json() for p in self.partitions],
             "table_health": _health_json(self.health),
         }
@@ -263,8 +269,9 @@ class StatusService:
         try:
             state: TableState | None = self._tables.read_state(mapping.table, topic)
             table_commit_ms = self._tables.last_commit_ms(mapping.table, topic)
+            conversion_failures = self._tables.conversion_failures(mapping.table, topic)
         except TableMissingError:
-            state, table_commit_ms = None, None
+            state, table_commit_ms, conversion_failures = None, None, {}
         table_offsets = state.marker.offsets if state is not None else None
         store = self._checkpoints.load_committed_offsets(topic)
         holder = self._checkpoints.read_lease_holder(topic)
@@ -302,6 +309,7 @@ class StatusService:
             consecutive_failures=failures,
             partitions=partitions,
             health=self._table_health(mapping.table) if state is not None else None,
+            conversion_failures=conversion_failures,
         )
 
     def _table_health(self, table: str) -> TableHealth | None:
