@@ -474,6 +474,7 @@ S3_ACCESS = {
     ("LauncherRole", "s3:GetObject", "field ids"),
     ("LauncherRole", "s3:PutObject", "field ids"),
     ("AbortRole", "s3:PutObject", "field ids"),
+    ("AbortRole", "s3:GetObject", "field ids"),
     ("StartJobRole", "s3:GetObject", "field ids"),
     ("ReplayRole", "s3:GetObject", "field ids"),
     ("EmrJobRole", "s3:GetObject", "field ids"),
