@@ -19,13 +19,17 @@ from kafscale_iceberg.exceptions import ConfigError
 if TYPE_CHECKING:
     from kafscale_iceberg.adapters.emr_serverless import EmrServerlessJobRunner
     from kafscale_iceberg.adapters.http_registry import HttpSchemaRegistry
+    from kafscale_iceberg.adapters.iceberg_maintenance import IcebergTableMaintainer
     from kafscale_iceberg.adapters.iceberg_tables import IcebergTableCommitter
-    from kafscale_iceberg.adapters.sqs_queues import SqsWorkQueue
+    from kafscale_iceberg.adapters.sqs_queues import SqsRedelivery, SqsWorkQueue
     from kafscale_iceberg.adapters.step_functions import StepFunctionsRunStarter
+    from kafscale_iceberg.domain.leases import LeaseGrant
+    from kafscale_iceberg.domain.runs import RunPlan, RunResult
     from kafscale_iceberg.ports import CheckpointStore
     from kafscale_iceberg.services.commit import CommitService, TablePolicy
     from kafscale_iceberg.services.discovery import MetadataSource, TopicDiscovery
     from kafscale_iceberg.services.launch import Launcher, RunStarter
+    from kafscale_iceberg.services.maintenance import MaintenanceService
     from kafscale_iceberg.services.reconcile import Reconciler, RunTracker, TopicSignaller
     from kafscale_iceberg.services.route import Router
     from kafscale_iceberg.services.run_steps import JobRunner, RunSteps
@@ -171,6 +175,15 @@ class Assembly:
         return SqsWorkQueue(boto3.client("sqs", region_name=self.config.s3.region or None), url)
 
     @cached_property
+    def sqs_redelivery(self) -> SqsRedelivery:
+        """Shortens a received message's visibility (the router's `.kfs` before its `.index`)."""
+        import boto3  # noqa: PLC0415
+
+        from kafscale_iceberg.adapters.sqs_queues import SqsRedelivery  # noqa: PLC0415
+
+        return SqsRedelivery(boto3.client("sqs", region_name=self.config.s3.region or None))
+
+    @cached_property
     def router(self) -> Router:
         from kafscale_iceberg.services.route import Router, RouterSettings  # noqa: PLC0415
 
@@ -201,8 +214,9 @@ class Assembly:
             boto3.client("stepfunctions", region_name=self.config.s3.region or None), arn
         )
 
-    def make_launcher(self, starter: RunStarter) -> Launcher:
-        """A launcher handing its runs to `starter`."""
+    def make_launcher(self, starter: RunStarter, *, repair_from_table: bool = False) -> Launcher:
+        """A launcher handing its runs to `starter`; `repair_from_table` (one machine: pyiceberg is
+        loaded anyway) has it set the checkpoint store to the table's offsets before each plan starts."""
         from kafscale_iceberg.services.launch import Launcher  # noqa: PLC0415
 
         return Launcher(
@@ -214,7 +228,14 @@ class Assembly:
             owner_id=self.owner_id,
             registry=self.registry,
             partition_filter=self.discovery.partitions if self.metadata_source is not None else None,
+            repair_offsets=self._repair_offsets if repair_from_table else None,
         )
+
+    def _repair_offsets(self, topic: str, grant: LeaseGrant) -> None:
+        """Set `topic`'s checkpoint-store offsets to its table's markers, fenced by `grant`."""
+        mapping = self.config.mapping_for(topic)
+        if mapping is not None:
+            self.commits.reconciled_offsets(topic, mapping.table, lease=grant)
 
     @cached_property
     def launcher(self) -> Launcher:
@@ -256,7 +277,43 @@ class Assembly:
         """The commit step over the configured catalog (imports pyiceberg and pyarrow)."""
         from kafscale_iceberg.services.commit import CommitService  # noqa: PLC0415
 
-        return CommitService(self.tables, self.checkpoints)
+        return CommitService(self.tables, self.checkpoints, stranded_runs=self._run_documents)
+
+    def _run_documents(self, topic: str, run_id: str) -> tuple[RunPlan, RunResult] | None:
+        """A run's plan and result from `runs.location`; None when either is missing."""
+        from kafscale_iceberg.adapters.documents import DocumentMissingError  # noqa: PLC0415
+        from kafscale_iceberg.domain.runs import RunPlan, RunResult  # noqa: PLC0415
+        from kafscale_iceberg.domain.tickets import PLAN_NAME, run_document_uri  # noqa: PLC0415
+
+        try:
+            plan_uri = run_document_uri(self.config.runs.location, topic, run_id, PLAN_NAME)
+            plan = RunPlan.model_validate_json(self.documents.read_text(plan_uri))
+            return plan, RunResult.model_validate_json(self.documents.read_text(plan.result_uri))
+        except DocumentMissingError:
+            return None
+
+    @cached_property
+    def table_maintainer(self) -> IcebergTableMaintainer:
+        """Maintenance operations on the configured catalog's tables (imports pyiceberg)."""
+        from kafscale_iceberg.adapters.data_files import StagedFileStore  # noqa: PLC0415
+        from kafscale_iceberg.adapters.iceberg_catalog import (  # noqa: PLC0415
+            CatalogSettings,
+            load_iceberg_catalog,
+        )
+        from kafscale_iceberg.adapters.iceberg_maintenance import IcebergTableMaintainer  # noqa: PLC0415
+
+        catalog = load_iceberg_catalog(CatalogSettings.from_config(self.config))
+        return IcebergTableMaintainer(catalog, StagedFileStore(self.s3_settings))
+
+    @cached_property
+    def maintenance(self) -> MaintenanceService:
+        """Compaction, snapshot expiry and orphan cleanup of the mapped tables (imports pyiceberg)."""
+        from kafscale_iceberg.adapters.file_listing import StorageFileLister  # noqa: PLC0415
+        from kafscale_iceberg.services.maintenance import MaintenanceService  # noqa: PLC0415
+
+        return MaintenanceService(
+            self.config, self.table_maintainer, StorageFileLister(self.s3_settings), self.checkpoints
+        )
 
     def table_policy(self, topic: str) -> TablePolicy:
         """What the commit step may do to `topic`'s table, from its mapping."""

@@ -55,10 +55,12 @@ from kafscale_iceberg.domain.runs import (
     ColumnSpec,
     ColumnType,
     CorruptSegmentPolicy,
+    LfsSettings,
     PartitionField,
     PartitionTransform,
     SchemaMode,
 )
+from kafscale_iceberg.domain.runs import LfsMode as PlanLfsMode
 from kafscale_iceberg.domain.schema import BASE_FIELDS
 from kafscale_iceberg.exceptions import ConfigValidationError, SegmentKeyError
 from kafscale_iceberg.segments.keys import normalize_namespace, validate_topic
@@ -557,6 +559,13 @@ class LfsConfig(_Section):
     store_metadata: bool = False
     validate_checksum: bool = True
     resolve_concurrency: Annotated[int, _zero_means(4)] = 4
+    # Ours: buckets besides s3.bucket that envelopes may name (the job's role must be able to read them).
+    blob_buckets: tuple[str, ...] = ()
+
+    @field_validator("blob_buckets", mode="before")
+    @classmethod
+    def _single_bucket_is_a_list(cls, value: object) -> object:
+        return [value] if isinstance(value, str) else value
 
     @model_validator(mode="after")
     def _hybrid_needs_a_threshold(self) -> LfsConfig:
@@ -718,6 +727,22 @@ class MappingConfig(_Section):
         problems.raise_if_any()
         return self
 
+    @model_validator(mode="after")
+    def _lfs_columns_keep_their_types(self) -> MappingConfig:
+        if not self.lfs.store_metadata or self.schema_.source != "mapping":
+            return self
+        problems = _Problems()
+        for index, column in enumerate(self.schema_.columns):
+            wanted = LFS_METADATA_FIELD_TYPES.get(column.name)
+            if wanted is not None and column.type != wanted:
+                problems.add(
+                    f"schema.columns[{index}].type",
+                    f"{column.name!r} is filled from LFS metadata (lfs.store_metadata), which is "
+                    f"{wanted.value}; declare it {wanted.value} or drop it from the columns",
+                )
+        problems.raise_if_any()
+        return self
+
     @property
     def identifier(self) -> tuple[str, ...]:
         """The table's identifier: `prod.orders` -> `("prod", "orders")`."""
@@ -746,6 +771,20 @@ class MappingConfig(_Section):
         if self.schema_.source == "mapping":
             types_by_name.update({column.name: column.type for column in self.schema_.columns})
         return types_by_name
+
+    def lfs_settings(self, segment_bucket: str) -> LfsSettings:
+        """The LFS settings a run plan carries; blobs may be read from the segment bucket and
+        `lfs.blob_buckets` (see docs/configuration.md, "LFS")."""
+        lfs = self.lfs
+        buckets = tuple(dict.fromkeys(b for b in (segment_bucket, *lfs.blob_buckets) if b))
+        return LfsSettings(
+            mode=PlanLfsMode(lfs.mode),
+            max_inline_size=lfs.max_inline_size,
+            store_metadata=lfs.store_metadata,
+            validate_checksum=lfs.validate_checksum,
+            resolve_concurrency=max(1, lfs.resolve_concurrency),
+            buckets=buckets,
+        )
 
     def column_specs(self) -> tuple[ColumnSpec, ...]:
         """The mapping's columns as a run plan carries them (empty unless `schema.source` is `mapping`)."""
@@ -806,6 +845,37 @@ class RunsConfig(_Section):
         # Cap the exponent first so a long failure streak can't build a huge integer.
         doubled = self.retry_backoff_seconds << min(consecutive_failures - 1, 32)
         return min(doubled, self.retry_backoff_max_seconds)
+
+
+_DURATION = re.compile(r"(\d+)\s*([smhd]?)")
+_DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _duration_seconds(value: object) -> object:
+    """`7d`, `12h`, `30m`, `45s` or a number of seconds -> seconds."""
+    if isinstance(value, str):
+        match = _DURATION.fullmatch(value.strip().lower())
+        if match is None:
+            raise _invalid(f"is not a duration: {value!r} (use seconds, or a number with s, m, h or d: '7d')")
+        return int(match.group(1)) * _DURATION_UNITS[match.group(2)]
+    return value
+
+
+DurationSeconds = Annotated[int, BeforeValidator(_duration_seconds), Field(ge=0)]
+
+
+class MaintenanceConfig(_Section):
+    """`maintenance`: compaction, snapshot expiry and orphan-file cleanup of the tables (`maintain`)."""
+
+    enabled: bool = True
+    interval_seconds: Annotated[DurationSeconds, Field(gt=0)] = 3600
+    snapshot_retention: DurationSeconds = 7 * 86400
+    keep_snapshots: Annotated[int, Field(ge=1)] = 100
+    metadata_previous_versions_max: Annotated[int, Field(ge=1)] = 100
+    orphan_grace: DurationSeconds = 86400
+    small_file_bytes: PositiveByteSize = ByteSize(32 * MIB)
+    compaction_min_small_files: Annotated[int, Field(ge=2)] = 20
+    compaction_max_bytes: PositiveByteSize = ByteSize(GIB)
 
 
 class LocalRunnerConfig(_Section):
@@ -976,6 +1046,7 @@ class KafscaleConfig(_Section):
     runs: RunsConfig = Field(default_factory=RunsConfig)
     runner: RunnerConfig = Field(default_factory=RunnerConfig)
     notifications: NotificationsConfig = Field(default_factory=NotificationsConfig)
+    maintenance: MaintenanceConfig = Field(default_factory=MaintenanceConfig)
 
     _source: str = PrivateAttr(default="<memory>")
     _unknown_keys: tuple[str, ...] = PrivateAttr(default=())

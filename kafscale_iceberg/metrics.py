@@ -133,6 +133,38 @@ WATERMARK_TIMESTAMP = MetricDef(
     "Timestamp of the newest committed record, Unix milliseconds.",
     "None",
 )
+LFS_DURATION_BUCKETS: tuple[float, ...] = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+"""Bucket bounds of `lfs_resolution_duration_seconds` (Prometheus' defaults, as the Go processor's)."""
+LFS_RESOLVED = MetricDef(
+    "lfs_resolved_total",
+    MetricKind.COUNTER,
+    ("topic",),
+    "LFS blobs fetched, verified and written in place of their envelopes.",
+    "Count",
+)
+LFS_RESOLVED_BYTES = MetricDef(
+    "lfs_resolved_bytes_total",
+    MetricKind.COUNTER,
+    ("topic",),
+    "Bytes of the LFS blobs resolved.",
+    "Bytes",
+)
+LFS_RESOLUTION_ERRORS = MetricDef(
+    "lfs_resolution_errors_total",
+    MetricKind.COUNTER,
+    ("topic", "reason"),
+    "LFS envelopes that could not be used, by reason: decode, missing_blob, checksum, too_large "
+    "(each is a dead-letter row; the Go processor drops them and counts decode or resolve).",
+    "Count",
+)
+LFS_RESOLUTION_DURATION = MetricDef(
+    "lfs_resolution_duration_seconds",
+    MetricKind.HISTOGRAM,
+    ("topic",),
+    "Time to fetch and verify one LFS blob, seconds.",
+    "Seconds",
+    buckets=LFS_DURATION_BUCKETS,
+)
 
 # -- this product's ------------------------------------------------------------------------------------
 
@@ -226,6 +258,10 @@ ALL_METRICS: tuple[MetricDef, ...] = (
     LAST_OFFSET,
     WATERMARK_OFFSET,
     WATERMARK_TIMESTAMP,
+    LFS_RESOLVED,
+    LFS_RESOLVED_BYTES,
+    LFS_RESOLUTION_ERRORS,
+    LFS_RESOLUTION_DURATION,
     RUNS,
     RUN_DURATION,
     QUEUE_TO_START,
@@ -261,6 +297,7 @@ class RecordResult(StrEnum):
     DROPPED = "dropped"
     INVALID = "invalid"
     QUARANTINED = "quarantined"
+    SKIPPED_LFS = "skipped_lfs"
 
 
 class RunOutcomeLabel(StrEnum):
@@ -400,7 +437,11 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/metrics":
             self._reply(200, self.server.sink.exposition(), PROMETHEUS_CONTENT_TYPE)
         elif path == "/healthz":
-            self._reply(200, b"ok", "text/plain; charset=utf-8")
+            ready, reason = self.server.readiness.state()
+            if ready:
+                self._reply(200, b"ok", "text/plain; charset=utf-8")
+            else:
+                self._reply(503, f"not ready: {reason}\n".encode(), "text/plain; charset=utf-8")
         else:
             self._reply(404, b"not found: try /metrics or /healthz\n", "text/plain; charset=utf-8")
 
@@ -415,12 +456,41 @@ class _Handler(BaseHTTPRequestHandler):
         """Scrapes every few seconds would flood stderr: not logged."""
 
 
+class Readiness:
+    """Ready, or not ready with a reason: what `/healthz` answers (200 `ok`, or 503 `not ready: …`).
+
+    Thread-safe: the loop sets it, the HTTP server's threads read it.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._reason: str | None = None
+
+    def ready(self) -> None:
+        """Working again."""
+        with self._lock:
+            self._reason = None
+
+    def not_ready(self, reason: str) -> None:
+        """Cannot work now, because of `reason` (e.g. a dependency's outage)."""
+        with self._lock:
+            self._reason = reason
+
+    def state(self) -> tuple[bool, str]:
+        """(ready, reason); the reason is empty when ready."""
+        with self._lock:
+            return self._reason is None, self._reason or ""
+
+
 class _MetricsHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, address: tuple[str, int], sink: PrometheusMetricsSink, *, ipv6: bool) -> None:
+    def __init__(
+        self, address: tuple[str, int], sink: PrometheusMetricsSink, *, ipv6: bool, readiness: Readiness
+    ) -> None:
         self.address_family = socket.AF_INET6 if ipv6 else socket.AF_INET
         self.sink = sink
+        self.readiness = readiness
         super().__init__(address, _Handler)
 
 
@@ -437,6 +507,8 @@ class MetricsServer:
         self._host, self._port = parse_metrics_address(address)
         self._server: _MetricsHTTPServer | None = None
         self._thread: threading.Thread | None = None
+        self.readiness = Readiness()
+        """What `/healthz` reports; `run` hands it to its pipeline."""
 
     @classmethod
     def from_environment(
@@ -457,7 +529,10 @@ class MetricsServer:
             return self.port
         try:
             server = _MetricsHTTPServer(
-                (self._host or "0.0.0.0", self._port), self._sink, ipv6=":" in self._host
+                (self._host or "0.0.0.0", self._port),
+                self._sink,
+                ipv6=":" in self._host,
+                readiness=self.readiness,
             )
         except OSError as exc:
             raise MetricsServerError(
@@ -594,6 +669,7 @@ def record_commit(
             RecordResult.QUARANTINED: sum(q.last_offset - q.base_offset + 1 for q in quarantined),
         }
         samples += [sample(RECORDS, count, topic=topic, result=r) for r, count in by_result.items()]
+        samples += _lfs_samples(topic, result)
         samples.append(sample(BATCHES, plan.segment_count, topic=topic))
         samples += [
             sample(CONVERSION_FAILURES, count, topic=topic, column=column)
@@ -614,6 +690,30 @@ def record_commit(
         samples.append(sample(LAST_OFFSET, offset, topic=topic, partition=partition))
         samples.append(sample(WATERMARK_OFFSET, offset, topic=topic, partition=partition))
     sink.emit(samples)
+
+
+def _lfs_samples(topic: str, result: RunResult) -> list[Sample]:
+    """`records_total{skipped_lfs}` and the LFS metrics, only for runs that met LFS envelopes.
+
+    The duration histogram travels in the result as counts and sums per bucket: each blob is observed
+    once, at its bucket's mean (exact bucket counts and sum, without one number per blob in the result).
+    """
+    counts, lfs = result.counts, result.counts.lfs
+    if not (counts.skipped_lfs or lfs.resolved or lfs.errors):
+        return []
+    samples = [
+        sample(RECORDS, counts.skipped_lfs, topic=topic, result=RecordResult.SKIPPED_LFS),
+        sample(LFS_RESOLVED, lfs.resolved, topic=topic),
+        sample(LFS_RESOLVED_BYTES, lfs.resolved_bytes, topic=topic),
+    ]
+    samples += [
+        sample(LFS_RESOLUTION_ERRORS, count, topic=topic, reason=reason)
+        for reason, count in sorted(lfs.errors.items())
+    ]
+    for count, total in zip(lfs.duration_counts, lfs.duration_sums, strict=False):
+        if count:
+            samples += [sample(LFS_RESOLUTION_DURATION, total / count, topic=topic)] * int(count)
+    return samples
 
 
 def queue_to_start_seconds(plan: RunPlan, result: RunResult) -> float | None:

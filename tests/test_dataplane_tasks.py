@@ -75,6 +75,34 @@ def test_offsets_of_control_batches_are_contained_not_gaps(tmp_path: Path) -> No
     assert result.counts.control_batches == 1
 
 
+def test_a_record_whose_header_key_is_not_utf8_is_written_and_counted(tmp_path: Path) -> None:
+    """Issue 12 §5: the segment is not corrupt (its CRC holds); the record lands, the run counts it."""
+    from kafscale_iceberg.segments.crc import crc32c
+    from kafscale_iceberg.segments.layout import BATCH_CRC_START
+
+    records = [order_record(o, 0, headers=False) for o in range(3)]
+    records[1] = Record(1, BASE_TIME_MS, None, records[1].value, (("keyX", b"v"),))
+    batch = encode_record_batch(records)
+    at = batch.index(b"keyX")
+    edited = batch[:at] + b"key\xff" + batch[at + 4 :]
+    edited = edited[:17] + crc32c(edited[BATCH_CRC_START:]).to_bytes(4, "big") + edited[BATCH_CRC_START:]
+    files = build_segment([edited], created_at_ms=BASE_TIME_MS)
+    folder = SegmentFolder(tmp_path / "segments")
+    key = format_segment_key(folder.namespace, folder.topic, 0, 0)
+    (folder.root / key).parent.mkdir(parents=True)
+    (folder.root / key).write_bytes(files.kfs)
+    segment = PlannedSegment(key=key, base_offset=0, last_offset=2, size_bytes=len(files.kfs))
+    plan = make_plan(folder, str(tmp_path), ranges={0: (-1, 2)}, segments={0: [segment]})
+
+    offsets, result = run_in_process(plan)
+
+    assert result.status is RunStatus.SUCCEEDED
+    assert offsets == [0, 1, 2]
+    assert result.counts.header_keys_replaced == 1
+    headers = [h for f in result.data_files for h in pq.read_table(f.uri).column("headers").to_pylist()]
+    assert '{"key":"key\ufffd","value":"v"}' in headers[1]
+
+
 def _times_folder(tmp_path: Path) -> SegmentFolder:
     times = ['"2024-01-04 12:28:13"', '"next week"', "null", '"2024-01-04T12:28:13+0100"', "17"]
     folder = SegmentFolder(tmp_path / "segments")

@@ -13,9 +13,11 @@ from kafscale_iceberg.adapters.s3_segments import S3SegmentStore, make_s3_client
 from kafscale_iceberg.adapters.sqlite_checkpoints import SqliteCheckpointStore
 from kafscale_iceberg.adapters.step_functions import StepFunctionsRunStarter, execution_arn
 from kafscale_iceberg.config import KafscaleConfig, config_from_mapping
+from kafscale_iceberg.domain.field_ids import TableFieldIds, TopicFieldIds, field_ids_uri
 from kafscale_iceberg.domain.leases import LeaseGrant
 from kafscale_iceberg.domain.offsets import OffsetUpdate
 from kafscale_iceberg.domain.runs import RunPlan, make_run_id
+from kafscale_iceberg.domain.schema import BASE_FIELDS, DEAD_LETTER_FIELDS
 from kafscale_iceberg.domain.tickets import OUTCOME_NAME, RunTicket, run_document_uri
 from kafscale_iceberg.exceptions import TransientError
 from kafscale_iceberg.segments.keys import SegmentObjectKind, format_segment_key
@@ -270,3 +272,69 @@ def test_planning_requests_do_not_grow_with_committed_segments(
     assert requests[0] == (
         {"ListObjectsV2": 2, "GetObject": 1} if new_segments else {"ListObjectsV2": 4, "GetObject": 1}
     )
+
+
+def test_plans_carry_the_field_ids_the_commit_step_recorded(world: World) -> None:
+    world.put(0, 0, 10)
+    recorded = {f.name: 100 + i for i, f in enumerate(BASE_FIELDS)}  # a table with its own ids
+    document = TopicFieldIds(
+        tables=(TableFieldIds(identifier="prod.orders", field_ids=recorded, last_column_id=140),)
+    )
+    world.documents.write_text(
+        field_ids_uri(world.config.runs.location, "orders"), document.model_dump_json()
+    )
+
+    plan = RunPlan.model_validate_json(world.documents.read_text(_plan_uri(world.launcher.launch("orders"))))
+
+    assert plan.table.field_ids == recorded
+    # Not recorded yet: the ids this product's create gives, 1..n in field order.
+    assert plan.dead_letter_table.field_ids == {f.name: i for i, f in enumerate(DEAD_LETTER_FIELDS, start=1)}
+
+
+def _abort(world: World, outcome: LaunchOutcome, now: float) -> int:
+    """The abort step (the real one) for the started run, at `now`; the failure streak it counted."""
+    from kafscale_iceberg.services.run_steps import RunSteps
+
+    assert outcome.ticket is not None, outcome.detail
+    steps = RunSteps(
+        world.config.runs, world.checkpoints, jobs=None, documents=world.documents, clock=lambda: now
+    )  # type: ignore[arg-type]
+    return steps.abort(outcome.ticket, "job j ended FAILED").consecutive_failures
+
+
+def test_retry_backoff_holds_a_failing_topic_even_when_new_segments_change_the_range(
+    moto_server: MotoEndpoint, tmp_path: Path
+) -> None:
+    """Issue 12 §3: every re-plan of a failing topic covered a new range (segments kept arriving), so
+    its attempt was 0 and the backoff was skipped on every reconciler pass."""
+    clock = [1_000.0]
+    world = World(moto_server, tmp_path, retry_backoff_seconds=30, retry_backoff_max_seconds=600)
+    world.launcher._clock = lambda: clock[0]
+    world.put(0, 0, 10)
+    assert _abort(world, world.launcher.launch("orders"), clock[0]) == 1
+    world.put(0, 10, 5)  # a new range: attempt 0 again
+    clock[0] += 10
+    waiting = world.launcher.launch("orders")
+    assert waiting.status is LaunchStatus.WAITING
+    assert waiting.wait_seconds == pytest.approx(20)
+    assert "1 failed run(s) in a row" in waiting.detail
+    assert world.checkpoints.read_lease_holder("orders") is None
+    clock[0] += 21
+    second = world.launcher.launch("orders")
+    assert second.status is LaunchStatus.STARTED
+    assert _abort(world, second, clock[0]) == 2  # the streak grows: 60 s now
+    world.put(0, 15, 5)
+    clock[0] += 59
+    assert world.launcher.launch("orders").status is LaunchStatus.WAITING
+    assert world.launcher.launch("orders", ignore_backoff=True).status is LaunchStatus.STARTED
+
+
+def test_a_commit_ends_the_backoff_streak(moto_server: MotoEndpoint, tmp_path: Path) -> None:
+    clock = [1_000.0]
+    world = World(moto_server, tmp_path, retry_backoff_seconds=30)
+    world.launcher._clock = lambda: clock[0]
+    world.put(0, 0, 10)
+    _abort(world, world.launcher.launch("orders"), clock[0])
+    world.commit({0: 9})  # another runner committed the range meanwhile
+    world.put(0, 10, 5)
+    assert world.launcher.launch("orders").status is LaunchStatus.STARTED

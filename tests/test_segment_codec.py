@@ -255,13 +255,20 @@ def test_a_record_count_the_bytes_cannot_hold_is_rejected_before_allocating() ->
     assert raised.value.position == 32 + 57
 
 
-def test_invalid_utf8_header_key_is_an_error_at_its_position() -> None:
-    batch = encode_record_batch([Record(0, 0, None, b"v", (("ab", b"x"),))])
-    position = batch.index(b"ab")
-    broken = _with_crc(batch[:position] + b"\xff\xfe" + batch[position + 2 :])
-    with pytest.raises(SegmentFormatError, match="UTF-8") as raised:
-        decode_segment(build_segment([broken], created_at_ms=0).kfs, source=SOURCE)
-    assert raised.value.position == 32 + position
+def test_a_header_key_that_is_not_utf8_keeps_its_record_with_u_fffd_per_invalid_byte() -> None:
+    """Issue 12 §5: the batch CRC is valid, so the producer sent these bytes; the record is kept and the
+    key stored as Go's `json.Marshal` writes a string holding them (each invalid byte as U+FFFD)."""
+    batch = encode_record_batch(
+        [Record(0, 0, None, b"v", (("abcd", b"x"),)), Record(1, 0, None, b"w", (("ok", b"y"),))]
+    )
+    position = batch.index(b"abcd")
+    broken = _with_crc(batch[:position] + b"a\xff\xe2\x82" + batch[position + 4 :])
+    decoded = decode_segment(build_segment([broken], created_at_ms=0).kfs, source=SOURCE)
+    assert decoded.record_count == 2
+    assert decoded.header_keys_replaced == 1
+    headers = decoded.records.column("headers").to_pylist()
+    assert [h["key"] for h in headers[0]] == ["a\ufffd\ufffd\ufffd"]  # three invalid bytes, three U+FFFD
+    assert [(h["key"], h["value"]) for h in headers[1]] == [("ok", b"y")]
 
 
 def test_footer_body_crc_mismatch_is_detected_and_skippable() -> None:

@@ -386,6 +386,13 @@ def test_status_command_prints_the_report_as_json(
         "newest_offset": 19,
     }
     assert (partition["lag_records"], topic["lag_records"], topic["consecutive_failures"]) == (10, 10, 0)
+    health = topic["table_health"]
+    assert {k: health[k] for k in ("files", "small_files", "snapshots", "last_compaction_ms")} == {
+        "files": 1,
+        "small_files": 1,
+        "snapshots": 1,
+        "last_compaction_ms": None,
+    }
 
 
 def test_status_command_prints_a_readable_table(
@@ -403,6 +410,7 @@ def test_status_command_prints_a_readable_table(
     assert f"{TOPIC} -> {TABLE}" in lines
     assert "  lease         host-7/123, run in flight orders-abc-a1 since" in "\n".join(lines)
     assert "  failures      1 consecutive" in lines
+    assert "  table health  1 files (1 small), 1 snapshots, last maintenance -, last compaction -" in lines
     header = next(i for i, line in enumerate(lines) if line.strip().startswith("partition"))
     assert lines[header].split()[:7] == ["partition", "committed", "table", "store", "newest", "lag", "lag_s"]
     row = lines[header + 1].split()

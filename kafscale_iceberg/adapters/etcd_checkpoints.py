@@ -659,6 +659,7 @@ class EtcdCheckpointStore:
             timeout=self._timeout_seconds,
             user=self._username,
             password=(self._password or "") if self._username else None,
+            grpc_options=_GRPC_OPTIONS,
         )
         if not endpoint.secure:
             # etcd3 0.12 sends the auth token twice: as metadata and as grpc call credentials; grpc
@@ -666,6 +667,16 @@ class EtcdCheckpointStore:
             # sufficient security level"), so keep only the metadata there.
             client.call_credentials = None
         return client
+
+
+# After an outage a reconnect must try at once: grpc shares subchannels (and their reconnect backoff,
+# growing to 120 s) across channels to the same address unless each channel keeps its own pool, so a
+# fresh client would wait out the old one's backoff. Capped at 2 s: the pipeline backs off itself.
+_GRPC_OPTIONS = [
+    ("grpc.use_local_subchannel_pool", 1),
+    ("grpc.initial_reconnect_backoff_ms", 200),
+    ("grpc.max_reconnect_backoff_ms", 2000),
+]
 
 
 def _keep_alive_once(client: Any, lease_id: int) -> int:

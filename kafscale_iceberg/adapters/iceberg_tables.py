@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-import warnings
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -40,12 +40,15 @@ from pyiceberg.exceptions import (
     TableAlreadyExistsError,
     ValidationException,
 )
-from pyiceberg.expressions import And, BooleanExpression, EqualTo, GreaterThan, Or, Reference
+from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, EqualTo, GreaterThan, Or, Reference
 from pyiceberg.expressions.literals import literal
+from pyiceberg.expressions.visitors import bind
+from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files, _expression_to_complementary_pyarrow
+from pyiceberg.manifest import DataFile as IcebergDataFile
 from pyiceberg.partitioning import PartitionField as IcebergPartitionField
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
-from pyiceberg.table import Table
+from pyiceberg.table import Table, TableProperties, Transaction
 from pyiceberg.transforms import (
     DayTransform,
     HourTransform,
@@ -74,8 +77,10 @@ from pyiceberg.types import (
     TimestamptzType,
     UUIDType,
 )
+from pyiceberg.utils.properties import property_as_bool
 
 from kafscale_iceberg.adapters.iceberg_catalog import is_unreachable_error
+from kafscale_iceberg.adapters.iceberg_data_files import data_files_to_add
 from kafscale_iceberg.domain.commits import (
     SUMMARY_CONVERSION_FAILURES,
     SUMMARY_TOPIC,
@@ -88,6 +93,7 @@ from kafscale_iceberg.domain.commits import (
     partition_field_name,
     read_marker,
 )
+from kafscale_iceberg.domain.field_ids import TableFieldIds, field_id_mismatches
 from kafscale_iceberg.domain.runs import ColumnSpec, ColumnType, PartitionTransform
 from kafscale_iceberg.domain.schema import FieldSpec
 from kafscale_iceberg.exceptions import (
@@ -95,6 +101,7 @@ from kafscale_iceberg.exceptions import (
     CatalogUnavailableError,
     CommitOutcomeUnknownError,
     DataFileRejectedError,
+    FieldIdMismatchError,
     KafscaleIcebergError,
     PartitionSpecMismatchError,
     SchemaChangeError,
@@ -404,6 +411,10 @@ class IcebergTableCommitter:
                 f"expected snapshot {expected.snapshot_id} with {expected.marker}, "
                 f"found snapshot {now.snapshot_id} with {now.marker}",
             )
+        if commit.field_ids is not None and commit.file_uris:
+            mismatches = field_id_mismatches(commit.field_ids, _top_level_ids(table.schema()))
+            if mismatches:
+                raise FieldIdMismatchError(expected.table, commit.run_id, mismatches)
         transaction = _single_attempt(table).transaction()
         updates, removals = marker_properties(commit.topic, commit.marker_after)
         try:
@@ -412,18 +423,12 @@ class IcebergTableCommitter:
             if present:
                 transaction.remove_properties(*present)
             if commit.delete_after:
-                with warnings.catch_warnings():
-                    # Expected on a rerun or a table without rows there; the empty append below follows.
-                    warnings.filterwarnings("ignore", message="Delete operation did not match any records")
-                    transaction.delete(
-                        delete_filter=rows_after(commit.delete_after), snapshot_properties=commit.summary()
-                    )
+                delete_rows(transaction, rows_after(commit.delete_after), commit.summary())
             if commit.file_uris:
-                # Duplicate paths are ruled out by the offsets marker; pyiceberg's own check would read
-                # every manifest of the table on each commit.
-                transaction.add_files(
-                    list(commit.file_uris), snapshot_properties=commit.summary(), check_duplicate_files=False
-                )
+                # What `add_files` does, from the metrics the run carried instead of one footer read
+                # per file (`iceberg_data_files`). Duplicate paths are ruled out by the offsets
+                # marker; pyiceberg's own check would read every manifest of the table on each commit.
+                _append_files(transaction, table, commit)
             elif transaction.table_metadata.current_snapshot_id == expected.snapshot_id:
                 # A run with no rows still moves the offsets (and a delete that matched nothing wrote
                 # no snapshot): an empty append snapshot carries the marker.
@@ -450,6 +455,15 @@ class IcebergTableCommitter:
                 expected.table, commit.run_id, f"{type(exc).__name__}: {exc}"
             ) from exc
         return _state_of(committed, expected.table, commit.topic)
+
+    def field_ids(self, table: str) -> TableFieldIds:
+        """The table's top-level column ids and `last-column-id`. Raises like `read_state`."""
+        metadata = self._load(table).metadata
+        return TableFieldIds(
+            identifier=table,
+            field_ids=_top_level_ids(metadata.schema()),
+            last_column_id=metadata.last_column_id,
+        )
 
     def count_rows(self, table: str, after: Mapping[int, int]) -> int:
         """How many rows of `table` have, for a partition of `after`, an `offset` greater than its value.
@@ -481,6 +495,91 @@ class IcebergTableCommitter:
         return CatalogError(self._describe, operation, f"{type(exc).__name__}: {exc}")
 
 
+def _append_files(transaction: Transaction, table: Table, commit: TableCommit) -> None:
+    metadata = transaction.table_metadata
+    files = data_files_to_add(metadata, table.io, commit.file_uris, {f.uri: f for f in commit.files})
+    if metadata.name_mapping() is None:
+        transaction.set_properties({_NAME_MAPPING: metadata.schema().name_mapping.model_dump_json()})
+    # As `add_files`: a merge append when the table enables manifest merging, else a fast append.
+    snapshot = transaction.update_snapshot(snapshot_properties=commit.summary())
+    merge = property_as_bool(
+        metadata.properties,
+        TableProperties.MANIFEST_MERGE_ENABLED,
+        TableProperties.MANIFEST_MERGE_ENABLED_DEFAULT,
+    )
+    with snapshot.merge_append() if merge else snapshot.fast_append() as append:
+        for data_file in files:
+            append.append_data_file(data_file)
+
+
+@dataclass(frozen=True)
+class RowDeletion:
+    """What `delete_rows` did: files dropped whole, files rewritten, rows removed and rows rewritten."""
+
+    files_dropped: int = 0
+    files_rewritten: int = 0
+    rows_removed: int = 0
+    rows_rewritten: int = 0
+
+
+def delete_rows(
+    transaction: Transaction, delete_filter: BooleanExpression, summary: dict[str, str]
+) -> RowDeletion:
+    """Delete the rows matching `delete_filter` copy-on-write, as ONE `overwrite` snapshot of `transaction`.
+
+    Only files whose statistics (partition values, column bounds) say they may hold matching rows are
+    read (pyiceberg's scan planning); a file all of whose rows match is dropped, a file with some is
+    rewritten without them (pyiceberg's writer: the table's field ids, into the table's data
+    location), a file with none is left alone. pyiceberg's own `Transaction.delete` writes a
+    `delete` and then an `overwrite` snapshot, so time travel could land between them; here both
+    changes are one snapshot. Nothing matching: no snapshot (the caller decides).
+    """
+    schema = transaction.table_metadata.schema()
+    keep = _expression_to_complementary_pyarrow(bind(schema, delete_filter, case_sensitive=True), schema)
+    io = transaction._table.io
+    commit_uuid = uuid.uuid4()
+    counter = itertools.count(0)
+    removed: list[IcebergDataFile] = []
+    added: list[IcebergDataFile] = []
+    rows_removed = rows_rewritten = rewritten = 0
+    for task in transaction._scan(row_filter=delete_filter).plan_files():
+        rows = ArrowScan(
+            table_metadata=transaction.table_metadata, io=io, projected_schema=schema, row_filter=AlwaysTrue()
+        ).to_table(tasks=[task])
+        kept = rows.filter(keep)
+        if kept.num_rows == rows.num_rows:
+            continue
+        removed.append(task.file)
+        rows_removed += rows.num_rows - kept.num_rows
+        if kept.num_rows:
+            rewritten += 1
+            rows_rewritten += kept.num_rows
+            added.extend(
+                _dataframe_to_data_files(
+                    io=io,
+                    df=kept,
+                    table_metadata=transaction.table_metadata,
+                    write_uuid=commit_uuid,
+                    counter=counter,
+                )
+            )
+    if removed:
+        overwrite = transaction.update_snapshot(snapshot_properties=summary).overwrite(
+            commit_uuid=commit_uuid
+        )
+        with overwrite:
+            for data_file in removed:
+                overwrite.delete_data_file(data_file)
+            for data_file in added:
+                overwrite.append_data_file(data_file)
+    return RowDeletion(
+        files_dropped=len(removed) - rewritten,
+        files_rewritten=rewritten,
+        rows_removed=rows_removed,
+        rows_rewritten=rows_rewritten,
+    )
+
+
 def rows_after(offsets: Mapping[int, int]) -> BooleanExpression:
     """`(partition == P1 and offset > N1) or ...`: the rows after each partition's offset (base fields)."""
     terms = [
@@ -507,6 +606,10 @@ def _state_of(table: Table, identifier: str, topic: str) -> TableState:
         marker=read_marker(metadata.properties, topic, table=identifier),
         snapshot_count=len(metadata.snapshots),
     )
+
+
+def _top_level_ids(schema: Schema) -> dict[str, int]:
+    return {f.name: f.field_id for f in schema.fields}
 
 
 def _single_attempt(table: Table) -> Table:

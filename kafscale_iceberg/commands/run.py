@@ -16,7 +16,7 @@ from types import FrameType
 
 from kafscale_iceberg.assembly import load_config_from
 from kafscale_iceberg.local.pipeline import OnceSummary, RunEnd, RunReport
-from kafscale_iceberg.local.runtime import ProgressPrinter, open_pipeline
+from kafscale_iceberg.local.runtime import ProgressPrinter, lfs_summary, open_pipeline
 from kafscale_iceberg.metrics import MetricsServer, PrometheusMetricsSink
 
 
@@ -43,6 +43,7 @@ def run_command(args: argparse.Namespace) -> int:
         open_pipeline(config, observers=[ProgressPrinter()], metrics=sink) as pipeline,
         stop_on_signals(pipeline.stop),
     ):
+        pipeline.health = server.readiness
         if args.once:
             summary = pipeline.run_once()
             print_summary(summary)
@@ -88,6 +89,15 @@ def print_summary(summary: OnceSummary) -> None:
         f"{len(summary.failed)} topics failed",
         file=sys.stderr,
     )
+    dead = sum(r.dead_lettered for r in committed)
+    skipped = sum(r.skipped_lfs for r in committed)
+    lfs_errors: dict[str, int] = {}
+    for report in committed:
+        for reason, count in report.lfs_errors.items():
+            lfs_errors[reason] = lfs_errors.get(reason, 0) + count
+    if dead or skipped or lfs_errors:
+        resolved = sum(r.lfs_resolved for r in committed)
+        print(f"  {dead} records dead-lettered{lfs_summary(resolved, skipped, lfs_errors)}", file=sys.stderr)
     for topic, columns in sorted(conversion_failures(committed).items()):
         listed = ", ".join(f"{column} {count}" for column, count in sorted(columns.items()))
         print(
@@ -99,6 +109,8 @@ def print_summary(summary: OnceSummary) -> None:
         print(f"  {topic}: not complete yet (left for the next run): {reason}", file=sys.stderr)
     for topic, reason in sorted(summary.failed.items()):
         print(f"  {topic}: FAILED: {reason}", file=sys.stderr)
+    for what in dict.fromkeys(summary.unavailable):
+        print(f"  unavailable: {what}", file=sys.stderr)
 
 
 def conversion_failures(runs: Sequence[RunReport]) -> dict[str, dict[str, int]]:

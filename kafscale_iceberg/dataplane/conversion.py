@@ -51,8 +51,18 @@ class ErrorKind(StrEnum):
     SCHEMA_VIOLATION = "schema_violation"
     REQUIRED_COLUMN = "required_column"
     CORRUPT_SEGMENT = "corrupt_segment"
+    LFS_DECODE = "lfs_decode"
+    LFS_MISSING_BLOB = "lfs_missing_blob"
+    LFS_CHECKSUM = "lfs_checksum"
+    LFS_TOO_LARGE = "lfs_too_large"
     CONVERSION_FAILURE = "conversion_failure"
     """Strict mode only: an optional column's value did not convert (counted, not invalid, otherwise)."""
+
+
+# Records the LFS stage could not use: dead-lettered in every schema mode, never a strict-mode failure.
+_LFS_KINDS = frozenset(
+    {ErrorKind.LFS_DECODE, ErrorKind.LFS_MISSING_BLOB, ErrorKind.LFS_CHECKSUM, ErrorKind.LFS_TOO_LARGE}
+)
 
 
 @dataclass(frozen=True)
@@ -94,7 +104,8 @@ class RecordConverter:
         self.topic = topic
         self.run_id = run_id
         self.columns = settings.columns
-        self.schema = data_schema(settings.columns)
+        self._lfs_columns = settings.lfs_metadata_columns
+        self.schema = data_schema(settings.table_columns)
         self._strict = settings.schema_mode is SchemaMode.STRICT
         self._validator: Any = None
         if settings.schema_mode is not SchemaMode.OFF and settings.json_schema is not None:
@@ -114,8 +125,21 @@ class RecordConverter:
         )
         self._parse = bool(self.columns) and self._scanner is None
 
-    def convert(self, records: pa.Table, *, partition: int, segment_key: str) -> ConvertedRecords:
-        """Rows and dead-letter rows of `records` (decoded records of `partition`, already in range)."""
+    def convert(
+        self,
+        records: pa.Table,
+        *,
+        partition: int,
+        segment_key: str,
+        rejected: Mapping[int, tuple[str, str]] | None = None,
+        lfs_metadata: Mapping[str, pa.Array] | None = None,
+    ) -> ConvertedRecords:
+        """Rows and dead-letter rows of `records` (decoded records of `partition`, already in range).
+
+        `rejected` (row -> (error kind, message), from the LFS stage) become dead-letter rows as they
+        are; `lfs_metadata` fills the `lfs_*` columns and wins over mapping columns of the same name
+        where it has a value (the Go processor's precedence).
+        """
         count = records.num_rows
         offsets = _column(records, "offset")
         prefix = f"{self.topic}:{partition}"
@@ -129,12 +153,23 @@ class RecordConverter:
             "value": _column(records, "value"),
             "headers": go_headers_json(_column(records, "headers")),
         }
-        problems: dict[int, tuple[ErrorKind, str]] = {}
+        problems: dict[int, tuple[ErrorKind, str]] = {
+            row: (ErrorKind(kind), message) for row, (kind, message) in (rejected or {}).items()
+        }
         culprits: dict[int, str] = {}
         failures: dict[str, int] = {}
         mapped: list[pa.Array] = []
         if self._scanner is not None or self._validator is not None or self._parse:
-            mapped = self._mapped_columns(base["value"], problems, culprits, failures)
+            values = base["value"]
+            if problems:  # rejected values are dead letters as they are: not parsed, not validated
+                values = pc.if_else(_mask(count, problems), pa.nulls(count, values.type), values)
+            mapped = self._mapped_columns(values, problems, culprits, failures, lfs_metadata)
+        mapped += [
+            lfs_metadata[c.name]
+            if lfs_metadata is not None
+            else pa.nulls(count, self.schema.field(c.name).type)
+            for c in self._lfs_columns
+        ]
         rows = pa.Table.from_arrays([*base.values(), *mapped], schema=self.schema)
         if not problems:
             return ConvertedRecords(rows, DEAD_LETTER_SCHEMA.empty_table(), None, failures)
@@ -142,7 +177,12 @@ class RecordConverter:
         invalid_indices = np.fromiter(sorted(problems), np.int64, len(problems))
         invalid[invalid_indices] = True
         dead = self._dead_letters(base, invalid_indices, problems, segment_key)
-        first = int(invalid_indices[np.argmin(offsets.to_numpy()[invalid_indices])])
+        checked = np.asarray(
+            [i for i in invalid_indices.tolist() if problems[i][0] not in _LFS_KINDS], np.int64
+        )
+        if not len(checked):
+            return ConvertedRecords(rows.filter(pa.array(~invalid)), dead, None)
+        first = int(checked[np.argmin(offsets.to_numpy()[checked])])
         kind, error = problems[first]
         first_invalid = InvalidRecord(
             offset=offsets[first].as_py(),
@@ -159,6 +199,7 @@ class RecordConverter:
         problems: dict[int, tuple[ErrorKind, str]],
         culprits: dict[int, str],
         failures: dict[str, int],
+        lfs_metadata: Mapping[str, pa.Array] | None = None,
     ) -> list[pa.Array]:
         extracted: ExtractedColumns
         if self._scanner is not None:
@@ -169,7 +210,15 @@ class RecordConverter:
             problems[index] = (ErrorKind.INVALID_JSON, reason)
         if extracted.documents is not None:
             self._validate(extracted.documents, problems)
-        for c, (column, array) in enumerate(zip(self.columns, extracted.arrays, strict=True)):
+        arrays = list(extracted.arrays)
+        if lfs_metadata:  # LFS metadata wins over a mapping column of the same name (as in Go)
+            arrays = [
+                pc.coalesce(lfs_metadata[column.name].cast(array.type), array)
+                if column.name in lfs_metadata
+                else array
+                for column, array in zip(self.columns, arrays, strict=True)
+            ]
+        for c, (column, array) in enumerate(zip(self.columns, arrays, strict=True)):
             if column.required and array.null_count:
                 nulls = np.flatnonzero(np.asarray(array.is_null().to_numpy(zero_copy_only=False)))
                 for index in nulls.tolist():
@@ -181,7 +230,7 @@ class RecordConverter:
                             f"{extracted.describe(c, index)}",
                         )
         self._count_conversion_failures(extracted, problems, culprits, failures)
-        return extracted.arrays
+        return arrays
 
     def _count_conversion_failures(
         self,
@@ -285,6 +334,12 @@ def repeat_string(value: str, count: int) -> pa.Array:
             count, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(encoded * count)
         )
     return pa.array([value] * count, pa.string())
+
+
+def _mask(count: int, rows: Mapping[int, object]) -> pa.Array:
+    mask = np.zeros(count, bool)
+    mask[np.fromiter(rows, np.int64, len(rows))] = True
+    return pa.array(mask)
 
 
 def _column(records: pa.Table, name: str) -> pa.Array:

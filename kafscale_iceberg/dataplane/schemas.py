@@ -1,14 +1,14 @@
 """Arrow schemas of the files the data plane writes, from the table layouts in `domain.schema`.
 
-The Parquet files are added to Iceberg tables as they are (pyiceberg `add_files`, name mapping, no
-field ids), so their physical schema must be what the table expects: microsecond timestamps without
-zone (Iceberg `timestamp`), `date32` for `date`, and a column is non-nullable exactly when the table
-field is required.
+The Parquet files are added to Iceberg tables as they are (pyiceberg `add_files`), carrying the
+table's field ids when the plan gives them (`with_field_ids`), so their physical schema must be
+what the table expects: microsecond timestamps without zone (Iceberg `timestamp`), `date32` for
+`date`, and a column is non-nullable exactly when the table field is required.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import pyarrow as pa
 
@@ -61,6 +61,35 @@ def arrow_schema(fields: Sequence[FieldSpec]) -> pa.Schema:
 def data_schema(columns: Sequence[ColumnSpec]) -> pa.Schema:
     """The schema of a mapped table's data files: the eight base fields, then the mapping columns."""
     return arrow_schema(table_fields(columns))
+
+
+FIELD_ID_KEY = b"PARQUET:field_id"
+"""The Arrow field metadata key pyarrow writes as the Parquet field id (Iceberg's column id)."""
+
+
+class FieldIdError(ValueError):
+    """The plan's field ids do not cover the columns of a file, or give one id twice."""
+
+
+def with_field_ids(schema: pa.Schema, field_ids: Mapping[str, int] | None, *, table: str) -> pa.Schema:
+    """`schema` with each column's Iceberg field id as Parquet field-id metadata; as it is for None.
+
+    Raises `FieldIdError` naming the table and columns when an id is missing or repeated.
+    """
+    if field_ids is None:
+        return schema
+    missing = [name for name in schema.names if name not in field_ids]
+    if missing:
+        raise FieldIdError(f"table {table}: the plan gives no field id for column(s) {', '.join(missing)}")
+    ids = [field_ids[name] for name in schema.names]
+    if len(set(ids)) != len(ids):
+        raise FieldIdError(
+            f"table {table}: the plan's field ids repeat an id: {dict(zip(schema.names, ids, strict=True))}"
+        )
+    return pa.schema(
+        [f.with_metadata({FIELD_ID_KEY: str(field_ids[f.name]).encode()}) for f in schema],
+        metadata=schema.metadata,
+    )
 
 
 DEAD_LETTER_SCHEMA: pa.Schema = arrow_schema(DEAD_LETTER_FIELDS)

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 
-from kafscale_iceberg.domain.runs import NO_OFFSET, PartitionField, PartitionTransform
+from kafscale_iceberg.domain.runs import NO_OFFSET, DataFile, PartitionField, PartitionTransform
 from kafscale_iceberg.domain.schema import FieldSpec
 from kafscale_iceberg.exceptions import TableMarkerError
 
@@ -230,6 +230,10 @@ class TableCommit:
     """An explicit offset reset (no files): the summary says so, start/end are before/after."""
     delete_after: Mapping[int, int] = field(default_factory=dict)
     """Rows to delete in the same commit: per partition, every row whose `offset` is greater (a reset)."""
+    files: tuple[DataFile, ...] = ()
+    """What the run reported about `file_uris` (their metrics, so no footer is read at commit)."""
+    field_ids: Mapping[str, int] | None = None
+    """The Parquet field ids the files carry (None: none); checked against the table before adding."""
     conversion_failures: Mapping[str, int] = field(default_factory=dict)
     """Per column, the run's values stored null because they did not convert (audit trail, `status`)."""
 

@@ -20,6 +20,7 @@ is half-committed, and the next start plans from the committed offsets.
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
 from collections import deque
@@ -32,7 +33,14 @@ from kafscale_iceberg.domain.events import WorkItem
 from kafscale_iceberg.domain.jobs import JobState
 from kafscale_iceberg.domain.runs import RunPlan
 from kafscale_iceberg.domain.tickets import RunTicket
-from kafscale_iceberg.exceptions import KafscaleIcebergError, RunAttemptEndedError, RunNotCommittableError
+from kafscale_iceberg.exceptions import (
+    ConfigError,
+    KafscaleIcebergError,
+    OffsetMismatchError,
+    RunAttemptEndedError,
+    RunNotCommittableError,
+)
+from kafscale_iceberg.metrics import Readiness
 from kafscale_iceberg.services.launch import LaunchStatus
 from kafscale_iceberg.services.run_steps import CommittedRun, JobRunner, failure_reason
 
@@ -70,6 +78,10 @@ class RunReport:
     records: int = 0
     dead_lettered: int = 0
     quarantined: int = 0
+    skipped_lfs: int = 0
+    lfs_resolved: int = 0
+    lfs_errors: dict[str, int] = field(default_factory=dict)
+    """LFS envelopes that could not be used, by reason (each one of the dead-lettered records)."""
     offsets: dict[int, int] = field(default_factory=dict)
     reason: str = ""
     retry_after_seconds: int = 0
@@ -79,6 +91,8 @@ class RunReport:
     commit: CommittedRun | None = None
     commit_started_at: float = 0.0
     commit_ended_at: float = 0.0
+    replan: bool = False
+    """The plan was stale (refused at commit, the store repaired from the table): plan again now."""
 
 
 @dataclass(frozen=True)
@@ -150,11 +164,35 @@ class OnceSummary:
     runs: list[RunReport] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
     blocked: dict[str, str] = field(default_factory=dict)
+    unavailable: list[str] = field(default_factory=list)
+    """What could not be reached (etcd, S3, SQS, the catalog), as the errors named it."""
 
     @property
     def ok(self) -> bool:
         """True when every pending topic was committed."""
         return not self.failed
+
+
+@dataclass
+class _LoopState:
+    """`run_forever`'s state between iterations."""
+
+    next_pass: float = 0.0
+    outages: int = 0
+    retry_at: dict[str, float] = field(default_factory=dict)
+
+
+def outage_delay_seconds(outages: int, backoff_s: tuple[float, float]) -> float:
+    """The wait after the `outages`-th consecutive failure: doubled each time up to the longest, then
+    scaled by a random factor in [0.5, 1] so runners sharing a dependency don't retry in step."""
+    first, longest = backoff_s
+    return min(longest, first * 2.0 ** min(outages - 1, 30)) * random.uniform(0.5, 1.0)
+
+
+def describe_outage(error: BaseException) -> str:
+    """What failed, for `/healthz` and `run --once`: the error's kind and message, on one line."""
+    text = " ".join(str(error).split())
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
 class Pipeline:
@@ -169,7 +207,10 @@ class Pipeline:
         after_pass: Callable[[], None] | None = None,
         watch_interval_s: float = 0.5,
         clock: Callable[[], float] = time.monotonic,
+        outage_backoff_s: tuple[float, float] = (1.0, 60.0),
     ) -> None:
+        """`outage_backoff_s` = (first, longest) wait after a dependency failed in `run_forever`;
+        doubled per consecutive failure, with jitter."""
         self.assembly = assembly
         self._runner = runner
         self._observer = observer
@@ -179,11 +220,15 @@ class Pipeline:
         self._starter = _LocalStarter()
         self._inbox = _Inbox()
         self.stopping = threading.Event()
-        self.launcher: Launcher = assembly.make_launcher(self._starter)
+        self.launcher: Launcher = assembly.make_launcher(self._starter, repair_from_table=True)
         self.reconciler: Reconciler = assembly.make_reconciler(self._inbox, self._starter)
         self.steps: RunSteps = assembly.make_run_steps(runner, with_commits=True)
         self._router: Router | None = None
         self._receiver: SqsReceiver | None = None
+        self._outage_backoff_s = outage_backoff_s
+        self._in_flight: RunTicket | None = None
+        self.health = Readiness()
+        """Ready, or not ready with the reason (an outage): what `/healthz` answers."""
 
     def stop(self) -> None:
         """Ask the loop to stop at the next step boundary (safe from a signal handler)."""
@@ -211,20 +256,35 @@ class Pipeline:
         ttl = self.assembly.config.offsets.lease_ttl_seconds
         busy_wait_s = 2.0 * ttl if busy_wait_s is None else busy_wait_s
         summary = OnceSummary()
-        for topic in self.assembly.discovery.discover().topics:
+        try:
+            topics = self.assembly.discovery.discover().topics
+        except Exception as exc:
+            summary.unavailable.append(describe_outage(exc))
+            summary.failed["*"] = f"topics could not be discovered: {describe_outage(exc)}"
+            return summary
+        for topic in topics:
             if self.stopping.is_set():
                 summary.failed.setdefault(topic, "stopped before this topic was processed")
                 continue
-            self._once_topic(topic, summary, busy_wait_s)
+            try:
+                self._once_topic(topic, summary, busy_wait_s)
+            except ConfigError:
+                raise
+            except Exception as exc:
+                summary.unavailable.append(describe_outage(exc))
+                summary.failed[topic] = f"unavailable: {describe_outage(exc)}"
         return summary
 
     def _once_topic(self, topic: str, summary: OnceSummary, busy_wait_s: float) -> None:
         busy_since: float | None = None
+        replanned = False
         while not self.stopping.is_set():
             try:
-                outcome = self.launcher.launch(topic, ignore_min_batch=True)
+                outcome = self.launcher.launch(topic, ignore_min_batch=True, ignore_backoff=True)
             except KafscaleIcebergError as exc:
                 self._error("launch", topic, exc)
+                if exc.transient:
+                    summary.unavailable.append(describe_outage(exc))
                 summary.failed[topic] = f"planning failed: {exc}"
                 return
             if outcome.status is LaunchStatus.BUSY:
@@ -240,6 +300,9 @@ class Pipeline:
                 return
             report = self.drive(self._starter.tickets.popleft())
             summary.runs.append(report)
+            if report.replan and not replanned:
+                replanned = True
+                continue
             if report.end is not RunEnd.COMMITTED:
                 summary.failed[topic] = f"run {report.run_id} {report.end.value}: {report.reason}"
                 return
@@ -250,30 +313,63 @@ class Pipeline:
     def run_forever(self) -> None:
         """Ingest as segments arrive until `stop()`: notifications (if configured) and a reconciler
         pass (then `after_pass`, e.g. the status gauges) every poll interval; failed topics are
-        retried after their backoff."""
-        config = self.assembly.config
-        poll_s = float(config.processor.poll_interval_seconds)
-        next_pass = 0.0
-        retry_at: dict[str, float] = {}
+        retried after their backoff.
+
+        Rides out outages: when a dependency (etcd, S3, SQS, the catalog) fails, the run in flight
+        is abandoned (its job cancelled, its lease released when possible, else left to expire),
+        `health` turns not-ready with the reason, and the loop retries after a jittered exponential
+        backoff, ready again after its next successful reconciler pass. Only a `ConfigError` (a
+        person must act) ends it, or `stop()`.
+        """
+        poll_s = float(self.assembly.config.processor.poll_interval_seconds)
+        loop = _LoopState()
         while not self.stopping.is_set():
-            self._receive_notifications()
-            now = self._clock()
-            if now >= next_pass:
-                next_pass = now + poll_s
+            try:
+                self._loop_once(loop, poll_s)
+            except ConfigError:
+                raise
+            except Exception as exc:
+                loop.outages += 1
+                delay = outage_delay_seconds(loop.outages, self._outage_backoff_s)
+                reason = describe_outage(exc)
+                self.health.not_ready(reason)
+                self._error("outage", None, exc)
+                logger.warning(
+                    "dependency unavailable; retrying in %.1f s: %s",
+                    delay,
+                    reason,
+                    extra={"outages": loop.outages, "retry_in_s": round(delay, 1)},
+                )
+                loop.next_pass = 0.0  # look at everything again once it is back
+                self.stopping.wait(delay)
+
+    def _loop_once(self, loop: _LoopState, poll_s: float) -> None:
+        self._receive_notifications()
+        now = self._clock()
+        if now >= loop.next_pass:
+            loop.next_pass = now + poll_s
+            self.reconciler.reconcile()
+            if loop.outages:
+                logger.warning("dependencies reachable again; resuming", extra={"outages": loop.outages})
+            loop.outages = 0
+            self.health.ready()
+            if self._after_pass is not None:
                 try:
-                    self.reconciler.reconcile()
-                    if self._after_pass is not None:
-                        self._after_pass()
+                    self._after_pass()
                 except KafscaleIcebergError as exc:
                     self._error("discover", None, exc)
-            due = [t for t, at in retry_at.items() if at <= now]
-            for topic in [*self._inbox.drain(), *due]:
-                retry_at.pop(topic, None)
+        due = [t for t, at in loop.retry_at.items() if at <= now]
+        for topic in dict.fromkeys([*self._inbox.drain(), *due]):
+            loop.retry_at.pop(topic, None)
+            try:
                 delay = self.process_topic(topic)
-                if delay is not None:
-                    retry_at[topic] = self._clock() + delay
-            if not config.notifications.queue_url:
-                self.stopping.wait(min(1.0, max(0.0, next_pass - self._clock())))
+            except BaseException:
+                self._inbox.signal(topic, "retried after an outage")
+                raise
+            if delay is not None:
+                loop.retry_at[topic] = self._clock() + delay
+        if not self.assembly.config.notifications.queue_url:
+            self.stopping.wait(min(1.0, max(0.0, loop.next_pass - self._clock())))
 
     def process_topic(self, topic: str) -> float | None:
         """Launch and drive runs of `topic` until nothing is pending; seconds until a retry, if any."""
@@ -281,6 +377,8 @@ class Pipeline:
             try:
                 outcome = self.launcher.launch(topic)
             except KafscaleIcebergError as exc:
+                if exc.transient:
+                    raise  # an outage: the loop backs off (and reports not-ready)
                 self._error("launch", topic, exc)
                 return float(self.assembly.config.runs.retry_delay_seconds(1))
             if outcome.status is LaunchStatus.WAITING:
@@ -341,12 +439,17 @@ class Pipeline:
         """Take one launched run through its steps: start, watch, then commit or abort."""
         start = _Start(self._clock(), time.time())
         self._starter.active.add(ticket.run_id)
-        plan = RunPlan.model_validate_json(self.assembly.documents.read_text(ticket.plan_uri))
-        if self._observer:
-            self._observer.run_started(ticket, plan)
+        self._in_flight = ticket
         try:
+            plan = RunPlan.model_validate_json(self.assembly.documents.read_text(ticket.plan_uri))
+            if self._observer:
+                self._observer.run_started(ticket, plan)
             report = self._drive(ticket, plan, start)
+        except Exception as exc:
+            self._abandon(self._in_flight or ticket, exc)
+            raise
         finally:
+            self._in_flight = None
             self._starter.active.discard(ticket.run_id)
             self._starter.ended.add(ticket.run_id)
         if self._observer:
@@ -357,8 +460,11 @@ class Pipeline:
         try:
             ticket = self.steps.start_job(ticket)
         except KafscaleIcebergError as exc:
+            if exc.transient:
+                raise  # an outage (the lease could not be renewed, S3 down): abandoned, retried
             self._error("job", ticket.topic, exc)
             return self._abort(ticket, plan, start, f"the job could not start: {exc}")
+        self._in_flight = ticket
         while True:
             watched = self.steps.watch(ticket)
             if watched.is_final:
@@ -381,6 +487,11 @@ class Pipeline:
             except RunNotCommittableError as exc:
                 self._error("sink", ticket.topic, exc)
                 return self._abort(ticket, plan, start, str(exc))
+            except OffsetMismatchError as exc:
+                # A stale plan: the store was repaired from the table, so the topic is re-planned at
+                # once (one wasted run, not a failure to back off from).
+                self._error("sink", ticket.topic, exc)
+                return replace(self._abort(ticket, plan, start, str(exc)), retry_after_seconds=0, replan=True)
             except KafscaleIcebergError as exc:
                 self._error("sink", ticket.topic, exc)
                 if not exc.transient or attempt == _COMMIT_ATTEMPTS:
@@ -396,6 +507,9 @@ class Pipeline:
             records=result.counts.written,
             dead_lettered=result.counts.dead_lettered,
             quarantined=sum(len(p.quarantined) for p in result.partitions),
+            skipped_lfs=result.counts.skipped_lfs,
+            lfs_resolved=result.counts.lfs.resolved,
+            lfs_errors=dict(result.counts.lfs.errors),
             offsets=dict(committed.outcome.offsets),
             started_at=start.wall,
             commit=committed,
@@ -411,6 +525,28 @@ class Pipeline:
             time.sleep(0.2)
         report = self._abort(ticket, plan, start, "stopped: the job was cancelled at shutdown")
         return replace(report, end=RunEnd.CANCELLED)
+
+    def _abandon(self, ticket: RunTicket, error: Exception) -> None:
+        """Give up the run in flight after a failure: cancel its job, record it and release the lease
+        when the dependencies allow (else the lease expires by itself and the next plan of the
+        range takes the next attempt). Never raises."""
+        reason = f"abandoned: {describe_outage(error)}"
+        logger.warning(
+            "run abandoned", extra={"topic": ticket.topic, "run_id": ticket.run_id, "reason": reason}
+        )
+        if ticket.job_id is not None:
+            try:
+                self._runner.cancel(ticket.job_id)
+            except Exception as exc:
+                logger.warning("could not cancel the abandoned run's job: %s", exc)
+        try:
+            self.steps.abort(ticket, reason)
+        except Exception as exc:
+            logger.warning(
+                "could not record the abandoned run or release its lease (it expires by itself): %s",
+                describe_outage(exc),
+                extra={"topic": ticket.topic, "run_id": ticket.run_id},
+            )
 
     def _abort(self, ticket: RunTicket, plan: RunPlan, start: _Start, reason: str) -> RunReport:
         aborted = self.steps.abort(ticket, reason)

@@ -137,6 +137,8 @@ class DecodedSegment:
     records: pa.Table
     payload_bytes: int
     batch_rows: Any = field(repr=False, compare=False)
+    header_keys_replaced: int = 0
+    """Header keys that were not UTF-8: kept, with each invalid byte as U+FFFD (see `decode_segment`)."""
 
     @cached_property
     def batches(self) -> tuple[FramedBatch, ...]:
@@ -177,7 +179,10 @@ def decode_segment(
     exactly, each batch's magic, length, codec and CRC-32C, that offsets move forward, that the
     header's base offset and message count and the footer's last offset match the batches, the
     footer's body CRC-32C, and every record (varints, lengths, offset deltas increasing within
-    `[0, lastOffsetDelta]`, the declared record count, UTF-8 header keys). Raises a
+    `[0, lastOffsetDelta]`, the declared record count). A header key that is not UTF-8 (the batch
+    CRC vouches for the bytes: the producer sent them) keeps its record: the key is stored as Go
+    stores it - `string(bytes)`, which `json.Marshal` writes with each invalid byte as U+FFFD - and
+    counted in `header_keys_replaced`. Raises a
     `SegmentFormatError` subclass (`TruncatedSegmentError`, `CrcMismatchError`,
     `UnsupportedCodecError`, `DecompressedSizeError`) for the first problem; never returns partial
     data. Transactional batches are decoded like any other: KafScale has no transactions, so
@@ -206,7 +211,7 @@ def decode_segment(
             )
     data_rows = rows[(rows[:, _ATTRIBUTES] & ATTR_CONTROL) == 0]
     payload = _Payload.gather(data, data_rows, source=source, limit=max_payload_bytes)
-    records = _scan(payload, data_rows, source=source, partition=partition)
+    records, replaced = _scan(payload, data_rows, source=source, partition=partition)
     return DecodedSegment(
         source=source,
         header=header,
@@ -214,6 +219,7 @@ def decode_segment(
         records=records,
         payload_bytes=payload.size,
         batch_rows=rows,
+        header_keys_replaced=replaced,
     )
 
 
@@ -414,7 +420,7 @@ def _column(rows: Any, index: int) -> Any:
     return np.ascontiguousarray(rows[:, index])
 
 
-def _scan(payload: _Payload, rows: Any, *, source: str, partition: int | None) -> pa.Table:
+def _scan(payload: _Payload, rows: Any, *, source: str, partition: int | None) -> tuple[pa.Table, int]:
     counts = _column(rows, _RECORD_COUNT)
     # The walker allocates its columns from the declared counts: bound them by what the bytes can hold.
     room = (payload.ends - payload.starts) // MIN_RECORD_SIZE
@@ -465,8 +471,9 @@ def _scan(payload: _Payload, rows: Any, *, source: str, partition: int | None) -
             found=found,
             source=source,
         )
-    header_keys = _binary_array(pa.string(), payload.buffer, header_key_pos, header_key_len)
-    _check_utf8(header_keys, header_key_pos, rows, payload, source=source)
+    header_keys, replaced = _valid_utf8(
+        _binary_array(pa.string(), payload.buffer, header_key_pos, header_key_len)
+    )
     header_structs = pa.StructArray.from_arrays(
         [header_keys, _binary_array(pa.binary(), payload.buffer, header_value_pos, header_value_len)],
         fields=list(HEADER_TYPE),
@@ -477,7 +484,7 @@ def _scan(payload: _Payload, rows: Any, *, source: str, partition: int | None) -
     partitions = (
         pa.nulls(total, pa.int32()) if partition is None else pa.array(np.full(total, partition, np.int32))
     )
-    return pa.Table.from_arrays(
+    table = pa.Table.from_arrays(
         [
             partitions,
             pa.array(offsets),
@@ -488,6 +495,7 @@ def _scan(payload: _Payload, rows: Any, *, source: str, partition: int | None) -
         ],
         schema=SEGMENT_RECORD_SCHEMA,
     )
+    return table, replaced
 
 
 def _binary_array(arrow_type: pa.DataType, buffer: Any, positions: Any, lengths: Any) -> pa.Array:
@@ -516,24 +524,29 @@ def _binary_array(arrow_type: pa.DataType, buffer: Any, positions: Any, lengths:
     return slices.take(pa.array(np.arange(0, 2 * n, 2, dtype=np.int32)))
 
 
-def _check_utf8(keys: pa.Array, positions: Any, rows: Any, payload: _Payload, *, source: str) -> None:
+def _valid_utf8(keys: pa.Array) -> tuple[pa.Array, int]:
+    """`keys` with every invalid UTF-8 byte as U+FFFD (one per byte, as Go's `json.Marshal` writes a
+    `string` holding them), and how many keys needed it. Valid arrays (the norm) are returned as is."""
     try:
         keys.validate(full=True)
     except pa.ArrowInvalid:
         pass
     else:
-        return
-    for i, key in enumerate(keys.cast(pa.binary()).to_pylist()):
-        try:
-            key.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            position = int(positions[i])
-            b = int(np.searchsorted(payload.ends, position, side="right"))
-            raise SegmentFormatError(
-                source,
-                payload.kfs_position(rows, b, position),
-                f"header key: expected UTF-8, found {key!r} ({exc.reason})",
-            ) from None
+        return keys, 0
+    fixed: list[str | None] = []
+    replaced = 0
+    for key in keys.cast(pa.binary()).to_pylist():
+        text = None if key is None else _go_string(key)
+        replaced += text is not None and text.encode("utf-8") != key
+        fixed.append(text)
+    return pa.array(fixed, pa.string()), replaced
+
+
+def _go_string(data: bytes) -> str:
+    """`data` decoded as Go's JSON encoder reads a string: each byte of an invalid sequence is U+FFFD."""
+    return "".join(
+        "\ufffd" if "\udc80" <= ch <= "\udcff" else ch for ch in data.decode("utf-8", "surrogateescape")
+    )
 
 
 _SCAN_PROBLEMS = {

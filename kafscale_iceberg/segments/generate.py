@@ -16,11 +16,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Literal
+from uuid import UUID
 
 from kafscale_iceberg.segments.decode import Record
 from kafscale_iceberg.segments.encode import SegmentFiles, build_segment, encode_record_batch
 from kafscale_iceberg.segments.keys import SegmentId
 from kafscale_iceberg.segments.layout import Codec
+from kafscale_iceberg.segments.lfs import ChecksumAlg, blob_key, proxy_value
 
 CodecChoice = Codec | Literal["mixed"]
 
@@ -43,6 +45,8 @@ class GeneratedSegment:
     segment: SegmentId
     files: SegmentFiles
     codecs: tuple[Codec, ...]
+    blobs: tuple[tuple[str, bytes], ...] = ()
+    """LFS blobs its envelopes point at: `(key, bytes)`, written before the segment (as the proxy does)."""
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,7 @@ class WrittenSegment:
     records: int
     kfs_bytes: int
     codecs: tuple[str, ...]
+    blobs: tuple[str, ...] = ()
 
 
 TimeFormats = Literal["rfc3339", "mixed"]
@@ -119,14 +124,21 @@ def generate_segments(
     namespace: str = "default",
     headers: bool = False,
     start_time_ms: int = DEFAULT_START_TIME_MS,
+    lfs_every: int = 0,
+    lfs_blob_bytes: int = 256 * 1024,
+    lfs_bucket: str = "kafscale",
+    lfs_checksum_alg: ChecksumAlg = ChecksumAlg.SHA256,
     time_formats: TimeFormats = "rfc3339",
 ) -> Iterator[GeneratedSegment]:
     """Build segments of pizza orders for every topic and partition, in key order.
 
     `codec="mixed"` cycles the batches through none, gzip, snappy, lz4 and zstd. With `headers`,
     every record carries a `content-type` and a `trace-id` header. `time_formats="mixed"` cycles
-    `event_time` through the forms people write (see `TimeFormats`). Raises `ValueError` for counts
-    below 1.
+    `event_time` through the forms people write (see `TimeFormats`). With `lfs_every` N > 0, every
+    Nth record is produced through KafScale's LFS proxy: its value (the order with a padding
+    `attachment` making it `lfs_blob_bytes` long) becomes a blob at the proxy's key
+    (`{ns}/{topic}/lfs/YYYY/MM/DD/obj-{uuid}`, in `lfs_bucket`) and the record carries the
+    proxy's envelope instead. Raises `ValueError` for counts below 1.
     """
     for name, count in (
         ("partitions", partitions),
@@ -145,6 +157,7 @@ def generate_segments(
             for _ in range(segments):
                 batches = []
                 used = []
+                blobs: list[tuple[str, bytes]] = []
                 base_offset = offset
                 for _ in range(batches_per_segment):
                     records = []
@@ -164,6 +177,22 @@ def generate_segments(
                             event_time_ms=clock,
                             time_form=offset if time_formats == "mixed" else 0,
                         )
+                        if lfs_every > 0 and offset % lfs_every == lfs_every - 1:
+                            value = _through_lfs_proxy(
+                                rng,
+                                value,
+                                blobs,
+                                size=lfs_blob_bytes,
+                                key=blob_key(
+                                    namespace,
+                                    topic,
+                                    at=datetime.fromtimestamp(clock / 1000, tz=UTC),
+                                    object_id=UUID(bytes=rng.randbytes(16), version=4),
+                                ),
+                                bucket=lfs_bucket,
+                                alg=lfs_checksum_alg,
+                                created_at_ms=clock,
+                            )
                         records.append(
                             Record(offset, clock, f"store-{store}".encode(), value, record_headers)
                         )
@@ -176,7 +205,37 @@ def generate_segments(
                     segment=SegmentId(namespace, topic, partition, base_offset),
                     files=files,
                     codecs=tuple(used),
+                    blobs=tuple(blobs),
                 )
+
+
+def _through_lfs_proxy(
+    rng: random.Random,
+    order: bytes,
+    blobs: list[tuple[str, bytes]],
+    *,
+    size: int,
+    key: str,
+    bucket: str,
+    alg: ChecksumAlg,
+    created_at_ms: int,
+) -> bytes:
+    """The envelope the LFS proxy produces for a large order; its blob is appended to `blobs`."""
+    padding = max(0, size - len(order) - len(',"attachment":""'))
+    payload = (
+        order[:-1] + b',"attachment":"' + rng.randbytes(padding // 2 + 1).hex()[:padding].encode() + b'"}'
+    )
+    proxied = proxy_value(
+        payload,
+        bucket=bucket,
+        key=key,
+        checksum_alg=alg,
+        headers={"content-type": "application/json"},
+        created_at=datetime.fromtimestamp(created_at_ms / 1000, tz=UTC),
+        proxy_id="kafscale-iceberg-generator",
+    )
+    blobs.append((proxied.blob_key, proxied.blob))
+    return proxied.value
 
 
 def write_segments(
@@ -185,7 +244,8 @@ def write_segments(
     *,
     endpoint_url: str | None = None,
 ) -> list[WrittenSegment]:
-    """Write each segment's `.index`, then its `.kfs`, under `destination`; returns what was written.
+    """Write each segment's LFS blobs, its `.index`, then its `.kfs`, under `destination`; returns
+    what was written.
 
     `destination` is a folder or `s3://bucket[/prefix]` (with `endpoint_url` for MinIO, moto or
     LocalStack). Keys follow the KafScale layout below the folder or prefix. The `.index` goes first
@@ -201,6 +261,7 @@ def write_segments(
         segment = generated.segment
         kfs_key = segment.segment_key
         index_key = segment.index_key
+        blob_locations = tuple(put(key, blob) for key, blob in generated.blobs)
         index_location = put(index_key, generated.files.index)
         kfs_location = put(kfs_key, generated.files.kfs)
         written.append(
@@ -214,6 +275,7 @@ def write_segments(
                 records=generated.files.message_count,
                 kfs_bytes=len(generated.files.kfs),
                 codecs=tuple(c.name.lower() for c in generated.codecs),
+                blobs=blob_locations,
             )
         )
     return written

@@ -43,6 +43,7 @@ from kafscale_iceberg.domain.commits import (
     stand_dead_letters,
     stand_run,
 )
+from kafscale_iceberg.domain.field_ids import TableFieldIds, TopicFieldIds
 from kafscale_iceberg.domain.leases import LeaseGrant
 from kafscale_iceberg.domain.offsets import CommittedOffsets, OffsetUpdate
 from kafscale_iceberg.domain.runs import NO_OFFSET, DataFile, RunPlan, RunResult, RunStatus
@@ -51,6 +52,7 @@ from kafscale_iceberg.exceptions import (
     CommitConflictError,
     CommitOutcomeUnknownError,
     DeadLetterAheadError,
+    KafscaleIcebergError,
     OffsetMismatchError,
     OffsetResetRefusedError,
     RunNotCommittableError,
@@ -119,7 +121,12 @@ class CommitService:
         attempts: int = DEFAULT_COMMIT_ATTEMPTS,
         backoff_s: float = 0.2,
         sleep: Callable[[float], None] = time.sleep,
+        stranded_runs: Callable[[str, str], tuple[RunPlan, RunResult] | None] | None = None,
     ) -> None:
+        """`stranded_runs(topic, run_id)` loads a run's plan and result (None when they are gone): with
+        it, a run whose dead-letter commit landed and whose table commit never did is finished from
+        its result when a later plan runs into it, instead of refusing that plan forever."""
+        self._stranded_runs = stranded_runs
         if attempts < 1:
             raise ValueError(f"attempts must be >= 1, got {attempts}")
         self._tables = tables
@@ -143,6 +150,72 @@ class CommitService:
         policy = policy or TablePolicy()
         _check_committable(plan, result, lease)
         self._checkpoints.renew_lease(lease)
+        try:
+            try:
+                return self._commit_run(plan, result, lease, policy)
+            except DeadLetterAheadError as exc:
+                if not self._finish_stranded(exc, lease, policy):
+                    raise
+                return self._commit_run(plan, result, lease, policy)  # refused: stale now, repaired
+        except OffsetMismatchError as exc:
+            if exc.repaired:
+                raise
+            repaired = self._repair_store(plan, lease)
+            raise OffsetMismatchError(
+                exc.table, exc.topic, exc.run_id, exc.mismatches, repaired=repaired
+            ) from None
+
+    def _finish_stranded(self, refusal: DeadLetterAheadError, lease: LeaseGrant, policy: TablePolicy) -> bool:
+        """Commit the run whose dead letters are in but whose table commit never happened (a crash
+        between the two), from its own plan and result, under `lease`; True if it is in now."""
+        if self._stranded_runs is None or refusal.other_run_id is None:
+            return False
+        try:
+            loaded = self._stranded_runs(refusal.topic, refusal.other_run_id)
+            if loaded is None:
+                return False
+            plan, result = loaded
+            _check_committable(plan, result, lease)
+            self._commit_run(plan, result, lease, policy, release=False)
+        except KafscaleIcebergError as exc:
+            logger.warning(
+                "could not finish the run stranded between its dead-letter and table commits",
+                extra={"topic": refusal.topic, "stranded_run_id": refusal.other_run_id, "problem": str(exc)},
+            )
+            return False
+        logger.warning(
+            "finished a run stranded between its dead-letter and table commits",
+            extra={"topic": refusal.topic, "stranded_run_id": refusal.other_run_id, "run_id": refusal.run_id},
+        )
+        return True
+
+    def _repair_store(self, plan: RunPlan, lease: LeaseGrant) -> dict[int, int]:
+        """Set the store to the table's offsets after a refused (stale) plan, fenced by the run's lease.
+
+        A crash between the Iceberg commit and the offset write leaves the store behind the table; every
+        plan made from it would be refused forever. Repairing here makes a stale plan cost one wasted
+        run. Best effort: a failure is logged (the refusal stands and the next refusal repairs).
+        """
+        try:
+            reconciliation = self.reconciled_offsets(plan.topic, plan.table.identifier, lease=lease)
+        except KafscaleIcebergError as exc:
+            logger.warning(
+                "could not repair the checkpoint store after a refused plan",
+                extra={"topic": plan.topic, "run_id": plan.run_id, "problem": str(exc)},
+            )
+            return {}
+        changed = {**reconciliation.store_behind, **reconciliation.store_ahead}
+        return {partition: table for partition, (_store, table) in changed.items()}
+
+    def _commit_run(
+        self,
+        plan: RunPlan,
+        result: RunResult,
+        lease: LeaseGrant,
+        policy: TablePolicy,
+        *,
+        release: bool = True,
+    ) -> CommitOutcome:
         topic, run_id = plan.topic, plan.run_id
         starts, ends = plan.start_offsets(), plan.end_offsets()
         quarantined = _quarantined_ranges(result)
@@ -175,7 +248,7 @@ class CommitService:
 
         offsets = {p: _committed(main, store).get(p, NO_OFFSET) for p in starts}
         written = self._advance_store(lease, result, offsets, ends)
-        released = self._checkpoints.release_lease(lease)
+        released = self._checkpoints.release_lease(lease) if release else False
         logger.info(
             "run committed",
             extra={
@@ -268,6 +341,7 @@ class CommitService:
                 topic=topic,
                 run_id=run_id,
                 file_uris=tuple(f.uri for f in files),
+                files=files,
                 start_offsets=starts,
                 end_offsets=ends,
                 marker_after=TableMarker(
@@ -276,6 +350,7 @@ class CommitService:
                     quarantined=_merge_ranges(state.marker.quarantined, quarantined),
                 ),
                 quarantined=quarantined,
+                field_ids=_planned_field_ids(plan, identifier),
                 conversion_failures=dict(conversion_failures or {}),
             )
             try:
@@ -488,6 +563,16 @@ class CommitService:
             return
         raise CommitConflictError(table, lease.run_id, self._attempts)
 
+    def field_ids(self, tables: tuple[str, ...]) -> TopicFieldIds:
+        """The field ids of those of `tables` that exist (what the launcher plans the next files with)."""
+        known: list[TableFieldIds] = []
+        for table in tables:
+            try:
+                known.append(self._tables.field_ids(table))
+            except TableMissingError:
+                continue
+        return TopicFieldIds(tables=tuple(known))
+
     def count_rows_after(self, table: str, offsets: Mapping[int, int]) -> int | None:
         """How many rows of `table` a reset to `offsets` would delete; None when the table does not exist."""
         try:
@@ -675,10 +760,15 @@ def _listed(state: TableState, wanted: set[tuple[int, int, int]], plan: RunPlan)
     return bool(present)
 
 
+def _planned_field_ids(plan: RunPlan, identifier: str) -> Mapping[str, int] | None:
+    target = plan.table if identifier == plan.table.identifier else plan.dead_letter_table
+    return target.field_ids
+
+
 def _table_spec(plan: RunPlan, policy: TablePolicy) -> TableSpec:
     return TableSpec(
         identifier=plan.table.identifier,
-        fields=table_fields(plan.conversion.columns),
+        fields=table_fields(plan.conversion.table_columns),
         partition_by=plan.conversion.partition_by,
         create_if_missing=policy.create_table_if_missing,
         allow_type_widening=policy.allow_type_widening,

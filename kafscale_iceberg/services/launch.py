@@ -25,13 +25,17 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Protocol
+from typing import Protocol, TypeVar
+
+from pydantic import ValidationError
 
 from kafscale_iceberg.adapters.documents import DocumentStore
 from kafscale_iceberg.config import KafscaleConfig, MappingConfig, RunsConfig
+from kafscale_iceberg.domain.field_ids import TopicFieldIds, field_ids_uri, planned_field_ids
 from kafscale_iceberg.domain.leases import LeaseBusy, LeaseGrant
 from kafscale_iceberg.domain.planning import (
     ListedSegment,
@@ -52,6 +56,7 @@ from kafscale_iceberg.domain.runs import (
     TableTarget,
     make_run_id,
 )
+from kafscale_iceberg.domain.schema import DEAD_LETTER_FIELDS, table_fields
 from kafscale_iceberg.domain.tickets import (
     OUTCOME_NAME,
     PLAN_NAME,
@@ -64,6 +69,7 @@ from kafscale_iceberg.domain.tickets import (
 from kafscale_iceberg.exceptions import KafscaleIcebergError, RunAttemptEndedError
 from kafscale_iceberg.ports import CheckpointStore
 from kafscale_iceberg.segments.layout import SegmentFooter
+from kafscale_iceberg.services.backoff import BackoffRecords
 
 logger = logging.getLogger(__name__)
 
@@ -81,6 +87,33 @@ class SegmentLister(Protocol):
 
 
 _PROBE_FACTOR = 16
+_T = TypeVar("_T")
+_R = TypeVar("_R")
+PLANNING_CONCURRENCY = 16
+"""Partitions listed (and footers read) at once while planning: a topic of 64 partitions on S3 is
+4 rounds of ~30 ms requests, not 64 (S3 serves thousands of requests per second per prefix)."""
+
+
+def concurrently(work: Callable[[_T], _R], items: Iterable[_T]) -> list[_R]:
+    """`[work(item) for item in items]`, up to `PLANNING_CONCURRENCY` at once, results in order.
+
+    The first item's error (in order) is raised, as the loop would; the rest are waited for.
+    """
+    todo = list(items)
+    if len(todo) <= 1:
+        return [work(item) for item in todo]
+    with ThreadPoolExecutor(max_workers=min(PLANNING_CONCURRENCY, len(todo))) as pool:
+        return list(pool.map(work, todo))
+
+
+def run_data_prefix(config: KafscaleConfig, identifier: tuple[str, ...]) -> str:
+    """The folder holding every run's data files of a table (one subfolder per run id): under the
+    table's warehouse location when the warehouse is a storage URI, else under the runs location.
+    Orphan-file cleanup looks only here."""
+    warehouse = config.iceberg.warehouse
+    if warehouse.startswith(("s3://", "file://", "/")):
+        return join_uri(warehouse, *identifier, "data", "kafscale")
+    return join_uri(config.runs.location, "data", *identifier)
 
 
 def list_after_committed(
@@ -143,8 +176,8 @@ def select_pending(
     committed offset (`list_after_committed`), chosen within `limits`."""
     eligible: dict[int, list[ListedSegment]] = {}
     blocked: list[ListedSegment] = []
-    for partition, offset in committed.items():
-        chosen, stopper = pending_segments(lister, topic, partition, offset)
+    found = concurrently(lambda item: pending_segments(lister, topic, *item), committed.items())
+    for partition, (chosen, stopper) in zip(committed, found, strict=True):
         eligible[partition] = chosen
         if stopper is not None:
             blocked.append(stopper)
@@ -209,6 +242,8 @@ class LaunchOutcome:
     detail: str = ""
     ticket: RunTicket | None = None
     wait_seconds: float = 0.0
+    replan: bool = False
+    """The committed offsets moved under the claimed lease: plan again from them."""
 
 
 class Launcher:
@@ -226,7 +261,14 @@ class Launcher:
         registry: SchemaRegistry | None = None,
         partition_filter: Callable[[str], frozenset[int] | None] | None = None,
         clock: Callable[[], float] = time.time,
+        repair_offsets: Callable[[str, LeaseGrant], object] | None = None,
     ) -> None:
+        """`repair_offsets(topic, grant)`, when given, sets the checkpoint store to the table's offsets
+        under the claimed lease before a plan is handed on (`CommitService.reconciled_offsets`); a
+        repair that moves a planned start means re-planning at once. Without it (the AWS launcher,
+        which carries no pyiceberg) the commit step repairs the store when it refuses a stale plan."""
+        self._repair_offsets = repair_offsets
+        self._backoff = BackoffRecords(documents, config.runs)
         self._config = config
         self._partition_filter = partition_filter
         self._checkpoints = checkpoints
@@ -238,14 +280,22 @@ class Launcher:
         self._clock = clock
 
     def launch(
-        self, topic: str, *, ignore_min_batch: bool = False, retry_ended: bool = True
+        self,
+        topic: str,
+        *,
+        ignore_min_batch: bool = False,
+        ignore_backoff: bool = False,
+        retry_ended: bool = True,
+        replan: bool = True,
     ) -> LaunchOutcome:
         """Plan and start a run for `topic` if it has pending segments and nobody runs it.
 
         Raises `UnmappedTopicError` for a topic without a mapping, and transient errors (store, S3,
         registry, job service) for the caller to retry; a claimed lease is released on any error.
         A run id whose steps already ended unrecorded is recorded as lost and re-planned once under
-        the next attempt. `ignore_min_batch` plans whatever is pending now (`run --once`).
+        the next attempt. `ignore_min_batch` plans whatever is pending now (`run --once`). A topic in
+        its retry backoff after failed runs (`services/backoff.py`) is WAITING unless `ignore_backoff`
+        (`run --once`, an operator's explicit request).
         """
         mapping = self._config.mapping_for(topic)
         if mapping is None:
@@ -254,11 +304,18 @@ class Launcher:
         if holder is not None:
             return LaunchOutcome(topic, LaunchStatus.BUSY, detail=holder.describe())
         committed = self._checkpoints.load_committed_offsets(topic)
-        selection = self._select(
-            topic,
-            {p: committed.offset(p) for p in self._partitions(topic)},
-            ignore_min_batch=ignore_min_batch,
-        )
+        offsets = {p: committed.offset(p) for p in self._partitions(topic)}
+        if not ignore_backoff:
+            wait_s, backoff = self._backoff.wait_seconds(topic, offsets, self._clock())
+            if backoff is not None and wait_s > 0:
+                return LaunchOutcome(
+                    topic,
+                    LaunchStatus.WAITING,
+                    detail=f"retry backoff: {backoff.failures} failed run(s) in a row, the last "
+                    f"{backoff.run_id}: {backoff.reason}",
+                    wait_seconds=wait_s,
+                )
+        selection = self._select(topic, offsets, ignore_min_batch=ignore_min_batch)
         if selection.is_empty:
             return self._not_started(topic, selection)
         partitions = self._partition_plans(selection)
@@ -271,7 +328,7 @@ class Launcher:
         if isinstance(claim, LeaseBusy):
             return LaunchOutcome(topic, LaunchStatus.BUSY, detail=claim.describe())
         try:
-            return self._start(
+            outcome = self._start(
                 topic, mapping=mapping, partitions=partitions, run_id=run_id, attempt=attempt, grant=claim
             )
         except RunAttemptEndedError as exc:
@@ -279,10 +336,21 @@ class Launcher:
             if not retry_ended:
                 raise
             self._record_lost_attempt(topic, run_id, attempt, str(exc))
-            return self.launch(topic, ignore_min_batch=ignore_min_batch, retry_ended=False)
+            return self.launch(
+                topic, ignore_min_batch=ignore_min_batch, ignore_backoff=ignore_backoff, retry_ended=False
+            )
         except BaseException:
             self._checkpoints.release_lease(claim)
             raise
+        if outcome.replan and replan:
+            return self.launch(
+                topic,
+                ignore_min_batch=ignore_min_batch,
+                ignore_backoff=ignore_backoff,
+                retry_ended=retry_ended,
+                replan=False,
+            )
+        return outcome
 
     def _partitions(self, topic: str) -> list[int]:
         """The topic's partitions in S3, less those the discovery filter (etcd metadata) leaves out."""
@@ -312,12 +380,17 @@ class Launcher:
         attempt: int,
         grant: LeaseGrant,
     ) -> LaunchOutcome:
+        if self._repair_offsets is not None:
+            self._repair_offsets(topic, grant)
         now = self._checkpoints.load_committed_offsets(topic)
         moved = [p.partition for p in partitions if now.offset(p.partition) != p.start_exclusive]
         if moved:
             self._checkpoints.release_lease(grant)
             return LaunchOutcome(
-                topic, LaunchStatus.IDLE, detail=f"partitions {moved} committed while planning; re-plan"
+                topic,
+                LaunchStatus.IDLE,
+                detail=f"partitions {moved} committed while planning (or repaired from the table); re-plan",
+                replan=True,
             )
         plan = self._plan(topic, mapping, partitions, run_id)
         plan_uri = run_document_uri(self._config.runs.location, topic, run_id, PLAN_NAME)
@@ -335,8 +408,9 @@ class Launcher:
 
     def _partition_plans(self, selection: Selection) -> tuple[PartitionPlan, ...]:
         plans = []
-        for chosen in selection.partitions:
-            end = self._segments.read_footer(chosen.last.key).last_offset
+        footers = concurrently(lambda c: self._segments.read_footer(c.last.key), selection.partitions)
+        for chosen, footer in zip(selection.partitions, footers, strict=True):
+            end = footer.last_offset
             if end <= chosen.committed:
                 continue  # the only candidate was a fully committed segment
             plans.append(
@@ -371,6 +445,8 @@ class Launcher:
             if mapping.schema_.source == "registry":
                 columns = columns_from_json_schema(json_schema)
         s3 = config.s3
+        dead_letter = ".".join(mapping.dead_letter_identifier)
+        known = self._known_field_ids(topic)
         return RunPlan(
             run_id=run_id,
             topic=topic,
@@ -382,10 +458,15 @@ class Launcher:
                 path_style=s3.path_style,
             ),
             partitions=partitions,
-            table=TableTarget(identifier=mapping.table, data_uri=self._data_uri(mapping.identifier, run_id)),
+            table=TableTarget(
+                identifier=mapping.table,
+                data_uri=self._data_uri(mapping.identifier, run_id),
+                field_ids=planned_field_ids(table_fields(columns), known.table(mapping.table)),
+            ),
             dead_letter_table=TableTarget(
-                identifier=".".join(mapping.dead_letter_identifier),
+                identifier=dead_letter,
                 data_uri=self._data_uri(mapping.dead_letter_identifier, run_id),
+                field_ids=planned_field_ids(DEAD_LETTER_FIELDS, known.table(dead_letter)),
             ),
             conversion=ConversionSettings(
                 columns=columns,
@@ -395,9 +476,22 @@ class Launcher:
                 corrupt_segment_policy=config.corrupt_segment_policy_for(mapping),
                 verify_crc=config.runs.verify_crc,
                 target_file_size_bytes=config.target_file_size_for(mapping),
+                lfs=mapping.lfs_settings(s3.bucket),
             ),
             result_uri=run_document_uri(config.runs.location, topic, run_id, RESULT_NAME),
         )
+
+    def _known_field_ids(self, topic: str) -> TopicFieldIds:
+        """The tables' field ids the commit step recorded (`field-ids.json`); none recorded yet: empty."""
+        uri = field_ids_uri(self._config.runs.location, topic)
+        if not self._documents.exists(uri):
+            return TopicFieldIds()
+        try:
+            return TopicFieldIds.model_validate_json(self._documents.read_text(uri))
+        except ValidationError as exc:
+            # Safe to plan without: the commit step checks the ids and rewrites the document.
+            logger.warning("unreadable field-id document ignored", extra={"uri": uri, "problem": str(exc)})
+            return TopicFieldIds()
 
     def _data_uri(self, identifier: tuple[str, ...], run_id: str) -> str:
         """Run-scoped folder for a table's new files: under the table's warehouse location when the
@@ -405,10 +499,7 @@ class Launcher:
 
         Files are added to the table in place, so this folder is table data from then on.
         """
-        warehouse = self._config.iceberg.warehouse
-        if warehouse.startswith(("s3://", "file://", "/")):
-            return join_uri(warehouse, *identifier, "data", "kafscale", run_id)
-        return join_uri(self._config.runs.location, "data", *identifier, run_id)
+        return join_uri(run_data_prefix(self._config, identifier), run_id)
 
     def _not_started(self, topic: str, selection: Selection) -> LaunchOutcome:
         if selection.wait_seconds > 0:

@@ -22,6 +22,11 @@ For each topic of the config's mappings:
   attempts of the range the launcher would plan now (same selection rules and limits, from the
   checkpoint store's offsets, as the launcher plans) - one GET per recorded attempt.
 
+- **table health** (when a health reader is given, as `status` does): the table's data files, small
+  files (below `maintenance.small_file_bytes`), snapshots, manifest bytes, and when `maintain` last
+  expired snapshots and compacted it (table properties `kafscale.maintenance.last-ms`,
+  `kafscale.compaction.last-ms`).
+
 Segments are listed exactly as the launcher lists them (`list_after_committed`: O(new segments),
 probing back only to find the segment holding `committed + 1`), so a committed offset in the middle
 of a segment shows that segment's remaining lag, and the failure probe looks at the range the
@@ -39,6 +44,7 @@ from typing import Protocol
 from kafscale_iceberg.config import KafscaleConfig
 from kafscale_iceberg.domain.commits import TableState
 from kafscale_iceberg.domain.leases import LeaseHolder
+from kafscale_iceberg.domain.maintenance import TableHealth
 from kafscale_iceberg.domain.offsets import CommittedOffsets
 from kafscale_iceberg.domain.planning import ListedSegment
 from kafscale_iceberg.domain.runs import NO_OFFSET
@@ -59,6 +65,20 @@ from kafscale_iceberg.services.launch import (
 _ATTEMPT = re.compile(r"-a(\d+)$")
 
 
+def _health_json(health: TableHealth | None) -> dict[str, object] | None:
+    if health is None:
+        return None
+    return {
+        "files": health.files,
+        "small_files": health.small_files,
+        "data_bytes": health.data_bytes,
+        "snapshots": health.snapshots,
+        "manifest_bytes": health.manifest_bytes,
+        "last_maintenance_ms": health.last_maintenance_ms,
+        "last_compaction_ms": health.last_compaction_ms,
+    }
+
+
 class TableStatusReader(Protocol):
     """What status reads from the tables (adapter: `IcebergTableCommitter`)."""
 
@@ -67,6 +87,12 @@ class TableStatusReader(Protocol):
     def last_commit_ms(self, table: str, topic: str) -> int | None: ...
 
     def conversion_failures(self, table: str, topic: str) -> dict[str, int]: ...
+
+
+class TableHealthReader(Protocol):
+    """Files and snapshots of a table (adapter: `IcebergTableMaintainer`)."""
+
+    def health(self, table: str, *, small_file_bytes: int) -> TableHealth: ...
 
 
 @dataclass(frozen=True)
@@ -154,6 +180,8 @@ class TopicStatus:
     lease: LeaseStatus | None
     consecutive_failures: int
     partitions: tuple[PartitionStatus, ...]
+    health: TableHealth | None = None
+    """The table's files, small files, snapshots, last maintenance and compaction (when read)."""
     conversion_failures: dict[str, int] = field(default_factory=dict)
     """Per mapping column, committed values stored null because they did not convert (over the
     table's retained snapshots)."""
@@ -183,6 +211,7 @@ class TopicStatus:
             "lag_records": self.lag_records,
             "conversion_failures": dict(self.conversion_failures),
             "partitions": [p.to_json() for p in self.partitions],
+            "table_health": _health_json(self.health),
         }
 
 
@@ -210,7 +239,9 @@ class StatusService:
         documents: RunDocuments,
         *,
         clock: Callable[[], float] = time.time,
+        health: TableHealthReader | None = None,
     ) -> None:
+        self._health = health
         self._config = config
         self._checkpoints = checkpoints
         self._segments = segments
@@ -277,8 +308,14 @@ class StatusService:
             lease=LeaseStatus.of(holder) if holder is not None else None,
             consecutive_failures=failures,
             partitions=partitions,
+            health=self._table_health(mapping.table) if state is not None else None,
             conversion_failures=conversion_failures,
         )
+
+    def _table_health(self, table: str) -> TableHealth | None:
+        if self._health is None:
+            return None
+        return self._health.health(table, small_file_bytes=self._config.maintenance.small_file_bytes)
 
     def _partition_status(
         self,

@@ -1,0 +1,298 @@
+"""Fault injection on the one-machine pipeline: a process dying between every pair of steps of a run.
+
+Real parts throughout: moto server (S3), a pyiceberg SQLite catalog, local Spark, and both checkpoint
+stores (a real etcd server, and the SQLite store). A crash is injected by wrapping a real adapter
+(the table committer, the checkpoint store or the job runner): at the named point it raises
+`ProcessDied`, which no product code catches, so the "process" stops right there with whatever it
+had written. A fresh process (a new `Assembly` with another owner id) then starts, with or without
+new segments, and every test ends by comparing the table, the dead-letter table, the checkpoint
+store and the produced records exactly. (The real-SIGKILL counterparts are in
+`tests/test_faults_sigkill.py`.)
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+from uuid import uuid4
+
+import pytest
+from pyspark.sql import SparkSession
+
+from kafscale_iceberg.adapters.iceberg_catalog import CatalogSettings, load_iceberg_catalog
+from kafscale_iceberg.assembly import Assembly
+from kafscale_iceberg.config import KafscaleConfig, config_from_mapping
+from kafscale_iceberg.domain.commits import TableCommit, TableState
+from kafscale_iceberg.domain.leases import LeaseGrant
+from kafscale_iceberg.domain.offsets import OffsetUpdate
+from kafscale_iceberg.domain.runs import RunPlan
+from kafscale_iceberg.local.pipeline import Pipeline, RunEnd
+from kafscale_iceberg.local.spark_runner import LocalSparkJobRunner
+from tests.support.etcd import EtcdServer
+from tests.support.moto import MotoEndpoint
+from tests.support.segments import order_value, put_segment
+
+pytestmark = pytest.mark.slow
+
+NAMESPACE, TOPIC, TABLE, DLQ = "prod", "orders", "shop.orders", "shop.orders__dlq"
+BAD = b"not json"
+
+
+class ProcessDied(BaseException):
+    """The process died at an injected point (nothing in the product catches a BaseException)."""
+
+
+class Point:
+    """Where the first process dies."""
+
+    BEFORE_JOB = "before the job starts"
+    AFTER_JOB_START = "after the job started, before it is watched"
+    BEFORE_TABLE_COMMIT = "before any table commit"
+    AFTER_DEAD_LETTER_COMMIT = "after the dead-letter commit, before the table commit"
+    AFTER_TABLE_COMMIT = "after the table commit, before the offset write"
+    AFTER_OFFSETS = "after the offset write, before the lease release"
+    AFTER_RELEASE = "after the lease release"
+
+
+class DyingTables:
+    """The real table committer; the process dies around a commit to the named table."""
+
+    def __init__(self, inner: Any, point: str) -> None:
+        self._inner, self._point = inner, point
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def commit(self, expected: TableState, commit: TableCommit) -> TableState:
+        if self._point == Point.BEFORE_TABLE_COMMIT:
+            raise ProcessDied(self._point)
+        after = self._inner.commit(expected, commit)
+        if self._point == Point.AFTER_DEAD_LETTER_COMMIT and expected.table == DLQ:
+            raise ProcessDied(self._point)
+        if self._point == Point.AFTER_TABLE_COMMIT and expected.table == TABLE:
+            raise ProcessDied(self._point)
+        return after
+
+
+class DyingCheckpoints:
+    """The real checkpoint store; the process dies after the offset write or the lease release."""
+
+    def __init__(self, inner: Any, point: str) -> None:
+        self._inner, self._point = inner, point
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def commit_offsets(self, grant: LeaseGrant, updates: Mapping[int, OffsetUpdate]) -> Any:
+        written = self._inner.commit_offsets(grant, updates)
+        if self._point == Point.AFTER_OFFSETS:
+            raise ProcessDied(self._point)
+        return written
+
+    def release_lease(self, grant: LeaseGrant) -> bool:
+        released: bool = self._inner.release_lease(grant)
+        if self._point == Point.AFTER_RELEASE:
+            raise ProcessDied(self._point)
+        return released
+
+
+class DyingRunner:
+    """The real local Spark runner; the process dies before or right after starting the job."""
+
+    def __init__(self, inner: LocalSparkJobRunner, point: str) -> None:
+        self._inner, self._point = inner, point
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def start(self, plan: RunPlan, plan_uri: str) -> str:
+        if self._point == Point.BEFORE_JOB:
+            raise ProcessDied(self._point)
+        job_id = self._inner.start(plan, plan_uri)
+        if self._point == Point.AFTER_JOB_START:
+            raise ProcessDied(self._point)
+        return job_id
+
+
+class World:
+    """A bucket, a checkpoint store (etcd or SQLite), a SQLite catalog, a local runner; what was produced."""
+
+    def __init__(
+        self, moto: MotoEndpoint, tmp_path: Path, store: dict[str, Any], *, endpoint: str | None = None
+    ) -> None:
+        """`store`: the checkpoint store's config sections; `endpoint`: S3 as the product sees it
+        (a proxy in front of moto for outages), moto itself by default."""
+        self.s3: Any = moto.client("s3")
+        self.bucket = moto.new_bucket()
+        self.config: KafscaleConfig = config_from_mapping(
+            {
+                "s3": {
+                    "bucket": self.bucket,
+                    "namespace": NAMESPACE,
+                    "endpoint": endpoint or moto.url,
+                    "region": moto.region,
+                    "path_style": True,
+                },
+                "iceberg": {
+                    "catalog": {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db"},
+                    "warehouse": f"file://{tmp_path}/warehouse",
+                },
+                "offsets": {
+                    "key_prefix": f"t-{uuid4().hex[:8]}",
+                    "lease_ttl_seconds": 2,
+                    **store.get("offsets", {}),
+                },
+                **{k: v for k, v in store.items() if k != "offsets"},
+                "mappings": [
+                    {
+                        "topic": TOPIC,
+                        "table": TABLE,
+                        "create_table_if_missing": True,
+                        "schema": {
+                            "columns": [
+                                {"name": "order_id", "type": "long", "required": True},
+                                {"name": "store_id", "type": "string"},
+                            ]
+                        },
+                    }
+                ],
+                "runs": {"retry_backoff_seconds": 0},
+                "processor": {"poll_interval_seconds": 1},
+            },
+            source="test",
+        )
+        self.produced: dict[int, list[bytes]] = {}
+        self.runner: LocalSparkJobRunner | None = None
+
+    def put(self, partition: int, count: int, *, bad_at: int | None = None) -> None:
+        """Produce `count` records after the partition's last; the one at `bad_at` is invalid JSON."""
+        values = self.produced.setdefault(partition, [])
+        base = len(values)
+        new = [
+            BAD if offset == bad_at else order_value(offset, partition)
+            for offset in range(base, base + count)
+        ]
+        put_segment(self.s3, self.bucket, NAMESPACE, TOPIC, partition, base, count, values=new, batch_size=5)
+        values.extend(new)
+
+    def process(self, point: str | None = None, **options: Any) -> Pipeline:
+        """A fresh process (its own owner id and adapters), dying at `point` if given."""
+        assembly = Assembly(self.config, owner_id=f"process-{uuid4().hex[:6]}")
+        if self.runner is None:
+            self.runner = LocalSparkJobRunner(master="local[2]", s3=assembly.s3_settings)
+        runner: Any = self.runner
+        if point is not None:
+            # cached_property: the instance's dict wins, so every service gets the dying adapter.
+            assembly.__dict__["tables"] = DyingTables(assembly.tables, point)
+            assembly.__dict__["checkpoints"] = DyingCheckpoints(assembly.checkpoints, point)
+            runner = DyingRunner(self.runner, point)
+        return Pipeline(assembly, runner, watch_interval_s=0.1, **options)
+
+    def check_exactly_once(self) -> None:
+        """Table, dead-letter table, checkpoint store and lease: exactly what was produced, once."""
+        assembly = Assembly(self.config, owner_id="checker")
+        catalog = load_iceberg_catalog(CatalogSettings.from_config(self.config))
+        rows = catalog.load_table(TABLE).scan().to_arrow().to_pylist()
+        got = sorted((r["partition"], r["offset"], r["order_id"]) for r in rows)
+        want = sorted(
+            (p, o, json.loads(v)["order_id"])
+            for p, vs in self.produced.items()
+            for o, v in enumerate(vs)
+            if v != BAD
+        )
+        assert got == want
+        bad = sorted((p, o) for p, vs in self.produced.items() for o, v in enumerate(vs) if v == BAD)
+        if bad:
+            dead = catalog.load_table(DLQ).scan().to_arrow().to_pylist()
+            assert sorted((r["partition"], r["offset"]) for r in dead) == bad
+        last = {p: len(vs) - 1 for p, vs in self.produced.items()}
+        stored = assembly.checkpoints.load_committed_offsets(TOPIC)
+        assert {p: stored.offset(p) for p in last} == last
+        table = assembly.commits.reconciled_offsets(TOPIC, TABLE)
+        assert table.from_table
+        assert {p: table.offset(p) for p in last} == last
+        assert (dict(table.store_behind), dict(table.store_ahead)) == ({}, {})
+        assert assembly.checkpoints.read_lease_holder(TOPIC) is None
+
+
+@pytest.fixture(params=["etcd", "sqlite"])
+def world(
+    request: pytest.FixtureRequest, moto_server: MotoEndpoint, tmp_path: Path, spark: SparkSession
+) -> World:
+    """Each test runs on both checkpoint stores: a real etcd server, then the SQLite store."""
+    if request.param == "etcd":
+        etcd: EtcdServer = request.getfixturevalue("etcd_server")
+        return World(moto_server, tmp_path, {"etcd": {"endpoints": [etcd.url]}})
+    return World(
+        moto_server, tmp_path, {"offsets": {"backend": "sqlite", "sqlite_path": str(tmp_path / "offsets.db")}}
+    )
+
+
+def _die(pipeline: Pipeline) -> None:
+    with pytest.raises(ProcessDied):
+        pipeline.run_once()
+
+
+@pytest.mark.parametrize("new_segments", [False, True], ids=["same-segments", "new-segments"])
+def test_a_crash_between_the_table_commit_and_the_offset_write_heals_without_a_person(
+    world: World, new_segments: bool
+) -> None:
+    """Issue 12 §1: the table has the run, the store does not; later plans start from the store's
+    older offsets. The refusal (or the launcher) repairs the store from the table and the topic flows."""
+    world.put(0, 20)
+    world.put(1, 10)
+    _die(world.process(Point.AFTER_TABLE_COMMIT))
+    behind = Assembly(world.config, owner_id="look").checkpoints.load_committed_offsets(TOPIC)
+    assert behind.offset(0) == -1  # the store never got the run's offsets
+    if new_segments:
+        world.put(0, 15)
+        world.put(1, 5)
+    summary = world.process().run_once()
+    assert summary.ok, summary.failed
+    # The launcher repaired the store from the table under the lease: no wasted run at all.
+    assert [(r.end, r.records) for r in summary.runs] == ([(RunEnd.COMMITTED, 20)] if new_segments else [])
+    world.check_exactly_once()
+    world.put(0, 5)  # and it keeps flowing
+    assert world.process().run_once().ok
+    world.check_exactly_once()
+
+
+def test_a_stale_plan_refused_at_commit_repairs_the_store_and_is_replanned_at_once(world: World) -> None:
+    """The commit-step path (the AWS launcher cannot read the table): a plan made from a store behind
+    the table is refused once, the store is repaired under the run's lease, and the re-plan commits."""
+    world.put(0, 20)
+    _die(world.process(Point.AFTER_TABLE_COMMIT))
+    world.put(0, 10)
+    pipeline = world.process()
+    pipeline.launcher._repair_offsets = None  # as on AWS: plans come from the store alone
+    summary = pipeline.run_once()
+    assert summary.ok, summary.failed
+    refused, committed = summary.runs
+    assert refused.replan
+    assert "repaired to the table's offsets" in refused.reason
+    assert (committed.end, committed.records) == (RunEnd.COMMITTED, 10)
+    world.check_exactly_once()
+
+
+@pytest.mark.parametrize(
+    "point",
+    [
+        Point.BEFORE_JOB,
+        Point.AFTER_JOB_START,
+        Point.BEFORE_TABLE_COMMIT,
+        Point.AFTER_DEAD_LETTER_COMMIT,
+        Point.AFTER_TABLE_COMMIT,
+        Point.AFTER_OFFSETS,
+        Point.AFTER_RELEASE,
+    ],
+)
+def test_a_crash_between_any_two_steps_loses_and_duplicates_nothing(world: World, point: str) -> None:
+    world.put(0, 12, bad_at=3)
+    world.put(1, 8)
+    _die(world.process(point))
+    world.put(0, 6, bad_at=15)
+    summary = world.process().run_once()
+    assert summary.ok, summary.failed
+    world.check_exactly_once()

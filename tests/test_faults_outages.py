@@ -1,0 +1,247 @@
+"""`run` rides out its dependencies' outages (issue 12 §2): real etcd killed, restarted and frozen, S3 and
+SQS cut by a real TCP proxy in front of the moto server. Each test ends with the table, the checkpoint
+store and the produced records compared exactly (`World.check_exactly_once`)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from pyspark.sql import SparkSession
+
+from kafscale_iceberg.assembly import Assembly
+from kafscale_iceberg.domain.runs import RunPlan
+from kafscale_iceberg.local.embedded import free_port
+from kafscale_iceberg.local.pipeline import Pipeline
+from tests.support.moto import MotoEndpoint
+from tests.support.outages import RestartableEtcd, TcpProxy
+from tests.test_faults import TOPIC, World
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def etcd(tmp_path: Path) -> Iterator[RestartableEtcd]:
+    server = RestartableEtcd(tmp_path / "etcd")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def s3_proxy(moto_server: MotoEndpoint) -> Iterator[TcpProxy]:
+    host, port = moto_server.url.removeprefix("http://").rsplit(":", 1)
+    proxy = TcpProxy(host, int(port))
+    try:
+        yield proxy
+    finally:
+        proxy.close()
+
+
+def _world(moto: MotoEndpoint, tmp_path: Path, etcd: RestartableEtcd, proxy: TcpProxy) -> World:
+    return World(moto, tmp_path, {"etcd": {"endpoints": [etcd.url]}}, endpoint=proxy.url)
+
+
+class Loop:
+    """`run_forever` in a thread, with what `health` reported (sampled every 50 ms)."""
+
+    def __init__(self, pipeline: Pipeline) -> None:
+        self.pipeline = pipeline
+        self.not_ready: list[str] = []
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._sampler = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        self._sampler.start()
+
+    def _run(self) -> None:
+        try:
+            self.pipeline.run_forever()
+        except BaseException as exc:  # the test fails on it: `run` must not end
+            self.error = exc
+
+    def _sample(self) -> None:
+        while self._thread.is_alive():
+            ready, reason = self.pipeline.health.state()
+            if not ready and (not self.not_ready or self.not_ready[-1] != reason):
+                self.not_ready.append(reason)
+            time.sleep(0.05)
+
+    def wait_for(self, condition: Callable[[], bool], what: str, timeout_s: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            assert self.error is None, f"run ended: {self.error!r}"
+            assert self._thread.is_alive(), "run ended"
+            try:
+                if condition():
+                    return
+            except Exception:
+                pass
+            time.sleep(0.2)
+        raise AssertionError(f"timed out waiting for {what}; not-ready reasons seen: {self.not_ready}")
+
+    def stop(self) -> None:
+        self.pipeline.stop()
+        self._thread.join(timeout=120)
+        assert not self._thread.is_alive()
+        assert self.error is None, f"run ended with {self.error!r}"
+
+
+def _committed(world: World, partition: int) -> int:
+    stored = Assembly(world.config, owner_id="look").checkpoints.load_committed_offsets(TOPIC)
+    return stored.offset(partition)
+
+
+class OutageAtJobStart:
+    """The real runner; when a run's job starts, `outage()` runs (once), then `recovery()` after `after_s`."""
+
+    def __init__(self, inner: Any, outage: Callable[[], None], recovery: Callable[[], None], after_s: float):
+        self._inner, self._outage, self._recovery, self._after_s = inner, outage, recovery, after_s
+        self.fired = threading.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def start(self, plan: RunPlan, plan_uri: str) -> str:
+        job_id: str = self._inner.start(plan, plan_uri)
+        if not self.fired.is_set():
+            self.fired.set()
+            self._outage()
+            threading.Timer(self._after_s, self._recovery).start()
+        return job_id
+
+
+def test_run_rides_out_etcd_killed_mid_run_and_resumes_on_its_own(
+    moto_server: MotoEndpoint, tmp_path: Path, etcd: RestartableEtcd, s3_proxy: TcpProxy, spark: SparkSession
+) -> None:
+    """Issue 12 §2: `checkpoint store unavailable while trying to release the lease`, exit 1 - no more."""
+    world = _world(moto_server, tmp_path, etcd, s3_proxy)
+    pipeline = world.process(outage_backoff_s=(0.2, 1.0))
+    pipeline._runner = OutageAtJobStart(pipeline._runner, etcd.kill, etcd.restart, after_s=4.0)
+    pipeline.steps._jobs = pipeline._runner
+    world.put(0, 20)
+    loop = Loop(pipeline)
+    loop.wait_for(lambda: _committed(world, 0) == 19, "the first records committed after the outage")
+    assert any("CheckpointUnavailableError" in r for r in loop.not_ready), loop.not_ready
+    loop.wait_for(lambda: pipeline.health.state()[0], "ready again")
+    world.put(0, 7)
+    loop.wait_for(lambda: _committed(world, 0) == 26, "later records")
+    loop.stop()
+    world.check_exactly_once()
+
+
+def test_run_rides_out_s3_cut_and_etcd_frozen(
+    moto_server: MotoEndpoint, tmp_path: Path, etcd: RestartableEtcd, s3_proxy: TcpProxy, spark: SparkSession
+) -> None:
+    world = _world(moto_server, tmp_path, etcd, s3_proxy)
+    pipeline = world.process(outage_backoff_s=(0.2, 1.0))
+    world.put(0, 10)
+    world.put(1, 10)
+    loop = Loop(pipeline)
+    loop.wait_for(lambda: _committed(world, 1) == 9, "the first records")
+    s3_proxy.cut()
+    world.put(0, 5)  # straight to moto: the broker is not behind the cut
+    loop.wait_for(lambda: bool(loop.not_ready), "not ready while S3 is cut", timeout_s=30)
+    s3_proxy.restore()
+    loop.wait_for(lambda: _committed(world, 0) == 14, "the records produced during the cut")
+    etcd.freeze()
+    world.put(1, 5)
+    try:
+        loop.wait_for(
+            lambda: any("CheckpointUnavailableError" in r for r in loop.not_ready),
+            "etcd frozen",
+            timeout_s=40,
+        )
+    finally:
+        etcd.thaw()
+    loop.wait_for(lambda: _committed(world, 1) == 14, "the records produced during the freeze")
+    loop.wait_for(lambda: pipeline.health.state()[0], "ready again")
+    loop.stop()
+    world.check_exactly_once()
+
+
+def test_run_once_names_what_was_unavailable(
+    moto_server: MotoEndpoint, tmp_path: Path, etcd: RestartableEtcd, s3_proxy: TcpProxy, spark: SparkSession
+) -> None:
+    world = _world(moto_server, tmp_path, etcd, s3_proxy)
+    world.put(0, 5)
+    etcd.kill()
+    summary = world.process().run_once()
+    assert not summary.ok
+    assert any("CheckpointUnavailableError" in u and etcd.url in u for u in summary.unavailable), summary
+    etcd.restart()
+    assert world.process().run_once().ok
+    world.check_exactly_once()
+
+
+def _healthz(port: int) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def test_the_run_command_survives_a_sigkilled_etcd_and_reports_it_on_healthz(
+    moto_server: MotoEndpoint, tmp_path: Path, etcd: RestartableEtcd, s3_proxy: TcpProxy
+) -> None:
+    """The real process: etcd SIGKILLed under a continuous `run`, `/healthz` 503 with the reason, 200
+    again on its own once etcd is back, every record once, and SIGTERM still ends it cleanly."""
+    world = _world(moto_server, tmp_path, etcd, s3_proxy)
+    config = world.config.model_dump(mode="json", by_alias=True, exclude_unset=True)
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    port = free_port()
+    env = {**os.environ, "KAFSCALE_METRICS_ADDR": f"127.0.0.1:{port}", "SPARK_LOCAL_IP": "127.0.0.1"}
+    world.put(0, 10)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "kafscale_iceberg.cli", "run", "--config", str(path)],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        _wait(lambda: _committed(world, 0) == 9, process, "the first run", 180)
+        etcd.kill()
+        world.put(0, 5)
+        _wait(lambda: _healthz(port)[0] == 503, process, "/healthz not ready", 60)
+        status, body = _healthz(port)
+        assert "CheckpointUnavailableError" in body, (status, body)
+        etcd.restart()
+        _wait(lambda: _healthz(port) == (200, "ok"), process, "/healthz ready again", 60)
+        _wait(lambda: _committed(world, 0) == 14, process, "the records produced during the outage", 120)
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 0, stderr[-3000:]
+    assert "stopped cleanly" in stderr
+    world.check_exactly_once()
+
+
+def _wait(condition: Callable[[], bool], process: subprocess.Popen[str], what: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(f"run exited ({process.returncode}) while waiting for {what}")
+        try:
+            if condition():
+                return
+        except Exception:
+            pass
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}")
