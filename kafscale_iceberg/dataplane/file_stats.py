@@ -45,6 +45,13 @@ _PACK = {
 }
 
 
+def carries_metrics(schema: pa.Schema) -> bool:
+    """Whether `file_stats` computes every column of `schema`: the Go processor's scalar types. Files
+    with nested, decimal, uuid or timestamptz columns carry none; the commit step reads their footers
+    (pyiceberg's own metrics), as for results written before metrics were carried."""
+    return all(field.type in _COLUMN_TYPES for field in schema)
+
+
 def file_stats(metadata: pq.FileMetaData, schema: pa.Schema) -> FileStats:
     """The metrics of a closed Parquet file from its in-memory footer; `schema` is what was written.
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from kafscale_iceberg.dataplane.file_stats import file_stats
+from kafscale_iceberg.dataplane.file_stats import carries_metrics, file_stats
 from kafscale_iceberg.dataplane.partitioning import PartitionKey
 from kafscale_iceberg.dataplane.storage import FileSink, join_uri
 from kafscale_iceberg.domain.runs import DataFile
@@ -215,7 +215,11 @@ class RollingParquetWriter:
         current.writer.close()
         size = os.path.getsize(current.staging)
         # The footer pyarrow just wrote, still in memory: the commit step needs no footer read.
-        stats = file_stats(current.writer.writer.metadata, self._schema)
+        stats = (
+            file_stats(current.writer.writer.metadata, self._schema)
+            if carries_metrics(self._schema)
+            else None
+        )
         self._sink.publish(current.staging, current.uri)
         self._files.append(
             DataFile(
