@@ -29,6 +29,7 @@ from kafscale_iceberg.adapters.data_files import StagedFileStore
 from kafscale_iceberg.adapters.iceberg_catalog import load_iceberg_catalog
 from kafscale_iceberg.adapters.iceberg_data_files import (
     MetricsNeedFooterError,
+    TableMetrics,
     data_file_from_stats,
     data_files_to_add,
 )
@@ -50,6 +51,7 @@ COLUMNS = (
     ColumnSpec(name="blob", type=ColumnType.BINARY),
     ColumnSpec(name="at", type=ColumnType.TIMESTAMP),
     ColumnSpec(name="on", type=ColumnType.DATE),
+    ColumnSpec(name="at_utc", type=ColumnType.TIMESTAMPTZ),
     ColumnSpec(name="big", type=ColumnType.LONG, required=True),
 )
 FIELDS = table_fields(COLUMNS)
@@ -85,6 +87,9 @@ _row = st.fixed_dictionaries(
         "blob": _nullable(st.binary(max_size=100) | st.just(b"\xff" * 70)),
         "at": _nullable(st.datetimes(dt.datetime(1900, 1, 1), dt.datetime(2200, 1, 1))),
         "on": _nullable(st.dates(dt.date(1800, 1, 1), dt.date(2300, 1, 1))),
+        "at_utc": _nullable(
+            st.datetimes(dt.datetime(1900, 1, 1), dt.datetime(2200, 1, 1), timezones=st.just(dt.UTC))
+        ),
         "big": st.integers(-(2**63), 2**63 - 1),
     }
 )
@@ -166,6 +171,7 @@ def _fields(data_file: IcebergDataFile) -> dict[str, Any]:
     return values
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     rows=st.lists(_row, min_size=1, max_size=40),
@@ -182,7 +188,7 @@ def test_carried_metrics_equal_pyiceberg_from_the_footer(
     from_footer = parquet_file_to_data_file(table.io, table.metadata, written.uri)
     carried = None
     with contextlib.suppress(MetricsNeedFooterError):
-        carried = data_file_from_stats(table.metadata, written, written.stats)
+        carried = data_file_from_stats(TableMetrics(table.metadata), written, written.stats)
 
     if carried is None:  # only a cut bound the table's metrics mode needs sends a file to its footer
         assert any(c.lower_cut or c.upper_cut for c in written.stats.columns)
@@ -205,7 +211,7 @@ def test_long_bounds_are_carried_cut_and_still_give_truncated_bounds(
     assert len(name.lower or "") < 4 * CARRIED_PREFIX * 2
 
     table = tables["default"]
-    carried = data_file_from_stats(table.metadata, written, written.stats)
+    carried = data_file_from_stats(TableMetrics(table.metadata), written, written.stats)
     assert _fields(carried) == _fields(parquet_file_to_data_file(table.io, table.metadata, written.uri))
     # A full-metrics column cannot be given from a cut bound: that file's footer is read instead.
     full = tables["full"]
@@ -237,3 +243,24 @@ def test_carried_metrics_need_no_footer_read(tables: dict[str, Table], tmp_path:
     assert built.record_count == 1
     with pytest.raises(FileNotFoundError):
         data_files_to_add(table.metadata, table.io, [written.uri], {})
+
+
+def test_files_with_nested_or_decimal_columns_carry_no_metrics_and_are_read_from_the_footer(
+    tmp_path: Path,
+) -> None:
+    """Metrics are carried only for the scalar types mapped here; a nested or decimal column makes the
+    file's `stats` None (the commit step reads its footer) instead of failing the task."""
+    schema = pa.schema([("amount", pa.decimal128(8, 2)), ("customer", pa.struct([("name", pa.string())]))])
+    writer = RollingParquetWriter(
+        sink=StagedFileStore(),
+        data_uri=str(tmp_path),
+        schema=schema,
+        task_index=0,
+        target_file_size_bytes=1 << 30,
+    )
+    writer.write({}, pa.Table.from_pylist([{"amount": None, "customer": {"name": "Bo"}}], schema=schema))
+
+    (written,) = writer.close()
+
+    assert written.record_count == 1
+    assert written.stats is None

@@ -31,8 +31,11 @@ _COLUMN_TYPES: Mapping[pa.DataType, ColumnType] = {
     pa.float32(): ColumnType.FLOAT,
     pa.float64(): ColumnType.DOUBLE,
     pa.string(): ColumnType.STRING,
+    pa.large_string(): ColumnType.STRING,
     pa.binary(): ColumnType.BINARY,
+    pa.large_binary(): ColumnType.BINARY,
     pa.timestamp("us"): ColumnType.TIMESTAMP,
+    pa.timestamp("us", "UTC"): ColumnType.TIMESTAMPTZ,
     pa.date32(): ColumnType.DATE,
 }
 _PACK = {
@@ -40,23 +43,20 @@ _PACK = {
     ColumnType.DATE: "<i",
     ColumnType.LONG: "<q",
     ColumnType.TIMESTAMP: "<q",
+    ColumnType.TIMESTAMPTZ: "<q",
     ColumnType.FLOAT: "<f",
     ColumnType.DOUBLE: "<d",
 }
 
 
-def carries_metrics(schema: pa.Schema) -> bool:
-    """Whether `file_stats` computes every column of `schema`: the Go processor's scalar types. Files
-    with nested, decimal, uuid or timestamptz columns carry none; the commit step reads their footers
-    (pyiceberg's own metrics), as for results written before metrics were carried."""
-    return all(field.type in _COLUMN_TYPES for field in schema)
-
-
-def file_stats(metadata: pq.FileMetaData, schema: pa.Schema) -> FileStats:
+def file_stats(metadata: pq.FileMetaData, schema: pa.Schema) -> FileStats | None:
     """The metrics of a closed Parquet file from its in-memory footer; `schema` is what was written.
 
-    Raises ValueError for a column type this product never writes.
+    None when a column is nested or of a type without carried metrics here (decimal, uuid): the
+    commit step then reads that file's footer, as for results without statistics.
     """
+    if any(_COLUMN_TYPES.get(f.type) is None for f in schema):
+        return None
     split_offsets: list[int] = []
     columns = []
     for r in range(metadata.num_row_groups):
@@ -68,9 +68,7 @@ def file_stats(metadata: pq.FileMetaData, schema: pa.Schema) -> FileStats:
     for position in range(metadata.num_columns):
         name = metadata.schema.column(position).path
         field = schema.field(name)
-        column_type = _COLUMN_TYPES.get(field.type)
-        if column_type is None:
-            raise ValueError(f"column {name!r}: no Iceberg metrics for Arrow type {field.type}")
+        column_type = _COLUMN_TYPES[field.type]
         columns.append(_column_stats(metadata, position, name, column_type, required=not field.nullable))
     return FileStats(split_offsets=tuple(sorted(split_offsets)), columns=tuple(columns))
 

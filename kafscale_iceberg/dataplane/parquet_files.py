@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from kafscale_iceberg.dataplane.file_stats import carries_metrics, file_stats
+from kafscale_iceberg.dataplane.file_stats import file_stats
 from kafscale_iceberg.dataplane.partitioning import PartitionKey
 from kafscale_iceberg.dataplane.storage import FileSink, join_uri
 from kafscale_iceberg.domain.runs import DataFile
@@ -40,8 +40,9 @@ COMPRESSION_LEVEL = 1
 # Columns whose values are (nearly) all distinct: dictionary-encoding them only costs time (about
 # half of the write time, measured) before Parquet falls back to plain encoding.
 UNIQUE_COLUMNS = frozenset({"record_id", "offset", "timestamp_ms", "value", "headers", "error"})
-# How much smaller than its Arrow buffers a row group is on disk, before any has been written.
-_INITIAL_RATIO = 0.35
+# How much smaller than its Arrow buffers a row group is on disk, before any has been written: none,
+# so a first chunk of incompressible values (LFS blobs: images, archives) cannot overshoot the target.
+_INITIAL_RATIO = 1.0
 
 
 def partition_hash(values: PartitionKey) -> str:
@@ -215,11 +216,7 @@ class RollingParquetWriter:
         current.writer.close()
         size = os.path.getsize(current.staging)
         # The footer pyarrow just wrote, still in memory: the commit step needs no footer read.
-        stats = (
-            file_stats(current.writer.writer.metadata, self._schema)
-            if carries_metrics(self._schema)
-            else None
-        )
+        stats = file_stats(current.writer.writer.metadata, self._schema)
         self._sink.publish(current.staging, current.uri)
         self._files.append(
             DataFile(
