@@ -675,6 +675,9 @@ def build_box(
         environment[function.logical_id] = variables
 
     recorder = CallRecorder(deployment, {application_id: TEMPLATE_APPLICATION_ID})
+    # The functions' clients come from boto3's default session: give the box its own, and give the
+    # previous one back at teardown (a later test in another region would find no queues otherwise).
+    monkeypatch.setattr(boto3, "DEFAULT_SESSION", boto3.DEFAULT_SESSION)
     boto3.setup_default_session(region_name=REGION)
     default_session = boto3.DEFAULT_SESSION
     assert default_session is not None
