@@ -99,6 +99,7 @@ def _render_topic(topic: TopicStatus) -> str:
         ]
     blocked = [p for p in topic.partitions if p.blocked_segment]
     lines += [f"  partition {p.partition} waits for the .index of {p.blocked_segment}" for p in blocked]
+    lines += [f"  partition {p.partition} waits: {p.problem}" for p in topic.partitions if p.problem]
     return "\n".join(lines)
 
 

@@ -274,9 +274,12 @@ class Pipeline:
     def _once_topic(self, topic: str, summary: OnceSummary, busy_wait_s: float) -> None:
         busy_since: float | None = None
         replanned = False
+        failed_runs = 0
         while not self.stopping.is_set():
             try:
-                outcome = self.launcher.launch(topic, ignore_min_batch=True, ignore_backoff=True)
+                outcome = self.launcher.launch(
+                    topic, ignore_min_batch=True, ignore_backoff=True, ignore_held=failed_runs == 0
+                )
             except KafscaleIcebergError as exc:
                 self._error("launch", topic, exc)
                 if exc.transient:
@@ -301,6 +304,9 @@ class Pipeline:
                 continue
             if report.end is not RunEnd.COMMITTED:
                 summary.failed[topic] = f"run {report.run_id} {report.end.value}: {report.reason}"
+                failed_runs += 1
+                if report.retry_after_seconds == 0 and report.end is RunEnd.ABORTED and failed_runs == 1:
+                    continue  # one partition failed on its own segment: it is held, the others run
                 return
         summary.failed.setdefault(topic, "stopped")
 

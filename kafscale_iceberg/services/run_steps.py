@@ -25,7 +25,7 @@ from typing import Protocol
 from kafscale_iceberg.adapters.documents import DocumentMissingError, DocumentStore
 from kafscale_iceberg.config import RunsConfig
 from kafscale_iceberg.domain.jobs import JobState, JobStatus
-from kafscale_iceberg.domain.runs import RunPlan, RunResult
+from kafscale_iceberg.domain.runs import FailureKind, RunPlan, RunResult
 from kafscale_iceberg.domain.tickets import OUTCOME_NAME, RunOutcome, RunTicket, run_document_uri
 from kafscale_iceberg.exceptions import LeaseLostError
 from kafscale_iceberg.ports import CheckpointStore
@@ -175,7 +175,7 @@ class RunSteps:
         uri = run_document_uri(self._runs.location, ticket.topic, ticket.run_id, OUTCOME_NAME)
         self._documents.write_text(uri, outcome.model_dump_json())
         # Before the release: a launcher claiming the topic right after must see the backoff.
-        failures = self._record_backoff(ticket, plan, reason)
+        failures, resignal_s = self._record_backoff(ticket, plan, reason)
         released = self._checkpoints.release_lease(ticket.grant)
         alarm = failures >= self._runs.max_consecutive_failures
         log = logger.error if alarm else logger.warning
@@ -189,7 +189,7 @@ class RunSteps:
             },
         )
         return AbortResult(
-            resignal_after_seconds=self._runs.retry_delay_seconds(failures),
+            resignal_after_seconds=resignal_s,
             consecutive_failures=failures,
             alarm=alarm,
             lease_released=released,
@@ -201,10 +201,13 @@ class RunSteps:
         except DocumentMissingError:
             return None
 
-    def _record_backoff(self, ticket: RunTicket, plan: RunPlan | None, reason: str) -> int:
-        """Count the failure in the topic's backoff document (honoured by the launcher); the streak."""
+    def _record_backoff(self, ticket: RunTicket, plan: RunPlan | None, reason: str) -> tuple[int, int]:
+        """Count the failure in the topic's backoff document (honoured by the launcher); the streak
+        and the seconds before the topic is signalled again (0 when only one partition is held)."""
         if plan is None:
-            return ticket.attempt + 1  # no plan, no starts to key the streak on: the attempt counts
+            failures = ticket.attempt + 1  # no plan, no starts to key the streak on: the attempt counts
+            return failures, self._runs.retry_delay_seconds(failures)
+        partition = self._failed_partition(plan)
         backoff = BackoffRecords(self._documents, self._runs).record_failure(
             ticket.topic,
             starts=plan.start_offsets(),
@@ -212,8 +215,25 @@ class RunSteps:
             reason=reason,
             attempt=ticket.attempt,
             now_s=self._clock(),
+            partition=partition,
         )
-        return backoff.failures
+        if partition is not None:
+            return backoff.held[partition].failures, 0
+        return backoff.failures, self._runs.retry_delay_seconds(backoff.failures)
+
+    def _failed_partition(self, plan: RunPlan) -> int | None:
+        """The partition a failed run's corrupt segment belongs to (policy `fail`), else None."""
+        try:
+            result = RunResult.model_validate_json(self._documents.read_text(plan.result_uri))
+        except DocumentMissingError:
+            return None
+        failure = result.failure
+        if failure is None or failure.kind is not FailureKind.CORRUPT_SEGMENT or failure.segment_key is None:
+            return None
+        for partition in plan.partitions:
+            if any(s.key == failure.segment_key for s in partition.segments):
+                return partition.partition
+        return None
 
 
 def _job_id(ticket: RunTicket) -> str:
