@@ -30,9 +30,9 @@ from kafscale_iceberg.domain.offsets import OffsetUpdate
 from kafscale_iceberg.domain.runs import RunPlan
 from kafscale_iceberg.local.pipeline import Pipeline, RunEnd
 from kafscale_iceberg.local.spark_runner import LocalSparkJobRunner
+from kafscale_iceberg.segments.keys import format_segment_key
 from tests.support.etcd import EtcdServer
 from tests.support.moto import MotoEndpoint
-from kafscale_iceberg.segments.keys import format_segment_key
 from tests.support.segments import order_value, put_segment
 
 pytestmark = pytest.mark.slow

@@ -20,6 +20,7 @@ from kafscale_iceberg.adapters.s3_segments import S3SegmentStore, make_s3_client
 from kafscale_iceberg.adapters.sqlite_checkpoints import SqliteCheckpointStore
 from kafscale_iceberg.adapters.step_functions import StepFunctionsRunStarter
 from kafscale_iceberg.cli import main
+from kafscale_iceberg.commands.status import render_status
 from kafscale_iceberg.config import KafscaleConfig, config_from_mapping
 from kafscale_iceberg.domain.leases import LeaseGrant
 from kafscale_iceberg.domain.offsets import OffsetUpdate
@@ -29,7 +30,6 @@ from kafscale_iceberg.segments.keys import format_segment_key
 from kafscale_iceberg.services.commit import CommitService, TablePolicy
 from kafscale_iceberg.services.launch import Launcher, LaunchStatus, UnmappedTopicError
 from kafscale_iceberg.services.run_steps import RunSteps
-from kafscale_iceberg.commands.status import render_status
 from kafscale_iceberg.services.status import PartitionStatus, StatusService, TopicStatus
 from tests.support.iceberg_runs import RunFactory, sql_settings
 from tests.support.moto import MotoEndpoint
