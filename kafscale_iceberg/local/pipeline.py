@@ -34,6 +34,8 @@ from kafscale_iceberg.domain.jobs import JobState
 from kafscale_iceberg.domain.runs import RunPlan
 from kafscale_iceberg.domain.tickets import RunTicket
 from kafscale_iceberg.exceptions import (
+    CatalogError,
+    CheckpointError,
     ConfigError,
     KafscaleIcebergError,
     OffsetMismatchError,
@@ -183,6 +185,17 @@ def outage_delay_seconds(outages: int, backoff_s: tuple[float, float]) -> float:
     scaled by a random factor in [0.5, 1] so runners sharing a dependency don't retry in step."""
     first, longest = backoff_s
     return min(longest, first * 2.0 ** min(outages - 1, 30)) * random.uniform(0.5, 1.0)
+
+
+def outage_stage(error: BaseException) -> str:
+    """The `errors_total{stage}` an outage counts under: which dependency failed."""
+    if isinstance(error, CheckpointError):
+        return "checkpoint"
+    if isinstance(error, CatalogError):
+        return "sink"
+    if type(error).__name__ == "QueueUnavailableError":
+        return "route"
+    return "discover"
 
 
 def describe_outage(error: BaseException) -> str:
@@ -335,7 +348,7 @@ class Pipeline:
                 delay = outage_delay_seconds(loop.outages, self._outage_backoff_s)
                 reason = describe_outage(exc)
                 self.health.not_ready(reason)
-                self._error("outage", None, exc)
+                self._error(outage_stage(exc), None, exc)
                 logger.warning(
                     "dependency unavailable; retrying in %.1f s: %s",
                     delay,
