@@ -86,7 +86,8 @@ RECORDS = MetricDef(
     MetricKind.COUNTER,
     ("topic", "result"),
     "Records committed by result: written, dropped (already committed), invalid (dead-lettered), "
-    "quarantined (in a quarantined segment).",
+    "quarantined (in a quarantined segment), overlapped (repeated by an overlapping segment: "
+    "written once, from the segment owning the offset).",
     "Count",
 )
 BATCHES = MetricDef(
@@ -210,6 +211,14 @@ NOTIFICATIONS_DEFERRED = MetricDef(
     "Count",
 )
 
+OFFSET_GAPS = MetricDef(
+    "offset_gaps_total",
+    MetricKind.COUNTER,
+    ("topic", "partition"),
+    "Offsets inside committed ranges that no segment contained (reported, never invented).",
+    "Count",
+)
+
 ALL_METRICS: tuple[MetricDef, ...] = (
     RECORDS,
     BATCHES,
@@ -228,6 +237,7 @@ ALL_METRICS: tuple[MetricDef, ...] = (
     WORK_ITEMS,
     NOTIFICATIONS_IGNORED,
     NOTIFICATIONS_DEFERRED,
+    OFFSET_GAPS,
 )
 
 
@@ -252,6 +262,7 @@ class RecordResult(StrEnum):
     DROPPED = "dropped"
     INVALID = "invalid"
     QUARANTINED = "quarantined"
+    OVERLAPPED = "overlapped"
 
 
 class RunOutcomeLabel(StrEnum):
@@ -617,13 +628,18 @@ def record_commit(
         quarantined = [q for p in result.partitions for q in p.quarantined]
         by_result = {
             RecordResult.WRITTEN: result.counts.written,
-            RecordResult.DROPPED: result.counts.out_of_range,
+            RecordResult.DROPPED: 0,
+            RecordResult.OVERLAPPED: result.counts.out_of_range,
             # A quarantined segment is one dead-letter row; every other dead-letter row is an invalid record.
             RecordResult.INVALID: max(0, result.counts.dead_lettered - len(quarantined)),
             RecordResult.QUARANTINED: sum(q.last_offset - q.base_offset + 1 for q in quarantined),
         }
         samples += [sample(RECORDS, count, topic=topic, result=r) for r, count in by_result.items()]
         samples.append(sample(BATCHES, plan.segment_count, topic=topic))
+        for outcome_of in result.partitions:
+            missing = sum(g.last - g.first + 1 for g in outcome_of.gaps)
+            if missing:
+                samples.append(sample(OFFSET_GAPS, missing, topic=topic, partition=outcome_of.partition))
         job_ms = max(0, result.timings.ended_at_ms - result.timings.started_at_ms)
         samples.append(sample(WRITE_LATENCY, job_ms + max(0.0, ended_at - started_at) * 1000, topic=topic))
         run_s = max(0.0, ended_at - plan.created_at_ms / 1000)

@@ -226,7 +226,13 @@ def test_commit_handler_emits_the_runs_records_once(stack: Stack, capsys: pytest
     assert response["offsets"] == {"0": 9, "1": 4}
     records = emf_records(capsys.readouterr().out)
     by_result = {d["result"]: v for d, v in emf_values(records, "records_total")}
-    assert by_result == {"written": [13.0], "invalid": [2.0], "dropped": [0.0], "quarantined": [0.0]}
+    assert by_result == {
+        "written": [13.0],
+        "invalid": [2.0],
+        "dropped": [0.0],
+        "quarantined": [0.0],
+        "overlapped": [0.0],
+    }
     assert emf_values(records, "runs_total") == [
         ({"topic": "orders", "outcome": "committed", "service": "commit"}, [1.0])
     ]
