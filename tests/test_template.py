@@ -439,6 +439,8 @@ S3_ACCESS = {
     ("StartJobRole", "s3:GetObject", "run data"),
     ("WatchRole", "s3:GetObject", "config"),
     ("AbortRole", "s3:GetObject", "config"),
+    ("AbortRole", "s3:GetObject", "plan"),  # plan, result and backoff.json (issue 12 §3)
+    ("AbortRole", "s3:GetObject", "run data"),
     ("AbortRole", "s3:PutObject", "plan"),
     ("AbortRole", "s3:PutObject", "run data"),
     ("CommitRole", "s3:GetObject", "config"),
