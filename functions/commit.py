@@ -8,7 +8,8 @@ from typing import Any
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from functions.runtime import assembly
+from functions.runtime import assembly, step_errors
+from kafscale_iceberg.domain.events import TopicSignal
 from kafscale_iceberg.domain.tickets import RunTicket
 from kafscale_iceberg.exceptions import KafscaleIcebergError
 from kafscale_iceberg.metrics import EMF_NAMESPACE, EmfMetricsSink, record_commit, record_commit_failure
@@ -22,8 +23,10 @@ tracer = Tracer(service="kafscale-iceberg-commit")
 @logger.inject_lambda_context
 @tracer.capture_lambda_handler
 @metrics.log_metrics
+@step_errors
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    """Commit the run in the event's ticket; errors fail the state (retried, then aborted)."""
+    """Commit the run in the event's ticket; errors fail the state (transient ones retried as
+    `TransientError`, then aborted)."""
     ticket = RunTicket.model_validate(event["ticket"])
     started = time.time()
     try:
@@ -39,4 +42,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         "run_id": ticket.run_id,
         "table_committed": committed.outcome.table_committed,
         "offsets": {str(p): o for p, o in committed.outcome.offsets.items()},
+        # Segments may have arrived while the run held the lease: the state machine sends this signal
+        # (deduplicated by run id, so a retried send is one message).
+        "signal": TopicSignal(topic=ticket.topic, reason="run committed", nonce=ticket.run_id).sqs_message(),
     }

@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from functools import cache
+from typing import ParamSpec, TypeVar
 
 from kafscale_iceberg.assembly import Assembly, config_from_environment
-from kafscale_iceberg.exceptions import KafscaleIcebergError
+from kafscale_iceberg.exceptions import KafscaleIcebergError, TransientError
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+RETRIED_ERROR = TransientError.__name__
+"""The one error name the state machine retries a step on (besides Lambda's own `Lambda.*` errors)."""
 
 
 @cache
@@ -30,3 +39,25 @@ def reject_or_raise(body: str, message_id: str, error: KafscaleIcebergError) -> 
 
     client = boto3.client("sqs", region_name=assembly().config.s3.region or None)
     SqsDeadLetterQueue(client, url).reject(body, message_id=message_id, reason=str(error))
+
+
+def step_errors(handler: Callable[P, R]) -> Callable[P, R]:
+    """Report a state-machine step's failures under names its `Retry` and `Catch` can match.
+
+    Lambda reports an exception as its own class name (`errorType`), and a Step Functions `Retry`
+    matches names exactly, never base classes: every transient failure (`error.transient`, whatever
+    its class) is raised again as `TransientError` with the original class named in the message, so
+    `"ErrorEquals": ["TransientError"]` retries all of them. Other errors keep their names and reach
+    the `Catch` (abort).
+    """
+
+    @functools.wraps(handler)
+    def surfaced(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return handler(*args, **kwargs)
+        except KafscaleIcebergError as exc:
+            if exc.transient and type(exc) is not TransientError:
+                raise TransientError(f"{type(exc).__name__}: {exc}") from exc
+            raise
+
+    return surfaced

@@ -1,17 +1,22 @@
 """Run-step Lambdas for the state machine (`infra/state_machine.asl.json`): start, watch, abort.
 
-Each takes the state's `ticket` and returns the fields the next state needs. The commit step is in
+Each takes the state's `ticket` and returns the fields the next state needs; the abort step also
+returns the re-signal message (`signal`: SQS fields built by `TopicSignal.sqs_message`, so the state
+machine never builds a FIFO group or deduplication id itself). Failures are reported under the names
+the state machine's `Retry` matches (`step_errors`). The commit step is in
 `functions/commit.py` (a container image: it needs pyiceberg and pyarrow).
 """
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from functions.runtime import assembly
+from functions.runtime import assembly, step_errors
+from kafscale_iceberg.domain.events import TopicSignal
 from kafscale_iceberg.domain.tickets import RunTicket
 from kafscale_iceberg.metrics import EMF_NAMESPACE, EmfMetricsSink, record_abort
 from kafscale_iceberg.services.run_steps import failure_reason
@@ -28,6 +33,7 @@ def _ticket(event: dict[str, Any]) -> RunTicket:
 
 @logger.inject_lambda_context
 @tracer.capture_lambda_handler
+@step_errors
 def start_job(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Start the run's Spark job (idempotent by run id); returns the ticket with its job id."""
     ticket = assembly().run_steps(with_commits=False).start_job(_ticket(event))
@@ -36,6 +42,7 @@ def start_job(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
 
 @logger.inject_lambda_context
 @tracer.capture_lambda_handler
+@step_errors
 def watch(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """One look at the job and one lease renewal; `done` and `succeeded` drive the state machine."""
     ticket = _ticket(event)
@@ -54,6 +61,7 @@ def watch(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
 @logger.inject_lambda_context
 @tracer.capture_lambda_handler
 @metrics.log_metrics
+@step_errors
 def abort(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Record the failed attempt, release the lease, and say when to re-signal the topic."""
     ticket = _ticket(event)
@@ -62,8 +70,10 @@ def abort(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     record_abort(
         sink, ticket.topic, result.consecutive_failures, run_started_at=ticket.grant.claimed_at_ms / 1000
     )
+    signal = TopicSignal(topic=ticket.topic, reason="retry after a failed run", nonce=uuid.uuid4().hex)
     return {
         "topic": ticket.topic,
         "resignal_after_seconds": result.resignal_after_seconds,
         "alarm": result.alarm,
+        "signal": signal.sqs_message(),
     }

@@ -19,8 +19,9 @@ from kafscale_iceberg.exceptions import ConfigError
 if TYPE_CHECKING:
     from kafscale_iceberg.adapters.emr_serverless import EmrServerlessJobRunner
     from kafscale_iceberg.adapters.http_registry import HttpSchemaRegistry
+    from kafscale_iceberg.adapters.iceberg_maintenance import IcebergTableMaintainer
     from kafscale_iceberg.adapters.iceberg_tables import IcebergTableCommitter
-    from kafscale_iceberg.adapters.sqs_queues import SqsWorkQueue
+    from kafscale_iceberg.adapters.sqs_queues import SqsRedelivery, SqsWorkQueue
     from kafscale_iceberg.adapters.step_functions import StepFunctionsRunStarter
     from kafscale_iceberg.domain.leases import LeaseGrant
     from kafscale_iceberg.domain.runs import RunPlan, RunResult
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from kafscale_iceberg.services.commit import CommitService, TablePolicy
     from kafscale_iceberg.services.discovery import MetadataSource, TopicDiscovery
     from kafscale_iceberg.services.launch import Launcher, RunStarter
+    from kafscale_iceberg.services.maintenance import MaintenanceService
     from kafscale_iceberg.services.reconcile import Reconciler, RunTracker, TopicSignaller
     from kafscale_iceberg.services.route import Router
     from kafscale_iceberg.services.run_steps import JobRunner, RunSteps
@@ -177,6 +179,15 @@ class Assembly:
         return SqsWorkQueue(boto3.client("sqs", region_name=self.config.s3.region or None), url)
 
     @cached_property
+    def sqs_redelivery(self) -> SqsRedelivery:
+        """Shortens a received message's visibility (the router's `.kfs` before its `.index`)."""
+        import boto3  # noqa: PLC0415
+
+        from kafscale_iceberg.adapters.sqs_queues import SqsRedelivery  # noqa: PLC0415
+
+        return SqsRedelivery(boto3.client("sqs", region_name=self.config.s3.region or None))
+
+    @cached_property
     def router(self) -> Router:
         from kafscale_iceberg.services.route import Router, RouterSettings  # noqa: PLC0415
 
@@ -284,6 +295,29 @@ class Assembly:
             return plan, RunResult.model_validate_json(self.documents.read_text(plan.result_uri))
         except DocumentMissingError:
             return None
+
+    @cached_property
+    def table_maintainer(self) -> IcebergTableMaintainer:
+        """Maintenance operations on the configured catalog's tables (imports pyiceberg)."""
+        from kafscale_iceberg.adapters.data_files import StagedFileStore  # noqa: PLC0415
+        from kafscale_iceberg.adapters.iceberg_catalog import (  # noqa: PLC0415
+            CatalogSettings,
+            load_iceberg_catalog,
+        )
+        from kafscale_iceberg.adapters.iceberg_maintenance import IcebergTableMaintainer  # noqa: PLC0415
+
+        catalog = load_iceberg_catalog(CatalogSettings.from_config(self.config))
+        return IcebergTableMaintainer(catalog, StagedFileStore(self.s3_settings))
+
+    @cached_property
+    def maintenance(self) -> MaintenanceService:
+        """Compaction, snapshot expiry and orphan cleanup of the mapped tables (imports pyiceberg)."""
+        from kafscale_iceberg.adapters.file_listing import StorageFileLister  # noqa: PLC0415
+        from kafscale_iceberg.services.maintenance import MaintenanceService  # noqa: PLC0415
+
+        return MaintenanceService(
+            self.config, self.table_maintainer, StorageFileLister(self.s3_settings), self.checkpoints
+        )
 
     def table_policy(self, topic: str) -> TablePolicy:
         """What the commit step may do to `topic`'s table, from its mapping."""

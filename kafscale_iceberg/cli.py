@@ -17,7 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kafscale_iceberg.commands import demo, replay, run, status
+from kafscale_iceberg.commands import demo, maintain, replay, run, status
 from kafscale_iceberg.exceptions import KafscaleIcebergError
 
 if TYPE_CHECKING:
@@ -112,8 +112,12 @@ def segments_generate(args: argparse.Namespace) -> int:
     """Write synthetic pizza-order segments to a folder or S3 and print what was written as JSON."""
     from kafscale_iceberg.segments.generate import CodecChoice, generate_segments, write_segments
     from kafscale_iceberg.segments.layout import Codec
+    from kafscale_iceberg.segments.lfs import ChecksumAlg
 
     codec: CodecChoice = "mixed" if args.codec == "mixed" else Codec[args.codec.upper()]
+    lfs_bucket = args.lfs_bucket or (
+        args.out.removeprefix("s3://").split("/")[0] if args.out.startswith("s3://") else "kafscale"
+    )
     written = write_segments(
         args.out,
         generate_segments(
@@ -126,6 +130,10 @@ def segments_generate(args: argparse.Namespace) -> int:
             seed=args.seed,
             namespace=args.namespace,
             headers=args.headers,
+            lfs_every=args.lfs_every,
+            lfs_blob_bytes=args.lfs_blob_bytes,
+            lfs_bucket=lfs_bucket,
+            lfs_checksum_alg=ChecksumAlg(args.lfs_checksum_alg),
         ),
         endpoint_url=args.endpoint_url,
     )
@@ -171,6 +179,24 @@ def _add_segments_commands(group: argparse._SubParsersAction[argparse.ArgumentPa
     generate.add_argument("--seed", type=int, default=0)
     generate.add_argument("--namespace", default="default", help="KafScale namespace (first key component)")
     generate.add_argument("--headers", action="store_true", help="add content-type and trace-id headers")
+    generate.add_argument(
+        "--lfs-every",
+        type=int,
+        default=0,
+        help="every Nth record goes through KafScale's LFS proxy: a blob plus an envelope (default 0: none)",
+    )
+    generate.add_argument("--lfs-blob-bytes", type=_positive_int, default=256 * 1024, help="LFS blob size")
+    generate.add_argument(
+        "--lfs-bucket",
+        default="",
+        help="bucket the envelopes name (default: the --out bucket, or 'kafscale')",
+    )
+    generate.add_argument(
+        "--lfs-checksum-alg",
+        choices=("sha256", "md5", "crc32", "none"),
+        default="sha256",
+        help="envelope checksum",
+    )
     generate.set_defaults(command=segments_generate)
 
 
@@ -185,6 +211,7 @@ _COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
     "demo": ("the whole pipeline on embedded services, with checks (no AWS account)", demo.add_arguments),
     "status": ("per topic and partition: offsets, lag, lease, failures", status.add_arguments),
     "replay": ("re-enqueue a topic's segments; --reset-offsets rebuilds the range", replay.add_arguments),
+    "maintain": ("compact the tables, expire snapshots, delete orphan files", maintain.add_arguments),
 }
 """Top-level commands (`kafscale-iceberg run ...`): name -> (help, adds its arguments and `command`)."""
 

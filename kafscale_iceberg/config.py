@@ -51,13 +51,16 @@ from pydantic_core import PydanticCustomError
 from yaml.constructor import ConstructorError
 
 from kafscale_iceberg.domain.runs import (
+    DECIMAL_MAX_PRECISION,
     ColumnSpec,
     ColumnType,
     CorruptSegmentPolicy,
+    LfsSettings,
     PartitionField,
     PartitionTransform,
     SchemaMode,
 )
+from kafscale_iceberg.domain.runs import LfsMode as PlanLfsMode
 from kafscale_iceberg.domain.schema import BASE_FIELDS
 from kafscale_iceberg.exceptions import ConfigValidationError, SegmentKeyError
 from kafscale_iceberg.segments.keys import normalize_namespace, validate_topic
@@ -440,12 +443,75 @@ class SchemaConfig(_Section):
         return self
 
 
-class ColumnConfig(_Section):
-    """`mappings[].schema.columns[]`: one column extracted from the record's JSON value."""
+_DECIMAL_TYPE = re.compile(r"decimal\s*\(\s*(\d+)\s*,\s*(\d+)\s*\)")
 
-    name: str
+
+class ColumnConfig(_Section):
+    """`mappings[].schema.columns[]`: one column extracted from the record's JSON value.
+
+    Besides the Go processor's types: `timestamptz`, `uuid`, `decimal(P,S)` (or `type: decimal` with
+    `precision` and `scale`), `struct` with `fields:` (columns), `list` with `element:` and `map`
+    (string keys) with `value:` (each a column without a name: `{type: ...}`).
+    """
+
+    name: str = ""
     type: Annotated[ColumnType, BeforeValidator(_lowercase)]
     required: bool = False
+    precision: int | None = None
+    scale: int | None = None
+    fields: tuple[ColumnConfig, ...] = ()
+    element: ColumnConfig | None = None
+    value: ColumnConfig | None = None
+
+    @classmethod
+    def _derive_defaults(cls, data: dict[str, Any]) -> dict[str, Any]:
+        declared = data.get("type")
+        if isinstance(declared, str):
+            match = _DECIMAL_TYPE.fullmatch(declared.strip().lower())
+            if match:
+                data = {**data, "type": "decimal", "precision": int(match[1]), "scale": int(match[2])}
+        return data
+
+    @model_validator(mode="after")
+    def _check_parts(self) -> ColumnConfig:
+        problems = _Problems()
+        kind = self.type
+        if kind is ColumnType.DECIMAL:
+            if self.precision is None or not 1 <= self.precision <= DECIMAL_MAX_PRECISION:
+                problems.add(
+                    "type", f"decimal needs a precision of 1 to {DECIMAL_MAX_PRECISION}: decimal(P,S)"
+                )
+            elif self.scale is not None and not 0 <= self.scale <= self.precision:
+                problems.add("type", f"decimal scale must be between 0 and the precision {self.precision}")
+        if (kind is ColumnType.STRUCT) != bool(self.fields):
+            problems.add("fields", "is required for a struct column, and only for one")
+        if (kind is ColumnType.LIST) != (self.element is not None):
+            problems.add("element", "is required for a list column ({type: ...}), and only for one")
+        if (kind is ColumnType.MAP) != (self.value is not None):
+            problems.add(
+                "value", "is required for a map column ({type: ...}; keys are strings), and only for one"
+            )
+        names = [f.name for f in self.fields]
+        for index, name in enumerate(names):
+            if not name:
+                problems.add(f"fields[{index}].name", "is required")
+            elif names.index(name) != index:
+                problems.add(f"fields[{index}].name", f"{name!r} is listed twice")
+        problems.raise_if_any()
+        return self
+
+    def to_spec(self, name: str | None = None) -> ColumnSpec:
+        """The column as a run plan carries it."""
+        return ColumnSpec(
+            name=self.name if name is None else name,
+            type=self.type,
+            required=self.required,
+            precision=self.precision if self.type is ColumnType.DECIMAL else None,
+            scale=(self.scale or 0) if self.type is ColumnType.DECIMAL else None,
+            fields=tuple(f.to_spec() for f in self.fields),
+            element=self.element.to_spec("element") if self.element is not None else None,
+            value=self.value.to_spec("value") if self.value is not None else None,
+        )
 
 
 class MappingSchemaConfig(_Section):
@@ -470,7 +536,9 @@ class MappingSchemaConfig(_Section):
             problems.add("columns", "is required when schema.source is 'mapping' (list {name, type})")
         seen: set[str] = set()
         for index, column in enumerate(self.columns):
-            if column.name in _BASE_FIELD_TYPES:
+            if not column.name:
+                problems.add(f"columns[{index}].name", "is required")
+            elif column.name in _BASE_FIELD_TYPES:
                 problems.add(
                     f"columns[{index}].name",
                     f"{column.name!r} is a base field every KafScale table already has "
@@ -491,6 +559,13 @@ class LfsConfig(_Section):
     store_metadata: bool = False
     validate_checksum: bool = True
     resolve_concurrency: Annotated[int, _zero_means(4)] = 4
+    # Ours: buckets besides s3.bucket that envelopes may name (the job's role must be able to read them).
+    blob_buckets: tuple[str, ...] = ()
+
+    @field_validator("blob_buckets", mode="before")
+    @classmethod
+    def _single_bucket_is_a_list(cls, value: object) -> object:
+        return [value] if isinstance(value, str) else value
 
     @model_validator(mode="after")
     def _hybrid_needs_a_threshold(self) -> LfsConfig:
@@ -522,6 +597,16 @@ _TRANSFORMS: Mapping[str, PartitionTransform] = {
 _PARTITION_TEXT = re.compile(r"(?:(?P<transform>\w+)\s*\(\s*(?P<inner>[^()\s]+)\s*\)|(?P<bare>[^()\s]+))")
 _PARTITION_FORMS = "col, identity(col), year(col), month(col), day(col), hour(col)"
 _DATE_OR_TIMESTAMP = frozenset({ColumnType.DATE, ColumnType.TIMESTAMP})
+_UNPARTITIONED_TYPES = frozenset(
+    {
+        ColumnType.TIMESTAMPTZ,
+        ColumnType.UUID,
+        ColumnType.DECIMAL,
+        ColumnType.STRUCT,
+        ColumnType.LIST,
+        ColumnType.MAP,
+    }
+)
 _TIME_TRANSFORM_TYPES: Mapping[PartitionTransform, frozenset[ColumnType]] = {
     PartitionTransform.YEAR: _DATE_OR_TIMESTAMP,
     PartitionTransform.MONTH: _DATE_OR_TIMESTAMP,
@@ -626,6 +711,10 @@ class MappingConfig(_Section):
                     "nor a column of this mapping",
                 )
                 continue
+            if field.transform is PartitionTransform.IDENTITY and column_type in _UNPARTITIONED_TYPES:
+                problems.add(
+                    key, f"{column_type.value} columns cannot be partitioned by; choose another column"
+                )
             allowed_types = _TIME_TRANSFORM_TYPES.get(field.transform)
             if allowed_types is not None and column_type not in allowed_types:
                 problems.add(
@@ -634,6 +723,22 @@ class MappingConfig(_Section):
                     f"{' or '.join(sorted(t.value for t in allowed_types))} column, but {field.column!r} is "
                     f"{column_type.value}"
                     + (" (milliseconds as a number)" if field.column == "timestamp_ms" else ""),
+                )
+        problems.raise_if_any()
+        return self
+
+    @model_validator(mode="after")
+    def _lfs_columns_keep_their_types(self) -> MappingConfig:
+        if not self.lfs.store_metadata or self.schema_.source != "mapping":
+            return self
+        problems = _Problems()
+        for index, column in enumerate(self.schema_.columns):
+            wanted = LFS_METADATA_FIELD_TYPES.get(column.name)
+            if wanted is not None and column.type != wanted:
+                problems.add(
+                    f"schema.columns[{index}].type",
+                    f"{column.name!r} is filled from LFS metadata (lfs.store_metadata), which is "
+                    f"{wanted.value}; declare it {wanted.value} or drop it from the columns",
                 )
         problems.raise_if_any()
         return self
@@ -667,14 +772,25 @@ class MappingConfig(_Section):
             types_by_name.update({column.name: column.type for column in self.schema_.columns})
         return types_by_name
 
+    def lfs_settings(self, segment_bucket: str) -> LfsSettings:
+        """The LFS settings a run plan carries; blobs may be read from the segment bucket and
+        `lfs.blob_buckets` (see docs/configuration.md, "LFS")."""
+        lfs = self.lfs
+        buckets = tuple(dict.fromkeys(b for b in (segment_bucket, *lfs.blob_buckets) if b))
+        return LfsSettings(
+            mode=PlanLfsMode(lfs.mode),
+            max_inline_size=lfs.max_inline_size,
+            store_metadata=lfs.store_metadata,
+            validate_checksum=lfs.validate_checksum,
+            resolve_concurrency=max(1, lfs.resolve_concurrency),
+            buckets=buckets,
+        )
+
     def column_specs(self) -> tuple[ColumnSpec, ...]:
         """The mapping's columns as a run plan carries them (empty unless `schema.source` is `mapping`)."""
         if self.schema_.source != "mapping":
             return ()
-        return tuple(
-            ColumnSpec(name=column.name, type=column.type, required=column.required)
-            for column in self.schema_.columns
-        )
+        return tuple(column.to_spec() for column in self.schema_.columns)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -729,6 +845,37 @@ class RunsConfig(_Section):
         # Cap the exponent first so a long failure streak can't build a huge integer.
         doubled = self.retry_backoff_seconds << min(consecutive_failures - 1, 32)
         return min(doubled, self.retry_backoff_max_seconds)
+
+
+_DURATION = re.compile(r"(\d+)\s*([smhd]?)")
+_DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _duration_seconds(value: object) -> object:
+    """`7d`, `12h`, `30m`, `45s` or a number of seconds -> seconds."""
+    if isinstance(value, str):
+        match = _DURATION.fullmatch(value.strip().lower())
+        if match is None:
+            raise _invalid(f"is not a duration: {value!r} (use seconds, or a number with s, m, h or d: '7d')")
+        return int(match.group(1)) * _DURATION_UNITS[match.group(2)]
+    return value
+
+
+DurationSeconds = Annotated[int, BeforeValidator(_duration_seconds), Field(ge=0)]
+
+
+class MaintenanceConfig(_Section):
+    """`maintenance`: compaction, snapshot expiry and orphan-file cleanup of the tables (`maintain`)."""
+
+    enabled: bool = True
+    interval_seconds: Annotated[DurationSeconds, Field(gt=0)] = 3600
+    snapshot_retention: DurationSeconds = 7 * 86400
+    keep_snapshots: Annotated[int, Field(ge=1)] = 100
+    metadata_previous_versions_max: Annotated[int, Field(ge=1)] = 100
+    orphan_grace: DurationSeconds = 86400
+    small_file_bytes: PositiveByteSize = ByteSize(32 * MIB)
+    compaction_min_small_files: Annotated[int, Field(ge=2)] = 20
+    compaction_max_bytes: PositiveByteSize = ByteSize(GIB)
 
 
 class LocalRunnerConfig(_Section):
@@ -899,6 +1046,7 @@ class KafscaleConfig(_Section):
     runs: RunsConfig = Field(default_factory=RunsConfig)
     runner: RunnerConfig = Field(default_factory=RunnerConfig)
     notifications: NotificationsConfig = Field(default_factory=NotificationsConfig)
+    maintenance: MaintenanceConfig = Field(default_factory=MaintenanceConfig)
 
     _source: str = PrivateAttr(default="<memory>")
     _unknown_keys: tuple[str, ...] = PrivateAttr(default=())

@@ -55,6 +55,7 @@ DEPLOYMENT_VARIABLES: tuple[DeploymentVariable, ...] = (
     DeploymentVariable("KAFSCALE_ICEBERG_WAREHOUSE", "iceberg.warehouse"),
     DeploymentVariable("KAFSCALE_ICEBERG_ETCD_ENDPOINTS", "etcd.endpoints"),
     DeploymentVariable("KAFSCALE_ICEBERG_OFFSETS_BACKEND", "offsets.backend"),
+    DeploymentVariable("KAFSCALE_ICEBERG_LEASE_TTL_SECONDS", "offsets.lease_ttl_seconds"),
     DeploymentVariable("KAFSCALE_ICEBERG_WORK_QUEUE_URL", "notifications.work_queue_url"),
     DeploymentVariable("KAFSCALE_ICEBERG_REJECTED_QUEUE_URL", "notifications.rejected_queue_url"),
     DeploymentVariable("KAFSCALE_ICEBERG_RUNS_LOCATION", "runs.location"),

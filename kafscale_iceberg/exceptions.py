@@ -307,6 +307,24 @@ class DataFileRejectedError(KafscaleIcebergError):
         )
 
 
+class FieldIdMismatchError(DataFileRejectedError):
+    """A run's files carry field ids that are not the table's (it changed after planning). Terminal."""
+
+    def __init__(self, table: str, run_id: str, mismatches: Mapping[str, tuple[int, int | None]]) -> None:
+        self.mismatches = dict(mismatches)
+        described = ", ".join(
+            f"{name}: file id {planned}, table id {'none' if found is None else found}"
+            for name, (planned, found) in sorted(mismatches.items())
+        )
+        super().__init__(
+            table,
+            run_id,
+            f"the files' Parquet field ids differ from the table's ({described}); the table's schema "
+            "changed after the run was planned. Abort the run: the next attempt is planned with the "
+            "table's ids",
+        )
+
+
 class RunNotCommittableError(KafscaleIcebergError):
     """The run result can never be committed (a failed run, or a result of another plan). Terminal."""
 
@@ -439,3 +457,41 @@ class OffsetResetRefusedError(KafscaleIcebergError):
         self.topic = topic
         self.problem = problem
         super().__init__(f"refusing to reset the offsets of topic {topic!r}: {problem} (nothing was written)")
+
+
+class LfsBlobMissingError(KafscaleIcebergError):
+    """An LFS envelope's blob does not exist (deleted by lifecycle, never uploaded): its record is
+    dead-lettered (`lfs_missing_blob`); the blob will not appear by retrying."""
+
+    def __init__(self, bucket: str, key: str) -> None:
+        self.bucket = bucket
+        self.key = key
+        super().__init__(f"LFS blob s3://{bucket}/{key} does not exist")
+
+
+class LfsBlobTooLargeError(KafscaleIcebergError):
+    """An LFS blob is larger than the mapping lets a value be (`lfs.max_inline_size`, or what one
+    Parquet value can hold): its record is dead-lettered (`lfs_too_large`)."""
+
+    def __init__(self, bucket: str, key: str, size: int, limit: int) -> None:
+        self.bucket = bucket
+        self.key = key
+        self.size = size
+        self.limit = limit
+        super().__init__(f"LFS blob s3://{bucket}/{key} is {size} bytes, more than the limit of {limit}")
+
+
+class LfsBlobUnavailableError(TransientError):
+    """An LFS blob could not be read for a reason a retry (or a fix of the permissions) may cure:
+    throttling, a 5xx, a timeout, a refused connection, access denied. The run fails and is
+    retried; the record is never dead-lettered for it."""
+
+    def __init__(self, bucket: str, key: str, problem: str) -> None:
+        self.bucket = bucket
+        self.key = key
+        self.problem = problem
+        super().__init__(
+            f"LFS blob s3://{bucket}/{key} could not be read: {problem} (the run is retried; if this "
+            "persists, check that the job's role may s3:GetObject on the bucket - template.yaml "
+            "LfsBlobBuckets - and that the bucket is reachable)"
+        )

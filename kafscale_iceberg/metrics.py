@@ -134,6 +134,38 @@ WATERMARK_TIMESTAMP = MetricDef(
     "Timestamp of the newest committed record, Unix milliseconds.",
     "None",
 )
+LFS_DURATION_BUCKETS: tuple[float, ...] = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+"""Bucket bounds of `lfs_resolution_duration_seconds` (Prometheus' defaults, as the Go processor's)."""
+LFS_RESOLVED = MetricDef(
+    "lfs_resolved_total",
+    MetricKind.COUNTER,
+    ("topic",),
+    "LFS blobs fetched, verified and written in place of their envelopes.",
+    "Count",
+)
+LFS_RESOLVED_BYTES = MetricDef(
+    "lfs_resolved_bytes_total",
+    MetricKind.COUNTER,
+    ("topic",),
+    "Bytes of the LFS blobs resolved.",
+    "Bytes",
+)
+LFS_RESOLUTION_ERRORS = MetricDef(
+    "lfs_resolution_errors_total",
+    MetricKind.COUNTER,
+    ("topic", "reason"),
+    "LFS envelopes that could not be used, by reason: decode, missing_blob, checksum, too_large "
+    "(each is a dead-letter row; the Go processor drops them and counts decode or resolve).",
+    "Count",
+)
+LFS_RESOLUTION_DURATION = MetricDef(
+    "lfs_resolution_duration_seconds",
+    MetricKind.HISTOGRAM,
+    ("topic",),
+    "Time to fetch and verify one LFS blob, seconds.",
+    "Seconds",
+    buckets=LFS_DURATION_BUCKETS,
+)
 
 # -- this product's ------------------------------------------------------------------------------------
 
@@ -210,6 +242,14 @@ NOTIFICATIONS_DEFERRED = MetricDef(
     "Segment notifications returned for redelivery because the .index had not landed yet.",
     "Count",
 )
+CONVERSION_FAILURES = MetricDef(
+    "conversion_failures_total",
+    MetricKind.COUNTER,
+    ("topic", "column"),
+    "Committed records whose present value of a mapping column did not convert to its type "
+    "(stored null; the value column keeps the bytes).",
+    "Count",
+)
 
 OFFSET_GAPS = MetricDef(
     "offset_gaps_total",
@@ -227,6 +267,10 @@ ALL_METRICS: tuple[MetricDef, ...] = (
     LAST_OFFSET,
     WATERMARK_OFFSET,
     WATERMARK_TIMESTAMP,
+    LFS_RESOLVED,
+    LFS_RESOLVED_BYTES,
+    LFS_RESOLUTION_ERRORS,
+    LFS_RESOLUTION_DURATION,
     RUNS,
     RUN_DURATION,
     QUEUE_TO_START,
@@ -238,6 +282,7 @@ ALL_METRICS: tuple[MetricDef, ...] = (
     NOTIFICATIONS_IGNORED,
     NOTIFICATIONS_DEFERRED,
     OFFSET_GAPS,
+    CONVERSION_FAILURES,
 )
 
 
@@ -263,6 +308,7 @@ class RecordResult(StrEnum):
     INVALID = "invalid"
     QUARANTINED = "quarantined"
     OVERLAPPED = "overlapped"
+    SKIPPED_LFS = "skipped_lfs"
 
 
 class RunOutcomeLabel(StrEnum):
@@ -635,11 +681,16 @@ def record_commit(
             RecordResult.QUARANTINED: sum(q.last_offset - q.base_offset + 1 for q in quarantined),
         }
         samples += [sample(RECORDS, count, topic=topic, result=r) for r, count in by_result.items()]
+        samples += _lfs_samples(topic, result)
         samples.append(sample(BATCHES, plan.segment_count, topic=topic))
         for outcome_of in result.partitions:
             missing = sum(g.last - g.first + 1 for g in outcome_of.gaps)
             if missing:
                 samples.append(sample(OFFSET_GAPS, missing, topic=topic, partition=outcome_of.partition))
+        samples += [
+            sample(CONVERSION_FAILURES, count, topic=topic, column=column)
+            for column, count in result.counts.conversion_failures.items()
+        ]
         job_ms = max(0, result.timings.ended_at_ms - result.timings.started_at_ms)
         samples.append(sample(WRITE_LATENCY, job_ms + max(0.0, ended_at - started_at) * 1000, topic=topic))
         run_s = max(0.0, ended_at - plan.created_at_ms / 1000)
@@ -655,6 +706,30 @@ def record_commit(
         samples.append(sample(LAST_OFFSET, offset, topic=topic, partition=partition))
         samples.append(sample(WATERMARK_OFFSET, offset, topic=topic, partition=partition))
     sink.emit(samples)
+
+
+def _lfs_samples(topic: str, result: RunResult) -> list[Sample]:
+    """`records_total{skipped_lfs}` and the LFS metrics, only for runs that met LFS envelopes.
+
+    The duration histogram travels in the result as counts and sums per bucket: each blob is observed
+    once, at its bucket's mean (exact bucket counts and sum, without one number per blob in the result).
+    """
+    counts, lfs = result.counts, result.counts.lfs
+    if not (counts.skipped_lfs or lfs.resolved or lfs.errors):
+        return []
+    samples = [
+        sample(RECORDS, counts.skipped_lfs, topic=topic, result=RecordResult.SKIPPED_LFS),
+        sample(LFS_RESOLVED, lfs.resolved, topic=topic),
+        sample(LFS_RESOLVED_BYTES, lfs.resolved_bytes, topic=topic),
+    ]
+    samples += [
+        sample(LFS_RESOLUTION_ERRORS, count, topic=topic, reason=reason)
+        for reason, count in sorted(lfs.errors.items())
+    ]
+    for count, total in zip(lfs.duration_counts, lfs.duration_sums, strict=False):
+        if count:
+            samples += [sample(LFS_RESOLUTION_DURATION, total / count, topic=topic)] * int(count)
+    return samples
 
 
 def queue_to_start_seconds(plan: RunPlan, result: RunResult) -> float | None:

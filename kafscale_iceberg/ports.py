@@ -10,6 +10,7 @@ from typing import Protocol
 
 from kafscale_iceberg.domain.cluster_metadata import ClusterMetadata
 from kafscale_iceberg.domain.commits import TableCommit, TableSpec, TableState
+from kafscale_iceberg.domain.field_ids import TableFieldIds
 from kafscale_iceberg.domain.leases import LeaseBusy, LeaseGrant, LeaseHolder
 from kafscale_iceberg.domain.offsets import CommittedOffsets, OffsetState, OffsetUpdate
 
@@ -111,4 +112,8 @@ class TableCommitter(Protocol):
 
     def count_rows(self, table: str, after: Mapping[int, int]) -> int:
         """Rows of `table` whose `offset` is greater than `after[partition]` (what a reset would delete)."""
+        ...
+
+    def field_ids(self, table: str) -> TableFieldIds:
+        """The table's top-level column ids and its last assigned column id (`TableMissingError`)."""
         ...

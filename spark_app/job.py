@@ -41,10 +41,12 @@ from pyspark.sql import SparkSession
 
 from kafscale_iceberg.adapters.data_files import StagedFileStore
 from kafscale_iceberg.adapters.documents import DocumentStore, join_uri
+from kafscale_iceberg.adapters.lfs_blobs import LocalBlobReader, S3BlobReader, blob_reader_for
 from kafscale_iceberg.adapters.s3_segments import S3Settings
 from kafscale_iceberg.dataplane.conversion import InvalidJsonSchemaError, RecordConverter
 from kafscale_iceberg.dataplane.partitioning import PartitioningError, check_partitioning
 from kafscale_iceberg.dataplane.reports import TaskAssignment, TaskReport, build_run_result, failed_result
+from kafscale_iceberg.dataplane.schemas import DEAD_LETTER_SCHEMA, with_field_ids
 from kafscale_iceberg.dataplane.tasks import (
     DEFAULT_MAX_TASK_BYTES,
     DEFAULT_MIN_TASK_BYTES,
@@ -57,6 +59,7 @@ from kafscale_iceberg.domain.runs import (
     RunPlan,
     RunResult,
     RunTimings,
+    SegmentSource,
     validate_run_id,
 )
 from kafscale_iceberg.domain.schema import table_fields
@@ -118,14 +121,23 @@ class TaskRunner:
         prepare_worker()
         plan = RunPlan.model_validate_json(self.plan_json)
         reader, sink = _worker_stores(self.s3)
+        blobs = _worker_blobs(plan.source, self.s3, plan.conversion.lfs.resolve_concurrency)
         for task_index in task_indexes:
-            yield run_task(plan, self.tasks[task_index], reader=reader, sink=sink).model_dump_json()
+            yield run_task(
+                plan, self.tasks[task_index], reader=reader, sink=sink, blobs=blobs
+            ).model_dump_json()
 
 
 @functools.cache
 def _worker_stores(s3: S3Settings) -> tuple[DocumentStore, StagedFileStore]:
     """One reader and one sink per worker process and S3 settings (an S3 client is costly to make)."""
     return DocumentStore(s3), StagedFileStore(s3)
+
+
+@functools.cache
+def _worker_blobs(source: SegmentSource, s3: S3Settings, concurrency: int) -> S3BlobReader | LocalBlobReader:
+    """One LFS blob reader per worker process, source and concurrency (its pool fits the threads)."""
+    return blob_reader_for(source, s3, concurrency=concurrency)
 
 
 class _StaticZipImporter(zipimport.zipimporter):
@@ -255,9 +267,13 @@ class _InvalidPlanError(ValueError):
 
 def _check_plan(plan: RunPlan) -> None:
     try:
-        fields = table_fields(plan.conversion.columns)
+        fields = table_fields(plan.conversion.table_columns)
         check_partitioning(fields, plan.conversion.partition_by)
-        RecordConverter(topic=plan.topic, run_id=plan.run_id, settings=plan.conversion)
+        converter = RecordConverter(topic=plan.topic, run_id=plan.run_id, settings=plan.conversion)
+        with_field_ids(converter.schema, plan.table.field_ids, table=plan.table.identifier)
+        with_field_ids(
+            DEAD_LETTER_SCHEMA, plan.dead_letter_table.field_ids, table=plan.dead_letter_table.identifier
+        )
     except (PartitioningError, InvalidJsonSchemaError, ValueError) as exc:
         raise _InvalidPlanError(f"plan {plan.run_id}: {exc}") from exc
 

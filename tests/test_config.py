@@ -635,7 +635,7 @@ def test_unknown_column_type_names_its_key_path_value_and_allowed_types() -> Non
     ]
     problem = problems_of(data)["mappings[2].schema.columns[0].type"]
     assert problem.startswith("'datetime' is not allowed; allowed values: 'boolean', 'int', 'long'")
-    assert "'timestamp' or 'date'" in problem
+    assert "'timestamp', 'date', 'timestamptz', 'uuid', 'decimal', 'struct', 'list' or 'map'" in problem
 
 
 def test_column_name_is_required() -> None:
@@ -1127,7 +1127,7 @@ def test_every_problem_is_reported_together_one_per_line() -> None:
     data["offsets"] = {"backend": "noop"}
     data["mappings"][0]["lfs"] = {"mode": "inline"}
     data["mappings"].append(
-        {"topic": "b", "table": "x.b", "schema": {"columns": [{"name": "a", "type": "uuid"}]}}
+        {"topic": "b", "table": "x.b", "schema": {"columns": [{"name": "a", "type": "uuid4"}]}}
     )
     with pytest.raises(ConfigValidationError) as info:
         load(data, {"KAFSCALE_ICEBERG_LFS_STORE_METADATA": "maybe"})
@@ -1272,3 +1272,53 @@ def test_importing_the_config_pulls_no_heavy_dependency() -> None:
     code = f"import sys, kafscale_iceberg.config; print(','.join(m for m in {heavy!r} if m in sys.modules))"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == ""
+
+
+def test_nested_and_wider_column_types_load_into_plan_columns() -> None:
+    data = minimal()
+    data["mappings"][0]["schema"] = {
+        "columns": [
+            {"name": "amount", "type": "Decimal(10, 2)", "required": True},
+            {"name": "id", "type": "uuid"},
+            {"name": "at", "type": "timestamptz"},
+            {"name": "customer", "type": "struct", "fields": [{"name": "name", "type": "string"}]},
+            {"name": "tags", "type": "list", "element": {"type": "string"}},
+            {"name": "prices", "type": "map", "value": {"type": "decimal", "precision": 6, "scale": 2}},
+        ]
+    }
+    columns = load(data).mappings[0].column_specs()
+    assert [c.type_name for c in columns] == [
+        "decimal(10,2)",
+        "uuid",
+        "timestamptz",
+        "struct<name: string>",
+        "list<string>",
+        "map<string, decimal(6,2)>",
+    ]
+    assert columns[0].required
+
+
+@pytest.mark.parametrize(
+    ("column", "key", "problem"),
+    [
+        ({"name": "s", "type": "struct"}, "fields", "is required for a struct column"),
+        ({"name": "l", "type": "list"}, "element", "is required for a list column"),
+        ({"name": "m", "type": "map"}, "value", "is required for a map column"),
+        ({"name": "d", "type": "decimal(40,2)"}, "type", "decimal needs a precision of 1 to 38"),
+        ({"name": "d", "type": "decimal(4,5)"}, "type", "decimal scale must be between 0 and the precision"),
+        ({"name": "x", "type": "long", "element": {"type": "long"}}, "element", "and only for one"),
+        (
+            {
+                "name": "s",
+                "type": "struct",
+                "fields": [{"name": "a", "type": "long"}, {"name": "a", "type": "int"}],
+            },
+            "fields[1].name",
+            "'a' is listed twice",
+        ),
+    ],
+)
+def test_nested_column_problems_name_their_key(column: dict[str, Any], key: str, problem: str) -> None:
+    data = minimal()
+    data["mappings"][0]["schema"] = {"columns": [column]}
+    assert problem in problems_of(data)[f"mappings[0].schema.columns[0].{key}"]

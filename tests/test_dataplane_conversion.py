@@ -181,3 +181,78 @@ def test_a_quarantined_segment_is_one_dead_letter_row() -> None:
             "last_offset": 19,
         }
     ]
+
+
+PIZZA = (
+    b'{"order_id": "af69865f-61a7-4e39-824e-cbdcf4a0c45e", "store_id": 42, "sauce": "extra", '
+    b'"cheese": "three cheese", "meats": "ham", "veggies": "onions & pineapple", '
+    b'"date_ordered": "2024-01-04 12:28:13"}'
+)
+
+
+@pytest.mark.parametrize("validating", [False, True], ids=["scanner", "parsed"])
+def test_the_seed_articles_pizza_event_fills_its_timestamp_column(validating: bool) -> None:
+    columns = (
+        ColumnSpec(name="store_id", type=ColumnType.INT),
+        ColumnSpec(name="date_ordered", type=ColumnType.TIMESTAMP),
+    )
+    settings: dict[str, Any] = {"columns": columns}
+    if validating:
+        settings.update(schema_mode=SchemaMode.LENIENT, json_schema={"type": "object"})
+    converted = converter(**settings).convert(records([PIZZA]), partition=3, segment_key="seg")
+    assert converted.rows.select(["store_id", "date_ordered"]).to_pylist() == [
+        {"store_id": 42, "date_ordered": dt.datetime(2024, 1, 4, 12, 28, 13)}
+    ]
+    assert converted.conversion_failures == {}
+
+
+@pytest.mark.parametrize("validating", [False, True], ids=["scanner", "parsed"])
+def test_present_values_that_do_not_convert_are_counted_per_column_and_the_record_kept(
+    validating: bool,
+) -> None:
+    settings: dict[str, Any] = {}
+    if validating:
+        settings.update(schema_mode=SchemaMode.LENIENT, json_schema={"type": "object"})
+    converted = converter(**settings).convert(
+        records(
+            [
+                b'{"id": 1, "at": "next tuesday"}',  # a failure of `at`
+                b'{"id": 2, "at": null, "name": 7}',  # null is not a failure; 7 is one of `name`
+                b'{"id": 3}',  # missing is not a failure
+                b'{"id": 4, "at": "2024-01-04 12:28:13", "name": "x"}',
+                b'{"id": "5", "at": "soon"}',  # dead-lettered (required id): not counted as kept
+                b'{"id": 6, "at": [1]}',
+            ]
+        ),
+        partition=3,
+        segment_key="seg",
+    )
+    assert converted.conversion_failures == {"at": 2, "name": 1}
+    assert converted.rows.column("id").to_pylist() == [1, 2, 3, 4, 6]
+    assert converted.rows.column("at").to_pylist() == [
+        None,
+        None,
+        None,
+        dt.datetime(2024, 1, 4, 12, 28, 13),
+        None,
+    ]
+    assert converted.rows.column("value")[0].as_py() == b'{"id": 1, "at": "next tuesday"}'
+    assert converted.first_invalid is not None
+    assert converted.first_invalid.kind is ErrorKind.REQUIRED_COLUMN
+    assert converted.first_invalid.column == "id"
+
+
+def test_in_strict_mode_a_conversion_failure_is_invalid_naming_record_and_column() -> None:
+    converted = converter(schema_mode=SchemaMode.STRICT, json_schema={"type": "object"}).convert(
+        records([b'{"id": 1, "at": "2024-01-04T12:28:13Z"}', b'{"id": 2, "at": "2024-13-01 00:00:00"}']),
+        partition=3,
+        segment_key="seg",
+    )
+    invalid = converted.first_invalid
+    assert invalid is not None
+    assert (invalid.record_id, invalid.kind, invalid.column) == (
+        "t:3:101",
+        ErrorKind.CONVERSION_FAILURE,
+        "at",
+    )
+    assert invalid.error == "column 'at' (timestamp): \"2024-13-01 00:00:00\" is not a valid timestamp"

@@ -287,3 +287,46 @@ def test_the_failure_with_the_lowest_partition_and_offset_is_the_runs() -> None:
     assert result.failure.kind is FailureKind.SEGMENT_UNAVAILABLE
     assert result.failure.message.startswith("early")
     assert result.data_files == ()
+
+
+def _partition_rows(partition: int, offsets: range) -> pa.Table:
+    return pa.table(
+        {
+            "partition": pa.array([partition] * len(offsets), pa.int32()),
+            "offset": pa.array(offsets, pa.int64()),
+        }
+    )
+
+
+def test_a_kafka_partition_with_enough_rows_gets_its_own_files_in_offset_order(tmp_path: Path) -> None:
+    writer = RollingParquetWriter(
+        sink=StagedFileStore(),
+        data_uri=str(tmp_path),
+        schema=_partition_rows(0, range(0)).schema,
+        task_index=0,
+        target_file_size_bytes=1 << 30,
+        partition_file_min_bytes=8 * 1000,  # 1000 rows of 12 bytes
+    )
+    for start in range(0, 3000, 500):  # partitions 0 and 1 interleaved, as segments arrive
+        writer.write({}, _partition_rows(0, range(start, start + 500)), kafka_partition=0)
+        writer.write({}, _partition_rows(1, range(start, start + 500)), kafka_partition=1)
+    writer.write({}, _partition_rows(2, range(0, 10)), kafka_partition=2)  # too few: shared
+    writer.write({}, _partition_rows(3, range(0, 10)), kafka_partition=3)
+
+    files = writer.close()
+
+    by_name = {Path(f.uri).name: pq.read_table(f.uri) for f in files}
+    key = partition_hash({})
+    assert sorted(by_name) == [
+        f"part-{key}-00000-0000.parquet",
+        f"part-{key}-p0-00000-0000.parquet",
+        f"part-{key}-p1-00000-0000.parquet",
+    ]
+    for p in (0, 1):
+        own = by_name[f"part-{key}-p{p}-00000-0000.parquet"]
+        assert set(own.column("partition").to_pylist()) == {p}
+        assert own.column("offset").to_pylist() == list(range(3000))
+    shared = by_name[f"part-{key}-00000-0000.parquet"]
+    assert list(
+        zip(shared.column("partition").to_pylist(), shared.column("offset").to_pylist(), strict=True)
+    ) == [(p, o) for p in (2, 3) for o in range(10)]

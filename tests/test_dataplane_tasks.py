@@ -10,7 +10,15 @@ from kafscale_iceberg.adapters.data_files import StagedFileStore
 from kafscale_iceberg.adapters.documents import DocumentStore
 from kafscale_iceberg.dataplane.reports import build_run_result
 from kafscale_iceberg.dataplane.tasks import plan_tasks, run_task
-from kafscale_iceberg.domain.runs import PlannedSegment, RunPlan, RunResult, RunStatus, RunTimings
+from kafscale_iceberg.domain.runs import (
+    FailureKind,
+    PlannedSegment,
+    RunPlan,
+    RunResult,
+    RunStatus,
+    RunTimings,
+    SchemaMode,
+)
 from kafscale_iceberg.segments.decode import Record
 from kafscale_iceberg.segments.encode import build_segment, encode_record_batch
 from kafscale_iceberg.segments.keys import format_segment_key
@@ -93,3 +101,47 @@ def test_a_record_whose_header_key_is_not_utf8_is_written_and_counted(tmp_path: 
     assert result.counts.header_keys_replaced == 1
     headers = [h for f in result.data_files for h in pq.read_table(f.uri).column("headers").to_pylist()]
     assert '{"key":"key\ufffd","value":"v"}' in headers[1]
+
+
+def _times_folder(tmp_path: Path) -> SegmentFolder:
+    times = ['"2024-01-04 12:28:13"', '"next week"', "null", '"2024-01-04T12:28:13+0100"', "17"]
+    folder = SegmentFolder(tmp_path / "segments")
+    folder.add(
+        0,
+        [
+            order_record(o, 0, value=f'{{"order_id": {o}, "event_time": {times[o % 5]}}}'.encode())
+            for o in range(10)
+        ],
+    )
+    return folder
+
+
+def test_conversion_failures_are_counted_per_column_in_the_result(tmp_path: Path) -> None:
+    plan = make_plan(_times_folder(tmp_path), str(tmp_path), ranges={0: (-1, 9)})
+
+    offsets, result = run_in_process(plan)
+
+    assert offsets == list(range(10))
+    assert result.counts.conversion_failures == {"event_time": 2}
+
+
+def test_strict_mode_fails_the_run_on_a_conversion_failure_naming_record_and_column(tmp_path: Path) -> None:
+    plan = make_plan(
+        _times_folder(tmp_path),
+        str(tmp_path),
+        ranges={0: (-1, 9)},
+        schema_mode=SchemaMode.STRICT,
+        json_schema={"type": "object"},
+    )
+
+    _, result = run_in_process(plan)
+
+    assert result.status is RunStatus.FAILED
+    assert result.failure is not None
+    assert (result.failure.kind, result.failure.record_id, result.failure.column) == (
+        FailureKind.STRICT_VALIDATION,
+        "orders:0:1",
+        "event_time",
+    )
+    assert "record orders:0:1 is invalid (conversion_failure): column 'event_time'" in result.failure.message
+    assert result.data_files == ()

@@ -49,6 +49,23 @@ def test_starts_a_job_on_moto_with_the_plan_and_python_environment(moto_server: 
     )
 
 
+def test_the_job_is_told_its_region_for_regional_s3_endpoints(moto_server: MotoEndpoint) -> None:
+    emr: Any = moto_server.client("emr-serverless")
+    app_id = emr.create_application(name="kafscale", releaseLabel="emr-7.2.0", type="SPARK")["applicationId"]
+    runner = EmrServerlessJobRunner(_settings(app_id), emr, timeout_minutes=60)
+    job_id = runner.start(sample_plan(), PLAN_URI)
+    parameters = emr.get_job_run(applicationId=app_id, jobRunId=job_id)["jobRun"]["jobDriver"]["sparkSubmit"][
+        "sparkSubmitParameters"
+    ].split()
+    region = emr.meta.region_name
+    for conf in (
+        f"spark.emr-serverless.driverEnv.AWS_REGION={region}",
+        f"spark.executorEnv.AWS_REGION={region}",
+        f"spark.executorEnv.AWS_DEFAULT_REGION={region}",
+    ):
+        assert conf in parameters
+
+
 def _stubbed() -> tuple[EmrServerlessJobRunner, Stubber, list[float]]:
     client = boto3.client("emr-serverless", region_name="us-east-1")
     stubber = Stubber(client)

@@ -140,6 +140,47 @@ def test_router_handler_returns_an_incomplete_segment_for_redelivery(
     assert emf_values(records, "errors_total") == []
 
 
+@pytest.mark.slow
+def test_router_handler_redelivers_a_kfs_before_its_index_in_seconds_not_the_visibility_timeout(
+    stack: Stack,
+) -> None:
+    """SQS (moto server) delivers the message again once its changed visibility ends: 10 s, not 180 s."""
+    from functions.router import INCOMPLETE_RETRY_SECONDS, handler
+
+    events_url = stack.sqs.create_queue(
+        QueueName=f"{stack.bucket}-events", Attributes={"VisibilityTimeout": "180"}
+    )["QueueUrl"]
+    arn = stack.sqs.get_queue_attributes(QueueUrl=events_url, AttributeNames=["QueueArn"])["Attributes"][
+        "QueueArn"
+    ]
+    stack.s3.put_object(
+        Bucket=stack.bucket, Key="production/orders/0/segment-00000000000000000000.kfs", Body=b"x" * 64
+    )
+    test_event, record = _router_event(stack.bucket)["Records"]
+    stack.sqs.send_message(QueueUrl=events_url, MessageBody=record["body"])
+    (received,) = stack.sqs.receive_message(QueueUrl=events_url, AttributeNames=["All"])["Messages"]
+    event = {
+        "Records": [
+            test_event,
+            {
+                **record,
+                "messageId": received["MessageId"],
+                "receiptHandle": received["ReceiptHandle"],
+                "eventSourceARN": arn,
+            },
+        ]
+    }
+    response = handler(event, LambdaContext())
+    assert response == {"batchItemFailures": [{"itemIdentifier": received["MessageId"]}]}
+    attributes = stack.sqs.get_queue_attributes(QueueUrl=events_url, AttributeNames=["All"])["Attributes"]
+    assert attributes["ApproximateNumberOfMessagesNotVisible"] == "1"
+    again = stack.sqs.receive_message(
+        QueueUrl=events_url, WaitTimeSeconds=INCOMPLETE_RETRY_SECONDS + 2, AttributeNames=["All"]
+    )
+    (redelivered,) = again["Messages"]
+    assert redelivered["MessageId"] == received["MessageId"]
+
+
 def test_router_handler_parks_a_hopeless_message_with_its_reason(
     stack: Stack, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -190,7 +231,8 @@ def test_abort_handler_emits_the_failure_count_for_alarms(
 ) -> None:
     from functions.steps import abort
 
-    ticket = _ticket(stack, "orders-abc-a1", attempt=1)
+    # A run whose job never started (no EMR application here: a started one would be cancelled).
+    ticket = _ticket(stack, "orders-abc-a1", attempt=1).model_copy(update={"job_id": None})
     response = abort({"ticket": ticket.model_dump(mode="json"), "reason": "job failed"}, LambdaContext())
 
     assert response["topic"] == "orders"

@@ -13,9 +13,11 @@ from kafscale_iceberg.adapters.s3_segments import S3SegmentStore, make_s3_client
 from kafscale_iceberg.adapters.sqlite_checkpoints import SqliteCheckpointStore
 from kafscale_iceberg.adapters.step_functions import StepFunctionsRunStarter, execution_arn
 from kafscale_iceberg.config import KafscaleConfig, config_from_mapping
+from kafscale_iceberg.domain.field_ids import TableFieldIds, TopicFieldIds, field_ids_uri
 from kafscale_iceberg.domain.leases import LeaseGrant
 from kafscale_iceberg.domain.offsets import OffsetUpdate
 from kafscale_iceberg.domain.runs import RunPlan, make_run_id
+from kafscale_iceberg.domain.schema import BASE_FIELDS, DEAD_LETTER_FIELDS
 from kafscale_iceberg.domain.tickets import OUTCOME_NAME, RunTicket, run_document_uri
 from kafscale_iceberg.exceptions import TransientError
 from kafscale_iceberg.segments.keys import SegmentObjectKind, format_segment_key
@@ -274,6 +276,23 @@ def test_planning_requests_do_not_grow_with_committed_segments(
     assert requests[0] == (
         {"ListObjectsV2": 2, "GetObject": 1} if new_segments else {"ListObjectsV2": 4, "GetObject": 1}
     )
+
+
+def test_plans_carry_the_field_ids_the_commit_step_recorded(world: World) -> None:
+    world.put(0, 0, 10)
+    recorded = {f.name: 100 + i for i, f in enumerate(BASE_FIELDS)}  # a table with its own ids
+    document = TopicFieldIds(
+        tables=(TableFieldIds(identifier="prod.orders", field_ids=recorded, last_column_id=140),)
+    )
+    world.documents.write_text(
+        field_ids_uri(world.config.runs.location, "orders"), document.model_dump_json()
+    )
+
+    plan = RunPlan.model_validate_json(world.documents.read_text(_plan_uri(world.launcher.launch("orders"))))
+
+    assert plan.table.field_ids == recorded
+    # Not recorded yet: the ids this product's create gives, 1..n in field order.
+    assert plan.dead_letter_table.field_ids == {f.name: i for i, f in enumerate(DEAD_LETTER_FIELDS, start=1)}
 
 
 def _abort(world: World, outcome: LaunchOutcome, now: float) -> int:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 from uuid import uuid4
 
+import pyarrow.parquet as pq
 import pytest
 from pyiceberg.exceptions import NoSuchTableError
 from pyspark.sql import SparkSession
@@ -19,6 +20,7 @@ from pyspark.sql import SparkSession
 from kafscale_iceberg.adapters.iceberg_catalog import CatalogSettings, load_iceberg_catalog
 from kafscale_iceberg.assembly import Assembly
 from kafscale_iceberg.config import KafscaleConfig, config_from_mapping
+from kafscale_iceberg.domain.field_ids import TopicFieldIds, field_ids_uri
 from kafscale_iceberg.local.embedded import notified_bucket
 from kafscale_iceberg.local.pipeline import Pipeline, RunEnd
 from kafscale_iceberg.local.spark_runner import LocalSparkJobRunner
@@ -135,6 +137,16 @@ def test_run_once_commits_every_record_exactly_once(world: World) -> None:
     third = world.pipeline.run_once()
     assert [r.records for r in third.runs] == [10]
     assert _actual(world.rows()) == _expected(0, range(60)) + _expected(1, range(25))
+    # Every data file carries the table's field ids; the commit step recorded them for the launcher.
+    table = load_iceberg_catalog(CatalogSettings.from_config(world.config)).load_table("shop.orders")
+    ids = {f.name: f.field_id for f in table.schema().fields}
+    for task in table.scan().plan_files():
+        schema = pq.read_schema(task.file.file_path.removeprefix("file://"))
+        assert {f.name: int(f.metadata[b"PARQUET:field_id"]) for f in schema} == ids
+    recorded = TopicFieldIds.model_validate_json(
+        world.assembly.documents.read_text(field_ids_uri(world.config.runs.location, TOPIC))
+    )
+    assert recorded.table("shop.orders") is not None
 
 
 def test_a_corrupt_segment_fails_the_topic_and_loses_nothing_after_it(world: World) -> None:

@@ -117,7 +117,13 @@ def _result() -> RunResult:
                     ],
                 },
             ],
-            "counts": {"written": 25, "dead_lettered": 3, "out_of_range": 4, "segments_read": 3},
+            "counts": {
+                "written": 25,
+                "dead_lettered": 3,
+                "out_of_range": 4,
+                "segments_read": 3,
+                "conversion_failures": {"at": 2, "total": 1},
+            },
             "timings": {"started_at_ms": 1_005_000, "ended_at_ms": 1_012_500},
         }
     )
@@ -186,6 +192,8 @@ def test_a_commit_is_scraped_under_the_go_processors_names_with_exact_values(
     # Issue 12 §6: records repeated by an overlapping segment are "overlapped", not "dropped".
     assert records == {"written": 25, "dropped": 0, "invalid": 2, "quarantined": 10, "overlapped": 4}
     assert scraped[_key("batches_total", topic=TOPIC)] == 3
+    assert scraped[_key("conversion_failures_total", topic=TOPIC, column="at")] == 2
+    assert scraped[_key("conversion_failures_total", topic=TOPIC, column="total")] == 1
     assert scraped[_key("runs_total", topic=TOPIC, outcome="committed")] == 1
     assert scraped[_key("consecutive_failures", topic=TOPIC)] == 0
     # 7.5 s of job + 1.25 s of commit; the 8.75 s land in the 10 s bucket, not the 5 s one.
@@ -213,6 +221,7 @@ def test_a_replayed_commit_step_counts_the_run_but_not_its_records_again(
     scraped = _scrape(server.port)
     assert scraped[_key("records_total", topic=TOPIC, result="written")] == 25
     assert scraped[_key("batches_total", topic=TOPIC)] == 3
+    assert scraped[_key("conversion_failures_total", topic=TOPIC, column="at")] == 2
     assert scraped[_key("runs_total", topic=TOPIC, outcome="committed")] == 1
     assert scraped[_key("runs_total", topic=TOPIC, outcome="already_committed")] == 1
     assert scraped[_key("write_latency_ms_count", topic=TOPIC)] == 1
@@ -430,8 +439,10 @@ def test_a_commit_as_emf_one_record_per_dimension_set_partition_as_a_property(
     assert partition_one["last_offset"] == [29.0]
     assert partition_one["watermark_offset"] == [29.0]
     assert partition_one["watermark_timestamp_ms"] == [8000.0]
-    # 5 record results, topic-level, run outcome, 2 partitions.
-    assert len(records) == 5 + 1 + 1 + 2
+    failures = by_dimensions[(("topic", TOPIC), ("column", "at"), ("service", "commit"), ("partition", None))]
+    assert failures["conversion_failures_total"] == [2.0]
+    # 5 record results, topic-level, run outcome, 2 partitions, 2 columns with conversion failures.
+    assert len(records) == 5 + 1 + 1 + 2 + 2
 
 
 def test_emf_leaves_metrics_added_before_it_with_their_own_dimensions(

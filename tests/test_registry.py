@@ -100,3 +100,48 @@ def test_server_errors_and_unreachable_registries_are_transient(registry_url: st
     assert info.value.transient
     with pytest.raises(RegistryUnavailableError, match="unreachable"):
         HttpSchemaRegistry("http://127.0.0.1:9", timeout_seconds=1, cache_seconds=0).schema_for("orders")
+
+
+def test_nested_properties_become_struct_and_list_columns_after_the_go_processors_own() -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            **ORDERS["properties"],  # type: ignore[dict-item]
+            "placed_at": {"type": "string", "format": "date-time"},
+            "address": {
+                "type": "object",
+                "properties": {
+                    "city": {"type": "string"},
+                    "since": {"type": "string", "format": "date"},
+                    "geo": {"type": "object", "properties": {"lat": {"type": "number"}}},
+                    "opaque": {"type": "object"},
+                },
+            },
+            "lines": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "sku": {"type": "string"},
+                        "at": {"type": "string", "format": "date-time"},
+                    },
+                },
+            },
+            "tags": {"type": ["null", "array"], "items": {"type": "string"}},
+        },
+        "required": ["order_id", "tags"],
+    }
+    columns = columns_from_json_schema(schema)
+    # The Go processor's columns first, exactly as it makes them (a date-time string stays a string).
+    assert columns[:5] == (
+        ColumnSpec(name="order_id", type=ColumnType.LONG, required=True),
+        ColumnSpec(name="paid", type=ColumnType.BOOLEAN),
+        ColumnSpec(name="placed_at", type=ColumnType.STRING),
+        ColumnSpec(name="status", type=ColumnType.STRING),
+        ColumnSpec(name="total", type=ColumnType.DOUBLE),
+    )
+    assert [(c.name, c.type_name, c.required) for c in columns[5:]] == [
+        ("address", "struct<city: string, since: date, geo: struct<lat: double>>", False),
+        ("lines", "list<struct<sku: string, at: timestamp>>", False),
+        ("tags", "list<string>", True),
+    ]

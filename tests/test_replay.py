@@ -364,13 +364,16 @@ def test_reset_offsets_leaves_exactly_one_copy_of_every_record_of_the_range(any_
     assert world.rows(DLQ) == []
     assert world.marker(TABLE) == world.marker(DLQ) == world.store() == {0: 9, 1: 9}
     assert world.checkpoints.read_lease_holder(TOPIC) is None
-    # The delete and the marker are one catalog commit (one new metadata file), whatever snapshots
-    # pyiceberg's copy-on-write delete wrote in it; each of them is marked as the reset.
+    # The delete and the marker are one catalog commit (one new metadata file) and ONE snapshot: time
+    # travel never lands on a half-done reset.
     table = world.catalog.load_table(TABLE)
     assert len(table.metadata.metadata_log) == table_metadata_files + 1
-    reset_snapshots = table.snapshots()[2:]
-    assert reset_snapshots
-    assert all(s.summary is not None and s.summary["kafscale.reset"] == "true" for s in reset_snapshots)
+    (reset_snapshot,) = table.snapshots()[2:]
+    assert reset_snapshot.summary is not None
+    assert (reset_snapshot.summary.operation.value, reset_snapshot.summary["kafscale.reset"]) == (
+        "overwrite",
+        "true",
+    )
     assert len(world.drain()) == 3  # partition 0: segments 10 and 20; partition 1: segment 10
 
     plan = world.reingest()

@@ -71,6 +71,14 @@ class Steps:
         }
         self.stubber.add_response("get_job_run", {"jobRun": job})
 
+    def cancel_accepted(self, times: int = 1) -> None:
+        for _ in range(times):
+            self.stubber.add_response(
+                "cancel_job_run",
+                {"applicationId": "00abc", "jobRunId": "j"},
+                {"applicationId": "00abc", "jobRunId": "j"},
+            )
+
 
 @pytest.fixture
 def steps(tmp_path: Path) -> Steps:
@@ -139,18 +147,35 @@ def test_a_lost_lease_cancels_the_job(steps: Steps) -> None:
     assert "lease lost" in failure_reason(result.status, lease_lost=True)
 
 
-def test_a_finished_job_is_final_without_touching_the_lease(steps: Steps) -> None:
+def test_a_finished_job_is_final_and_its_lease_still_renewed(steps: Steps) -> None:
+    """The run holds the topic until commit or abort: watch renews even once the job is final."""
     ticket = steps.ticket()
     steps.job_state("FAILED")
+    steps.now_ms += 25_000
     with steps.stubber:
         result = steps.steps.watch(ticket)
     assert result.status.state is JobState.FAILED
+    assert not result.lease_lost
     assert failure_reason(result.status, lease_lost=False) == "job j ended FAILED: Job failed: OOM"
+    steps.now_ms += 25_000  # past the claim's expiry: renewed by the look at the finished job
+    assert steps.checkpoints.read_lease_holder("orders") is not None
+
+
+def test_a_finished_job_whose_lease_was_taken_is_not_cancelled(steps: Steps) -> None:
+    ticket = steps.ticket()
+    steps.now_ms += 31_000
+    assert isinstance(steps.checkpoints.claim_lease("orders", owner_id="other", run_id="r2"), LeaseGrant)
+    steps.job_state("SUCCESS")
+    with steps.stubber:  # no cancel_job_run queued: a call would fail the stubber
+        result = steps.steps.watch(ticket)
+    assert result.lease_lost
 
 
 def test_abort_records_the_attempt_releases_and_backs_off(steps: Steps) -> None:
     ticket = steps.ticket(attempt=0)
-    first = steps.steps.abort(ticket, "job j ended FAILED")
+    steps.cancel_accepted(times=2)
+    with steps.stubber:
+        first = steps.steps.abort(ticket, "job j ended FAILED")
     assert first.lease_released
     assert first.consecutive_failures == 1
     assert not first.alarm
@@ -160,12 +185,54 @@ def test_abort_records_the_attempt_releases_and_backs_off(steps: Steps) -> None:
         steps.documents.read_text(run_document_uri(steps.runs.location, "orders", "r1", OUTCOME_NAME))
     )
     assert (outcome.status, outcome.attempt) == ("aborted", 0)
-    again = steps.steps.abort(ticket, "job j ended FAILED")  # a retried step changes nothing more
+    with steps.stubber:
+        again = steps.steps.abort(ticket, "job j ended FAILED")  # a retried step changes nothing more
     assert not again.lease_released
+    steps.stubber.assert_no_pending_responses()  # each abort asked EMR to cancel the job
 
 
 def test_abort_alarms_after_the_configured_consecutive_failures(steps: Steps) -> None:
-    result = steps.steps.abort(steps.ticket(attempt=1), "job j ended FAILED")
+    steps.cancel_accepted()
+    with steps.stubber:
+        result = steps.steps.abort(steps.ticket(attempt=1), "job j ended FAILED")
     assert result.consecutive_failures == 2
     assert result.alarm
     assert result.resignal_after_seconds == steps.runs.retry_backoff_seconds * 2
+
+
+def test_abort_cancels_the_job_and_lists_where_the_run_wrote(steps: Steps, tmp_path: Path) -> None:
+    plan = sample_plan()
+    plan_uri = str(tmp_path / "plan.json")
+    steps.documents.write_text(plan_uri, plan.model_dump_json())
+    ticket = steps.ticket().model_copy(update={"plan_uri": plan_uri})
+    steps.cancel_accepted()
+    with steps.stubber:
+        steps.steps.abort(ticket, "watching the job failed: timeout")
+    steps.stubber.assert_no_pending_responses()
+    outcome = RunOutcome.model_validate_json(
+        steps.documents.read_text(run_document_uri(steps.runs.location, "orders", "r1", OUTCOME_NAME))
+    )
+    assert outcome.written_under == (plan.table.data_uri, plan.dead_letter_table.data_uri)
+
+
+def test_abort_of_a_job_that_already_ended_still_completes(steps: Steps) -> None:
+    steps.stubber.add_client_error("cancel_job_run", "ValidationException", "job is in a final state")
+    with steps.stubber:
+        result = steps.steps.abort(steps.ticket(), "job j ended FAILED")
+    assert result.lease_released
+
+
+def test_a_commit_whose_lease_lapsed_unclaimed_reclaims_it_and_one_taken_does_not(steps: Steps) -> None:
+    ticket = steps.ticket()
+    steps.now_ms += 31_000  # lapsed; nobody claimed the topic since
+    grant = steps.steps._hold_or_reclaim(ticket)  # the commit's lease step alone
+    assert grant.run_id == "r1"
+    assert grant.token != ticket.grant.token
+    holder = steps.checkpoints.read_lease_holder("orders")
+    assert holder is not None
+    assert holder.run_id == "r1"
+    steps.now_ms += 31_000
+    other = steps.checkpoints.claim_lease("orders", owner_id="other", run_id="r2")
+    assert isinstance(other, LeaseGrant)
+    with pytest.raises(LeaseLostError):
+        steps.steps._hold_or_reclaim(ticket.model_copy(update={"grant": grant}))

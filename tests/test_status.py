@@ -388,6 +388,13 @@ def test_status_command_prints_the_report_as_json(
         "newest_offset": 19,
     }
     assert (partition["lag_records"], topic["lag_records"], topic["consecutive_failures"]) == (10, 10, 0)
+    health = topic["table_health"]
+    assert {k: health[k] for k in ("files", "small_files", "snapshots", "last_compaction_ms")} == {
+        "files": 1,
+        "small_files": 1,
+        "snapshots": 1,
+        "last_compaction_ms": None,
+    }
 
 
 def test_status_command_prints_a_readable_table(
@@ -405,6 +412,7 @@ def test_status_command_prints_a_readable_table(
     assert f"{TOPIC} -> {TABLE}" in lines
     assert "  lease         host-7/123, run in flight orders-abc-a1 since" in "\n".join(lines)
     assert "  failures      1 consecutive" in lines
+    assert "  table health  1 files (1 small), 1 snapshots, last maintenance -, last compaction -" in lines
     header = next(i for i, line in enumerate(lines) if line.strip().startswith("partition"))
     assert lines[header].split()[:7] == ["partition", "committed", "table", "store", "newest", "lag", "lag_s"]
     row = lines[header + 1].split()
@@ -446,3 +454,25 @@ def test_a_malformed_or_truncated_segment_is_reported_beside_the_rest(sqlite_wor
     assert by_partition[2].problem is not None
     assert truncated in by_partition[2].problem
     assert "partition 0 waits" in render_status(world.status.report())
+
+
+def test_conversion_failures_are_summed_over_the_topics_commits_and_printed(
+    sqlite_world: World, capsys: pytest.CaptureFixture[str]
+) -> None:
+    world = sqlite_world
+    for base in (0, 10):
+        world.put(0, base, 10)
+    for (start, end), failures in (((-1, 9), {"at": 2, "total": 1}), ((9, 19), {"at": 3})):
+        plan = world.runs.plan({0: (start, end)})
+        result = world.runs.result(plan)
+        result = result.model_copy(
+            update={"counts": result.counts.model_copy(update={"conversion_failures": failures})}
+        )
+        CommitService(world.tables, world.store).commit_run(
+            plan, result, world.claim(plan.run_id), TablePolicy(create_table_if_missing=True)
+        )
+
+    assert world.topic().conversion_failures == {"at": 5, "total": 1}
+    assert main(["status", "--config", str(_config_file(world))]) == 0
+    out = capsys.readouterr().out
+    assert "  not converted at 5, total 1 (stored null; the value column keeps them)" in out.splitlines()

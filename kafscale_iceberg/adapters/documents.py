@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlparse
@@ -47,11 +48,16 @@ def local_path(uri: str) -> Path | None:
 
 
 class DocumentStore:
-    """Reads and writes whole documents at URIs; the S3 client is made on first S3 use."""
+    """Reads and writes whole documents at URIs; the S3 client is made on first S3 use.
+
+    Thread-safe: tasks read segments from several threads at once (boto3 clients are thread-safe;
+    making one is not, so that is done under a lock).
+    """
 
     def __init__(self, s3: S3Settings | None = None, client: S3Client | None = None) -> None:
         self._settings = s3 or S3Settings()
         self._client = client
+        self._client_lock = threading.Lock()
 
     def read_bytes(self, uri: str) -> bytes:
         """The document's bytes. Raises `DocumentMissingError` or `DocumentStoreError`."""
@@ -72,6 +78,30 @@ class DocumentStore:
             raise DocumentStoreError(f"{uri}: {exc}") from exc
         except BotoCoreError as exc:
             raise DocumentStoreError(f"{uri}: {exc}") from exc
+        return body
+
+    def read_range(self, uri: str, start: int, end_inclusive: int | None) -> bytes:
+        """Bytes `start..end_inclusive` of the document (to its end when None); errors as `read_bytes`."""
+        path = local_path(uri)
+        if path is not None:
+            try:
+                with path.open("rb") as handle:
+                    handle.seek(start)
+                    return handle.read(-1 if end_inclusive is None else end_inclusive - start + 1)
+            except FileNotFoundError:
+                raise DocumentMissingError(uri) from None
+            except OSError as exc:
+                raise DocumentStoreError(f"{uri}: {exc}") from exc
+        bucket, key = _s3_location(uri)
+        wanted = f"bytes={start}-{'' if end_inclusive is None else end_inclusive}"
+        try:
+            body: bytes = self._s3().get_object(Bucket=bucket, Key=key, Range=wanted)["Body"].read()
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in {"NoSuchKey", "404"}:
+                raise DocumentMissingError(uri) from None
+            raise DocumentStoreError(f"{uri} ({wanted}): {exc}") from exc
+        except BotoCoreError as exc:
+            raise DocumentStoreError(f"{uri} ({wanted}): {exc}") from exc
         return body
 
     def read_text(self, uri: str) -> str:
@@ -106,9 +136,10 @@ class DocumentStore:
         return True
 
     def _s3(self) -> S3Client:
-        if self._client is None:
-            self._client = make_s3_client(self._settings)
-        return self._client
+        with self._client_lock:
+            if self._client is None:
+                self._client = make_s3_client(self._settings)
+            return self._client
 
 
 def _s3_location(uri: str) -> tuple[str, str]:

@@ -126,10 +126,23 @@ class EmrServerlessJobRunner:
             raise JobRunnerUnavailableError(f"cancel job run {job_id}: {exc}") from exc
 
     def _spark_submit_parameters(self) -> dict[str, str]:
+        # The job's S3 clients (boto3, pyarrow) take their region from the environment: without it they
+        # use the global endpoint, which a VPC without NAT cannot reach (gateway endpoints are regional).
+        region = self._emr.meta.region_name
+        region_env = (
+            " ".join(
+                f"--conf {prefix}{name}={region}"
+                for prefix in ("spark.emr-serverless.driverEnv.", "spark.executorEnv.")
+                for name in ("AWS_REGION", "AWS_DEFAULT_REGION")
+            )
+            if region
+            else ""
+        )
         params = " ".join(
             p
             for p in (
                 self._settings.job_spark_submit_parameters(),
+                region_env,
                 "--conf spark.sql.session.timeZone=UTC",
                 "--conf spark.sql.parquet.outputTimestampType=TIMESTAMP_MICROS",
             )

@@ -25,9 +25,10 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
-import warnings
-from collections.abc import Mapping
+import uuid
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -39,12 +40,15 @@ from pyiceberg.exceptions import (
     TableAlreadyExistsError,
     ValidationException,
 )
-from pyiceberg.expressions import And, BooleanExpression, EqualTo, GreaterThan, Or, Reference
+from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, EqualTo, GreaterThan, Or, Reference
 from pyiceberg.expressions.literals import literal
+from pyiceberg.expressions.visitors import bind
+from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files, _expression_to_complementary_pyarrow
+from pyiceberg.manifest import DataFile as IcebergDataFile
 from pyiceberg.partitioning import PartitionField as IcebergPartitionField
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
-from pyiceberg.table import Table
+from pyiceberg.table import Table, TableProperties, Transaction
 from pyiceberg.transforms import (
     DayTransform,
     HourTransform,
@@ -57,33 +61,47 @@ from pyiceberg.types import (
     BinaryType,
     BooleanType,
     DateType,
+    DecimalType,
     DoubleType,
     FloatType,
+    IcebergType,
     IntegerType,
+    ListType,
     LongType,
+    MapType,
     NestedField,
     PrimitiveType,
     StringType,
+    StructType,
     TimestampType,
+    TimestamptzType,
+    UUIDType,
 )
+from pyiceberg.utils.properties import property_as_bool
 
 from kafscale_iceberg.adapters.iceberg_catalog import is_unreachable_error
+from kafscale_iceberg.adapters.iceberg_data_files import data_files_to_add
 from kafscale_iceberg.domain.commits import (
+    SUMMARY_CONVERSION_FAILURES,
     SUMMARY_TOPIC,
     TableCommit,
     TableSpec,
     TableState,
+    decode_conversion_failures,
     describe_partitioning,
     marker_properties,
     partition_field_name,
     read_marker,
 )
-from kafscale_iceberg.domain.runs import ColumnType, PartitionTransform
+from kafscale_iceberg.domain.field_ids import TableFieldIds, field_id_mismatches
+from kafscale_iceberg.domain.runs import ColumnSpec, ColumnType, PartitionTransform
+from kafscale_iceberg.domain.schema import FieldSpec
 from kafscale_iceberg.exceptions import (
     CatalogError,
     CatalogUnavailableError,
     CommitOutcomeUnknownError,
     DataFileRejectedError,
+    FieldIdMismatchError,
     KafscaleIcebergError,
     PartitionSpecMismatchError,
     SchemaChangeError,
@@ -114,8 +132,58 @@ def iceberg_type(column_type: ColumnType) -> PrimitiveType:
         ColumnType.BINARY: BinaryType(),
         ColumnType.TIMESTAMP: TimestampType(),
         ColumnType.DATE: DateType(),
+        ColumnType.TIMESTAMPTZ: TimestamptzType(),
+        ColumnType.UUID: UUIDType(),
     }
     return types[column_type]
+
+
+def column_iceberg_type(column: ColumnSpec, next_id: Callable[[], int]) -> IcebergType:
+    """The Iceberg type of a mapping column with its parts: `decimal(P, S)`, and structs, lists and
+    maps (string keys) whose parts are all optional, with field ids from `next_id` (pyiceberg assigns
+    fresh ones when the table is created or the column added)."""
+    if column.type is ColumnType.DECIMAL:
+        return DecimalType(column.precision or 1, column.scale or 0)
+    if column.type is ColumnType.STRUCT:
+        return StructType(
+            *(
+                NestedField(
+                    field_id=next_id(),
+                    name=f.name,
+                    field_type=column_iceberg_type(f, next_id),
+                    required=False,
+                )
+                for f in column.fields
+            )
+        )
+    if column.type is ColumnType.LIST and column.element is not None:
+        element_id = next_id()
+        return ListType(element_id, column_iceberg_type(column.element, next_id), element_required=False)
+    if column.type is ColumnType.MAP and column.value is not None:
+        key_id, value_id = next_id(), next_id()
+        return MapType(
+            key_id, StringType(), value_id, column_iceberg_type(column.value, next_id), value_required=False
+        )
+    return iceberg_type(column.type)
+
+
+def field_iceberg_type(field: FieldSpec, next_id: Callable[[], int] | None = None) -> IcebergType:
+    """The Iceberg type of a table field (a mapping column's parts included)."""
+    if field.column is None:
+        return iceberg_type(field.type)
+    counter = itertools.count(10_000)
+    return column_iceberg_type(field.column, next_id or (lambda: next(counter)))
+
+
+def type_text(field_type: IcebergType) -> str:
+    """An Iceberg type as text without field ids, to compare a table's type with a mapping's."""
+    if isinstance(field_type, StructType):
+        return "struct<" + ", ".join(f"{f.name}: {type_text(f.field_type)}" for f in field_type.fields) + ">"
+    if isinstance(field_type, ListType):
+        return f"list<{type_text(field_type.element_type)}>"
+    if isinstance(field_type, MapType):
+        return f"map<{type_text(field_type.key_type)}, {type_text(field_type.value_type)}>"
+    return str(field_type)
 
 
 # (narrower, wider) Iceberg type names: the promotions Iceberg allows and the Go processor applies.
@@ -146,13 +214,13 @@ def plan_schema_changes(table: str, schema: Schema, spec: TableSpec) -> SchemaCh
     widened: list[tuple[str, str, str]] = []
     relaxed: list[str] = []
     for wanted in spec.fields:
-        new_type = iceberg_type(wanted.type)
+        new_type = field_iceberg_type(wanted)
         try:
             existing = schema.find_field(wanted.name)
         except ValueError:
             added.append(wanted.name)
             continue
-        old_name, new_name = str(existing.field_type), str(new_type)
+        old_name, new_name = type_text(existing.field_type), type_text(new_type)
         if old_name != new_name:
             if (old_name, new_name) in _WIDENINGS:
                 if not spec.allow_type_widening:
@@ -170,8 +238,9 @@ def plan_schema_changes(table: str, schema: Schema, spec: TableSpec) -> SchemaCh
                     wanted.name,
                     old_name,
                     new_name,
-                    "only int->long and float->double can change in place; map the values to a new "
-                    "column name, or migrate the table yourself",
+                    "only int->long and float->double can change in place (and a nested column's type "
+                    "must match as a whole); map the values to a new column name, or migrate the table "
+                    "yourself",
                 )
         if existing.required and not wanted.required:
             relaxed.append(wanted.name)
@@ -238,12 +307,15 @@ class IcebergTableCommitter:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _create(self, spec: TableSpec) -> None:
+        # Top-level fields keep ids 1..n (the base fields' 1-8, as the Go processor's); nested parts
+        # take ids after them. The catalog assigns fresh ids on creation either way.
+        nested_ids = itertools.count(len(spec.fields) + 1)
         schema = Schema(
             *(
                 NestedField(
                     field_id=field.field_id or index,
                     name=field.name,
-                    field_type=iceberg_type(field.type),
+                    field_type=field_iceberg_type(field, lambda: next(nested_ids)),
                     required=field.required,
                 )
                 for index, field in enumerate(spec.fields, start=1)
@@ -299,6 +371,26 @@ class IcebergTableCommitter:
             snapshot_id = snapshot.parent_snapshot_id
         return None
 
+    def conversion_failures(self, table: str, topic: str) -> dict[str, int]:
+        """Per column, the values of `topic` stored null because they did not convert: the sum of the
+        `kafscale.conversion-failures` summaries on the current lineage (snapshots still retained).
+
+        Walks parent snapshots in memory, no extra I/O beyond loading the table. Raises like `read_state`.
+        """
+        metadata = self._load(table).metadata
+        by_id = {snapshot.snapshot_id: snapshot for snapshot in metadata.snapshots}
+        totals: dict[str, int] = {}
+        snapshot_id = metadata.current_snapshot_id
+        while snapshot_id is not None and snapshot_id in by_id:
+            snapshot = by_id[snapshot_id]
+            summary = snapshot.summary
+            if summary is not None and summary.get(SUMMARY_TOPIC) == topic:
+                text = summary.get(SUMMARY_CONVERSION_FAILURES)
+                for column, count in decode_conversion_failures(text or "{}").items():
+                    totals[column] = totals.get(column, 0) + count
+            snapshot_id = snapshot.parent_snapshot_id
+        return dict(sorted(totals.items()))
+
     def commit(self, expected: TableState, commit: TableCommit) -> TableState:
         """Make ONE Iceberg commit: add `commit.file_uris`, record `commit.marker_after`, write the summary.
 
@@ -319,6 +411,10 @@ class IcebergTableCommitter:
                 f"expected snapshot {expected.snapshot_id} with {expected.marker}, "
                 f"found snapshot {now.snapshot_id} with {now.marker}",
             )
+        if commit.field_ids is not None and commit.file_uris:
+            mismatches = field_id_mismatches(commit.field_ids, _top_level_ids(table.schema()))
+            if mismatches:
+                raise FieldIdMismatchError(expected.table, commit.run_id, mismatches)
         transaction = _single_attempt(table).transaction()
         updates, removals = marker_properties(commit.topic, commit.marker_after)
         try:
@@ -327,18 +423,12 @@ class IcebergTableCommitter:
             if present:
                 transaction.remove_properties(*present)
             if commit.delete_after:
-                with warnings.catch_warnings():
-                    # Expected on a rerun or a table without rows there; the empty append below follows.
-                    warnings.filterwarnings("ignore", message="Delete operation did not match any records")
-                    transaction.delete(
-                        delete_filter=rows_after(commit.delete_after), snapshot_properties=commit.summary()
-                    )
+                delete_rows(transaction, rows_after(commit.delete_after), commit.summary())
             if commit.file_uris:
-                # Duplicate paths are ruled out by the offsets marker; pyiceberg's own check would read
-                # every manifest of the table on each commit.
-                transaction.add_files(
-                    list(commit.file_uris), snapshot_properties=commit.summary(), check_duplicate_files=False
-                )
+                # What `add_files` does, from the metrics the run carried instead of one footer read
+                # per file (`iceberg_data_files`). Duplicate paths are ruled out by the offsets
+                # marker; pyiceberg's own check would read every manifest of the table on each commit.
+                _append_files(transaction, table, commit)
             elif transaction.table_metadata.current_snapshot_id == expected.snapshot_id:
                 # A run with no rows still moves the offsets (and a delete that matched nothing wrote
                 # no snapshot): an empty append snapshot carries the marker.
@@ -365,6 +455,15 @@ class IcebergTableCommitter:
                 expected.table, commit.run_id, f"{type(exc).__name__}: {exc}"
             ) from exc
         return _state_of(committed, expected.table, commit.topic)
+
+    def field_ids(self, table: str) -> TableFieldIds:
+        """The table's top-level column ids and `last-column-id`. Raises like `read_state`."""
+        metadata = self._load(table).metadata
+        return TableFieldIds(
+            identifier=table,
+            field_ids=_top_level_ids(metadata.schema()),
+            last_column_id=metadata.last_column_id,
+        )
 
     def count_rows(self, table: str, after: Mapping[int, int]) -> int:
         """How many rows of `table` have, for a partition of `after`, an `offset` greater than its value.
@@ -396,6 +495,91 @@ class IcebergTableCommitter:
         return CatalogError(self._describe, operation, f"{type(exc).__name__}: {exc}")
 
 
+def _append_files(transaction: Transaction, table: Table, commit: TableCommit) -> None:
+    metadata = transaction.table_metadata
+    files = data_files_to_add(metadata, table.io, commit.file_uris, {f.uri: f for f in commit.files})
+    if metadata.name_mapping() is None:
+        transaction.set_properties({_NAME_MAPPING: metadata.schema().name_mapping.model_dump_json()})
+    # As `add_files`: a merge append when the table enables manifest merging, else a fast append.
+    snapshot = transaction.update_snapshot(snapshot_properties=commit.summary())
+    merge = property_as_bool(
+        metadata.properties,
+        TableProperties.MANIFEST_MERGE_ENABLED,
+        TableProperties.MANIFEST_MERGE_ENABLED_DEFAULT,
+    )
+    with snapshot.merge_append() if merge else snapshot.fast_append() as append:
+        for data_file in files:
+            append.append_data_file(data_file)
+
+
+@dataclass(frozen=True)
+class RowDeletion:
+    """What `delete_rows` did: files dropped whole, files rewritten, rows removed and rows rewritten."""
+
+    files_dropped: int = 0
+    files_rewritten: int = 0
+    rows_removed: int = 0
+    rows_rewritten: int = 0
+
+
+def delete_rows(
+    transaction: Transaction, delete_filter: BooleanExpression, summary: dict[str, str]
+) -> RowDeletion:
+    """Delete the rows matching `delete_filter` copy-on-write, as ONE `overwrite` snapshot of `transaction`.
+
+    Only files whose statistics (partition values, column bounds) say they may hold matching rows are
+    read (pyiceberg's scan planning); a file all of whose rows match is dropped, a file with some is
+    rewritten without them (pyiceberg's writer: the table's field ids, into the table's data
+    location), a file with none is left alone. pyiceberg's own `Transaction.delete` writes a
+    `delete` and then an `overwrite` snapshot, so time travel could land between them; here both
+    changes are one snapshot. Nothing matching: no snapshot (the caller decides).
+    """
+    schema = transaction.table_metadata.schema()
+    keep = _expression_to_complementary_pyarrow(bind(schema, delete_filter, case_sensitive=True), schema)
+    io = transaction._table.io
+    commit_uuid = uuid.uuid4()
+    counter = itertools.count(0)
+    removed: list[IcebergDataFile] = []
+    added: list[IcebergDataFile] = []
+    rows_removed = rows_rewritten = rewritten = 0
+    for task in transaction._scan(row_filter=delete_filter).plan_files():
+        rows = ArrowScan(
+            table_metadata=transaction.table_metadata, io=io, projected_schema=schema, row_filter=AlwaysTrue()
+        ).to_table(tasks=[task])
+        kept = rows.filter(keep)
+        if kept.num_rows == rows.num_rows:
+            continue
+        removed.append(task.file)
+        rows_removed += rows.num_rows - kept.num_rows
+        if kept.num_rows:
+            rewritten += 1
+            rows_rewritten += kept.num_rows
+            added.extend(
+                _dataframe_to_data_files(
+                    io=io,
+                    df=kept,
+                    table_metadata=transaction.table_metadata,
+                    write_uuid=commit_uuid,
+                    counter=counter,
+                )
+            )
+    if removed:
+        overwrite = transaction.update_snapshot(snapshot_properties=summary).overwrite(
+            commit_uuid=commit_uuid
+        )
+        with overwrite:
+            for data_file in removed:
+                overwrite.delete_data_file(data_file)
+            for data_file in added:
+                overwrite.append_data_file(data_file)
+    return RowDeletion(
+        files_dropped=len(removed) - rewritten,
+        files_rewritten=rewritten,
+        rows_removed=rows_removed,
+        rows_rewritten=rows_rewritten,
+    )
+
+
 def rows_after(offsets: Mapping[int, int]) -> BooleanExpression:
     """`(partition == P1 and offset > N1) or ...`: the rows after each partition's offset (base fields)."""
     terms = [
@@ -422,6 +606,10 @@ def _state_of(table: Table, identifier: str, topic: str) -> TableState:
         marker=read_marker(metadata.properties, topic, table=identifier),
         snapshot_count=len(metadata.snapshots),
     )
+
+
+def _top_level_ids(schema: Schema) -> dict[str, int]:
+    return {f.name: f.field_id for f in schema.fields}
 
 
 def _single_attempt(table: Table) -> Table:
@@ -466,7 +654,7 @@ def _table_partitioning(partition_spec: PartitionSpec, schema: Schema) -> list[t
 
 
 def _apply_schema_changes(table: Table, spec: TableSpec, changes: SchemaChanges) -> None:
-    types = {f.name: iceberg_type(f.type) for f in spec.fields}
+    types = {f.name: field_iceberg_type(f) for f in spec.fields}
     with table.update_schema() as update:
         for name in changes.added:
             update.add_column(name, types[name], required=False)

@@ -59,6 +59,8 @@ def make_s3_client(settings: S3Settings) -> S3Client:
     config = Config(
         s3={"addressing_style": "path" if settings.path_style else "auto"},
         retries={"mode": "standard", "max_attempts": 5},
+        # Planning lists partitions, and tasks fetch segments, many at once over one client.
+        max_pool_connections=32,
     )
     client: S3Client = boto3.client(
         "s3", endpoint_url=settings.endpoint_url or None, region_name=settings.region or None, config=config

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from kafscale_iceberg.domain.events import TopicSignal, WorkItem
+from kafscale_iceberg.domain.events import TopicSignal, WorkItem, message_group_id
 from kafscale_iceberg.exceptions import TransientError
 
 if TYPE_CHECKING:
@@ -54,7 +54,7 @@ class SqsWorkQueue:
                 {
                     "Id": str(position),
                     "MessageBody": message.model_dump_json(),
-                    "MessageGroupId": message.topic,
+                    "MessageGroupId": message_group_id(message.topic),
                     "MessageDeduplicationId": message.deduplication_id,
                 }
                 for position, message in enumerate(chunk)
@@ -123,3 +123,30 @@ class SqsDeadLetterQueue:
             )
         except (ClientError, BotoCoreError) as exc:
             raise QueueUnavailableError(f"{self.queue_url}: rejecting {message_id} failed: {exc}") from exc
+
+
+def queue_url_from_arn(arn: str) -> str:
+    """The URL of the queue `arn:aws:sqs:<region>:<account>:<name>` (what an event source record names)."""
+    parts = arn.split(":")
+    if len(parts) != 6 or parts[2] != "sqs":
+        raise ValueError(f"not an SQS queue ARN: {arn!r}")
+    partition, region, account, name = parts[1], parts[3], parts[4], parts[5]
+    suffix = "amazonaws.com.cn" if partition == "aws-cn" else "amazonaws.com"
+    return f"https://sqs.{region}.{suffix}/{account}/{name}"
+
+
+class SqsRedelivery:
+    """Makes a received message visible again sooner than its queue's visibility timeout."""
+
+    def __init__(self, client: SQSClient) -> None:
+        self._sqs = client
+
+    def redeliver_after(self, queue_arn: str, receipt_handle: str, seconds: int) -> None:
+        """`ChangeMessageVisibility` of the message to `seconds` (0-43200): SQS delivers it again then."""
+        url = queue_url_from_arn(queue_arn)
+        try:
+            self._sqs.change_message_visibility(
+                QueueUrl=url, ReceiptHandle=receipt_handle, VisibilityTimeout=max(0, min(seconds, 43_200))
+            )
+        except (ClientError, BotoCoreError) as exc:
+            raise QueueUnavailableError(f"{url}: changing a message's visibility failed: {exc}") from exc

@@ -10,13 +10,13 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from types import FrameType
 
 from kafscale_iceberg.assembly import load_config_from
-from kafscale_iceberg.local.pipeline import OnceSummary, RunEnd
-from kafscale_iceberg.local.runtime import ProgressPrinter, open_pipeline
+from kafscale_iceberg.local.pipeline import OnceSummary, RunEnd, RunReport
+from kafscale_iceberg.local.runtime import ProgressPrinter, lfs_summary, open_pipeline
 from kafscale_iceberg.metrics import MetricsServer, PrometheusMetricsSink
 
 
@@ -94,9 +94,37 @@ def print_summary(summary: OnceSummary) -> None:
         f"{len(summary.failed)} topics failed",
         file=sys.stderr,
     )
+    dead = sum(r.dead_lettered for r in committed)
+    skipped = sum(r.skipped_lfs for r in committed)
+    lfs_errors: dict[str, int] = {}
+    for report in committed:
+        for reason, count in report.lfs_errors.items():
+            lfs_errors[reason] = lfs_errors.get(reason, 0) + count
+    if dead or skipped or lfs_errors:
+        resolved = sum(r.lfs_resolved for r in committed)
+        print(f"  {dead} records dead-lettered{lfs_summary(resolved, skipped, lfs_errors)}", file=sys.stderr)
+    for topic, columns in sorted(conversion_failures(committed).items()):
+        listed = ", ".join(f"{column} {count}" for column, count in sorted(columns.items()))
+        print(
+            f"  {topic}: values that did not convert to their column's type, stored null "
+            f"(the value column keeps them): {listed}",
+            file=sys.stderr,
+        )
     for topic, reason in sorted(summary.blocked.items()):
         print(f"  {topic}: not complete yet (left for the next run): {reason}", file=sys.stderr)
     for topic, reason in sorted(summary.failed.items()):
         print(f"  {topic}: FAILED: {reason}", file=sys.stderr)
     for what in dict.fromkeys(summary.unavailable):
         print(f"  unavailable: {what}", file=sys.stderr)
+
+
+def conversion_failures(runs: Sequence[RunReport]) -> dict[str, dict[str, int]]:
+    """Per topic and column, the conversion failures of the committed runs in `runs`."""
+    totals: dict[str, dict[str, int]] = {}
+    for run in runs:
+        if run.commit is None:
+            continue
+        for column, count in run.commit.result.counts.conversion_failures.items():
+            columns = totals.setdefault(run.topic, {})
+            columns[column] = columns.get(column, 0) + count
+    return totals

@@ -37,7 +37,12 @@ def status_command(args: argparse.Namespace) -> int:
     config = load_config_from(args.config, strict=args.strict_config)
     assembly = Assembly(config)
     service = StatusService(
-        config, assembly.checkpoints, assembly.segments, assembly.tables, assembly.documents
+        config,
+        assembly.checkpoints,
+        assembly.segments,
+        assembly.tables,
+        assembly.documents,
+        health=assembly.table_maintainer,
     )
     report = service.report()
     if args.json:
@@ -77,6 +82,17 @@ def _render_topic(topic: TopicStatus) -> str:
         since = f" since {_time(lease.since_ms)}" if lease.since_ms else ""
         lines.append(f"  lease         {lease.owner_id}, run in flight {lease.run_id}{since}")
     lines.append(f"  failures      {topic.consecutive_failures} consecutive")
+    health = topic.health
+    if health is not None:
+        lines.append(
+            f"  table health  {health.files} files ({health.small_files} small), "
+            f"{health.snapshots} snapshots, "
+            f"last maintenance {_time(health.last_maintenance_ms)}, "
+            f"last compaction {_time(health.last_compaction_ms)}"
+        )
+    if topic.conversion_failures:
+        listed = ", ".join(f"{column} {count}" for column, count in topic.conversion_failures.items())
+        lines.append(f"  not converted {listed} (stored null; the value column keeps them)")
     rows: list[Sequence[str]] = [
         ("partition", "committed", "table", "store", "newest", "lag", "lag_s", "pending", "store updated")
     ]

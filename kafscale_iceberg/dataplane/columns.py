@@ -26,7 +26,7 @@ from kafscale_iceberg.dataplane import json_scan as js
 from kafscale_iceberg.dataplane.values import (
     MISSING,
     ValueReader,
-    coerce,
+    coerce_column,
     days_from_number,
     describe_mismatch,
     integer_from_float,
@@ -53,6 +53,17 @@ class ExtractedColumns(Protocol):
         """What row `row`'s value of column `column` was, and why it is not of the column's type."""
         ...
 
+    def present(self, column: int) -> np.ndarray:
+        """Per row: whether the value held column `column` (a key with a non-null value).
+
+        A present value whose array entry is null failed to convert to the column's type.
+        """
+        ...
+
+    def failed(self, column: int) -> np.ndarray:
+        """Per row: whether a present value of column `column` (or a value inside it) did not convert."""
+        ...
+
 
 @dataclass
 class ParsedColumns:
@@ -63,18 +74,37 @@ class ParsedColumns:
     documents: list[object] | None
     raw: list[list[object]]
     types: tuple[ColumnType, ...]
+    inner_failures: list[np.ndarray | None]
 
     def describe(self, column: int, row: int) -> str:
         """See `ExtractedColumns.describe`."""
         return describe_mismatch(self.raw[column][row], self.types[column])
 
+    def failed(self, column: int) -> np.ndarray:
+        """See `ExtractedColumns.failed`."""
+        nulls = np.asarray(self.arrays[column].is_null().to_numpy(zero_copy_only=False), dtype=bool)
+        failed: np.ndarray = self.present(column) & nulls
+        inner = self.inner_failures[column]
+        return failed | inner if inner is not None else failed
+
+    def present(self, column: int) -> np.ndarray:
+        """See `ExtractedColumns.present`."""
+        return np.fromiter(
+            (x is not MISSING and x is not None for x in self.raw[column]), bool, len(self.raw[column])
+        )
+
 
 def parse_columns(values: pa.Array, columns: Sequence[ColumnSpec], *, documents: bool) -> ParsedColumns:
     """Columns through the per-record path (`documents=True` also keeps each parsed value)."""
     read = ValueReader([c.name for c in columns], documents=documents).read(values)
-    arrays = [coerce(raw, c.type) for raw, c in zip(read.raw_columns, columns, strict=True)]
+    coerced = [coerce_column(raw, c) for raw, c in zip(read.raw_columns, columns, strict=True)]
     return ParsedColumns(
-        arrays, read.errors, read.documents, read.raw_columns, tuple(c.type for c in columns)
+        [array for array, _ in coerced],
+        read.errors,
+        read.documents,
+        read.raw_columns,
+        tuple(c.type for c in columns),
+        [inner for _, inner in coerced],
     )
 
 
@@ -92,6 +122,21 @@ class ScannedColumns:
     _fallback: dict[int, int]
     _parsed: ParsedColumns | None
     _types: tuple[ColumnType, ...]
+
+    def failed(self, column: int) -> np.ndarray:
+        """See `ExtractedColumns.failed` (scanned types have no inner values)."""
+        nulls = np.asarray(self.arrays[column].is_null().to_numpy(zero_copy_only=False), dtype=bool)
+        failed: np.ndarray = self.present(column) & nulls
+        return failed
+
+    def present(self, column: int) -> np.ndarray:
+        """See `ExtractedColumns.present`."""
+        kinds = self._kinds[column]
+        present: np.ndarray = (kinds != js.MISSING) & (kinds != js.NULL)
+        if self._fallback and self._parsed is not None:
+            rows = np.fromiter(self._fallback, np.int64, len(self._fallback))
+            present[rows] = self._parsed.present(column)[list(self._fallback.values())]
+        return present
 
     def describe(self, column: int, row: int) -> str:
         """See `ExtractedColumns.describe`."""
@@ -119,6 +164,10 @@ class ColumnScanner:
     """Builds a mapping's columns from record values with the compiled scanner; reusable per task."""
 
     def __init__(self, columns: Sequence[ColumnSpec]) -> None:
+        """Raises ValueError for a column the scanner does not build (`ColumnSpec.scannable`)."""
+        unscannable = [c.name for c in columns if not c.scannable]
+        if unscannable:
+            raise ValueError(f"columns {unscannable} need the per-record path")
         self.columns = tuple(columns)
         encoded = [c.name.encode() for c in self.columns]
         self._names = np.frombuffer(b"".join(encoded), np.uint8) if encoded else np.zeros(0, np.uint8)
@@ -275,6 +324,8 @@ def _build(column_type: ColumnType, tokens: _Tokens, count: int) -> pa.Array:
     if column_type in (ColumnType.STRING, ColumnType.BINARY):
         strings = tokens.strings()
         return strings if column_type is ColumnType.STRING else strings.cast(pa.binary())
+    if column_type is ColumnType.TIMESTAMPTZ:
+        return _build(ColumnType.TIMESTAMP, tokens, count).cast(pa.timestamp("us", "UTC"))
     if column_type is ColumnType.TIMESTAMP:
         micros, valid = parse_datetimes(tokens.strings(), require_time=True)
         result = pa.array(micros, pa.int64(), mask=~valid)

@@ -15,12 +15,19 @@ A record is *invalid*, and becomes a dead-letter row instead of a table row, whe
 With `schema_mode: off` and no mapping columns nothing is parsed and every record is valid. With
 `schema_mode: off` and mapping columns, rules 1 and 3 still apply: such a record cannot be
 written without inventing or dropping data.
+
+A value present in an *optional* column that does not convert to the column's type (`"soon"` in a
+`timestamp` column, `"12"` in a `long`) is never silently null: the record is kept (its `value`
+column keeps the bytes), the column is null, and the failure is counted per column
+(`ConvertedRecords.conversion_failures`, then the run's counts and `conversion_failures_total`).
+With `schema_mode: strict` it is rule 4, `conversion_failure`, and fails the run naming the record
+and the column.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
@@ -33,7 +40,7 @@ from kafscale_iceberg.dataplane.columns import ColumnScanner, ExtractedColumns, 
 from kafscale_iceberg.dataplane.headers import go_headers_json
 from kafscale_iceberg.dataplane.schemas import DEAD_LETTER_SCHEMA, data_schema
 from kafscale_iceberg.dataplane.values import NO_VALUE
-from kafscale_iceberg.domain.runs import ConversionSettings, SchemaMode
+from kafscale_iceberg.domain.runs import NESTED_TYPES, ConversionSettings, SchemaMode
 from kafscale_iceberg.domain.schema import record_id as format_record_id
 
 
@@ -44,6 +51,18 @@ class ErrorKind(StrEnum):
     SCHEMA_VIOLATION = "schema_violation"
     REQUIRED_COLUMN = "required_column"
     CORRUPT_SEGMENT = "corrupt_segment"
+    LFS_DECODE = "lfs_decode"
+    LFS_MISSING_BLOB = "lfs_missing_blob"
+    LFS_CHECKSUM = "lfs_checksum"
+    LFS_TOO_LARGE = "lfs_too_large"
+    CONVERSION_FAILURE = "conversion_failure"
+    """Strict mode only: an optional column's value did not convert (counted, not invalid, otherwise)."""
+
+
+# Records the LFS stage could not use: dead-lettered in every schema mode, never a strict-mode failure.
+_LFS_KINDS = frozenset(
+    {ErrorKind.LFS_DECODE, ErrorKind.LFS_MISSING_BLOB, ErrorKind.LFS_CHECKSUM, ErrorKind.LFS_TOO_LARGE}
+)
 
 
 @dataclass(frozen=True)
@@ -54,15 +73,21 @@ class InvalidRecord:
     record_id: str
     kind: ErrorKind
     error: str
+    column: str | None = None
+    """The mapping column at fault (`required_column`, `conversion_failure`)."""
 
 
 @dataclass(frozen=True)
 class ConvertedRecords:
-    """What a batch of records became: table rows, dead-letter rows, and its first invalid record."""
+    """What a batch of records became: table rows, dead-letter rows, and its first invalid record.
+
+    `conversion_failures`: per column, the kept rows whose present value did not convert (null).
+    """
 
     rows: pa.Table
     dead_letters: pa.Table
     first_invalid: InvalidRecord | None
+    conversion_failures: Mapping[str, int] = field(default_factory=dict)
 
 
 class InvalidJsonSchemaError(ValueError):
@@ -79,7 +104,9 @@ class RecordConverter:
         self.topic = topic
         self.run_id = run_id
         self.columns = settings.columns
-        self.schema = data_schema(settings.columns)
+        self._lfs_columns = settings.lfs_metadata_columns
+        self.schema = data_schema(settings.table_columns)
+        self._strict = settings.schema_mode is SchemaMode.STRICT
         self._validator: Any = None
         if settings.schema_mode is not SchemaMode.OFF and settings.json_schema is not None:
             validator_class = jsonschema.validators.validator_for(settings.json_schema)
@@ -90,10 +117,29 @@ class RecordConverter:
                     f"topic {topic}: the plan's json_schema is invalid: {exc.message}"
                 ) from exc
             self._validator = validator_class(settings.json_schema)
-        self._scanner = ColumnScanner(self.columns) if self.columns and self._validator is None else None
+        # The compiled scanner builds the Go processor's scalar types (the fast path); a mapping with
+        # nested, decimal or uuid columns takes the per-record path for all its columns.
+        scannable = all(c.scannable for c in self.columns)
+        self._scanner = (
+            ColumnScanner(self.columns) if self.columns and self._validator is None and scannable else None
+        )
+        self._parse = bool(self.columns) and self._scanner is None
 
-    def convert(self, records: pa.Table, *, partition: int, segment_key: str) -> ConvertedRecords:
-        """Rows and dead-letter rows of `records` (decoded records of `partition`, already in range)."""
+    def convert(
+        self,
+        records: pa.Table,
+        *,
+        partition: int,
+        segment_key: str,
+        rejected: Mapping[int, tuple[str, str]] | None = None,
+        lfs_metadata: Mapping[str, pa.Array] | None = None,
+    ) -> ConvertedRecords:
+        """Rows and dead-letter rows of `records` (decoded records of `partition`, already in range).
+
+        `rejected` (row -> (error kind, message), from the LFS stage) become dead-letter rows as they
+        are; `lfs_metadata` fills the `lfs_*` columns and wins over mapping columns of the same name
+        where it has a value (the Go processor's precedence).
+        """
         count = records.num_rows
         offsets = _column(records, "offset")
         prefix = f"{self.topic}:{partition}"
@@ -107,48 +153,115 @@ class RecordConverter:
             "value": _column(records, "value"),
             "headers": go_headers_json(_column(records, "headers")),
         }
-        problems: dict[int, tuple[ErrorKind, str]] = {}
+        problems: dict[int, tuple[ErrorKind, str]] = {
+            row: (ErrorKind(kind), message) for row, (kind, message) in (rejected or {}).items()
+        }
+        culprits: dict[int, str] = {}
+        failures: dict[str, int] = {}
         mapped: list[pa.Array] = []
-        if self._scanner is not None or self._validator is not None:
-            mapped = self._mapped_columns(base["value"], problems)
+        if self._scanner is not None or self._validator is not None or self._parse:
+            values = base["value"]
+            if problems:  # rejected values are dead letters as they are: not parsed, not validated
+                values = pc.if_else(_mask(count, problems), pa.nulls(count, values.type), values)
+            mapped = self._mapped_columns(values, problems, culprits, failures, lfs_metadata)
+        mapped += [
+            lfs_metadata[c.name]
+            if lfs_metadata is not None
+            else pa.nulls(count, self.schema.field(c.name).type)
+            for c in self._lfs_columns
+        ]
         rows = pa.Table.from_arrays([*base.values(), *mapped], schema=self.schema)
         if not problems:
-            return ConvertedRecords(rows, DEAD_LETTER_SCHEMA.empty_table(), None)
+            return ConvertedRecords(rows, DEAD_LETTER_SCHEMA.empty_table(), None, failures)
         invalid = np.zeros(count, bool)
         invalid_indices = np.fromiter(sorted(problems), np.int64, len(problems))
         invalid[invalid_indices] = True
         dead = self._dead_letters(base, invalid_indices, problems, segment_key)
-        first = int(invalid_indices[np.argmin(offsets.to_numpy()[invalid_indices])])
+        checked = np.asarray(
+            [i for i in invalid_indices.tolist() if problems[i][0] not in _LFS_KINDS], np.int64
+        )
+        if not len(checked):
+            return ConvertedRecords(rows.filter(pa.array(~invalid)), dead, None)
+        first = int(checked[np.argmin(offsets.to_numpy()[checked])])
         kind, error = problems[first]
         first_invalid = InvalidRecord(
             offset=offsets[first].as_py(),
             record_id=format_record_id(self.topic, partition, offsets[first].as_py()),
             kind=kind,
             error=error,
+            column=culprits.get(first),
         )
-        return ConvertedRecords(rows.filter(pa.array(~invalid)), dead, first_invalid)
+        return ConvertedRecords(rows.filter(pa.array(~invalid)), dead, first_invalid, failures)
 
-    def _mapped_columns(self, values: pa.Array, problems: dict[int, tuple[ErrorKind, str]]) -> list[pa.Array]:
+    def _mapped_columns(
+        self,
+        values: pa.Array,
+        problems: dict[int, tuple[ErrorKind, str]],
+        culprits: dict[int, str],
+        failures: dict[str, int],
+        lfs_metadata: Mapping[str, pa.Array] | None = None,
+    ) -> list[pa.Array]:
         extracted: ExtractedColumns
         if self._scanner is not None:
             extracted = self._scanner.scan(values)
         else:
-            extracted = parse_columns(values, self.columns, documents=True)
+            extracted = parse_columns(values, self.columns, documents=self._validator is not None)
         for index, reason in extracted.errors.items():
             problems[index] = (ErrorKind.INVALID_JSON, reason)
         if extracted.documents is not None:
             self._validate(extracted.documents, problems)
-        for c, (column, array) in enumerate(zip(self.columns, extracted.arrays, strict=True)):
+        arrays = list(extracted.arrays)
+        if lfs_metadata:  # LFS metadata wins over a mapping column of the same name (as in Go)
+            arrays = [
+                pc.coalesce(lfs_metadata[column.name].cast(array.type), array)
+                if column.name in lfs_metadata
+                else array
+                for column, array in zip(self.columns, arrays, strict=True)
+            ]
+        for c, (column, array) in enumerate(zip(self.columns, arrays, strict=True)):
             if column.required and array.null_count:
                 nulls = np.flatnonzero(np.asarray(array.is_null().to_numpy(zero_copy_only=False)))
                 for index in nulls.tolist():
                     if index not in problems:
+                        culprits[index] = column.name
                         problems[index] = (
                             ErrorKind.REQUIRED_COLUMN,
-                            f"required column {column.name!r} ({column.type.value}): "
+                            f"required column {column.name!r} ({column.type_name}): "
                             f"{extracted.describe(c, index)}",
                         )
-        return extracted.arrays
+        self._count_conversion_failures(extracted, problems, culprits, failures)
+        return arrays
+
+    def _count_conversion_failures(
+        self,
+        extracted: ExtractedColumns,
+        problems: dict[int, tuple[ErrorKind, str]],
+        culprits: dict[int, str],
+        failures: dict[str, int],
+    ) -> None:
+        """Count present values that converted to null in kept rows; in strict mode they are invalid."""
+        rejected = list(problems)
+        for c, (column, array) in enumerate(zip(self.columns, extracted.arrays, strict=True)):
+            nested = column.type in NESTED_TYPES
+            if column.required and not nested:
+                continue  # a required scalar's failure already made the record invalid
+            if not array.null_count and not nested:
+                continue
+            failed = extracted.failed(c)
+            if rejected:
+                failed[rejected] = False
+            rows = np.flatnonzero(failed)
+            if not rows.size:
+                continue
+            failures[column.name] = int(rows.size)
+            if self._strict:
+                for index in rows.tolist():
+                    if index not in problems:
+                        culprits[index] = column.name
+                        problems[index] = (
+                            ErrorKind.CONVERSION_FAILURE,
+                            f"column {column.name!r} ({column.type_name}): {extracted.describe(c, index)}",
+                        )
 
     def _validate(self, documents: list[object], problems: dict[int, tuple[ErrorKind, str]]) -> None:
         validator = self._validator
@@ -221,6 +334,12 @@ def repeat_string(value: str, count: int) -> pa.Array:
             count, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(encoded * count)
         )
     return pa.array([value] * count, pa.string())
+
+
+def _mask(count: int, rows: Mapping[int, object]) -> pa.Array:
+    mask = np.zeros(count, bool)
+    mask[np.fromiter(rows, np.int64, len(rows))] = True
+    return pa.array(mask)
 
 
 def _column(records: pa.Table, name: str) -> pa.Array:

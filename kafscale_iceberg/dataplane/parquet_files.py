@@ -1,14 +1,18 @@
-"""Parquet data files for one table from one task: one file series per partition value, rolled by size.
+"""Parquet data files for one table from one task: file series per partition value, rolled by size.
 
 Names are deterministic, derived from the inputs only, so a retried run (or a retried Spark task)
 rewrites the same names instead of adding files:
 
-    {data_uri}/part-{partition-values hash}-{task:05d}-{sequence:04d}.parquet
+    {data_uri}/part-{partition-values hash}[-p{kafka partition}]-{task:05d}-{sequence:04d}.parquet
 
-Rows are buffered per partition value and written as row groups of about `row_group_bytes`
-(uncompressed Arrow bytes); a file is closed once it reaches `target_file_size_bytes`. The files
-carry no field ids (pyiceberg maps columns by name), microsecond timestamps, and the schema's
-nullability, so `add_files` accepts them as they are.
+Rows of one Kafka partition (in offset order, as the task reads them) get files of their own once
+they reach `partition_file_min_bytes` in the task, so a reset of a range of that partition touches
+few files; smaller shares are written together in the shared series (no `-p` in the name), which
+compaction later makes partition-pure. Rows are buffered per series and written as row groups of
+about `row_group_bytes` (uncompressed Arrow bytes); a file is closed once it reaches
+`target_file_size_bytes`. The files carry the schema's field ids when it has them
+(`PARQUET:field_id`), microsecond timestamps and the schema's nullability, so `add_files` accepts
+them as they are.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from kafscale_iceberg.dataplane.file_stats import file_stats
 from kafscale_iceberg.dataplane.partitioning import PartitionKey
 from kafscale_iceberg.dataplane.storage import FileSink, join_uri
 from kafscale_iceberg.domain.runs import DataFile
@@ -56,10 +61,17 @@ class _OpenFile:
 @dataclass
 class _Series:
     values: PartitionKey
+    name: str
+    kafka_partition: int | None = None
     pending: list[pa.Table] = field(default_factory=list)
     pending_bytes: int = 0
+    seen_bytes: int = 0
     sequence: int = 0
     current: _OpenFile | None = None
+
+    @property
+    def opened(self) -> bool:
+        return self.sequence > 0
 
 
 class RollingParquetWriter:
@@ -79,6 +91,7 @@ class RollingParquetWriter:
         target_file_size_bytes: int,
         row_group_bytes: int = DEFAULT_ROW_GROUP_BYTES,
         max_buffered_bytes: int = DEFAULT_MAX_BUFFERED_BYTES,
+        partition_file_min_bytes: int = 0,
     ) -> None:
         self._sink = sink
         self._data_uri = data_uri
@@ -87,32 +100,55 @@ class RollingParquetWriter:
         self._target = target_file_size_bytes
         self._row_group_bytes = max(1, min(row_group_bytes, target_file_size_bytes))
         self._max_buffered = max_buffered_bytes
+        self._partition_min = partition_file_min_bytes
         self._buffered = 0
         self._series: dict[str, _Series] = {}
         self._ratio = _INITIAL_RATIO
         self._files: list[DataFile] = []
 
-    def write(self, values: PartitionKey, table: pa.Table) -> None:
-        """Buffer `table` (rows of one partition value, in this writer's schema) for writing."""
+    def write(self, values: PartitionKey, table: pa.Table, kafka_partition: int | None = None) -> None:
+        """Buffer `table` (rows of one partition value, in this writer's schema) for writing.
+
+        With `kafka_partition`, the rows are one Kafka partition's, in offset order after the rows
+        written for it before: they go to that partition's own files once it has enough of them.
+        """
         if table.num_rows == 0:
             return
-        key = partition_hash(values)
-        series = self._series.get(key)
+        hashed = partition_hash(values)
+        name = hashed if kafka_partition is None else f"{hashed}-p{kafka_partition}"
+        series = self._series.get(name)
         if series is None:
-            series = self._series[key] = _Series(values)
+            series = self._series[name] = _Series(values, name, kafka_partition)
         series.pending.append(table)
         series.pending_bytes += table.nbytes
+        series.seen_bytes += table.nbytes
         self._buffered += table.nbytes
-        if series.pending_bytes >= self._row_group_bytes:
-            self._flush(key, series)
+        if series.pending_bytes >= self._row_group_bytes and self._own_files(series):
+            self._flush(series)
         while self._buffered > self._max_buffered:
-            largest = max(self._series, key=lambda k: self._series[k].pending_bytes)
-            self._flush(largest, self._series[largest])
+            largest = max(self._series.values(), key=lambda s: s.pending_bytes)
+            self._flush(largest)
 
     def close(self) -> list[DataFile]:
-        """Write what is buffered, close and publish every open file; returns all files written."""
-        for key, series in self._series.items():
-            self._flush(key, series)
+        """Write what is buffered, close and publish every open file; returns all files written.
+
+        A Kafka partition with less than `partition_file_min_bytes` here (and no file yet) joins
+        the shared series of its partition value, after the partitions before it.
+        """
+        shared: dict[str, _Series] = {}
+        for series in sorted(self._series.values(), key=_series_order):
+            if series.kafka_partition is None or self._own_files(series) or series.opened:
+                continue
+            hashed = partition_hash(series.values)
+            target = self._series.get(hashed) or shared.get(hashed)
+            if target is None:
+                target = shared[hashed] = _Series(series.values, hashed)
+            target.pending.extend(series.pending)
+            target.pending_bytes += series.pending_bytes
+            series.pending, series.pending_bytes = [], 0
+        self._series.update(shared)
+        for series in sorted(self._series.values(), key=_series_order):
+            self._flush(series)
             self._finish(series)
         self._series.clear()
         return sorted(self._files, key=lambda f: f.uri)
@@ -126,7 +162,10 @@ class RollingParquetWriter:
                 series.current = None
         self._series.clear()
 
-    def _flush(self, key: str, series: _Series) -> None:
+    def _own_files(self, series: _Series) -> bool:
+        return series.kafka_partition is None or series.seen_bytes >= self._partition_min
+
+    def _flush(self, series: _Series) -> None:
         if not series.pending:
             return
         table = pa.concat_tables(series.pending)
@@ -134,7 +173,7 @@ class RollingParquetWriter:
         self._buffered -= series.pending_bytes
         series.pending_bytes = 0
         while table.num_rows:
-            current = series.current or self._open(key, series)
+            current = series.current or self._open(series)
             written = os.path.getsize(current.staging) if current.rows else 0
             room = max(self._target - written, 1)
             bytes_per_row = max(table.nbytes / table.num_rows, 1.0)
@@ -151,8 +190,8 @@ class RollingParquetWriter:
             if after >= self._target:
                 self._finish(series)
 
-    def _open(self, key: str, series: _Series) -> _OpenFile:
-        name = f"part-{key}-{self._task:05d}-{series.sequence:04d}.parquet"
+    def _open(self, series: _Series) -> _OpenFile:
+        name = f"part-{series.name}-{self._task:05d}-{series.sequence:04d}.parquet"
         series.sequence += 1
         uri = join_uri(self._data_uri, name)
         staging = self._sink.staging_path(uri)
@@ -175,6 +214,8 @@ class RollingParquetWriter:
         series.current = None
         current.writer.close()
         size = os.path.getsize(current.staging)
+        # The footer pyarrow just wrote, still in memory: the commit step needs no footer read.
+        stats = file_stats(current.writer.writer.metadata, self._schema)
         self._sink.publish(current.staging, current.uri)
         self._files.append(
             DataFile(
@@ -182,8 +223,13 @@ class RollingParquetWriter:
                 record_count=current.rows,
                 size_bytes=size,
                 partition_values=dict(series.values),
+                stats=stats,
             )
         )
+
+
+def _series_order(series: _Series) -> tuple[str, int]:
+    return (partition_hash(series.values), -1 if series.kafka_partition is None else series.kafka_partition)
 
 
 def _remove_quietly(path: str) -> None:

@@ -47,6 +47,20 @@ def partition_field_name(field: PartitionField) -> str:
     return f"{field.column}_{field.transform.value}"
 
 
+UNPARTITIONED_TYPES = frozenset(
+    {
+        ColumnType.BINARY,
+        ColumnType.TIMESTAMPTZ,
+        ColumnType.UUID,
+        ColumnType.DECIMAL,
+        ColumnType.STRUCT,
+        ColumnType.LIST,
+        ColumnType.MAP,
+    }
+)
+"""Column types no partition field is written for (one value per file is not computed for them)."""
+
+
 def check_partitioning(fields: Sequence[FieldSpec], partition_by: Sequence[PartitionField]) -> None:
     """Raise `PartitioningError` unless every partition field is writable as one value per file."""
     types = {f.name: f.type for f in fields}
@@ -56,8 +70,10 @@ def check_partitioning(fields: Sequence[FieldSpec], partition_by: Sequence[Parti
         if source is None:
             raise PartitioningError(f"partition field {field.transform}({field.column}): no such column")
         if field.transform is PartitionTransform.IDENTITY:
-            if source is ColumnType.BINARY:
-                raise PartitioningError(f"identity({field.column}): binary columns are not partitioned")
+            if source in UNPARTITIONED_TYPES:
+                raise PartitioningError(
+                    f"identity({field.column}): {source.value} columns are not partitioned"
+                )
         elif source not in _TIME_SOURCES[field.transform]:
             raise PartitioningError(
                 f"{field.transform}({field.column}): a {source.value} column has no {field.transform} "

@@ -8,12 +8,14 @@ on task timing); otherwise every file, per-partition offsets, gaps and quarantin
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import functools
+from collections.abc import Iterable, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from kafscale_iceberg.domain.runs import (
     DataFile,
+    LfsCounts,
     OffsetGap,
     PartitionOutcome,
     PartitionPlan,
@@ -71,6 +73,9 @@ class SegmentOutcome(_Model):
     last_offset: int | None = None
     max_timestamp_ms: int | None = None
     quarantined: QuarantinedSegment | None = None
+    skipped_lfs: int = 0
+    lfs: LfsCounts = LfsCounts()
+    conversion_failures: dict[str, int] = Field(default_factory=dict)
 
 
 class TaskTimings(_Model):
@@ -78,6 +83,7 @@ class TaskTimings(_Model):
 
     read: float = 0.0
     decode: float = 0.0
+    lfs: float = 0.0
     convert: float = 0.0
     write: float = 0.0
 
@@ -108,6 +114,7 @@ def build_run_result(plan: RunPlan, reports: Sequence[TaskReport], timings: RunT
     totals = TaskTimings(
         read=sum(r.timings.read for r in reports),
         decode=sum(r.timings.decode for r in reports),
+        lfs=sum(r.timings.lfs for r in reports),
         convert=sum(r.timings.convert for r in reports),
         write=sum(r.timings.write for r in reports),
     )
@@ -118,6 +125,7 @@ def build_run_result(plan: RunPlan, reports: Sequence[TaskReport], timings: RunT
             "task_decode_s": totals.decode,
             "task_convert_s": totals.convert,
             "task_write_s": totals.write,
+            "task_lfs_s": totals.lfs,
         }
     )
     failures = [r for r in reports if r.failure is not None]
@@ -142,6 +150,9 @@ def build_run_result(plan: RunPlan, reports: Sequence[TaskReport], timings: RunT
         header_keys_replaced=sum(o.header_keys_replaced for o in outcomes),
         segments_read=len(outcomes),
         segment_bytes=sum(o.size_bytes for o in outcomes),
+        skipped_lfs=sum(o.skipped_lfs for o in outcomes),
+        lfs=functools.reduce(LfsCounts.plus, (o.lfs for o in outcomes), LfsCounts()),
+        conversion_failures=sum_counts(o.conversion_failures for o in outcomes),
     )
     return RunResult(
         run_id=plan.run_id,
@@ -179,6 +190,15 @@ def _partition_outcome(plan_partition: PartitionPlan, outcomes: Sequence[Segment
         ),
         quarantined=tuple(quarantined),
     )
+
+
+def sum_counts(counts: Iterable[Mapping[str, int]]) -> dict[str, int]:
+    """Counts by name added up, names in sorted order (a deterministic result)."""
+    total: dict[str, int] = {}
+    for each in counts:
+        for name, count in each.items():
+            total[name] = total.get(name, 0) + count
+    return dict(sorted(total.items()))
 
 
 def missing_spans(first: int, last: int, spans: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:

@@ -23,8 +23,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kafscale_iceberg.dataplane.conversion import RecordConverter, corrupt_segment_row
+from kafscale_iceberg.dataplane.lfs import BlobReader, LfsStage
 from kafscale_iceberg.dataplane.parquet_files import RollingParquetWriter
 from kafscale_iceberg.dataplane.partitioning import split_by_partition
+from kafscale_iceberg.dataplane.prefetch import ObjectRequest, PrefetchLimits, prefetch_objects
+from kafscale_iceberg.dataplane.publishing import ConcurrentPublisher
 from kafscale_iceberg.dataplane.reports import (
     SegmentOutcome,
     SegmentWindow,
@@ -32,7 +35,7 @@ from kafscale_iceberg.dataplane.reports import (
     TaskReport,
     TaskTimings,
 )
-from kafscale_iceberg.dataplane.schemas import DEAD_LETTER_SCHEMA
+from kafscale_iceberg.dataplane.schemas import DEAD_LETTER_SCHEMA, with_field_ids
 from kafscale_iceberg.dataplane.storage import FileSink, ObjectReader, segment_uri
 from kafscale_iceberg.domain.runs import (
     CorruptSegmentPolicy,
@@ -42,7 +45,7 @@ from kafscale_iceberg.domain.runs import (
     RunPlan,
     SchemaMode,
 )
-from kafscale_iceberg.exceptions import KafscaleIcebergError, SegmentFormatError
+from kafscale_iceberg.exceptions import LfsBlobUnavailableError, SegmentFormatError
 from kafscale_iceberg.segments.decode import FramedBatch, decode_segment
 
 # A task smaller than this costs more in scheduling than it saves in parallelism.
@@ -118,7 +121,7 @@ def plan_tasks(
 @dataclass
 class _Clock:
     timings: dict[str, float] = field(
-        default_factory=lambda: dict.fromkeys(("read", "decode", "convert", "write"), 0.0)
+        default_factory=lambda: dict.fromkeys(("read", "decode", "lfs", "convert", "write"), 0.0)
     )
     _last: float = field(default_factory=time.perf_counter)
 
@@ -128,26 +131,45 @@ class _Clock:
         self._last = now
 
 
-def run_task(plan: RunPlan, task: TaskAssignment, *, reader: ObjectReader, sink: FileSink) -> TaskReport:
-    """Fetch, decode, filter, convert and write one task's segments; never raises for bad data.
+def run_task(
+    plan: RunPlan,
+    task: TaskAssignment,
+    *,
+    reader: ObjectReader,
+    sink: FileSink,
+    blobs: BlobReader | None = None,
+    prefetch: PrefetchLimits | None = None,
+) -> TaskReport:
+    """Fetch, decode, filter, resolve LFS envelopes, convert and write one task's segments; never
+    raises for bad data.
 
-    A corrupt segment (policy `fail`), a segment that cannot be read, or (strict mode) an invalid
-    record stops the task with a failure in the report; files it already published stay under the
-    run's prefix and are not listed. Unexpected errors (bugs, a full disk) propagate.
+    Segments are fetched ahead of the work (`prefetch`: GETs and bytes in flight, ranged parts) and
+    handled in (partition, base offset) order; finished files are published concurrently while the
+    task goes on. A corrupt segment (policy `fail`), a segment or LFS blob that cannot be read, or
+    (strict mode) an invalid record stops the task with a failure in the report, exactly where a
+    sequential read would have stopped; files it already published stay under the run's prefix and
+    are not listed. Unexpected errors (bugs, a full disk, a failed upload) propagate.
+    `blobs` reads LFS blobs (needed when the plan's `lfs.mode` is resolve or hybrid).
     """
     conversion = plan.conversion
+    lfs = LfsStage(conversion.lfs, reader=blobs)
+    publisher = ConcurrentPublisher(sink)
+    sink = publisher
     converter = RecordConverter(topic=plan.topic, run_id=plan.run_id, settings=conversion)
     data_writer = RollingParquetWriter(
         sink=sink,
         data_uri=plan.table.data_uri,
-        schema=converter.schema,
+        schema=with_field_ids(converter.schema, plan.table.field_ids, table=plan.table.identifier),
         task_index=task.index,
         target_file_size_bytes=conversion.target_file_size_bytes,
+        partition_file_min_bytes=conversion.partition_file_min_bytes,
     )
     dead_writer = RollingParquetWriter(
         sink=sink,
         data_uri=plan.dead_letter_table.data_uri,
-        schema=DEAD_LETTER_SCHEMA,
+        schema=with_field_ids(
+            DEAD_LETTER_SCHEMA, plan.dead_letter_table.field_ids, table=plan.dead_letter_table.identifier
+        ),
         task_index=task.index,
         target_file_size_bytes=conversion.target_file_size_bytes,
     )
@@ -155,19 +177,19 @@ def run_task(plan: RunPlan, task: TaskAssignment, *, reader: ObjectReader, sink:
     outcomes: list[SegmentOutcome] = []
     failure: RunFailure | None = None
     failure_at: tuple[int, int] | None = None
+    requests = [ObjectRequest(segment_uri(plan.source, w.key), w.size_bytes) for w in task.segments]
+    fetched = prefetch_objects(reader, requests, prefetch)
     try:
-        for window in task.segments:
-            uri = segment_uri(plan.source, window.key)
-            try:
-                data = reader.read_bytes(uri)
-            except KafscaleIcebergError as exc:
+        for window, item in zip(task.segments, fetched, strict=True):
+            if item.data is None:
                 failure = RunFailure(
                     kind=FailureKind.SEGMENT_UNAVAILABLE,
-                    message=f"segment {window.key} could not be read: {exc}",
+                    message=f"segment {window.key} could not be read: {item.error}",
                     segment_key=window.key,
                 )
                 failure_at = (window.partition, window.base_offset)
                 break
+            data = item.data
             clock.lap("read")
             try:
                 decoded = decode_segment(
@@ -190,9 +212,39 @@ def run_task(plan: RunPlan, task: TaskAssignment, *, reader: ObjectReader, sink:
             clock.lap("decode")
             records = decoded.records
             kept = _in_window(records, window)
-            converted = converter.convert(kept, partition=window.partition, segment_key=window.key)
-            clock.lap("convert")
-            invalid = converted.first_invalid
+            written = dead_lettered = 0
+            conversion_failures: dict[str, int] = {}
+            invalid = None
+            try:
+                for part in lfs.parts(kept):
+                    clock.lap("lfs")
+                    converted = converter.convert(
+                        part.records,
+                        partition=window.partition,
+                        segment_key=window.key,
+                        rejected=part.rejected,
+                        lfs_metadata=part.metadata,
+                    )
+                    clock.lap("convert")
+                    invalid = converted.first_invalid
+                    if invalid is not None and conversion.schema_mode is SchemaMode.STRICT:
+                        break
+                    for values, rows in split_by_partition(converted.rows, conversion.partition_by):
+                        data_writer.write(values, rows, kafka_partition=window.partition)
+                    if converted.dead_letters.num_rows:
+                        dead_writer.write({}, converted.dead_letters)
+                    written += converted.rows.num_rows
+                    dead_lettered += converted.dead_letters.num_rows
+                    for column, count in converted.conversion_failures.items():
+                        conversion_failures[column] = conversion_failures.get(column, 0) + count
+                    clock.lap("write")
+            except LfsBlobUnavailableError as exc:
+                clock.lap("lfs")
+                failure = RunFailure(
+                    kind=FailureKind.BLOB_UNAVAILABLE, message=str(exc), segment_key=window.key
+                )
+                failure_at = (window.partition, window.base_offset)
+                break
             if invalid is not None and conversion.schema_mode is SchemaMode.STRICT:
                 failure = RunFailure(
                     kind=FailureKind.STRICT_VALIDATION,
@@ -202,29 +254,35 @@ def run_task(plan: RunPlan, task: TaskAssignment, *, reader: ObjectReader, sink:
                     ),
                     segment_key=window.key,
                     record_id=invalid.record_id,
+                    column=invalid.column,
                 )
                 failure_at = (window.partition, invalid.offset)
                 break
-            for values, rows in split_by_partition(converted.rows, conversion.partition_by):
-                data_writer.write(values, rows)
-            if converted.dead_letters.num_rows:
-                dead_writer.write({}, converted.dead_letters)
-            clock.lap("write")
+            skipped, lfs_counts = lfs.take_counts()
+            outcome = _outcome(
+                window,
+                batches=decoded.batches,
+                kept=kept,
+                written=written,
+                dead_lettered=dead_lettered,
+                out_of_range=records.num_rows - kept.num_rows,
+                size=len(data),
+                header_keys_replaced=decoded.header_keys_replaced,
+            )
             outcomes.append(
-                _outcome(
-                    window,
-                    batches=decoded.batches,
-                    kept=kept,
-                    written=converted.rows.num_rows,
-                    dead_lettered=converted.dead_letters.num_rows,
-                    out_of_range=records.num_rows - kept.num_rows,
-                    size=len(data),
-                    header_keys_replaced=decoded.header_keys_replaced,
+                outcome.model_copy(
+                    update={
+                        "skipped_lfs": skipped,
+                        "lfs": lfs_counts,
+                        "conversion_failures": conversion_failures,
+                    }
                 )
             )
+        fetched.close()
         if failure is not None:
             data_writer.abort()
             dead_writer.abort()
+            publisher.wait()
             return TaskReport(
                 task_index=task.index,
                 segments=tuple(outcomes),
@@ -234,11 +292,16 @@ def run_task(plan: RunPlan, task: TaskAssignment, *, reader: ObjectReader, sink:
             )
         data_files = data_writer.close()
         dead_files = dead_writer.close()
+        publisher.wait()
         clock.lap("write")
     except BaseException:
+        fetched.close()
         data_writer.abort()
         dead_writer.abort()
+        publisher.wait(raise_errors=False)
         raise
+    finally:
+        lfs.close()
     return TaskReport(
         task_index=task.index,
         segments=tuple(outcomes),

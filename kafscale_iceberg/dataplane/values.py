@@ -17,19 +17,35 @@ null in a required column makes the record invalid):
   `1.9` to 1 and rounds large longs through float64: here both are null.
 - `float` / `double`: any JSON number (`float` is rounded to 32 bits; beyond its range it is ±inf).
 - `string`: JSON strings only. `binary`: a JSON string, as its UTF-8 bytes (as the Go processor).
-- `timestamp` (Iceberg `timestamp`, microseconds, UTC wall time): an RFC 3339 date-time string with
-  any offset and any number of fraction digits (converted to UTC; digits beyond microseconds are
-  truncated), or a JSON number of epoch **milliseconds** (how the Go processor reads numbers; a
-  fraction is rounded to the nearest microsecond). The Go processor stores milliseconds in the
-  microsecond column (a 1000x error); this does not.
-- `date`: `YYYY-MM-DD`, an RFC 3339 date-time (the UTC date of that instant, correct before 1970),
-  or a JSON integer number of days since 1970-01-01.
+- `timestamp` (Iceberg `timestamp`, microseconds, UTC wall time): a date-time string
+  `YYYY-MM-DD{T| }HH:MM:SS[.fraction][offset]` - RFC 3339 and the forms people write
+  (`2024-01-04 12:28:13`, as in the Kafka Connect sink's pizza events): the offset is `Z`, `+05:30`
+  or `+0530` (converted to UTC), or absent (read as UTC wall time, as the Kafka Connect Iceberg sink
+  does); any number of fraction digits (digits beyond microseconds are truncated); or a JSON number
+  of epoch **milliseconds** (how the Go processor reads numbers; a fraction is rounded to the nearest
+  microsecond). The Go processor stores milliseconds in the microsecond column (a 1000x error); this
+  does not.
+- `date`: `YYYY-MM-DD`, one of those date-times (the UTC date of that instant, correct before 1970;
+  the wall date when there is no offset), or a JSON integer number of days since 1970-01-01.
+
+- `timestamptz` (Iceberg `timestamptz`): as `timestamp`, stored as a UTC instant.
+- `decimal(P,S)`: a JSON number or a numeric string with at most S fraction digits and P digits in
+  all (never rounded: more digits is a conversion failure).
+- `uuid`: a string `uuid.UUID` reads (canonical `8-4-4-4-12` hex, any case, hyphens optional).
+- `struct`: a JSON object, field by field; `list`: a JSON array, element by element; `map`: a JSON
+  object, its keys as strings and values converted. Inner values follow the same rules; a mistyped
+  inner value is null and counts as a conversion failure of the top-level column.
+
+A value that is present (not missing, not JSON null) but does not convert is null in its column and
+counted as a conversion failure of that column (`conversion.py`); it is never silently null.
 """
 
 from __future__ import annotations
 
+import decimal
 import json
 import re
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
@@ -40,8 +56,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kafscale_iceberg.dataplane.schemas import arrow_type
-from kafscale_iceberg.domain.runs import ColumnType
+from kafscale_iceberg.dataplane.schemas import arrow_type, column_arrow_type
+from kafscale_iceberg.domain.runs import ColumnSpec, ColumnType
 
 
 class _Sentinel:
@@ -65,10 +81,14 @@ _EXACT_FLOAT_INT: Final = 2**53
 # Milliseconds beyond this are outside int64 microseconds anyway (and NaN/inf fail the comparison).
 _MAX_FLOAT_MILLIS: Final = 1e16
 _MICROS_PER_DAY: Final = 86_400_000_000
-_GO_RFC3339: Final = (
+# RFC 3339 plus what people write: a space for the `T`, no offset (UTC wall time), `+0530` without
+# the colon. The date alone matches too (date columns take it; timestamp columns require the time).
+_DATETIME: Final = (
     r"^(?P<y>\d{4})-(?P<mo>\d{2})-(?P<d>\d{2})"
-    r"(?:[Tt](?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2})(?P<f>\.\d+)?(?P<z>[Zz]|[+-]\d{2}:\d{2}))?$"
+    r"(?:[Tt ](?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2})(?P<f>\.\d+)?(?P<z>[Zz]|[+-]\d{2}:?\d{2})?)?$"
 )
+# On a string `_DATETIME` matched, whether it ends in an offset (a date alone never does).
+_ENDS_IN_OFFSET: Final = r"(?:[Zz]|[+-]\d{2}:?\d{2})$"
 
 
 @dataclass(frozen=True)
@@ -317,13 +337,16 @@ def _dates(raw: Sequence[object]) -> pa.Array:
 
 
 def parse_datetimes(strings: pa.Array, *, require_time: bool) -> tuple[np.ndarray, np.ndarray]:
-    """Vectorized RFC 3339 (and, unless `require_time`, `YYYY-MM-DD`) parsing to UTC epoch µs.
+    """Vectorized date-time (and, unless `require_time`, `YYYY-MM-DD`) parsing to UTC epoch µs.
 
-    Returns `(micros, valid)`; `micros` is meaningless where `valid` is False (null, no match, or an
-    impossible date/time such as February 30, hour 24, second 60 or an offset hour of 24).
+    Accepted: `YYYY-MM-DD{T|t| }HH:MM:SS[.fraction][Z|z|+HH:MM|+HHMM]`; without an offset the value
+    is UTC wall time. Returns `(micros, valid)`; `micros` is meaningless where `valid` is False
+    (null, no match, or an impossible date/time such as February 30, hour 24, second 60 or an
+    offset hour of 24).
 
     The usual case takes Arrow's ISO-8601 cast on the strings the strict pattern matched (Arrow
-    refuses the same impossible values); when that cast refuses anything (more than 6 fraction
+    refuses the same impossible values): one cast for the values with an offset, one for those
+    without (only when there are such values). When a cast refuses anything (more than 6 fraction
     digits, lower-case `t`/`z`, an impossible date), the whole batch takes the exact slow path.
     """
     count = len(strings)
@@ -335,11 +358,14 @@ def parse_datetimes(strings: pa.Array, *, require_time: bool) -> tuple[np.ndarra
     return _parse_datetimes_exactly(strings, require_time=require_time)
 
 
+def _flags(array: pa.Array) -> np.ndarray:
+    return np.asarray(array.fill_null(False).to_numpy(zero_copy_only=False), dtype=bool)
+
+
 def _parse_datetimes_with_arrow(
     strings: pa.Array, *, require_time: bool
 ) -> tuple[np.ndarray, np.ndarray] | None:
-    matched = pc.match_substring_regex(strings, _GO_RFC3339)
-    valid = np.asarray(matched.fill_null(False).to_numpy(zero_copy_only=False), dtype=bool)
+    valid = _flags(pc.match_substring_regex(strings, _DATETIME))
     lengths = np.asarray(pc.utf8_length(strings).fill_null(0).to_numpy(zero_copy_only=False))
     date_only = valid & (lengths == 10)
     if require_time:
@@ -352,15 +378,41 @@ def _parse_datetimes_with_arrow(
             days = pc.cast(pc.if_else(pa.array(valid), strings, None), pa.date32()).cast(pa.int32())
             micros = np.asarray(days.fill_null(0).to_numpy(), dtype=np.int64) * _MICROS_PER_DAY
             return micros, valid
-        parsed = pc.cast(pc.if_else(pa.array(valid), strings, None), pa.timestamp("us", "UTC"))
+        if not valid.any():
+            return np.zeros(len(strings), np.int64), valid
+        parsed = _parse_zoned_and_wall(strings, valid)
     except pa.ArrowInvalid:
         return None
-    micros = np.asarray(parsed.cast(pa.int64()).fill_null(0).to_numpy(), dtype=np.int64)
+    micros = np.asarray(parsed.fill_null(0).to_numpy(), dtype=np.int64)
     return micros, valid
 
 
+def _parse_zoned_and_wall(strings: pa.Array, valid: np.ndarray) -> pa.Array:
+    """Epoch µs of the `valid` date-times, the ones with an offset and the ones without (UTC wall
+    time) cast apart, as Arrow's parser takes one kind per cast. Raises `pa.ArrowInvalid`.
+
+    Which kind a value is, is decided before casting: a cast that fails costs 100x one that does
+    not (Arrow's error path), so no cast is ever tried on the wrong kind. `Z` (the usual RFC 3339
+    ending) is one cheap suffix test; only the others take the offset pattern.
+    """
+    zoned = valid & _flags(pc.ends_with(strings, "Z"))
+    others = valid & ~zoned
+    if others.any():
+        zoned |= others & _flags(pc.match_substring_regex(strings, _ENDS_IN_OFFSET))
+    wall = valid & ~zoned
+    parsed = pa.nulls(len(strings), pa.int64())
+    if zoned.any():
+        parsed = pc.cast(pc.if_else(pa.array(zoned), strings, None), pa.timestamp("us", "UTC")).cast(
+            pa.int64()
+        )
+    if wall.any():
+        walls = pc.cast(pc.if_else(pa.array(wall), strings, None), pa.timestamp("us")).cast(pa.int64())
+        parsed = pc.coalesce(parsed, walls)
+    return parsed
+
+
 def _parse_datetimes_exactly(strings: pa.Array, *, require_time: bool) -> tuple[np.ndarray, np.ndarray]:
-    parts = pc.extract_regex(strings, _GO_RFC3339)
+    parts = pc.extract_regex(strings, _DATETIME)
     valid = np.asarray(parts.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
 
     def number(name: str, default: str = "0") -> np.ndarray:
@@ -370,17 +422,16 @@ def _parse_datetimes_exactly(strings: pa.Array, *, require_time: bool) -> tuple[
 
     year, month, day = number("y"), number("mo", "1"), number("d", "1")
     hour, minute, second = number("h"), number("mi"), number("s")
-    has_time = pc.not_equal(pc.struct_field(parts, "z").fill_null(""), "")
-    has_time_np = np.asarray(has_time.to_numpy(zero_copy_only=False), dtype=bool)
     if require_time:
-        valid &= has_time_np
+        valid &= _flags(pc.not_equal(pc.struct_field(parts, "h").fill_null(""), ""))
     fraction = pc.utf8_rpad(pc.utf8_slice_codeunits(pc.struct_field(parts, "f").fill_null(""), 1, 7), 6, "0")
     micros_of_second = np.asarray(fraction.cast(pa.int64()).to_numpy(zero_copy_only=False), dtype=np.int64)
-    zone = pc.struct_field(parts, "z").fill_null("")
-    zone = pc.if_else(pc.or_(pc.equal(zone, ""), pc.equal(pc.utf8_upper(zone), "Z")), "+00:00", zone)
+    # `+HH:MM`, `+HHMM`, `Z` or nothing (UTC wall time), all as `+HHMM`.
+    zone = pc.replace_substring(pc.struct_field(parts, "z").fill_null(""), ":", "")
+    zone = pc.if_else(pc.or_(pc.equal(zone, ""), pc.equal(pc.utf8_upper(zone), "Z")), "+0000", zone)
     zone_sign = np.where(np.asarray(pc.starts_with(zone, "-").to_numpy(zero_copy_only=False)), -1, 1)
     zone_hours = np.asarray(pc.utf8_slice_codeunits(zone, 1, 3).cast(pa.int64()).to_numpy(), dtype=np.int64)
-    zone_minutes = np.asarray(pc.utf8_slice_codeunits(zone, 4, 6).cast(pa.int64()).to_numpy(), dtype=np.int64)
+    zone_minutes = np.asarray(pc.utf8_slice_codeunits(zone, 3, 5).cast(pa.int64()).to_numpy(), dtype=np.int64)
 
     leap = (year % 4 == 0) & ((year % 100 != 0) | (year % 400 == 0))
     month_index = np.clip(month, 1, 12) - 1
@@ -417,3 +468,142 @@ _COERCERS: dict[ColumnType, Callable[[Sequence[object]], pa.Array]] = {
     ColumnType.TIMESTAMP: _timestamps,
     ColumnType.DATE: _dates,
 }
+
+
+# -- columns of types the compiled scanner does not build: per value, in Python ---------------------
+
+_FAILED: Final = _Sentinel("FAILED")
+_NUMERIC_STRING = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+
+
+def coerce_column(raw: Sequence[object], column: ColumnSpec) -> tuple[pa.Array, np.ndarray | None]:
+    """The column `column` from raw JSON values, and (for nested types) the rows where an *inner*
+    value did not convert (None when no row has one); see the module docstring for each type."""
+    if column.type in _COERCERS:
+        return _COERCERS[column.type](raw), None
+    if column.type is ColumnType.TIMESTAMPTZ:
+        return _timestamps(raw).cast(pa.timestamp("us", "UTC")), None
+    convert = _converter(column)
+    values: list[object] = []
+    inner = np.zeros(len(raw), bool)
+    for row, x in enumerate(raw):
+        if x is None or x is MISSING:
+            values.append(None)
+            continue
+        failures: list[bool] = []
+        value = convert(x, failures)
+        values.append(None if value is _FAILED else value)
+        if failures:
+            inner[row] = True
+    return pa.array(values, column_arrow_type(column)), (inner if inner.any() else None)
+
+
+_Convert = Callable[[object, list[bool]], object]
+
+
+def _converter(column: ColumnSpec) -> _Convert:
+    """A function from a JSON value to the Python value Arrow builds `column`'s type from, `_FAILED`
+    when it does not convert at this level; failures below it are nulled and noted in the list."""
+    kind = column.type
+    if kind is ColumnType.STRUCT:
+        parts = [(f.name, _nullable(_converter(f))) for f in column.fields]
+
+        def struct(x: object, failures: list[bool]) -> object:
+            if type(x) is not dict:
+                return _FAILED
+            return {name: part(x.get(name), failures) for name, part in parts}
+
+        return struct
+    if kind is ColumnType.LIST and column.element is not None:
+        element = _nullable(_converter(column.element))
+
+        def array(x: object, failures: list[bool]) -> object:
+            if type(x) is not list:
+                return _FAILED
+            return [element(e, failures) for e in x]
+
+        return array
+    if kind is ColumnType.MAP and column.value is not None:
+        entry = _nullable(_converter(column.value))
+
+        def mapping(x: object, failures: list[bool]) -> object:
+            if type(x) is not dict:
+                return _FAILED
+            return [(key, entry(v, failures)) for key, v in x.items()]
+
+        return mapping
+    if kind is ColumnType.DECIMAL:
+        return _decimal_converter(column.precision or 1, column.scale or 0)
+    if kind is ColumnType.UUID:
+        return _uuid
+    scalar = _scalar_converter(kind)
+    return lambda x, failures: scalar(x)
+
+
+def _nullable(convert: _Convert) -> _Convert:
+    """`convert` inside a nested value: null stays null, a failure becomes null and is noted."""
+
+    def inner(x: object, failures: list[bool]) -> object:
+        if x is None or x is MISSING:
+            return None
+        value = convert(x, failures)
+        if value is _FAILED:
+            failures.append(True)
+            return None
+        return value
+
+    return inner
+
+
+def _scalar_converter(kind: ColumnType) -> Callable[[object], object]:
+    """One value of a scalar type by the same rules as the column coercions above."""
+    if kind in (ColumnType.TIMESTAMP, ColumnType.TIMESTAMPTZ, ColumnType.DATE):
+        physical = pa.int32() if kind is ColumnType.DATE else pa.int64()
+        column_kind = ColumnType.DATE if kind is ColumnType.DATE else ColumnType.TIMESTAMP
+
+        def moment(x: object) -> object:
+            value = _COERCERS[column_kind]([x]).cast(physical)[0].as_py()
+            return _FAILED if value is None else value
+
+        return moment
+    coerce_one = _COERCERS[kind]
+
+    def scalar(x: object) -> object:
+        value = coerce_one([x])[0].as_py()
+        return _FAILED if value is None else value
+
+    return scalar
+
+
+def _decimal_converter(precision: int, scale: int) -> _Convert:
+    quantum = decimal.Decimal(1).scaleb(-scale)
+
+    def convert(x: object, failures: list[bool]) -> object:
+        if type(x) is int:
+            number = decimal.Decimal(x)
+        elif type(x) is float:
+            number = decimal.Decimal(repr(x))
+        elif type(x) is str and _NUMERIC_STRING.fullmatch(x):
+            number = decimal.Decimal(x)
+        else:
+            return _FAILED
+        if not number.is_finite():
+            return _FAILED
+        try:
+            exact = number.quantize(quantum, context=decimal.Context(prec=precision, traps=[decimal.Inexact]))
+        except (decimal.InvalidOperation, decimal.Inexact):
+            return _FAILED  # more fraction digits than the scale, or more digits than the precision
+        if exact != number or len(exact.as_tuple().digits) > precision:
+            return _FAILED
+        return exact
+
+    return convert
+
+
+def _uuid(x: object, failures: list[bool]) -> object:
+    if type(x) is not str:
+        return _FAILED
+    try:
+        return uuid.UUID(x).bytes
+    except ValueError:
+        return _FAILED

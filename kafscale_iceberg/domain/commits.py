@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 
-from kafscale_iceberg.domain.runs import NO_OFFSET, PartitionField, PartitionTransform
+from kafscale_iceberg.domain.runs import NO_OFFSET, DataFile, PartitionField, PartitionTransform
 from kafscale_iceberg.domain.schema import FieldSpec
 from kafscale_iceberg.exceptions import TableMarkerError
 
@@ -38,6 +38,8 @@ SUMMARY_OFFSETS = "kafscale.offsets"
 SUMMARY_QUARANTINED = "kafscale.quarantined"
 SUMMARY_REPLAYED = "kafscale.replayed"
 SUMMARY_RESET = "kafscale.reset"
+SUMMARY_CONVERSION_FAILURES = "kafscale.conversion-failures"
+"""JSON `{column: count}`: the run's values that did not convert to their column (data table only)."""
 
 OFFSETS_PROPERTY_PREFIX = "kafscale.offsets."
 RUN_ID_PROPERTY_PREFIX = "kafscale.run-id."
@@ -228,6 +230,12 @@ class TableCommit:
     """An explicit offset reset (no files): the summary says so, start/end are before/after."""
     delete_after: Mapping[int, int] = field(default_factory=dict)
     """Rows to delete in the same commit: per partition, every row whose `offset` is greater (a reset)."""
+    files: tuple[DataFile, ...] = ()
+    """What the run reported about `file_uris` (their metrics, so no footer is read at commit)."""
+    field_ids: Mapping[str, int] | None = None
+    """The Parquet field ids the files carry (None: none); checked against the table before adding."""
+    conversion_failures: Mapping[str, int] = field(default_factory=dict)
+    """Per column, the run's values stored null because they did not convert (audit trail, `status`)."""
 
     def summary(self) -> dict[str, str]:
         """The snapshot summary keys: what this snapshot added, for audit and recovery."""
@@ -241,7 +249,23 @@ class TableCommit:
             summary[SUMMARY_OFFSETS] = encode_offsets(self.end_offsets)
         if self.quarantined:
             summary[SUMMARY_QUARANTINED] = encode_quarantine(self.quarantined)
+        if self.conversion_failures:
+            summary[SUMMARY_CONVERSION_FAILURES] = json.dumps(
+                dict(sorted(self.conversion_failures.items())), separators=(",", ":")
+            )
         return summary
+
+
+def decode_conversion_failures(text: str) -> dict[str, int]:
+    """A `kafscale.conversion-failures` summary value; what is not a `{column: count}` object is ignored
+    (it is an audit trail, never a reason to fail a status)."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {}
+    if not isinstance(value, dict):
+        return {}
+    return {str(k): v for k, v in value.items() if type(v) is int and v >= 0}
 
 
 class Standing(StrEnum):

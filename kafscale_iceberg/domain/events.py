@@ -121,6 +121,21 @@ def _optional_str(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
+FIFO_ID_MAX = 128
+"""SQS's limit on a FIFO message group id and a deduplication id (Kafka topics may have 249 characters)."""
+
+
+def fifo_id(raw: str) -> str:
+    """`raw` as a FIFO group or deduplication id: itself when it fits SQS's 128 characters, else
+    `sha256-` and its SHA-256 in hex (71 characters, the same for the same `raw`)."""
+    return raw if len(raw) <= FIFO_ID_MAX else "sha256-" + hashlib.sha256(raw.encode()).hexdigest()
+
+
+def message_group_id(topic: str) -> str:
+    """The FIFO message group of a topic's work items and signals (one group per topic)."""
+    return fifo_id(topic)
+
+
 class WorkItem(BaseModel):
     """A complete segment of a topic is ready: the launcher should plan a run for the topic."""
 
@@ -140,7 +155,7 @@ class WorkItem(BaseModel):
         """FIFO deduplication id: the segment key (<= 128 chars), plus the replay nonce."""
         raw = self.key if self.nonce is None else f"{self.key}#{self.nonce}"
         # SQS allows 128 characters; a long namespace plus a 249-character topic can exceed that.
-        return raw if len(raw) <= 128 else hashlib.sha256(raw.encode()).hexdigest()
+        return fifo_id(raw)
 
 
 class TopicSignal(BaseModel):
@@ -155,8 +170,17 @@ class TopicSignal(BaseModel):
 
     @property
     def deduplication_id(self) -> str:
-        """FIFO deduplication id."""
-        return f"signal#{self.topic}#{self.nonce}"[:128]
+        """FIFO deduplication id (<= 128 characters, unique per nonce whatever the topic's length)."""
+        return fifo_id(f"signal#{self.topic}#{self.nonce}")
+
+    def sqs_message(self) -> dict[str, str]:
+        """The signal as SQS `SendMessage` fields; the state machine sends them as the steps give them,
+        so the group and deduplication ids are built by this one function wherever a signal is sent."""
+        return {
+            "MessageBody": self.model_dump_json(),
+            "MessageGroupId": message_group_id(self.topic),
+            "MessageDeduplicationId": self.deduplication_id,
+        }
 
 
 def parse_topic_message(body: str, message_id: str = "?") -> WorkItem | TopicSignal:

@@ -27,6 +27,9 @@ NO_OFFSET = -1
 Offset = Annotated[int, Field(ge=NO_OFFSET, le=2**63 - 1)]
 PartitionNumber = Annotated[int, Field(ge=0, le=2**31 - 1)]
 PartitionValue = str | int | float | bool | None
+DEFAULT_PARTITION_FILE_MIN_BYTES = 256 * 1024
+"""Below this many bytes (Arrow) of one Kafka partition in one task, its rows share a file (see
+docs/architecture.md, "Files": the small-file trade)."""
 
 
 class _Model(BaseModel):
@@ -45,6 +48,21 @@ class ColumnType(StrEnum):
     BINARY = "binary"
     TIMESTAMP = "timestamp"
     DATE = "date"
+    # Beyond the Go processor's types (what the Kafka Connect Iceberg sink writes):
+    TIMESTAMPTZ = "timestamptz"
+    UUID = "uuid"
+    DECIMAL = "decimal"
+    """`decimal(P,S)`: `ColumnSpec.precision` and `.scale`."""
+    STRUCT = "struct"
+    """`ColumnSpec.fields`."""
+    LIST = "list"
+    """`ColumnSpec.element`."""
+    MAP = "map"
+    """String keys; `ColumnSpec.value`."""
+
+
+NESTED_TYPES = frozenset({ColumnType.STRUCT, ColumnType.LIST, ColumnType.MAP})
+DECIMAL_MAX_PRECISION = 38
 
 
 class PartitionTransform(StrEnum):
@@ -73,11 +91,73 @@ class CorruptSegmentPolicy(StrEnum):
 
 
 class ColumnSpec(_Model):
-    """One column extracted from the JSON record value, after the eight base fields."""
+    """One column extracted from the JSON record value, after the eight base fields.
+
+    Nested and parametrized types carry their parts: `decimal` its `precision` and `scale`, `struct`
+    its `fields`, `list` its `element`, `map` its `value` (keys are strings). Inside a nested type
+    every part is optional (a missing or mistyped inner value is null, and counted).
+    """
 
     name: str
     type: ColumnType
     required: bool = False
+    precision: int | None = Field(default=None, ge=1, le=DECIMAL_MAX_PRECISION)
+    scale: int | None = Field(default=None, ge=0)
+    fields: tuple[ColumnSpec, ...] = ()
+    element: ColumnSpec | None = None
+    value: ColumnSpec | None = None
+
+    @model_validator(mode="after")
+    def _parts_match_type(self) -> ColumnSpec:
+        kind = self.type
+        if (kind is ColumnType.DECIMAL) != (self.precision is not None):
+            raise ValueError(f"column {self.name!r}: precision is given exactly for decimal columns")
+        if self.scale is not None and (self.precision is None or self.scale > self.precision):
+            raise ValueError(f"column {self.name!r}: decimal scale must be between 0 and the precision")
+        if (kind is ColumnType.STRUCT) != bool(self.fields):
+            raise ValueError(f"column {self.name!r}: fields are given exactly for struct columns")
+        if (kind is ColumnType.LIST) != (self.element is not None):
+            raise ValueError(f"column {self.name!r}: element is given exactly for list columns")
+        if (kind is ColumnType.MAP) != (self.value is not None):
+            raise ValueError(f"column {self.name!r}: value is given exactly for map columns")
+        names = [f.name for f in self.fields]
+        if len(set(names)) != len(names):
+            raise ValueError(f"column {self.name!r}: a struct field is listed twice")
+        return self
+
+    @property
+    def type_name(self) -> str:
+        """The type as written in a mapping: `long`, `decimal(10,2)`, `list<string>`, `struct<a: long>`."""
+        if self.type is ColumnType.DECIMAL:
+            return f"decimal({self.precision},{self.scale or 0})"
+        if self.type is ColumnType.LIST and self.element is not None:
+            return f"list<{self.element.type_name}>"
+        if self.type is ColumnType.MAP and self.value is not None:
+            return f"map<string, {self.value.type_name}>"
+        if self.type is ColumnType.STRUCT:
+            return "struct<" + ", ".join(f"{f.name}: {f.type_name}" for f in self.fields) + ">"
+        return self.type.value
+
+    @property
+    def scannable(self) -> bool:
+        """Whether the compiled scanner builds this column (the Go processor's scalar types)."""
+        return self.type in _SCANNED_TYPES
+
+
+_SCANNED_TYPES = frozenset(
+    {
+        ColumnType.BOOLEAN,
+        ColumnType.INT,
+        ColumnType.LONG,
+        ColumnType.FLOAT,
+        ColumnType.DOUBLE,
+        ColumnType.STRING,
+        ColumnType.BINARY,
+        ColumnType.TIMESTAMP,
+        ColumnType.DATE,
+        ColumnType.TIMESTAMPTZ,
+    }
+)
 
 
 class PartitionField(_Model):
@@ -143,14 +223,67 @@ class SegmentSource(_Model):
 
 
 class TableTarget(_Model):
-    """A table the run writes files for, and where those files go (a run-scoped URI prefix)."""
+    """A table the run writes files for, and where those files go (a run-scoped URI prefix).
+
+    `field_ids` maps every column to its Iceberg field id; the data files carry them as Parquet
+    field ids, so engines read them without the table's name mapping. None (plans of earlier
+    versions): files without ids, read through the name mapping.
+    """
 
     identifier: str
     data_uri: str
+    field_ids: dict[str, int] | None = None
+
+
+class LfsMode(StrEnum):
+    """`mappings[].lfs.mode`: what a run does with KafScale LFS envelopes in record values."""
+
+    OFF = "off"
+    RESOLVE = "resolve"
+    REFERENCE = "reference"
+    SKIP = "skip"
+    HYBRID = "hybrid"
+
+
+LFS_METADATA_COLUMNS: tuple[ColumnSpec, ...] = (
+    ColumnSpec(name="lfs_content_type", type=ColumnType.STRING),
+    ColumnSpec(name="lfs_blob_size", type=ColumnType.LONG),
+    ColumnSpec(name="lfs_checksum", type=ColumnType.STRING),
+    ColumnSpec(name="lfs_checksum_alg", type=ColumnType.STRING),
+    ColumnSpec(name="lfs_bucket", type=ColumnType.STRING),
+    ColumnSpec(name="lfs_key", type=ColumnType.STRING),
+)
+"""The columns `lfs.store_metadata` adds (the Go processor's, appended after the mapping's when absent)."""
+
+
+class LfsSettings(_Model):
+    """How LFS envelopes are handled (`mappings[].lfs`), and which buckets blobs may be read from.
+
+    `buckets`: an envelope naming any other bucket is not read (its record is dead-lettered); the
+    first is the segment bucket. A local-folder segment source reads blobs from the same folder.
+    """
+
+    mode: LfsMode = LfsMode.OFF
+    max_inline_size: int = 0
+    store_metadata: bool = False
+    validate_checksum: bool = True
+    resolve_concurrency: int = Field(default=4, ge=1)
+    buckets: tuple[str, ...] = ()
+
+    @model_validator(mode="after")
+    def _hybrid_has_a_threshold(self) -> LfsSettings:
+        if self.mode is LfsMode.HYBRID and self.max_inline_size <= 0:
+            raise ValueError("lfs mode 'hybrid' needs max_inline_size > 0")
+        return self
+
+    @property
+    def fetches(self) -> bool:
+        """True when blobs are read (resolve or hybrid)."""
+        return self.mode in (LfsMode.RESOLVE, LfsMode.HYBRID)
 
 
 class ConversionSettings(_Model):
-    """How records become rows: mapping columns, validation, corrupt-segment policy, file sizing."""
+    """How records become rows: mapping columns, validation, corrupt-segment policy, file sizing, LFS."""
 
     columns: tuple[ColumnSpec, ...] = ()
     partition_by: tuple[PartitionField, ...] = ()
@@ -159,12 +292,29 @@ class ConversionSettings(_Model):
     corrupt_segment_policy: CorruptSegmentPolicy = CorruptSegmentPolicy.FAIL
     verify_crc: bool = True
     target_file_size_bytes: int = Field(default=128 * 1024 * 1024, gt=0)
+    lfs: LfsSettings = LfsSettings()
+    partition_file_min_bytes: int = Field(default=DEFAULT_PARTITION_FILE_MIN_BYTES, ge=0)
+    """A Kafka partition's rows in one task get files of their own (in offset order) from this many
+    bytes of Arrow data; smaller shares of a task are written together in one shared file."""
 
     @model_validator(mode="after")
     def _schema_present_when_validating(self) -> ConversionSettings:
         if self.schema_mode is not SchemaMode.OFF and self.json_schema is None:
             raise ValueError(f"schema_mode {self.schema_mode.value!r} needs json_schema")
         return self
+
+    @property
+    def lfs_metadata_columns(self) -> tuple[ColumnSpec, ...]:
+        """The `lfs_*` columns `lfs.store_metadata` adds that the mapping does not list itself."""
+        if not self.lfs.store_metadata:
+            return ()
+        listed = {c.name for c in self.columns}
+        return tuple(c for c in LFS_METADATA_COLUMNS if c.name not in listed)
+
+    @property
+    def table_columns(self) -> tuple[ColumnSpec, ...]:
+        """Every column after the base fields: the mapping's, then the LFS metadata columns (as Go)."""
+        return (*self.columns, *self.lfs_metadata_columns)
 
 
 class RunPlan(_Model):
@@ -229,6 +379,9 @@ class FailureKind(StrEnum):
     SEGMENT_UNAVAILABLE = "segment_unavailable"
     INVALID_PLAN = "invalid_plan"
     INTERNAL = "internal"
+    BLOB_UNAVAILABLE = "blob_unavailable"
+    """An LFS blob could not be read for a reason a retry or a fix may cure (throttling, 5xx, timeout,
+    access denied): the run fails and is retried; the record is never dead-lettered for it."""
 
 
 class RunFailure(_Model):
@@ -239,15 +392,53 @@ class RunFailure(_Model):
     segment_key: str | None = None
     position: int | None = None
     record_id: str | None = None
+    column: str | None = None
+    """The mapping column at fault, when one is (a strict-mode conversion failure, a required column)."""
+
+
+class ColumnStats(_Model):
+    """One column's Iceberg metrics in a data file, taken from the footer the task had just written.
+
+    Bounds are base64 of Iceberg's single-value serialization of the *written* type (`type`), over
+    every row group; strings and binaries longer than `dataplane.file_stats.CARRIED_PREFIX` are
+    carried as that prefix (`lower_cut`/`upper_cut`), enough for Iceberg's `truncate(16)` default.
+    The commit step turns them into the table's metrics (field ids, metrics mode, truncation).
+    """
+
+    name: str
+    type: ColumnType
+    required: bool
+    physical_type: str
+    size_bytes: int = Field(ge=0)
+    value_count: int = Field(ge=0)
+    null_count: int | None = None
+    has_stats: bool = True
+    """Every row group had statistics (Iceberg keeps no null count or bounds otherwise)."""
+    lower: str | None = None
+    upper: str | None = None
+    lower_cut: bool = False
+    upper_cut: bool = False
+
+
+class FileStats(_Model):
+    """A data file's Iceberg metrics, computed while it was written (no footer read at commit)."""
+
+    split_offsets: tuple[int, ...] = ()
+    columns: tuple[ColumnStats, ...] = ()
 
 
 class DataFile(_Model):
-    """A Parquet file the run wrote, ready to be added to a table as it is."""
+    """A Parquet file the run wrote, ready to be added to a table as it is.
+
+    `stats` is None in results written before statistics were carried: the commit step then reads
+    the file's footer.
+    """
 
     uri: str
     record_count: int = Field(ge=0)
     size_bytes: int = Field(ge=0)
     partition_values: dict[str, PartitionValue] = Field(default_factory=dict)
+    stats: FileStats | None = None
 
 
 class OffsetGap(_Model):
@@ -279,6 +470,41 @@ class PartitionOutcome(_Model):
     quarantined: tuple[QuarantinedSegment, ...] = ()
 
 
+class LfsCounts(_Model):
+    """What LFS resolution did in a run (or a segment): blobs resolved, errors by reason, durations.
+
+    `errors` is keyed by reason (`decode`, `missing_blob`, `checksum`, `too_large`); each such record
+    is a dead-letter row. `duration_counts[i]` / `duration_sums[i]` are the blobs whose resolution
+    took at most the i-th bound of `metrics.LFS_DURATION_BUCKETS` (the last: more), and their seconds.
+    """
+
+    resolved: int = 0
+    resolved_bytes: int = 0
+    errors: dict[str, int] = Field(default_factory=dict)
+    duration_counts: tuple[int, ...] = ()
+    duration_sums: tuple[float, ...] = ()
+
+    def plus(self, other: LfsCounts) -> LfsCounts:
+        """The sum of two counts."""
+        errors = dict(self.errors)
+        for reason, count in other.errors.items():
+            errors[reason] = errors.get(reason, 0) + count
+        return LfsCounts(
+            resolved=self.resolved + other.resolved,
+            resolved_bytes=self.resolved_bytes + other.resolved_bytes,
+            errors=errors,
+            duration_counts=tuple(
+                int(x + y) for x, y in _pad_zip(self.duration_counts, other.duration_counts)
+            ),
+            duration_sums=tuple(x + y for x, y in _pad_zip(self.duration_sums, other.duration_sums)),
+        )
+
+
+def _pad_zip(a: tuple[float, ...], b: tuple[float, ...]) -> list[tuple[float, float]]:
+    width = max(len(a), len(b))
+    return list(zip((*a, *(0,) * (width - len(a))), (*b, *(0,) * (width - len(b))), strict=True))
+
+
 class RunCounts(_Model):
     """Records by outcome across the run."""
 
@@ -290,6 +516,12 @@ class RunCounts(_Model):
     """Header keys that were not UTF-8, kept with each invalid byte as U+FFFD (as Go stores them)."""
     segments_read: int = 0
     segment_bytes: int = 0
+    skipped_lfs: int = 0
+    """LFS envelopes left out by `lfs.mode: skip` (their offsets are committed)."""
+    lfs: LfsCounts = LfsCounts()
+    conversion_failures: dict[str, int] = Field(default_factory=dict)
+    """Per mapping column: written records whose present value did not convert to the column's type
+    (stored null; the `value` column keeps the bytes). Never silently null: counted here."""
 
 
 class RunTimings(_Model):
@@ -309,6 +541,7 @@ class RunTimings(_Model):
     task_decode_s: float = 0.0
     task_convert_s: float = 0.0
     task_write_s: float = 0.0
+    task_lfs_s: float = 0.0
 
 
 class RunResult(_Model):

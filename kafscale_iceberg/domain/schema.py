@@ -21,6 +21,8 @@ class FieldSpec:
     type: ColumnType
     required: bool
     field_id: int | None = None
+    column: ColumnSpec | None = None
+    """The mapping column this field holds, with its parts (decimal precision, nested types)."""
 
 
 BASE_FIELDS: tuple[FieldSpec, ...] = (
@@ -62,7 +64,7 @@ def table_fields(columns: Sequence[ColumnSpec]) -> tuple[FieldSpec, ...]:
         if column.name in seen:
             raise ValueError(f"column {column.name!r} is a base field or listed twice")
         seen.add(column.name)
-        fields.append(FieldSpec(column.name, column.type, column.required))
+        fields.append(FieldSpec(column.name, column.type, column.required, column=column))
     return tuple(fields)
 
 

@@ -7,7 +7,7 @@ the next attempt).
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from kafscale_iceberg.domain.leases import LeaseGrant
 
@@ -52,7 +52,8 @@ class RunOutcome(BaseModel):
     attempt: int
     job_id: str | None = None
     ended_at_ms: int
-    data_prefixes: tuple[str, ...] = ()
-    """The attempt's file folders (table, dead-letter table). Nothing in them is table data unless a
-    commit of this run landed; Iceberg's orphan-file cleanup (`remove_orphan_files`, which checks
-    references) removes the rest."""
+    written_under: tuple[str, ...] = Field(
+        default=(),
+        description="where the run's job wrote data files: never committed unless a commit of this run "
+        "landed, so files there that no table snapshot references are safe to delete",
+    )

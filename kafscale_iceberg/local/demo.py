@@ -26,8 +26,10 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
+from uuid import UUID
 
 import boto3
 import yaml
@@ -47,6 +49,7 @@ from kafscale_iceberg.segments.decode import Record
 from kafscale_iceberg.segments.encode import build_segment, encode_record_batch
 from kafscale_iceberg.segments.keys import SegmentObjectKind, format_segment_key
 from kafscale_iceberg.segments.layout import Codec
+from kafscale_iceberg.segments.lfs import blob_key, proxy_value
 
 NAMESPACE = "demo"
 BUCKET = "kafscale-demo"
@@ -65,6 +68,8 @@ class DemoTopic:
     columns: tuple[dict[str, Any], ...]
     value: Callable[[random.Random, int, int], dict[str, Any]]
     partition_by: tuple[str, ...] = ()
+    lfs: dict[str, Any] | None = None
+    """`mappings[].lfs`; when set, every value goes through KafScale's LFS proxy (a blob + an envelope)."""
 
 
 def _order(rng: random.Random, offset: int, at_ms: int) -> dict[str, Any]:
@@ -81,6 +86,17 @@ def _payment(rng: random.Random, offset: int, at_ms: int) -> dict[str, Any]:
         "payment_id": offset,
         "method": rng.choice(("card", "cash", "voucher")),
         "amount": rng.randint(4, 60),
+    }
+
+
+def _receipt(rng: random.Random, offset: int, at_ms: int) -> dict[str, Any]:
+    lines = [f"{rng.choice(('margherita', 'diavola', 'funghi'))} x{rng.randint(1, 3)}" for _ in range(20)]
+    return {
+        "receipt_id": offset,
+        "store": rng.choice(STORES),
+        "total": round(rng.uniform(4, 60), 2),
+        "scan": rng.randbytes(rng.randint(1024, 8192)).hex(),  # why the producer sent it through LFS
+        "lines": lines,
     }
 
 
@@ -120,6 +136,18 @@ TOPICS = (
         ({"name": "session", "type": "string"}, {"name": "page", "type": "string"}),
         _click,
     ),
+    DemoTopic(
+        "receipts",
+        1,
+        "shop.receipts",
+        (
+            {"name": "receipt_id", "type": "long", "required": True},
+            {"name": "store", "type": "string"},
+            {"name": "total", "type": "double"},
+        ),
+        _receipt,
+        lfs={"mode": "resolve", "store_metadata": True, "resolve_concurrency": 8},
+    ),
 )
 
 
@@ -131,6 +159,7 @@ class Produced:
     invalid: dict[str, set[tuple[int, int]]] = field(default_factory=dict)
     last: dict[tuple[str, int], int] = field(default_factory=dict)
     segments: int = 0
+    blobs: int = 0
 
 
 class Producer:
@@ -152,8 +181,12 @@ class Producer:
         for offset in range(base, base + count):
             at_ms = START_MS + offset * 997 + partition * 13
             value = json.dumps(topic.value(self._rng, offset, at_ms)).encode()
-            if offset >= base + count - invalid:
+            broken = offset >= base + count - invalid
+            if topic.lfs is not None:
+                value = self._through_lfs_proxy(topic.name, value, at_ms, upload=not broken)
+            elif broken:
                 value = b"{not json" if offset % 2 else json.dumps({"store": "Oslo"}).encode()
+            if broken:
                 self.produced.invalid.setdefault(topic.name, set()).add((partition, offset))
             records.append(Record(offset=offset, timestamp_ms=at_ms, key=f"k{offset}".encode(), value=value))
             self.produced.offsets.setdefault(topic.name, set()).add((partition, offset))
@@ -171,6 +204,19 @@ class Producer:
         self.produced.last[(topic.name, partition)] = base + count - 1
         self.produced.segments += 1
         return key
+
+    def _through_lfs_proxy(self, topic: str, payload: bytes, at_ms: int, *, upload: bool) -> bytes:
+        """What KafScale's LFS proxy does with a large value: the blob to S3, the envelope to the topic.
+        A broken record's blob is never uploaded (a missing blob: a dead letter, not a drop)."""
+        when = datetime.fromtimestamp(at_ms / 1000, tz=UTC)
+        key = blob_key(NAMESPACE, topic, at=when, object_id=UUID(bytes=self._rng.randbytes(16), version=4))
+        proxied = proxy_value(
+            payload, bucket=BUCKET, key=key, headers={"content-type": "application/json"}, created_at=when
+        )
+        if upload:
+            self._s3.put_object(Bucket=BUCKET, Key=key, Body=proxied.blob)
+        self.produced.blobs += 1
+        return proxied.value
 
     def land_late_indexes(self) -> int:
         """Upload the `.index` files held back; how many."""
@@ -256,6 +302,7 @@ class Demo:
                     "create_table_if_missing": True,
                     "schema": {"columns": list(t.columns)},
                     **({"partition_by": list(t.partition_by)} if t.partition_by else {}),
+                    **({"lfs": t.lfs} if t.lfs else {}),
                 }
                 for t in TOPICS
             ],
@@ -303,6 +350,7 @@ class Demo:
                     if rng.random() < 0.25:
                         continue  # this broker had nothing to flush for the partition this round
                     invalid = 2 if topic.name == "orders" and round_number in (2, 4) and partition == 0 else 0
+                    invalid = 1 if topic.name == "receipts" and round_number == 3 else invalid
                     late = round_number == 3 and topic.name == "payments" and partition == 1
                     key = producer.flush(
                         topic, partition, rng.randint(40, 400), invalid=invalid, late_index=late
@@ -372,6 +420,26 @@ class Demo:
         for row in tables.rows("shop.orders__dlq", missing_ok=True)[:4]:
             value = (row["value"] or b"")[:30].decode(errors="replace")
             self.say(f"   dead letter p{row['partition']}@{row['offset']}: {row['error_kind']}: {value!r}")
+        self._report_lfs(tables, produced)
+
+    def _report_lfs(self, tables: _Tables, produced: Produced) -> None:
+        receipts = tables.rows("shop.receipts")
+        resolved = [r for r in receipts if r["lfs_key"] is not None]
+        self.say(
+            f"   shop.receipts: {produced.blobs} values went through the LFS proxy; {len(resolved)} blobs "
+            f"resolved ({sum(r['lfs_blob_size'] for r in resolved)} bytes)"
+        )
+        self.check(
+            all(
+                r["value"].startswith(b'{"receipt_id"') and r["lfs_checksum_alg"] == "sha256"
+                for r in resolved
+            )
+            and len(resolved) == len(receipts),
+            "receipts: every value is the resolved blob, with its lfs_* metadata",
+        )
+        for row in tables.rows("shop.receipts__dlq", missing_ok=True)[:2]:
+            where = f"p{row['partition']}@{row['offset']}"
+            self.say(f"   dead letter {where}: {row['error_kind']}: {row['error'][:90]}")
 
     def _replay(self, pipeline: Pipeline, tables: _Tables) -> None:
         from kafscale_iceberg.domain.replay import ReplayRequest  # noqa: PLC0415

@@ -80,6 +80,10 @@ class RunReport:
     records: int = 0
     dead_lettered: int = 0
     quarantined: int = 0
+    skipped_lfs: int = 0
+    lfs_resolved: int = 0
+    lfs_errors: dict[str, int] = field(default_factory=dict)
+    """LFS envelopes that could not be used, by reason (each one of the dead-lettered records)."""
     offsets: dict[int, int] = field(default_factory=dict)
     reason: str = ""
     retry_after_seconds: int = 0
@@ -522,6 +526,9 @@ class Pipeline:
             records=result.counts.written,
             dead_lettered=result.counts.dead_lettered,
             quarantined=sum(len(p.quarantined) for p in result.partitions),
+            skipped_lfs=result.counts.skipped_lfs,
+            lfs_resolved=result.counts.lfs.resolved,
+            lfs_errors=dict(result.counts.lfs.errors),
             offsets=dict(committed.outcome.offsets),
             started_at=start.wall,
             commit=committed,

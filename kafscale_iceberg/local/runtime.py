@@ -10,7 +10,8 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-from collections.abc import Callable, Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TextIO
@@ -87,18 +88,39 @@ def open_pipeline(
         # threads running intermittently killed the JVM launch (JAVA_GATEWAY_EXITED, ~1 in 7 here).
         runner.warm_up()
     observing = list(observers)
-    after_pass = None
+    after_pass: list[Callable[[], object]] = []
     if metrics is not None:
         observing.append(MetricsObserver(metrics))
-        after_pass = _status_gauges(assembly, metrics)
+        after_pass.append(_status_gauges(assembly, metrics))
+    if config.maintenance.enabled:
+        after_pass.append(maintenance_schedule(assembly))
     try:
         yield Pipeline(
-            assembly, runner, observer=Observers(observing) if observing else None, after_pass=after_pass
+            assembly,
+            runner,
+            observer=Observers(observing) if observing else None,
+            after_pass=_each(after_pass) if after_pass else None,
         )
     finally:
         close = getattr(runner, "close", None)
         if close is not None:
             close()
+
+
+def maintenance_schedule(assembly: Assembly) -> Callable[[], object]:
+    """Table maintenance every `maintenance.interval_seconds` (see `MaintenanceSchedule`)."""
+    from kafscale_iceberg.services.maintenance import MaintenanceSchedule  # noqa: PLC0415
+
+    interval = float(assembly.config.maintenance.interval_seconds)
+    return MaintenanceSchedule(assembly.maintenance, interval, clock=time.monotonic)
+
+
+def _each(steps: Sequence[Callable[[], object]]) -> Callable[[], None]:
+    def run_all() -> None:
+        for step in steps:
+            step()
+
+    return run_all
 
 
 def _status_gauges(assembly: Assembly, sink: MetricsSink) -> Callable[[], None]:
@@ -180,6 +202,7 @@ class ProgressPrinter:
         if report.end is RunEnd.COMMITTED:
             extra = f", {report.dead_lettered} dead-lettered" if report.dead_lettered else ""
             extra += f", {report.quarantined} segments quarantined" if report.quarantined else ""
+            extra += lfs_summary(report.lfs_resolved, report.skipped_lfs, report.lfs_errors)
             extra += _anomalies(report)
             committed = report.commit
             if committed is not None and not (
@@ -221,6 +244,15 @@ def _anomalies(report: RunReport) -> str:
         text += f", {result.counts.out_of_range} records repeated by overlapping segments (written once)"
     if result.counts.header_keys_replaced:
         text += f", {result.counts.header_keys_replaced} non-UTF-8 header keys kept with U+FFFD"
+    return text
+
+
+def lfs_summary(resolved: int, skipped: int, errors: Mapping[str, int]) -> str:
+    """`, 3 LFS blobs resolved, 1 LFS envelope skipped, LFS dead letters: missing_blob 2` (or "")."""
+    text = f", {resolved} LFS blobs resolved" if resolved else ""
+    text += f", {skipped} LFS envelopes skipped" if skipped else ""
+    if errors:
+        text += ", LFS dead letters: " + ", ".join(f"{r} {n}" for r, n in sorted(errors.items()))
     return text
 
 

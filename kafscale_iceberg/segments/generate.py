@@ -13,14 +13,16 @@ import json
 import random
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Literal
+from uuid import UUID
 
 from kafscale_iceberg.segments.decode import Record
 from kafscale_iceberg.segments.encode import SegmentFiles, build_segment, encode_record_batch
 from kafscale_iceberg.segments.keys import SegmentId
 from kafscale_iceberg.segments.layout import Codec
+from kafscale_iceberg.segments.lfs import ChecksumAlg, blob_key, proxy_value
 
 CodecChoice = Codec | Literal["mixed"]
 
@@ -43,6 +45,8 @@ class GeneratedSegment:
     segment: SegmentId
     files: SegmentFiles
     codecs: tuple[Codec, ...]
+    blobs: tuple[tuple[str, bytes], ...] = ()
+    """LFS blobs its envelopes point at: `(key, bytes)`, written before the segment (as the proxy does)."""
 
 
 @dataclass(frozen=True)
@@ -58,10 +62,35 @@ class WrittenSegment:
     records: int
     kfs_bytes: int
     codecs: tuple[str, ...]
+    blobs: tuple[str, ...] = ()
 
 
-def pizza_order(rng: random.Random, *, order_id: int, store_id: int, event_time_ms: int) -> bytes:
-    """One pizza-order event as compact JSON (~200 bytes) with an RFC 3339 event time."""
+TimeFormats = Literal["rfc3339", "mixed"]
+"""How generated events write `event_time`: RFC 3339 (`...T...Z`), or `mixed`: cycling through the
+forms people write - RFC 3339, `YYYY-MM-DD HH:MM:SS` (to the second) and `...THH:MM:SS.ffffff`
+without an offset (UTC wall time), `+0530` and `+05:30` offsets - all naming the same instant."""
+
+_INDIA = timezone(timedelta(hours=5, minutes=30))
+
+
+def format_event_time(when: datetime, form: int) -> str:
+    """`when` (UTC) written in form `form % 5` of the `mixed` time formats."""
+    form %= 5
+    if form == 0:
+        return when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    if form == 1:
+        return when.strftime("%Y-%m-%d %H:%M:%S")
+    if form == 2:
+        return when.replace(tzinfo=None).isoformat(timespec="microseconds")
+    local = when.astimezone(_INDIA).isoformat(timespec="milliseconds")
+    return local.replace("+05:30", "+0530") if form == 3 else local
+
+
+def pizza_order(
+    rng: random.Random, *, order_id: int, store_id: int, event_time_ms: int, time_form: int = 0
+) -> bytes:
+    """One pizza-order event as compact JSON (~200 bytes); `event_time` in form `time_form` of
+    `format_event_time` (0: RFC 3339 UTC)."""
     when = datetime.fromtimestamp(event_time_ms / 1000, tz=UTC)
     items = []
     total = 0.0
@@ -77,7 +106,7 @@ def pizza_order(rng: random.Random, *, order_id: int, store_id: int, event_time_
         "items": items,
         "total": round(total * rng.uniform(0.9, 1.1), 2),
         "status": rng.choice(_STATUSES),
-        "event_time": when.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        "event_time": format_event_time(when, time_form),
         "ordered_on": when.date().isoformat(),
     }
     return json.dumps(event, separators=(",", ":")).encode()
@@ -95,12 +124,21 @@ def generate_segments(
     namespace: str = "default",
     headers: bool = False,
     start_time_ms: int = DEFAULT_START_TIME_MS,
+    lfs_every: int = 0,
+    lfs_blob_bytes: int = 256 * 1024,
+    lfs_bucket: str = "kafscale",
+    lfs_checksum_alg: ChecksumAlg = ChecksumAlg.SHA256,
+    time_formats: TimeFormats = "rfc3339",
 ) -> Iterator[GeneratedSegment]:
     """Build segments of pizza orders for every topic and partition, in key order.
 
     `codec="mixed"` cycles the batches through none, gzip, snappy, lz4 and zstd. With `headers`,
-    every record carries a `content-type` and a `trace-id` header. Raises `ValueError` for counts
-    below 1.
+    every record carries a `content-type` and a `trace-id` header. `time_formats="mixed"` cycles
+    `event_time` through the forms people write (see `TimeFormats`). With `lfs_every` N > 0, every
+    Nth record is produced through KafScale's LFS proxy: its value (the order with a padding
+    `attachment` making it `lfs_blob_bytes` long) becomes a blob at the proxy's key
+    (`{ns}/{topic}/lfs/YYYY/MM/DD/obj-{uuid}`, in `lfs_bucket`) and the record carries the
+    proxy's envelope instead. Raises `ValueError` for counts below 1.
     """
     for name, count in (
         ("partitions", partitions),
@@ -119,6 +157,7 @@ def generate_segments(
             for _ in range(segments):
                 batches = []
                 used = []
+                blobs: list[tuple[str, bytes]] = []
                 base_offset = offset
                 for _ in range(batches_per_segment):
                     records = []
@@ -136,7 +175,24 @@ def generate_segments(
                             order_id=10_000_000 + offset * partitions + partition,
                             store_id=store,
                             event_time_ms=clock,
+                            time_form=offset if time_formats == "mixed" else 0,
                         )
+                        if lfs_every > 0 and offset % lfs_every == lfs_every - 1:
+                            value = _through_lfs_proxy(
+                                rng,
+                                value,
+                                blobs,
+                                size=lfs_blob_bytes,
+                                key=blob_key(
+                                    namespace,
+                                    topic,
+                                    at=datetime.fromtimestamp(clock / 1000, tz=UTC),
+                                    object_id=UUID(bytes=rng.randbytes(16), version=4),
+                                ),
+                                bucket=lfs_bucket,
+                                alg=lfs_checksum_alg,
+                                created_at_ms=clock,
+                            )
                         records.append(
                             Record(offset, clock, f"store-{store}".encode(), value, record_headers)
                         )
@@ -149,7 +205,37 @@ def generate_segments(
                     segment=SegmentId(namespace, topic, partition, base_offset),
                     files=files,
                     codecs=tuple(used),
+                    blobs=tuple(blobs),
                 )
+
+
+def _through_lfs_proxy(
+    rng: random.Random,
+    order: bytes,
+    blobs: list[tuple[str, bytes]],
+    *,
+    size: int,
+    key: str,
+    bucket: str,
+    alg: ChecksumAlg,
+    created_at_ms: int,
+) -> bytes:
+    """The envelope the LFS proxy produces for a large order; its blob is appended to `blobs`."""
+    padding = max(0, size - len(order) - len(',"attachment":""'))
+    payload = (
+        order[:-1] + b',"attachment":"' + rng.randbytes(padding // 2 + 1).hex()[:padding].encode() + b'"}'
+    )
+    proxied = proxy_value(
+        payload,
+        bucket=bucket,
+        key=key,
+        checksum_alg=alg,
+        headers={"content-type": "application/json"},
+        created_at=datetime.fromtimestamp(created_at_ms / 1000, tz=UTC),
+        proxy_id="kafscale-iceberg-generator",
+    )
+    blobs.append((proxied.blob_key, proxied.blob))
+    return proxied.value
 
 
 def write_segments(
@@ -158,7 +244,8 @@ def write_segments(
     *,
     endpoint_url: str | None = None,
 ) -> list[WrittenSegment]:
-    """Write each segment's `.index`, then its `.kfs`, under `destination`; returns what was written.
+    """Write each segment's LFS blobs, its `.index`, then its `.kfs`, under `destination`; returns
+    what was written.
 
     `destination` is a folder or `s3://bucket[/prefix]` (with `endpoint_url` for MinIO, moto or
     LocalStack). Keys follow the KafScale layout below the folder or prefix. The `.index` goes first
@@ -174,6 +261,7 @@ def write_segments(
         segment = generated.segment
         kfs_key = segment.segment_key
         index_key = segment.index_key
+        blob_locations = tuple(put(key, blob) for key, blob in generated.blobs)
         index_location = put(index_key, generated.files.index)
         kfs_location = put(kfs_key, generated.files.kfs)
         written.append(
@@ -187,6 +275,7 @@ def write_segments(
                 records=generated.files.message_count,
                 kfs_bytes=len(generated.files.kfs),
                 codecs=tuple(c.name.lower() for c in generated.codecs),
+                blobs=blob_locations,
             )
         )
     return written

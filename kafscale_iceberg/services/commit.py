@@ -43,6 +43,7 @@ from kafscale_iceberg.domain.commits import (
     stand_dead_letters,
     stand_run,
 )
+from kafscale_iceberg.domain.field_ids import TableFieldIds, TopicFieldIds
 from kafscale_iceberg.domain.leases import LeaseGrant
 from kafscale_iceberg.domain.offsets import CommittedOffsets, OffsetUpdate
 from kafscale_iceberg.domain.runs import NO_OFFSET, DataFile, RunPlan, RunResult, RunStatus
@@ -240,6 +241,7 @@ class CommitService:
                 files=result.data_files,
                 quarantined=quarantined,
                 store=store,
+                conversion_failures=result.counts.conversion_failures,
             )
         else:
             logger.info("run already in the table; commit skipped", extra={"run_id": run_id, "topic": topic})
@@ -308,6 +310,7 @@ class CommitService:
         files: tuple[DataFile, ...],
         quarantined: tuple[QuarantinedRange, ...],
         store: Mapping[int, int] | None,
+        conversion_failures: Mapping[str, int] | None = None,
     ) -> tuple[TableState, bool]:
         """Commit to one table unless it holds the run already; verify the state before every attempt.
 
@@ -338,6 +341,7 @@ class CommitService:
                 topic=topic,
                 run_id=run_id,
                 file_uris=tuple(f.uri for f in files),
+                files=files,
                 start_offsets=starts,
                 end_offsets=ends,
                 marker_after=TableMarker(
@@ -346,6 +350,8 @@ class CommitService:
                     quarantined=_merge_ranges(state.marker.quarantined, quarantined),
                 ),
                 quarantined=quarantined,
+                field_ids=_planned_field_ids(plan, identifier),
+                conversion_failures=dict(conversion_failures or {}),
             )
             try:
                 after = self._tables.commit(state, commit)
@@ -557,6 +563,16 @@ class CommitService:
             return
         raise CommitConflictError(table, lease.run_id, self._attempts)
 
+    def field_ids(self, tables: tuple[str, ...]) -> TopicFieldIds:
+        """The field ids of those of `tables` that exist (what the launcher plans the next files with)."""
+        known: list[TableFieldIds] = []
+        for table in tables:
+            try:
+                known.append(self._tables.field_ids(table))
+            except TableMissingError:
+                continue
+        return TopicFieldIds(tables=tuple(known))
+
     def count_rows_after(self, table: str, offsets: Mapping[int, int]) -> int | None:
         """How many rows of `table` a reset to `offsets` would delete; None when the table does not exist."""
         try:
@@ -744,10 +760,15 @@ def _listed(state: TableState, wanted: set[tuple[int, int, int]], plan: RunPlan)
     return bool(present)
 
 
+def _planned_field_ids(plan: RunPlan, identifier: str) -> Mapping[str, int] | None:
+    target = plan.table if identifier == plan.table.identifier else plan.dead_letter_table
+    return target.field_ids
+
+
 def _table_spec(plan: RunPlan, policy: TablePolicy) -> TableSpec:
     return TableSpec(
         identifier=plan.table.identifier,
-        fields=table_fields(plan.conversion.columns),
+        fields=table_fields(plan.conversion.table_columns),
         partition_by=plan.conversion.partition_by,
         create_if_missing=policy.create_table_if_missing,
         allow_type_widening=policy.allow_type_widening,

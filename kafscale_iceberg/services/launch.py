@@ -25,13 +25,17 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import Protocol
+from typing import Protocol, TypeVar
+
+from pydantic import ValidationError
 
 from kafscale_iceberg.adapters.documents import DocumentStore
 from kafscale_iceberg.config import KafscaleConfig, MappingConfig, RunsConfig
+from kafscale_iceberg.domain.field_ids import TopicFieldIds, field_ids_uri, planned_field_ids
 from kafscale_iceberg.domain.leases import LeaseBusy, LeaseGrant
 from kafscale_iceberg.domain.planning import (
     ListedSegment,
@@ -53,6 +57,7 @@ from kafscale_iceberg.domain.runs import (
     TableTarget,
     make_run_id,
 )
+from kafscale_iceberg.domain.schema import DEAD_LETTER_FIELDS, table_fields
 from kafscale_iceberg.domain.tickets import (
     OUTCOME_NAME,
     PLAN_NAME,
@@ -88,6 +93,33 @@ class SegmentLister(Protocol):
 
 
 _PROBE_FACTOR = 16
+_T = TypeVar("_T")
+_R = TypeVar("_R")
+PLANNING_CONCURRENCY = 16
+"""Partitions listed (and footers read) at once while planning: a topic of 64 partitions on S3 is
+4 rounds of ~30 ms requests, not 64 (S3 serves thousands of requests per second per prefix)."""
+
+
+def concurrently(work: Callable[[_T], _R], items: Iterable[_T]) -> list[_R]:
+    """`[work(item) for item in items]`, up to `PLANNING_CONCURRENCY` at once, results in order.
+
+    The first item's error (in order) is raised, as the loop would; the rest are waited for.
+    """
+    todo = list(items)
+    if len(todo) <= 1:
+        return [work(item) for item in todo]
+    with ThreadPoolExecutor(max_workers=min(PLANNING_CONCURRENCY, len(todo))) as pool:
+        return list(pool.map(work, todo))
+
+
+def run_data_prefix(config: KafscaleConfig, identifier: tuple[str, ...]) -> str:
+    """The folder holding every run's data files of a table (one subfolder per run id): under the
+    table's warehouse location when the warehouse is a storage URI, else under the runs location.
+    Orphan-file cleanup looks only here."""
+    warehouse = config.iceberg.warehouse
+    if warehouse.startswith(("s3://", "file://", "/")):
+        return join_uri(warehouse, *identifier, "data", "kafscale")
+    return join_uri(config.runs.location, "data", *identifier)
 
 
 def list_after_committed(
@@ -151,12 +183,21 @@ def select_pending(
     eligible: dict[int, list[ListedSegment]] = {}
     blocked: list[ListedSegment] = []
     held: dict[int, str] = {}
-    for partition, offset in committed.items():
+
+    def pending_or_problem(
+        item: tuple[int, int],
+    ) -> tuple[list[ListedSegment], ListedSegment | None] | KafscaleIcebergError:
         try:
-            chosen, stopper = pending_segments(lister, topic, partition, offset)
+            return pending_segments(lister, topic, *item)
         except (SegmentKeyError, SegmentFormatError) as exc:
-            held[partition] = str(exc)  # only this partition waits: the others are planned
+            return exc  # only this partition waits: the others are planned
+
+    found = concurrently(pending_or_problem, committed.items())
+    for partition, pending in zip(committed, found, strict=True):
+        if isinstance(pending, KafscaleIcebergError):
+            held[partition] = str(pending)
             continue
+        chosen, stopper = pending
         eligible[partition] = chosen
         if stopper is not None:
             blocked.append(stopper)
@@ -416,13 +457,12 @@ class Launcher:
         """The partitions' ranges; a newest segment whose footer is unreadable (truncated, never
         finished) is left out with its partition's reason in `held`: the segments before it run."""
         plans = []
-        for selected in selection.partitions:
+        footers = concurrently(lambda c: _footer_or_problem(self._segments, c.last.key), selection.partitions)
+        for selected, footer in zip(selection.partitions, footers, strict=True):
             chosen = selected
-            try:
-                end = self._segments.read_footer(selected.last.key).last_offset
-            except SegmentFormatError as exc:
+            if isinstance(footer, SegmentFormatError):
                 held[selected.partition] = (
-                    f"{exc}; the partition waits at this segment (with corrupt_segment_policy: "
+                    f"{footer}; the partition waits at this segment (with corrupt_segment_policy: "
                     "quarantine it goes to the dead-letter table once a later segment shows where it "
                     "ends; otherwise re-upload it from the broker or remove it)"
                 )
@@ -430,6 +470,8 @@ class Launcher:
                 if trimmed is None:
                     continue
                 chosen, end = trimmed, selected.last.base_offset - 1
+            else:
+                end = footer.last_offset
             if end <= chosen.committed:
                 continue  # the only candidate was a fully committed segment
             plans.append(
@@ -464,6 +506,8 @@ class Launcher:
             if mapping.schema_.source == "registry":
                 columns = columns_from_json_schema(json_schema)
         s3 = config.s3
+        dead_letter = ".".join(mapping.dead_letter_identifier)
+        known = self._known_field_ids(topic)
         return RunPlan(
             run_id=run_id,
             topic=topic,
@@ -475,10 +519,15 @@ class Launcher:
                 path_style=s3.path_style,
             ),
             partitions=partitions,
-            table=TableTarget(identifier=mapping.table, data_uri=self._data_uri(mapping.identifier, run_id)),
+            table=TableTarget(
+                identifier=mapping.table,
+                data_uri=self._data_uri(mapping.identifier, run_id),
+                field_ids=planned_field_ids(table_fields(columns), known.table(mapping.table)),
+            ),
             dead_letter_table=TableTarget(
-                identifier=".".join(mapping.dead_letter_identifier),
+                identifier=dead_letter,
                 data_uri=self._data_uri(mapping.dead_letter_identifier, run_id),
+                field_ids=planned_field_ids(DEAD_LETTER_FIELDS, known.table(dead_letter)),
             ),
             conversion=ConversionSettings(
                 columns=columns,
@@ -488,9 +537,22 @@ class Launcher:
                 corrupt_segment_policy=config.corrupt_segment_policy_for(mapping),
                 verify_crc=config.runs.verify_crc,
                 target_file_size_bytes=config.target_file_size_for(mapping),
+                lfs=mapping.lfs_settings(s3.bucket),
             ),
             result_uri=run_document_uri(config.runs.location, topic, run_id, RESULT_NAME),
         )
+
+    def _known_field_ids(self, topic: str) -> TopicFieldIds:
+        """The tables' field ids the commit step recorded (`field-ids.json`); none recorded yet: empty."""
+        uri = field_ids_uri(self._config.runs.location, topic)
+        if not self._documents.exists(uri):
+            return TopicFieldIds()
+        try:
+            return TopicFieldIds.model_validate_json(self._documents.read_text(uri))
+        except ValidationError as exc:
+            # Safe to plan without: the commit step checks the ids and rewrites the document.
+            logger.warning("unreadable field-id document ignored", extra={"uri": uri, "problem": str(exc)})
+            return TopicFieldIds()
 
     def _data_uri(self, identifier: tuple[str, ...], run_id: str) -> str:
         """Run-scoped folder for a table's new files: under the table's warehouse location when the
@@ -498,10 +560,7 @@ class Launcher:
 
         Files are added to the table in place, so this folder is table data from then on.
         """
-        warehouse = self._config.iceberg.warehouse
-        if warehouse.startswith(("s3://", "file://", "/")):
-            return join_uri(warehouse, *identifier, "data", "kafscale", run_id)
-        return join_uri(self._config.runs.location, "data", *identifier, run_id)
+        return join_uri(run_data_prefix(self._config, identifier), run_id)
 
     def _not_started(self, topic: str, selection: Selection, held: Mapping[int, str]) -> LaunchOutcome:
         if selection.wait_seconds > 0:
@@ -517,6 +576,14 @@ class Launcher:
         if held:
             return LaunchOutcome(topic, LaunchStatus.BLOCKED, detail=_describe_held(held))
         return LaunchOutcome(topic, LaunchStatus.IDLE, detail="no pending segments")
+
+
+def _footer_or_problem(segments: SegmentLister, key: str) -> SegmentFooter | SegmentFormatError:
+    """The segment's footer, or the error saying why it cannot be read (its partition then waits)."""
+    try:
+        return segments.read_footer(key)
+    except SegmentFormatError as exc:
+        return exc
 
 
 def _describe_held(held: Mapping[int, str]) -> str:

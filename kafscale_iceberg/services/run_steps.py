@@ -9,9 +9,10 @@ up a run where another left it.
   already hold the topic, and this one must not commit.
 - `commit`: reads the run's plan and result and hands them to the commit step (`CommitService`): one
   Iceberg snapshot per table, offsets, lease release. A failed result is refused (the run aborts).
-- `abort`: records the run's outcome beside its plan (so the next plan of the same range uses the
-  next attempt), releases the lease if still ours, and says how long to wait before re-signalling
-  the topic and whether the topic's consecutive failures reached the alarm threshold.
+- `abort`: cancels the run's job (a no-op for a finished one), records the run's outcome beside its
+  plan (so the next plan of the same range uses the next attempt) with where the run wrote files,
+  releases the lease if still ours, and says how long to wait before re-signalling the topic and
+  whether the topic's consecutive failures reached the alarm threshold.
 """
 
 from __future__ import annotations
@@ -24,10 +25,12 @@ from typing import Protocol
 
 from kafscale_iceberg.adapters.documents import DocumentMissingError, DocumentStore
 from kafscale_iceberg.config import RunsConfig
+from kafscale_iceberg.domain.field_ids import field_ids_uri
 from kafscale_iceberg.domain.jobs import JobState, JobStatus
+from kafscale_iceberg.domain.leases import LeaseGrant
 from kafscale_iceberg.domain.runs import FailureKind, RunPlan, RunResult
 from kafscale_iceberg.domain.tickets import OUTCOME_NAME, RunOutcome, RunTicket, run_document_uri
-from kafscale_iceberg.exceptions import LeaseLostError
+from kafscale_iceberg.exceptions import FieldIdMismatchError, KafscaleIcebergError, LeaseLostError
 from kafscale_iceberg.ports import CheckpointStore
 from kafscale_iceberg.services.backoff import BackoffRecords
 from kafscale_iceberg.services.commit import CommitOutcome, CommitService, TablePolicy
@@ -112,11 +115,14 @@ class RunSteps:
         return ticket.model_copy(update={"job_id": job_id})
 
     def watch(self, ticket: RunTicket) -> WatchResult:
-        """Look at the job once and renew the lease once; cancel the job if the lease is lost."""
+        """Look at the job once and renew the lease once; cancel the job if the lease is lost.
+
+        The lease is renewed whatever the job's state: a finished job's run still holds the topic
+        until the commit or abort step ends it, and the gap until the commit step renews it (its
+        retries and cold start included) must not be counted from an earlier renewal.
+        """
         job_id = _job_id(ticket)
         status = self._jobs.status(job_id)
-        if status.state.is_final:
-            return WatchResult(status)
         try:
             self._checkpoints.renew_lease(ticket.grant)
         except LeaseLostError as exc:
@@ -129,7 +135,8 @@ class RunSteps:
                     "error": str(exc),
                 },
             )
-            self._jobs.cancel(job_id)
+            if not status.state.is_final:
+                self._jobs.cancel(job_id)
             return WatchResult(status, lease_lost=True)
         return WatchResult(status)
 
@@ -147,7 +154,14 @@ class RunSteps:
         plan = RunPlan.model_validate_json(self._documents.read_text(ticket.plan_uri))
         result = RunResult.model_validate_json(self._documents.read_text(plan.result_uri))
         policy = self._mapping_policy(ticket.topic) if self._mapping_policy else None
-        outcome = self._commits.commit_run(plan, result, ticket.grant, policy)
+        grant = self._hold_or_reclaim(ticket)
+        try:
+            outcome = self._commits.commit_run(plan, result, grant, policy)
+        except FieldIdMismatchError:
+            self._record_field_ids(plan)  # so the next attempt is planned with the table's ids
+            raise
+        if outcome.table_committed or outcome.dead_letter_committed or not self._field_ids_recorded(plan):
+            self._record_field_ids(plan)
         logger.info(
             "run committed",
             extra={
@@ -160,9 +174,44 @@ class RunSteps:
         )
         return CommittedRun(plan=plan, result=result, outcome=outcome)
 
+    def _hold_or_reclaim(self, ticket: RunTicket) -> LeaseGrant:
+        """The grant to commit under: the ticket's, renewed; or, when it lapsed and nobody claimed the
+        topic since, a new claim for the same run (the commit then verifies the committed offsets are
+        still the plan's start, so a run committed by someone else meanwhile is never committed twice).
+        """
+        try:
+            self._checkpoints.renew_lease(ticket.grant)
+        except LeaseLostError:
+            if self._checkpoints.read_lease_holder(ticket.topic) is not None:
+                raise
+            claimed = self._checkpoints.claim_lease(
+                ticket.topic, owner_id=ticket.grant.owner_id, run_id=ticket.run_id
+            )
+            if not isinstance(claimed, LeaseGrant):
+                raise
+            logger.warning(
+                "the run's lease lapsed and nobody claimed the topic since; reclaimed it to commit",
+                extra={"topic": ticket.topic, "run_id": ticket.run_id, "token": claimed.token},
+            )
+            return claimed
+        return ticket.grant
+
+    def _record_field_ids(self, plan: RunPlan) -> None:
+        """Write `field-ids.json` for the plan's topic from its tables' schemas. Idempotent."""
+        assert self._commits is not None
+        known = self._commits.field_ids((plan.table.identifier, plan.dead_letter_table.identifier))
+        uri = field_ids_uri(self._runs.location, plan.topic)
+        self._documents.write_text(uri, known.model_dump_json())
+
+    def _field_ids_recorded(self, plan: RunPlan) -> bool:
+        return self._documents.exists(field_ids_uri(self._runs.location, plan.topic))
+
     def abort(self, ticket: RunTicket, reason: str) -> AbortResult:
-        """Record the failed attempt and the topic's backoff, release the lease if still ours, and
-        decide the retry. Idempotent."""
+        """Cancel the run's job if it still runs, record the failed attempt (with where the run wrote
+        its files: never committed unless a commit of this run landed, so safe to clean up) and the
+        topic's backoff, release the lease if still ours, and decide the retry. Idempotent."""
+        if ticket.job_id is not None:
+            self._cancel_abandoned(ticket.topic, ticket.run_id, ticket.job_id)
         plan = self._read_plan(ticket)
         outcome = RunOutcome(
             status="aborted",
@@ -170,7 +219,7 @@ class RunSteps:
             attempt=ticket.attempt,
             job_id=ticket.job_id,
             ended_at_ms=int(self._clock() * 1000),
-            data_prefixes=() if plan is None else (plan.table.data_uri, plan.dead_letter_table.data_uri),
+            written_under=() if plan is None else (plan.table.data_uri, plan.dead_letter_table.data_uri),
         )
         uri = run_document_uri(self._runs.location, ticket.topic, ticket.run_id, OUTCOME_NAME)
         self._documents.write_text(uri, outcome.model_dump_json())
@@ -194,6 +243,19 @@ class RunSteps:
             alarm=alarm,
             lease_released=released,
         )
+
+    def _cancel_abandoned(self, topic: str, run_id: str, job_id: str) -> None:
+        """Cancel the job an aborted run abandons (so it stops costing); a runner that no longer knows
+        the job is logged, a transient failure is raised (the abort step is retried)."""
+        try:
+            self._jobs.cancel(job_id)
+        except KafscaleIcebergError as exc:
+            if exc.transient:
+                raise
+            logger.warning(
+                "could not cancel the aborted run's job",
+                extra={"topic": topic, "run_id": run_id, "job_id": job_id, "error": str(exc)},
+            )
 
     def _read_plan(self, ticket: RunTicket) -> RunPlan | None:
         try:

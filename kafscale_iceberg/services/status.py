@@ -22,6 +22,11 @@ For each topic of the config's mappings:
   attempts of the range the launcher would plan now (same selection rules and limits, from the
   checkpoint store's offsets, as the launcher plans) - one GET per recorded attempt.
 
+- **table health** (when a health reader is given, as `status` does): the table's data files, small
+  files (below `maintenance.small_file_bytes`), snapshots, manifest bytes, and when `maintain` last
+  expired snapshots and compacted it (table properties `kafscale.maintenance.last-ms`,
+  `kafscale.compaction.last-ms`).
+
 Segments are listed exactly as the launcher lists them (`list_after_committed`: O(new segments),
 probing back only to find the segment holding `committed + 1`), so a committed offset in the middle
 of a segment shows that segment's remaining lag, and the failure probe looks at the range the
@@ -33,12 +38,13 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from kafscale_iceberg.config import KafscaleConfig
 from kafscale_iceberg.domain.commits import TableState
 from kafscale_iceberg.domain.leases import LeaseHolder
+from kafscale_iceberg.domain.maintenance import TableHealth
 from kafscale_iceberg.domain.offsets import CommittedOffsets
 from kafscale_iceberg.domain.planning import ListedSegment
 from kafscale_iceberg.domain.runs import NO_OFFSET
@@ -59,12 +65,34 @@ from kafscale_iceberg.services.launch import (
 _ATTEMPT = re.compile(r"-a(\d+)$")
 
 
+def _health_json(health: TableHealth | None) -> dict[str, object] | None:
+    if health is None:
+        return None
+    return {
+        "files": health.files,
+        "small_files": health.small_files,
+        "data_bytes": health.data_bytes,
+        "snapshots": health.snapshots,
+        "manifest_bytes": health.manifest_bytes,
+        "last_maintenance_ms": health.last_maintenance_ms,
+        "last_compaction_ms": health.last_compaction_ms,
+    }
+
+
 class TableStatusReader(Protocol):
     """What status reads from the tables (adapter: `IcebergTableCommitter`)."""
 
     def read_state(self, table: str, topic: str) -> TableState: ...
 
     def last_commit_ms(self, table: str, topic: str) -> int | None: ...
+
+    def conversion_failures(self, table: str, topic: str) -> dict[str, int]: ...
+
+
+class TableHealthReader(Protocol):
+    """Files and snapshots of a table (adapter: `IcebergTableMaintainer`)."""
+
+    def health(self, table: str, *, small_file_bytes: int) -> TableHealth: ...
 
 
 @dataclass(frozen=True)
@@ -155,6 +183,11 @@ class TopicStatus:
     lease: LeaseStatus | None
     consecutive_failures: int
     partitions: tuple[PartitionStatus, ...]
+    health: TableHealth | None = None
+    """The table's files, small files, snapshots, last maintenance and compaction (when read)."""
+    conversion_failures: dict[str, int] = field(default_factory=dict)
+    """Per mapping column, committed values stored null because they did not convert (over the
+    table's retained snapshots)."""
 
     @property
     def run_in_flight(self) -> str | None:
@@ -179,7 +212,9 @@ class TopicStatus:
             "run_in_flight": self.run_in_flight,
             "consecutive_failures": self.consecutive_failures,
             "lag_records": self.lag_records,
+            "conversion_failures": dict(self.conversion_failures),
             "partitions": [p.to_json() for p in self.partitions],
+            "table_health": _health_json(self.health),
         }
 
 
@@ -207,7 +242,9 @@ class StatusService:
         documents: RunDocuments,
         *,
         clock: Callable[[], float] = time.time,
+        health: TableHealthReader | None = None,
     ) -> None:
+        self._health = health
         self._config = config
         self._checkpoints = checkpoints
         self._segments = segments
@@ -235,8 +272,9 @@ class StatusService:
         try:
             state: TableState | None = self._tables.read_state(mapping.table, topic)
             table_commit_ms = self._tables.last_commit_ms(mapping.table, topic)
+            conversion_failures = self._tables.conversion_failures(mapping.table, topic)
         except TableMissingError:
-            state, table_commit_ms = None, None
+            state, table_commit_ms, conversion_failures = None, None, {}
         table_offsets = state.marker.offsets if state is not None else None
         store = self._checkpoints.load_committed_offsets(topic)
         holder = self._checkpoints.read_lease_holder(topic)
@@ -273,7 +311,14 @@ class StatusService:
             lease=LeaseStatus.of(holder) if holder is not None else None,
             consecutive_failures=failures,
             partitions=partitions,
+            health=self._table_health(mapping.table) if state is not None else None,
+            conversion_failures=conversion_failures,
         )
+
+    def _table_health(self, table: str) -> TableHealth | None:
+        if self._health is None:
+            return None
+        return self._health.health(table, small_file_bytes=self._config.maintenance.small_file_bytes)
 
     def _partition_status(
         self,

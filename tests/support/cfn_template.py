@@ -170,6 +170,20 @@ class Deployment:
             )
         return found
 
+    def failed_rules(self) -> dict[str, str]:
+        """The template's `Rules` whose assertions fail for these parameters: name -> assertion message.
+
+        CloudFormation refuses to create or update a stack while any rule fails.
+        """
+        failed: dict[str, str] = {}
+        for name, rule in self.template.get("Rules", {}).items():
+            if "RuleCondition" in rule and not self.evaluate(rule["RuleCondition"]):
+                continue
+            for assertion in rule["Assertions"]:
+                if not self.evaluate(assertion["Assert"]):
+                    failed[name] = str(assertion.get("AssertDescription", ""))
+        return failed
+
     def role_allows(self, role_id: str, action: str, resource: str) -> bool:
         return any(statement.allows(action, resource) for statement in self.role_statements(role_id))
 
@@ -321,6 +335,8 @@ _INTRINSICS: dict[str, Any] = {
     "Fn::And": lambda d, v: all(d.evaluate(item) for item in v),
     "Fn::Or": lambda d, v: any(d.evaluate(item) for item in v),
     "Condition": lambda d, v: d.condition(v),
+    # Rule functions (`Rules` assertions).
+    "Fn::Contains": lambda d, v: str(d.evaluate(v[1])) in [str(x) for x in d.evaluate(v[0])],
 }
 
 

@@ -1,0 +1,170 @@
+"""pyiceberg `DataFile`s for a run's files, from the metrics the Spark task carried (no footer read).
+
+`add_files` opens every file's footer to compute its metrics: one GET per file, tens of ms each on
+S3. The task already computed them from the footer it wrote (`dataplane.file_stats`), keyed by
+column name; here they become the table's metrics exactly as `add_files` would compute them: the
+table's field ids (by name, as the name mapping maps the files), its metrics modes
+(`write.metadata.metrics.*`) and truncation, the same schema check, and the partition inferred from
+the bounds. pyiceberg's own `StatsAggregator` and `DataFileStatistics` do the serialization, so the
+rules cannot drift.
+
+A file whose result carries no metrics (a result written before they were carried), or whose
+metrics cannot give the table's (a bound cut shorter than the table's truncation needs), is read
+from its footer as before.
+"""
+
+from __future__ import annotations
+
+import base64
+import struct
+from collections.abc import Mapping, Sequence
+from datetime import date, datetime, timedelta
+from typing import Any
+
+import pyarrow as pa
+from pyiceberg.io import FileIO
+from pyiceberg.io.fileformat import DataFileStatistics
+from pyiceberg.io.pyarrow import (
+    MetricModeTypes,
+    StatsAggregator,
+    _check_pyarrow_schema_compatible,
+    compute_statistics_plan,
+    parquet_file_to_data_file,
+    parquet_path_to_id_mapping,
+)
+from pyiceberg.manifest import DataFile as IcebergDataFile
+from pyiceberg.manifest import DataFileContent, FileFormat
+from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.utils.concurrent import ExecutorFactory
+
+from kafscale_iceberg.dataplane.file_stats import CARRIED_PREFIX
+from kafscale_iceberg.dataplane.schemas import arrow_type
+from kafscale_iceberg.domain.runs import ColumnStats, ColumnType, DataFile, FileStats
+
+_EPOCH = datetime(1970, 1, 1)
+_EPOCH_DAY = date(1970, 1, 1)
+_UNPACK = {
+    ColumnType.INT: "<i",
+    ColumnType.LONG: "<q",
+    ColumnType.FLOAT: "<f",
+    ColumnType.DOUBLE: "<d",
+}
+
+
+class MetricsNeedFooterError(Exception):
+    """The carried metrics cannot give this table's metrics for a file: read its footer instead."""
+
+
+def data_files_to_add(
+    metadata: TableMetadata, io: FileIO, uris: Sequence[str], files: Mapping[str, DataFile]
+) -> list[IcebergDataFile]:
+    """The `DataFile` entries for `uris`, in order: from the carried metrics, else from the footers.
+
+    Footers are read concurrently (pyiceberg's executor), as `add_files` does. Raises ValueError
+    when a file does not fit the table (the message names the column), FileNotFoundError/OSError
+    when a footer that must be read cannot be.
+    """
+    if len(uris) != len(set(uris)):
+        raise ValueError("File paths must be unique")
+    built: dict[str, IcebergDataFile] = {}
+    footers: list[str] = []
+    for uri in uris:
+        carried = files.get(uri)
+        if carried is None or carried.stats is None:
+            footers.append(uri)
+            continue
+        try:
+            built[uri] = data_file_from_stats(metadata, carried, carried.stats)
+        except MetricsNeedFooterError:
+            footers.append(uri)
+    if footers:
+        executor = ExecutorFactory.get_or_create()
+        futures = {uri: executor.submit(parquet_file_to_data_file, io, metadata, uri) for uri in footers}
+        built.update({uri: future.result() for uri, future in futures.items()})
+    return [built[uri] for uri in uris]
+
+
+def data_file_from_stats(metadata: TableMetadata, file: DataFile, stats: FileStats) -> IcebergDataFile:
+    """The `DataFile` `add_files` would build for `file`, from its carried metrics (no I/O).
+
+    Raises ValueError when the file does not fit the table, `MetricsNeedFooterError` when the carried
+    metrics are not enough for the table's metrics modes.
+    """
+    schema = metadata.schema()
+    written = pa.schema(
+        [pa.field(c.name, arrow_type(c.type), nullable=not c.required) for c in stats.columns]
+    )
+    _check_pyarrow_schema_compatible(schema, written, format_version=metadata.format_version)
+    plan = compute_statistics_plan(schema, metadata.properties)
+    field_ids = parquet_path_to_id_mapping(schema)
+    partition_sources = {field.source_id for field in metadata.spec().fields}
+    column_sizes: dict[int, int] = {}
+    value_counts: dict[int, int] = {}
+    null_counts: dict[int, int] = {}
+    aggregates: dict[int, StatsAggregator] = {}
+    for column in stats.columns:
+        field_id = field_ids[column.name]
+        wanted = plan[field_id]
+        column_sizes[field_id] = column.size_bytes
+        if wanted.mode.type is MetricModeTypes.NONE:
+            continue
+        value_counts[field_id] = column.value_count
+        if not column.has_stats:
+            continue
+        if column.null_count is not None:
+            null_counts[field_id] = column.null_count
+        if wanted.mode.type is MetricModeTypes.COUNTS:
+            continue
+        if (column.lower_cut or column.upper_cut) and (
+            field_id in partition_sources
+            or wanted.mode.length is None
+            or wanted.mode.length >= CARRIED_PREFIX
+        ):
+            raise MetricsNeedFooterError(column.name)
+        try:
+            aggregate = StatsAggregator(wanted.iceberg_type, column.physical_type, wanted.mode.length)
+        except ValueError as exc:
+            raise ValueError(f"{exc} for column '{column.name}'") from exc
+        aggregate.update_min(_decode(column, column.lower))
+        aggregate.update_max(_decode(column, column.upper))
+        aggregates[field_id] = aggregate
+    statistics = DataFileStatistics(
+        record_count=file.record_count,
+        column_sizes=column_sizes,
+        value_counts=value_counts,
+        null_value_counts=null_counts,
+        nan_value_counts={},
+        column_aggregates=aggregates,
+        split_offsets=list(stats.split_offsets),
+    )
+    return IcebergDataFile.from_args(
+        content=DataFileContent.DATA,
+        file_path=file.uri,
+        file_format=FileFormat.PARQUET,
+        partition=statistics.partition(metadata.spec(), schema),
+        file_size_in_bytes=file.size_bytes,
+        sort_order_id=None,
+        spec_id=metadata.default_spec_id,
+        equality_ids=None,
+        key_metadata=None,
+        **statistics.to_serialized_dict(),
+    )
+
+
+def _decode(column: ColumnStats, encoded: str | None) -> Any:
+    """The value pyarrow's `Statistics.min`/`max` gives for the column (what `add_files` aggregates)."""
+    if encoded is None:
+        return None
+    data = base64.b64decode(encoded)
+    kind = column.type
+    if kind is ColumnType.BOOLEAN:
+        return data == b"\x01"
+    if kind is ColumnType.STRING:
+        return data.decode("utf-8")
+    if kind is ColumnType.BINARY:
+        return data
+    if kind is ColumnType.DATE:
+        return _EPOCH_DAY + timedelta(days=struct.unpack("<i", data)[0])
+    if kind is ColumnType.TIMESTAMP:
+        return _EPOCH + timedelta(microseconds=struct.unpack("<q", data)[0])
+    return struct.unpack(_UNPACK[kind], data)[0]

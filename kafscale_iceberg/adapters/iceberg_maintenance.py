@@ -1,0 +1,435 @@
+"""Iceberg table maintenance through pyiceberg: health, compaction, snapshot expiry, referenced files.
+
+`IcebergTableMaintainer` is the `TableMaintainer` port's adapter (`services/maintenance.py`):
+
+- **Compaction** (`plan_compaction` -> `write_compaction` -> `commit_compaction`): small data files
+  of the current partition spec are grouped by Iceberg partition; a group's rows are split by Kafka
+  partition and sorted by offset, so every new file is partition-pure and in offset order (a reset
+  then touches few files), and written with the table's field ids under the product's run-scoped
+  prefix (`…/kafscale/compaction-…/`), so files of an interrupted compaction are orphans the
+  cleanup finds. ONE `overwrite` snapshot deletes the old files and adds the new ones. The commit is
+  optimistic: built on the snapshot planned from and asserted by the catalog; when a run's commit
+  landed meanwhile, it re-checks that every file it replaces is still in the table and commits again
+  on the new snapshot (the run's files are untouched). No row changes; table properties (the
+  `kafscale.*` offsets markers) are kept as they are.
+- **Snapshot expiry**: snapshots older than the retention, beyond the newest `keep`, never the
+  current one and never, per topic, the newest snapshot carrying its commit summary
+  (`kafscale.topic`: the audit trail of the last run and what `status` reads). Manifest lists and
+  manifests only the expired snapshots used are deleted; data files are left to the orphan cleanup
+  (only under the product's prefixes). The metadata log is bounded with
+  `write.metadata.previous-versions-max` and `write.metadata.delete-after-commit.enabled`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyiceberg.catalog import Catalog
+from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
+from pyiceberg.expressions import AlwaysTrue
+from pyiceberg.io.pyarrow import ArrowScan, parquet_file_to_data_file, schema_to_pyarrow
+from pyiceberg.manifest import DataFile as IcebergDataFile
+from pyiceberg.manifest import DataFileContent
+from pyiceberg.table import FileScanTask, Table
+from pyiceberg.table.snapshots import Snapshot
+from pyiceberg.table.update.snapshot import ExpireSnapshots
+
+from kafscale_iceberg.adapters.data_files import StagedFileStore
+from kafscale_iceberg.adapters.iceberg_catalog import is_unreachable_error
+from kafscale_iceberg.dataplane.parquet_files import RollingParquetWriter
+from kafscale_iceberg.dataplane.storage import join_uri
+from kafscale_iceberg.domain.commits import SUMMARY_TOPIC
+from kafscale_iceberg.domain.maintenance import (
+    LAST_COMPACTION_PROPERTY,
+    LAST_MAINTENANCE_PROPERTY,
+    SUMMARY_COMPACTION,
+    CompactionOutcome,
+    ExpiryOutcome,
+    TableHealth,
+    snapshots_to_expire,
+)
+from kafscale_iceberg.exceptions import (
+    CatalogError,
+    CatalogUnavailableError,
+    KafscaleIcebergError,
+    TableMissingError,
+)
+
+logger = logging.getLogger(__name__)
+
+_OFFSETS_PREFIX = "kafscale.offsets."
+_COMMIT_RETRIES = "commit.retry.num-retries"
+_PREVIOUS_VERSIONS_MAX = "write.metadata.previous-versions-max"
+_DELETE_AFTER_COMMIT = "write.metadata.delete-after-commit.enabled"
+_COMMIT_ATTEMPTS = 4
+
+
+@dataclass(frozen=True)
+class CompactionGroup:
+    """Small files of one Iceberg partition that are rewritten together."""
+
+    partition_key: str
+    files: tuple[IcebergDataFile, ...]
+
+    @property
+    def bytes(self) -> int:
+        return sum(f.file_size_in_bytes for f in self.files)
+
+
+@dataclass(frozen=True)
+class CompactionPlan:
+    """What one compaction pass of a table rewrites, planned on `snapshot_id`."""
+
+    table: str
+    snapshot_id: int | None
+    groups: tuple[CompactionGroup, ...]
+    tasks: dict[str, FileScanTask] = field(default_factory=dict, repr=False)
+    base: Table | None = field(default=None, repr=False)
+    """The table as planned from: the commit is built on it, and the catalog refuses it if it moved."""
+
+    @property
+    def file_count(self) -> int:
+        return sum(len(g.files) for g in self.groups)
+
+
+@dataclass(frozen=True)
+class CompactionWrite:
+    """A planned compaction whose new files are written (not yet in the table)."""
+
+    plan: CompactionPlan
+    new_files: tuple[str, ...]
+    rows: int
+
+
+class IcebergTableMaintainer:
+    """Maintenance of the tables of one catalog (see the module docstring)."""
+
+    def __init__(self, catalog: Catalog, sink: StagedFileStore, *, describe: str = "") -> None:
+        self._catalog = catalog
+        self._sink = sink
+        self._describe = describe or f"{type(catalog).__name__} {catalog.name!r}"
+
+    # -- health -------------------------------------------------------------------------------------
+
+    def health(self, table: str, *, small_file_bytes: int) -> TableHealth:
+        """Files, small files, snapshots and manifest bytes of the current snapshot; last maintenance."""
+        loaded = self._load(table)
+        try:
+            files = [t.file for t in loaded.scan().plan_files()]
+            snapshot = loaded.current_snapshot()
+            manifests = snapshot.manifests(loaded.io) if snapshot is not None else []
+        except Exception as exc:
+            raise self._translate(f"read the files of {table!r}", exc) from exc
+        properties = loaded.properties
+        return TableHealth(
+            table=table,
+            files=len(files),
+            small_files=sum(1 for f in files if f.file_size_in_bytes < small_file_bytes),
+            data_bytes=sum(f.file_size_in_bytes for f in files),
+            rows=sum(f.record_count for f in files),
+            snapshots=len(loaded.metadata.snapshots),
+            manifests=len(manifests),
+            manifest_bytes=sum(m.manifest_length for m in manifests),
+            last_maintenance_ms=_int_or_none(properties.get(LAST_MAINTENANCE_PROPERTY)),
+            last_compaction_ms=_int_or_none(properties.get(LAST_COMPACTION_PROPERTY)),
+        )
+
+    # -- compaction ---------------------------------------------------------------------------------
+
+    def plan_compaction(
+        self, table: str, *, small_file_bytes: int, min_small_files: int, max_bytes: int
+    ) -> CompactionPlan:
+        """The small files to rewrite: per Iceberg partition of the current spec, groups of >= 2 files
+        (or one file mixing Kafka partitions), up to `max_bytes` read in all, when the table has at
+        least `min_small_files` small files. Reads only."""
+        loaded = self._load(table)
+        try:
+            spec_id = loaded.metadata.default_spec_id
+            tasks = [
+                t
+                for t in loaded.scan().plan_files()
+                if t.file.content == DataFileContent.DATA
+                and t.file.spec_id == spec_id
+                and not t.delete_files
+                and t.file.file_size_in_bytes < small_file_bytes
+            ]
+        except Exception as exc:
+            raise self._translate(f"plan the compaction of {table!r}", exc) from exc
+        snapshot_id = loaded.metadata.current_snapshot_id
+        if len(tasks) < min_small_files:
+            return CompactionPlan(table, snapshot_id, ())
+        partition_column = _partition_field_id(loaded)
+        by_partition: dict[str, list[IcebergDataFile]] = {}
+        for task in tasks:
+            by_partition.setdefault(repr(task.file.partition), []).append(task.file)
+        groups: list[CompactionGroup] = []
+        budget = max_bytes
+        for key in sorted(by_partition):
+            files = _worth_rewriting(by_partition[key], partition_column)
+            chosen: list[IcebergDataFile] = []
+            for data_file in files:
+                if data_file.file_size_in_bytes > budget:
+                    break
+                chosen.append(data_file)
+                budget -= data_file.file_size_in_bytes
+            if chosen and _worth_rewriting(chosen, partition_column):
+                groups.append(CompactionGroup(key, tuple(chosen)))
+            if budget <= 0:
+                break
+        return CompactionPlan(table, snapshot_id, tuple(groups), {t.file.file_path: t for t in tasks}, loaded)
+
+    def write_compaction(
+        self, plan: CompactionPlan, *, data_prefix: str, target_file_size_bytes: int
+    ) -> CompactionWrite:
+        """Write the groups' rows, per Kafka partition in offset order, under a new folder of
+        `data_prefix`. Not in the table until `commit_compaction`; files of a pass that stops here
+        are orphans for the cleanup."""
+        loaded = self._load(plan.table)
+        schema = loaded.schema()
+        arrow_schema = schema_to_pyarrow(schema, include_field_ids=True)
+        folder = join_uri(data_prefix, f"compaction-{int(time.time() * 1000)}-{uuid.uuid4().hex[:8]}")
+        written: list[str] = []
+        rows_total = 0
+        for index, group in enumerate(plan.groups):
+            tasks = [plan.tasks[f.file_path] for f in group.files]
+            rows = ArrowScan(
+                table_metadata=loaded.metadata, io=loaded.io, projected_schema=schema, row_filter=AlwaysTrue()
+            ).to_table(tasks=tasks)
+            rows = rows.cast(arrow_schema) if rows.schema != arrow_schema else rows
+            writer = RollingParquetWriter(
+                sink=self._sink,
+                data_uri=folder,
+                schema=arrow_schema,
+                task_index=index,
+                target_file_size_bytes=target_file_size_bytes,
+            )
+            try:
+                for partition, part_rows in _by_kafka_partition(rows):
+                    writer.write({}, part_rows, kafka_partition=partition)
+                written.extend(f.uri for f in writer.close())
+            except BaseException:
+                writer.abort()
+                raise
+            rows_total += rows.num_rows
+        return CompactionWrite(plan, tuple(written), rows_total)
+
+    def commit_compaction(self, write: CompactionWrite, *, now_ms: int) -> CompactionOutcome:
+        """ONE `overwrite` snapshot: the planned files out, the new files in; optimistic with a re-check.
+
+        Raises nothing for a lost race it cannot repair (a replaced file left the table meanwhile,
+        e.g. a reset): the outcome says `committed=False` and the new files are orphans.
+        """
+        plan = write.plan
+        replaced = [f for g in plan.groups for f in g.files]
+        if not replaced:
+            return CompactionOutcome(table=plan.table, committed=False)
+        loaded = plan.base or self._load(plan.table)
+        new_files = [parquet_file_to_data_file(loaded.io, loaded.metadata, uri) for uri in write.new_files]
+        for attempt in range(1, _COMMIT_ATTEMPTS + 1):
+            if attempt > 1:
+                live = {t.file.file_path for t in loaded.scan().plan_files()}
+                gone = [f.file_path for f in replaced if f.file_path not in live]
+                if gone:
+                    logger.warning(
+                        "compaction abandoned: files it replaces left the table",
+                        extra={"table": plan.table, "gone": gone[:5]},
+                    )
+                    return CompactionOutcome(table=plan.table, committed=False, abandoned=True)
+            transaction = _single_attempt(loaded).transaction()
+            snapshot = transaction.update_snapshot(snapshot_properties={SUMMARY_COMPACTION: "true"})
+            with snapshot.overwrite() as overwrite:
+                for data_file in replaced:
+                    overwrite.delete_data_file(data_file)
+                for data_file in new_files:
+                    overwrite.append_data_file(data_file)
+            transaction.set_properties({LAST_COMPACTION_PROPERTY: str(now_ms)})
+            try:
+                transaction.commit_transaction()
+            except CommitFailedException as exc:
+                logger.info(
+                    "compaction lost a race with a commit; re-checking",
+                    extra={"table": plan.table, "attempt": attempt, "problem": str(exc)},
+                )
+                loaded = self._load(plan.table)
+                continue
+            return CompactionOutcome(
+                table=plan.table,
+                committed=True,
+                files_removed=len(replaced),
+                files_added=len(new_files),
+                rows=write.rows,
+                attempts=attempt,
+            )
+        return CompactionOutcome(table=plan.table, committed=False, attempts=_COMMIT_ATTEMPTS)
+
+    # -- snapshots ----------------------------------------------------------------------------------
+
+    def expire_snapshots(
+        self,
+        table: str,
+        *,
+        older_than_ms: int,
+        keep: int,
+        previous_versions_max: int,
+        now_ms: int,
+        dry_run: bool,
+    ) -> ExpiryOutcome:
+        """Expire what `snapshots_to_expire` picks; delete the manifests only they used. Idempotent."""
+        loaded = self._load(table)
+        metadata = loaded.metadata
+        topics = sorted(
+            k.removeprefix(_OFFSETS_PREFIX) for k in metadata.properties if k.startswith(_OFFSETS_PREFIX)
+        )
+        snapshots = [
+            (s.snapshot_id, s.timestamp_ms, s.summary.get(SUMMARY_TOPIC) if s.summary is not None else None)
+            for s in metadata.snapshots
+        ]
+        expire = snapshots_to_expire(
+            snapshots,
+            current=metadata.current_snapshot_id,
+            protected={ref.snapshot_id for ref in metadata.refs.values()},
+            topics=topics,
+            older_than_ms=older_than_ms,
+            keep=keep,
+        )
+        if dry_run:
+            return ExpiryOutcome(table=table, expired=tuple(expire), kept=len(snapshots) - len(expire))
+        try:
+            kept_ids = {s.snapshot_id for s in metadata.snapshots} - set(expire)
+            kept_files = _metadata_files(loaded, (s for s in metadata.snapshots if s.snapshot_id in kept_ids))
+            expired_files = _metadata_files(
+                loaded, (s for s in metadata.snapshots if s.snapshot_id in expire)
+            )
+            transaction = _single_attempt(loaded).transaction()
+            if expire:
+                ExpireSnapshots(transaction).by_ids(list(expire)).commit()
+            transaction.set_properties(
+                {
+                    _PREVIOUS_VERSIONS_MAX: str(previous_versions_max),
+                    _DELETE_AFTER_COMMIT: "true",
+                    LAST_MAINTENANCE_PROPERTY: str(now_ms),
+                }
+            )
+            transaction.commit_transaction()
+        except CommitFailedException:
+            # A run committed meanwhile: nothing was expired; the next pass tries again.
+            return ExpiryOutcome(table=table, expired=(), kept=len(snapshots), conflicted=True)
+        except KafscaleIcebergError:
+            raise
+        except Exception as exc:
+            raise self._translate(f"expire snapshots of {table!r}", exc) from exc
+        unused = sorted(expired_files - kept_files)
+        for path in unused:
+            try:
+                loaded.io.delete(path)
+            except FileNotFoundError:
+                continue
+        return ExpiryOutcome(
+            table=table, expired=tuple(expire), kept=len(kept_ids), metadata_files_deleted=len(unused)
+        )
+
+    # -- files --------------------------------------------------------------------------------------
+
+    def referenced_files(self, table: str) -> frozenset[str]:
+        """Every data and delete file any snapshot of `table` references (what orphan cleanup spares)."""
+        loaded = self._load(table)
+        paths: set[str] = set()
+        try:
+            seen: set[str] = set()
+            for snapshot in loaded.metadata.snapshots:
+                for manifest in snapshot.manifests(loaded.io):
+                    if manifest.manifest_path in seen:
+                        continue
+                    seen.add(manifest.manifest_path)
+                    for entry in manifest.fetch_manifest_entry(loaded.io, discard_deleted=False):
+                        paths.add(entry.data_file.file_path)
+        except Exception as exc:
+            raise self._translate(f"list the files of {table!r}", exc) from exc
+        return frozenset(paths)
+
+    def exists(self, table: str) -> bool:
+        """Whether the catalog has `table`."""
+        try:
+            self._load(table)
+        except TableMissingError:
+            return False
+        return True
+
+    def _load(self, identifier: str) -> Table:
+        try:
+            return self._catalog.load_table(identifier)
+        except NoSuchTableError:
+            raise TableMissingError(identifier) from None
+        except Exception as exc:
+            raise self._translate(f"load table {identifier!r}", exc) from exc
+
+    def _translate(self, operation: str, exc: Exception) -> Exception:
+        if is_unreachable_error(exc):
+            return CatalogUnavailableError(self._describe, operation, f"{type(exc).__name__}: {exc}")
+        return CatalogError(self._describe, operation, f"{type(exc).__name__}: {exc}")
+
+
+def _int_or_none(value: str | None) -> int | None:
+    return int(value) if value is not None and value.isdigit() else None
+
+
+def _partition_field_id(table: Table) -> int | None:
+    try:
+        return table.schema().find_field("partition").field_id
+    except ValueError:
+        return None
+
+
+def _worth_rewriting(files: Sequence[IcebergDataFile], field_id: int | None) -> list[IcebergDataFile]:
+    """The files whose rewrite lowers the file count: every file mixing Kafka partitions, and the
+    partition-pure files of Kafka partitions with more than one (a lone pure file stays as it is)."""
+    mixed = [f for f in files if _mixes_partitions(f, field_id)]
+    pure: dict[bytes, list[IcebergDataFile]] = {}
+    for data_file in files:
+        if field_id is not None and not _mixes_partitions(data_file, field_id):
+            pure.setdefault(data_file.lower_bounds[field_id], []).append(data_file)
+    several = [f for group in pure.values() if len(group) > 1 for f in group]
+    chosen = sorted([*mixed, *several], key=lambda f: f.file_path)
+    return chosen if len(chosen) > 1 or mixed else []
+
+
+def _mixes_partitions(data_file: IcebergDataFile, field_id: int | None) -> bool:
+    """True unless the file's statistics show one Kafka partition (lower bound == upper bound)."""
+    if field_id is None:
+        return False
+    lower = (data_file.lower_bounds or {}).get(field_id)
+    upper = (data_file.upper_bounds or {}).get(field_id)
+    return lower is None or lower != upper
+
+
+def _by_kafka_partition(rows: pa.Table) -> Iterable[tuple[int | None, pa.Table]]:
+    if "partition" not in rows.column_names or "offset" not in rows.column_names:
+        yield None, rows
+        return
+    ordered = rows.sort_by([("partition", "ascending"), ("offset", "ascending")])
+    partitions = ordered.column("partition")
+    for value in pc.unique(partitions).to_pylist():
+        yield value, ordered.filter(pc.equal(partitions, value))
+
+
+def _metadata_files(table: Table, snapshots: Iterable[Snapshot]) -> set[str]:
+    files: set[str] = set()
+    for snapshot in snapshots:
+        if snapshot.manifest_list:
+            files.add(snapshot.manifest_list)
+        for manifest in snapshot.manifests(table.io):
+            files.add(manifest.manifest_path)
+    return files
+
+
+def _single_attempt(table: Table) -> Table:
+    """The same table with pyiceberg's blind commit retries off (we re-check before retrying)."""
+    properties = {**table.metadata.properties, _COMMIT_RETRIES: "0"}
+    metadata = table.metadata.model_copy(update={"properties": properties})
+    return Table(table.name(), metadata, table.metadata_location, table.io, table.catalog)

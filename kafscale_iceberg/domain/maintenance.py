@@ -1,0 +1,92 @@
+"""Table maintenance values and rules: health, what expiry keeps, outcomes of a maintenance pass.
+
+Pure: no I/O. The adapter (`adapters/iceberg_maintenance.py`) reads and writes the tables; the
+service (`services/maintenance.py`) decides when and in which order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+LAST_MAINTENANCE_PROPERTY = "kafscale.maintenance.last-ms"
+"""Table property: when `maintain` last expired snapshots of the table (Unix ms)."""
+LAST_COMPACTION_PROPERTY = "kafscale.compaction.last-ms"
+"""Table property: when `maintain` last committed a compaction of the table (Unix ms)."""
+SUMMARY_COMPACTION = "kafscale.compaction"
+"""Snapshot summary key of a compaction's `overwrite` snapshot (`true`)."""
+
+
+@dataclass(frozen=True)
+class TableHealth:
+    """What a table looks like now: its current snapshot's files and manifests, its snapshots."""
+
+    table: str
+    files: int
+    small_files: int
+    data_bytes: int
+    rows: int
+    snapshots: int
+    manifests: int
+    manifest_bytes: int
+    last_maintenance_ms: int | None = None
+    last_compaction_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class CompactionOutcome:
+    """What one compaction pass of a table did."""
+
+    table: str
+    committed: bool
+    files_removed: int = 0
+    files_added: int = 0
+    rows: int = 0
+    attempts: int = 0
+    abandoned: bool = False
+    """The files it replaces left the table meanwhile (e.g. a reset): nothing committed."""
+
+
+@dataclass(frozen=True)
+class ExpiryOutcome:
+    """What snapshot expiry of a table did (or, in a dry run, would do)."""
+
+    table: str
+    expired: tuple[int, ...]
+    kept: int
+    metadata_files_deleted: int = 0
+    conflicted: bool = False
+
+
+@dataclass(frozen=True)
+class OrphanFile:
+    """A file under the product's run-scoped prefixes that no snapshot references."""
+
+    uri: str
+    size_bytes: int
+    modified_ms: int
+
+
+def snapshots_to_expire(
+    snapshots: Sequence[tuple[int, int, str | None]],
+    *,
+    current: int | None,
+    protected: Iterable[int],
+    topics: Iterable[str],
+    older_than_ms: int,
+    keep: int,
+) -> list[int]:
+    """The snapshot ids to expire, oldest first, from `(id, timestamp_ms, kafscale.topic or None)`.
+
+    Kept: the current snapshot and every branch/tag head (`protected`); the newest `keep`; those at
+    or after `older_than_ms`; and for each topic the table records offsets for, the newest snapshot
+    whose summary names it (the last run's audit record, which `status` shows as its last commit).
+    """
+    ordered = sorted(snapshots, key=lambda s: (s[1], s[0]))
+    keep_ids = {current, *protected} - {None}
+    keep_ids.update(s[0] for s in ordered[-keep:] if keep > 0)
+    for topic in topics:
+        newest = [s for s in ordered if s[2] == topic]
+        if newest:
+            keep_ids.add(newest[-1][0])
+    return [s[0] for s in ordered if s[0] not in keep_ids and s[1] < older_than_ms]

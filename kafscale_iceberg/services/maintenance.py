@@ -1,0 +1,274 @@
+"""Table maintenance (`kafscale-iceberg maintain`, the `run` loop, the scheduled AWS function).
+
+For each mapped table and its dead-letter table, in this order:
+
+1. **Compaction** when the table has at least `maintenance.compaction_min_small_files` files smaller
+   than `maintenance.small_file_bytes` (or always, with `force_compaction`): small files of
+   committed runs are rewritten into files of the mapping's target size, partition-pure (one Kafka
+   partition each, offset order), and swapped in ONE `overwrite` snapshot. It takes no lease: the
+   commit is optimistic and re-checked (see `adapters/iceberg_maintenance.py`), so it never blocks
+   or races a run's commit: both land, no row lost or doubled.
+2. **Snapshot expiry**: older than `maintenance.snapshot_retention`, keeping the newest
+   `maintenance.keep_snapshots` and the snapshot each topic's last run wrote; the offsets markers
+   are table properties, which expiry never touches. The metadata log is bounded by
+   `maintenance.metadata_previous_versions_max`.
+3. **Orphan files**: files under the table's run-scoped data prefix (`run_data_prefix`) that no
+   snapshot references and older than `maintenance.orphan_grace` are deleted; the folder of the run
+   holding the topic's lease is never touched, whatever its age (a run in flight keeps its files).
+
+`dry_run` reads only and reports what each step would do. Every step is idempotent.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from kafscale_iceberg.config import KafscaleConfig, MappingConfig
+from kafscale_iceberg.domain.maintenance import (
+    CompactionOutcome,
+    ExpiryOutcome,
+    OrphanFile,
+    TableHealth,
+)
+from kafscale_iceberg.domain.tickets import join_uri
+from kafscale_iceberg.ports import CheckpointStore
+from kafscale_iceberg.services.launch import UnmappedTopicError, run_data_prefix
+
+logger = logging.getLogger(__name__)
+
+
+class CompactionPlanLike(Protocol):
+    """A planned compaction (adapter type): how many files it rewrites."""
+
+    @property
+    def file_count(self) -> int: ...
+
+
+class TableMaintainer(Protocol):
+    """Iceberg maintenance operations (adapter: `IcebergTableMaintainer`)."""
+
+    def exists(self, table: str) -> bool: ...
+
+    def health(self, table: str, *, small_file_bytes: int) -> TableHealth: ...
+
+    def plan_compaction(
+        self, table: str, *, small_file_bytes: int, min_small_files: int, max_bytes: int
+    ) -> CompactionPlanLike: ...
+
+    def write_compaction(self, plan: Any, *, data_prefix: str, target_file_size_bytes: int) -> Any: ...
+
+    def commit_compaction(self, write: Any, *, now_ms: int) -> CompactionOutcome: ...
+
+    def expire_snapshots(
+        self,
+        table: str,
+        *,
+        older_than_ms: int,
+        keep: int,
+        previous_versions_max: int,
+        now_ms: int,
+        dry_run: bool,
+    ) -> ExpiryOutcome: ...
+
+    def referenced_files(self, table: str) -> frozenset[str]: ...
+
+
+class FileLister(Protocol):
+    """Files under a storage prefix (adapter: `StorageFileLister`)."""
+
+    def list_files(self, prefix: str) -> list[OrphanFile]: ...
+
+    def delete_files(self, uris: Sequence[str]) -> int: ...
+
+
+@dataclass(frozen=True)
+class TableMaintenance:
+    """What maintenance did (or would do, in a dry run) to one table."""
+
+    table: str
+    before: TableHealth
+    after: TableHealth | None = None
+    compaction: CompactionOutcome | None = None
+    compaction_candidates: int = 0
+    expiry: ExpiryOutcome | None = None
+    orphans: tuple[OrphanFile, ...] = ()
+    orphans_deleted: int = 0
+
+
+@dataclass(frozen=True)
+class MaintenanceReport:
+    """One maintenance pass over the mapped tables."""
+
+    dry_run: bool
+    tables: tuple[TableMaintenance, ...] = field(default_factory=tuple)
+
+
+class MaintenanceService:
+    """Compaction, snapshot expiry and orphan cleanup of the mapped tables (see the module docstring)."""
+
+    def __init__(
+        self,
+        config: KafscaleConfig,
+        tables: TableMaintainer,
+        files: FileLister,
+        checkpoints: CheckpointStore,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._config = config
+        self._tables = tables
+        self._files = files
+        self._checkpoints = checkpoints
+        self._clock = clock
+
+    def maintain(
+        self,
+        *,
+        topics: Sequence[str] = (),
+        dry_run: bool = False,
+        force_compaction: bool = False,
+    ) -> MaintenanceReport:
+        """One pass over the mappings of `topics` (all when empty). Idempotent.
+
+        Raises `UnmappedTopicError` naming a topic without a mapping, and the adapters' catalog
+        and storage errors (a pass stopped by one can simply be run again).
+        """
+        mappings = self._mappings(topics)
+        done: list[TableMaintenance] = []
+        for mapping in mappings:
+            for identifier in (mapping.identifier, mapping.dead_letter_identifier):
+                table = ".".join(identifier)
+                if not self._tables.exists(table):
+                    continue
+                done.append(self.maintain_table(mapping, identifier, dry_run=dry_run, force=force_compaction))
+        return MaintenanceReport(dry_run=dry_run, tables=tuple(done))
+
+    def maintain_table(
+        self, mapping: MappingConfig, identifier: tuple[str, ...], *, dry_run: bool, force: bool = False
+    ) -> TableMaintenance:
+        """Compaction, expiry, orphan cleanup of one table (see the module docstring)."""
+        settings = self._config.maintenance
+        table = ".".join(identifier)
+        prefix = run_data_prefix(self._config, identifier)
+        before = self._tables.health(table, small_file_bytes=settings.small_file_bytes)
+        compaction: CompactionOutcome | None = None
+        candidates = 0
+        if force or before.small_files >= settings.compaction_min_small_files:
+            plan = self._tables.plan_compaction(
+                table,
+                small_file_bytes=settings.small_file_bytes,
+                min_small_files=2 if force else settings.compaction_min_small_files,
+                max_bytes=settings.compaction_max_bytes,
+            )
+            candidates = plan.file_count
+            if candidates and not dry_run:
+                written = self._tables.write_compaction(
+                    plan,
+                    data_prefix=prefix,
+                    target_file_size_bytes=self._config.target_file_size_for(mapping),
+                )
+                compaction = self._tables.commit_compaction(written, now_ms=self._now_ms())
+        now_ms = self._now_ms()
+        expiry = self._tables.expire_snapshots(
+            table,
+            older_than_ms=now_ms - settings.snapshot_retention * 1000,
+            keep=settings.keep_snapshots,
+            previous_versions_max=settings.metadata_previous_versions_max,
+            now_ms=now_ms,
+            dry_run=dry_run,
+        )
+        orphans = tuple(self.orphan_files(mapping.topic, table, prefix))
+        deleted = 0 if dry_run else self._files.delete_files([o.uri for o in orphans])
+        after = None if dry_run else self._tables.health(table, small_file_bytes=settings.small_file_bytes)
+        logger.info(
+            "table maintained",
+            extra={
+                "table": table,
+                "dry_run": dry_run,
+                "compacted_files": compaction.files_removed if compaction else 0,
+                "expired_snapshots": len(expiry.expired),
+                "orphans": len(orphans),
+            },
+        )
+        return TableMaintenance(
+            table=table,
+            before=before,
+            after=after,
+            compaction=compaction,
+            compaction_candidates=candidates,
+            expiry=expiry,
+            orphans=orphans,
+            orphans_deleted=deleted,
+        )
+
+    def orphan_files(self, topic: str, table: str, prefix: str) -> list[OrphanFile]:
+        """Files under `prefix` no snapshot of `table` references, older than the grace period, and not
+        in the folder of the run holding `topic`'s lease. Reads only.
+
+        The lease is read before the listing and the references after it: a file a run commits
+        while this runs is referenced by then, and a run that starts meanwhile writes files younger
+        than the grace period.
+        """
+        holder = self._checkpoints.read_lease_holder(topic)
+        spared = join_uri(prefix, holder.run_id) + "/" if holder is not None and holder.run_id else None
+        listed = self._files.list_files(prefix)
+        referenced = self._tables.referenced_files(table)
+        cutoff = self._now_ms() - self._config.maintenance.orphan_grace * 1000
+        return sorted(
+            (
+                f
+                for f in listed
+                if f.uri not in referenced
+                and f.modified_ms < cutoff
+                and (spared is None or not f.uri.startswith(spared))
+            ),
+            key=lambda f: f.uri,
+        )
+
+    def _mappings(self, topics: Sequence[str]) -> list[MappingConfig]:
+        mappings = list(self._config.mappings)
+        if not topics:
+            return mappings
+        known = {m.topic: m for m in mappings}
+        unknown = [t for t in topics if t not in known]
+        if unknown:
+            raise UnmappedTopicError(
+                f"topic(s) {', '.join(unknown)} not mapped: maintain takes the topics of the config's "
+                f"mappings ({', '.join(sorted(known))})"
+            )
+        return [known[t] for t in topics]
+
+    def _now_ms(self) -> int:
+        return int(self._clock() * 1000)
+
+
+class MaintenanceSchedule:
+    """Runs a maintenance pass when `maintenance.interval_seconds` have passed since the last one
+    (the one-machine `run` calls it after each discovery pass). The first pass is one interval after
+    start, so a restart loop never turns into a maintenance loop."""
+
+    def __init__(self, service: MaintenanceService, interval_s: float, *, clock: Callable[[], float]) -> None:
+        self._service = service
+        self._interval_s = interval_s
+        self._clock = clock
+        self._next_at = clock() + interval_s
+
+    def __call__(self) -> MaintenanceReport | None:
+        """Maintain now if due; the report, or None when not due or failed.
+
+        A failed pass is logged at error level with its reason and tried again one interval later:
+        maintenance must never stop ingestion, and every step of it is safe to repeat.
+        """
+        now = self._clock()
+        if now < self._next_at:
+            return None
+        self._next_at = now + self._interval_s
+        try:
+            return self._service.maintain()
+        except Exception as exc:
+            logger.exception("maintenance pass failed; retried next interval", extra={"problem": str(exc)})
+            return None

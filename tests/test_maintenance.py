@@ -1,0 +1,297 @@
+"""`maintain`: compaction, snapshot expiry and orphan cleanup on real tables.
+
+Real parts: segments decoded and written by the data plane's task (in this process, no Spark), a
+SQLite Iceberg catalog, a SQLite checkpoint store, the commit service, local files. The clock is
+the machine's, moved ahead where a test needs files older than the grace period.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from kafscale_iceberg.adapters.data_files import StagedFileStore
+from kafscale_iceberg.adapters.documents import DocumentStore
+from kafscale_iceberg.adapters.file_listing import StorageFileLister
+from kafscale_iceberg.adapters.iceberg_catalog import CatalogSettings, load_iceberg_catalog
+from kafscale_iceberg.adapters.iceberg_maintenance import IcebergTableMaintainer
+from kafscale_iceberg.assembly import Assembly
+from kafscale_iceberg.cli import main
+from kafscale_iceberg.config import KafscaleConfig, config_from_mapping
+from kafscale_iceberg.dataplane.reports import build_run_result
+from kafscale_iceberg.dataplane.tasks import plan_tasks, run_task
+from kafscale_iceberg.domain.leases import LeaseGrant
+from kafscale_iceberg.domain.maintenance import SUMMARY_COMPACTION
+from kafscale_iceberg.domain.runs import RunPlan, RunResult, RunTimings
+from kafscale_iceberg.domain.tickets import join_uri
+from kafscale_iceberg.services.commit import TablePolicy
+from kafscale_iceberg.services.launch import run_data_prefix
+from kafscale_iceberg.services.maintenance import MaintenanceSchedule, MaintenanceService
+from tests.support.spark_job import SegmentFolder, make_plan
+
+TOPIC, TABLE, DLQ = "orders", "prod.orders", "prod.orders_dead_letters"
+PARTITIONS, PER_RUN = 3, 20
+CREATE = TablePolicy(create_table_if_missing=True)
+
+
+class World:
+    """A topic's table fed by real data-plane runs, and the maintenance service over it."""
+
+    def __init__(self, tmp_path: Path, **maintenance: Any) -> None:
+        self.root = tmp_path
+        self.config_data: dict[str, Any] = {
+            "s3": {"bucket": "segments"},
+            "iceberg": {
+                "catalog": {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db"},
+                "warehouse": f"file://{tmp_path}/warehouse",
+            },
+            "offsets": {"backend": "sqlite", "sqlite_path": str(tmp_path / "offsets.db")},
+            "mappings": [{"topic": TOPIC, "table": TABLE, "create_table_if_missing": True}],
+            "maintenance": {"compaction_min_small_files": 2, **maintenance},
+        }
+        self.config: KafscaleConfig = config_from_mapping(self.config_data, source="test")
+        self.assembly = Assembly(self.config, owner_id="test")
+        self.catalog = load_iceberg_catalog(CatalogSettings.from_config(self.config))
+        self.folder = SegmentFolder(tmp_path / "segments")
+        self.prefix = run_data_prefix(self.config, ("prod", "orders"))
+        self.runs = 0
+        self.clock_offset_s = 0.0
+
+    def service(self) -> MaintenanceService:
+        maintainer = IcebergTableMaintainer(self.catalog, StagedFileStore())
+        return MaintenanceService(
+            self.config,
+            maintainer,
+            StorageFileLister(),
+            self.assembly.checkpoints,
+            clock=lambda: time.time() + self.clock_offset_s,
+        )
+
+    def maintainer(self) -> IcebergTableMaintainer:
+        return IcebergTableMaintainer(self.catalog, StagedFileStore())
+
+    def plan_next(self, *, min_bytes: int = 1 << 30) -> RunPlan:
+        """The next run: PER_RUN more records in each partition (shared files unless `min_bytes`)."""
+        first = self.runs * PER_RUN
+        for p in range(PARTITIONS):
+            self.folder.add_orders(p, first, PER_RUN)
+        plan = make_plan(
+            self.folder,
+            str(self.root),
+            ranges=dict.fromkeys(range(PARTITIONS), (first - 1, first + PER_RUN - 1)),
+            segments={p: self.folder.written[p][self.runs :] for p in range(PARTITIONS)},
+            partition_file_min_bytes=min_bytes,
+        )
+        self.runs += 1
+        table = plan.table.model_copy(update={"data_uri": join_uri(self.prefix, plan.run_id)})
+        return plan.model_copy(update={"table": table})
+
+    def write(self, plan: RunPlan) -> RunResult:
+        reports = [
+            run_task(plan, task, reader=DocumentStore(), sink=StagedFileStore())
+            for task in plan_tasks(plan, max_tasks=2, min_task_bytes=1)
+        ]
+        return build_run_result(plan, reports, RunTimings(started_at_ms=0, ended_at_ms=0))
+
+    def commit(self, plan: RunPlan, result: RunResult) -> None:
+        grant = self.assembly.checkpoints.claim_lease(TOPIC, owner_id="test", run_id=plan.run_id)
+        assert isinstance(grant, LeaseGrant)
+        self.assembly.commits.commit_run(plan, result, grant, CREATE)
+
+    def produce(self, runs: int, **options: Any) -> None:
+        for _ in range(runs):
+            plan = self.plan_next(**options)
+            self.commit(plan, self.write(plan))
+
+    def rows(self) -> pa.Table:
+        rows = self.catalog.load_table(TABLE).scan().to_arrow()
+        return rows.sort_by([("partition", "ascending"), ("offset", "ascending")])
+
+    def files(self) -> list[Any]:
+        return [t.file for t in self.catalog.load_table(TABLE).scan().plan_files()]
+
+    def expected_pairs(self) -> Counter[tuple[int, int]]:
+        return Counter((p, o) for p in range(PARTITIONS) for o in range(self.runs * PER_RUN))
+
+
+def _pairs(rows: pa.Table) -> Counter[tuple[int, int]]:
+    return Counter(zip(rows.column("partition").to_pylist(), rows.column("offset").to_pylist(), strict=True))
+
+
+def _partition_pure(data_file: Any, field_id: int) -> bool:
+    return bool(data_file.lower_bounds[field_id] == data_file.upper_bounds[field_id])
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> World:
+    return World(tmp_path)
+
+
+def test_compaction_makes_files_partition_pure_in_one_snapshot_and_changes_no_row(world: World) -> None:
+    world.produce(4)  # each run: one file mixing the 3 partitions
+    rows_before = world.rows()
+    properties_before = dict(world.catalog.load_table(TABLE).properties)
+    snapshots_before = len(world.catalog.load_table(TABLE).snapshots())
+
+    report = world.service().maintain(force_compaction=True)
+
+    (done, _dlq) = report.tables if len(report.tables) == 2 else (report.tables[0], None)
+    assert done.compaction is not None
+    assert done.compaction.committed
+    table = world.catalog.load_table(TABLE)
+    assert len(table.snapshots()) == snapshots_before + 1
+    summary = table.current_snapshot().summary  # type: ignore[union-attr]
+    assert summary is not None
+    assert (summary.operation.value, summary[SUMMARY_COMPACTION]) == ("overwrite", "true")
+    assert world.rows().equals(rows_before)
+    partition_id = table.schema().find_field("partition").field_id
+    files = world.files()
+    assert len(files) == PARTITIONS
+    assert all(_partition_pure(f, partition_id) for f in files)
+    kept = {k: v for k, v in table.properties.items() if k.startswith("kafscale.offsets")}
+    assert kept == {k: v for k, v in properties_before.items() if k.startswith("kafscale.offsets")}
+    # The exactly-once checks still work: the next run commits once.
+    world.produce(1)
+    assert _pairs(world.rows()) == world.expected_pairs()
+
+
+def test_a_compaction_racing_a_commit_lands_with_it_and_no_row_is_lost_or_doubled(world: World) -> None:
+    world.produce(3)
+    maintainer = world.maintainer()
+    plan = maintainer.plan_compaction(TABLE, small_file_bytes=1 << 30, min_small_files=2, max_bytes=1 << 30)
+    written = maintainer.write_compaction(plan, data_prefix=world.prefix, target_file_size_bytes=1 << 27)
+    world.produce(1)  # a run commits between the compaction's planning and its commit
+
+    outcome = maintainer.commit_compaction(written, now_ms=0)
+
+    assert outcome.committed
+    assert outcome.attempts == 2  # lost the race once, re-checked, committed on the new snapshot
+    assert _pairs(world.rows()) == world.expected_pairs()  # every record exactly once
+
+
+def test_a_compaction_interrupted_after_writing_its_files_leaves_the_table_unchanged_and_orphans_cleaned(
+    tmp_path: Path,
+) -> None:
+    world = World(tmp_path, orphan_grace="1h")
+    world.produce(3)
+    before = world.catalog.load_table(TABLE).metadata.current_snapshot_id
+    maintainer = world.maintainer()
+    plan = maintainer.plan_compaction(TABLE, small_file_bytes=1 << 30, min_small_files=2, max_bytes=1 << 30)
+    written = maintainer.write_compaction(plan, data_prefix=world.prefix, target_file_size_bytes=1 << 27)
+    # ... and the process dies here: nothing committed.
+    assert written.new_files
+    assert world.catalog.load_table(TABLE).metadata.current_snapshot_id == before
+
+    young = world.service().maintain(dry_run=True)
+    assert young.tables[0].orphans == ()  # within the grace period: could be a compaction in flight
+    world.clock_offset_s = 2 * 3600
+    report = world.service().maintain()
+
+    assert sorted(o.uri for o in report.tables[0].orphans) == sorted(written.new_files)
+    assert not any(Path(uri.removeprefix("file://")).exists() for uri in written.new_files)
+    assert _pairs(world.rows()) == world.expected_pairs()
+
+
+def test_expiry_keeps_the_current_and_the_topics_last_run_snapshot_and_the_offsets(tmp_path: Path) -> None:
+    world = World(tmp_path, snapshot_retention=0, keep_snapshots=1)
+    world.produce(4)
+    maintainer = world.maintainer()  # the current snapshot becomes a compaction's
+    plan = maintainer.plan_compaction(TABLE, small_file_bytes=1 << 30, min_small_files=2, max_bytes=1 << 30)
+    written = maintainer.write_compaction(plan, data_prefix=world.prefix, target_file_size_bytes=1 << 27)
+    assert maintainer.commit_compaction(written, now_ms=0).committed
+    table = world.catalog.load_table(TABLE)
+    last_run = table.snapshots()[-2]
+    count = len(table.snapshots())
+    world.clock_offset_s = 1
+
+    report = world.service().maintain()
+
+    table = world.catalog.load_table(TABLE)
+    expiry = report.tables[0].expiry
+    assert expiry is not None
+    assert len(expiry.expired) == count - 2
+    assert {s.snapshot_id for s in table.snapshots()} == {
+        last_run.snapshot_id,
+        table.metadata.current_snapshot_id,
+    }
+    assert table.properties["kafscale.offsets.orders"] == '{"0":79,"1":79,"2":79}'
+    assert table.properties["write.metadata.previous-versions-max"] == "100"
+    assert world.assembly.tables.last_commit_ms(TABLE, TOPIC) == last_run.timestamp_ms
+    # The exactly-once check reads the offsets properties: the next run lands once.
+    world.produce(1)
+    assert _pairs(world.rows()) == world.expected_pairs()
+
+
+def test_orphan_cleanup_spares_the_run_in_flight_and_deletes_a_dead_runs_files(tmp_path: Path) -> None:
+    world = World(tmp_path, orphan_grace="10m")
+    world.produce(1)
+    dead = world.plan_next()
+    dead_files = world.write(dead).data_files  # a run that failed after writing: never committed
+    world.runs -= 1
+    in_flight = world.plan_next().model_copy(update={"run_id": "orders-inflight-a0"})
+    in_flight = in_flight.model_copy(
+        update={
+            "table": in_flight.table.model_copy(update={"data_uri": join_uri(world.prefix, in_flight.run_id)})
+        }
+    )
+    flight_files = world.write(in_flight).data_files
+    grant = world.assembly.checkpoints.claim_lease(TOPIC, owner_id="spark", run_id=in_flight.run_id)
+    assert isinstance(grant, LeaseGrant)
+    world.clock_offset_s = 3600  # every file is past the grace period now
+
+    listed = world.service().maintain(dry_run=True).tables[0].orphans
+    assert sorted(o.uri for o in listed) == sorted(f.uri for f in dead_files)
+    assert all(Path(f.uri.removeprefix("file://")).exists() for f in dead_files)  # dry run: listed only
+
+    world.service().maintain()
+
+    assert not any(Path(f.uri.removeprefix("file://")).exists() for f in dead_files)
+    assert all(Path(f.uri.removeprefix("file://")).exists() for f in flight_files)
+    assert all(Path(f.file_path.removeprefix("file://")).exists() for f in world.files())
+    world.assembly.checkpoints.release_lease(grant)
+
+
+def test_the_maintain_command_dry_run_lists_and_changes_nothing_then_maintains(
+    world: World, capsys: pytest.CaptureFixture[str]
+) -> None:
+    world.produce(3)
+    config = world.root / "config.json"
+    config.write_text(json.dumps(world.config_data))
+    before = world.catalog.load_table(TABLE).metadata_location
+
+    assert main(["maintain", "--config", str(config), "--dry-run", "--json"]) == 0
+
+    document = json.loads(capsys.readouterr().out)
+    (table,) = [t for t in document["tables"] if t["table"] == TABLE]
+    assert document["dry_run"] is True
+    assert (table["before"]["files"], table["compaction"]["candidates"]) == (6, 6)  # 2 tasks a run
+    assert world.catalog.load_table(TABLE).metadata_location == before
+
+    assert main(["maintain", "--config", str(config)]) == 0
+
+    out = capsys.readouterr().out
+    assert f"{TABLE}: 6 files (6 small)" in out
+    assert "  compaction    6 files -> 3, committed" in out
+    assert len(world.files()) == PARTITIONS
+    assert _pairs(world.rows()) == world.expected_pairs()
+
+
+def test_the_run_loop_schedule_maintains_once_per_interval(world: World) -> None:
+    world.produce(2)
+    now = [100.0]
+    schedule = MaintenanceSchedule(world.service(), 60.0, clock=lambda: now[0])
+
+    assert schedule() is None  # not due at start
+    now[0] += 61
+    report = schedule()
+    assert report is not None
+    assert report.tables[0].compaction is not None
+    now[0] += 30
+    assert schedule() is None
+    assert len(world.files()) == PARTITIONS
