@@ -287,7 +287,8 @@ class RunSteps:
         """The partition a failed run's corrupt segment belongs to (policy `fail`), else None."""
         try:
             result = RunResult.model_validate_json(self._documents.read_text(plan.result_uri))
-        except DocumentMissingError:
+        except KafscaleIcebergError as exc:  # best effort: the whole topic backs off instead
+            logger.warning("could not read the failed run's result", extra={"error": str(exc)})
             return None
         failure = result.failure
         if failure is None or failure.kind is not FailureKind.CORRUPT_SEGMENT or failure.segment_key is None:
