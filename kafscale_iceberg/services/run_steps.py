@@ -269,6 +269,13 @@ class RunSteps:
         if plan is None:
             failures = ticket.attempt + 1  # no plan, no starts to key the streak on: the attempt counts
             return failures, self._runs.retry_delay_seconds(failures)
+        if self._is_stale(ticket.topic, plan):
+            # The committed offsets moved since the plan was made (a refusal repaired them from the
+            # table, or another runner committed): not the topic's failure, so re-plan at once.
+            logger.info(
+                "aborted plan was stale; no backoff", extra={"topic": ticket.topic, "run_id": ticket.run_id}
+            )
+            return 0, 0
         partition = self._failed_partition(plan)
         backoff = BackoffRecords(self._documents, self._runs).record_failure(
             ticket.topic,
@@ -282,6 +289,14 @@ class RunSteps:
         if partition is not None:
             return backoff.held[partition].failures, 0
         return backoff.failures, self._runs.retry_delay_seconds(backoff.failures)
+
+    def _is_stale(self, topic: str, plan: RunPlan) -> bool:
+        """True when the store's committed offsets are no longer the plan's starts (best effort)."""
+        try:
+            committed = self._checkpoints.load_committed_offsets(topic)
+        except KafscaleIcebergError:
+            return False
+        return any(committed.offset(p) != start for p, start in plan.start_offsets().items())
 
     def _failed_partition(self, plan: RunPlan) -> int | None:
         """The partition a failed run's corrupt segment belongs to (policy `fail`), else None."""
