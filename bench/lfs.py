@@ -1,18 +1,23 @@
 """LFS blob resolution per core: one task's bounded concurrent fetches vs sequential GETs of the same blobs.
 
-Run with `python -m bench.lfs` (or `make bench-lfs`). A moto server runs as its own process (so this
-process's CPU time is the client's only); blobs of 4 KB, 256 KB and 8 MB are uploaded as KafScale's
-LFS proxy stores them, and one segment per size holds their envelopes. For each size, in the same
+Run with `python -m bench.lfs` (or `make bench-lfs`). A moto server runs as its own process; blobs of
+4 KB, 256 KB and 8 MB are uploaded as KafScale's LFS proxy stores them, and one segment per size
+holds their envelopes. Reads go through `bench.s3_proxy` (its own process too), which makes
+moto answer like S3: `--latency-ms` first-byte latency per GET (default 30) and `--mbps` per
+connection (default 80 MB/s); `--loopback` reads moto directly instead. For each size, in the same
 run and on the same blobs:
 
 - **ours**: `LfsStage.parts` with `resolve_concurrency` (default 8) over the segment's records - the
   GETs in parallel with bounded memory, sha256 verified, values replaced - as one Spark task runs it
   (one core); and the whole task (`run_task`: decode, resolve, convert, write Parquet);
+- **ours, concurrency 1**: the same stage fetching one blob at a time (what the code costs beside
+  plain GETs);
 - **sequential**: one boto3 GET after the other, each body read (the Go processor's single-worker
   cost; no checksum: a floor for the sequential approach).
 
 Each figure is the best of `--repeats`. blobs/s and MB/s are per wall second of the one task (one
-core); `cpu_s_per_mb` is this process's CPU seconds per MB (moto's work is in its own process).
+core); `cpu_s_per_mb` is this process's CPU seconds per MB (moto and the proxy run in their own
+processes).
 MB = 1e6 bytes of blob. The last line is one JSON object with `vs_sequential` per size.
 """
 
@@ -62,7 +67,7 @@ from kafscale_iceberg.segments.lfs import ChecksumAlg, blob_key, proxy_value
 BUCKET = "lfs-bench"
 NAMESPACE = "bench"
 WHEN = datetime(2026, 11, 20, tzinfo=UTC)
-SIZES = {"4KB": (4 * 1024, 2000), "256KB": (256 * 1024, 240), "8MB": (8 * 1024 * 1024, 24)}
+SIZES = {"4KB": (4 * 1024, 400), "256KB": (256 * 1024, 120), "8MB": (8 * 1024 * 1024, 16)}
 
 
 @dataclass(frozen=True)
@@ -157,8 +162,8 @@ def measure(
     segment = workload.plan.partitions[0].segments[0]
     records = decode_segment((root / segment.key).read_bytes(), source=segment.key, partition=0).records
 
-    def ours_stage() -> None:
-        stage = LfsStage(workload.plan.conversion.lfs, reader=reader)
+    def ours_stage(settings: LfsSettings = workload.plan.conversion.lfs) -> None:
+        stage = LfsStage(settings, reader=reader)
         try:
             resolved = sum(p.records.column("value").nbytes for p in stage.parts(records))
         finally:
@@ -178,7 +183,13 @@ def measure(
         assert total == workload.blob_bytes * len(workload.keys)
 
     figures: dict[str, tuple[float, float]] = {}
-    for name, action in (("sequential", sequential), ("ours", ours_stage), ("ours_task", ours_task)):
+    one_at_a_time = workload.plan.conversion.lfs.model_copy(update={"resolve_concurrency": 1})
+    for name, action in (
+        ("sequential", sequential),
+        ("ours", ours_stage),
+        ("ours_concurrency_1", lambda: ours_stage(one_at_a_time)),
+        ("ours_task", ours_task),
+    ):
         runs = [timed(action) for _ in range(repeats)]
         figures[name] = min(runs)
     count, mb = len(workload.keys), workload.mb
@@ -202,22 +213,46 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--scale", type=float, default=1.0, help="multiply the blob counts (e.g. 0.25 to be quick)"
     )
+    parser.add_argument("--latency-ms", type=float, default=30.0, help="S3-like first-byte latency per GET")
+    parser.add_argument("--mbps", type=float, default=80.0, help="S3-like bandwidth per connection, MB/s")
+    parser.add_argument("--loopback", action="store_true", help="read moto directly (no latency proxy)")
     args = parser.parse_args(argv)
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
     process, url = start_moto_process()
+    proxy: subprocess.Popen[str] | None = None
     try:
-        settings = S3Settings(endpoint_url=url, region="us-east-1", path_style=True)
         config = Config(s3={"addressing_style": "path"}, retries={"mode": "standard", "max_attempts": 5})
-        client = boto3.client("s3", endpoint_url=url, region_name="us-east-1", config=config)
-        client.create_bucket(Bucket=BUCKET)
+        uploads = boto3.client("s3", endpoint_url=url, region_name="us-east-1", config=config)
+        uploads.create_bucket(Bucket=BUCKET)
+        read_url = url
+        if not args.loopback:
+            proxy = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "bench.s3_proxy",
+                    "--upstream",
+                    url,
+                    "--latency-ms",
+                    str(args.latency_ms),
+                    "--bandwidth-mb-per-s",
+                    str(args.mbps),
+                ],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            assert proxy.stdout is not None
+            read_url = proxy.stdout.readline().split(" ", 1)[0]
+        settings = S3Settings(endpoint_url=read_url, region="us-east-1", path_style=True)
+        client = boto3.client("s3", endpoint_url=read_url, region_name="us-east-1", config=config)
         reader = S3BlobReader.for_settings(settings, concurrency=args.concurrency)
         rows = []
         with tempfile.TemporaryDirectory(prefix="bench-lfs-") as folder:
             root = Path(folder)
             for label, (size, count) in SIZES.items():
                 scaled = max(4, int(count * args.scale))
-                workload = build_workload(client, root, label, size, scaled, args.concurrency)
+                workload = build_workload(uploads, root, label, size, scaled, args.concurrency)
                 row = measure(workload, reader, client, args.repeats, root)
                 rows.append(row)
                 ours, task, seq = row["ours"], row["ours_task"], row["sequential"]
@@ -229,6 +264,9 @@ def main(argv: list[str] | None = None) -> int:
                     flush=True,
                 )
     finally:
+        if proxy is not None:
+            proxy.terminate()
+            proxy.wait(timeout=10)
         process.terminate()
         process.wait(timeout=10)
     load = os.getloadavg()
@@ -238,6 +276,9 @@ def main(argv: list[str] | None = None) -> int:
         "machine": f"{platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}",
         "load_avg_1m": round(load[0], 2),
         "resolve_concurrency": args.concurrency,
+        "s3": "loopback moto"
+        if args.loopback
+        else f"moto + {args.latency_ms:g} ms first byte, {args.mbps:g} MB/s per connection",
         "sizes": rows,
         "vs_sequential": {row["blob"]: row["vs_sequential"] for row in rows},
     }

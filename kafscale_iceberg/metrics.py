@@ -327,6 +327,9 @@ class Sample:
     metric: MetricDef
     value: float
     labels: Mapping[str, str] = field(default_factory=dict)
+    count: int = 1
+    """Histograms: how many observations of `value` (Prometheus observes it `count` times; EMF, which
+    keeps a list of values per record, gets it once)."""
 
     def __post_init__(self) -> None:
         if set(self.labels) != set(self.metric.labels):
@@ -399,7 +402,8 @@ class PrometheusMetricsSink:
             elif item.metric.kind is MetricKind.GAUGE:
                 child.set(item.value)
             else:
-                child.observe(item.value)
+                for _ in range(item.count):
+                    child.observe(item.value)
 
     def exposition(self) -> bytes:
         """The registry in Prometheus text format (what `GET /metrics` returns)."""
@@ -711,8 +715,9 @@ def record_commit(
 def _lfs_samples(topic: str, result: RunResult) -> list[Sample]:
     """`records_total{skipped_lfs}` and the LFS metrics, only for runs that met LFS envelopes.
 
-    The duration histogram travels in the result as counts and sums per bucket: each blob is observed
-    once, at its bucket's mean (exact bucket counts and sum, without one number per blob in the result).
+    The duration histogram travels in the result as counts and sums per bucket: Prometheus observes
+    each blob once at its bucket's mean (exact bucket counts and sum, without one number per blob in
+    the result); EMF gets one value per bucket (a Lambda's log must not carry a line per blob).
     """
     counts, lfs = result.counts, result.counts.lfs
     if not (counts.skipped_lfs or lfs.resolved or lfs.errors):
@@ -728,7 +733,7 @@ def _lfs_samples(topic: str, result: RunResult) -> list[Sample]:
     ]
     for count, total in zip(lfs.duration_counts, lfs.duration_sums, strict=False):
         if count:
-            samples += [sample(LFS_RESOLUTION_DURATION, total / count, topic=topic)] * int(count)
+            samples.append(Sample(LFS_RESOLUTION_DURATION, total / count, {"topic": topic}, count=int(count)))
     return samples
 
 

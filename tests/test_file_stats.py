@@ -237,3 +237,24 @@ def test_carried_metrics_need_no_footer_read(tables: dict[str, Table], tmp_path:
     assert built.record_count == 1
     with pytest.raises(FileNotFoundError):
         data_files_to_add(table.metadata, table.io, [written.uri], {})
+
+
+def test_files_with_nested_or_decimal_columns_carry_no_metrics_and_are_read_from_the_footer(
+    tmp_path: Path,
+) -> None:
+    """Metrics are carried only for the scalar types mapped here; a nested or decimal column makes the
+    file's `stats` None (the commit step reads its footer) instead of failing the task."""
+    schema = pa.schema([("amount", pa.decimal128(8, 2)), ("customer", pa.struct([("name", pa.string())]))])
+    writer = RollingParquetWriter(
+        sink=StagedFileStore(),
+        data_uri=str(tmp_path),
+        schema=schema,
+        task_index=0,
+        target_file_size_bytes=1 << 30,
+    )
+    writer.write({}, pa.Table.from_pylist([{"amount": None, "customer": {"name": "Bo"}}], schema=schema))
+
+    (written,) = writer.close()
+
+    assert written.record_count == 1
+    assert written.stats is None

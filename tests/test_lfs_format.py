@@ -6,12 +6,15 @@ import hashlib
 import json
 import zlib
 from datetime import UTC, datetime
+from pathlib import Path
 from uuid import UUID
 
 import pyarrow as pa
 import pytest
 
+from kafscale_iceberg.cli import main
 from kafscale_iceberg.dataplane.lfs import envelope_rows
+from kafscale_iceberg.segments.decode import decode_segment
 from kafscale_iceberg.segments.lfs import (
     ChecksumAlg,
     Envelope,
@@ -175,3 +178,29 @@ def test_reference_metadata_uses_the_sha256_field_when_there_is_no_checksum() ->
 def test_encoding_refuses_what_go_refuses() -> None:
     with pytest.raises(EnvelopeError):
         encode_envelope(Envelope(version=1, bucket="b", key="", sha256="s"))
+
+
+def test_segments_generate_writes_blobs_and_envelopes_as_the_proxy(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "bucket"
+    args = ["segments", "generate", "--out", str(out), "--namespace", "prod", "--topics", "scans"]
+    args += ["--batches-per-segment", "1", "--records-per-batch", "6", "--lfs-every", "3"]
+    args += ["--lfs-blob-bytes", "2048", "--lfs-checksum-alg", "crc32", "--lfs-bucket", "blobs"]
+    assert main(args) == 0
+    (segment,) = json.loads(capsys.readouterr().out)["segments"]
+    assert len(segment["blobs"]) == 2
+    kfs = out / "prod/scans/0/segment-00000000000000000000.kfs"
+    decoded = decode_segment(kfs.read_bytes(), source=str(kfs))
+    values = decoded.records.column("value").to_pylist()
+    envelopes = [decode_envelope(v) for v in values if is_lfs_envelope(v)]
+    assert [e.key for e in envelopes] == [str(Path(b).relative_to(out)) for b in segment["blobs"]]
+    for envelope in envelopes:
+        blob = (out / envelope.key).read_bytes()
+        assert (envelope.bucket, envelope.checksum_alg, envelope.size, len(blob)) == (
+            "blobs",
+            "crc32",
+            2048,
+            2048,
+        )
+        assert envelope.checksum == compute_checksum(ChecksumAlg.CRC32, blob)

@@ -124,6 +124,11 @@ class Topic:
         self.folder.add(0, records)
         schema_mode = lfs.pop("schema_mode", SchemaMode.OFF)
         json_schema = lfs.pop("json_schema", None)
+        sizing = (
+            {"target_file_size_bytes": lfs.pop("target_file_size_bytes")}
+            if "target_file_size_bytes" in lfs
+            else {}
+        )
         out = str(self.tmp_path / f"out-{len(os.listdir(self.tmp_path))}")
         plan = make_plan(
             self.folder,
@@ -133,6 +138,7 @@ class Topic:
             schema_mode=schema_mode,
             json_schema=json_schema,
             lfs=LfsSettings(**lfs),
+            **sizing,
         )
         reports = [
             run_task(plan, task, reader=DocumentStore(), sink=StagedFileStore(), blobs=reader)
@@ -571,3 +577,57 @@ def test_generated_lfs_segments_resolve_to_their_blobs(tmp_path: Path) -> None:
             assert (row["lfs_checksum_alg"], row["lfs_bucket"]) == ("md5", "kafscale-blobs")
         else:
             assert row["lfs_key"] is None
+
+
+def test_hybrid_keeps_envelopes_without_a_size_as_references(topic: Topic, blobs: S3BlobReader) -> None:
+    proxied = topic.proxied
+    offset = topic.blob(SMALL)
+    document = json.loads(topic.values[offset] or b"{}")
+    document["size"] = 0  # Go resolves only when 0 < size <= max_inline_size
+    topic.values[offset] = json.dumps(document, separators=(",", ":")).encode()
+    outcome = topic.run(blobs, mode=LfsMode.HYBRID, max_inline_size=MAX_INLINE)
+    assert outcome.row(offset)["value"] == topic.values[offset]
+    assert outcome.result.counts.lfs.resolved == 0
+    assert proxied[offset].blob == SMALL
+
+
+def test_resolved_blobs_still_roll_data_files_at_the_target_size(topic: Topic, blobs: S3BlobReader) -> None:
+    blob_size, target = 300_000, 512 * 1024
+    for _ in range(8):
+        topic.blob(os.urandom(blob_size))  # incompressible: the file grows by each blob
+    outcome = topic.run(blobs, mode=LfsMode.RESOLVE, target_file_size_bytes=target)
+    files = outcome.result.data_files
+    assert len(outcome.rows) == 8
+    assert len(files) >= 3
+    sizes = [f.size_bytes for f in files]
+    assert all(size <= target + blob_size + 64 * 1024 for size in sizes), sizes
+
+
+def test_concurrency_one_fetches_in_order_without_threads() -> None:
+    table, blobs = _envelope_table([100] * 5)
+    reader = RecordingReader(blobs)
+    stage = LfsStage(LfsSettings(mode=LfsMode.RESOLVE, resolve_concurrency=1), reader=reader)
+    before = threading.active_count()
+    try:
+        (part,) = stage.parts(table)
+        assert threading.active_count() == before
+    finally:
+        stage.close()
+    assert reader.max_active == 1
+    assert part.records.column("value").to_pylist() == [blobs[f"k/obj-{n}"] for n in range(5)]
+
+
+def test_off_mode_leaves_envelopes_alone(topic: Topic) -> None:
+    offset = topic.blob(SMALL)
+    outcome = topic.run(None, mode=LfsMode.OFF, store_metadata=False)
+    assert outcome.row(offset)["value"] == topic.proxied[offset].value
+    assert outcome.result.counts.lfs.resolved == 0
+
+
+def test_conversion_failures_are_counted_beside_lfs_dead_letters(topic: Topic, blobs: S3BlobReader) -> None:
+    tampered = topic.blob(SMALL, upload=b"tampered")
+    mistyped = topic.plain(b'{"n": "not a number"}')
+    outcome = topic.run(blobs, mode=LfsMode.RESOLVE, columns=(ColumnSpec(name="n", type=ColumnType.LONG),))
+    assert outcome.dead_letter(tampered)["error_kind"] == "lfs_checksum"
+    assert outcome.row(mistyped)["n"] is None
+    assert outcome.result.counts.conversion_failures == {"n": 1}

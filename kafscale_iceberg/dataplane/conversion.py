@@ -181,7 +181,7 @@ class RecordConverter:
             [i for i in invalid_indices.tolist() if problems[i][0] not in _LFS_KINDS], np.int64
         )
         if not len(checked):
-            return ConvertedRecords(rows.filter(pa.array(~invalid)), dead, None)
+            return ConvertedRecords(rows.filter(pa.array(~invalid)), dead, None, failures)
         first = int(checked[np.argmin(offsets.to_numpy()[checked])])
         kind, error = problems[first]
         first_invalid = InvalidRecord(

@@ -31,7 +31,9 @@ _COLUMN_TYPES: Mapping[pa.DataType, ColumnType] = {
     pa.float32(): ColumnType.FLOAT,
     pa.float64(): ColumnType.DOUBLE,
     pa.string(): ColumnType.STRING,
+    pa.large_string(): ColumnType.STRING,
     pa.binary(): ColumnType.BINARY,
+    pa.large_binary(): ColumnType.BINARY,
     pa.timestamp("us"): ColumnType.TIMESTAMP,
     pa.date32(): ColumnType.DATE,
 }
@@ -45,11 +47,14 @@ _PACK = {
 }
 
 
-def file_stats(metadata: pq.FileMetaData, schema: pa.Schema) -> FileStats:
+def file_stats(metadata: pq.FileMetaData, schema: pa.Schema) -> FileStats | None:
     """The metrics of a closed Parquet file from its in-memory footer; `schema` is what was written.
 
-    Raises ValueError for a column type this product never writes.
+    None when a column is nested or of a type without carried metrics here (decimal, uuid, zoned
+    timestamps): the commit step then reads that file's footer, as for results without statistics.
     """
+    if any(_COLUMN_TYPES.get(f.type) is None for f in schema):
+        return None
     split_offsets: list[int] = []
     columns = []
     for r in range(metadata.num_row_groups):
@@ -61,9 +66,7 @@ def file_stats(metadata: pq.FileMetaData, schema: pa.Schema) -> FileStats:
     for position in range(metadata.num_columns):
         name = metadata.schema.column(position).path
         field = schema.field(name)
-        column_type = _COLUMN_TYPES.get(field.type)
-        if column_type is None:
-            raise ValueError(f"column {name!r}: no Iceberg metrics for Arrow type {field.type}")
+        column_type = _COLUMN_TYPES[field.type]
         columns.append(_column_stats(metadata, position, name, column_type, required=not field.nullable))
     return FileStats(split_offsets=tuple(sorted(split_offsets)), columns=tuple(columns))
 

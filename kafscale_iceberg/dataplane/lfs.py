@@ -262,9 +262,7 @@ class LfsStage:
             raise ValueError(
                 f"lfs mode {self.settings.mode.value!r} reads blobs, but no blob reader was given"
             )
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(self.settings.resolve_concurrency, thread_name_prefix="lfs-fetch")
-        pool, concurrency = self._pool, self.settings.resolve_concurrency
+        concurrency = self.settings.resolve_concurrency
         pending: deque[tuple[int, Future[_Fetched], int]] = deque()
         payloads: dict[int, bytes] = {}
         inflight = held = start = 0
@@ -279,7 +277,7 @@ class LfsStage:
                         not pending or inflight + estimate <= self._inflight_bytes
                     )
                     if room:
-                        pending.append((row, pool.submit(self._fetch, envelope, expected), estimate))
+                        pending.append((row, self._submit(envelope, expected), estimate))
                         inflight += estimate
                         upcoming = next(queue, None)
                         continue
@@ -303,6 +301,19 @@ class LfsStage:
             for _, future, _ in pending:
                 future.cancel()
         yield self._part(records, values, start, records.num_rows, payloads, rejected, metadata)
+
+    def _submit(self, envelope: Envelope, expected: ExpectedChecksum) -> Future[_Fetched]:
+        """The fetch, on a pool thread; with `resolve_concurrency` 1 in this thread (no hand-offs)."""
+        if self.settings.resolve_concurrency == 1:
+            future: Future[_Fetched] = Future()
+            try:
+                future.set_result(self._fetch(envelope, expected))
+            except Exception as exc:  # re-raised by future.result(), as from a pool thread
+                future.set_exception(exc)
+            return future
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.settings.resolve_concurrency, thread_name_prefix="lfs-fetch")
+        return self._pool.submit(self._fetch, envelope, expected)
 
     def _fetch(self, envelope: Envelope, expected: ExpectedChecksum) -> _Fetched:
         """One blob: read (size-capped), verify. Runs in a fetch thread."""

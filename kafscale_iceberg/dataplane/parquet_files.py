@@ -40,8 +40,9 @@ COMPRESSION_LEVEL = 1
 # Columns whose values are (nearly) all distinct: dictionary-encoding them only costs time (about
 # half of the write time, measured) before Parquet falls back to plain encoding.
 UNIQUE_COLUMNS = frozenset({"record_id", "offset", "timestamp_ms", "value", "headers", "error"})
-# How much smaller than its Arrow buffers a row group is on disk, before any has been written.
-_INITIAL_RATIO = 0.35
+# How much smaller than its Arrow buffers a row group is on disk, before any has been written: none,
+# so a first chunk of incompressible values (LFS blobs: images, archives) cannot overshoot the target.
+_INITIAL_RATIO = 1.0
 
 
 def partition_hash(values: PartitionKey) -> str:

@@ -508,6 +508,16 @@ class Launcher:
         s3 = config.s3
         dead_letter = ".".join(mapping.dead_letter_identifier)
         known = self._known_field_ids(topic)
+        conversion = ConversionSettings(
+            columns=columns,
+            partition_by=mapping.partition_by,
+            schema_mode=SchemaMode(config.schema_.mode) if json_schema is not None else SchemaMode.OFF,
+            json_schema=json_schema,
+            corrupt_segment_policy=config.corrupt_segment_policy_for(mapping),
+            verify_crc=config.runs.verify_crc,
+            target_file_size_bytes=config.target_file_size_for(mapping),
+            lfs=mapping.lfs_settings(s3.bucket),
+        )
         return RunPlan(
             run_id=run_id,
             topic=topic,
@@ -522,23 +532,17 @@ class Launcher:
             table=TableTarget(
                 identifier=mapping.table,
                 data_uri=self._data_uri(mapping.identifier, run_id),
-                field_ids=planned_field_ids(table_fields(columns), known.table(mapping.table)),
+                # The table's columns include the `lfs_*` ones `store_metadata` adds.
+                field_ids=planned_field_ids(
+                    table_fields(conversion.table_columns), known.table(mapping.table)
+                ),
             ),
             dead_letter_table=TableTarget(
                 identifier=dead_letter,
                 data_uri=self._data_uri(mapping.dead_letter_identifier, run_id),
                 field_ids=planned_field_ids(DEAD_LETTER_FIELDS, known.table(dead_letter)),
             ),
-            conversion=ConversionSettings(
-                columns=columns,
-                partition_by=mapping.partition_by,
-                schema_mode=SchemaMode(config.schema_.mode) if json_schema is not None else SchemaMode.OFF,
-                json_schema=json_schema,
-                corrupt_segment_policy=config.corrupt_segment_policy_for(mapping),
-                verify_crc=config.runs.verify_crc,
-                target_file_size_bytes=config.target_file_size_for(mapping),
-                lfs=mapping.lfs_settings(s3.bucket),
-            ),
+            conversion=conversion,
             result_uri=run_document_uri(config.runs.location, topic, run_id, RESULT_NAME),
         )
 
