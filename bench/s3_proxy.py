@@ -80,6 +80,8 @@ class _Connection:
         flow = _Flow(self.proxy.bandwidth_bytes_per_s)
         try:
             while data := self.client.recv(_CHUNK):
+                if not self.awaiting_response.is_set():
+                    self.proxy.note_request(data)
                 self.awaiting_response.set()
                 flow.pace(len(data))
                 self.upstream.sendall(data)
@@ -120,6 +122,7 @@ class LatencyProxy:
         self.latency_s = latency_s
         self.bandwidth_bytes_per_s = bandwidth_bytes_per_s
         self.requests = 0
+        self.request_lines: list[str] = []
         self._lock = threading.Lock()
         self._listener: socket.socket | None = None
         self._connections: list[_Connection] = []
@@ -140,6 +143,12 @@ class LatencyProxy:
     def count_request(self) -> None:
         with self._lock:
             self.requests += 1
+
+    def note_request(self, data: bytes) -> None:
+        """Remember the request line of a request starting with `data` (`request_lines`)."""
+        line = data.split(b"\r\n", 1)[0][:200].decode("latin-1")
+        with self._lock:
+            self.request_lines.append(line)
 
     def forget(self, connection: _Connection) -> None:
         with self._lock, contextlib.suppress(ValueError):

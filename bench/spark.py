@@ -43,8 +43,10 @@ from typing import TYPE_CHECKING
 
 import pyarrow.parquet as pq
 
+from bench.s3_proxy import LatencyProxy
 from kafscale_iceberg.adapters.data_files import StagedFileStore
 from kafscale_iceberg.adapters.documents import DocumentStore
+from kafscale_iceberg.adapters.s3_segments import S3Settings, make_s3_client
 from kafscale_iceberg.dataplane.parquet_files import RollingParquetWriter
 from kafscale_iceberg.dataplane.storage import segment_uri
 from kafscale_iceberg.dataplane.tasks import plan_tasks, run_task
@@ -62,6 +64,7 @@ from kafscale_iceberg.domain.runs import (
     TableTarget,
     make_run_id,
 )
+from kafscale_iceberg.local.embedded import start_moto
 from kafscale_iceberg.segments.generate import CodecChoice, TimeFormats, generate_segments, write_segments
 from kafscale_iceberg.segments.layout import Codec
 
@@ -78,16 +81,18 @@ COLUMNS = (
     ColumnSpec(name="event_time", type=ColumnType.TIMESTAMP),
     ColumnSpec(name="ordered_on", type=ColumnType.DATE),
 )
+S3_BUCKET = "bench-spark"
 TARGETS = {"mb_per_s_per_core": 50.0, "scaling_2_vs_1": 1.6, "vs_pyarrow_pipeline": 0.7}
 
 
 @dataclass(frozen=True)
 class Workload:
-    """The generated segments and the plan over them."""
+    """The generated segments and the plan over them (`s3`: where the segments are read from)."""
 
     root: Path
     plan: RunPlan
     records: int
+    s3: S3Settings | None = None
 
     @property
     def megabytes(self) -> float:
@@ -112,11 +117,21 @@ class Measure:
 
 
 def make_workload(
-    root: Path, *, partitions: int, segments: int, codec: CodecChoice, formats: TimeFormats = "rfc3339"
+    root: Path,
+    *,
+    partitions: int,
+    segments: int,
+    codec: CodecChoice,
+    formats: TimeFormats = "rfc3339",
+    s3: tuple[str, S3Settings] | None = None,
 ) -> Workload:
-    """Generate segments under `root/segments` and a plan writing under `root/out`."""
+    """Generate segments under `root/segments` (or upload them to `s3` = (moto URL, the settings the
+    job reads them with)) and a plan writing under `root/out`."""
+    if s3 is not None:
+        make_s3_client(S3Settings(endpoint_url=s3[0], region=s3[1].region)).create_bucket(Bucket=S3_BUCKET)
+    destination = f"s3://{S3_BUCKET}" if s3 is not None else str(root / "segments")
     written = write_segments(
-        str(root / "segments"),
+        destination,
         generate_segments(
             topics=(TOPIC,),
             partitions=partitions,
@@ -127,10 +142,14 @@ def make_workload(
             namespace="bench",
             time_formats=formats,
         ),
+        endpoint_url=s3[0] if s3 is not None else None,
     )
     by_partition: dict[int, list[PlannedSegment]] = {}
     for segment in written:
-        key = str(Path(segment.kfs).relative_to(root / "segments"))
+        if s3 is not None:
+            key = segment.kfs.removeprefix(f"s3://{S3_BUCKET}/")
+        else:
+            key = str(Path(segment.kfs).relative_to(root / "segments"))
         by_partition.setdefault(segment.partition, []).append(
             PlannedSegment(
                 key=key,
@@ -146,7 +165,13 @@ def make_workload(
         run_id=run_id,
         topic=TOPIC,
         created_at_ms=0,
-        source=SegmentSource(root=str(root / "segments")),
+        source=(
+            SegmentSource(
+                bucket=S3_BUCKET, endpoint_url=s3[1].endpoint_url, region=s3[1].region, path_style=True
+            )
+            if s3 is not None
+            else SegmentSource(root=str(root / "segments"))
+        ),
         partitions=tuple(
             PartitionPlan(partition=p, start_exclusive=-1, end_inclusive=s[-1].last_offset, segments=tuple(s))
             for p, s in sorted(by_partition.items())
@@ -162,7 +187,9 @@ def make_workload(
     plan_path = out / "runs" / TOPIC / run_id / "plan.json"
     plan_path.parent.mkdir(parents=True, exist_ok=True)
     plan_path.write_text(plan.model_dump_json())
-    return Workload(root=root, plan=plan, records=sum(s.records for s in written))
+    return Workload(
+        root=root, plan=plan, records=sum(s.records for s in written), s3=s3[1] if s3 is not None else None
+    )
 
 
 def plan_uri(workload: Workload) -> str:
@@ -193,7 +220,7 @@ def pipeline_runner(
 
     def run() -> None:
         clear_output(workload)
-        report = run_task(plan, task, reader=DocumentStore(), sink=StagedFileStore())
+        report = run_task(plan, task, reader=DocumentStore(workload.s3), sink=StagedFileStore())
         assert report.failure is None, report.failure
         assert not report.segments or not any(s.conversion_failures for s in report.segments), (
             "every event_time must convert"
@@ -215,7 +242,7 @@ def floor_runner(workload: Workload, files: list[DataFile]) -> Callable[[], None
     keys = [segment_uri(plan.source, s.key) for p in plan.partitions for s in p.segments]
 
     def run() -> None:
-        reader = DocumentStore()
+        reader = DocumentStore(workload.s3)
         total = sum(len(reader.read_bytes(k)) for k in keys)
         assert total == plan.total_bytes
         writer = RollingParquetWriter(
@@ -333,15 +360,36 @@ def main(argv: list[str] | None = None) -> int:
         help="event_time forms; mixed cycles the forms people write and adds an RFC 3339 baseline",
     )
     parser.add_argument("--workdir", help="keep data here (default: a temporary folder, removed after)")
+    parser.add_argument(
+        "--s3-latency-ms",
+        type=float,
+        help="read the segments from a moto server through bench/s3_proxy.py with this first-byte "
+        "latency (0: moto directly); default: from a local folder",
+    )
     args = parser.parse_args(argv)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     root = Path(args.workdir or tempfile.mkdtemp(prefix="bench-spark-"))
+    moto = proxy = None
     try:
+        s3: tuple[str, S3Settings] | None = None
+        if args.s3_latency_ms is not None:
+            moto = start_moto()
+            endpoint = moto.url
+            if args.s3_latency_ms > 0:
+                proxy = LatencyProxy.for_url(moto.url, latency_s=args.s3_latency_ms / 1000)
+                endpoint = proxy.start()
+            s3 = (moto.url, S3Settings(endpoint_url=endpoint, region=moto.region, path_style=True))
+            print(f"segments on S3 at {endpoint} ({args.s3_latency_ms:.0f} ms first-byte latency)")
         started = time.perf_counter()
         codec: CodecChoice = "mixed" if args.codec == "mixed" else Codec[args.codec.upper()]
         workload = make_workload(
-            root, partitions=args.partitions, segments=args.segments, codec=codec, formats=args.formats
+            root,
+            partitions=args.partitions,
+            segments=args.segments,
+            codec=codec,
+            formats=args.formats,
+            s3=s3,
         )
         baseline = None
         if args.formats == "mixed":
@@ -379,6 +427,10 @@ def main(argv: list[str] | None = None) -> int:
             }
         print(json.dumps(headline))
     finally:
+        if proxy is not None:
+            proxy.stop()
+        if moto is not None:
+            moto.stop()
         if not args.workdir:
             shutil.rmtree(root, ignore_errors=True)
     return 0

@@ -175,6 +175,6 @@ def reset_tail(bench: BenchTable, partition: int, fraction: float) -> ResetMeasu
     added = table.snapshots()[before:]
     summary = added[-1].summary
     assert summary is not None
-    deleted = int(summary.get("deleted-records", "0"))
-    rewritten = int(summary.get("added-records", "0"))
+    deleted = int(summary.get("deleted-records") or 0)
+    rewritten = int(summary.get("added-records") or 0)
     return ResetMeasure(len(added), deleted - rewritten, rewritten, files_before, seconds)

@@ -113,6 +113,9 @@ class Assembly:
             lease_ttl_seconds=offsets.lease_ttl_seconds,
             username=etcd.username or None,
             password=etcd.password.get_secret_value() or None,
+            ca_cert_path=etcd.tls.ca_file or None,
+            client_cert_path=etcd.tls.cert_file or None,
+            client_key_path=etcd.tls.key_file or None,
         )
 
     @cached_property
@@ -155,6 +158,9 @@ class Assembly:
             key_prefix=self.config.offsets.key_prefix,
             username=etcd.username or None,
             password=etcd.password.get_secret_value() or None,
+            ca_cert_path=etcd.tls.ca_file or None,
+            client_cert_path=etcd.tls.cert_file or None,
+            client_key_path=etcd.tls.key_file or None,
         )
 
     @cached_property

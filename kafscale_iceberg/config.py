@@ -140,6 +140,8 @@ DEFAULT_SQLITE_PATH = ".kafscale-iceberg/offsets.sqlite"
 DEFAULT_EMR_RELEASE_LABEL = "emr-spark-8.0.0"
 DEAD_LETTER_SUFFIX = "__dlq"
 _EMR_PYTHON = "./environment/bin/python"
+# The interpreter infra/emr/Dockerfile's image links (the one the package was installed for).
+_EMR_IMAGE_PYTHON = "/usr/local/bin/kafscale-python"
 
 # Error types this module raises inside validation; `_problems_from` turns them into key-path lines.
 _VALUE_PROBLEM = "kafscale_config_value"
@@ -361,12 +363,40 @@ class DiscoveryConfig(_Section):
     mode: Annotated[DiscoveryMode, BeforeValidator(_lowercase)] = "auto"
 
 
+class EtcdTlsConfig(_Section):
+    """`etcd.tls`: TLS to etcd with a private CA and/or client certificates (PEM files).
+
+    `ca_file` verifies `https://` endpoints (default: the system CA bundle); `cert_file` and
+    `key_file` (together) authenticate this client to an etcd started with `--client-cert-auth`.
+    In AWS the etcd secret may carry them as PEM text (`tls_ca`, `tls_cert`, `tls_key`).
+    """
+
+    ca_file: str = ""
+    cert_file: str = ""
+    key_file: str = ""
+
+    @model_validator(mode="after")
+    def _check_pair(self) -> EtcdTlsConfig:
+        problems = _Problems()
+        if bool(self.cert_file) != bool(self.key_file):
+            missing = "key_file" if self.cert_file else "cert_file"
+            problems.add(
+                missing,
+                "is required with "
+                + ("cert_file" if self.cert_file else "key_file")
+                + ": the client certificate and its private key go together (PEM files)",
+            )
+        problems.raise_if_any()
+        return self
+
+
 class EtcdConfig(_Section):
     """`etcd`: the cluster holding leases and offsets (and, for discovery, KafScale's metadata)."""
 
     endpoints: tuple[str, ...] = ()
     username: str = ""
     password: SecretStr = SecretStr("")
+    tls: EtcdTlsConfig = EtcdTlsConfig()
 
     @field_validator("endpoints", mode="before")
     @classmethod
@@ -909,6 +939,12 @@ class EmrServerlessRunnerConfig(_Section):
                 f"--conf spark.emr-serverless.driverEnv.PYSPARK_DRIVER_PYTHON={_EMR_PYTHON}",
                 f"--conf spark.emr-serverless.driverEnv.PYSPARK_PYTHON={_EMR_PYTHON}",
                 f"--conf spark.executorEnv.PYSPARK_PYTHON={_EMR_PYTHON}",
+            ]
+        elif self.image:
+            parts += [
+                f"--conf spark.emr-serverless.driverEnv.PYSPARK_DRIVER_PYTHON={_EMR_IMAGE_PYTHON}",
+                f"--conf spark.emr-serverless.driverEnv.PYSPARK_PYTHON={_EMR_IMAGE_PYTHON}",
+                f"--conf spark.executorEnv.PYSPARK_PYTHON={_EMR_IMAGE_PYTHON}",
             ]
         if self.spark_submit_parameters:
             parts.append(self.spark_submit_parameters)

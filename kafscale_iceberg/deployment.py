@@ -76,14 +76,23 @@ DEPLOYMENT_VARIABLES: tuple[DeploymentVariable, ...] = (
     DeploymentVariable("KAFSCALE_ICEBERG_EMR_LOG_URI", "runner.emr_serverless.log_uri"),
 )
 
-# JSON secrets: etcd `{"username", "password"[, "endpoints"]}`; a REST catalog's
+# JSON secrets: etcd `{"username", "password"[, "endpoints"][, "tls_ca", "tls_cert", "tls_key"]}` (the
+# TLS keys hold PEM text: `_pem_file` writes each to a private file); a REST catalog's
 # `{"token"}` or `{"username", "password"}`.
 ETCD_SECRET_ENV = "KAFSCALE_ICEBERG_ETCD_SECRET_ARN"
 CATALOG_SECRET_ENV = "KAFSCALE_ICEBERG_CATALOG_SECRET_ARN"
 _SECRET_FIELDS: Mapping[str, tuple[str, Mapping[str, str]]] = {
     ETCD_SECRET_ENV: (
         "etcd",
-        {"username": "etcd.username", "password": "etcd.password", "endpoints": "etcd.endpoints"},
+        {
+            "username": "etcd.username",
+            "password": "etcd.password",
+            "endpoints": "etcd.endpoints",
+            # PEM text, written to files this process reads (etcd.tls.*_file take paths).
+            "tls_ca": "etcd.tls.ca_file",
+            "tls_cert": "etcd.tls.cert_file",
+            "tls_key": "etcd.tls.key_file",
+        },
     ),
     CATALOG_SECRET_ENV: (
         "iceberg.catalog",
@@ -153,6 +162,8 @@ def apply_deployment_environment(
             continue
         values = _secret_values(variable_name, secret_id, section, fields, secrets)
         for field, secret_value in values.items():
+            if field.startswith("tls_") and isinstance(secret_value, str):
+                secret_value = _pem_file(field, secret_value)  # noqa: PLW2901
             _set(overlaid, fields[field], secret_value, origin=variable_name, source=source)
             origins[fields[field]] = variable_name
     try:
@@ -205,6 +216,21 @@ def _secret_values(
     if not values:
         raise ConfigError(f"${variable}", f"secret {secret_id} has none of the keys of {expected}")
     return values
+
+
+def _pem_file(field: str, pem: str) -> str:
+    """Write a secret's PEM text to a file only this user can read; its path (the same each time)."""
+    import os  # noqa: PLC0415
+    import tempfile  # noqa: PLC0415
+    from pathlib import Path  # noqa: PLC0415
+
+    folder = Path(tempfile.gettempdir()) / "kafscale-iceberg-etcd-tls"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    path = folder / f"{field}.pem"
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as handle:
+        handle.write(pem if pem.endswith("\n") else pem + "\n")
+    return str(path)
 
 
 def _deep_copy(data: Mapping[str, Any]) -> dict[str, Any]:

@@ -32,7 +32,7 @@ import time
 import traceback
 import zipimport
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from urllib.parse import urlparse
 
@@ -45,6 +45,7 @@ from kafscale_iceberg.adapters.lfs_blobs import LocalBlobReader, S3BlobReader, b
 from kafscale_iceberg.adapters.s3_segments import S3Settings
 from kafscale_iceberg.dataplane.conversion import InvalidJsonSchemaError, RecordConverter
 from kafscale_iceberg.dataplane.partitioning import PartitioningError, check_partitioning
+from kafscale_iceberg.dataplane.prefetch import PrefetchLimits
 from kafscale_iceberg.dataplane.reports import TaskAssignment, TaskReport, build_run_result, failed_result
 from kafscale_iceberg.dataplane.schemas import DEAD_LETTER_SCHEMA, with_field_ids
 from kafscale_iceberg.dataplane.tasks import (
@@ -80,11 +81,15 @@ _MAX_MESSAGE = 4000
 
 @dataclass(frozen=True)
 class TaskSizing:
-    """How a run is cut into tasks; `max_tasks` None = `TASKS_PER_CORE` x Spark's default parallelism."""
+    """How a run is cut into tasks; `max_tasks` None = `TASKS_PER_CORE` x Spark's default parallelism.
+
+    `prefetch` is how far ahead each task reads its segments (`max_in_flight=1`: one at a time).
+    """
 
     max_tasks: int | None = None
     min_task_bytes: int = DEFAULT_MIN_TASK_BYTES
     max_task_bytes: int = DEFAULT_MAX_TASK_BYTES
+    prefetch: PrefetchLimits = field(default_factory=PrefetchLimits)
 
 
 def build_session(
@@ -116,6 +121,7 @@ class TaskRunner:
     plan_json: str
     tasks: tuple[TaskAssignment, ...]
     s3: S3Settings
+    prefetch: PrefetchLimits = field(default_factory=PrefetchLimits)
 
     def __call__(self, task_indexes: Iterable[int]) -> Iterator[str]:
         prepare_worker()
@@ -123,9 +129,10 @@ class TaskRunner:
         reader, sink = _worker_stores(self.s3)
         blobs = _worker_blobs(plan.source, self.s3, plan.conversion.lfs.resolve_concurrency)
         for task_index in task_indexes:
-            yield run_task(
-                plan, self.tasks[task_index], reader=reader, sink=sink, blobs=blobs
-            ).model_dump_json()
+            report = run_task(
+                plan, self.tasks[task_index], reader=reader, sink=sink, blobs=blobs, prefetch=self.prefetch
+            )
+            yield report.model_dump_json()
 
 
 @functools.cache
@@ -226,7 +233,9 @@ def run_job(
         )
         reports: list[TaskReport] = []
         if tasks:
-            runner = TaskRunner(plan_json=plan.model_dump_json(), tasks=tasks, s3=settings)
+            runner = TaskRunner(
+                plan_json=plan.model_dump_json(), tasks=tasks, s3=settings, prefetch=sizing.prefetch
+            )
             reports = run_tasks(spark, runner)
         result = build_run_result(plan, reports, _timings(started_ms, clock, session_start_s))
     except _InvalidPlanError as exc:

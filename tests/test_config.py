@@ -913,7 +913,10 @@ def test_emr_serverless_with_a_custom_image_ships_no_archive() -> None:
     data["runner"] = emr_runner()
     del data["runner"]["emr_serverless"]["venv_archive"]
     data["runner"]["emr_serverless"]["image"] = "123456789012.dkr.ecr.eu-west-1.amazonaws.com/kafscale:1"
-    assert load(data).runner.emr_serverless.job_spark_submit_parameters() == ""
+    parameters = load(data).runner.emr_serverless.job_spark_submit_parameters()
+    assert "spark.archives" not in parameters
+    # Spark starts the interpreter the image's package was installed for (infra/emr/Dockerfile).
+    assert "spark.emr-serverless.driverEnv.PYSPARK_PYTHON=/usr/local/bin/kafscale-python" in parameters
 
 
 def test_emr_serverless_rejects_both_archive_and_image() -> None:

@@ -176,6 +176,20 @@ def test_a_batch_mixing_forms_takes_each_value_by_its_own_rule() -> None:
         dt.date(2026, 11, 21),
         dt.date(1970, 1, 4),
     ]
+    # Dates beside date-times without offset or with `+HHMM` (the exact path takes such a batch).
+    assert column(["2026-11-20", "2024-01-04 23:28:13", "2024-01-04T01:00:00+0200"], ColumnType.DATE) == [
+        dt.date(2026, 11, 20),
+        dt.date(2024, 1, 4),
+        dt.date(2024, 1, 3),
+    ]
+    # Values with and without an offset in one timestamp batch: each by its own rule.
+    assert column(
+        ["2024-01-04 12:28:13", "2024-01-04T12:28:13+0100", "2024-01-04T12:28:13Z"], ColumnType.TIMESTAMP
+    ) == [
+        dt.datetime(2024, 1, 4, 12, 28, 13),
+        dt.datetime(2024, 1, 4, 11, 28, 13),
+        dt.datetime(2024, 1, 4, 12, 28, 13),
+    ]
 
 
 @st.composite

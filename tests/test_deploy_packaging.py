@@ -107,8 +107,12 @@ def test_the_image_is_built_and_pushed_and_the_entry_point_still_uploaded() -> N
     assert env["KAFSCALE_ICEBERG_EMR_IMAGE"] == image
     assert "KAFSCALE_ICEBERG_EMR_VENV_ARCHIVE" not in env
     assert upload_entry_point[-1] == env["KAFSCALE_ICEBERG_EMR_ENTRY_POINT"]
-    # Nothing is shipped per run: the image's Python already holds the package.
-    assert EmrServerlessRunnerConfig(image=image).job_spark_submit_parameters() == ""
+    # Nothing is shipped per run: the image's Python already holds the package, and Spark starts it.
+    parameters = EmrServerlessRunnerConfig(image=image).job_spark_submit_parameters()
+    assert "spark.archives" not in parameters
+    assert "spark.executorEnv.PYSPARK_PYTHON=/usr/local/bin/kafscale-python" in parameters
+    assert "ENV PYSPARK_PYTHON=/usr/local/bin/kafscale-python" in DOCKERFILE.read_text()
+    assert 'ln -sf "$(command -v ${PYTHON})" /usr/local/bin/kafscale-python' in DOCKERFILE.read_text()
 
 
 def test_the_build_matches_the_emr_application() -> None:
@@ -166,3 +170,20 @@ def test_missing_settings_stop_before_anything_runs(arguments: tuple[str, ...], 
     assert result.returncode != 0
     assert problem in result.stderr
     assert "docker" not in result.stdout
+
+
+@pytest.mark.parametrize("python", ["python3", "python3.9", "python3.14"])
+def test_an_interpreter_emr_spark_8_does_not_run_is_refused(python: str) -> None:
+    result = package_spark("SPARK_ARTIFACTS_URI=s3://b/spark", f"EMR_PYTHON={python}")
+    assert result.returncode != 0
+    assert f"EMR_PYTHON={python} does not match emr-spark-8.0.0" in result.stderr
+    assert "python3.11 python3.12 python3.13" in result.stderr
+    assert "docker" not in result.stdout
+
+
+def test_the_environment_is_built_for_a_python_spark_runs_and_checked_in_the_image() -> None:
+    for packaging in ((), ("SPARK_PACKAGING=image", "SPARK_IMAGE=r/i:1")):
+        build = commands("SPARK_ARTIFACTS_URI=s3://b/spark", *packaging)[0]
+        assert "PYTHON=python3.11" in option(build, "--build-arg")
+    dockerfile = DOCKERFILE.read_text()
+    assert dockerfile.count("emr-spark-8 runs Spark with Python 3.11-3.13") == 2  # both stages check

@@ -178,3 +178,14 @@ def test_files_with_ids_the_table_does_not_have_are_refused_and_nothing_is_commi
         _commit(service, second, _run(second))
 
     assert len(catalog.load_table(TABLE).snapshots()) == snapshots
+
+
+def test_a_table_with_a_nested_column_is_planned_without_ids_and_read_by_name() -> None:
+    """Ids on a struct but not on its parts would make id-trusting engines drop the parts."""
+    nested = ColumnSpec.model_validate(
+        {"name": "customer", "type": "struct", "fields": [{"name": "name", "type": "string"}]}
+    )
+    assert planned_field_ids(table_fields((nested,)), None) is None
+    assert planned_field_ids(table_fields(ORDER_COLUMNS), None) == {
+        f.name: i for i, f in enumerate(table_fields(ORDER_COLUMNS), start=1)
+    }

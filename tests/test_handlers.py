@@ -17,6 +17,7 @@ from kafscale_iceberg.domain.leases import LeaseGrant
 from kafscale_iceberg.domain.runs import RunCounts
 from kafscale_iceberg.domain.tickets import RunTicket
 from kafscale_iceberg.metrics import EMF_NAMESPACE
+from kafscale_iceberg.services.commit import TablePolicy
 from tests.support.iceberg_runs import RunFactory
 from tests.support.lambdas import LambdaContext
 from tests.support.moto import MotoEndpoint
@@ -53,6 +54,7 @@ def stack(moto_server: MotoEndpoint, tmp_path: Path, monkeypatch: pytest.MonkeyP
         "mappings": [{"topic": "orders", "table": "prod.orders", "create_table_if_missing": True}],
         "notifications": {"work_queue_url": work_url, "rejected_queue_url": rejected_url},
         "runs": {"location": str(tmp_path / "runs")},
+        "maintenance": {"compaction_min_small_files": 3},
     }
     path = tmp_path / "config.yaml"
     path.write_text(json.dumps(config))
@@ -266,6 +268,8 @@ def test_commit_handler_emits_the_runs_records_once(stack: Stack, capsys: pytest
 
     assert response["table_committed"] is True
     assert response["offsets"] == {"0": 9, "1": 4}
+    recorded = json.loads((stack.root / "runs" / "orders" / "field-ids.json").read_text())
+    assert [t["identifier"] for t in recorded["tables"]] == ["prod.orders", "prod.orders__dlq"]
     records = emf_records(capsys.readouterr().out)
     by_result = {d["result"]: v for d, v in emf_values(records, "records_total")}
     assert by_result == {
@@ -322,3 +326,29 @@ def test_reconciler_handler_signals_a_topic_whose_notification_was_lost(
     assert response["topics"]["orders"]["action"] == "signalled"
     (message,) = _drain(stack, stack.work_url)
     assert json.loads(message["Body"])["topic"] == "orders"
+
+
+def test_maintenance_handler_compacts_and_reports_each_table(
+    stack: Stack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from functions.maintenance import handler
+
+    runs = RunFactory(stack.root, table="prod.orders", dead_letter_table="prod.orders__dlq")
+    commits = runtime.assembly().commits
+    for start, end in ((-1, 9), (9, 19), (19, 29)):
+        plan = runs.plan({0: (start, end)})
+        grant = stack.checkpoints.claim_lease("orders", owner_id="launcher", run_id=plan.run_id)
+        assert isinstance(grant, LeaseGrant)
+        commits.commit_run(plan, runs.result(plan), grant, TablePolicy(create_table_if_missing=True))
+    event = json.loads((EVENTS / "maintenance_schedule.json").read_text())
+
+    dry = handler({**event, "dry_run": True}, LambdaContext(function_name="maintenance"))
+    response = handler(event, LambdaContext(function_name="maintenance"))
+
+    (dry_table,) = dry["tables"]
+    assert (dry_table["table"], dry_table["compaction"]["candidates"]) == ("prod.orders", 3)
+    (table,) = response["tables"]
+    assert table["compaction"]["committed"] is True
+    assert (table["before"]["files"], table["after"]["files"]) == (3, 1)
+    records = emf_records(capsys.readouterr().out)
+    assert emf_values(records, "maintenance_files_compacted_total")[-1][1] == [3.0]

@@ -218,3 +218,15 @@ def test_a_failed_signal_after_commit_cannot_fail_the_committed_run() -> None:
         {"ErrorEquals": ["States.ALL"], "ResultPath": "$.signal_error", "Next": "Committed"}
     ]
     assert states[signal["Next"]]["Type"] == "Succeed"
+
+
+def test_the_commit_step_may_record_the_tables_field_ids_and_nothing_else_in_runs() -> None:
+    """Found by `make test-aws`: the commit step writes `{runs.location}/{topic}/field-ids.json`."""
+    deployment = Deployment(INSTALLATIONS["existing-bucket"])
+    runs = deployment.attribute("RunsBucket", "Ref")
+    assert deployment.role_allows(
+        "CommitRole", "s3:PutObject", f"arn:aws:s3:::{runs}/runs/orders/field-ids.json"
+    )
+    assert not deployment.role_allows(
+        "CommitRole", "s3:PutObject", f"arn:aws:s3:::{runs}/runs/orders/r1/plan.json"
+    )

@@ -411,6 +411,7 @@ def _uris(deployment: Deployment) -> dict[str, str]:
         "config": deployment.parameters["ConfigLocation"],
         "segment": f"s3://kafscale-data/{segment_key}",
         "plan": f"s3://{runs}/runs/orders/orders-abc-a0/plan.json",
+        "field ids": f"s3://{runs}/runs/orders/field-ids.json",
         "run data": f"s3://{runs}/runs/data/orders/orders-abc-a0/part-0.parquet",
         "entry point": f"s3://{runs}/spark/spark_app/main.py",
         "venv archive": f"s3://{runs}/spark/kafscale-iceberg-venv.tar.gz",
@@ -466,6 +467,29 @@ S3_ACCESS = {
     ("EmrJobRole", "s3:PutObject", "job log"),
     ("EmrJobRole", "s3:GetObject", "table metadata"),
     ("EmrJobRole", "s3:PutObject", "table metadata"),
+    # field-ids.json: written by the commit step, read by the launcher (beside the runs, so every role
+    # reading or writing run documents may).
+    ("CommitRole", "s3:PutObject", "field ids"),
+    ("CommitRole", "s3:GetObject", "field ids"),
+    ("LauncherRole", "s3:GetObject", "field ids"),
+    ("LauncherRole", "s3:PutObject", "field ids"),
+    ("AbortRole", "s3:PutObject", "field ids"),
+    ("AbortRole", "s3:GetObject", "field ids"),
+    ("StartJobRole", "s3:GetObject", "field ids"),
+    ("ReplayRole", "s3:GetObject", "field ids"),
+    ("EmrJobRole", "s3:GetObject", "field ids"),
+    ("EmrJobRole", "s3:PutObject", "field ids"),
+    # Maintenance: compaction reads and writes data files, expiry deletes manifests, orphan cleanup
+    # deletes run data files; run documents are readable with the run data (one prefix).
+    ("MaintenanceRole", "s3:GetObject", "config"),
+    ("MaintenanceRole", "s3:GetObject", "plan"),
+    ("MaintenanceRole", "s3:GetObject", "field ids"),
+    ("MaintenanceRole", "s3:GetObject", "run data"),
+    ("MaintenanceRole", "s3:PutObject", "run data"),
+    ("MaintenanceRole", "s3:DeleteObject", "run data"),
+    ("MaintenanceRole", "s3:GetObject", "table metadata"),
+    ("MaintenanceRole", "s3:PutObject", "table metadata"),
+    ("MaintenanceRole", "s3:DeleteObject", "table metadata"),
 }
 
 
@@ -777,7 +801,7 @@ def test_function_dependencies_are_pinned_within_pyproject(requirements: Path, e
 
 def test_image_functions_run_the_commit_image_with_their_own_handler() -> None:
     images = [f for f in functions() if f.is_image]
-    assert {f.logical_id for f in images} == {"CommitFunction", "ReplayFunction"}
+    assert {f.logical_id for f in images} == {"CommitFunction", "ReplayFunction", "MaintenanceFunction"}
     dockerfile = (ROOT / "infra" / "lambda" / "commit.Dockerfile").read_text()
     assert "FROM public.ecr.aws/lambda/python:3.12\n" in dockerfile
     for folder in ("kafscale_iceberg", "functions"):
@@ -790,3 +814,15 @@ def test_image_functions_run_the_commit_image_with_their_own_handler() -> None:
     assert dockerignore[dockerignore.index("*") :][:1] == ["*"]  # only what is listed is sent
     for needed in ("!kafscale_iceberg/", "!functions/", "!infra/lambda/image/requirements.txt"):
         assert needed in dockerignore
+
+
+def test_the_maintenance_function_runs_on_its_schedule_with_the_commit_image() -> None:
+    """The scheduled pass of `maintain` (compaction, expiry, orphans): the parameter drives the rule."""
+    template = load_template()
+    function = template["Resources"]["MaintenanceFunction"]["Properties"]
+    assert function["ImageConfig"]["Command"] == ["functions.maintenance.handler"]
+    (event,) = function["Events"].values()
+    assert event["Type"] == "Schedule"
+    assert event["Properties"]["Schedule"] == {"Ref": "MaintenanceSchedule"}
+    assert template["Parameters"]["MaintenanceSchedule"]["Default"] == "rate(1 hour)"
+    assert function["Timeout"] == 900

@@ -184,6 +184,8 @@ class EtcdCheckpointStore:
         username: str | None = None,
         password: str | None = None,
         ca_cert_path: str | None = None,
+        client_cert_path: str | None = None,
+        client_key_path: str | None = None,
         timeout_seconds: float = 5.0,
         metadata_snapshot_key: str = KAFSCALE_METADATA_SNAPSHOT_KEY,
         max_txn_ops: int = 128,
@@ -193,7 +195,9 @@ class EtcdCheckpointStore:
         """Connect lazily to `endpoints` (URLs like `http://host:2379`; https means TLS).
 
         `username` (with `password`, empty if None) turns on etcd authentication, like the Go
-        client. `ca_cert_path` verifies TLS endpoints (default: the system CA bundle). `max_txn_ops`
+        client. `ca_cert_path` verifies TLS endpoints (default: the system CA bundle);
+        `client_cert_path` with `client_key_path` (PEM) present a client certificate, for an etcd
+        started with `--client-cert-auth`. `max_txn_ops`
         is the server's `--max-txn-ops` (etcd's default 128). `client` is a pre-built
         `etcd3.Etcd3Client` used instead of connecting (for tests): failover and re-authentication
         are then off, and `endpoints` only label errors.
@@ -202,6 +206,8 @@ class EtcdCheckpointStore:
             raise ValueError("at least one etcd endpoint is required (etcd.endpoints)")
         if lease_ttl_seconds < 1:
             raise ValueError(f"lease_ttl_seconds must be >= 1, got {lease_ttl_seconds}")
+        if bool(client_cert_path) != bool(client_key_path):
+            raise ValueError("client_cert_path and client_key_path go together (etcd.tls key_file)")
         if max_txn_ops < 3:
             raise ValueError(f"max_txn_ops must be >= 3 (one partition per transaction), got {max_txn_ops}")
         self._endpoints = tuple(parse_etcd_endpoint(url) for url in endpoints)
@@ -210,6 +216,8 @@ class EtcdCheckpointStore:
         self._username = username or None
         self._password = password
         self._ca_cert_path = ca_cert_path
+        self._client_cert_path = client_cert_path or None
+        self._client_key_path = client_key_path or None
         self._timeout_seconds = timeout_seconds
         self._metadata_snapshot_key = metadata_snapshot_key
         self._max_txn_ops = max_txn_ops
@@ -656,6 +664,8 @@ class EtcdCheckpointStore:
             host=endpoint.host,
             port=endpoint.port,
             ca_cert=ca_cert,
+            cert_cert=self._client_cert_path if endpoint.secure else None,
+            cert_key=self._client_key_path if endpoint.secure else None,
             timeout=self._timeout_seconds,
             user=self._username,
             password=(self._password or "") if self._username else None,

@@ -18,7 +18,8 @@ from __future__ import annotations
 import base64
 import struct
 from collections.abc import Mapping, Sequence
-from datetime import date, datetime, timedelta
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 import pyarrow as pa
@@ -26,6 +27,7 @@ from pyiceberg.io import FileIO
 from pyiceberg.io.fileformat import DataFileStatistics
 from pyiceberg.io.pyarrow import (
     MetricModeTypes,
+    StatisticsCollector,
     StatsAggregator,
     _check_pyarrow_schema_compatible,
     compute_statistics_plan,
@@ -34,6 +36,7 @@ from pyiceberg.io.pyarrow import (
 )
 from pyiceberg.manifest import DataFile as IcebergDataFile
 from pyiceberg.manifest import DataFileContent, FileFormat
+from pyiceberg.schema import Schema
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.utils.concurrent import ExecutorFactory
 
@@ -42,6 +45,7 @@ from kafscale_iceberg.dataplane.schemas import arrow_type
 from kafscale_iceberg.domain.runs import ColumnStats, ColumnType, DataFile, FileStats
 
 _EPOCH = datetime(1970, 1, 1)
+_EPOCH_UTC = datetime(1970, 1, 1, tzinfo=UTC)
 _EPOCH_DAY = date(1970, 1, 1)
 _UNPACK = {
     ColumnType.INT: "<i",
@@ -55,6 +59,33 @@ class MetricsNeedFooterError(Exception):
     """The carried metrics cannot give this table's metrics for a file: read its footer instead."""
 
 
+@dataclass
+class TableMetrics:
+    """What turning carried metrics into a table's needs, computed once per commit, not per file."""
+
+    metadata: TableMetadata
+    schema: Schema = field(init=False)
+    plan: dict[int, StatisticsCollector] = field(init=False)
+    field_ids: dict[str, int] = field(init=False)
+    partition_sources: frozenset[int] = field(init=False)
+    _checked: set[tuple[tuple[str, ColumnType, bool], ...]] = field(init=False, default_factory=set)
+
+    def __post_init__(self) -> None:
+        self.schema = self.metadata.schema()
+        self.plan = compute_statistics_plan(self.schema, self.metadata.properties)
+        self.field_ids = parquet_path_to_id_mapping(self.schema)
+        self.partition_sources = frozenset(f.source_id for f in self.metadata.spec().fields)
+
+    def check_schema(self, stats: FileStats) -> None:
+        """`add_files`' schema check of the written columns (once per distinct file schema)."""
+        columns = tuple((c.name, c.type, c.required) for c in stats.columns)
+        if columns in self._checked:
+            return
+        written = pa.schema([pa.field(n, arrow_type(t), nullable=not r) for n, t, r in columns])
+        _check_pyarrow_schema_compatible(self.schema, written, format_version=self.metadata.format_version)
+        self._checked.add(columns)
+
+
 def data_files_to_add(
     metadata: TableMetadata, io: FileIO, uris: Sequence[str], files: Mapping[str, DataFile]
 ) -> list[IcebergDataFile]:
@@ -66,6 +97,7 @@ def data_files_to_add(
     """
     if len(uris) != len(set(uris)):
         raise ValueError("File paths must be unique")
+    table = TableMetrics(metadata)
     built: dict[str, IcebergDataFile] = {}
     footers: list[str] = []
     for uri in uris:
@@ -74,7 +106,7 @@ def data_files_to_add(
             footers.append(uri)
             continue
         try:
-            built[uri] = data_file_from_stats(metadata, carried, carried.stats)
+            built[uri] = data_file_from_stats(table, carried, carried.stats)
         except MetricsNeedFooterError:
             footers.append(uri)
     if footers:
@@ -84,27 +116,20 @@ def data_files_to_add(
     return [built[uri] for uri in uris]
 
 
-def data_file_from_stats(metadata: TableMetadata, file: DataFile, stats: FileStats) -> IcebergDataFile:
+def data_file_from_stats(table: TableMetrics, file: DataFile, stats: FileStats) -> IcebergDataFile:
     """The `DataFile` `add_files` would build for `file`, from its carried metrics (no I/O).
 
-    Raises ValueError when the file does not fit the table, `MetricsNeedFooterError` when the carried
-    metrics are not enough for the table's metrics modes.
+    Raises ValueError when the file does not fit the table, `MetricsNeedFooterError` when the
+    carried metrics are not enough for the table's metrics modes.
     """
-    schema = metadata.schema()
-    written = pa.schema(
-        [pa.field(c.name, arrow_type(c.type), nullable=not c.required) for c in stats.columns]
-    )
-    _check_pyarrow_schema_compatible(schema, written, format_version=metadata.format_version)
-    plan = compute_statistics_plan(schema, metadata.properties)
-    field_ids = parquet_path_to_id_mapping(schema)
-    partition_sources = {field.source_id for field in metadata.spec().fields}
+    table.check_schema(stats)
     column_sizes: dict[int, int] = {}
     value_counts: dict[int, int] = {}
     null_counts: dict[int, int] = {}
     aggregates: dict[int, StatsAggregator] = {}
     for column in stats.columns:
-        field_id = field_ids[column.name]
-        wanted = plan[field_id]
+        field_id = table.field_ids[column.name]
+        wanted = table.plan[field_id]
         column_sizes[field_id] = column.size_bytes
         if wanted.mode.type is MetricModeTypes.NONE:
             continue
@@ -115,11 +140,10 @@ def data_file_from_stats(metadata: TableMetadata, file: DataFile, stats: FileSta
             null_counts[field_id] = column.null_count
         if wanted.mode.type is MetricModeTypes.COUNTS:
             continue
-        if (column.lower_cut or column.upper_cut) and (
-            field_id in partition_sources
-            or wanted.mode.length is None
-            or wanted.mode.length >= CARRIED_PREFIX
-        ):
+        # A cut bound gives Iceberg's truncation only when the table truncates shorter than the cut
+        # (at the cut's own length the truncation would not see that the value went on).
+        shorter = wanted.mode.length is not None and wanted.mode.length < CARRIED_PREFIX
+        if (column.lower_cut or column.upper_cut) and (field_id in table.partition_sources or not shorter):
             raise MetricsNeedFooterError(column.name)
         try:
             aggregate = StatsAggregator(wanted.iceberg_type, column.physical_type, wanted.mode.length)
@@ -141,10 +165,10 @@ def data_file_from_stats(metadata: TableMetadata, file: DataFile, stats: FileSta
         content=DataFileContent.DATA,
         file_path=file.uri,
         file_format=FileFormat.PARQUET,
-        partition=statistics.partition(metadata.spec(), schema),
+        partition=statistics.partition(table.metadata.spec(), table.schema),
         file_size_in_bytes=file.size_bytes,
         sort_order_id=None,
-        spec_id=metadata.default_spec_id,
+        spec_id=table.metadata.default_spec_id,
         equality_ids=None,
         key_metadata=None,
         **statistics.to_serialized_dict(),
@@ -167,4 +191,6 @@ def _decode(column: ColumnStats, encoded: str | None) -> Any:
         return _EPOCH_DAY + timedelta(days=struct.unpack("<i", data)[0])
     if kind is ColumnType.TIMESTAMP:
         return _EPOCH + timedelta(microseconds=struct.unpack("<q", data)[0])
+    if kind is ColumnType.TIMESTAMPTZ:
+        return _EPOCH_UTC + timedelta(microseconds=struct.unpack("<q", data)[0])
     return struct.unpack(_UNPACK[kind], data)[0]

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
 from pyiceberg.expressions import AlwaysTrue
@@ -42,7 +43,6 @@ from pyiceberg.table.update.snapshot import ExpireSnapshots
 
 from kafscale_iceberg.adapters.data_files import StagedFileStore
 from kafscale_iceberg.adapters.iceberg_catalog import is_unreachable_error
-from kafscale_iceberg.dataplane.parquet_files import RollingParquetWriter
 from kafscale_iceberg.dataplane.storage import join_uri
 from kafscale_iceberg.domain.commits import SUMMARY_TOPIC
 from kafscale_iceberg.domain.maintenance import (
@@ -68,6 +68,9 @@ _COMMIT_RETRIES = "commit.retry.num-retries"
 _PREVIOUS_VERSIONS_MAX = "write.metadata.previous-versions-max"
 _DELETE_AFTER_COMMIT = "write.metadata.delete-after-commit.enabled"
 _COMMIT_ATTEMPTS = 4
+# Compressed bytes per Arrow byte assumed when cutting compacted files to the target size.
+_COMPRESSION_RATIO = 0.35
+_ROW_GROUP_ROWS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -192,7 +195,7 @@ class IcebergTableMaintainer:
         are orphans for the cleanup."""
         loaded = self._load(plan.table)
         schema = loaded.schema()
-        arrow_schema = schema_to_pyarrow(schema, include_field_ids=True)
+        arrow_schema = _regular_types(schema_to_pyarrow(schema, include_field_ids=True))
         folder = join_uri(data_prefix, f"compaction-{int(time.time() * 1000)}-{uuid.uuid4().hex[:8]}")
         written: list[str] = []
         rows_total = 0
@@ -202,22 +205,39 @@ class IcebergTableMaintainer:
                 table_metadata=loaded.metadata, io=loaded.io, projected_schema=schema, row_filter=AlwaysTrue()
             ).to_table(tasks=tasks)
             rows = rows.cast(arrow_schema) if rows.schema != arrow_schema else rows
-            writer = RollingParquetWriter(
-                sink=self._sink,
-                data_uri=folder,
-                schema=arrow_schema,
-                task_index=index,
-                target_file_size_bytes=target_file_size_bytes,
-            )
-            try:
-                for partition, part_rows in _by_kafka_partition(rows):
-                    writer.write({}, part_rows, kafka_partition=partition)
-                written.extend(f.uri for f in writer.close())
-            except BaseException:
-                writer.abort()
-                raise
+            for partition, part_rows in _by_kafka_partition(rows):
+                written.extend(
+                    self._write_files(
+                        part_rows,
+                        folder=folder,
+                        name=f"part-{index:05d}" + ("" if partition is None else f"-p{partition}"),
+                        target_file_size_bytes=target_file_size_bytes,
+                    )
+                )
             rows_total += rows.num_rows
         return CompactionWrite(plan, tuple(written), rows_total)
+
+    def _write_files(
+        self, rows: pa.Table, *, folder: str, name: str, target_file_size_bytes: int
+    ) -> list[str]:
+        """`rows` (in order) as Parquet files of about the target size; their URIs."""
+        compressed_row = max(rows.nbytes / max(rows.num_rows, 1) * _COMPRESSION_RATIO, 1.0)
+        per_file = max(1, int(target_file_size_bytes / compressed_row))
+        uris: list[str] = []
+        for sequence, start in enumerate(range(0, rows.num_rows, per_file)):
+            uri = join_uri(folder, f"{name}-{sequence:04d}.parquet")
+            staging = self._sink.staging_path(uri)
+            pq.write_table(
+                rows.slice(start, per_file),
+                staging,
+                compression="zstd",
+                compression_level=1,
+                row_group_size=min(per_file, _ROW_GROUP_ROWS),
+                write_statistics=True,
+            )
+            self._sink.publish(staging, uri)
+            uris.append(uri)
+        return uris
 
     def commit_compaction(self, write: CompactionWrite, *, now_ms: int) -> CompactionOutcome:
         """ONE `overwrite` snapshot: the planned files out, the new files in; optimistic with a re-check.
@@ -373,6 +393,31 @@ class IcebergTableMaintainer:
         if is_unreachable_error(exc):
             return CatalogUnavailableError(self._describe, operation, f"{type(exc).__name__}: {exc}")
         return CatalogError(self._describe, operation, f"{type(exc).__name__}: {exc}")
+
+
+def _regular_type(dtype: pa.DataType) -> pa.DataType:
+    """pyiceberg's large string/binary/list types as the regular ones the data plane writes."""
+    if pa.types.is_large_string(dtype):
+        return pa.string()
+    if pa.types.is_large_binary(dtype):
+        return pa.binary()
+    if pa.types.is_large_list(dtype):
+        return pa.list_(_regular_field(dtype.value_field))
+    if pa.types.is_list(dtype):
+        return pa.list_(_regular_field(dtype.value_field))
+    if pa.types.is_struct(dtype):
+        return pa.struct([_regular_field(dtype.field(i)) for i in range(dtype.num_fields)])
+    if pa.types.is_map(dtype):
+        return pa.map_(_regular_field(dtype.key_field), _regular_field(dtype.item_field))
+    return dtype
+
+
+def _regular_field(field: pa.Field) -> pa.Field:
+    return pa.field(field.name, _regular_type(field.type), field.nullable, field.metadata)
+
+
+def _regular_types(schema: pa.Schema) -> pa.Schema:
+    return pa.schema([_regular_field(f) for f in schema], metadata=schema.metadata)
 
 
 def _int_or_none(value: str | None) -> int | None:

@@ -35,6 +35,7 @@ _COLUMN_TYPES: Mapping[pa.DataType, ColumnType] = {
     pa.binary(): ColumnType.BINARY,
     pa.large_binary(): ColumnType.BINARY,
     pa.timestamp("us"): ColumnType.TIMESTAMP,
+    pa.timestamp("us", "UTC"): ColumnType.TIMESTAMPTZ,
     pa.date32(): ColumnType.DATE,
 }
 _PACK = {
@@ -42,6 +43,7 @@ _PACK = {
     ColumnType.DATE: "<i",
     ColumnType.LONG: "<q",
     ColumnType.TIMESTAMP: "<q",
+    ColumnType.TIMESTAMPTZ: "<q",
     ColumnType.FLOAT: "<f",
     ColumnType.DOUBLE: "<d",
 }
@@ -50,8 +52,8 @@ _PACK = {
 def file_stats(metadata: pq.FileMetaData, schema: pa.Schema) -> FileStats | None:
     """The metrics of a closed Parquet file from its in-memory footer; `schema` is what was written.
 
-    None when a column is nested or of a type without carried metrics here (decimal, uuid, zoned
-    timestamps): the commit step then reads that file's footer, as for results without statistics.
+    None when a column is nested or of a type without carried metrics here (decimal, uuid): the
+    commit step then reads that file's footer, as for results without statistics.
     """
     if any(_COLUMN_TYPES.get(f.type) is None for f in schema):
         return None

@@ -18,6 +18,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from kafscale_iceberg.domain.runs import ColumnType
 from kafscale_iceberg.domain.schema import FieldSpec
 from kafscale_iceberg.domain.tickets import join_uri
 
@@ -52,8 +53,18 @@ class TopicFieldIds(BaseModel):
         return next((t for t in self.tables if t.identifier == identifier), None)
 
 
-def planned_field_ids(fields: Sequence[FieldSpec], known: TableFieldIds | None) -> dict[str, int]:
-    """The field id of each of `fields` once the table holds them (see the module docstring)."""
+NESTED_TYPES = frozenset({ColumnType.STRUCT, ColumnType.LIST, ColumnType.MAP})
+
+
+def planned_field_ids(fields: Sequence[FieldSpec], known: TableFieldIds | None) -> dict[str, int] | None:
+    """The field id of each of `fields` once the table holds them (see the module docstring).
+
+    None (files without ids, read through the name mapping) when a field is nested: the ids of a
+    struct's, list's or map's parts are not planned here, and a file with ids on some columns but
+    not on their parts would be read with those parts missing by engines that trust the ids.
+    """
+    if any(f.type in NESTED_TYPES for f in fields):
+        return None
     if known is None:
         return {f.name: index for index, f in enumerate(fields, start=1)}
     ids: dict[str, int] = {}

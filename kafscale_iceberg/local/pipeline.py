@@ -27,7 +27,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from kafscale_iceberg.domain.events import WorkItem
 from kafscale_iceberg.domain.jobs import JobState
@@ -114,6 +114,16 @@ class PipelineObserver(Protocol):
         """A run ended; a committed one's plan, result and commit outcome are in `report.commit`."""
 
     def error(self, stage: str, topic: str | None, error: Exception) -> None: ...
+
+
+@runtime_checkable
+class AwaitableJobRunner(Protocol):
+    """A job runner that can block until a job ends (the local Spark runner): the loop then commits
+    the moment the job is done instead of at its next watch."""
+
+    def wait(self, job_id: str, timeout_s: float) -> bool:
+        """Block until the job ends or `timeout_s` passes; True when it ended."""
+        ...
 
 
 class _Inbox:
@@ -490,12 +500,21 @@ class Pipeline:
                 break
             if self.stopping.is_set():
                 return self._cancel(ticket, plan, start)
-            self.stopping.wait(self._watch_interval_s)
+            self._wait_for_job(ticket)
         if watched.status.state is not JobState.SUCCEEDED or watched.lease_lost:
             return self._abort(
                 ticket, plan, start, failure_reason(watched.status, lease_lost=watched.lease_lost)
             )
         return self._commit(ticket, plan, start)
+
+    def _wait_for_job(self, ticket: RunTicket) -> None:
+        """Until the next watch: the job's end when the runner can wait on it (the local runner),
+        else the watch interval; at most the watch interval either way, so the lease keeps being
+        renewed and a stop is seen."""
+        if isinstance(self._runner, AwaitableJobRunner):
+            self._runner.wait(ticket.job_id or ticket.run_id, self._watch_interval_s)
+        else:
+            self.stopping.wait(self._watch_interval_s)
 
     def _commit(self, ticket: RunTicket, plan: RunPlan, start: _Start) -> RunReport:
         commit_started_at = time.time()

@@ -24,6 +24,7 @@ import tempfile
 import threading
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as futures_wait
 from dataclasses import dataclass
 from importlib.util import find_spec
 from pathlib import Path
@@ -109,6 +110,19 @@ class LocalSparkJobRunner:
         elif job.future is not None and not job.future.cancel() and self._session is not None:
             # Already running (or done): interrupt its Spark tasks; a no-op for a finished group.
             self._session.sparkContext.cancelJobGroup(job_id)
+
+    def wait(self, job_id: str, timeout_s: float) -> bool:
+        """Block until the job ends or `timeout_s` passes; True when it ended (no polling delay)."""
+        job = self._job(job_id)
+        if job.future is not None:
+            done, _ = futures_wait([job.future], timeout=timeout_s)
+            return bool(done)
+        assert job.process is not None
+        try:
+            job.process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
 
     @property
     def description(self) -> str:

@@ -653,6 +653,7 @@ class CommitService:
                 topic=plan.topic,
                 run_id=plan.run_id,
                 file_uris=tuple(f.uri for f in files),
+                files=files,
                 start_offsets=plan.start_offsets(),
                 end_offsets=plan.end_offsets(),
                 marker_after=TableMarker(

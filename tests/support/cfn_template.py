@@ -116,7 +116,8 @@ class Statement:
 class Deployment:
     """The template evaluated for one set of parameter values."""
 
-    def __init__(self, parameters: Mapping[str, Any]) -> None:
+    def __init__(self, parameters: Mapping[str, Any], *, stack: str = STACK) -> None:
+        self.stack = stack
         self.template = load_template()
         self.resources: dict[str, Any] = self.template["Resources"]
         self.parameters = {
@@ -208,7 +209,7 @@ class Deployment:
             "AWS::Region": REGION,
             "AWS::AccountId": ACCOUNT,
             "AWS::Partition": "aws",
-            "AWS::StackName": STACK,
+            "AWS::StackName": self.stack,
             "AWS::NoValue": NO_VALUE,
             "AWS::URLSuffix": "amazonaws.com",
         }
@@ -229,7 +230,7 @@ class Deployment:
         properties = resource.get("Properties", {})
         lowered = logical_id.lower()
         if kind == "AWS::SQS::Queue":
-            name = f"{STACK}-{logical_id}" + (".fifo" if properties.get("FifoQueue") else "")
+            name = f"{self.stack}-{logical_id}" + (".fifo" if properties.get("FifoQueue") else "")
             return {
                 "Ref": f"https://sqs.{REGION}.amazonaws.com/{ACCOUNT}/{name}",
                 "Arn": f"arn:aws:sqs:{REGION}:{ACCOUNT}:{name}",
@@ -239,7 +240,7 @@ class Deployment:
             name = (
                 str(self.evaluate(properties["BucketName"]))
                 if "BucketName" in properties
-                else f"{STACK}-{lowered}-1a2b3c4d5e6f"
+                else f"{self.stack}-{lowered}-1a2b3c4d5e6f"
             )
             return {"Ref": name, "Arn": f"arn:aws:s3:::{name}"}[attribute]
         if kind == "AWS::EMRServerless::Application":
@@ -250,16 +251,16 @@ class Deployment:
             }[attribute]
         if kind == "AWS::IAM::Role":
             return {
-                "Ref": f"{STACK}-{logical_id}-ABC",
-                "Arn": f"arn:aws:iam::{ACCOUNT}:role/{STACK}-{logical_id}-ABC",
+                "Ref": f"{self.stack}-{logical_id}-ABC",
+                "Arn": f"arn:aws:iam::{ACCOUNT}:role/{self.stack}-{logical_id}-ABC",
             }[attribute]
         if kind == "AWS::IAM::ManagedPolicy":
             return {"Ref": f"managed-policy:{logical_id}"}[attribute]
         if kind == "AWS::Serverless::Function":
-            name = f"{STACK}-{logical_id}-XYZ"
+            name = f"{self.stack}-{logical_id}-XYZ"
             return {"Ref": name, "Arn": f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{name}"}[attribute]
         if kind == "AWS::Serverless::StateMachine":
-            name = f"{logical_id}-XYZ"
+            name = f"{logical_id}-XYZ" if self.stack == STACK else f"{self.stack}-{logical_id}"
             return {
                 "Ref": f"arn:aws:states:{REGION}:{ACCOUNT}:stateMachine:{name}",
                 "Arn": f"arn:aws:states:{REGION}:{ACCOUNT}:stateMachine:{name}",
@@ -269,7 +270,7 @@ class Deployment:
             name = str(self.evaluate(properties["LogGroupName"]))
             return {"Ref": name, "Arn": f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:{name}:*"}[attribute]
         if kind == "AWS::Events::Rule":
-            return {"Arn": f"arn:aws:events:{REGION}:{ACCOUNT}:rule/{STACK}-{logical_id}-XYZ"}[attribute]
+            return {"Arn": f"arn:aws:events:{REGION}:{ACCOUNT}:rule/{self.stack}-{logical_id}-XYZ"}[attribute]
         if kind == "AWS::Serverless::LayerVersion":
             return {"Ref": f"arn:aws:lambda:{REGION}:{ACCOUNT}:layer:{logical_id}:1"}[attribute]
         return f"<{logical_id}.{attribute}>"

@@ -1,0 +1,436 @@
+"""The Spark job, the commit step and planning on an S3 that answers like S3 (30 ms first byte).
+
+Run with `python -m bench.s3` (or `make bench-s3`). Everything talks to a moto server, either
+directly (loopback: a GET costs a few ms) or through `bench.s3_proxy.LatencyProxy` (first-byte
+latency per request, default 30 ms, and a per-connection bandwidth cap, default 80 MB/s; see
+docs/benchmarks.md for why these numbers). Same data, same run, so the ratios are what count:
+
+- **job**: `spark_app.job.run_job` on local[2] over `--partitions` x `--segments` segments of
+  ~126 KB (510 pizza orders each, uncompressed), segments read from S3 and files written to S3:
+  without latency, with latency (tasks read ahead: the default), and with latency reading one
+  segment at a time (`max_in_flight=1`, what tasks did before). Best of `--rounds`, interleaved.
+- **commit**: one table commit of `--files` data files (the commit step's `ensure_table`,
+  `read_state` and `commit`) with the warehouse on the slow S3: from the metrics the run carried
+  (no footer read), and from the files' footers (what `add_files` did).
+- **planning**: `Launcher.launch` of a topic with `--planning-partitions` partitions (two committed
+  segments and one new each) on the slow S3: partitions listed concurrently (the default), and one
+  at a time.
+
+The last line is one JSON object with the headline figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from bench.planning import TOPIC as PLANNING_TOPIC
+from bench.planning import _Starter, populate
+from bench.s3_proxy import DEFAULT_BANDWIDTH_BYTES_PER_S, DEFAULT_LATENCY_S, LatencyProxy
+from bench.spark import COLUMNS
+from kafscale_iceberg.adapters.data_files import StagedFileStore
+from kafscale_iceberg.adapters.documents import DocumentStore
+from kafscale_iceberg.adapters.iceberg_catalog import CatalogSettings, load_iceberg_catalog
+from kafscale_iceberg.adapters.iceberg_tables import IcebergTableCommitter
+from kafscale_iceberg.adapters.s3_segments import S3SegmentStore, S3Settings, make_s3_client
+from kafscale_iceberg.adapters.sqlite_checkpoints import SqliteCheckpointStore
+from kafscale_iceberg.config import config_from_mapping
+from kafscale_iceberg.dataplane.parquet_files import RollingParquetWriter
+from kafscale_iceberg.dataplane.prefetch import PrefetchLimits
+from kafscale_iceberg.dataplane.schemas import data_schema
+from kafscale_iceberg.domain.commits import TableCommit, TableMarker, TableSpec
+from kafscale_iceberg.domain.leases import LeaseGrant
+from kafscale_iceberg.domain.offsets import OffsetUpdate
+from kafscale_iceberg.domain.runs import (
+    ConversionSettings,
+    DataFile,
+    PartitionPlan,
+    PlannedSegment,
+    RunPlan,
+    SegmentSource,
+    TableTarget,
+    make_run_id,
+)
+from kafscale_iceberg.domain.schema import table_fields
+from kafscale_iceberg.local.embedded import start_moto
+from kafscale_iceberg.segments.generate import generate_segments
+from kafscale_iceberg.segments.layout import Codec
+from kafscale_iceberg.services import launch
+from kafscale_iceberg.services.launch import Launcher, LaunchStatus
+
+TOPIC = "orders"
+NAMESPACE = "bench"
+TARGETS = {
+    "job_vs_no_latency": 0.8,
+    "commit_100_files_s": 0.5,
+    "planning_64_partitions_s": 1.0,
+}
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    """The moto server directly, and through the latency proxy."""
+
+    direct: S3Settings
+    slow: S3Settings
+    bucket: str
+    proxy: LatencyProxy
+
+
+def best(samples: list[float]) -> float:
+    return min(samples)
+
+
+# -- the job -------------------------------------------------------------------------------------------
+
+
+def upload_segments(
+    endpoints: Endpoints, *, partitions: int, segments: int
+) -> dict[int, list[PlannedSegment]]:
+    """~126 KB segments (10 batches of 51 orders, no compression) in the bucket; the planned view."""
+    client = make_s3_client(endpoints.direct)
+    generated = list(
+        generate_segments(
+            topics=(TOPIC,),
+            partitions=partitions,
+            segments=segments,
+            batches_per_segment=10,
+            records_per_batch=51,
+            codec=Codec.NONE,
+            namespace=NAMESPACE,
+        )
+    )
+
+    def put(item: Any) -> PlannedSegment:
+        segment, files = item.segment, item.files
+        client.put_object(Bucket=endpoints.bucket, Key=segment.index_key, Body=files.index)
+        client.put_object(Bucket=endpoints.bucket, Key=segment.segment_key, Body=files.kfs)
+        return PlannedSegment(
+            key=segment.segment_key,
+            base_offset=files.base_offset,
+            last_offset=files.last_offset,
+            size_bytes=len(files.kfs),
+        )
+
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        planned = list(pool.map(put, generated))
+    by_partition: dict[int, list[PlannedSegment]] = {}
+    for item, segment in zip(generated, planned, strict=True):
+        by_partition.setdefault(item.segment.partition, []).append(segment)
+    return {p: sorted(s, key=lambda x: x.base_offset) for p, s in by_partition.items()}
+
+
+def write_job_plan(
+    endpoints: Endpoints, settings: S3Settings, name: str, segments: dict[int, list[PlannedSegment]]
+) -> str:
+    """A plan over the segments whose source (and so every read and write of the job) is `settings`."""
+    ranges = [(p, -1, s[-1].last_offset) for p, s in segments.items()]
+    run_id = make_run_id(f"{TOPIC}-{name}", ranges)
+    base = f"s3://{endpoints.bucket}/job-{name}"
+    plan = RunPlan(
+        run_id=run_id,
+        topic=TOPIC,
+        created_at_ms=0,
+        source=SegmentSource(
+            bucket=endpoints.bucket,
+            endpoint_url=settings.endpoint_url,
+            region=settings.region,
+            path_style=True,
+        ),
+        partitions=tuple(
+            PartitionPlan(partition=p, start_exclusive=-1, end_inclusive=s[-1].last_offset, segments=tuple(s))
+            for p, s in sorted(segments.items())
+        ),
+        table=TableTarget(identifier="bench.orders", data_uri=f"{base}/data"),
+        dead_letter_table=TableTarget(identifier="bench.orders_dl", data_uri=f"{base}/dead_letters"),
+        conversion=ConversionSettings(columns=COLUMNS),
+        result_uri=f"{base}/runs/result.json",
+    )
+    uri = f"{base}/runs/plan.json"
+    DocumentStore(endpoints.direct).write_text(uri, plan.model_dump_json())
+    return uri
+
+
+def bench_job(endpoints: Endpoints, *, partitions: int, segments: int, rounds: int) -> dict[str, float]:
+    from spark_app.job import TaskSizing, build_session, run_job
+
+    planned = upload_segments(endpoints, partitions=partitions, segments=segments)
+    megabytes = sum(s.size_bytes for ss in planned.values() for s in ss) / 1e6
+    count = sum(len(s) for s in planned.values())
+    print(f"job: {count} segments, {megabytes:.1f} MB ({megabytes * 1e3 / count:.0f} KB each)", flush=True)
+    configs: dict[str, tuple[str, S3Settings, TaskSizing]] = {
+        "no latency": (
+            write_job_plan(endpoints, endpoints.direct, "direct", planned),
+            endpoints.direct,
+            TaskSizing(),
+        ),
+        "latency, read ahead": (
+            write_job_plan(endpoints, endpoints.slow, "slow", planned),
+            endpoints.slow,
+            TaskSizing(),
+        ),
+        "latency, one at a time": (
+            write_job_plan(endpoints, endpoints.slow, "slow", planned),
+            endpoints.slow,
+            TaskSizing(prefetch=PrefetchLimits(max_in_flight=1)),
+        ),
+    }
+    spark = build_session(
+        master="local[2]",
+        app_name="bench-s3",
+        conf={"spark.ui.enabled": "false", "spark.default.parallelism": "2"},
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    seconds: dict[str, list[float]] = {name: [] for name in configs}
+    try:
+        for uri, settings, sizing in configs.values():  # warm: workers, numba caches, clients
+            run_job(spark, uri, s3=settings, sizing=sizing)
+        for number in range(1, rounds + 1):
+            for name, (uri, settings, sizing) in configs.items():
+                started = time.perf_counter()
+                result = run_job(spark, uri, s3=settings, sizing=sizing)
+                seconds[name].append(time.perf_counter() - started)
+                assert result.status.value == "succeeded", result.failure
+            print(
+                f"  round {number}: " + ", ".join(f"{n} {v[-1]:.2f} s" for n, v in seconds.items()),
+                flush=True,
+            )
+    finally:
+        spark.stop()
+    rates = {name: megabytes / best(values) for name, values in seconds.items()}
+    for name, rate in rates.items():
+        print(f"  {name:24s} best {best(seconds[name]):6.2f} s  {rate:6.1f} MB/s  {rate / 2:6.1f} MB/s/core")
+    return rates
+
+
+# -- the commit step ---------------------------------------------------------------------------------------
+
+
+def write_files(endpoints: Endpoints, count: int, rows: int) -> list[DataFile]:
+    """`count` data files of `rows` orders each, on S3 (written directly: only the commit is timed)."""
+    schema = data_schema(COLUMNS)
+    sink = StagedFileStore(endpoints.direct)
+
+    def one(index: int) -> DataFile:
+        first = index * rows
+        table = pa.table(
+            {
+                "record_id": [f"{TOPIC}:0:{o}" for o in range(first, first + rows)],
+                "topic": [TOPIC] * rows,
+                "partition": pa.array([0] * rows, pa.int32()),
+                "offset": list(range(first, first + rows)),
+                "timestamp_ms": [1_795_132_800_000 + o for o in range(first, first + rows)],
+                "key": pa.nulls(rows, pa.binary()),
+                "value": [b'{"order_id": %d}' % o for o in range(first, first + rows)],
+                "headers": pa.nulls(rows, pa.string()),
+                "order_id": list(range(first, first + rows)),
+                "store_id": pa.array([o % 40 for o in range(rows)], pa.int32()),
+                "customer": [f"customer {o % 997}" for o in range(rows)],
+                "total": [o * 0.25 for o in range(rows)],
+                "status": ["paid"] * rows,
+                "event_time": pa.array([1_795_132_800_000_000 + o for o in range(rows)], pa.timestamp("us")),
+                "ordered_on": pa.array([20_775] * rows, pa.date32()),
+            },
+            schema=schema,
+        )
+        writer = RollingParquetWriter(
+            sink=sink,
+            data_uri=f"s3://{endpoints.bucket}/warehouse/commit-files/{index:04d}",
+            schema=schema,
+            task_index=index,
+            target_file_size_bytes=1 << 30,
+        )
+        writer.write({}, table)
+        (written,) = writer.close()
+        return written
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        return list(pool.map(one, range(count)))
+
+
+def bench_commit(endpoints: Endpoints, workdir: Path, *, files: int, rounds: int) -> dict[str, float]:
+    written = write_files(endpoints, files, rows=500)
+    settings = CatalogSettings(
+        type="sql",
+        uri=f"sqlite:///{workdir}/catalog.db",
+        warehouse=f"s3://{endpoints.bucket}/warehouse",
+        s3_endpoint=endpoints.slow.endpoint_url or "",
+        s3_region=endpoints.slow.region or "",
+        s3_path_style=True,
+    )
+    committer = IcebergTableCommitter(load_iceberg_catalog(settings))
+    seconds: dict[str, list[float]] = {"carried metrics": [], "footers": []}
+    requests: dict[str, int] = {}
+    for number in range(rounds):
+        for name, samples in seconds.items():
+            spec = TableSpec(
+                identifier=f"bench.commit_{name.split()[0]}_{number}",
+                fields=table_fields(COLUMNS),
+                create_if_missing=True,
+            )
+            committer.ensure_table(spec)
+            carried = tuple(written) if name == "carried metrics" else ()
+            before = endpoints.proxy.requests
+            started = time.perf_counter()
+            committer.ensure_table(spec)
+            state = committer.read_state(spec.identifier, TOPIC)
+            committer.commit(
+                state,
+                TableCommit(
+                    topic=TOPIC,
+                    run_id=f"bench-{number}",
+                    file_uris=tuple(f.uri for f in written),
+                    files=carried,
+                    start_offsets={0: -1},
+                    end_offsets={0: files * 500 - 1},
+                    marker_after=TableMarker(offsets={0: files * 500 - 1}, run_id=f"bench-{number}"),
+                ),
+            )
+            samples.append(time.perf_counter() - started)
+            requests[name] = endpoints.proxy.requests - before
+    for name, values in seconds.items():
+        listed = ", ".join(f"{v:.3f}" for v in values)
+        print(
+            f"commit of {files} files, {name:16s}: best {best(values):.3f} s ({listed}); "
+            f"{requests[name]} S3 requests"
+        )
+    return {name: best(values) for name, values in seconds.items()}
+
+
+# -- planning -----------------------------------------------------------------------------------------
+
+
+def bench_planning(endpoints: Endpoints, workdir: Path, *, partitions: int, rounds: int) -> dict[str, float]:
+    direct = make_s3_client(endpoints.direct)
+    bucket = f"{endpoints.bucket}-planning"
+    direct.create_bucket(Bucket=bucket)
+    committed = populate(direct, bucket, partitions, committed=2 * partitions, new=partitions)
+    store = SqliteCheckpointStore(workdir / "offsets.sqlite")
+    grant = store.claim_lease(PLANNING_TOPIC, owner_id="bench", run_id="seed")
+    assert isinstance(grant, LeaseGrant)
+    store.commit_offsets(grant, {p: OffsetUpdate(o, 0) for p, o in committed.items()})
+    store.release_lease(grant)
+    slow = endpoints.slow
+    config = config_from_mapping(
+        {
+            "s3": {"bucket": bucket, "namespace": "prod", "endpoint": slow.endpoint_url, "path_style": True},
+            "iceberg": {
+                "catalog": {"type": "sql", "uri": f"sqlite:///{workdir}/planning.db"},
+                "warehouse": f"file://{workdir}/w",
+            },
+            "offsets": {"backend": "sqlite", "sqlite_path": str(workdir / "offsets.sqlite")},
+            "mappings": [{"topic": PLANNING_TOPIC, "table": "shop.orders"}],
+        },
+        source="bench",
+    )
+    starter = _Starter()
+    launcher = Launcher(
+        config,
+        store,
+        S3SegmentStore(make_s3_client(slow), bucket, "prod"),
+        DocumentStore(slow),
+        starter,
+        owner_id="bench",
+    )
+    concurrency = launch.PLANNING_CONCURRENCY
+    seconds: dict[str, list[float]] = {"concurrent": [], "one partition at a time": []}
+    requests: dict[str, int] = {}
+    try:
+        for _ in range(rounds):
+            for name, samples in seconds.items():
+                launch.PLANNING_CONCURRENCY = concurrency if name == "concurrent" else 1
+                before = endpoints.proxy.requests
+                started = time.perf_counter()
+                outcome = launcher.launch(PLANNING_TOPIC)
+                samples.append(time.perf_counter() - started)
+                requests[name] = endpoints.proxy.requests - before
+                assert outcome.status is LaunchStatus.STARTED, outcome
+                assert outcome.ticket is not None
+                store.release_lease(outcome.ticket.grant)
+    finally:
+        launch.PLANNING_CONCURRENCY = concurrency
+    for name, values in seconds.items():
+        print(
+            f"planning {partitions} partitions, {name:24s}: best {best(values):.3f} s; "
+            f"{requests[name]} S3 requests"
+        )
+    return {name: best(values) for name, values in seconds.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--latency-ms", type=float, default=DEFAULT_LATENCY_S * 1000)
+    parser.add_argument("--bandwidth-mb-per-s", type=float, default=DEFAULT_BANDWIDTH_BYTES_PER_S / 1e6)
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--segments", type=int, default=40, help="segments per partition (~126 KB each)")
+    parser.add_argument("--files", type=int, default=100, help="data files in the timed commit")
+    parser.add_argument("--planning-partitions", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--skip-job", action="store_true", help="only the commit and planning parts")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    workdir = Path(tempfile.mkdtemp(prefix="bench-s3-"))
+    moto = start_moto()
+    # A client made without an endpoint must reach moto, never AWS.
+    os.environ["AWS_ENDPOINT_URL"] = moto.url
+    proxy = LatencyProxy.for_url(
+        moto.url, latency_s=args.latency_ms / 1000, bandwidth_bytes_per_s=args.bandwidth_mb_per_s * 1e6
+    )
+    try:
+        proxy.start()
+        endpoints = Endpoints(
+            direct=S3Settings(endpoint_url=moto.url, region=moto.region, path_style=True),
+            slow=S3Settings(endpoint_url=proxy.url, region=moto.region, path_style=True),
+            bucket="bench-s3",
+            proxy=proxy,
+        )
+        make_s3_client(endpoints.direct).create_bucket(Bucket=endpoints.bucket)
+        print(
+            f"S3: moto at {moto.url}; proxy {proxy.url} adds {args.latency_ms:.0f} ms first-byte latency, "
+            f"caps a connection at {args.bandwidth_mb_per_s:.0f} MB/s; {os.cpu_count()} cores, "
+            f"load average {os.getloadavg()[0]:.1f}",
+            flush=True,
+        )
+        rates: dict[str, float] = {}
+        if not args.skip_job:
+            rates = bench_job(
+                endpoints, partitions=args.partitions, segments=args.segments, rounds=args.rounds
+            )
+        commit = bench_commit(endpoints, workdir, files=args.files, rounds=args.rounds)
+        planning = bench_planning(endpoints, workdir, partitions=args.planning_partitions, rounds=args.rounds)
+    finally:
+        proxy.stop()
+        moto.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+    headline: dict[str, float | None] = {
+        "job_vs_no_latency": round(rates["latency, read ahead"] / rates["no latency"], 2) if rates else None,
+        "commit_100_files_s": round(commit["carried metrics"], 3),
+        "planning_64_partitions_s": round(planning["concurrent"], 3),
+        "mb_per_s_per_core_latency": round(rates["latency, read ahead"] / 2, 1) if rates else None,
+    }
+    if rates:
+        sequential = rates["latency, one at a time"] / rates["no latency"]
+        print(f"one segment at a time with latency: {sequential:.2f}x the no-latency throughput")
+    print(
+        f"commit from footers: {commit['footers']:.3f} s; planning one partition at a time: "
+        f"{planning['one partition at a time']:.3f} s"
+    )
+    print(f"targets: {json.dumps(TARGETS)}")
+    print(json.dumps(headline))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,41 @@
+"""Maintenance Lambda (scheduled; the commit function's container image: it rewrites table files).
+
+Each invocation is one `maintain` pass (`services/maintenance.py`) over the mapped tables:
+compaction when a table has `maintenance.compaction_min_small_files` small files (at most
+`maintenance.compaction_max_bytes` read per table per pass, so large backlogs are worked off over
+passes), snapshot expiry and orphan-file cleanup. Every step is idempotent: a failed pass is
+replaced by the next one and alarms through Lambda Errors.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from functions.runtime import assembly
+from kafscale_iceberg.commands.maintain import report_json
+
+logger = Logger(service="kafscale-iceberg-maintenance")
+metrics = Metrics(namespace="KafScaleIceberg", service="maintenance")
+tracer = Tracer(service="kafscale-iceberg-maintenance")
+
+
+@logger.inject_lambda_context
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """One maintenance pass; returns what it did per table (errors fail the invocation)."""
+    report = assembly().maintenance.maintain(dry_run=bool(event.get("dry_run", False)))
+    compacted = sum(
+        t.compaction.files_removed for t in report.tables if t.compaction and t.compaction.committed
+    )
+    expired = sum(len(t.expiry.expired) for t in report.tables if t.expiry)
+    orphans = sum(t.orphans_deleted for t in report.tables)
+    metrics.add_metric(name="maintenance_files_compacted_total", unit=MetricUnit.Count, value=compacted)
+    metrics.add_metric(name="maintenance_snapshots_expired_total", unit=MetricUnit.Count, value=expired)
+    metrics.add_metric(name="maintenance_orphans_deleted_total", unit=MetricUnit.Count, value=orphans)
+    logger.info("maintained", tables=[t.table for t in report.tables], compacted=compacted, expired=expired)
+    return report_json(report)

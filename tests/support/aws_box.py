@@ -1,0 +1,751 @@
+"""AWS in a box: the deployed shape of template.yaml run on this machine, for tests/test_aws_*.py.
+
+What is real: the state machine (`infra/state_machine.asl.json` with the template's
+`DefinitionSubstitutions`) executed by moto's ASL interpreter (the vendored LocalStack one, moto
+5.2.5 server mode with `stepfunctions.execute_state_machine`); S3, SQS (FIFO groups, redrive),
+EMR Serverless's API and Step Functions' API (moto server); etcd (a real server); the Iceberg
+commit (pyiceberg, SQLite catalog); the Spark job (`spark_app.job.run_job`, local Spark); every
+handler of `functions/` with the environment template.yaml gives it.
+
+The fakes, each with what it does not cover:
+- **Lambda invoke** (`LambdaFleet`): moto's interpreter calls `lambda_eval_utils._invoke_lambda_function`;
+  it is replaced to run the project's handler in this process under Lambda's contract (event and
+  context in; an exception becomes `FunctionError: Unhandled` with `errorType` = its class name and
+  `errorMessage`; 6 MB request/response limits; a function over its template `Timeout` reports
+  `Sandbox.Timedout`). Not covered: cold-start latency, concurrency limits, memory limits, the
+  layer/image packaging (tests/test_template_tools.py builds those). One invocation runs at a time.
+- **Event source mappings** (`EventSourceMappings`): a poller that reads the template's SQS event
+  sources with their `BatchSize` and hands batches to the function: a raised error returns the
+  whole batch, `batchItemFailures` only those items, the rest are deleted; redrive to the DLQ after
+  `maxReceiveCount` is moto's. One poller thread, so one batch per FIFO group in flight trivially.
+  Not covered: batching windows, scaling, `MaximumConcurrency`.
+- **Time**: Wait states and Retry intervals run `TIME_SCALE` times their length; queue visibility
+  timeouts are `VISIBILITY_SECONDS` instead of the template's 180/720 s; an EMR job's
+  `executionTimeoutMinutes` counts `JOB_TIMEOUT_SCALE` minutes, for stuck jobs only (a real local
+  Spark run's speed on a shared machine says nothing about EMR's, so it is never timed out).
+- **EMR Serverless compute**: moto's `StartJobRun` is idempotent by `clientToken` here (as EMR is)
+  and starts the job's `--plan` on local Spark (`LocalSparkJobRunner`, warm session);
+  `GetJobRun` reports that job's state; `CancelJobRun` cancels it (a finished job: ValidationException).
+  `emr_faults` makes the next job FAILED without running (a container that died) or stuck.
+  Not covered: EMR's queueing, capacity, the venv archive/image (`make package-spark`).
+- **Catalog**: the functions get the config file's SQLite catalog and local warehouse instead of the
+  template's Glue/REST variables (Glue IAM is checked by tests/test_template.py only).
+- **IAM** (`CallRecorder`): every AWS call a function makes (botocore `before-call` on the default
+  session, attributed to the function being invoked) and each call of the state machine (its SQS
+  sends, its Lambda invokes) is checked against that role in template.yaml with
+  tests/support/cfn_template.py's evaluator (Allow statements; conditions not evaluated). The Spark
+  job's own calls are not attributed (EmrJobRole is checked by tests/test_template.py).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import os
+import threading
+import time
+import traceback
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import boto3
+import pytest
+
+from tests.support.cfn_template import ACCOUNT, REGION, ROOT, Deployment, Function, functions
+from tests.support.lambdas import LambdaContext
+
+TIME_SCALE = 0.01
+JOB_TIMEOUT_SCALE = 0.01  # 5 min (EMR's minimum) -> 3 s
+VISIBILITY_SECONDS = 1
+PAYLOAD_LIMIT = 6 * 1024 * 1024
+TEMPLATE_APPLICATION_ID = "00fabcdefg123456"
+# The functions' environment keeps what the template sets, except the catalog (see the docstring).
+NOT_GIVEN = {"KAFSCALE_ICEBERG_CATALOG_TYPE", "KAFSCALE_ICEBERG_CATALOG_URI", "KAFSCALE_ICEBERG_WAREHOUSE"}
+
+_principal: contextvars.ContextVar[str | None] = contextvars.ContextVar("aws_box_principal", default=None)
+STATE_MACHINE_ROLE = "RunStateMachineRole"
+
+
+# -- IAM ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Call:
+    """One AWS request as IAM sees it."""
+
+    role: str
+    action: str
+    resource: str
+
+
+def _queue_arn(url: str) -> str:
+    account, name = url.rstrip("/").split("/")[-2:]
+    return f"arn:aws:sqs:{REGION}:{account}:{name}"
+
+
+def iam_requests(service: str, operation: str, params: dict[str, Any]) -> list[tuple[str, str]]:
+    """The (action, resource) pairs IAM authorizes for one API call; unknown calls raise."""
+    if service == "s3":
+        bucket = params.get("Bucket", "")
+        key = params.get("Key", "")
+        obj = f"arn:aws:s3:::{bucket}/{key}"
+        by_op = {
+            "GetObject": ("s3:GetObject", obj),
+            "HeadObject": ("s3:GetObject", obj),
+            "PutObject": ("s3:PutObject", obj),
+            "CreateMultipartUpload": ("s3:PutObject", obj),
+            "UploadPart": ("s3:PutObject", obj),
+            "CompleteMultipartUpload": ("s3:PutObject", obj),
+            "AbortMultipartUpload": ("s3:AbortMultipartUpload", obj),
+            "DeleteObject": ("s3:DeleteObject", obj),
+            "ListObjectsV2": ("s3:ListBucket", f"arn:aws:s3:::{bucket}"),
+            "ListObjects": ("s3:ListBucket", f"arn:aws:s3:::{bucket}"),
+        }
+        if operation == "DeleteObjects":
+            return [
+                ("s3:DeleteObject", f"arn:aws:s3:::{bucket}/{o['Key']}") for o in params["Delete"]["Objects"]
+            ]
+        return [by_op[operation]]
+    if service == "sqs":
+        action = {
+            "SendMessageBatch": "SendMessage",
+            "DeleteMessageBatch": "DeleteMessage",
+            "ChangeMessageVisibilityBatch": "ChangeMessageVisibility",
+        }.get(operation, operation)
+        if "QueueUrl" not in params:
+            return [(f"sqs:{action}", f"arn:aws:sqs:{REGION}:{ACCOUNT}:{params.get('QueueName', '')}")]
+        return [(f"sqs:{action}", _queue_arn(params["QueueUrl"]))]
+    if service == "states":
+        resource = params.get("stateMachineArn") or params["executionArn"]
+        return [(f"states:{operation}", resource)]
+    if service == "emr-serverless":
+        application = f"arn:aws:emr-serverless:{REGION}:{ACCOUNT}:/applications/{params['applicationId']}"
+        if operation == "StartJobRun":
+            found = [
+                ("emr-serverless:StartJobRun", application),
+                ("iam:PassRole", params["executionRoleArn"]),
+            ]
+            if params.get("tags"):
+                found.append(("emr-serverless:TagResource", f"{application}/jobruns/*"))
+            return found
+        return [(f"emr-serverless:{operation}", f"{application}/jobruns/{params['jobRunId']}")]
+    if service == "secretsmanager":
+        return [(f"secretsmanager:{operation}", params["SecretId"])]
+    if service == "lambda" and operation == "Invoke":
+        return [("lambda:InvokeFunction", params["FunctionName"])]
+    raise AssertionError(f"the IAM recorder does not know {service}:{operation}: teach iam_requests")
+
+
+class CallRecorder:
+    """Records every AWS call of the box's functions and state machine (see the module docstring)."""
+
+    def __init__(self, deployment: Deployment, renames: dict[str, str]) -> None:
+        self.deployment = deployment
+        self.renames = renames  # moto's ids -> the template's (the EMR application id)
+        self.calls: list[Call] = []
+        self._lock = threading.Lock()
+
+    def keep_params(self, params: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
+        """`before-parameter-build`: the API parameters (`before-call` only sees the serialized request)."""
+        context["aws_box_params"] = dict(params)
+
+    def hook(self, model: Any, context: dict[str, Any], request_signer: Any = None, **_: Any) -> None:
+        """`before-call`: record the call for the function being invoked (or the state machine)."""
+        params = context.get("aws_box_params", {})
+        role = _principal.get()
+        if role is None:
+            credentials = getattr(request_signer, "_credentials", None)
+            if getattr(credentials, "access_key", None) != "ak":  # moto's interpreter signs with "ak"
+                return
+            role = STATE_MACHINE_ROLE
+        service = model.service_model.endpoint_prefix
+        if service == "elasticmapreduce" or model.service_model.signing_name == "emr-serverless":
+            service = "emr-serverless"
+        self.record(role, service, model.name, params)
+
+    def record(self, role: str, service: str, operation: str, params: dict[str, Any]) -> None:
+        try:
+            requests = iam_requests(service, operation, params)
+        except (AssertionError, KeyError) as exc:  # reported by denied(), never raised into a handler
+            requests = [(f"unmapped:{service}:{operation}", repr(exc))]
+        for action, raw in requests:
+            resource = raw
+            for moto_id, template_id in self.renames.items():
+                resource = resource.replace(moto_id, template_id)
+            with self._lock:
+                self.calls.append(Call(role, action, resource))
+
+    def denied(self) -> list[Call]:
+        """The recorded calls the role in template.yaml would refuse."""
+        return sorted(
+            {c for c in self.calls if not self.deployment.role_allows(c.role, c.action, c.resource)},
+            key=lambda c: (c.role, c.action, c.resource),
+        )
+
+    def count(self, action: str, role: str | None = None) -> int:
+        return sum(1 for c in self.calls if c.action == action and (role is None or c.role == role))
+
+
+# -- Lambda -------------------------------------------------------------------------------------------
+
+
+class LambdaTimeoutError(Exception):
+    """A fault: the invocation ran past the function's timeout (Lambda kills it; nothing returned)."""
+
+
+@dataclass
+class Invocation:
+    function: str
+    seconds: float
+    error: str | None
+
+
+class LambdaFleet:
+    """The template's functions, invoked in this process under Lambda's contract."""
+
+    def __init__(self, deployment: Deployment, environment: dict[str, dict[str, str]]) -> None:
+        self.deployment = deployment
+        self.functions = {f.logical_id: f for f in functions()}
+        self.environment = environment
+        self.by_name: dict[str, str] = {}
+        for function in self.functions.values():
+            self.by_name[deployment.attribute(function.logical_id, "Arn")] = function.logical_id
+            self.by_name[deployment.attribute(function.logical_id, "Ref")] = function.logical_id
+        # logical id -> faults to apply to its next invocations (callables raising, or None to run)
+        self.faults: dict[str, list[Callable[[], None]]] = {}
+        self.invocations: list[Invocation] = []
+        self._lock = threading.RLock()
+
+    def handler(self, function: Function) -> Callable[[dict[str, Any], Any], Any]:
+        import importlib
+
+        module, name = function.handler.rsplit(".", 1)
+        handler: Callable[[dict[str, Any], Any], Any] = getattr(importlib.import_module(module), name)
+        return handler
+
+    def invoke(self, logical_id: str, event: dict[str, Any]) -> Any:
+        """Call the function's handler with its environment; raises what it raises."""
+        function = self.functions[logical_id]
+        timeout = float(function.properties.get("Timeout", 3))
+        with self._lock:
+            saved = dict(os.environ)
+            os.environ.update(self.environment[logical_id])
+            token = _principal.set(function.role_id)
+            started = time.perf_counter()
+            error: str | None = None
+            try:
+                from functions import runtime
+
+                runtime.assembly.cache_clear()
+                for fault in self.faults.get(logical_id, [])[:1]:
+                    self.faults[logical_id].pop(0)
+                    fault()
+                context = LambdaContext(
+                    function_name=str(self.deployment.attribute(logical_id, "Ref")),
+                    memory_limit_in_mb=int(function.properties.get("MemorySize", 128)),
+                )
+                result = self.handler(function)(event, context)
+                if time.perf_counter() - started > timeout:
+                    raise LambdaTimeoutError(f"{logical_id} ran past its {timeout:.0f} s timeout")
+                return result
+            except BaseException as exc:
+                error = f"{type(exc).__name__}: {exc}"[-600:]
+                raise
+            finally:
+                self.invocations.append(Invocation(logical_id, time.perf_counter() - started, error))
+                _principal.reset(token)
+                os.environ.clear()
+                os.environ.update(saved)
+
+    def invoke_payload(self, function_name: str, payload: bytes) -> dict[str, Any]:
+        """Lambda's `Invoke` (RequestResponse) as Step Functions sees it: payload out, or the error."""
+        if len(payload) > PAYLOAD_LIMIT:
+            from botocore.exceptions import ClientError
+
+            raise ClientError(
+                {
+                    "Error": {"Code": "RequestEntityTooLargeException", "Message": "Request must be smaller"},
+                    "ResponseMetadata": {"HTTPStatusCode": 413, "RequestId": uuid.uuid4().hex},
+                },
+                "Invoke",
+            )
+        logical_id = self.by_name[function_name]
+        try:
+            result = self.invoke(logical_id, json.loads(payload or b"{}"))
+        except LambdaTimeoutError as exc:
+            return _function_error("Sandbox.Timedout", str(exc))
+        except Exception as exc:  # Lambda reports any exception the same way
+            return _function_error(type(exc).__name__, str(exc), traceback.format_exception(exc))
+        body = json.dumps(result)
+        if len(body.encode()) > PAYLOAD_LIMIT:
+            return _function_error("Function.ResponseSizeTooLarge", f"response of {len(body)} bytes")
+        return {"StatusCode": 200, "Payload": json.loads(body), "ExecutedVersion": "$LATEST"}
+
+    def count(self, logical_id: str) -> int:
+        return sum(1 for i in self.invocations if i.function == logical_id)
+
+
+def _function_error(error_type: str, message: str, trace: list[str] | None = None) -> dict[str, Any]:
+    payload = {"errorType": error_type, "errorMessage": message, "trace": trace or []}
+    return {"StatusCode": 200, "FunctionError": "Unhandled", "Payload": payload, "ExecutedVersion": "$LATEST"}
+
+
+def timed_out() -> None:
+    """A fault for `LambdaFleet.faults`: the invocation times out before doing anything."""
+    raise LambdaTimeoutError("the function timed out (fault)")
+
+
+# -- SQS event sources ----------------------------------------------------------------------------------
+
+
+@dataclass
+class EventSource:
+    function: str
+    queue_url: str
+    queue_arn: str
+    batch_size: int
+
+
+class EventSourceMappings:
+    """Lambda's SQS pollers for the template's `Type: SQS` events (see the module docstring)."""
+
+    def __init__(self, fleet: LambdaFleet, sqs: Any, sources: list[EventSource]) -> None:
+        self.fleet = fleet
+        self.sqs = sqs
+        self.sources = sources
+
+    def poll_once(self) -> int:
+        """One receive per event source and one invocation per non-empty batch; messages handed out."""
+        handed = 0
+        for source in self.sources:
+            response = self.sqs.receive_message(
+                QueueUrl=source.queue_url,
+                MaxNumberOfMessages=source.batch_size,
+                AttributeNames=["All"],
+                MessageAttributeNames=["All"],
+            )
+            messages = response.get("Messages", [])
+            if not messages:
+                continue
+            handed += len(messages)
+            event = {"Records": [_sqs_record(m, source.queue_arn) for m in messages]}
+            try:
+                result = self.fleet.invoke(source.function, event)
+            except Exception:
+                continue
+            failed = {f["itemIdentifier"] for f in (result or {}).get("batchItemFailures", [])}
+            for message in messages:
+                if message["MessageId"] not in failed:
+                    self.sqs.delete_message(QueueUrl=source.queue_url, ReceiptHandle=message["ReceiptHandle"])
+        return handed
+
+
+def _sqs_record(message: dict[str, Any], queue_arn: str) -> dict[str, Any]:
+    return {
+        "messageId": message["MessageId"],
+        "receiptHandle": message["ReceiptHandle"],
+        "body": message["Body"],
+        "attributes": message.get("Attributes", {}),
+        "messageAttributes": message.get("MessageAttributes", {}),
+        "md5OfBody": message.get("MD5OfBody", ""),
+        "eventSource": "aws:sqs",
+        "eventSourceARN": queue_arn,
+        "awsRegion": REGION,
+    }
+
+
+# -- EMR Serverless ------------------------------------------------------------------------------------
+
+
+class EmrCompute:
+    """Runs the Spark job of each EMR job run moto accepts (see the module docstring)."""
+
+    def __init__(self, runner: Any, s3_settings: Any) -> None:
+        self.runner = runner
+        self.s3_settings = s3_settings
+        self.local_jobs: dict[str, str] = {}  # EMR job run id -> local job id
+        self.started_at: dict[str, float] = {}
+        self.faults: list[str] = []  # "FAILED" | "STUCK", applied to the next job runs
+        self.started: list[str] = []
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from moto.emrserverless.exceptions import ValidationException
+        from moto.emrserverless.models import EMRServerlessBackend
+
+        original_start = EMRServerlessBackend.start_job_run
+        original_get = EMRServerlessBackend.get_job_run
+        original_cancel = EMRServerlessBackend.cancel_job_run
+        compute = self
+
+        def start_job_run(backend: Any, application_id: str, client_token: str, **kwargs: Any) -> Any:
+            for run in backend.job_runs.get(application_id, []):
+                if run.client_token == client_token:
+                    return run
+            run = original_start(backend, application_id=application_id, client_token=client_token, **kwargs)
+            compute.start(run)
+            return run
+
+        def get_job_run(backend: Any, application_id: str, job_run_id: str) -> Any:
+            run = original_get(backend, application_id, job_run_id)
+            compute.refresh(run)
+            return run
+
+        def cancel_job_run(backend: Any, application_id: str, job_run_id: str) -> Any:
+            run = original_get(backend, application_id, job_run_id)
+            compute.refresh(run)
+            if run.state in {"SUCCESS", "FAILED", "CANCELLED"}:
+                raise ValidationException(f"Job run {job_run_id} is in a final state {run.state}")
+            if job_run_id in compute.local_jobs:
+                compute.runner.cancel(compute.local_jobs[job_run_id])
+            return original_cancel(backend, application_id, job_run_id)
+
+        monkeypatch.setattr(EMRServerlessBackend, "start_job_run", start_job_run)
+        monkeypatch.setattr(EMRServerlessBackend, "get_job_run", get_job_run)
+        monkeypatch.setattr(EMRServerlessBackend, "cancel_job_run", cancel_job_run)
+
+    def start(self, run: Any) -> None:
+        from kafscale_iceberg.adapters.documents import DocumentStore
+        from kafscale_iceberg.domain.runs import RunPlan
+
+        self.started_at[run.id] = time.monotonic()
+        self.started.append(run.id)
+        fault = self.faults.pop(0) if self.faults else None
+        if fault == "FAILED":
+            run.state, run.state_details = "FAILED", "Job failed: the driver's container exited (fault)"
+            return
+        run.state = "RUNNING"
+        if fault == "STUCK":
+            return
+        arguments = list(run.job_driver["sparkSubmit"]["entryPointArguments"])
+        plan_uri = arguments[arguments.index("--plan") + 1]
+        plan = RunPlan.model_validate_json(DocumentStore(self.s3_settings).read_text(plan_uri))
+        self.local_jobs[run.id] = self.runner.start(plan, plan_uri)
+
+    def refresh(self, run: Any) -> None:
+        if run.state in {"SUCCESS", "FAILED", "CANCELLED"}:
+            return
+        if run.id not in self.local_jobs:  # a stuck job (fault): EMR fails it at its timeout
+            limit = run.execution_timeout_minutes * 60 * JOB_TIMEOUT_SCALE
+            if time.monotonic() - self.started_at.get(run.id, time.monotonic()) > limit:
+                run.state, run.state_details = "FAILED", "Job run timed out (executionTimeoutMinutes)"
+            return
+        status = self.runner.status(self.local_jobs[run.id])
+        run.state = {"succeeded": "SUCCESS", "failed": "FAILED", "cancelled": "CANCELLED"}.get(
+            status.state.value, "RUNNING"
+        )
+        run.state_details = status.detail
+
+
+# -- the box -------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Box:
+    """One deployed stack on emulated services (see the module docstring)."""
+
+    deployment: Deployment
+    fleet: LambdaFleet
+    mappings: EventSourceMappings
+    recorder: CallRecorder
+    emr: EmrCompute
+    s3: Any
+    sqs: Any
+    sfn: Any
+    segment_bucket: str
+    namespace: str
+    state_machine_arn: str
+    catalog_db: Path
+    etcd: Any
+    key_prefix: str
+    queue_urls: dict[str, str] = field(default_factory=dict)
+
+    def pump(self, *, until: Callable[[], bool] | None = None, timeout_s: float = 120.0) -> None:
+        """Run the event sources until nothing is left to do (no message, no execution running) or
+        `until()` holds; fails after `timeout_s`."""
+        deadline = time.monotonic() + timeout_s
+        idle_rounds = 0
+        while time.monotonic() < deadline:
+            handed = self.mappings.poll_once()
+            if until is not None and until():
+                return
+            busy = handed or self.running_executions() or self.messages_pending()
+            idle_rounds = 0 if busy else idle_rounds + 1
+            if until is None and idle_rounds >= 3:
+                return
+            time.sleep(0.05 if handed else 0.2)
+        pytest.fail(f"the box did not settle within {timeout_s} s: {self.describe()}")
+
+    def running_executions(self) -> int:
+        runs = self.sfn.list_executions(stateMachineArn=self.state_machine_arn, statusFilter="RUNNING")
+        return len(runs["executions"])
+
+    def executions(self) -> list[dict[str, Any]]:
+        return list(self.sfn.list_executions(stateMachineArn=self.state_machine_arn)["executions"])
+
+    def messages_pending(self) -> int:
+        total = 0
+        for name in ("SegmentEventsQueue", "WorkQueue"):
+            attributes = self.sqs.get_queue_attributes(
+                QueueUrl=self.queue_urls[name],
+                AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+            )["Attributes"]
+            total += int(attributes["ApproximateNumberOfMessages"])
+            total += int(attributes["ApproximateNumberOfMessagesNotVisible"])
+        return total
+
+    def describe(self) -> str:
+        states = Counter(e["status"] for e in self.executions())
+        calls = Counter((i.function, i.error) for i in self.fleet.invocations)
+        pending = self.messages_pending()
+        return f"executions {dict(states)}, messages pending {pending}, invocations {dict(calls)}"
+
+    def history(self, execution_arn: str) -> list[dict[str, Any]]:
+        return list(self.sfn.get_execution_history(executionArn=execution_arn, maxResults=1000)["events"])
+
+    def rows(self, table: str) -> list[dict[str, Any]]:
+        """The table's rows (pyiceberg reads the current snapshot from the SQLite catalog)."""
+        import sqlite3
+
+        from pyiceberg.table import StaticTable
+
+        namespace, name = table.rsplit(".", 1)
+        if not self.catalog_db.exists():
+            return []
+        with sqlite3.connect(self.catalog_db) as db:
+            exists = db.execute("select 1 from sqlite_master where name = 'iceberg_tables'").fetchone()
+            if exists is None:
+                return []
+            found = db.execute(
+                "select metadata_location from iceberg_tables where table_namespace = ? and table_name = ?",
+                (namespace, name),
+            ).fetchone()
+        if found is None:
+            return []
+        rows: list[dict[str, Any]] = StaticTable.from_metadata(found[0]).scan().to_arrow().to_pylist()
+        return rows
+
+    def committed_offsets(self, topic: str) -> dict[int, int]:
+        from kafscale_iceberg.adapters.etcd_checkpoints import EtcdCheckpointStore
+
+        with EtcdCheckpointStore([self.etcd.url], key_prefix=self.key_prefix) as store:
+            committed = store.load_committed_offsets(topic)
+        return {p: s.offset for p, s in committed.states.items()}
+
+
+def substituted_definition(deployment: Deployment) -> str:
+    """The state machine definition as CloudFormation hands it to Step Functions."""
+    machine = deployment.resources["RunStateMachine"]["Properties"]
+    text = (ROOT / machine["DefinitionUri"]).read_text()
+    for name, node in machine["DefinitionSubstitutions"].items():
+        text = text.replace("${" + name + "}", str(deployment.evaluate(node)))
+    return text
+
+
+def build_box(
+    *,
+    moto_url: str,
+    etcd: Any,
+    spark_runner: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    mappings: list[dict[str, Any]],
+    runs: dict[str, Any] | None = None,
+    environment_overrides: dict[str, str] | None = None,
+) -> Box:
+    """Create the stack's resources on moto, wire the fakes, and return the box (one per test)."""
+    from moto.core.config import default_user_config
+    from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
+    from moto.stepfunctions.parser.asl.component.state.wait.wait_function.wait_function import (
+        WaitFunction,
+    )
+
+    from kafscale_iceberg.adapters.s3_segments import S3Settings
+
+    stack = f"box{uuid.uuid4().hex[:8]}"
+    namespace = "prod"
+    parameters = {
+        "ConfigLocation": f"s3://{stack}-config/config.yaml",
+        "SegmentBucketMode": "create",
+        "SegmentBucketName": f"{stack}-segments",
+        "Namespace": namespace,
+        "SubnetIds": "subnet-0a,subnet-0b",
+        "SecurityGroupIds": "sg-0c",
+        "WarehouseBucket": f"{stack}-lake",
+        "GlueDatabaseNames": "shop",
+    }
+    deployment = Deployment(parameters, stack=stack)
+    session = boto3.Session(region_name=REGION)  # the box's own calls: not recorded
+
+    def client(service: str) -> Any:
+        return session.client(service, endpoint_url=moto_url, region_name=REGION)
+
+    s3, sqs, sfn, emr = client("s3"), client("sqs"), client("stepfunctions"), client("emr-serverless")
+    port = moto_url.rsplit(":", 1)[1]
+    monkeypatch.setenv("MOTO_PORT", port)  # where moto's interpreter sends its service integrations
+    monkeypatch.setitem(default_user_config["stepfunctions"], "execute_state_machine", True)
+
+    # Buckets and queues, named as the template's resources are.
+    for bucket in (
+        deployment.attribute("SegmentBucket", "Ref"),
+        deployment.attribute("RunsBucket", "Ref"),
+        f"{stack}-config",
+        f"{stack}-lake",
+    ):
+        s3.create_bucket(Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": REGION})
+    queue_urls: dict[str, str] = {}
+    for logical_id in ("SegmentEventsDLQ", "WorkDLQ", "RejectedQueue", "SegmentEventsQueue", "WorkQueue"):
+        properties = deployment.evaluate(deployment.resources[logical_id]["Properties"])
+        attributes = {"VisibilityTimeout": str(VISIBILITY_SECONDS)}
+        if properties.get("FifoQueue"):
+            attributes["FifoQueue"] = "true"
+            attributes["ContentBasedDeduplication"] = "false"
+        if "RedrivePolicy" in properties:
+            attributes["RedrivePolicy"] = json.dumps(properties["RedrivePolicy"])
+        name = deployment.attribute(logical_id, "QueueName")
+        queue_urls[logical_id] = sqs.create_queue(QueueName=name, Attributes=attributes)["QueueUrl"]
+    bucket_properties = deployment.evaluate(deployment.resources["SegmentBucket"]["Properties"])
+    (notification,) = bucket_properties["NotificationConfiguration"]["QueueConfigurations"]
+    s3.put_bucket_notification_configuration(
+        Bucket=parameters["SegmentBucketName"],
+        NotificationConfiguration={
+            "QueueConfigurations": [
+                {
+                    "QueueArn": notification["Queue"],
+                    "Events": [notification["Event"]],
+                    "Filter": {"Key": {"FilterRules": notification["Filter"]["S3Key"]["Rules"]}},
+                }
+            ]
+        },
+    )
+    # moto sends an s3:TestEvent first (as S3 does): leave it for the router to ignore.
+
+    application_id = emr.create_application(
+        name=f"{stack}-spark",
+        releaseLabel="emr-7.2.0",
+        type="SPARK",  # moto knows no emr-spark-8 label
+    )["applicationId"]
+    machine_name = deployment.attribute("RunStateMachine", "Name")
+    state_machine_arn = sfn.create_state_machine(
+        name=machine_name,
+        definition=substituted_definition(deployment),
+        roleArn=deployment.attribute("RunStateMachineRole", "Arn"),
+        type="STANDARD",
+    )["stateMachineArn"]
+    assert state_machine_arn == deployment.attribute("RunStateMachine", "Ref")
+
+    # The config file the user writes, and each function's environment.
+    key_prefix = f"{stack}/processors"
+    catalog_db = tmp_path / "catalog.db"
+    config = {
+        "s3": {
+            "bucket": parameters["SegmentBucketName"],
+            "endpoint": moto_url,
+            "path_style": True,
+            "region": REGION,
+        },
+        "iceberg": {
+            "catalog": {"type": "sql", "uri": f"sqlite:///{catalog_db}"},
+            "warehouse": f"file://{tmp_path}/warehouse",
+        },
+        "etcd": {"endpoints": [etcd.url]},
+        "offsets": {"key_prefix": key_prefix},
+        # No backoff: the state machine's Backoff wait is scaled, the launcher's check of it is wall time.
+        "runs": {"retry_backoff_seconds": 0, **(runs or {})},
+        "mappings": mappings,
+    }
+    s3.put_object(Bucket=f"{stack}-config", Key="config.yaml", Body=json.dumps(config).encode())
+    common = {
+        "AWS_ENDPOINT_URL": moto_url,
+        "AWS_REGION": REGION,
+        "AWS_DEFAULT_REGION": REGION,
+        "POWERTOOLS_TRACE_DISABLED": "true",
+        "POWERTOOLS_METRICS_NAMESPACE": "KafScaleIceberg",
+    }
+    environment: dict[str, dict[str, str]] = {}
+    for function in functions():
+        variables = {k: v for k, v in deployment.environment(function).items() if k not in NOT_GIVEN} | common
+        variables["KAFSCALE_ICEBERG_EMR_APPLICATION_ID"] = application_id
+        variables |= environment_overrides or {}
+        environment[function.logical_id] = variables
+
+    recorder = CallRecorder(deployment, {application_id: TEMPLATE_APPLICATION_ID})
+    boto3.setup_default_session(region_name=REGION)
+    default_session = boto3.DEFAULT_SESSION
+    assert default_session is not None
+    default_session.events.register("before-parameter-build", recorder.keep_params)
+    default_session.events.register("before-call", recorder.hook)
+
+    fleet = LambdaFleet(deployment, environment)
+
+    def invoke_lambda_function(
+        parameters: dict[str, Any], region: str, state_credentials: Any
+    ) -> dict[str, Any]:
+        if (
+            parameters["FunctionName"] not in fleet.by_name
+        ):  # an execution of an earlier box, still winding down
+            return _function_error("ResourceNotFoundException", f"no function {parameters['FunctionName']}")
+        recorder.record(STATE_MACHINE_ROLE, "lambda", "Invoke", parameters)
+        return fleet.invoke_payload(parameters["FunctionName"], parameters.get("Payload") or b"")
+
+    monkeypatch.setattr(lambda_eval_utils, "_invoke_lambda_function", invoke_lambda_function)
+
+    def scaled_wait(self: Any, env: Any, wait_seconds: int) -> None:
+        if wait_seconds > 0:
+            env.program_state_event.wait(wait_seconds * TIME_SCALE)
+
+    monkeypatch.setattr(WaitFunction, "_wait_interval", scaled_wait)
+    monkeypatch.setattr(
+        retrier_decl, "time", SimpleNamespace(sleep=lambda seconds: time.sleep(seconds * TIME_SCALE))
+    )
+
+    emr_compute = EmrCompute(spark_runner, S3Settings(endpoint_url=moto_url, region=REGION, path_style=True))
+    emr_compute.install(monkeypatch)
+
+    sources = []
+    for function in functions():
+        for event in function.properties.get("Events", {}).values():
+            if event["Type"] != "SQS":
+                continue
+            queue_id = event["Properties"]["Queue"]["Fn::GetAtt"][0]
+            sources.append(
+                EventSource(
+                    function.logical_id,
+                    queue_urls[queue_id],
+                    deployment.attribute(queue_id, "Arn"),
+                    int(event["Properties"].get("BatchSize", 10)),
+                )
+            )
+    box = Box(
+        deployment=deployment,
+        fleet=fleet,
+        mappings=EventSourceMappings(fleet, sqs, sources),
+        recorder=recorder,
+        emr=emr_compute,
+        s3=s3,
+        sqs=sqs,
+        sfn=sfn,
+        segment_bucket=parameters["SegmentBucketName"],
+        namespace=namespace,
+        state_machine_arn=state_machine_arn,
+        catalog_db=catalog_db,
+        etcd=etcd,
+        key_prefix=key_prefix,
+        queue_urls=queue_urls,
+    )
+    return box
+
+
+def unregister(box: Box) -> None:
+    """Stop the box's executions still running and stop recording calls (the fixture's teardown)."""
+    for execution in box.executions():
+        if execution["status"] == "RUNNING":
+            box.sfn.stop_execution(executionArn=execution["executionArn"], cause="test ended")
+    if boto3.DEFAULT_SESSION is not None:
+        boto3.DEFAULT_SESSION.events.unregister("before-parameter-build", box.recorder.keep_params)
+        boto3.DEFAULT_SESSION.events.unregister("before-call", box.recorder.hook)

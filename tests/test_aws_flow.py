@@ -1,0 +1,249 @@
+"""The AWS flow end to end on emulated services (`make test-aws`): S3 event -> router -> FIFO work
+queue -> launcher -> the real state machine -> EMR Serverless job (local Spark) -> commit or abort,
+with every AWS call checked against its role in template.yaml.
+
+The box and each of its fakes (Lambda invoke, SQS event source mappings, time, EMR compute, the
+catalog, IAM) are described in tests/support/aws_box.py, with what each does not cover.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.cost import transitions_per_run
+from kafscale_iceberg.segments.keys import SegmentObjectKind, format_segment_key
+from tests.support.aws_box import Box, build_box, timed_out, unregister
+from tests.support.etcd import EtcdServer
+from tests.support.moto import MotoEndpoint
+from tests.support.segments import encode_segment, put_segment
+
+pytestmark = [pytest.mark.slow, pytest.mark.aws]
+
+TOPIC = "orders"
+TABLE = "shop.orders"
+
+
+@pytest.fixture
+def spark_runner(spark: Any, moto_server: MotoEndpoint) -> Iterator[Any]:
+    """The EMR jobs' compute: the session's local Spark, warm (the job code is spark_app's). One per
+    test: local job ids are run ids, which repeat across boxes (same topic, same offsets)."""
+    from kafscale_iceberg.adapters.s3_segments import S3Settings
+    from kafscale_iceberg.local.spark_runner import LocalSparkJobRunner
+
+    runner = LocalSparkJobRunner(
+        master="local[2]",
+        keep_session_warm=True,
+        s3=S3Settings(endpoint_url=moto_server.url, region="eu-west-1", path_style=True),
+    )
+    yield runner
+    runner.close()
+
+
+def _box(
+    moto_server: MotoEndpoint,
+    etcd_server: EtcdServer,
+    spark_runner: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    topic: str = TOPIC,
+    **options: Any,
+) -> Iterator[Box]:
+    box = build_box(
+        moto_url=moto_server.url,
+        etcd=etcd_server,
+        spark_runner=spark_runner,
+        tmp_path=tmp_path,
+        monkeypatch=monkeypatch,
+        mappings=[{"topic": topic, "table": TABLE, "create_table_if_missing": True}],
+        **options,
+    )
+    try:
+        yield box
+    finally:
+        unregister(box)
+
+
+@pytest.fixture
+def box(
+    moto_server: MotoEndpoint,
+    etcd_server: EtcdServer,
+    spark_runner: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[Box]:
+    yield from _box(moto_server, etcd_server, spark_runner, tmp_path, monkeypatch)
+
+
+def _assert_iam(box: Box) -> None:
+    assert box.recorder.calls, "no AWS call was recorded"
+    denied = box.recorder.denied()
+    assert denied == [], "\n".join(map(str, denied))
+
+
+def _statuses(box: Box) -> list[str]:
+    return sorted(e["status"] for e in box.executions())
+
+
+def test_segments_land_exactly_once_and_every_call_is_allowed(box: Box) -> None:
+    put_segment(box.s3, box.segment_bucket, box.namespace, TOPIC, 0, 0, 5)
+    put_segment(box.s3, box.segment_bucket, box.namespace, TOPIC, 1, 0, 3)
+    box.pump()
+    assert len(box.rows(TABLE)) == 8, box.describe()
+    assert box.committed_offsets(TOPIC) == {0: 4, 1: 2}
+    assert "SUCCEEDED" in _statuses(box)
+    # The cost model's count of state transitions is the real execution's (bench/cost.py).
+    (committed,) = [e for e in box.executions() if e["status"] == "SUCCEEDED"]
+    entered = [e for e in box.history(committed["executionArn"]) if e["type"].endswith("StateEntered")]
+    watches = sum(1 for e in entered if e["stateEnteredEventDetails"]["name"] == "Watch")
+    assert len(entered) == transitions_per_run(watches)
+    # A duplicate notification of a committed segment (the same object PUT again) changes nothing.
+    key = format_segment_key(box.namespace, TOPIC, 0, 0)
+    body = box.s3.get_object(Bucket=box.segment_bucket, Key=key)["Body"].read()
+    box.s3.put_object(Bucket=box.segment_bucket, Key=key, Body=body)
+    box.pump()
+    assert len(box.rows(TABLE)) == 8, box.describe()
+    assert "FAILED" not in _statuses(box)
+    _assert_iam(box)
+    # The launcher described no execution, the steps ran in order, the commit signalled the topic.
+    assert box.recorder.count("sqs:SendMessage", "RunStateMachineRole") >= 1
+    assert box.fleet.count("CommitFunction") >= 1
+
+
+def test_a_failed_emr_job_is_aborted_and_the_next_attempt_commits(box: Box) -> None:
+    box.emr.faults.append("FAILED")
+    put_segment(box.s3, box.segment_bucket, box.namespace, TOPIC, 0, 0, 4)
+    box.pump()
+    assert len(box.rows(TABLE)) == 4
+    assert box.committed_offsets(TOPIC) == {0: 3}
+    assert _statuses(box) == ["FAILED", "SUCCEEDED"]  # the aborted run, then its next attempt
+    assert box.fleet.count("AbortFunction") == 1
+    _assert_iam(box)
+
+
+def test_an_index_that_lands_late_is_routed_seconds_later(box: Box) -> None:
+    files = encode_segment(0, 0, 3)
+    box.s3.put_object(
+        Bucket=box.segment_bucket, Key=format_segment_key(box.namespace, TOPIC, 0, 0), Body=files.kfs
+    )
+    box.pump(until=lambda: box.recorder.count("sqs:ChangeMessageVisibility", "RouterRole") >= 1, timeout_s=30)
+    index_key = format_segment_key(box.namespace, TOPIC, 0, 0, SegmentObjectKind.INDEX)
+    box.s3.put_object(Bucket=box.segment_bucket, Key=index_key, Body=files.index)
+    box.pump()
+    assert len(box.rows(TABLE)) == 3
+    _assert_iam(box)
+
+
+def test_a_watch_step_that_times_out_is_retried_and_the_run_commits(box: Box) -> None:
+    box.fleet.faults["WatchFunction"] = [timed_out]
+    put_segment(box.s3, box.segment_bucket, box.namespace, TOPIC, 0, 0, 2)
+    box.pump()
+    assert len(box.rows(TABLE)) == 2
+    assert _statuses(box) == ["SUCCEEDED"]
+    _assert_iam(box)
+
+
+def test_a_topic_of_249_characters_lands(
+    moto_server: MotoEndpoint,
+    etcd_server: EtcdServer,
+    spark_runner: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    topic = "t" * 200 + ".orders-" + "x" * 41
+    for box in _box(moto_server, etcd_server, spark_runner, tmp_path, monkeypatch, topic=topic):
+        put_segment(box.s3, box.segment_bucket, box.namespace, topic, 0, 0, 3)
+        box.pump()
+        assert len(box.rows(TABLE)) == 3
+        assert _statuses(box) == ["SUCCEEDED"]
+        _assert_iam(box)
+
+
+def test_an_execution_that_dies_mid_run_is_recovered_by_the_reconciler(box: Box) -> None:
+    """The launcher finds the dead run's execution (ExecutionAlreadyExists -> DescribeExecution, which
+    its role must allow), records the spent attempt, and the next attempt commits."""
+    box.emr.faults.append("STUCK")
+    put_segment(box.s3, box.segment_bucket, box.namespace, TOPIC, 0, 0, 3)
+    box.pump(until=lambda: box.fleet.count("WatchFunction") >= 2, timeout_s=60)
+    (execution,) = box.executions()
+    box.sfn.stop_execution(executionArn=execution["executionArn"], error="States.Runtime", cause="steps died")
+    box.pump()
+    assert box.rows(TABLE) == []
+    box.fleet.invoke("ReconcilerFunction", {"source": "aws.events", "detail-type": "Scheduled Event"})
+    box.pump()
+    assert len(box.rows(TABLE)) == 3, box.describe()
+    assert box.committed_offsets(TOPIC) == {0: 2}
+    assert "SUCCEEDED" in _statuses(box)
+    _assert_iam(box)
+
+
+@pytest.fixture
+def box_with_short_job_timeout(
+    moto_server: MotoEndpoint,
+    etcd_server: EtcdServer,
+    spark_runner: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[Box]:
+    # runs.timeout_minutes is the job's executionTimeoutMinutes: EMR's minimum, 3 s in the box's time.
+    yield from _box(
+        moto_server, etcd_server, spark_runner, tmp_path, monkeypatch, runs={"timeout_minutes": 5}
+    )
+
+
+def test_a_job_stuck_past_its_timeout_is_aborted_and_the_next_attempt_commits(
+    box_with_short_job_timeout: Box,
+) -> None:
+    box = box_with_short_job_timeout
+    box.emr.faults.append("STUCK")
+    put_segment(box.s3, box.segment_bucket, box.namespace, TOPIC, 0, 0, 3)
+    box.pump()
+    assert len(box.rows(TABLE)) == 3, box.describe()
+    assert _statuses(box) == ["FAILED", "SUCCEEDED"]
+    _assert_iam(box)
+
+
+def _expire_leases(box: Box) -> None:
+    """What a lease TTL running out does in etcd: the lease and its keys are gone (etcd's TTL is wall
+    time, so the box revokes the lease instead of waiting the deployed 900 s)."""
+    client = box.etcd.raw_client()
+    for _, meta in client.get_prefix(f"{box.key_prefix}/leases/"):
+        client.revoke_lease(meta.lease_id)
+
+
+def test_a_commit_that_starts_after_the_lease_lapsed_lands_once(box: Box) -> None:
+    """The commit starts after the run's lease lapsed and nobody claimed the topic: it reclaims the
+    lease, commits exactly once, and the topic's next signal finds nothing to do."""
+    box.fleet.faults["CommitFunction"] = [lambda: _expire_leases(box)]
+    put_segment(box.s3, box.segment_bucket, box.namespace, TOPIC, 0, 0, 4)
+    box.pump()
+    assert len(box.rows(TABLE)) == 4, box.describe()
+    assert box.committed_offsets(TOPIC) == {0: 3}
+    assert _statuses(box) == ["SUCCEEDED"]
+    assert box.fleet.count("AbortFunction") == 0
+    _assert_iam(box)
+
+
+def test_replay_and_reset_offsets_through_the_replay_function(box: Box) -> None:
+    """`aws lambda invoke` of the replay function: a replay of a committed range adds nothing; a reset
+    from offset 2 deletes rows 2.. and re-ingests them (same rows, offsets back where they were)."""
+    put_segment(box.s3, box.segment_bucket, box.namespace, TOPIC, 0, 0, 5)
+    box.pump()
+    before = sorted(r["offset"] for r in box.rows(TABLE))
+    assert before == [0, 1, 2, 3, 4]
+    replayed = box.fleet.invoke("ReplayFunction", {"topic": TOPIC, "partitions": None, "from_offset": None})
+    assert replayed["topic"] == TOPIC
+    box.pump()
+    assert sorted(r["offset"] for r in box.rows(TABLE)) == before
+    reset = box.fleet.invoke(
+        "ReplayFunction",
+        {"topic": TOPIC, "partitions": [0], "from_offset": 2, "reset_offsets": True, "confirm": TOPIC},
+    )
+    assert reset["topic"] == TOPIC
+    box.pump()
+    assert sorted(r["offset"] for r in box.rows(TABLE)) == before, box.describe()
+    assert box.committed_offsets(TOPIC) == {0: 4}
+    _assert_iam(box)
