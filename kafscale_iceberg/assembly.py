@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from kafscale_iceberg.adapters.documents import DocumentStore
 from kafscale_iceberg.adapters.s3_segments import S3SegmentStore, S3Settings, make_s3_client
-from kafscale_iceberg.config import KafscaleConfig, parse_config
+from kafscale_iceberg.config import KafscaleConfig, parse_config, require_known_keys
 from kafscale_iceberg.exceptions import ConfigError
 
 if TYPE_CHECKING:
@@ -38,10 +38,14 @@ CONFIG_ENV = "KAFSCALE_ICEBERG_CONFIG"
 STATE_MACHINE_ENV = "KAFSCALE_ICEBERG_STATE_MACHINE_ARN"
 
 
-def load_config_from(location: str) -> KafscaleConfig:
-    """Load and validate the config at a path, `file://` or `s3://` URI (S3 via the default chain)."""
+def load_config_from(location: str, *, strict: bool = False) -> KafscaleConfig:
+    """Load and validate the config at a path, `file://` or `s3://` URI (S3 via the default chain);
+    `strict` (`--strict-config`) refuses unknown keys instead of warning about them."""
     text = DocumentStore().read_text(location)
-    return parse_config(text, source=location)
+    config = parse_config(text, source=location)
+    if strict:
+        require_known_keys(config)
+    return config
 
 
 def config_from_environment() -> KafscaleConfig:

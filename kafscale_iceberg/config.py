@@ -1545,3 +1545,19 @@ def _problems_from(exc: ValidationError) -> list[tuple[str, str]]:
             problem = describe(context, got) if describe else f"{error['msg']}, got {got}"
             problems.append((_format_key(location), problem))
     return problems
+
+
+STRICT_CONFIG_FLAG = "--strict-config"
+
+
+def require_known_keys(config: KafscaleConfig) -> None:
+    """Raise `ConfigValidationError` listing every unknown key (`--strict-config`): a typo such as
+    `create_tabel_if_missing` fails at start instead of being a warning while the key's default applies."""
+    if config.unknown_keys:
+        raise ConfigValidationError(
+            config.source,
+            [
+                (key, "unknown key (check its spelling; --strict-config refuses it)")
+                for key in config.unknown_keys
+            ],
+        )

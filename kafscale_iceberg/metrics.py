@@ -86,7 +86,8 @@ RECORDS = MetricDef(
     MetricKind.COUNTER,
     ("topic", "result"),
     "Records committed by result: written, dropped (already committed), invalid (dead-lettered), "
-    "quarantined (in a quarantined segment).",
+    "quarantined (in a quarantined segment), overlapped (repeated by an overlapping segment: "
+    "written once, from the segment owning the offset).",
     "Count",
 )
 BATCHES = MetricDef(
@@ -250,6 +251,14 @@ CONVERSION_FAILURES = MetricDef(
     "Count",
 )
 
+OFFSET_GAPS = MetricDef(
+    "offset_gaps_total",
+    MetricKind.COUNTER,
+    ("topic", "partition"),
+    "Offsets inside committed ranges that no segment contained (reported, never invented).",
+    "Count",
+)
+
 ALL_METRICS: tuple[MetricDef, ...] = (
     RECORDS,
     BATCHES,
@@ -272,6 +281,7 @@ ALL_METRICS: tuple[MetricDef, ...] = (
     WORK_ITEMS,
     NOTIFICATIONS_IGNORED,
     NOTIFICATIONS_DEFERRED,
+    OFFSET_GAPS,
     CONVERSION_FAILURES,
 )
 
@@ -297,6 +307,7 @@ class RecordResult(StrEnum):
     DROPPED = "dropped"
     INVALID = "invalid"
     QUARANTINED = "quarantined"
+    OVERLAPPED = "overlapped"
     SKIPPED_LFS = "skipped_lfs"
 
 
@@ -667,7 +678,8 @@ def record_commit(
         quarantined = [q for p in result.partitions for q in p.quarantined]
         by_result = {
             RecordResult.WRITTEN: result.counts.written,
-            RecordResult.DROPPED: result.counts.out_of_range,
+            RecordResult.DROPPED: 0,
+            RecordResult.OVERLAPPED: result.counts.out_of_range,
             # A quarantined segment is one dead-letter row; every other dead-letter row is an invalid record.
             RecordResult.INVALID: max(0, result.counts.dead_lettered - len(quarantined)),
             RecordResult.QUARANTINED: sum(q.last_offset - q.base_offset + 1 for q in quarantined),
@@ -675,6 +687,10 @@ def record_commit(
         samples += [sample(RECORDS, count, topic=topic, result=r) for r, count in by_result.items()]
         samples += _lfs_samples(topic, result)
         samples.append(sample(BATCHES, plan.segment_count, topic=topic))
+        for outcome_of in result.partitions:
+            missing = sum(g.last - g.first + 1 for g in outcome_of.gaps)
+            if missing:
+                samples.append(sample(OFFSET_GAPS, missing, topic=topic, partition=outcome_of.partition))
         samples += [
             sample(CONVERSION_FAILURES, count, topic=topic, column=column)
             for column, count in result.counts.conversion_failures.items()

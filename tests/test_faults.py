@@ -30,6 +30,7 @@ from kafscale_iceberg.domain.offsets import OffsetUpdate
 from kafscale_iceberg.domain.runs import RunPlan
 from kafscale_iceberg.local.pipeline import Pipeline, RunEnd
 from kafscale_iceberg.local.spark_runner import LocalSparkJobRunner
+from kafscale_iceberg.segments.keys import format_segment_key
 from tests.support.etcd import EtcdServer
 from tests.support.moto import MotoEndpoint
 from tests.support.segments import order_value, put_segment
@@ -296,3 +297,27 @@ def test_a_crash_between_any_two_steps_loses_and_duplicates_nothing(world: World
     summary = world.process().run_once()
     assert summary.ok, summary.failed
     world.check_exactly_once()
+
+
+def test_a_corrupt_segment_with_policy_fail_holds_back_only_its_partition(world: World) -> None:
+    """Issue 12 §4: with `fail`, one corrupt segment held back the topic's healthy partitions (the docs
+    say "the partition waits"). The failed run holds its partition; the next run takes the others."""
+    runs = world.config.runs.model_copy(update={"retry_backoff_seconds": 60})
+    world.config = world.config.model_copy(update={"runs": runs})
+    world.put(0, 10)
+    world.put(1, 8)
+    files = put_segment(world.s3, world.bucket, NAMESPACE, TOPIC, 0, 10, 5)
+    damaged = bytearray(files.kfs)
+    damaged[len(damaged) // 2] ^= 0xFF
+    key = format_segment_key(NAMESPACE, TOPIC, 0, 10)
+    world.s3.put_object(Bucket=world.bucket, Key=key, Body=bytes(damaged))
+    summary = world.process().run_once()
+    assert not summary.ok
+    assert key in summary.failed[TOPIC]
+    assert [r.end for r in summary.runs] == [RunEnd.ABORTED, RunEnd.COMMITTED]
+    assert summary.runs[1].offsets == {1: 7}
+    stored = Assembly(world.config, owner_id="look").checkpoints.load_committed_offsets(TOPIC)
+    assert (stored.offset(0), stored.offset(1)) == (-1, 7)
+    catalog = load_iceberg_catalog(CatalogSettings.from_config(world.config))
+    rows = catalog.load_table(TABLE).scan().to_arrow().to_pylist()
+    assert sorted((r["partition"], r["offset"]) for r in rows) == [(1, o) for o in range(8)]

@@ -237,7 +237,10 @@ def _wait(condition: Callable[[], bool], process: subprocess.Popen[str], what: s
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise AssertionError(f"run exited ({process.returncode}) while waiting for {what}")
+            _, stderr = process.communicate()
+            raise AssertionError(
+                f"run exited ({process.returncode}) while waiting for {what}: {stderr[-3000:]}"
+            )
         try:
             if condition():
                 return

@@ -272,7 +272,13 @@ def test_commit_handler_emits_the_runs_records_once(stack: Stack, capsys: pytest
     assert [t["identifier"] for t in recorded["tables"]] == ["prod.orders", "prod.orders__dlq"]
     records = emf_records(capsys.readouterr().out)
     by_result = {d["result"]: v for d, v in emf_values(records, "records_total")}
-    assert by_result == {"written": [13.0], "invalid": [2.0], "dropped": [0.0], "quarantined": [0.0]}
+    assert by_result == {
+        "written": [13.0],
+        "invalid": [2.0],
+        "dropped": [0.0],
+        "quarantined": [0.0],
+        "overlapped": [0.0],
+    }
     assert emf_values(records, "runs_total") == [
         ({"topic": "orders", "outcome": "committed", "service": "commit"}, [1.0])
     ]

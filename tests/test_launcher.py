@@ -66,6 +66,10 @@ class World:
     def put(self, partition: int, base: int, count: int, **options: Any) -> None:
         put_segment(self.s3, self.bucket, "prod", "orders", partition, base, count, **options)
 
+    def put_files(self, partition: int, base: int, count: int) -> Any:
+        """Put a segment and return its files (to overwrite the `.kfs` with damaged bytes)."""
+        return put_segment(self.s3, self.bucket, "prod", "orders", partition, base, count)
+
     def commit(self, offsets: dict[int, int]) -> None:
         grant = self.checkpoints.claim_lease("orders", owner_id="other", run_id="x")
         assert isinstance(grant, LeaseGrant)
@@ -338,3 +342,33 @@ def test_a_commit_ends_the_backoff_streak(moto_server: MotoEndpoint, tmp_path: P
     world.commit({0: 9})  # another runner committed the range meanwhile
     world.put(0, 10, 5)
     assert world.launcher.launch("orders").status is LaunchStatus.STARTED
+
+
+def test_a_truncated_newest_segment_holds_back_only_its_partition(world: World) -> None:
+    """Issue 12 §4: a segment without its footer stopped every partition of the topic at planning."""
+    world.put(0, 0, 10)
+    files = world.put_files(0, 10, 5)
+    key = format_segment_key("prod", "orders", 0, 10)
+    world.s3.put_object(Bucket=world.bucket, Key=key, Body=files.kfs[:-16])  # truncated: no END!
+    world.put(1, 0, 7)
+    outcome = world.launcher.launch("orders")
+    assert outcome.status is LaunchStatus.STARTED, outcome.detail
+    plan = RunPlan.model_validate_json(world.documents.read_text(_plan_uri(outcome)))
+    assert plan.end_offsets() == {0: 9, 1: 6}  # partition 0 up to the segment before, partition 1 whole
+    assert key in outcome.held[0]
+
+
+def test_a_malformed_key_holds_back_only_its_partition(world: World) -> None:
+    world.put(0, 0, 10)
+    world.s3.put_object(Bucket=world.bucket, Key="prod/orders/0/segment-57.kfs", Body=b"x")
+    world.put(1, 0, 7)
+    outcome = world.launcher.launch("orders")
+    assert outcome.status is LaunchStatus.STARTED, outcome.detail
+    plan = RunPlan.model_validate_json(world.documents.read_text(_plan_uri(outcome)))
+    assert plan.end_offsets() == {1: 6}
+    assert "segment-57.kfs" in outcome.held[0]
+    world.checkpoints.release_lease(outcome.ticket.grant)  # type: ignore[union-attr]
+    world.commit({1: 6})
+    blocked = world.launcher.launch("orders")
+    assert blocked.status is LaunchStatus.BLOCKED
+    assert "partition 0 waits" in blocked.detail

@@ -189,7 +189,8 @@ def test_a_commit_is_scraped_under_the_go_processors_names_with_exact_values(
     scraped = _scrape(server.port)
 
     records = {r: scraped[_key("records_total", topic=TOPIC, result=r)] for r in RECORD_RESULTS}
-    assert records == {"written": 25, "dropped": 4, "invalid": 2, "quarantined": 10}
+    # Issue 12 §6: records repeated by an overlapping segment are "overlapped", not "dropped".
+    assert records == {"written": 25, "dropped": 0, "invalid": 2, "quarantined": 10, "overlapped": 4}
     assert scraped[_key("batches_total", topic=TOPIC)] == 3
     assert scraped[_key("conversion_failures_total", topic=TOPIC, column="at")] == 2
     assert scraped[_key("conversion_failures_total", topic=TOPIC, column="total")] == 1
@@ -208,7 +209,7 @@ def test_a_commit_is_scraped_under_the_go_processors_names_with_exact_values(
         assert scraped[_key("watermark_timestamp_ms", topic=TOPIC, partition=partition)] == stamp
 
 
-RECORD_RESULTS = ("written", "dropped", "invalid", "quarantined")
+RECORD_RESULTS = ("written", "dropped", "invalid", "quarantined", "overlapped")
 
 
 def test_a_replayed_commit_step_counts_the_run_but_not_its_records_again(
@@ -440,8 +441,8 @@ def test_a_commit_as_emf_one_record_per_dimension_set_partition_as_a_property(
     assert partition_one["watermark_timestamp_ms"] == [8000.0]
     failures = by_dimensions[(("topic", TOPIC), ("column", "at"), ("service", "commit"), ("partition", None))]
     assert failures["conversion_failures_total"] == [2.0]
-    # 4 record results, topic-level, run outcome, 2 partitions, 2 columns with conversion failures.
-    assert len(records) == 4 + 1 + 1 + 2 + 2
+    # 5 record results, topic-level, run outcome, 2 partitions, 2 columns with conversion failures.
+    assert len(records) == 5 + 1 + 1 + 2 + 2
 
 
 def test_emf_leaves_metrics_added_before_it_with_their_own_dimensions(
@@ -472,3 +473,25 @@ def test_emf_keeps_the_last_record_for_log_metrics_to_print(capsys: pytest.Captu
     records = emf_records(capsys.readouterr().out)
     values = {name: record[name] for record in records for name in _metric_names(record)}
     assert values == {"runs_total": [1.0], "consecutive_failures": [3.0], "errors_total": [1.0]}
+
+
+def test_offset_gaps_are_counted_per_partition_and_healthz_reports_not_ready_with_the_reason(
+    served: tuple[PrometheusMetricsSink, MetricsServer],
+) -> None:
+    """Issue 12 §6 (gaps were only in result.json) and §2 (`/healthz` says why it cannot work)."""
+    from kafscale_iceberg.domain.runs import OffsetGap
+
+    sink, server = served
+    result = _result()
+    first = result.partitions[0].model_copy(
+        update={"gaps": (OffsetGap(first=3, last=5), OffsetGap(first=9, last=9))}
+    )
+    result = result.model_copy(update={"partitions": (first, *result.partitions[1:])})
+    record_commit(sink, _plan(), result, _outcome(newly=True), started_at=1013.0, ended_at=1014.25)
+    scraped = _scrape(server.port)
+    assert scraped[_key("offset_gaps_total", topic=TOPIC, partition=str(first.partition))] == 4
+
+    server.readiness.not_ready("CheckpointUnavailableError: etcd down")
+    assert _get(server.port, "/healthz")[0::2] == (503, "not ready: CheckpointUnavailableError: etcd down\n")
+    server.readiness.ready()
+    assert _get(server.port, "/healthz")[0::2] == (200, "ok")

@@ -276,7 +276,8 @@ def test_replay_says_which_offsets_are_not_committed_yet(world: World) -> None:
     outcome = world.service.replay(ReplayRequest(topic=TOPIC, partitions=(0,), from_offset=25))
 
     assert outcome.summary() == (
-        "2 segments re-enqueued; the launcher will ingest partition 0 offsets 30-34 (not committed yet)"
+        "2 segments re-enqueued; to be ingested by the next runs "
+        "(`status` shows them): partition 0 offsets 30-34 (not committed yet)"
     )
 
 
@@ -341,7 +342,8 @@ def test_without_a_work_queue_nothing_is_enqueued_and_the_polling_runtime_is_nam
     assert outcome.summary() == (
         "3 segments in the range; no work queue configured (notifications.work_queue_url): nothing "
         "enqueued - `kafscale-iceberg run` picks the range up by its polling discovery (the rewound "
-        "offsets are enough); the launcher will ingest partition 0 offsets 10-29 (rewound), partition 1 "
+        "offsets are enough); to be ingested by the next runs "
+        "(`status` shows them): partition 0 offsets 10-29 (rewound), partition 1 "
         "offsets 10-19 (rewound)"
     )
     assert world.store() == {0: 9, 1: 9}
@@ -657,7 +659,8 @@ def test_cli_reset_goes_ahead_when_the_topic_is_typed_on_a_terminal(
     assert code == 0
     assert "partition 1: 1 segment, offsets 10-19; committed 19 -> 9" in out
     assert out.rstrip().endswith(
-        "1 segment re-enqueued; the launcher will ingest partition 1 offsets 10-19 (rewound)"
+        "1 segment re-enqueued; to be ingested by the next runs "
+        "(`status` shows them): partition 1 offsets 10-19 (rewound)"
     )
     assert world.store() == {0: 29, 1: 9}
 
@@ -758,7 +761,8 @@ def test_the_function_resets_with_the_sample_event(function_world: World) -> Non
     assert answer["reset_offsets"] is True
     assert answer["enqueued"] == 2
     assert answer["message"] == (
-        "2 segments re-enqueued; the launcher will ingest partition 0 offsets 10-29 (rewound)"
+        "2 segments re-enqueued; to be ingested by the next runs "
+        "(`status` shows them): partition 0 offsets 10-29 (rewound)"
     )
     assert world.store() == {0: 9, 1: 19}
     world.drain()

@@ -139,6 +139,28 @@ def test_a_bad_config_is_one_line_naming_the_key(tmp_path: Path) -> None:
     assert "Traceback" not in done.stderr
 
 
+def test_strict_config_refuses_a_misspelled_key_at_start(tmp_path: Path) -> None:
+    """Issue 12 §6: `create_tabel_if_missing` was only a warning (and the table was never created)."""
+    path = tmp_path / "config.yaml"
+    path.write_text(
+        "s3: {bucket: b}\noffsets: {backend: sqlite}\n"
+        "mappings: [{topic: orders, table: lake.orders, create_tabel_if_missing: true}]\n"
+    )
+    command = [
+        sys.executable,
+        "-m",
+        "kafscale_iceberg.cli",
+        "status",
+        "--config",
+        str(path),
+        "--strict-config",
+    ]
+    done = subprocess.run(command, check=False, capture_output=True, text=True, timeout=60, env=_env())
+    assert done.returncode == 1
+    assert "mappings[0].create_tabel_if_missing" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
 def test_sigterm_mid_run_leaves_a_state_the_next_start_completes_exactly_once(setup: Setup) -> None:
     for base in range(0, 200, 50):
         setup.put(0, base, 50)

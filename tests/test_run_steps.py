@@ -236,3 +236,22 @@ def test_a_commit_whose_lease_lapsed_unclaimed_reclaims_it_and_one_taken_does_no
     assert isinstance(other, LeaseGrant)
     with pytest.raises(LeaseLostError):
         steps.steps._hold_or_reclaim(ticket.model_copy(update={"grant": grant}))
+
+
+def test_abort_of_a_stale_plan_does_not_back_off(steps: Steps, tmp_path: Path) -> None:
+    """Issue 12 §1 on AWS: a plan refused because the store was behind the table (and repaired under
+    the run's lease) is not the topic's failure: re-signalled at once, no backoff, no streak."""
+    from kafscale_iceberg.domain.offsets import OffsetUpdate
+
+    plan = sample_plan()
+    plan_uri = str(tmp_path / "plan.json")
+    steps.documents.write_text(plan_uri, plan.model_dump_json())
+    ticket = steps.ticket().model_copy(update={"plan_uri": plan_uri})
+    (first,) = plan.partitions
+    steps.checkpoints.commit_offsets(
+        ticket.grant, {first.partition: OffsetUpdate(first.start_exclusive + 5, 0)}
+    )  # the repair the refusal made
+    steps.cancel_accepted()
+    with steps.stubber:
+        result = steps.steps.abort(ticket, "refusing to commit ... repaired to the table's offsets")
+    assert (result.resignal_after_seconds, result.consecutive_failures) == (0, 0)

@@ -20,6 +20,7 @@ from kafscale_iceberg.adapters.s3_segments import S3SegmentStore, make_s3_client
 from kafscale_iceberg.adapters.sqlite_checkpoints import SqliteCheckpointStore
 from kafscale_iceberg.adapters.step_functions import StepFunctionsRunStarter
 from kafscale_iceberg.cli import main
+from kafscale_iceberg.commands.status import render_status
 from kafscale_iceberg.config import KafscaleConfig, config_from_mapping
 from kafscale_iceberg.domain.leases import LeaseGrant
 from kafscale_iceberg.domain.offsets import OffsetUpdate
@@ -273,7 +274,8 @@ class Steps:
         self.steps = RunSteps(world.config.runs, world.store, None, world.documents)  # type: ignore[arg-type]
 
     def launch(self) -> Any:
-        outcome = self.launcher.launch(TOPIC)
+        # The retry backoff after each abort is not under test here (tests/test_launcher.py has it).
+        outcome = self.launcher.launch(TOPIC, ignore_backoff=True)
         assert outcome.status is LaunchStatus.STARTED, outcome.detail
         assert outcome.ticket is not None
         return outcome.ticket
@@ -428,6 +430,30 @@ def test_status_command_names_an_unreadable_config(
 def test_unmapped_topics_are_refused(sqlite_world: World) -> None:
     with pytest.raises(UnmappedTopicError, match="'payments' has no mapping"):
         sqlite_world.status.report(["payments"])
+
+
+def test_a_malformed_or_truncated_segment_is_reported_beside_the_rest(sqlite_world: World) -> None:
+    """Issue 12 §4: `status` exited 1 for every topic because of one such segment."""
+    world = sqlite_world
+    world.put(0, 0, 10)
+    world.s3.put_object(Bucket=world.bucket, Key=f"{NAMESPACE}/{TOPIC}/0/segment-57.kfs", Body=b"x")
+    world.put(1, 0, 4)
+    world.put(2, 0, 4)
+    truncated = format_segment_key(NAMESPACE, TOPIC, 2, 4)
+    world.s3.put_object(Bucket=world.bucket, Key=truncated, Body=b"KFS not finished")
+    world.s3.put_object(Bucket=world.bucket, Key=truncated.replace(".kfs", ".index"), Body=b"")
+    topic = world.topic()
+    by_partition = {p.partition: p for p in topic.partitions}
+    assert by_partition[0].problem is not None
+    assert "segment-57.kfs" in by_partition[0].problem
+    assert (by_partition[1].problem, by_partition[1].pending_segments, by_partition[1].newest_offset) == (
+        None,
+        1,
+        3,
+    )
+    assert by_partition[2].problem is not None
+    assert truncated in by_partition[2].problem
+    assert "partition 0 waits" in render_status(world.status.report())
 
 
 def test_conversion_failures_are_summed_over_the_topics_commits_and_printed(

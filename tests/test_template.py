@@ -440,7 +440,7 @@ S3_ACCESS = {
     ("StartJobRole", "s3:GetObject", "run data"),
     ("WatchRole", "s3:GetObject", "config"),
     ("AbortRole", "s3:GetObject", "config"),
-    ("AbortRole", "s3:GetObject", "plan"),  # the run's data locations, for cleanup
+    ("AbortRole", "s3:GetObject", "plan"),  # data locations for cleanup; result and backoff.json
     ("AbortRole", "s3:GetObject", "run data"),
     ("AbortRole", "s3:PutObject", "plan"),
     ("AbortRole", "s3:PutObject", "run data"),

@@ -50,6 +50,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--yes", action="store_true", help="do not ask for confirmation of --reset-offsets")
     parser.add_argument("--json", action="store_true", help="print the outcome as JSON")
+    parser.add_argument(
+        "--strict-config",
+        action="store_true",
+        help="fail at start on an unknown (e.g. misspelled) config key instead of warning",
+    )
     parser.set_defaults(command=replay_command)
 
 
@@ -81,7 +86,7 @@ def replay_command(args: argparse.Namespace) -> int:
         },
         source="replay",
     )
-    service = build_replay_service(Assembly(load_config_from(args.config)))
+    service = build_replay_service(Assembly(load_config_from(args.config, strict=args.strict_config)))
     if request.reset_offsets:
         preview = service.plan(request)
         # The preview goes to stderr with --json, so stdout stays one JSON document.

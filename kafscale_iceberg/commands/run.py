@@ -28,12 +28,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="commit everything pending now, then exit (non-zero if any failed)",
     )
+    parser.add_argument(
+        "--strict-config",
+        action="store_true",
+        help="fail at start on an unknown (e.g. misspelled) config key instead of warning",
+    )
     parser.set_defaults(command=run_command)
 
 
 def run_command(args: argparse.Namespace) -> int:
     """Run the pipeline; the exit code of `--once`, or 0 after a clean shutdown."""
-    config = load_config_from(args.config)
+    config = load_config_from(args.config, strict=args.strict_config)
     sink = PrometheusMetricsSink()
     server = MetricsServer.from_environment(sink)
     port = server.start()

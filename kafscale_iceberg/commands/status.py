@@ -21,6 +21,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """`status`'s arguments."""
     parser.add_argument("--config", required=True, help="the config file (path, file:// or s3:// URI)")
     parser.add_argument("--json", action="store_true", help="print the status as one JSON document")
+    parser.add_argument(
+        "--strict-config",
+        action="store_true",
+        help="fail at start on an unknown (e.g. misspelled) config key instead of warning",
+    )
     parser.set_defaults(command=status_command)
 
 
@@ -29,7 +34,7 @@ def status_command(args: argparse.Namespace) -> int:
     from kafscale_iceberg.assembly import Assembly, load_config_from  # noqa: PLC0415
     from kafscale_iceberg.services.status import StatusService  # noqa: PLC0415
 
-    config = load_config_from(args.config)
+    config = load_config_from(args.config, strict=args.strict_config)
     assembly = Assembly(config)
     service = StatusService(
         config,
@@ -115,6 +120,7 @@ def _render_topic(topic: TopicStatus) -> str:
         ]
     blocked = [p for p in topic.partitions if p.blocked_segment]
     lines += [f"  partition {p.partition} waits for the .index of {p.blocked_segment}" for p in blocked]
+    lines += [f"  partition {p.partition} waits: {p.problem}" for p in topic.partitions if p.problem]
     return "\n".join(lines)
 
 

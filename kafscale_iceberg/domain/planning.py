@@ -75,6 +75,9 @@ class Selection:
     wait_seconds: float = 0.0
     blocked: tuple[ListedSegment, ...] = field(default=())
     """First segments of partitions that lack their `.index`: nothing after them is read yet."""
+    held: Mapping[int, str] = field(default_factory=dict)
+    """Partitions left out of this run, each with why (a malformed key or a corrupt segment in
+    its way): they wait; the other partitions run."""
 
     @property
     def is_empty(self) -> bool:

@@ -34,7 +34,7 @@ from uuid import UUID
 import boto3
 import yaml
 
-from kafscale_iceberg.config import KafscaleConfig, config_from_mapping
+from kafscale_iceberg.config import KafscaleConfig, config_from_mapping, require_known_keys
 from kafscale_iceberg.local.embedded import (
     EmbeddedEtcd,
     EmbeddedMoto,
@@ -316,7 +316,9 @@ class Demo:
         self.say(
             f"   config written to {self.workdir / 'config.yaml'} (try: kafscale-iceberg status --config ...)"
         )
-        return config_from_mapping(document, source=str(self.workdir / "config.yaml"))
+        config = config_from_mapping(document, source=str(self.workdir / "config.yaml"))
+        require_known_keys(config)  # the demo runs as `run --strict-config` would: no typo passes
+        return config
 
     def _act(self, config: KafscaleConfig, endpoint: str, region: str) -> None:
         producer = Producer(boto3.client("s3", endpoint_url=endpoint, region_name=region))

@@ -34,6 +34,8 @@ from kafscale_iceberg.domain.jobs import JobState
 from kafscale_iceberg.domain.runs import RunPlan
 from kafscale_iceberg.domain.tickets import RunTicket
 from kafscale_iceberg.exceptions import (
+    CatalogError,
+    CheckpointError,
     ConfigError,
     KafscaleIcebergError,
     OffsetMismatchError,
@@ -199,6 +201,17 @@ def outage_delay_seconds(outages: int, backoff_s: tuple[float, float]) -> float:
     return min(longest, first * 2.0 ** min(outages - 1, 30)) * random.uniform(0.5, 1.0)
 
 
+def outage_stage(error: BaseException) -> str:
+    """The `errors_total{stage}` an outage counts under: which dependency failed."""
+    if isinstance(error, CheckpointError):
+        return "checkpoint"
+    if isinstance(error, CatalogError):
+        return "sink"
+    if type(error).__name__ == "QueueUnavailableError":
+        return "route"
+    return "discover"
+
+
 def describe_outage(error: BaseException) -> str:
     """What failed, for `/healthz` and `run --once`: the error's kind and message, on one line."""
     text = " ".join(str(error).split())
@@ -288,9 +301,12 @@ class Pipeline:
     def _once_topic(self, topic: str, summary: OnceSummary, busy_wait_s: float) -> None:
         busy_since: float | None = None
         replanned = False
+        failed_runs = 0
         while not self.stopping.is_set():
             try:
-                outcome = self.launcher.launch(topic, ignore_min_batch=True, ignore_backoff=True)
+                outcome = self.launcher.launch(
+                    topic, ignore_min_batch=True, ignore_backoff=True, ignore_held=failed_runs == 0
+                )
             except KafscaleIcebergError as exc:
                 self._error("launch", topic, exc)
                 if exc.transient:
@@ -315,6 +331,9 @@ class Pipeline:
                 continue
             if report.end is not RunEnd.COMMITTED:
                 summary.failed[topic] = f"run {report.run_id} {report.end.value}: {report.reason}"
+                failed_runs += 1
+                if report.retry_after_seconds == 0 and report.end is RunEnd.ABORTED and failed_runs == 1:
+                    continue  # one partition failed on its own segment: it is held, the others run
                 return
         summary.failed.setdefault(topic, "stopped")
 
@@ -343,7 +362,7 @@ class Pipeline:
                 delay = outage_delay_seconds(loop.outages, self._outage_backoff_s)
                 reason = describe_outage(exc)
                 self.health.not_ready(reason)
-                self._error("outage", None, exc)
+                self._error(outage_stage(exc), None, exc)
                 logger.warning(
                     "dependency unavailable; retrying in %.1f s: %s",
                     delay,

@@ -203,6 +203,16 @@ class ProgressPrinter:
             extra = f", {report.dead_lettered} dead-lettered" if report.dead_lettered else ""
             extra += f", {report.quarantined} segments quarantined" if report.quarantined else ""
             extra += lfs_summary(report.lfs_resolved, report.skipped_lfs, report.lfs_errors)
+            extra += _anomalies(report)
+            committed = report.commit
+            if committed is not None and not (
+                committed.outcome.table_committed or committed.outcome.offsets_written
+            ):
+                self._print(
+                    f"  {report.topic}: run {_short(report.run_id)} was already committed by another runner "
+                    f"(nothing added); offsets {_offsets(report.offsets)}"
+                )
+                return
             self._print(
                 f"  {report.topic}: run {_short(report.run_id)} committed {report.records} records{extra} "
                 f"in {report.seconds:.1f} s; offsets {_offsets(report.offsets)}"
@@ -215,6 +225,26 @@ class ProgressPrinter:
 
     def _print(self, line: str) -> None:
         print(line, file=self._stream, flush=True)
+
+
+def _anomalies(report: RunReport) -> str:
+    """Offset gaps and overlapping records of a committed run, for its line (empty when none)."""
+    if report.commit is None:
+        return ""
+    result = report.commit.result
+    gaps = [(o.partition, g) for o in result.partitions for g in o.gaps]
+    text = ""
+    if gaps:
+        missing = sum(g.last - g.first + 1 for _, g in gaps)
+        listed = ", ".join(f"p{p} {g.first}..{g.last}" for p, g in gaps[:5])
+        text += (
+            f", {missing} offsets in gaps no segment contained ({listed}{', ...' if len(gaps) > 5 else ''})"
+        )
+    if result.counts.out_of_range:
+        text += f", {result.counts.out_of_range} records repeated by overlapping segments (written once)"
+    if result.counts.header_keys_replaced:
+        text += f", {result.counts.header_keys_replaced} non-UTF-8 header keys kept with U+FFFD"
+    return text
 
 
 def lfs_summary(resolved: int, skipped: int, errors: Mapping[str, int]) -> str:

@@ -22,6 +22,18 @@ from kafscale_iceberg.domain.tickets import join_uri
 BACKOFF_NAME = "backoff.json"
 
 
+class HeldPartition(BaseModel):
+    """A partition whose runs failed on a segment of its own (`corrupt_segment_policy: fail`): it
+    waits while its committed offset stays `offset`, until `not_before_ms`; the others go on."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    offset: int
+    failures: int
+    not_before_ms: int
+    reason: str
+
+
 class TopicBackoff(BaseModel):
     """`backoff.json`: the topic's current failure streak (written by the abort step)."""
 
@@ -35,6 +47,7 @@ class TopicBackoff(BaseModel):
     """The committed offsets (partition -> offset) the failed runs started from."""
     run_id: str
     reason: str
+    held: dict[int, HeldPartition] = {}
 
     def applies_to(self, committed: Mapping[int, int]) -> bool:
         """True while nothing was committed since the failure (the streak goes on)."""
@@ -61,6 +74,19 @@ class BackoffRecords:
             return None
         return TopicBackoff.model_validate_json(text)
 
+    def held_partitions(self, topic: str, committed: Mapping[int, int], now_s: float) -> dict[int, str]:
+        """Partitions that wait after failing on a segment of their own, each with why."""
+        backoff = self.read(topic)
+        if backoff is None:
+            return {}
+        now_ms = now_s * 1000
+        return {
+            partition: f"{held.failures} run(s) failed on it, retried in "
+            f"{(held.not_before_ms - now_ms) / 1000:.0f} s: {held.reason}"
+            for partition, held in backoff.held.items()
+            if committed.get(partition) == held.offset and held.not_before_ms > now_ms
+        }
+
     def wait_seconds(
         self, topic: str, committed: Mapping[int, int], now_s: float
     ) -> tuple[float, TopicBackoff | None]:
@@ -79,19 +105,40 @@ class BackoffRecords:
         reason: str,
         attempt: int,
         now_s: float,
+        partition: int | None = None,
     ) -> TopicBackoff:
         """Count one more failed run starting from `starts` and set the time the next may start. Idempotent
-        per run id (the same run recorded twice counts once)."""
+        per run id (the same run recorded twice counts once).
+
+        `partition`: the failure is that partition's own (a corrupt segment with policy `fail`): only
+        it is held back (`held`), the topic's other partitions are not delayed.
+        """
         previous = self.read(topic)
+        held = dict(previous.held) if previous is not None else {}
         failures = attempt + 1
-        if previous is not None and previous.applies_to(starts):
+        streak = previous is not None and previous.applies_to(starts)
+        if streak and previous is not None:
             failures = max(failures, previous.failures + (previous.run_id != run_id))
+        not_before_ms = int((now_s + self._runs.retry_delay_seconds(failures)) * 1000)
+        if partition is not None and partition in starts:
+            before = held.get(partition)
+            count = 1
+            if before is not None and before.offset == starts[partition]:
+                count = before.failures + (previous is not None and previous.run_id != run_id)
+            held[partition] = HeldPartition(
+                offset=starts[partition],
+                failures=count,
+                not_before_ms=int((now_s + self._runs.retry_delay_seconds(count)) * 1000),
+                reason=reason[:500],
+            )
+            failures, not_before_ms = 0, 0  # the topic itself goes on at once
         backoff = TopicBackoff(
             failures=failures,
-            not_before_ms=int((now_s + self._runs.retry_delay_seconds(failures)) * 1000),
+            not_before_ms=not_before_ms,
             offsets=dict(starts),
             run_id=run_id,
             reason=reason[:500],
+            held={p: h for p, h in held.items() if not (p in starts and h.offset != starts[p])},
         )
         self._documents.write_text(backoff_uri(self._runs.location, topic), backoff.model_dump_json())
         return backoff

@@ -27,7 +27,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Protocol, TypeVar
 
@@ -39,6 +39,7 @@ from kafscale_iceberg.domain.field_ids import TopicFieldIds, field_ids_uri, plan
 from kafscale_iceberg.domain.leases import LeaseBusy, LeaseGrant
 from kafscale_iceberg.domain.planning import (
     ListedSegment,
+    PartitionSelection,
     RunLimits,
     Selection,
     eligible_segments,
@@ -66,7 +67,12 @@ from kafscale_iceberg.domain.tickets import (
     join_uri,
     run_document_uri,
 )
-from kafscale_iceberg.exceptions import KafscaleIcebergError, RunAttemptEndedError
+from kafscale_iceberg.exceptions import (
+    KafscaleIcebergError,
+    RunAttemptEndedError,
+    SegmentFormatError,
+    SegmentKeyError,
+)
 from kafscale_iceberg.ports import CheckpointStore
 from kafscale_iceberg.segments.layout import SegmentFooter
 from kafscale_iceberg.services.backoff import BackoffRecords
@@ -176,12 +182,33 @@ def select_pending(
     committed offset (`list_after_committed`), chosen within `limits`."""
     eligible: dict[int, list[ListedSegment]] = {}
     blocked: list[ListedSegment] = []
-    found = concurrently(lambda item: pending_segments(lister, topic, *item), committed.items())
-    for partition, (chosen, stopper) in zip(committed, found, strict=True):
+    held: dict[int, str] = {}
+
+    def pending_or_problem(
+        item: tuple[int, int],
+    ) -> tuple[list[ListedSegment], ListedSegment | None] | KafscaleIcebergError:
+        try:
+            return pending_segments(lister, topic, *item)
+        except (SegmentKeyError, SegmentFormatError) as exc:
+            return exc  # only this partition waits: the others are planned
+
+    found = concurrently(pending_or_problem, committed.items())
+    for partition, pending in zip(committed, found, strict=True):
+        if isinstance(pending, KafscaleIcebergError):
+            held[partition] = str(pending)
+            continue
+        chosen, stopper = pending
         eligible[partition] = chosen
         if stopper is not None:
             blocked.append(stopper)
-    return select_segments(committed, eligible, limits, now_ms=now_ms, blocked=blocked)
+    selection = select_segments(
+        {p: o for p, o in committed.items() if p not in held},
+        eligible,
+        limits,
+        now_ms=now_ms,
+        blocked=blocked,
+    )
+    return replace(selection, held=held) if held else selection
 
 
 def next_attempt(
@@ -244,6 +271,9 @@ class LaunchOutcome:
     wait_seconds: float = 0.0
     replan: bool = False
     """The committed offsets moved under the claimed lease: plan again from them."""
+    held: Mapping[int, str] = field(default_factory=dict)
+    """Partitions left out (a malformed or corrupt segment in their way, or a partition failing on
+    one): they wait, with why; the others ran (or were idle)."""
 
 
 class Launcher:
@@ -285,6 +315,7 @@ class Launcher:
         *,
         ignore_min_batch: bool = False,
         ignore_backoff: bool = False,
+        ignore_held: bool | None = None,
         retry_ended: bool = True,
         replan: bool = True,
     ) -> LaunchOutcome:
@@ -295,7 +326,8 @@ class Launcher:
         A run id whose steps already ended unrecorded is recorded as lost and re-planned once under
         the next attempt. `ignore_min_batch` plans whatever is pending now (`run --once`). A topic in
         its retry backoff after failed runs (`services/backoff.py`) is WAITING unless `ignore_backoff`
-        (`run --once`, an operator's explicit request).
+        (`run --once`, an operator's explicit request). Partitions held back after failing on a segment
+        of their own are left out unless `ignore_held` (default: as `ignore_backoff`).
         """
         mapping = self._config.mapping_for(topic)
         if mapping is None:
@@ -305,6 +337,7 @@ class Launcher:
             return LaunchOutcome(topic, LaunchStatus.BUSY, detail=holder.describe())
         committed = self._checkpoints.load_committed_offsets(topic)
         offsets = {p: committed.offset(p) for p in self._partitions(topic)}
+        held: dict[int, str] = {}
         if not ignore_backoff:
             wait_s, backoff = self._backoff.wait_seconds(topic, offsets, self._clock())
             if backoff is not None and wait_s > 0:
@@ -315,11 +348,18 @@ class Launcher:
                     f"{backoff.run_id}: {backoff.reason}",
                     wait_seconds=wait_s,
                 )
-        selection = self._select(topic, offsets, ignore_min_batch=ignore_min_batch)
+        if not (ignore_backoff if ignore_held is None else ignore_held):
+            held = self._backoff.held_partitions(topic, offsets, self._clock())
+        selection = self._select(
+            topic, {p: o for p, o in offsets.items() if p not in held}, ignore_min_batch=ignore_min_batch
+        )
+        held.update(selection.held)
         if selection.is_empty:
-            return self._not_started(topic, selection)
-        partitions = self._partition_plans(selection)
+            return replace(self._not_started(topic, selection, held), held=held)
+        partitions = self._partition_plans(selection, held)
         if not partitions:
+            if held:
+                return LaunchOutcome(topic, LaunchStatus.BLOCKED, detail=_describe_held(held), held=held)
             return LaunchOutcome(topic, LaunchStatus.IDLE, detail="nothing after the committed offsets")
         ranges = [(p.partition, p.start_exclusive, p.end_inclusive) for p in partitions]
         attempt = next_attempt(self._documents, self._config.runs.location, topic, ranges)
@@ -331,13 +371,19 @@ class Launcher:
             outcome = self._start(
                 topic, mapping=mapping, partitions=partitions, run_id=run_id, attempt=attempt, grant=claim
             )
+            if held:
+                outcome = replace(outcome, held=held)
         except RunAttemptEndedError as exc:
             self._checkpoints.release_lease(claim)
             if not retry_ended:
                 raise
             self._record_lost_attempt(topic, run_id, attempt, str(exc))
             return self.launch(
-                topic, ignore_min_batch=ignore_min_batch, ignore_backoff=ignore_backoff, retry_ended=False
+                topic,
+                ignore_min_batch=ignore_min_batch,
+                ignore_backoff=ignore_backoff,
+                ignore_held=ignore_held,
+                retry_ended=False,
             )
         except BaseException:
             self._checkpoints.release_lease(claim)
@@ -347,6 +393,7 @@ class Launcher:
                 topic,
                 ignore_min_batch=ignore_min_batch,
                 ignore_backoff=ignore_backoff,
+                ignore_held=ignore_held,
                 retry_ended=retry_ended,
                 replan=False,
             )
@@ -406,11 +453,25 @@ class Launcher:
         limits = run_limits(self._config.runs, ignore_min_batch=ignore_min_batch)
         return select_pending(self._segments, topic, committed, limits, now_ms=int(self._clock() * 1000))
 
-    def _partition_plans(self, selection: Selection) -> tuple[PartitionPlan, ...]:
+    def _partition_plans(self, selection: Selection, held: dict[int, str]) -> tuple[PartitionPlan, ...]:
+        """The partitions' ranges; a newest segment whose footer is unreadable (truncated, never
+        finished) is left out with its partition's reason in `held`: the segments before it run."""
         plans = []
-        footers = concurrently(lambda c: self._segments.read_footer(c.last.key), selection.partitions)
-        for chosen, footer in zip(selection.partitions, footers, strict=True):
-            end = footer.last_offset
+        footers = concurrently(lambda c: _footer_or_problem(self._segments, c.last.key), selection.partitions)
+        for selected, footer in zip(selection.partitions, footers, strict=True):
+            chosen = selected
+            if isinstance(footer, SegmentFormatError):
+                held[selected.partition] = (
+                    f"{footer}; the partition waits at this segment (with corrupt_segment_policy: "
+                    "quarantine it goes to the dead-letter table once a later segment shows where it "
+                    "ends; otherwise re-upload it from the broker or remove it)"
+                )
+                trimmed = _without_last(selected)
+                if trimmed is None:
+                    continue
+                chosen, end = trimmed, selected.last.base_offset - 1
+            else:
+                end = footer.last_offset
             if end <= chosen.committed:
                 continue  # the only candidate was a fully committed segment
             plans.append(
@@ -505,7 +566,7 @@ class Launcher:
         """
         return join_uri(run_data_prefix(self._config, identifier), run_id)
 
-    def _not_started(self, topic: str, selection: Selection) -> LaunchOutcome:
+    def _not_started(self, topic: str, selection: Selection, held: Mapping[int, str]) -> LaunchOutcome:
         if selection.wait_seconds > 0:
             return LaunchOutcome(
                 topic,
@@ -516,4 +577,25 @@ class Launcher:
         if selection.blocked:
             keys = ", ".join(s.key for s in selection.blocked)
             return LaunchOutcome(topic, LaunchStatus.BLOCKED, detail=f"waiting for the .index of {keys}")
+        if held:
+            return LaunchOutcome(topic, LaunchStatus.BLOCKED, detail=_describe_held(held))
         return LaunchOutcome(topic, LaunchStatus.IDLE, detail="no pending segments")
+
+
+def _footer_or_problem(segments: SegmentLister, key: str) -> SegmentFooter | SegmentFormatError:
+    """The segment's footer, or the error saying why it cannot be read (its partition then waits)."""
+    try:
+        return segments.read_footer(key)
+    except SegmentFormatError as exc:
+        return exc
+
+
+def _describe_held(held: Mapping[int, str]) -> str:
+    return "; ".join(f"partition {p} waits: {reason}" for p, reason in sorted(held.items()))
+
+
+def _without_last(selected: PartitionSelection) -> PartitionSelection | None:
+    """The selection less its last segment; None when nothing is left."""
+    if len(selected.segments) < 2:
+        return None
+    return replace(selected, segments=selected.segments[:-1])

@@ -25,6 +25,7 @@ from enum import StrEnum
 from typing import Protocol
 
 from kafscale_iceberg.domain.leases import LeaseGrant, LeaseHolder
+from kafscale_iceberg.exceptions import SegmentFormatError, SegmentKeyError
 from kafscale_iceberg.ports import CheckpointStore
 from kafscale_iceberg.services.discovery import Discovered, TopicDiscovery
 from kafscale_iceberg.services.launch import SegmentLister, pending_segments
@@ -144,7 +145,12 @@ class Reconciler:
         for partition in self._segments.list_partitions(topic):
             if allowed is not None and partition not in allowed:
                 continue
-            chosen, _ = pending_segments(self._segments, topic, partition, committed.offset(partition))
+            try:
+                chosen, _ = pending_segments(self._segments, topic, partition, committed.offset(partition))
+            except (SegmentKeyError, SegmentFormatError) as exc:
+                # This partition waits (the launcher and `status` report it); the others are counted.
+                logger.warning("reconciler: partition %d waits: %s", partition, exc, extra={"topic": topic})
+                continue
             count += len(chosen)
         return count
 

@@ -190,7 +190,8 @@ class ReplayOutcome:
             + (" (rewound)" if p.rewound else " (not committed yet)")
             for p in ingesting
         )
-        return f"{head}; the launcher will ingest {ranges}"
+        # Not a promise: the runs may wait (backoff, a held partition, a missing .index); say where to look.
+        return f"{head}; to be ingested by the next runs (`status` shows them): {ranges}"
 
     def to_json(self) -> dict[str, Any]:
         """The outcome as JSON (CLI `--json`, the replay function's answer)."""

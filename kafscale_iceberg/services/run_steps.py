@@ -28,7 +28,7 @@ from kafscale_iceberg.config import RunsConfig
 from kafscale_iceberg.domain.field_ids import field_ids_uri
 from kafscale_iceberg.domain.jobs import JobState, JobStatus
 from kafscale_iceberg.domain.leases import LeaseGrant
-from kafscale_iceberg.domain.runs import RunPlan, RunResult
+from kafscale_iceberg.domain.runs import FailureKind, RunPlan, RunResult
 from kafscale_iceberg.domain.tickets import OUTCOME_NAME, RunOutcome, RunTicket, run_document_uri
 from kafscale_iceberg.exceptions import FieldIdMismatchError, KafscaleIcebergError, LeaseLostError
 from kafscale_iceberg.ports import CheckpointStore
@@ -224,7 +224,7 @@ class RunSteps:
         uri = run_document_uri(self._runs.location, ticket.topic, ticket.run_id, OUTCOME_NAME)
         self._documents.write_text(uri, outcome.model_dump_json())
         # Before the release: a launcher claiming the topic right after must see the backoff.
-        failures = self._record_backoff(ticket, plan, reason)
+        failures, resignal_s = self._record_backoff(ticket, plan, reason)
         released = self._checkpoints.release_lease(ticket.grant)
         alarm = failures >= self._runs.max_consecutive_failures
         log = logger.error if alarm else logger.warning
@@ -238,7 +238,7 @@ class RunSteps:
             },
         )
         return AbortResult(
-            resignal_after_seconds=self._runs.retry_delay_seconds(failures),
+            resignal_after_seconds=resignal_s,
             consecutive_failures=failures,
             alarm=alarm,
             lease_released=released,
@@ -263,10 +263,20 @@ class RunSteps:
         except DocumentMissingError:
             return None
 
-    def _record_backoff(self, ticket: RunTicket, plan: RunPlan | None, reason: str) -> int:
-        """Count the failure in the topic's backoff document (honoured by the launcher); the streak."""
+    def _record_backoff(self, ticket: RunTicket, plan: RunPlan | None, reason: str) -> tuple[int, int]:
+        """Count the failure in the topic's backoff document (honoured by the launcher); the streak
+        and the seconds before the topic is signalled again (0 when only one partition is held)."""
         if plan is None:
-            return ticket.attempt + 1  # no plan, no starts to key the streak on: the attempt counts
+            failures = ticket.attempt + 1  # no plan, no starts to key the streak on: the attempt counts
+            return failures, self._runs.retry_delay_seconds(failures)
+        if self._is_stale(ticket.topic, plan):
+            # The committed offsets moved since the plan was made (a refusal repaired them from the
+            # table, or another runner committed): not the topic's failure, so re-plan at once.
+            logger.info(
+                "aborted plan was stale; no backoff", extra={"topic": ticket.topic, "run_id": ticket.run_id}
+            )
+            return 0, 0
+        partition = self._failed_partition(plan)
         backoff = BackoffRecords(self._documents, self._runs).record_failure(
             ticket.topic,
             starts=plan.start_offsets(),
@@ -274,8 +284,34 @@ class RunSteps:
             reason=reason,
             attempt=ticket.attempt,
             now_s=self._clock(),
+            partition=partition,
         )
-        return backoff.failures
+        if partition is not None:
+            return backoff.held[partition].failures, 0
+        return backoff.failures, self._runs.retry_delay_seconds(backoff.failures)
+
+    def _is_stale(self, topic: str, plan: RunPlan) -> bool:
+        """True when the store's committed offsets are no longer the plan's starts (best effort)."""
+        try:
+            committed = self._checkpoints.load_committed_offsets(topic)
+        except KafscaleIcebergError:
+            return False
+        return any(committed.offset(p) != start for p, start in plan.start_offsets().items())
+
+    def _failed_partition(self, plan: RunPlan) -> int | None:
+        """The partition a failed run's corrupt segment belongs to (policy `fail`), else None."""
+        try:
+            result = RunResult.model_validate_json(self._documents.read_text(plan.result_uri))
+        except KafscaleIcebergError as exc:  # best effort: the whole topic backs off instead
+            logger.warning("could not read the failed run's result", extra={"error": str(exc)})
+            return None
+        failure = result.failure
+        if failure is None or failure.kind is not FailureKind.CORRUPT_SEGMENT or failure.segment_key is None:
+            return None
+        for partition in plan.partitions:
+            if any(s.key == failure.segment_key for s in partition.segments):
+                return partition.partition
+        return None
 
 
 def _job_id(ticket: RunTicket) -> str:

@@ -48,7 +48,7 @@ from kafscale_iceberg.domain.maintenance import TableHealth
 from kafscale_iceberg.domain.offsets import CommittedOffsets
 from kafscale_iceberg.domain.planning import ListedSegment
 from kafscale_iceberg.domain.runs import NO_OFFSET
-from kafscale_iceberg.exceptions import TableMissingError
+from kafscale_iceberg.exceptions import SegmentFormatError, SegmentKeyError, TableMissingError
 from kafscale_iceberg.ports import CheckpointStore
 from kafscale_iceberg.segments.layout import SegmentFooter
 from kafscale_iceberg.services.launch import (
@@ -147,6 +147,8 @@ class PartitionStatus:
     last_record_timestamp_ms: int | None
     """The store's `last_timestamp_ms` (newest committed record); None when nothing is stored."""
     store_updated_at_ms: int | None
+    problem: str | None = None
+    """A malformed key or corrupt segment in this partition's way (it waits; the others flow)."""
 
     def to_json(self) -> dict[str, object]:
         """A JSON-ready dict."""
@@ -162,6 +164,7 @@ class PartitionStatus:
             "blocked_segment": self.blocked_segment,
             "last_record_timestamp_ms": self.last_record_timestamp_ms,
             "store_updated_at_ms": self.store_updated_at_ms,
+            "problem": self.problem,
         }
 
 
@@ -329,10 +332,16 @@ class StatusService:
     ) -> PartitionStatus:
         stored = store.state(partition)
         committed = table_offset if table_offset is not None else store.offset(partition)
-        segments = probe.after(partition, committed) if listed else []
-        chosen, stopper = probe.pending(partition, committed) if listed else ([], None)
-        complete = [s for s in segments if s.has_index]
-        newest = max(committed, probe.last_offset(complete[-1].key)) if complete else committed
+        problem: str | None = None
+        try:
+            segments = probe.after(partition, committed) if listed else []
+            chosen, stopper = probe.pending(partition, committed) if listed else ([], None)
+            complete = [s for s in segments if s.has_index]
+            newest = max(committed, probe.last_offset(complete[-1].key)) if complete else committed
+        except (SegmentKeyError, SegmentFormatError) as exc:
+            # Reported beside the rest: this partition waits, the others (and topics) are shown.
+            problem = str(exc)
+            segments, chosen, stopper, newest = [], [], None, committed
         lag = newest - committed
         lag_seconds = 0.0
         if lag > 0:
@@ -352,6 +361,7 @@ class StatusService:
             blocked_segment=stopper.key if stopper is not None else None,
             last_record_timestamp_ms=stored.last_timestamp_ms if stored is not None else None,
             store_updated_at_ms=stored.updated_at_ms if stored is not None else None,
+            problem=problem,
         )
 
     def _aborted_attempts(
@@ -364,7 +374,10 @@ class StatusService:
         selection = select_pending(probe.segments, topic, committed, run_limits(runs), now_ms=now_ms)
         ranges = []
         for chosen in selection.partitions:
-            end = probe.last_offset(chosen.last.key)
+            try:
+                end = probe.last_offset(chosen.last.key)
+            except SegmentFormatError:
+                continue  # the launcher leaves this segment out too
             if end > chosen.committed:
                 ranges.append((chosen.partition, chosen.committed, end))
         return next_attempt(self._documents, runs.location, topic, ranges) if ranges else 0
