@@ -22,6 +22,7 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.exceptions import (
     AuthorizationExpiredError,
     ForbiddenError,
+    NoSuchTableError,
     OAuthError,
     ServerError,
     ServiceUnavailableError,
@@ -29,9 +30,11 @@ from pyiceberg.exceptions import (
     UnauthorizedError,
 )
 
-from kafscale_iceberg.exceptions import CatalogError, CatalogUnavailableError, ConfigError
+from kafscale_iceberg.exceptions import CatalogError, CatalogUnavailableError, ConfigError, TableMissingError
 
 if TYPE_CHECKING:
+    from pyiceberg.table import Table
+
     from kafscale_iceberg.config import KafscaleConfig
 
 logger = logging.getLogger(__name__)
@@ -191,3 +194,28 @@ def is_unreachable_error(exc: BaseException) -> bool:
 def _named_in(exc: BaseException, names: Mapping[str, frozenset[str]]) -> bool:
     package = type(exc).__module__.split(".")[0]
     return type(exc).__name__ in names.get(package, frozenset())
+
+
+class CatalogTableAccess:
+    """What the Iceberg adapters share: one catalog, tables loaded by name, foreign errors translated once.
+
+    `describe` names the catalog in errors (type and URI, no secret).
+    """
+
+    def __init__(self, catalog: Catalog, *, describe: str = "") -> None:
+        self._catalog = catalog
+        self._describe = describe or f"{type(catalog).__name__} {catalog.name!r}"
+
+    def _load(self, identifier: str) -> Table:
+        """The table; raises `TableMissingError`, or the translated catalog error."""
+        try:
+            return self._catalog.load_table(identifier)
+        except NoSuchTableError:
+            raise TableMissingError(identifier) from None
+        except Exception as exc:
+            raise self._translate(f"load table {identifier!r}", exc) from exc
+
+    def _translate(self, operation: str, exc: Exception) -> Exception:
+        if is_unreachable_error(exc):
+            return CatalogUnavailableError(self._describe, operation, f"{type(exc).__name__}: {exc}")
+        return CatalogError(self._describe, operation, f"{type(exc).__name__}: {exc}")

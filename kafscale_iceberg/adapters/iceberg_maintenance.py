@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyiceberg.catalog import Catalog
-from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
+from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.io.pyarrow import ArrowScan, parquet_file_to_data_file, schema_to_pyarrow
 from pyiceberg.manifest import DataFile as IcebergDataFile
@@ -42,7 +42,7 @@ from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.table.update.snapshot import ExpireSnapshots
 
 from kafscale_iceberg.adapters.data_files import StagedFileStore
-from kafscale_iceberg.adapters.iceberg_catalog import is_unreachable_error
+from kafscale_iceberg.adapters.iceberg_catalog import CatalogTableAccess
 from kafscale_iceberg.dataplane.storage import join_uri
 from kafscale_iceberg.domain.commits import SUMMARY_TOPIC
 from kafscale_iceberg.domain.maintenance import (
@@ -55,8 +55,6 @@ from kafscale_iceberg.domain.maintenance import (
     snapshots_to_expire,
 )
 from kafscale_iceberg.exceptions import (
-    CatalogError,
-    CatalogUnavailableError,
     KafscaleIcebergError,
     TableMissingError,
 )
@@ -110,13 +108,12 @@ class CompactionWrite:
     rows: int
 
 
-class IcebergTableMaintainer:
+class IcebergTableMaintainer(CatalogTableAccess):
     """Maintenance of the tables of one catalog (see the module docstring)."""
 
     def __init__(self, catalog: Catalog, sink: StagedFileStore, *, describe: str = "") -> None:
-        self._catalog = catalog
+        super().__init__(catalog, describe=describe)
         self._sink = sink
-        self._describe = describe or f"{type(catalog).__name__} {catalog.name!r}"
 
     # -- health -------------------------------------------------------------------------------------
 
@@ -380,19 +377,6 @@ class IcebergTableMaintainer:
         except TableMissingError:
             return False
         return True
-
-    def _load(self, identifier: str) -> Table:
-        try:
-            return self._catalog.load_table(identifier)
-        except NoSuchTableError:
-            raise TableMissingError(identifier) from None
-        except Exception as exc:
-            raise self._translate(f"load table {identifier!r}", exc) from exc
-
-    def _translate(self, operation: str, exc: Exception) -> Exception:
-        if is_unreachable_error(exc):
-            return CatalogUnavailableError(self._describe, operation, f"{type(exc).__name__}: {exc}")
-        return CatalogError(self._describe, operation, f"{type(exc).__name__}: {exc}")
 
 
 def _regular_type(dtype: pa.DataType) -> pa.DataType:

@@ -33,7 +33,6 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import (
     CommitFailedException,
     NoSuchTableError,
@@ -79,7 +78,7 @@ from pyiceberg.types import (
 )
 from pyiceberg.utils.properties import property_as_bool
 
-from kafscale_iceberg.adapters.iceberg_catalog import is_unreachable_error
+from kafscale_iceberg.adapters.iceberg_catalog import CatalogTableAccess
 from kafscale_iceberg.adapters.iceberg_data_files import data_files_to_add
 from kafscale_iceberg.domain.commits import (
     SUMMARY_CONVERSION_FAILURES,
@@ -97,7 +96,6 @@ from kafscale_iceberg.domain.field_ids import TableFieldIds, field_id_mismatches
 from kafscale_iceberg.domain.runs import ColumnSpec, ColumnType, PartitionTransform
 from kafscale_iceberg.domain.schema import FieldSpec
 from kafscale_iceberg.exceptions import (
-    CatalogError,
     CatalogUnavailableError,
     CommitOutcomeUnknownError,
     DataFileRejectedError,
@@ -247,15 +245,11 @@ def plan_schema_changes(table: str, schema: Schema, spec: TableSpec) -> SchemaCh
     return SchemaChanges(added=tuple(added), widened=tuple(widened), relaxed=tuple(relaxed))
 
 
-class IcebergTableCommitter:
+class IcebergTableCommitter(CatalogTableAccess):
     """Creates, evolves and commits to Iceberg tables in one catalog (the `TableCommitter` port).
 
     `describe` names the catalog in errors (type and URI, no secret).
     """
-
-    def __init__(self, catalog: Catalog, *, describe: str = "") -> None:
-        self._catalog = catalog
-        self._describe = describe or f"{type(catalog).__name__} {catalog.name!r}"
 
     # -- tables ---------------------------------------------------------------------------------
 
@@ -480,19 +474,6 @@ class IcebergTableCommitter:
             raise CatalogUnavailableError(self._describe, f"count rows of {table!r}", str(exc)) from exc
         except Exception as exc:
             raise self._translate(f"count rows of {table!r}", exc) from exc
-
-    def _load(self, identifier: str) -> Table:
-        try:
-            return self._catalog.load_table(identifier)
-        except NoSuchTableError:
-            raise TableMissingError(identifier) from None
-        except Exception as exc:
-            raise self._translate(f"load table {identifier!r}", exc) from exc
-
-    def _translate(self, operation: str, exc: Exception) -> Exception:
-        if is_unreachable_error(exc):
-            return CatalogUnavailableError(self._describe, operation, f"{type(exc).__name__}: {exc}")
-        return CatalogError(self._describe, operation, f"{type(exc).__name__}: {exc}")
 
 
 def _append_files(transaction: Transaction, table: Table, commit: TableCommit) -> None:
