@@ -58,7 +58,6 @@ class Etcd:
 
     def __init__(self, workdir: Path) -> None:
         self.server: EmbeddedEtcd = start_etcd(workdir)
-        self._args = list(self.server.process.args)  # type: ignore[arg-type]
         self.kills = self.freezes = 0
         self.lock = threading.Lock()
 
@@ -68,7 +67,7 @@ class Etcd:
             self.server.process.wait()
             self.kills += 1
             time.sleep(seconds)
-            self._start()
+            self.server.restart(timeout_s=30)
 
     def freeze_for(self, seconds: float) -> None:
         with self.lock:
@@ -76,19 +75,6 @@ class Etcd:
             self.freezes += 1
             time.sleep(seconds)
             os.kill(self.server.process.pid, signal.SIGCONT)
-
-    def _start(self) -> None:
-        with self.server.log_path.open("ab") as log:
-            self.server.process = subprocess.Popen(self._args, stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(f"{self.server.url}/health", timeout=1) as response:
-                    if b'"health":"true"' in response.read():
-                        return
-            except OSError:
-                pass
-            time.sleep(0.1)
 
     def stop(self) -> None:
         if self.server.process.poll() is None:

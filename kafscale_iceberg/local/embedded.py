@@ -122,6 +122,31 @@ class EmbeddedEtcd:
             self.process.kill()
             self.process.wait(timeout=5)
 
+    def restart(self, timeout_s: float = 20.0) -> None:
+        """Start the stopped or killed server again, same ports and data; returns once healthy.
+
+        Raises `EmbeddedServiceError` when it is not healthy within `timeout_s`.
+        """
+        args = [str(arg) for arg in self.process.args]  # type: ignore[union-attr]  # a list: start_etcd's
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+        if not _healthy_within(self, timeout_s):
+            raise EmbeddedServiceError(f"etcd at {self.url} did not come back within {timeout_s} s")
+
+
+def _healthy_within(server: EmbeddedEtcd, timeout_s: float) -> bool:
+    """Poll `/health` until it says true (True), the process exits or `timeout_s` passes (False)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and server.process.poll() is None:
+        try:
+            with urllib.request.urlopen(f"{server.url}/health", timeout=1) as response:
+                if b'"health":"true"' in response.read():
+                    return True
+        except OSError:
+            pass
+        time.sleep(0.05)
+    return False
+
 
 def start_etcd(base_dir: Path, *, extra_args: tuple[str, ...] = (), timeout_s: float = 15.0) -> EmbeddedEtcd:
     """Start etcd on free loopback ports under `base_dir`; returns once `/health` says true."""
@@ -158,15 +183,8 @@ def start_etcd(base_dir: Path, *, extra_args: tuple[str, ...] = (), timeout_s: f
                 stderr=subprocess.STDOUT,
             )
         server = EmbeddedEtcd(url=client_url, data_dir=data_dir, process=process, log_path=log_path)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and process.poll() is None:
-            try:
-                with urllib.request.urlopen(f"{client_url}/health", timeout=1) as response:
-                    if b'"health":"true"' in response.read():
-                        return server
-            except OSError:
-                pass
-            time.sleep(0.05)
+        if _healthy_within(server, timeout_s):
+            return server
         server.stop()
         last_failure = log_path.read_text(errors="replace")[-2000:]
     raise EmbeddedServiceError(f"etcd did not become healthy (3 attempts); last log:\n{last_failure}")

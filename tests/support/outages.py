@@ -8,10 +8,7 @@ import os
 import selectors
 import signal
 import socket
-import subprocess
 import threading
-import time
-import urllib.request
 from pathlib import Path
 
 from tests.support.etcd import EtcdServer, start_etcd_server
@@ -23,7 +20,6 @@ class RestartableEtcd:
     def __init__(self, base_dir: Path) -> None:
         base_dir.mkdir(parents=True, exist_ok=True)
         self.server: EtcdServer = start_etcd_server(base_dir)
-        self._args = list(self.server.process.args)  # type: ignore[arg-type]
         self.url = self.server.url
 
     def kill(self) -> None:
@@ -33,18 +29,7 @@ class RestartableEtcd:
 
     def restart(self, timeout_s: float = 20.0) -> None:
         """Start the killed server again with the same ports and data; returns once healthy."""
-        with self.server.log_path.open("ab") as log:
-            self.server.process = subprocess.Popen(self._args, stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(f"{self.url}/health", timeout=1) as response:
-                    if b'"health":"true"' in response.read():
-                        return
-            except OSError:
-                pass
-            time.sleep(0.1)
-        raise RuntimeError(f"etcd at {self.url} did not come back within {timeout_s} s")
+        self.server.restart(timeout_s)
 
     def freeze(self) -> None:
         """SIGSTOP: the port stays open, nothing answers (a hung server)."""
