@@ -287,7 +287,18 @@ class Assembly:
         """The commit step over the configured catalog (imports pyiceberg and pyarrow)."""
         from kafscale_iceberg.services.commit import CommitService  # noqa: PLC0415
 
-        return CommitService(self.tables, self.checkpoints, stranded_runs=self._run_documents)
+        return CommitService(
+            self.tables,
+            self.checkpoints,
+            stranded_runs=self._run_documents,
+            rewrite_prefix=self._table_data_prefix,
+        )
+
+    def _table_data_prefix(self, table: str) -> str:
+        """The product's data prefix of `table` (run folders; where orphan cleanup looks)."""
+        from kafscale_iceberg.services.launch import run_data_prefix  # noqa: PLC0415
+
+        return run_data_prefix(self.config, tuple(table.split(".")))
 
     def _run_documents(self, topic: str, run_id: str) -> tuple[RunPlan, RunResult] | None:
         """A run's plan and result from `runs.location`; None when either is missing."""

@@ -295,3 +295,42 @@ def test_the_run_loop_schedule_maintains_once_per_interval(world: World) -> None
     now[0] += 30
     assert schedule() is None
     assert len(world.files()) == PARTITIONS
+
+
+def test_files_a_reset_rewrites_land_in_its_run_folder_and_are_cleaned_once_no_snapshot_needs_them(
+    tmp_path: Path,
+) -> None:
+    world = World(tmp_path, orphan_grace="10m", snapshot_retention=0, keep_snapshots=1)
+    world.produce(3)  # shared files: a reset of partition 2 rewrites files holding the others' rows
+    before = {f.file_path for f in world.files()}
+    commits, checkpoints = world.assembly.commits, world.assembly.checkpoints
+
+    def reset(run_id: str, offset: int) -> set[str]:
+        grant = checkpoints.claim_lease(TOPIC, owner_id="replay", run_id=run_id)
+        assert isinstance(grant, LeaseGrant)
+        commits.reset_offsets(TOPIC, (TABLE, DLQ), {2: offset}, grant)
+        checkpoints.release_lease(grant)
+        return {f.file_path for f in world.files()}
+
+    first = reset("replay-reset-first", 49) - before
+    assert first  # files rewritten without partition 2's rows after 49
+    folder = join_uri(world.prefix, "replay-reset-first") + "/"
+    assert all(path.startswith(folder) for path in first)  # under the prefix orphan cleanup lists
+    world.clock_offset_s = 3600
+    assert world.service().maintain(dry_run=True).tables[0].orphans == ()  # live: never an orphan
+
+    # A second reset rewrites the first's file holding partition 2's 40..49; the snapshot that did
+    # it carries the file only as a DELETED entry, which is no reference once its parent expired.
+    replaced = first - reset("replay-reset-second", 44)
+    assert replaced
+    world.clock_offset_s = 7200
+    report = world.service().maintain()  # expiry drops the first reset's snapshot, then orphans
+
+    deleted = {o.uri for o in report.tables[0].orphans}
+    assert replaced <= deleted  # replaced and unreferenced: gone
+    assert not any(Path(uri.removeprefix("file://")).exists() for uri in deleted)
+    assert all(Path(f.file_path.removeprefix("file://")).exists() for f in world.files())
+    pairs = _pairs(world.rows())
+    assert pairs == Counter(
+        (p, o) for p in range(PARTITIONS) for o in range(world.runs * PER_RUN) if p != 2 or o <= 44
+    )

@@ -354,7 +354,12 @@ class IcebergTableMaintainer(CatalogTableAccess):
     # -- files --------------------------------------------------------------------------------------
 
     def referenced_files(self, table: str) -> frozenset[str]:
-        """Every data and delete file any snapshot of `table` references (what orphan cleanup spares)."""
+        """Every data and delete file live in some snapshot of `table` (what orphan cleanup spares).
+
+        A manifest entry marked DELETED is not a reference: it records that the snapshot which wrote
+        it removed the file (the file is live in that snapshot's parent, if the parent is kept), and
+        pyiceberg carries such manifests into later snapshots - counting them would keep every file
+        a compaction or reset replaced forever (Java's orphan removal reads live entries too)."""
         loaded = self._load(table)
         paths: set[str] = set()
         try:
@@ -364,7 +369,7 @@ class IcebergTableMaintainer(CatalogTableAccess):
                     if manifest.manifest_path in seen:
                         continue
                     seen.add(manifest.manifest_path)
-                    for entry in manifest.fetch_manifest_entry(loaded.io, discard_deleted=False):
+                    for entry in manifest.fetch_manifest_entry(loaded.io, discard_deleted=True):
                         paths.add(entry.data_file.file_path)
         except Exception as exc:
             raise self._translate(f"list the files of {table!r}", exc) from exc

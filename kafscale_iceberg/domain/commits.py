@@ -236,6 +236,9 @@ class TableCommit:
     """The Parquet field ids the files carry (None: none); checked against the table before adding."""
     conversion_failures: Mapping[str, int] = field(default_factory=dict)
     """Per column, the run's values stored null because they did not convert (audit trail, `status`)."""
+    rewrite_location: str | None = None
+    """Where files `delete_after` rewrites are written (None: the table's data location). A reset
+    writes them under its own run folder of the product's data prefix, where orphan cleanup looks."""
 
     def summary(self) -> dict[str, str]:
         """The snapshot summary keys: what this snapshot added, for audit and recovery."""

@@ -48,6 +48,7 @@ from kafscale_iceberg.domain.leases import LeaseGrant
 from kafscale_iceberg.domain.offsets import CommittedOffsets, OffsetUpdate
 from kafscale_iceberg.domain.runs import NO_OFFSET, DataFile, RunPlan, RunResult, RunStatus
 from kafscale_iceberg.domain.schema import DEAD_LETTER_FIELDS, table_fields
+from kafscale_iceberg.domain.tickets import join_uri
 from kafscale_iceberg.exceptions import (
     CommitConflictError,
     CommitOutcomeUnknownError,
@@ -122,11 +123,15 @@ class CommitService:
         backoff_s: float = 0.2,
         sleep: Callable[[float], None] = time.sleep,
         stranded_runs: Callable[[str, str], tuple[RunPlan, RunResult] | None] | None = None,
+        rewrite_prefix: Callable[[str], str] | None = None,
     ) -> None:
         """`stranded_runs(topic, run_id)` loads a run's plan and result (None when they are gone): with
         it, a run whose dead-letter commit landed and whose table commit never did is finished from
-        its result when a later plan runs into it, instead of refusing that plan forever."""
+        its result when a later plan runs into it, instead of refusing that plan forever.
+        `rewrite_prefix(table)` is the product's data prefix of a table: a reset writes the files it
+        rewrites under `{prefix}/{reset's lease run id}/`, where orphan cleanup finds them."""
         self._stranded_runs = stranded_runs
+        self._rewrite_prefix = rewrite_prefix
         if attempts < 1:
             raise ValueError(f"attempts must be >= 1, got {attempts}")
         self._tables = tables
@@ -536,6 +541,9 @@ class CommitService:
                 ),
                 reset=True,
                 delete_after=dict(offsets),
+                rewrite_location=(
+                    join_uri(self._rewrite_prefix(table), lease.run_id) if self._rewrite_prefix else None
+                ),
             )
             try:
                 after = self._tables.commit(state, commit)
