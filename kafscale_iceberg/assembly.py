@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from kafscale_iceberg.domain.runs import RunPlan, RunResult
     from kafscale_iceberg.ports import CheckpointStore
     from kafscale_iceberg.services.commit import CommitService, TablePolicy
+    from kafscale_iceberg.services.compaction_jobs import CompactionJobRunner
     from kafscale_iceberg.services.discovery import MetadataSource, TopicDiscovery
     from kafscale_iceberg.services.launch import Launcher, RunStarter
     from kafscale_iceberg.services.maintenance import MaintenanceService
@@ -328,12 +329,35 @@ class Assembly:
 
     @cached_property
     def maintenance(self) -> MaintenanceService:
-        """Compaction, snapshot expiry and orphan cleanup of the mapped tables (imports pyiceberg)."""
+        """Compaction, snapshot expiry and orphan cleanup of the mapped tables (imports pyiceberg).
+
+        Compaction is a Spark job on EMR Serverless when that is the runner and
+        `maintenance.compaction_engine` is `spark`; in this process otherwise (one machine: see
+        `make_maintenance`, which `run` and `maintain` give their local Spark runner)."""
+        spark = self.config.maintenance.compaction_engine == "spark"
+        emr = self.config.runner.type == "emr_serverless"
+        return self.make_maintenance(self.emr_runner if spark and emr else None)
+
+    def make_maintenance(self, jobs: CompactionJobRunner | None) -> MaintenanceService:
+        """The maintenance service; with `jobs`, compaction runs as Spark jobs on that runner."""
         from kafscale_iceberg.adapters.file_listing import StorageFileLister  # noqa: PLC0415
+        from kafscale_iceberg.adapters.iceberg_maintenance import new_compaction_id  # noqa: PLC0415
+        from kafscale_iceberg.services.compaction_jobs import SparkCompaction  # noqa: PLC0415
         from kafscale_iceberg.services.maintenance import MaintenanceService  # noqa: PLC0415
 
+        spark = (
+            SparkCompaction(
+                self.config, self.table_maintainer, jobs, self.documents, new_job_id=new_compaction_id
+            )
+            if jobs is not None
+            else None
+        )
         return MaintenanceService(
-            self.config, self.table_maintainer, StorageFileLister(self.s3_settings), self.checkpoints
+            self.config,
+            self.table_maintainer,
+            StorageFileLister(self.s3_settings),
+            self.checkpoints,
+            spark=spark,
         )
 
     def table_policy(self, topic: str) -> TablePolicy:

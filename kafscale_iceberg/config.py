@@ -906,6 +906,11 @@ class MaintenanceConfig(_Section):
     small_file_bytes: PositiveByteSize = ByteSize(32 * MIB)
     compaction_min_small_files: Annotated[int, Field(ge=2)] = 20
     compaction_max_bytes: PositiveByteSize = ByteSize(GIB)
+    # Added for compaction as Spark work and the small-file trigger (services/compaction_jobs.py,
+    # services/compaction_trigger.py).
+    compaction_engine: Literal["spark", "inline"] = "spark"
+    compaction_wait_seconds: DurationSeconds = 600
+    trigger_small_files: Annotated[int, Field(ge=0)] = 100
 
 
 class LocalRunnerConfig(_Section):

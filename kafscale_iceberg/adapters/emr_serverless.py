@@ -15,6 +15,7 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from kafscale_iceberg.config import EmrServerlessRunnerConfig
+from kafscale_iceberg.domain.compaction_jobs import CompactionJob
 from kafscale_iceberg.domain.jobs import JobState, JobStatus
 from kafscale_iceberg.domain.runs import RunPlan
 from kafscale_iceberg.exceptions import KafscaleIcebergError, TransientError
@@ -75,28 +76,48 @@ class EmrServerlessJobRunner:
 
         Idempotent: the run id is the `clientToken`, so a repeated call returns the same job.
         """
+        request = self._request(
+            plan.run_id, ["--plan", plan_uri], {"kafscale:topic": plan.topic, "kafscale:run-id": plan.run_id}
+        )
+        response = self._call(f"start job for run {plan.run_id}", lambda: self._emr.start_job_run(**request))
+        job_id: str = response["jobRunId"]
+        return job_id
+
+    def start_compaction(self, job: CompactionJob, job_uri: str) -> str:
+        """Start a table's compaction job (`spark_app/main.py --compaction <uri>`) on the same
+        application, role and Python environment as the runs; idempotent by the job id."""
+        request = self._request(
+            job.job_id,
+            ["--compaction", job_uri],
+            {"kafscale:table": job.table, "kafscale:compaction": job.job_id},
+        )
+        response = self._call(
+            f"start compaction job {job.job_id} of {job.table}", lambda: self._emr.start_job_run(**request)
+        )
+        job_id: str = response["jobRunId"]
+        return job_id
+
+    def _request(self, token: str, arguments: list[str], tags: dict[str, str]) -> dict[str, Any]:
         request: dict[str, Any] = {
             "applicationId": self._settings.application_id,
-            "clientToken": plan.run_id,
-            "name": plan.run_id,
+            "clientToken": token,
+            "name": token,
             "executionRoleArn": self._settings.execution_role_arn,
             "jobDriver": {
                 "sparkSubmit": {
                     "entryPoint": self._settings.entry_point,
-                    "entryPointArguments": ["--plan", plan_uri],
+                    "entryPointArguments": arguments,
                     **self._spark_submit_parameters(),
                 }
             },
-            "tags": {"kafscale:topic": plan.topic, "kafscale:run-id": plan.run_id},
+            "tags": tags,
             "executionTimeoutMinutes": self._timeout_minutes,
         }
         if self._settings.log_uri:
             request["configurationOverrides"] = {
                 "monitoringConfiguration": {"s3MonitoringConfiguration": {"logUri": self._settings.log_uri}}
             }
-        response = self._call(f"start job for run {plan.run_id}", lambda: self._emr.start_job_run(**request))
-        job_id: str = response["jobRunId"]
-        return job_id
+        return request
 
     def status(self, job_id: str) -> JobStatus:
         """The job run's state now."""

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from kafscale_iceberg.assembly import Assembly
 from kafscale_iceberg.config import KafscaleConfig
@@ -24,7 +24,11 @@ from kafscale_iceberg.exceptions import KafscaleIcebergError
 from kafscale_iceberg.local.pipeline import Pipeline, PipelineObserver, RunEnd, RunReport
 from kafscale_iceberg.local.spark_runner import LocalSparkJobRunner
 from kafscale_iceberg.metrics import MetricsSink, record_abort, record_commit, record_error, record_status
+from kafscale_iceberg.services.compaction_jobs import CompactionJobRunner
 from kafscale_iceberg.services.run_steps import JobRunner
+
+if TYPE_CHECKING:
+    from kafscale_iceberg.services.maintenance import MaintenanceService
 
 
 class JavaMissingError(KafscaleIcebergError):
@@ -93,7 +97,7 @@ def open_pipeline(
         observing.append(MetricsObserver(metrics))
         after_pass.append(_status_gauges(assembly, metrics))
     if config.maintenance.enabled:
-        after_pass.append(maintenance_schedule(assembly))
+        after_pass.append(maintenance_schedule(assembly, runner))
     try:
         yield Pipeline(
             assembly,
@@ -107,12 +111,21 @@ def open_pipeline(
             close()
 
 
-def maintenance_schedule(assembly: Assembly) -> Callable[[], object]:
-    """Table maintenance every `maintenance.interval_seconds` (see `MaintenanceSchedule`)."""
+def maintenance_schedule(assembly: Assembly, runner: JobRunner | None = None) -> Callable[[], object]:
+    """Table maintenance every `maintenance.interval_seconds` (see `MaintenanceSchedule`); compaction
+    runs as Spark jobs on `runner` (the loop's) with `maintenance.compaction_engine: spark`."""
     from kafscale_iceberg.services.maintenance import MaintenanceSchedule  # noqa: PLC0415
 
     interval = float(assembly.config.maintenance.interval_seconds)
-    return MaintenanceSchedule(assembly.maintenance, interval, clock=time.monotonic)
+    return MaintenanceSchedule(maintenance_service(assembly, runner), interval, clock=time.monotonic)
+
+
+def maintenance_service(assembly: Assembly, runner: JobRunner | None) -> MaintenanceService:
+    """The maintenance service whose compaction jobs run on `runner` (when the engine is `spark`)."""
+    spark = assembly.config.maintenance.compaction_engine == "spark"
+    if spark and isinstance(runner, CompactionJobRunner):
+        return assembly.make_maintenance(runner)
+    return assembly.maintenance
 
 
 def _each(steps: Sequence[Callable[[], object]]) -> Callable[[], None]:

@@ -24,7 +24,8 @@ The fakes, each with what it does not cover:
   `executionTimeoutMinutes` counts `JOB_TIMEOUT_SCALE` minutes, for stuck jobs only (a real local
   Spark run's speed on a shared machine says nothing about EMR's, so it is never timed out).
 - **EMR Serverless compute**: moto's `StartJobRun` is idempotent by `clientToken` here (as EMR is)
-  and starts the job's `--plan` on local Spark (`LocalSparkJobRunner`, warm session);
+  and starts the job's `--plan` (or a maintenance pass's `--compaction` job) on local Spark
+  (`LocalSparkJobRunner`, warm session: the same `spark_app` code EMR runs);
   `GetJobRun` reports that job's state; `CancelJobRun` cancels it (a finished job: ValidationException).
   `emr_faults` makes the next job FAILED without running (a container that died) or stuck.
   Not covered: EMR's queueing, capacity, the venv archive/image (`make package-spark`).
@@ -422,6 +423,13 @@ class EmrCompute:
         if fault == "STUCK":
             return
         arguments = list(run.job_driver["sparkSubmit"]["entryPointArguments"])
+        if "--compaction" in arguments:  # a maintenance pass's compaction job
+            from kafscale_iceberg.domain.compaction_jobs import CompactionJob
+
+            job_uri = arguments[arguments.index("--compaction") + 1]
+            job = CompactionJob.model_validate_json(DocumentStore(self.s3_settings).read_text(job_uri))
+            self.local_jobs[run.id] = self.runner.start_compaction(job, job_uri)
+            return
         plan_uri = arguments[arguments.index("--plan") + 1]
         plan = RunPlan.model_validate_json(DocumentStore(self.s3_settings).read_text(plan_uri))
         self.local_jobs[run.id] = self.runner.start(plan, plan_uri)
@@ -556,6 +564,7 @@ def build_box(
     mappings: list[dict[str, Any]],
     runs: dict[str, Any] | None = None,
     environment_overrides: dict[str, str] | None = None,
+    maintenance: dict[str, Any] | None = None,
 ) -> Box:
     """Create the stack's resources on moto, wire the fakes, and return the box (one per test)."""
     from moto.core.config import default_user_config
@@ -658,6 +667,7 @@ def build_box(
         # No backoff: the state machine's Backoff wait is scaled, the launcher's check of it is wall time.
         "runs": {"retry_backoff_seconds": 0, **(runs or {})},
         "mappings": mappings,
+        **({"maintenance": maintenance} if maintenance else {}),
     }
     s3.put_object(Bucket=f"{stack}-config", Key="config.yaml", Body=json.dumps(config).encode())
     common = {

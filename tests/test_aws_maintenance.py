@@ -1,0 +1,147 @@
+"""Table maintenance on the AWS path (`make test-aws`): the scheduled MaintenanceFunction plans a
+compaction and runs it as an EMR Serverless job through the job runner, then checks the job's result
+and commits it; every AWS call is checked against its role in template.yaml.
+
+The box is tests/support/aws_box.py: real state machine (moto's ASL interpreter), S3/SQS/EMR
+Serverless API on moto, a real etcd, a SQLite catalog, and the EMR job's compute on local Spark (the
+same `spark_app` code; the only fake is EMR's job timing - a job runs as soon as it is started).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.aws_box import Box, build_box, unregister
+from tests.support.etcd import EtcdServer
+from tests.support.moto import MotoEndpoint
+from tests.support.segments import put_segment
+from tests.test_aws_flow import TABLE, TOPIC, _assert_iam
+from tests.test_aws_flow import spark_runner as spark_runner  # noqa: F401 (the fixture)
+
+pytestmark = [pytest.mark.slow, pytest.mark.aws]
+MAINTENANCE = {"compaction_min_small_files": 2, "orphan_grace": "1h", "compaction_wait_seconds": 120}
+
+
+def _make_box(
+    moto_server: MotoEndpoint,
+    etcd_server: EtcdServer,
+    spark_runner: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    **maintenance: Any,
+) -> Iterator[Box]:
+    box = build_box(
+        moto_url=moto_server.url,
+        etcd=etcd_server,
+        spark_runner=spark_runner,
+        tmp_path=tmp_path,
+        monkeypatch=monkeypatch,
+        mappings=[{"topic": TOPIC, "table": TABLE, "create_table_if_missing": True}],
+        maintenance={**MAINTENANCE, **maintenance},
+    )
+    try:
+        yield box
+    finally:
+        unregister(box)
+
+
+@pytest.fixture
+def box(
+    moto_server: MotoEndpoint,
+    etcd_server: EtcdServer,
+    spark_runner: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[Box]:
+    yield from _make_box(moto_server, etcd_server, spark_runner, tmp_path, monkeypatch)
+
+
+def _files(box: Box) -> list[Any]:
+    from pyiceberg.table import StaticTable
+
+    table = StaticTable.from_metadata(_metadata_location(box))
+    return [t.file for t in table.scan().plan_files()]
+
+
+def _metadata_location(box: Box) -> str:
+    import sqlite3
+
+    namespace, name = TABLE.rsplit(".", 1)
+    with sqlite3.connect(box.catalog_db) as db:
+        (location,) = db.execute(
+            "select metadata_location from iceberg_tables where table_namespace = ? and table_name = ?",
+            (namespace, name),
+        ).fetchone()
+    return str(location)
+
+
+def _produce(box: Box, runs: int) -> None:
+    for run in range(runs):
+        put_segment(box.s3, box.segment_bucket, box.namespace, TOPIC, 0, run * 4, 4)
+        put_segment(box.s3, box.segment_bucket, box.namespace, TOPIC, 1, run * 3, 3)
+        box.pump()
+
+
+def test_the_scheduled_maintenance_compacts_through_an_emr_job_and_every_call_is_allowed(box: Box) -> None:
+    _produce(box, 3)
+    rows_before = sorted((r["partition"], r["offset"]) for r in box.rows(TABLE))
+    assert len(rows_before) == 21
+    files_before = len(_files(box))
+    jobs_before = len(box.emr.started)
+
+    report = box.fleet.invoke("MaintenanceFunction", {})
+
+    (done,) = [t for t in report["tables"] if t["table"] == TABLE]
+    assert done["compaction"]["committed"], report
+    assert len(box.emr.started) == jobs_before + 1  # the rewrite ran as an EMR Serverless job
+    (job_run,) = box.emr.started[jobs_before:]
+    assert box.emr.local_jobs[job_run].startswith("compaction-")
+    files = _files(box)
+    assert len(files) == 2 < files_before  # one file per Kafka partition
+    assert all("/compaction-" in f.file_path for f in files)
+    assert sorted((r["partition"], r["offset"]) for r in box.rows(TABLE)) == rows_before
+    _assert_iam(box)
+    assert box.recorder.count("emr-serverless:StartJobRun", "MaintenanceRole") == 1
+    # The next run lands after the compaction, exactly once.
+    put_segment(box.s3, box.segment_bucket, box.namespace, TOPIC, 0, 12, 2)
+    box.pump()
+    assert len(box.rows(TABLE)) == 23
+    assert box.committed_offsets(TOPIC) == {0: 13, 1: 8}
+    _assert_iam(box)
+
+
+def test_a_compaction_job_still_running_is_committed_by_the_next_pass(
+    moto_server: MotoEndpoint,
+    etcd_server: EtcdServer,
+    spark_runner: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for box in _make_box(
+        moto_server, etcd_server, spark_runner, tmp_path, monkeypatch, compaction_wait_seconds=0
+    ):
+        _produce(box, 2)
+        box.emr.faults.append("STUCK")  # EMR queues the job: not done within the pass
+        first = box.fleet.invoke("MaintenanceFunction", {})
+        (done,) = [t for t in first["tables"] if t["table"] == TABLE]
+        assert not done["compaction"]["committed"]
+        assert len(_files(box)) == 4  # nothing committed yet
+        # The job "finishes": the fake's stuck job is failed by EMR's timeout -> the next pass drops
+        # it (its files are orphans) and plans a new job, which runs and is committed by a later pass.
+        box.emr.started_at = dict.fromkeys(box.emr.started_at, 0.0)
+        second = box.fleet.invoke("MaintenanceFunction", {})
+        (done,) = [t for t in second["tables"] if t["table"] == TABLE]
+        assert not done["compaction"]["committed"]  # the timed-out job: nothing to commit
+        third = box.fleet.invoke("MaintenanceFunction", {})
+        fourth = box.fleet.invoke("MaintenanceFunction", {})
+        committed = [
+            t["compaction"]["committed"] for r in (third, fourth) for t in r["tables"] if t["table"] == TABLE
+        ]
+        assert any(committed), (third, fourth)
+        assert len(_files(box)) == 2
+        assert len(box.rows(TABLE)) == 14
+        _assert_iam(box)
