@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from kafscale_iceberg.ports import CheckpointStore
     from kafscale_iceberg.services.commit import CommitService, TablePolicy
     from kafscale_iceberg.services.compaction_jobs import CompactionJobRunner
+    from kafscale_iceberg.services.compaction_trigger import MaintenanceTrigger
     from kafscale_iceberg.services.discovery import MetadataSource, TopicDiscovery
     from kafscale_iceberg.services.launch import Launcher, RunStarter
     from kafscale_iceberg.services.maintenance import MaintenanceService
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
 
 CONFIG_ENV = "KAFSCALE_ICEBERG_CONFIG"
 STATE_MACHINE_ENV = "KAFSCALE_ICEBERG_STATE_MACHINE_ARN"
+MAINTENANCE_FUNCTION_ENV = "KAFSCALE_ICEBERG_MAINTENANCE_FUNCTION_ARN"
 
 
 def load_config_from(location: str, *, strict: bool = False) -> KafscaleConfig:
@@ -337,6 +339,26 @@ class Assembly:
         spark = self.config.maintenance.compaction_engine == "spark"
         emr = self.config.runner.type == "emr_serverless"
         return self.make_maintenance(self.emr_runner if spark and emr else None)
+
+    @cached_property
+    def maintenance_trigger(self) -> MaintenanceTrigger:
+        """The small-file trigger of the commit function: a topic whose table gathered
+        `maintenance.trigger_small_files` new files gets a maintenance pass now (an asynchronous
+        invoke of the function in `KAFSCALE_ICEBERG_MAINTENANCE_FUNCTION_ARN`; unset: never)."""
+        from kafscale_iceberg.adapters.lambda_invoke import AsyncLambdaInvoker  # noqa: PLC0415
+        from kafscale_iceberg.services.compaction_trigger import (  # noqa: PLC0415
+            MaintenanceTrigger,
+            SmallFileTrigger,
+        )
+
+        arn = os.environ.get(MAINTENANCE_FUNCTION_ENV, "")
+        invoker = AsyncLambdaInvoker(arn) if arn else None
+
+        def start(topic: str) -> None:
+            if invoker is not None:
+                invoker.invoke({"topics": [topic], "reason": "small files"})
+
+        return MaintenanceTrigger(SmallFileTrigger(self.config, self.table_maintainer), start)
 
     def make_maintenance(self, jobs: CompactionJobRunner | None) -> MaintenanceService:
         """The maintenance service; with `jobs`, compaction runs as Spark jobs on that runner."""

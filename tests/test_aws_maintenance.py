@@ -9,6 +9,7 @@ same `spark_app` code; the only fake is EMR's job timing - a job runs as soon as
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,9 +21,25 @@ from tests.support.etcd import EtcdServer
 from tests.support.moto import MotoEndpoint
 from tests.support.segments import put_segment
 from tests.test_aws_flow import TABLE, TOPIC, _assert_iam
-from tests.test_aws_flow import spark_runner as spark_runner  # noqa: F401 (the fixture)
 
 pytestmark = [pytest.mark.slow, pytest.mark.aws]
+
+
+@pytest.fixture
+def spark_runner(spark: Any, moto_server: MotoEndpoint) -> Iterator[Any]:
+    """The EMR jobs' compute: the session's local Spark, warm (as in tests/test_aws_flow.py)."""
+    from kafscale_iceberg.adapters.s3_segments import S3Settings
+    from kafscale_iceberg.local.spark_runner import LocalSparkJobRunner
+
+    runner = LocalSparkJobRunner(
+        master="local[2]",
+        keep_session_warm=True,
+        s3=S3Settings(endpoint_url=moto_server.url, region="eu-west-1", path_style=True),
+    )
+    yield runner
+    runner.close()
+
+
 MAINTENANCE = {"compaction_min_small_files": 2, "orphan_grace": "1h", "compaction_wait_seconds": 120}
 
 
@@ -125,23 +142,51 @@ def test_a_compaction_job_still_running_is_committed_by_the_next_pass(
         moto_server, etcd_server, spark_runner, tmp_path, monkeypatch, compaction_wait_seconds=0
     ):
         _produce(box, 2)
+        files_before = {f.file_path for f in _files(box)}
+        jobs_before = len(box.emr.started)
         box.emr.faults.append("STUCK")  # EMR queues the job: not done within the pass
         first = box.fleet.invoke("MaintenanceFunction", {})
         (done,) = [t for t in first["tables"] if t["table"] == TABLE]
         assert not done["compaction"]["committed"]
-        assert len(_files(box)) == 4  # nothing committed yet
+        assert {f.file_path for f in _files(box)} == files_before  # nothing committed yet
         # The job "finishes": the fake's stuck job is failed by EMR's timeout -> the next pass drops
         # it (its files are orphans) and plans a new job, which runs and is committed by a later pass.
         box.emr.started_at = dict.fromkeys(box.emr.started_at, 0.0)
         second = box.fleet.invoke("MaintenanceFunction", {})
         (done,) = [t for t in second["tables"] if t["table"] == TABLE]
         assert not done["compaction"]["committed"]  # the timed-out job: nothing to commit
-        third = box.fleet.invoke("MaintenanceFunction", {})
-        fourth = box.fleet.invoke("MaintenanceFunction", {})
-        committed = [
-            t["compaction"]["committed"] for r in (third, fourth) for t in r["tables"] if t["table"] == TABLE
-        ]
-        assert any(committed), (third, fourth)
-        assert len(_files(box)) == 2
+        passes = 0  # later passes: the first starts a new job, one after it ends commits it
+        while passes < 60:
+            passes += 1
+            report = box.fleet.invoke("MaintenanceFunction", {})
+            (done,) = [t for t in report["tables"] if t["table"] == TABLE]
+            if done["compaction"]["committed"]:
+                break
+            time.sleep(1)
+        assert done["compaction"]["committed"], report
+        assert passes >= 2  # started by one pass, committed by a later one
+        assert len(box.emr.started) == jobs_before + 2  # the timed-out job, then the committed one
+        assert len(_files(box)) == 2  # one file per Kafka partition
         assert len(box.rows(TABLE)) == 14
+        _assert_iam(box)
+
+
+def test_a_table_gathering_small_files_triggers_a_compaction_from_the_commit_step(
+    moto_server: MotoEndpoint,
+    etcd_server: EtcdServer,
+    spark_runner: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for box in _make_box(moto_server, etcd_server, spark_runner, tmp_path, monkeypatch, trigger_small_files=2):
+        _produce(box, 2)  # 2 files since maintenance last passed (never): not more than 2
+        assert box.fleet.count("MaintenanceFunction") == 0
+        _produce(box, 1)  # the third: the commit function invokes the maintenance function (async)
+
+        assert box.fleet.count("MaintenanceFunction") == 1  # no schedule fired: the trigger did
+        assert box.recorder.count("lambda:InvokeFunction", "CommitRole") == 1
+        assert len(_files(box)) == 2  # compacted by an EMR job: one file per Kafka partition
+        assert len(box.rows(TABLE)) == 21
+        _produce(box, 1)  # one new file since the pass: no trigger
+        assert box.fleet.count("MaintenanceFunction") == 1
         _assert_iam(box)

@@ -334,3 +334,117 @@ def test_files_a_reset_rewrites_land_in_its_run_folder_and_are_cleaned_once_no_s
     assert pairs == Counter(
         (p, o) for p in range(PARTITIONS) for o in range(world.runs * PER_RUN) if p != 2 or o <= 44
     )
+
+
+# -- compaction as a Spark job (one machine: local Spark through the job runner) ----------------------
+
+
+@pytest.fixture
+def local_runner(spark: Any) -> Any:
+    """The one-machine job runner on the session's local Spark (warm: the same `spark_app` code)."""
+    from kafscale_iceberg.local.spark_runner import LocalSparkJobRunner
+
+    runner = LocalSparkJobRunner(master="local[2]", keep_session_warm=True)
+    yield runner
+    runner.close()
+
+
+def _spark_service(world: World, runner: Any, **maintenance: Any) -> MaintenanceService:
+    from kafscale_iceberg.adapters.iceberg_maintenance import new_compaction_id
+    from kafscale_iceberg.services.compaction_jobs import SparkCompaction
+
+    config = config_from_mapping(
+        {**world.config_data, "maintenance": {**world.config_data["maintenance"], **maintenance}},
+        source="test",
+    )
+    spark = SparkCompaction(
+        config, world.maintainer(), runner, DocumentStore(), new_job_id=new_compaction_id, poll_seconds=0.2
+    )
+    return MaintenanceService(
+        config, world.maintainer(), StorageFileLister(), world.assembly.checkpoints, spark=spark
+    )
+
+
+@pytest.mark.slow
+def test_a_spark_compaction_job_racing_a_commit_is_committed_by_the_next_pass_with_the_re_check(
+    world: World, local_runner: Any
+) -> None:
+    world.produce(3)
+    service = _spark_service(world, local_runner, compaction_wait_seconds=0)
+
+    first = service.maintain()  # plans, writes the job document, starts the job; does not wait
+    assert first.tables[0].compaction is None
+    assert first.tables[0].compaction_candidates == 6  # 2 tasks a run
+    world.produce(1)  # a run commits while the job runs
+    raced = world.catalog.load_table(TABLE).metadata.current_snapshot_id
+    pending = service._spark.pending(TABLE)  # type: ignore[union-attr]
+    assert pending is not None
+    assert local_runner.wait(pending.runner_job_id, 120)
+    second = service.maintain()  # finishes the job: checks its result, commits on the new snapshot
+
+    outcome = second.tables[0].compaction
+    assert outcome is not None
+    assert (outcome.committed, outcome.files_removed) == (True, 6)
+    # Built on the run's snapshot, not the one the job was planned from: the replaced files were
+    # re-checked there (the run's own files are untouched).
+    assert world.catalog.load_table(TABLE).current_snapshot().parent_snapshot_id == raced  # type: ignore[union-attr]
+    assert _pairs(world.rows()) == world.expected_pairs()  # every record exactly once
+    field_id = world.catalog.load_table(TABLE).schema().find_field("partition").field_id
+    compacted = [f for f in world.files() if "/compaction-" in f.file_path]
+    assert len(compacted) == PARTITIONS
+    assert all(_partition_pure(f, field_id) for f in compacted)
+    assert service._spark.pending(TABLE) is None  # type: ignore[union-attr]
+
+
+@pytest.mark.slow
+def test_a_spark_compaction_result_that_does_not_match_its_job_is_not_committed(
+    world: World, local_runner: Any
+) -> None:
+    from kafscale_iceberg.adapters.iceberg_maintenance import CompactionResultError
+    from kafscale_iceberg.domain.compaction_jobs import CompactionJob, CompactionJobResult
+
+    world.produce(2)
+    service = _spark_service(world, local_runner, compaction_wait_seconds=0)
+    service.maintain()
+    pending = service._spark.pending(TABLE)  # type: ignore[union-attr]
+    assert pending is not None
+    assert local_runner.wait(pending.runner_job_id, 120)
+    job = CompactionJob.model_validate_json(DocumentStore().read_text(pending.job_uri))
+    result = CompactionJobResult.model_validate_json(DocumentStore().read_text(job.result_uri))
+    short = result.model_copy(
+        update={"groups": tuple(g.model_copy(update={"rows": g.rows - 1}) for g in result.groups)}
+    )
+    before = world.catalog.load_table(TABLE).metadata.current_snapshot_id
+
+    with pytest.raises(CompactionResultError, match="wrote 119 rows, its files hold 120"):
+        world.maintainer().commit_compaction_job(job, short, now_ms=0)
+
+    assert world.catalog.load_table(TABLE).metadata.current_snapshot_id == before
+
+
+def test_the_small_file_trigger_maintains_a_topic_between_scheduled_passes(world: World) -> None:
+    from kafscale_iceberg.services.compaction_trigger import SmallFileTrigger
+
+    config = config_from_mapping(
+        {**world.config_data, "maintenance": {**world.config_data["maintenance"], "trigger_small_files": 2}},
+        source="test",
+    )
+    now = [100.0]
+    schedule = MaintenanceSchedule(
+        world.service(), 3600.0, clock=lambda: now[0], trigger=SmallFileTrigger(config, world.maintainer())
+    )
+    world.produce(1)  # one run: 2 files (2 tasks)
+    schedule.committed(TOPIC)
+    assert schedule() is None  # 2 new files: not more than 2
+    world.produce(1)
+    assert schedule() is None  # no commit reported since the last call: nothing checked
+    schedule.committed(TOPIC)
+
+    report = schedule()  # 4 new files: a pass of this topic now, an hour before the schedule's
+
+    assert report is not None
+    assert report.tables[0].compaction is not None and report.tables[0].compaction.committed
+    assert len(world.files()) == PARTITIONS
+    world.produce(1)
+    schedule.committed(TOPIC)
+    assert schedule() is None  # the pass set the baseline: 2 new files since

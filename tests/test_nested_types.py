@@ -19,8 +19,8 @@ from kafscale_iceberg.adapters.documents import DocumentStore
 from kafscale_iceberg.adapters.iceberg_catalog import load_iceberg_catalog
 from kafscale_iceberg.adapters.iceberg_tables import IcebergTableCommitter, field_ids_by_path
 from kafscale_iceberg.dataplane.reports import build_run_result
-from kafscale_iceberg.dataplane.tasks import plan_tasks, run_task
 from kafscale_iceberg.dataplane.schemas import FIELD_ID_KEY
+from kafscale_iceberg.dataplane.tasks import plan_tasks, run_task
 from kafscale_iceberg.domain.commits import TableCommit, TableMarker, TableSpec
 from kafscale_iceberg.domain.field_ids import planned_field_ids
 from kafscale_iceberg.domain.runs import ColumnSpec, ColumnType, RunPlan, RunResult, RunStatus, RunTimings
@@ -163,7 +163,9 @@ def test_a_table_with_scalar_columns_gains_nested_ones_as_new_optional_columns(t
 
 def _parquet_ids(field: pa.Field, path: str) -> dict[str, int]:
     """The Parquet field ids a file carries, by the same paths the plans use."""
-    ids = {path: int(field.metadata[FIELD_ID_KEY])} if field.metadata and FIELD_ID_KEY in field.metadata else {}
+    ids = (
+        {path: int(field.metadata[FIELD_ID_KEY])} if field.metadata and FIELD_ID_KEY in field.metadata else {}
+    )
     dtype = field.type
     if pa.types.is_struct(dtype):
         for i in range(dtype.num_fields):
@@ -225,7 +227,11 @@ def test_nested_columns_added_by_evolution_get_the_ids_the_plan_gave_their_parts
     table = load_iceberg_catalog(sql_settings(tmp_path)).load_table(TABLE)
     assert field_ids_by_path(table.schema()) == ids  # the ids evolution gave the columns and parts
     second = _run(
-        tmp_path / "second", wider, [{"order_id": 1, "customer": {"name": "Bo"}}], field_ids=ids, first_offset=1
+        tmp_path / "second",
+        wider,
+        [{"order_id": 1, "customer": {"name": "Bo"}}],
+        field_ids=ids,
+        first_offset=1,
     )
     _commit(tables, second, 0, 1, field_ids=ids)
     _drop_name_mapping_and_rename(tmp_path)

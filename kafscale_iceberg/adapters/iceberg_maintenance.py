@@ -53,6 +53,7 @@ from kafscale_iceberg.domain.compaction_jobs import (
     CompactionJobResult,
 )
 from kafscale_iceberg.domain.maintenance import (
+    FILES_BASELINE_PROPERTY,
     LAST_COMPACTION_PROPERTY,
     LAST_MAINTENANCE_PROPERTY,
     SUMMARY_COMPACTION,
@@ -381,6 +382,7 @@ class IcebergTableMaintainer(CatalogTableAccess):
                     _PREVIOUS_VERSIONS_MAX: str(previous_versions_max),
                     _DELETE_AFTER_COMMIT: "true",
                     LAST_MAINTENANCE_PROPERTY: str(now_ms),
+                    FILES_BASELINE_PROPERTY: str(_total_data_files(metadata.current_snapshot())),
                 }
             )
             transaction.commit_transaction()
@@ -425,6 +427,14 @@ class IcebergTableMaintainer(CatalogTableAccess):
             raise self._translate(f"list the files of {table!r}", exc) from exc
         return frozenset(paths)
 
+    def file_counts(self, table: str) -> tuple[int, int]:
+        """`(data files now, data files when maintenance last passed)` from the current snapshot's
+        summary and the table's properties: no manifest is read (the small-file trigger runs after
+        every commit)."""
+        loaded = self._load(table)
+        baseline = _int_or_none(loaded.properties.get(FILES_BASELINE_PROPERTY)) or 0
+        return _total_data_files(loaded.current_snapshot()), baseline
+
     def exists(self, table: str) -> bool:
         """Whether the catalog has `table`."""
         try:
@@ -457,6 +467,11 @@ def _regular_field(field: pa.Field) -> pa.Field:
 
 def _regular_types(schema: pa.Schema) -> pa.Schema:
     return pa.schema([_regular_field(f) for f in schema], metadata=schema.metadata)
+
+
+def _total_data_files(snapshot: Snapshot | None) -> int:
+    summary = snapshot.summary if snapshot is not None else None
+    return (_int_or_none(summary.get("total-data-files")) or 0) if summary is not None else 0
 
 
 def _int_or_none(value: str | None) -> int | None:

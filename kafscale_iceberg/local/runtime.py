@@ -28,7 +28,7 @@ from kafscale_iceberg.services.compaction_jobs import CompactionJobRunner
 from kafscale_iceberg.services.run_steps import JobRunner
 
 if TYPE_CHECKING:
-    from kafscale_iceberg.services.maintenance import MaintenanceService
+    from kafscale_iceberg.services.maintenance import MaintenanceSchedule, MaintenanceService
 
 
 class JavaMissingError(KafscaleIcebergError):
@@ -97,7 +97,9 @@ def open_pipeline(
         observing.append(MetricsObserver(metrics))
         after_pass.append(_status_gauges(assembly, metrics))
     if config.maintenance.enabled:
-        after_pass.append(maintenance_schedule(assembly, runner))
+        schedule = maintenance_schedule(assembly, runner)
+        after_pass.append(schedule)
+        observing.append(CommitsToSchedule(schedule))
     try:
         yield Pipeline(
             assembly,
@@ -111,13 +113,37 @@ def open_pipeline(
             close()
 
 
-def maintenance_schedule(assembly: Assembly, runner: JobRunner | None = None) -> Callable[[], object]:
-    """Table maintenance every `maintenance.interval_seconds` (see `MaintenanceSchedule`); compaction
-    runs as Spark jobs on `runner` (the loop's) with `maintenance.compaction_engine: spark`."""
+def maintenance_schedule(assembly: Assembly, runner: JobRunner | None = None) -> MaintenanceSchedule:
+    """Table maintenance every `maintenance.interval_seconds`, and for a topic whose table gathered
+    `maintenance.trigger_small_files` new files (see `MaintenanceSchedule`); compaction runs as Spark
+    jobs on `runner` (the loop's) with `maintenance.compaction_engine: spark`."""
+    from kafscale_iceberg.services.compaction_trigger import SmallFileTrigger  # noqa: PLC0415
     from kafscale_iceberg.services.maintenance import MaintenanceSchedule  # noqa: PLC0415
 
     interval = float(assembly.config.maintenance.interval_seconds)
-    return MaintenanceSchedule(maintenance_service(assembly, runner), interval, clock=time.monotonic)
+    return MaintenanceSchedule(
+        maintenance_service(assembly, runner),
+        interval,
+        clock=time.monotonic,
+        trigger=SmallFileTrigger(assembly.config, assembly.table_maintainer),
+    )
+
+
+class CommitsToSchedule:
+    """Tells the maintenance schedule which topics committed (its small-file trigger checks them)."""
+
+    def __init__(self, schedule: MaintenanceSchedule) -> None:
+        self._schedule = schedule
+
+    def run_started(self, ticket: RunTicket, plan: RunPlan) -> None:
+        """Nothing: only commits matter."""
+
+    def run_ended(self, report: RunReport, plan: RunPlan) -> None:
+        if report.commit is not None and report.commit.outcome.table_committed:
+            self._schedule.committed(report.topic)
+
+    def error(self, stage: str, topic: str | None, error: Exception) -> None:
+        """Nothing: errors are the other observers' business."""
 
 
 def maintenance_service(assembly: Assembly, runner: JobRunner | None) -> MaintenanceService:

@@ -39,6 +39,7 @@ from kafscale_iceberg.domain.maintenance import (
 from kafscale_iceberg.domain.tickets import join_uri
 from kafscale_iceberg.ports import CheckpointStore
 from kafscale_iceberg.services.compaction_jobs import SparkCompaction
+from kafscale_iceberg.services.compaction_trigger import SmallFileTrigger
 from kafscale_iceberg.services.launch import UnmappedTopicError, run_data_prefix
 
 logger = logging.getLogger(__name__)
@@ -267,26 +268,58 @@ class MaintenanceService:
 class MaintenanceSchedule:
     """Runs a maintenance pass when `maintenance.interval_seconds` have passed since the last one
     (the one-machine `run` calls it after each discovery pass). The first pass is one interval after
-    start, so a restart loop never turns into a maintenance loop."""
+    start, so a restart loop never turns into a maintenance loop.
 
-    def __init__(self, service: MaintenanceService, interval_s: float, *, clock: Callable[[], float]) -> None:
+    With a `trigger` (`services/compaction_trigger.py`), a topic whose run committed (`committed`)
+    and whose table gathered `maintenance.trigger_small_files` new files gets a pass of its own at
+    the next call, without waiting for the interval."""
+
+    def __init__(
+        self,
+        service: MaintenanceService,
+        interval_s: float,
+        *,
+        clock: Callable[[], float],
+        trigger: SmallFileTrigger | None = None,
+    ) -> None:
         self._service = service
         self._interval_s = interval_s
         self._clock = clock
         self._next_at = clock() + interval_s
+        self._trigger = trigger
+        self._committed: set[str] = set()
+
+    def committed(self, topic: str) -> None:
+        """A run of `topic` committed: check its table at the next call."""
+        self._committed.add(topic)
 
     def __call__(self) -> MaintenanceReport | None:
-        """Maintain now if due; the report, or None when not due or failed.
+        """Maintain now if due (or triggered); the report, or None when not due or failed.
 
         A failed pass is logged at error level with its reason and tried again one interval later:
         maintenance must never stop ingestion, and every step of it is safe to repeat.
         """
         now = self._clock()
         if now < self._next_at:
-            return None
+            return self._triggered()
         self._next_at = now + self._interval_s
+        self._committed.clear()
         try:
             return self._service.maintain()
         except Exception as exc:
             logger.exception("maintenance pass failed; retried next interval", extra={"problem": str(exc)})
+            return None
+
+    def _triggered(self) -> MaintenanceReport | None:
+        if self._trigger is None or not self._committed:
+            return None
+        topics, self._committed = sorted(self._committed), set()
+        try:
+            due = [t for t in topics if self._trigger.due(t)]
+            if not due:
+                return None
+            logger.info("small-file trigger: maintenance pass", extra={"topics": due})
+            return self._service.maintain(topics=due)
+        except Exception as exc:
+            logger.exception("triggered maintenance pass failed", extra={"problem": str(exc)})
             return None

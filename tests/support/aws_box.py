@@ -12,7 +12,8 @@ The fakes, each with what it does not cover:
   it is replaced to run the project's handler in this process under Lambda's contract (event and
   context in; an exception becomes `FunctionError: Unhandled` with `errorType` = its class name and
   `errorMessage`; 6 MB request/response limits; a function over its template `Timeout` reports
-  `Sandbox.Timedout`). Not covered: cold-start latency, concurrency limits, memory limits, the
+  `Sandbox.Timedout`). A function's asynchronous `Invoke` (`InvocationType=Event`) is answered 202
+  and run by the next `pump`. Not covered: cold-start latency, concurrency limits, memory limits, the
   layer/image packaging (tests/test_template_tools.py builds those). One invocation runs at a time.
 - **Event source mappings** (`EventSourceMappings`): a poller that reads the template's SQS event
   sources with their `BatchSize` and hands batches to the function: a raised error returns the
@@ -471,6 +472,20 @@ class Box:
     etcd: Any
     key_prefix: str
     queue_urls: dict[str, str] = field(default_factory=dict)
+    async_invokes: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    """`Invoke` with `InvocationType=Event` by a function: (function, event), run by `pump`."""
+
+    def run_async_invokes(self) -> int:
+        """Run the queued asynchronous invocations (Lambda's event queue); how many ran."""
+        ran = 0
+        while self.async_invokes:
+            name, event = self.async_invokes.pop(0)
+            try:
+                self.fleet.invoke(self.fleet.by_name[name], event)
+            except Exception:  # Lambda retries an async event twice, then drops it: the test sees it
+                traceback.print_exc()
+            ran += 1
+        return ran
 
     def pump(self, *, until: Callable[[], bool] | None = None, timeout_s: float = 120.0) -> None:
         """Run the event sources until nothing is left to do (no message, no execution running) or
@@ -478,7 +493,7 @@ class Box:
         deadline = time.monotonic() + timeout_s
         idle_rounds = 0
         while time.monotonic() < deadline:
-            handed = self.mappings.poll_once()
+            handed = self.mappings.poll_once() + self.run_async_invokes()
             if until is not None and until():
                 return
             busy = handed or self.running_executions() or self.messages_pending()
@@ -693,6 +708,18 @@ def build_box(
     assert default_session is not None
     default_session.events.register("before-parameter-build", recorder.keep_params)
     default_session.events.register("before-call", recorder.hook)
+    async_invokes: list[tuple[str, dict[str, Any]]] = []
+
+    def queue_async_invoke(context: dict[str, Any], **_: Any) -> Any:
+        """A function's `Invoke` with `InvocationType=Event`: queued for `pump` (Lambda's event
+        queue), answered 202 as Lambda does; other invocations go on to moto."""
+        params = context.get("aws_box_params", {})
+        if params.get("InvocationType") != "Event":
+            return None
+        async_invokes.append((params["FunctionName"], json.loads(params.get("Payload") or b"{}")))
+        return SimpleNamespace(status_code=202, headers={}), {"StatusCode": 202}
+
+    default_session.events.register_last("before-call.lambda.Invoke", queue_async_invoke)
 
     fleet = LambdaFleet(deployment, environment)
 
@@ -750,6 +777,7 @@ def build_box(
         etcd=etcd,
         key_prefix=key_prefix,
         queue_urls=queue_urls,
+        async_invokes=async_invokes,
     )
     return box
 
