@@ -443,7 +443,8 @@ def test_the_small_file_trigger_maintains_a_topic_between_scheduled_passes(world
     report = schedule()  # 4 new files: a pass of this topic now, an hour before the schedule's
 
     assert report is not None
-    assert report.tables[0].compaction is not None and report.tables[0].compaction.committed
+    assert report.tables[0].compaction is not None
+    assert report.tables[0].compaction.committed
     assert len(world.files()) == PARTITIONS
     world.produce(1)
     schedule.committed(TOPIC)
