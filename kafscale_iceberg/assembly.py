@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from kafscale_iceberg.services.discovery import MetadataSource, TopicDiscovery
     from kafscale_iceberg.services.launch import Launcher, RunStarter
     from kafscale_iceberg.services.maintenance import MaintenanceService
+    from kafscale_iceberg.services.offset_reset import OffsetReset
     from kafscale_iceberg.services.reconcile import Reconciler, RunTracker, TopicSignaller
     from kafscale_iceberg.services.route import Router
     from kafscale_iceberg.services.run_steps import JobRunner, RunSteps
@@ -288,6 +289,13 @@ class Assembly:
         from kafscale_iceberg.services.commit import CommitService  # noqa: PLC0415
 
         return CommitService(self.tables, self.checkpoints, stranded_runs=self._run_documents)
+
+    @cached_property
+    def offset_reset(self) -> OffsetReset:
+        """Offset resets (`replay --reset-offsets`) on the configured catalog (imports pyiceberg)."""
+        from kafscale_iceberg.services.offset_reset import OffsetReset  # noqa: PLC0415
+
+        return OffsetReset(self.tables, self.checkpoints)
 
     def _run_documents(self, topic: str, run_id: str) -> tuple[RunPlan, RunResult] | None:
         """A run's plan and result from `runs.location`; None when either is missing."""

@@ -67,6 +67,7 @@ def build_replay_service(assembly: Assembly) -> ReplayService:
         assembly.segments,
         assembly.checkpoints,
         assembly.commits,
+        assembly.offset_reset,
         assembly.work_queue if assembly.config.notifications.work_queue_url else None,
         owner_id=assembly.owner_id,
     )
