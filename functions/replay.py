@@ -15,7 +15,6 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions.runtime import assembly
-from kafscale_iceberg.commands.replay import build_replay_service
 from kafscale_iceberg.domain.replay import ReplayEvent
 from kafscale_iceberg.exceptions import KafscaleIcebergError
 
@@ -32,7 +31,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     try:
         request = ReplayEvent.parse(event, source="replay event").request()
         logger.append_keys(topic=request.topic)
-        outcome = build_replay_service(assembly()).replay(request)
+        outcome = assembly().replay.replay(request)
     except KafscaleIcebergError as exc:
         logger.error("replay refused or failed", error=str(exc), transient=exc.transient)
         metrics.add_metric(name="errors_total", unit=MetricUnit.Count, value=1)

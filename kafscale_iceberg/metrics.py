@@ -26,7 +26,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol
 
-from kafscale_iceberg.exceptions import CheckpointError, ConfigError, KafscaleIcebergError
+from kafscale_iceberg.exceptions import CheckpointError, ConfigError, KafscaleIcebergError, MetricsServerError
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -412,10 +412,6 @@ class PrometheusMetricsSink:
         return generate_latest(self.registry)
 
 
-class MetricsServerError(KafscaleIcebergError):
-    """The metrics endpoint could not listen (port taken, address not local)."""
-
-
 def parse_metrics_address(text: str) -> tuple[str, int]:
     """`host:port` as Go's `net.Listen` takes it: `:9093` (every interface), `0.0.0.0:9093`,
     `127.0.0.1:0` (any free port), `[::1]:9093`.
@@ -795,7 +791,7 @@ def record_route_failure(sink: MetricsSink, error: KafscaleIcebergError) -> None
     """Emit a message the router could not route: `errors_total{route}`, except a `.kfs` whose `.index`
     has not landed yet - the normal race of a segment upload, retried - which is
     `notifications_deferred_total`, so an alarm on route errors does not fire on it."""
-    from kafscale_iceberg.services.route import SegmentIncompleteError  # noqa: PLC0415
+    from kafscale_iceberg.exceptions import SegmentIncompleteError  # noqa: PLC0415
 
     if isinstance(error, SegmentIncompleteError):
         sink.emit([sample(NOTIFICATIONS_DEFERRED, 1)])

@@ -228,6 +228,68 @@ def test_launcher_handler_counts_the_started_run(
     assert holder is not None
 
 
+def _work_item_record(template: dict[str, Any], topic: str, number: int) -> dict[str, Any]:
+    """A copy of the sample FIFO record naming `topic` (its message group, as the router sends it)."""
+    record = json.loads(json.dumps(template))
+    body = json.loads(record["body"])
+    body.update(topic=topic, key=f"production/{topic}/0/segment-{number:020d}.kfs")
+    record["body"] = json.dumps(body)
+    record["messageId"] = f"{topic}-{number}"
+    record["attributes"]["MessageGroupId"] = topic
+    return record
+
+
+def test_launcher_handler_fails_a_failed_topics_later_items_and_launches_the_others_once(
+    stack: Stack,
+    moto_server: MotoEndpoint,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """FIFO order per topic: a topic whose launch failed (here: not mapped) has all its items reported
+    for redelivery and is tried once; the other topic is launched once for its two items."""
+    from functions.launcher import handler
+
+    sfn: Any = moto_server.client("stepfunctions")
+    arn = sfn.create_state_machine(
+        name=f"runs-{stack.bucket}",
+        definition='{"StartAt": "Done", "States": {"Done": {"Type": "Succeed"}}}',
+        roleArn="arn:aws:iam::123456789012:role/steps",
+    )["stateMachineArn"]
+    monkeypatch.setenv("KAFSCALE_ICEBERG_STATE_MACHINE_ARN", arn)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_SFN", moto_server.url)
+    put_segment(stack.s3, stack.bucket, "production", "orders", 0, 0, 5)
+    (template,) = json.loads((EVENTS / "launcher_sqs_fifo_work_items.json").read_text())["Records"]
+    records = [
+        _work_item_record(template, "ghosts", 0),
+        _work_item_record(template, "orders", 0),
+        _work_item_record(template, "ghosts", 5),
+        _work_item_record(template, "orders", 5),
+    ]
+
+    response = handler({"Records": records}, LambdaContext(function_name="launcher"))
+
+    assert response == {"batchItemFailures": [{"itemIdentifier": "ghosts-0"}, {"itemIdentifier": "ghosts-5"}]}
+    emitted = emf_records(capsys.readouterr().out)
+    assert emf_values(emitted, "errors_total") == [({"stage": "launch", "service": "launcher"}, [1.0])]
+    assert emf_values(emitted, "launches_total") == [
+        ({"topic": "orders", "status": "started", "service": "launcher"}, [1.0])
+    ]
+
+
+def test_launcher_handler_reports_every_item_when_every_topic_fails(
+    stack: Stack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A batch of failed items is answered item by item (redelivered), not by failing the invocation."""
+    from functions.launcher import handler
+
+    (template,) = json.loads((EVENTS / "launcher_sqs_fifo_work_items.json").read_text())["Records"]
+    records = [_work_item_record(template, "ghosts", 0), _work_item_record(template, "ghosts", 5)]
+
+    response = handler({"Records": records}, LambdaContext(function_name="launcher"))
+
+    assert response == {"batchItemFailures": [{"itemIdentifier": "ghosts-0"}, {"itemIdentifier": "ghosts-5"}]}
+
+
 def test_abort_handler_emits_the_failure_count_for_alarms(
     stack: Stack, capsys: pytest.CaptureFixture[str]
 ) -> None:

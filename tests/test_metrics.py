@@ -16,7 +16,12 @@ from aws_lambda_powertools import Metrics
 from prometheus_client.parser import text_string_to_metric_families
 
 from kafscale_iceberg.domain.runs import RunPlan, RunResult
-from kafscale_iceberg.exceptions import ConfigError, LeaseLostError
+from kafscale_iceberg.exceptions import (
+    ConfigError,
+    LeaseLostError,
+    MetricsServerError,
+    SegmentIncompleteError,
+)
 from kafscale_iceberg.metrics import (
     ALL_METRICS,
     EMF_NAMESPACE,
@@ -25,7 +30,6 @@ from kafscale_iceberg.metrics import (
     RECORDS,
     EmfMetricsSink,
     MetricsServer,
-    MetricsServerError,
     PrometheusMetricsSink,
     Sample,
     parse_metrics_address,
@@ -39,7 +43,6 @@ from kafscale_iceberg.metrics import (
     sample,
 )
 from kafscale_iceberg.services.commit import CommitOutcome
-from kafscale_iceberg.services.route import SegmentIncompleteError
 
 TOPIC = "orders"
 

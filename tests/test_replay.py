@@ -27,19 +27,18 @@ from kafscale_iceberg.adapters.iceberg_tables import IcebergTableCommitter
 from kafscale_iceberg.adapters.sqlite_checkpoints import SqliteCheckpointStore
 from kafscale_iceberg.adapters.step_functions import StepFunctionsRunStarter
 from kafscale_iceberg.assembly import Assembly, load_config_from
-from kafscale_iceberg.commands.replay import build_replay_service
 from kafscale_iceberg.domain.commits import TableCommit, TableState
 from kafscale_iceberg.domain.events import WorkItem, parse_topic_message
 from kafscale_iceberg.domain.leases import LeaseGrant
 from kafscale_iceberg.domain.offsets import OffsetUpdate
-from kafscale_iceberg.domain.replay import ReplayRequest, ReplayRequestError
+from kafscale_iceberg.domain.replay import ReplayRequest
 from kafscale_iceberg.domain.runs import RunPlan
-from kafscale_iceberg.exceptions import OffsetResetRefusedError
+from kafscale_iceberg.exceptions import OffsetResetRefusedError, ReplayLeaseBusyError, ReplayRequestError
 from kafscale_iceberg.ports import CheckpointStore
 from kafscale_iceberg.segments.keys import format_segment_key
 from kafscale_iceberg.services.commit import CommitService, TablePolicy
 from kafscale_iceberg.services.launch import Launcher, LaunchStatus
-from kafscale_iceberg.services.replay import ReplayLeaseBusyError, ReplayService
+from kafscale_iceberg.services.replay import ReplayService
 from tests.support.etcd import EtcdServer
 from tests.support.iceberg_runs import RunFactory
 from tests.support.lambdas import LambdaContext
@@ -102,7 +101,7 @@ class World:
         monkeypatch.setenv("AWS_ENDPOINT_URL_STEPFUNCTIONS", moto.url)
         self.config = load_config_from(str(self.config_path))
         self.assembly = Assembly(self.config, owner_id="replay-test")
-        self.service = build_replay_service(self.assembly)
+        self.service = self.assembly.replay
         self.checkpoints: CheckpointStore = self.assembly.checkpoints
         self.commits: CommitService = self.assembly.commits
         self.catalog: Catalog = load_iceberg_catalog(CatalogSettings.from_config(self.config))

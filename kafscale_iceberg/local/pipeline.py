@@ -27,7 +27,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol
 
 from kafscale_iceberg.domain.events import WorkItem
 from kafscale_iceberg.domain.jobs import JobState
@@ -43,8 +43,9 @@ from kafscale_iceberg.exceptions import (
     RunNotCommittableError,
 )
 from kafscale_iceberg.metrics import Readiness
+from kafscale_iceberg.ports import AwaitableJobRunner, JobRunner
 from kafscale_iceberg.services.launch import LaunchStatus
-from kafscale_iceberg.services.run_steps import CommittedRun, JobRunner, failure_reason
+from kafscale_iceberg.services.run_steps import CommittedRun, failure_reason
 
 if TYPE_CHECKING:
     from kafscale_iceberg.adapters.sqs_queues import SqsReceiver
@@ -114,16 +115,6 @@ class PipelineObserver(Protocol):
         """A run ended; a committed one's plan, result and commit outcome are in `report.commit`."""
 
     def error(self, stage: str, topic: str | None, error: Exception) -> None: ...
-
-
-@runtime_checkable
-class AwaitableJobRunner(Protocol):
-    """A job runner that can block until a job ends (the local Spark runner): the loop then commits
-    the moment the job is done instead of at its next watch."""
-
-    def wait(self, job_id: str, timeout_s: float) -> bool:
-        """Block until the job ends or `timeout_s` passes; True when it ended."""
-        ...
 
 
 class _Inbox:
@@ -443,24 +434,7 @@ class Pipeline:
             self._receiver.delete(message)
 
     def _notification_path(self, url: str) -> tuple[Router, SqsReceiver]:
-        import boto3  # noqa: PLC0415
-
-        from kafscale_iceberg.adapters.sqs_queues import SqsReceiver  # noqa: PLC0415
-        from kafscale_iceberg.services.route import Router, RouterSettings  # noqa: PLC0415
-
-        config = self.assembly.config
-        settings = self.assembly.s3_settings
-        client = boto3.client("sqs", endpoint_url=settings.endpoint_url, region_name=settings.region)
-        router = Router(
-            RouterSettings(
-                bucket=config.s3.bucket,
-                namespace=config.s3.namespace,
-                is_mapped=config.mapped_topics.__contains__,
-            ),
-            self.assembly.segments,
-            self._inbox,
-        )
-        return router, SqsReceiver(client, url)
+        return self.assembly.make_router(self._inbox), self.assembly.make_notification_receiver(url)
 
     # -- one run -----------------------------------------------------------------------------------
 
