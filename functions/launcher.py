@@ -19,7 +19,14 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from functions.runtime import assembly, reject_or_raise
 from kafscale_iceberg.domain.events import parse_topic_message
 from kafscale_iceberg.exceptions import KafscaleIcebergError
-from kafscale_iceberg.metrics import EMF_NAMESPACE, EmfMetricsSink, ErrorStage, record_error, record_launch
+from kafscale_iceberg.metrics import (
+    EMF_NAMESPACE,
+    EmfMetricsSink,
+    ErrorStage,
+    error_stage,
+    record_error,
+    record_launch,
+)
 
 logger = Logger(service="kafscale-iceberg-launcher")
 metrics = Metrics(namespace=EMF_NAMESPACE, service="launcher")
@@ -47,7 +54,7 @@ def _launch(record: SQSRecord) -> None:
         outcome = assembly().launcher.launch(item.topic)
     except KafscaleIcebergError as exc:
         logger.error("launch failed", topic=item.topic, error=str(exc), transient=exc.transient)
-        record_error(sink, ErrorStage.LAUNCH)
+        record_error(sink, error_stage(exc, default=ErrorStage.LAUNCH))
         raise
     _launched.add(item.topic)
     run_id = outcome.ticket.run_id if outcome.ticket else None

@@ -2,8 +2,8 @@
 `kafscale_iceberg.adapters` implement them (and the one-machine loop's in-process stand-ins).
 
 Values crossing a process boundary are pydantic models; in-process values are frozen dataclasses.
-Only the checkpoint store's and the committer's value types are imported at run time: the others
-are for type checking, so importing the ports loads nothing a Lambda would not load anyway.
+The value types are imported for type checking only: importing the ports loads the standard library
+alone (the metrics package, which every Lambda loads, re-exports `MetricsSink`).
 """
 
 from __future__ import annotations
@@ -11,19 +11,19 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from kafscale_iceberg.domain.cluster_metadata import ClusterMetadata
-from kafscale_iceberg.domain.commits import TableCommit, TableSpec, TableState
-from kafscale_iceberg.domain.field_ids import TableFieldIds
-from kafscale_iceberg.domain.leases import LeaseBusy, LeaseGrant, LeaseHolder
-from kafscale_iceberg.domain.offsets import CommittedOffsets, OffsetState, OffsetUpdate
-
 if TYPE_CHECKING:
+    from kafscale_iceberg.domain.cluster_metadata import ClusterMetadata
+    from kafscale_iceberg.domain.commits import TableCommit, TableSpec, TableState
     from kafscale_iceberg.domain.events import WorkItem
+    from kafscale_iceberg.domain.field_ids import TableFieldIds
     from kafscale_iceberg.domain.jobs import JobStatus
+    from kafscale_iceberg.domain.leases import LeaseBusy, LeaseGrant, LeaseHolder
     from kafscale_iceberg.domain.maintenance import CompactionOutcome, ExpiryOutcome, OrphanFile, TableHealth
+    from kafscale_iceberg.domain.offsets import CommittedOffsets, OffsetState, OffsetUpdate
     from kafscale_iceberg.domain.planning import ListedSegment
     from kafscale_iceberg.domain.runs import RunPlan
     from kafscale_iceberg.domain.tickets import RunTicket
+    from kafscale_iceberg.metrics.definitions import Sample
     from kafscale_iceberg.segments.layout import SegmentFooter
 
 
@@ -364,4 +364,15 @@ class SecretSource(Protocol):
 
     def read_secret(self, secret_id: str) -> str:
         """The secret's string value."""
+        ...
+
+
+# -- Metrics ----------------------------------------------------------------------------------------
+
+
+class MetricsSink(Protocol):
+    """Where samples go: Prometheus (one-machine `run`) or CloudWatch EMF (the Lambdas)."""
+
+    def emit(self, samples: Sequence[Sample]) -> None:
+        """Record the samples (counters added, gauges set, histograms observed)."""
         ...

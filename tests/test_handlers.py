@@ -16,10 +16,9 @@ from kafscale_iceberg.domain.events import parse_work_item
 from kafscale_iceberg.domain.leases import LeaseGrant
 from kafscale_iceberg.domain.runs import RunCounts
 from kafscale_iceberg.domain.tickets import RunTicket
-from kafscale_iceberg.metrics import EMF_NAMESPACE
 from kafscale_iceberg.services.commit import TablePolicy
 from tests.support.iceberg_runs import RunFactory
-from tests.support.lambdas import LambdaContext
+from tests.support.lambdas import LambdaContext, emf_records, emf_values
 from tests.support.moto import MotoEndpoint
 from tests.support.segments import put_segment
 
@@ -67,23 +66,6 @@ def stack(moto_server: MotoEndpoint, tmp_path: Path, monkeypatch: pytest.MonkeyP
         s3, sqs, bucket, work_url, rejected_url, tmp_path, SqliteCheckpointStore(tmp_path / "o.sqlite")
     )
     runtime.assembly.cache_clear()
-
-
-def emf_records(stdout: str) -> list[dict[str, Any]]:
-    """The EMF records a handler printed (Powertools prints one JSON object per line)."""
-    return [json.loads(line) for line in stdout.splitlines() if line.startswith("{") and '"_aws"' in line]
-
-
-def emf_values(records: list[dict[str, Any]], metric: str) -> list[tuple[dict[str, Any], list[float]]]:
-    """Each record holding `metric`: its dimensions (name -> value) and the metric's values."""
-    found = []
-    for record in records:
-        (directive,) = record["_aws"]["CloudWatchMetrics"]
-        assert directive["Namespace"] == EMF_NAMESPACE
-        if metric in {m["Name"] for m in directive["Metrics"]}:
-            (dimensions,) = directive["Dimensions"]
-            found.append(({name: record[name] for name in dimensions}, record[metric]))
-    return found
 
 
 def _ticket(stack: Stack, run_id: str, *, plan_uri: str = "unused", attempt: int = 0) -> RunTicket:
@@ -370,7 +352,10 @@ def test_control_plane_functions_import_no_data_plane_libraries() -> None:
 
 
 def test_reconciler_handler_signals_a_topic_whose_notification_was_lost(
-    stack: Stack, moto_server: MotoEndpoint, monkeypatch: pytest.MonkeyPatch
+    stack: Stack,
+    moto_server: MotoEndpoint,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     from functions.reconciler import handler
 
@@ -388,6 +373,9 @@ def test_reconciler_handler_signals_a_topic_whose_notification_was_lost(
     assert response["topics"]["orders"]["action"] == "signalled"
     (message,) = _drain(stack, stack.work_url)
     assert json.loads(message["Body"])["topic"] == "orders"
+    emitted = emf_records(capsys.readouterr().out)
+    assert emf_values(emitted, "reconciler_signals_total") == [({"service": "reconciler"}, [1.0])]
+    assert emf_values(emitted, "reconciler_released_leases_total") == [({"service": "reconciler"}, [0.0])]
 
 
 def test_maintenance_handler_compacts_and_reports_each_table(

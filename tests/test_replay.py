@@ -41,7 +41,7 @@ from kafscale_iceberg.services.launch import Launcher, LaunchStatus
 from kafscale_iceberg.services.replay import ReplayService
 from tests.support.etcd import EtcdServer
 from tests.support.iceberg_runs import RunFactory
-from tests.support.lambdas import LambdaContext
+from tests.support.lambdas import LambdaContext, emf_records, emf_values
 from tests.support.moto import MotoEndpoint
 from tests.support.segments import put_segment
 
@@ -748,7 +748,9 @@ def function_world(world: World, monkeypatch: pytest.MonkeyPatch) -> Iterator[Wo
     runtime.assembly.cache_clear()
 
 
-def test_the_function_resets_with_the_sample_event(function_world: World) -> None:
+def test_the_function_resets_with_the_sample_event(
+    function_world: World, capsys: pytest.CaptureFixture[str]
+) -> None:
     from functions.replay import handler
 
     world = function_world
@@ -764,6 +766,10 @@ def test_the_function_resets_with_the_sample_event(function_world: World) -> Non
         "(`status` shows them): partition 0 offsets 10-29 (rewound)"
     )
     assert world.store() == {0: 9, 1: 19}
+    emitted = emf_records(capsys.readouterr().out)
+    dimensions = {"topic": TOPIC, "service": "replay"}
+    assert emf_values(emitted, "replay_segments_enqueued_total") == [(dimensions, [2.0])]
+    assert emf_values(emitted, "offset_resets_total") == [(dimensions, [1.0])]
     world.drain()
     world.reingest()
     assert Counter(world.rows(TABLE)) == Counter(ALL_ROWS)
@@ -786,7 +792,9 @@ def test_the_function_replays_a_committed_range_as_a_no_op(function_world: World
     assert world.state() == before
 
 
-def test_the_function_refuses_an_unconfirmed_reset_naming_the_field(function_world: World) -> None:
+def test_the_function_refuses_an_unconfirmed_reset_naming_the_field(
+    function_world: World, capsys: pytest.CaptureFixture[str]
+) -> None:
     from functions.replay import handler
 
     world = function_world
@@ -799,3 +807,5 @@ def test_the_function_refuses_an_unconfirmed_reset_naming_the_field(function_wor
     with pytest.raises(ReplayRequestError, match=r"replay event: field 'partitions': .*numbered from 0"):
         handler({"topic": TOPIC, "partitions": [-1]}, LambdaContext(function_name="replay"))
     assert world.state() == before
+    errors = emf_values(emf_records(capsys.readouterr().out), "errors_total")
+    assert errors == [({"stage": "replay", "service": "replay"}, [1.0])] * 2

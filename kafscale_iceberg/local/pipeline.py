@@ -34,15 +34,13 @@ from kafscale_iceberg.domain.jobs import JobState
 from kafscale_iceberg.domain.runs import RunPlan
 from kafscale_iceberg.domain.tickets import RunTicket
 from kafscale_iceberg.exceptions import (
-    CatalogError,
-    CheckpointError,
     ConfigError,
     KafscaleIcebergError,
     OffsetMismatchError,
     RunAttemptEndedError,
     RunNotCommittableError,
 )
-from kafscale_iceberg.metrics import Readiness
+from kafscale_iceberg.metrics import ErrorStage, Readiness, error_stage
 from kafscale_iceberg.ports import AwaitableJobRunner, JobRunner
 from kafscale_iceberg.services.launch import LaunchStatus
 from kafscale_iceberg.services.run_steps import CommittedRun, failure_reason
@@ -192,17 +190,6 @@ def outage_delay_seconds(outages: int, backoff_s: tuple[float, float]) -> float:
     return min(longest, first * 2.0 ** min(outages - 1, 30)) * random.uniform(0.5, 1.0)
 
 
-def outage_stage(error: BaseException) -> str:
-    """The `errors_total{stage}` an outage counts under: which dependency failed."""
-    if isinstance(error, CheckpointError):
-        return "checkpoint"
-    if isinstance(error, CatalogError):
-        return "sink"
-    if type(error).__name__ == "QueueUnavailableError":
-        return "route"
-    return "discover"
-
-
 def describe_outage(error: BaseException) -> str:
     """What failed, for `/healthz` and `run --once`: the error's kind and message, on one line."""
     text = " ".join(str(error).split())
@@ -299,7 +286,7 @@ class Pipeline:
                     topic, ignore_min_batch=True, ignore_backoff=True, ignore_held=failed_runs == 0
                 )
             except KafscaleIcebergError as exc:
-                self._error("launch", topic, exc)
+                self._error(ErrorStage.LAUNCH, topic, exc)
                 if exc.transient:
                     summary.unavailable.append(describe_outage(exc))
                 summary.failed[topic] = f"planning failed: {exc}"
@@ -353,7 +340,7 @@ class Pipeline:
                 delay = outage_delay_seconds(loop.outages, self._outage_backoff_s)
                 reason = describe_outage(exc)
                 self.health.not_ready(reason)
-                self._error(outage_stage(exc), None, exc)
+                self._error(ErrorStage.DISCOVER, None, exc)
                 logger.warning(
                     "dependency unavailable; retrying in %.1f s: %s",
                     delay,
@@ -377,7 +364,7 @@ class Pipeline:
                 try:
                     self._after_pass()
                 except KafscaleIcebergError as exc:
-                    self._error("discover", None, exc)
+                    self._error(ErrorStage.DISCOVER, None, exc)
         due = [t for t, at in loop.retry_at.items() if at <= now]
         for topic in dict.fromkeys([*self._inbox.drain(), *due]):
             loop.retry_at.pop(topic, None)
@@ -399,7 +386,7 @@ class Pipeline:
             except KafscaleIcebergError as exc:
                 if exc.transient:
                     raise  # an outage: the loop backs off (and reports not-ready)
-                self._error("launch", topic, exc)
+                self._error(ErrorStage.LAUNCH, topic, exc)
                 return float(self.assembly.config.runs.retry_delay_seconds(1))
             if outcome.status is LaunchStatus.WAITING:
                 return outcome.wait_seconds
@@ -420,7 +407,7 @@ class Pipeline:
         try:
             messages = self._receiver.receive(wait_seconds=1)
         except KafscaleIcebergError as exc:
-            self._error("route", None, exc)
+            self._error(ErrorStage.ROUTE, None, exc)
             self.stopping.wait(1.0)
             return
         for message in messages:
@@ -429,7 +416,7 @@ class Pipeline:
             except KafscaleIcebergError as exc:
                 # Left on the queue: redelivered after its visibility timeout (an incomplete segment),
                 # and moved to its dead-letter queue by the redrive policy when it never routes.
-                self._error("route", None, exc)
+                self._error(ErrorStage.ROUTE, None, exc)
                 continue
             self._receiver.delete(message)
 
@@ -465,7 +452,7 @@ class Pipeline:
         except KafscaleIcebergError as exc:
             if exc.transient:
                 raise  # an outage (the lease could not be renewed, S3 down): abandoned, retried
-            self._error("job", ticket.topic, exc)
+            self._error(ErrorStage.JOB, ticket.topic, exc)
             return self._abort(ticket, plan, start, f"the job could not start: {exc}")
         self._in_flight = ticket
         while True:
@@ -497,15 +484,15 @@ class Pipeline:
                 committed = self.steps.commit_run(ticket)
                 break
             except RunNotCommittableError as exc:
-                self._error("sink", ticket.topic, exc)
+                self._error(ErrorStage.SINK, ticket.topic, exc)
                 return self._abort(ticket, plan, start, str(exc))
             except OffsetMismatchError as exc:
                 # A stale plan: the store was repaired from the table, so the topic is re-planned at
                 # once (one wasted run, not a failure to back off from).
-                self._error("sink", ticket.topic, exc)
+                self._error(ErrorStage.SINK, ticket.topic, exc)
                 return replace(self._abort(ticket, plan, start, str(exc)), retry_after_seconds=0, replan=True)
             except KafscaleIcebergError as exc:
-                self._error("sink", ticket.topic, exc)
+                self._error(ErrorStage.SINK, ticket.topic, exc)
                 if not exc.transient or attempt == _COMMIT_ATTEMPTS:
                     return self._abort(ticket, plan, start, f"commit failed: {exc}")
                 time.sleep(attempt)
@@ -574,7 +561,10 @@ class Pipeline:
             started_at=start.wall,
         )
 
-    def _error(self, stage: str, topic: str | None, error: Exception) -> None:
+    def _error(self, stage: ErrorStage, topic: str | None, error: Exception) -> None:
+        """Report a failure in `stage`, counted under the dependency that failed when it names one
+        (`error_stage`: the rule the Lambdas use, so a lease lost at commit is `checkpoint` here too)."""
+        stage = error_stage(error, default=stage)
         logger.error("%s failed: %s", stage, error, extra={"stage": stage, "topic": topic})
         if self._observer:
             self._observer.error(stage, topic, error)
