@@ -37,18 +37,16 @@ processor = SqsFifoPartialProcessor(skip_group_on_error=True)
 # failing the invocation): the same redelivery, without a Lambda error for a topic's launch failure.
 processor.raise_on_entire_batch_failure = False
 
-_launched: set[str] = set()
-"""Topics launched in the batch being processed (cleared per invocation): a topic's later items are
-covered by its launch."""
 
-
-def _launch(record: SQSRecord) -> None:
+def _launch(record: SQSRecord, launched: set[str]) -> None:
+    """Launch the record's topic unless this batch already did (`launched`: a topic's later items are
+    covered by its launch)."""
     try:
         item = parse_topic_message(record.body, record.message_id)
     except KafscaleIcebergError as exc:
         reject_or_raise(record.body, record.message_id, exc)  # transient, or no rejected queue: fails
         return
-    if item.topic in _launched:
+    if item.topic in launched:
         return
     try:
         outcome = assembly().launcher.launch(item.topic)
@@ -56,7 +54,7 @@ def _launch(record: SQSRecord) -> None:
         logger.error("launch failed", topic=item.topic, error=str(exc), transient=exc.transient)
         record_error(sink, error_stage(exc, default=ErrorStage.LAUNCH))
         raise
-    _launched.add(item.topic)
+    launched.add(item.topic)
     run_id = outcome.ticket.run_id if outcome.ticket else None
     logger.info("launch", topic=item.topic, status=outcome.status.value, run_id=run_id, detail=outcome.detail)
     record_launch(sink, outcome)
@@ -67,10 +65,10 @@ def _launch(record: SQSRecord) -> None:
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
     """Launch each topic named in the batch; report the records of failed topics (partial batch)."""
-    _launched.clear()
-    try:
-        return process_partial_response(
-            event=event, record_handler=_launch, processor=processor, context=context
-        )
-    finally:
-        _launched.clear()
+    launched: set[str] = set()
+    return process_partial_response(
+        event=event,
+        record_handler=lambda record: _launch(record, launched),
+        processor=processor,
+        context=context,
+    )
