@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from kafscale_iceberg.adapters.documents import DocumentStore
 from kafscale_iceberg.adapters.s3_segments import S3SegmentStore, S3Settings, make_s3_client
-from kafscale_iceberg.config import KafscaleConfig, parse_config, require_known_keys
+from kafscale_iceberg.config import KafscaleConfig
 from kafscale_iceberg.exceptions import ConfigError
 
 if TYPE_CHECKING:
@@ -43,31 +43,7 @@ if TYPE_CHECKING:
     from kafscale_iceberg.services.route import Router
     from kafscale_iceberg.services.run_steps import RunSteps
 
-CONFIG_ENV = "KAFSCALE_ICEBERG_CONFIG"
 STATE_MACHINE_ENV = "KAFSCALE_ICEBERG_STATE_MACHINE_ARN"
-
-
-def load_config_from(location: str, *, strict: bool = False) -> KafscaleConfig:
-    """Load and validate the config at a path, `file://` or `s3://` URI (S3 via the default chain);
-    `strict` (`--strict-config`) refuses unknown keys instead of warning about them."""
-    text = DocumentStore().read_text(location)
-    config = parse_config(text, source=location)
-    if strict:
-        require_known_keys(config)
-    return config
-
-
-def config_from_environment() -> KafscaleConfig:
-    """The config named by `KAFSCALE_ICEBERG_CONFIG` (what the Lambda functions use), with the stack's
-    `KAFSCALE_ICEBERG_*` deployment variables and secrets laid over it (`kafscale_iceberg.deployment`)."""
-    location = os.environ.get(CONFIG_ENV, "")
-    if not location:
-        raise ConfigError(
-            CONFIG_ENV, "environment variable is not set: point it at the config file (s3:// or path)"
-        )
-    from kafscale_iceberg.deployment import load_deployed_config  # noqa: PLC0415
-
-    return load_deployed_config(location, os.environ)
 
 
 def default_owner_id() -> str:

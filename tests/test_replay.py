@@ -26,7 +26,8 @@ from kafscale_iceberg.adapters.iceberg_catalog import CatalogSettings, load_iceb
 from kafscale_iceberg.adapters.iceberg_tables import IcebergTableCommitter
 from kafscale_iceberg.adapters.sqlite_checkpoints import SqliteCheckpointStore
 from kafscale_iceberg.adapters.step_functions import StepFunctionsRunStarter
-from kafscale_iceberg.assembly import Assembly, load_config_from
+from kafscale_iceberg.assembly import Assembly
+from kafscale_iceberg.config import load_config_from
 from kafscale_iceberg.domain.commits import TableCommit, TableState
 from kafscale_iceberg.domain.events import WorkItem, parse_topic_message
 from kafscale_iceberg.domain.leases import LeaseGrant

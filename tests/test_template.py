@@ -24,7 +24,7 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from kafscale_iceberg.deployment import DEPLOYMENT_VARIABLES, apply_deployment_environment
+from kafscale_iceberg.config import DEPLOYMENT_VARIABLES, apply_deployment_environment
 from tests.support.cfn_template import (
     ACCOUNT,
     REGION,
@@ -759,7 +759,7 @@ def test_every_zip_function_is_built_by_the_lambda_makefile_and_uses_the_layer(
     )
     module = function.handler.rsplit(".", 1)[0]
     assert (tmp_path / (module.replace(".", "/") + ".py")).is_file()
-    assert (tmp_path / "kafscale_iceberg" / "deployment.py").is_file()
+    assert (tmp_path / "kafscale_iceberg" / "config" / "deployment.py").is_file()
     assert not list(tmp_path.rglob("__pycache__"))
     assert {p.name for p in tmp_path.iterdir()} == {"functions", "kafscale_iceberg"}
     assert function.metadata["BuildMethod"] == "makefile"

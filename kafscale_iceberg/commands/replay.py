@@ -55,7 +55,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def replay_command(args: argparse.Namespace) -> int:
     """Replay (after confirmation, reset) the topic's range; prints the outcome. Exit code 0."""
-    from kafscale_iceberg.assembly import Assembly, load_config_from  # noqa: PLC0415
+    from kafscale_iceberg.assembly import Assembly  # noqa: PLC0415
+    from kafscale_iceberg.config import load_config_from  # noqa: PLC0415
     from kafscale_iceberg.domain.replay import ReplayRequest  # noqa: PLC0415
 
     request = ReplayRequest.parse(
