@@ -16,7 +16,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions.runtime import assembly
 from kafscale_iceberg.commands.maintain import report_json
-from kafscale_iceberg.metrics import EMF_NAMESPACE, EmfMetricsSink, record_maintenance
+from kafscale_iceberg.metrics import EMF_NAMESPACE, EmfMetricsSink, maintenance_totals, record_maintenance
 
 logger = Logger(service="kafscale-iceberg-maintenance")
 metrics = Metrics(namespace=EMF_NAMESPACE, service="maintenance")
@@ -31,5 +31,6 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """One maintenance pass; returns what it did per table (errors fail the invocation)."""
     report = assembly().maintenance.maintain(dry_run=bool(event.get("dry_run", False)))
     record_maintenance(sink, report)
-    logger.info("maintained", tables=[t.table for t in report.tables])
+    compacted, expired, _ = maintenance_totals(report)
+    logger.info("maintained", tables=[t.table for t in report.tables], compacted=compacted, expired=expired)
     return report_json(report)

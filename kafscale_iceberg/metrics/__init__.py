@@ -71,6 +71,7 @@ from kafscale_iceberg.metrics.prometheus import (
     parse_metrics_address,
 )
 from kafscale_iceberg.metrics.recording import (
+    maintenance_totals,
     queue_to_start_seconds,
     record_abort,
     record_commit,
@@ -139,6 +140,7 @@ __all__ = [
     "RunOutcomeLabel",
     "Sample",
     "error_stage",
+    "maintenance_totals",
     "parse_metrics_address",
     "queue_to_start_seconds",
     "record_abort",

@@ -270,13 +270,18 @@ def record_replay(sink: MetricsSink, topic: str, outcome: ReplayOutcome) -> None
     sink.emit(samples)
 
 
-def record_maintenance(sink: MetricsSink, report: MaintenanceReport) -> None:
-    """Emit one maintenance pass: files compacted (committed compactions), snapshots expired and
-    orphan files deleted, summed over the tables."""
+def maintenance_totals(report: MaintenanceReport) -> tuple[int, int, int]:
+    """(files compacted by committed compactions, snapshots expired, orphan files deleted) over the
+    report's tables."""
     tables = report.tables
     compacted = sum(t.compaction.files_removed for t in tables if t.compaction and t.compaction.committed)
     expired = sum(len(t.expiry.expired) for t in tables if t.expiry)
-    orphans = sum(t.orphans_deleted for t in tables)
+    return compacted, expired, sum(t.orphans_deleted for t in tables)
+
+
+def record_maintenance(sink: MetricsSink, report: MaintenanceReport) -> None:
+    """Emit one maintenance pass: `maintenance_totals` as the three maintenance counters."""
+    compacted, expired, orphans = maintenance_totals(report)
     sink.emit(
         [
             sample(MAINTENANCE_FILES_COMPACTED, compacted),
