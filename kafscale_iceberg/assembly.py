@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from kafscale_iceberg.services.discovery import TopicDiscovery
     from kafscale_iceberg.services.launch import Launcher
     from kafscale_iceberg.services.maintenance import MaintenanceService
+    from kafscale_iceberg.services.offset_reset import OffsetReset
     from kafscale_iceberg.services.reconcile import Reconciler
     from kafscale_iceberg.services.replay import ReplayService
     from kafscale_iceberg.services.route import Router
@@ -289,6 +290,13 @@ class Assembly:
 
         return CommitService(self.tables, self.checkpoints, stranded_runs=self._run_documents)
 
+    @cached_property
+    def offset_reset(self) -> OffsetReset:
+        """Offset resets (`replay --reset-offsets`) on the configured catalog (imports pyiceberg)."""
+        from kafscale_iceberg.services.offset_reset import OffsetReset  # noqa: PLC0415
+
+        return OffsetReset(self.tables, self.checkpoints)
+
     def _run_documents(self, topic: str, run_id: str) -> tuple[RunPlan, RunResult] | None:
         """A run's plan and result from `runs.location`; None when either is missing."""
         from kafscale_iceberg.domain.runs import RunPlan, RunResult  # noqa: PLC0415
@@ -313,6 +321,7 @@ class Assembly:
             self.segments,
             self.checkpoints,
             self.commits,
+            self.offset_reset,
             self.work_queue if self.config.notifications.work_queue_url else None,
             owner_id=self.owner_id,
         )

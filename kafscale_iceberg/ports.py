@@ -105,8 +105,11 @@ class TableCommitter(Protocol):
     `TableChangedError`, `CommitOutcomeUnknownError` (transient).
     """
 
-    def ensure_table(self, spec: TableSpec) -> object:
-        """Create the table (and namespace) if missing and allowed, then evolve its schema. Idempotent."""
+    def ensure_table(self, spec: TableSpec, current: TableState | None = None) -> object:
+        """Create the table (and namespace) if missing and allowed, then evolve its schema. Idempotent.
+
+        `current`: the table's state as just read, checked without loading the table again.
+        """
         ...
 
     def read_state(self, table: str, topic: str) -> TableState:
@@ -115,6 +118,9 @@ class TableCommitter(Protocol):
 
     def commit(self, expected: TableState, commit: TableCommit) -> TableState:
         """ONE Iceberg commit (files + marker + summary) built on exactly `expected`; the state after it.
+
+        Built on the table version `expected` was read from when the adapter still holds it (no
+        second load); the catalog refuses the commit if the table moved since.
 
         `TableChangedError` when the table is no longer `expected` (nothing written);
         `CommitOutcomeUnknownError` when it may or may not have landed: re-read and verify.

@@ -39,6 +39,8 @@ from kafscale_iceberg.ports import CheckpointStore
 from kafscale_iceberg.segments.keys import format_segment_key
 from kafscale_iceberg.services.commit import CommitService, TablePolicy
 from kafscale_iceberg.services.launch import Launcher, LaunchStatus
+from kafscale_iceberg.services.offset_reset import OffsetReset
+from kafscale_iceberg.services.quarantine_replay import QuarantineReplay
 from kafscale_iceberg.services.replay import ReplayService
 from tests.support.etcd import EtcdServer
 from tests.support.iceberg_runs import RunFactory
@@ -512,6 +514,7 @@ def test_a_reset_that_died_is_finished_by_running_it_again(
         world.assembly.segments,
         dying_store,
         CommitService(tables, dying_store),
+        OffsetReset(tables, dying_store),
         world.assembly.work_queue,
         owner_id="dead-replayer",
     )
@@ -520,6 +523,7 @@ def test_a_reset_that_died_is_finished_by_running_it_again(
         world.assembly.segments,
         store,
         world.commits,
+        OffsetReset(world.assembly.tables, store),
         world.assembly.work_queue,
         owner_id="replayer",
     )
@@ -569,8 +573,9 @@ def test_a_reset_point_inside_a_quarantined_segment_is_refused_and_one_before_it
 
     world.service.replay(_reset(from_offset=10))
 
-    assert world.commits.pending_quarantine(TOPIC, TABLE) == ()
-    assert world.commits.pending_quarantine(TOPIC, DLQ) == ()
+    replays = QuarantineReplay(world.assembly.tables, world.checkpoints)
+    assert replays.pending_quarantine(TOPIC, TABLE) == ()
+    assert replays.pending_quarantine(TOPIC, DLQ) == ()
     assert world.rows(DLQ) == []  # the quarantine's dead-letter row went with the range
     assert world.rows(TABLE) == [(0, o) for o in range(10)]
 

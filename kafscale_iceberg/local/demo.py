@@ -453,6 +453,7 @@ class Demo:
             assembly.segments,
             assembly.checkpoints,
             assembly.commits,
+            assembly.offset_reset,
             pipeline.work_queue,
             owner_id=assembly.owner_id,
         )
