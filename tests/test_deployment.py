@@ -11,13 +11,13 @@ from uuid import uuid4
 import pytest
 import yaml
 
-from kafscale_iceberg.adapters.secrets_manager import SecretAccessError, SecretsManagerSecretSource
+from kafscale_iceberg.adapters.secrets_manager import SecretsManagerSecretSource
 from kafscale_iceberg.config import (
     DEPLOYMENT_VARIABLES,
     apply_deployment_environment,
     config_from_environment,
 )
-from kafscale_iceberg.exceptions import ConfigError, ConfigValidationError
+from kafscale_iceberg.exceptions import ConfigError, ConfigValidationError, SecretAccessError
 from tests.support.moto import MotoEndpoint
 
 # What a user writes before the stack exists: no queue, application, role, runs bucket or credentials.

@@ -21,11 +21,12 @@ import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from kafscale_iceberg.config.loading import config_from_mapping, parse_config_yaml
 from kafscale_iceberg.config.model import KafscaleConfig
 from kafscale_iceberg.exceptions import ConfigError, ConfigValidationError
+from kafscale_iceberg.ports import SecretSource
 
 __all__ = [
     "CATALOG_SECRET_ENV",
@@ -111,14 +112,6 @@ _SECRET_FIELDS: Mapping[str, tuple[str, Mapping[str, str]]] = {
     ),
 }
 _SECRET_KEYS = frozenset({"etcd.password", "iceberg.catalog.token", "iceberg.catalog.password"})
-
-
-class SecretSource(Protocol):
-    """Where secrets named by ARN are read (Secrets Manager in AWS)."""
-
-    def read_secret(self, secret_id: str) -> str:
-        """The secret's string value."""
-        ...
 
 
 def config_from_environment() -> KafscaleConfig:

@@ -35,10 +35,10 @@ import boto3
 import yaml
 
 from kafscale_iceberg.config import KafscaleConfig, config_from_mapping, require_known_keys
+from kafscale_iceberg.exceptions import EmbeddedServiceError
 from kafscale_iceberg.local.embedded import (
     EmbeddedEtcd,
     EmbeddedMoto,
-    EmbeddedServiceError,
     notified_bucket,
     start_etcd,
     start_moto,
@@ -453,6 +453,7 @@ class Demo:
             assembly.segments,
             assembly.checkpoints,
             assembly.commits,
+            assembly.offset_reset,
             pipeline.work_queue,
             owner_id=assembly.owner_id,
         )
