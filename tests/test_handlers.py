@@ -339,6 +339,7 @@ def test_commit_handler_emits_the_runs_records_once(stack: Stack, capsys: pytest
     ]
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_control_plane_functions_import_no_data_plane_libraries() -> None:
     import subprocess
     import sys

@@ -425,6 +425,7 @@ def test_queue_to_start_needs_the_segments_landing_times() -> None:
     assert queue_to_start_seconds(bare, _result()) is None
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_importing_the_metrics_module_loads_no_heavy_or_optional_library() -> None:
     code = (
         "import sys, kafscale_iceberg.metrics; print(sorted(m for m in ('pyarrow', 'pyiceberg', 'pyspark', "

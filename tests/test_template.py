@@ -163,6 +163,7 @@ print(json.dumps(first_importer))
 """
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_zip_handlers_import_only_what_the_layer_ships() -> None:
     """A zip function has the layer's packages and the standard library, nothing else (no pyarrow)."""
     modules = sorted({f.handler.rsplit(".", 1)[0] for f in functions() if not f.is_image})
@@ -745,6 +746,7 @@ def test_the_dashboard_is_valid_json_for_every_installation(installation: tuple[
 # Packaging of the functions
 
 
+@pytest.mark.slow  # runs make
 @pytest.mark.parametrize("function", [f for f in functions() if not f.is_image], ids=lambda f: f.logical_id)
 def test_every_zip_function_is_built_by_the_lambda_makefile_and_uses_the_layer(
     function: Function, tmp_path: Path
