@@ -74,13 +74,8 @@ from kafscale_iceberg.dataplane.conversion import RecordConverter
 from kafscale_iceberg.domain.events import WorkItem
 from kafscale_iceberg.domain.runs import RunPlan, RunResult
 from kafscale_iceberg.domain.tickets import RunTicket
-from kafscale_iceberg.local.embedded import (
-    EmbeddedEtcd,
-    EmbeddedServiceError,
-    notified_bucket,
-    start_etcd,
-    start_moto,
-)
+from kafscale_iceberg.exceptions import EmbeddedServiceError
+from kafscale_iceberg.local.embedded import EmbeddedEtcd, notified_bucket, start_etcd, start_moto
 from kafscale_iceberg.local.pipeline import Pipeline, RunEnd, RunReport
 from kafscale_iceberg.local.wiring import ProgressPrinter, open_pipeline
 from kafscale_iceberg.segments.decode import decode_segment

@@ -10,17 +10,13 @@ from typing import TYPE_CHECKING
 from botocore.exceptions import BotoCoreError, ClientError
 
 from kafscale_iceberg.domain.events import TopicSignal, WorkItem, message_group_id
-from kafscale_iceberg.exceptions import TransientError
+from kafscale_iceberg.exceptions import QueueUnavailableError
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
     from mypy_boto3_sqs.type_defs import SendMessageBatchRequestEntryTypeDef
 
 _SQS_BATCH = 10
-
-
-class QueueUnavailableError(TransientError):
-    """SQS refused or failed a request; the caller retries (sends are idempotent by dedup id)."""
 
 
 @dataclass(frozen=True)

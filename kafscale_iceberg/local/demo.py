@@ -35,10 +35,10 @@ import boto3
 import yaml
 
 from kafscale_iceberg.config import KafscaleConfig, config_from_mapping, require_known_keys
+from kafscale_iceberg.exceptions import EmbeddedServiceError
 from kafscale_iceberg.local.embedded import (
     EmbeddedEtcd,
     EmbeddedMoto,
-    EmbeddedServiceError,
     notified_bucket,
     start_etcd,
     start_moto,

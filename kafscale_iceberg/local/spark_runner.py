@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 from kafscale_iceberg.adapters.s3_segments import S3Settings
 from kafscale_iceberg.domain.jobs import JobState, JobStatus
 from kafscale_iceberg.domain.runs import RunPlan, RunResult, RunStatus
-from kafscale_iceberg.exceptions import KafscaleIcebergError
+from kafscale_iceberg.exceptions import KafscaleIcebergError, UnknownJobError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -41,10 +41,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _LOG_TAIL = 2000
-
-
-class UnknownJobError(KafscaleIcebergError):
-    """A job id this runner never started (the process restarted?)."""
 
 
 @dataclass

@@ -31,12 +31,16 @@ from typing import TYPE_CHECKING, Any
 from kafscale_iceberg.domain.events import WorkItem
 from kafscale_iceberg.domain.leases import LeaseBusy, LeaseGrant
 from kafscale_iceberg.domain.planning import ListedSegment
-from kafscale_iceberg.domain.replay import ReplayRequest, ReplayRequestError
+from kafscale_iceberg.domain.replay import ReplayRequest
 from kafscale_iceberg.domain.runs import NO_OFFSET
-from kafscale_iceberg.exceptions import OffsetResetRefusedError, SegmentFormatError, TransientError
-from kafscale_iceberg.ports import CheckpointStore
-from kafscale_iceberg.services.launch import SegmentLister, list_after_committed
-from kafscale_iceberg.services.route import WorkQueue
+from kafscale_iceberg.exceptions import (
+    OffsetResetRefusedError,
+    ReplayLeaseBusyError,
+    ReplayRequestError,
+    SegmentFormatError,
+)
+from kafscale_iceberg.ports import CheckpointStore, SegmentLister, WorkQueue
+from kafscale_iceberg.services.launch import list_after_committed
 
 if TYPE_CHECKING:
     from kafscale_iceberg.config import KafscaleConfig
@@ -44,19 +48,6 @@ if TYPE_CHECKING:
     from kafscale_iceberg.services.offset_reset import OffsetReset
 
 logger = logging.getLogger(__name__)
-
-
-class ReplayLeaseBusyError(TransientError):
-    """A reset needs the topic's lease and a run (or another reset) holds it. Retry when it ends."""
-
-    def __init__(self, busy: LeaseBusy) -> None:
-        self.busy = busy
-        super().__init__(
-            f"cannot reset the offsets of topic {busy.topic!r}: its lease is held by "
-            f"{busy.holder.describe()}; nothing was changed - retry `replay --reset-offsets` when that "
-            "run ends (a run releases the lease when it commits or aborts; a dead holder's lease "
-            "expires after offsets.lease_ttl_seconds)"
-        )
 
 
 @dataclass(frozen=True)

@@ -21,32 +21,24 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
 
-from kafscale_iceberg.adapters.documents import DocumentMissingError, DocumentStore
 from kafscale_iceberg.config import RunsConfig
 from kafscale_iceberg.domain.field_ids import field_ids_uri
 from kafscale_iceberg.domain.jobs import JobState, JobStatus
 from kafscale_iceberg.domain.leases import LeaseGrant
 from kafscale_iceberg.domain.runs import FailureKind, RunPlan, RunResult
 from kafscale_iceberg.domain.tickets import OUTCOME_NAME, FailedAttempt, RunTicket, run_document_uri
-from kafscale_iceberg.exceptions import FieldIdMismatchError, KafscaleIcebergError, LeaseLostError
-from kafscale_iceberg.ports import CheckpointStore
+from kafscale_iceberg.exceptions import (
+    DocumentMissingError,
+    FieldIdMismatchError,
+    KafscaleIcebergError,
+    LeaseLostError,
+)
+from kafscale_iceberg.ports import CheckpointStore, JobRunner, RunDocuments
 from kafscale_iceberg.services.backoff import BackoffRecords
 from kafscale_iceberg.services.commit import CommitOutcome, CommitService, TablePolicy
 
 logger = logging.getLogger(__name__)
-
-
-class JobRunner(Protocol):
-    """Starts, looks at and cancels Spark jobs (EMR Serverless, or local Spark)."""
-
-    def start(self, plan: RunPlan, plan_uri: str) -> str:
-        """Start the plan's job, or find the one already started for its run id; returns its id."""
-
-    def status(self, job_id: str) -> JobStatus: ...
-
-    def cancel(self, job_id: str) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -94,7 +86,7 @@ class RunSteps:
         runs: RunsConfig,
         checkpoints: CheckpointStore,
         jobs: JobRunner,
-        documents: DocumentStore,
+        documents: RunDocuments,
         *,
         commits: Callable[[], CommitService] | None = None,
         mapping_policy: Callable[[str], TablePolicy] | None = None,
