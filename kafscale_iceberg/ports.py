@@ -132,8 +132,11 @@ class TableCommitter(Protocol):
         """Rows of `table` whose `offset` is greater than `after[partition]` (what a reset would delete)."""
         ...
 
-    def field_ids(self, table: str) -> TableFieldIds:
-        """The table's top-level column ids and its last assigned column id (`TableMissingError`)."""
+    def field_ids(self, table: str, current: TableState | None = None) -> TableFieldIds:
+        """The table's top-level column ids and its last assigned column id (`TableMissingError`).
+
+        `current`: the table's state as just read or committed, used without loading the table again.
+        """
         ...
 
 

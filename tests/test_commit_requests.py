@@ -20,7 +20,7 @@ from kafscale_iceberg.services.commit import CommitService, TablePolicy
 from tests.support.iceberg_runs import RunFactory
 from tests.support.moto import MotoEndpoint
 
-TABLE = "lake.orders"
+TABLE, DLQ = "lake.orders", "lake.orders__dlq"
 
 
 @pytest.fixture
@@ -29,31 +29,45 @@ def proxy(moto_server: MotoEndpoint) -> Iterator[LatencyProxy]:
         yield started
 
 
-def test_a_commit_step_loads_the_table_once_and_puts_each_metadata_file_in_one_request(
-    moto_server: MotoEndpoint, proxy: LatencyProxy, tmp_path: Path
-) -> None:
-    bucket = moto_server.new_bucket()
+def _tables_on_s3(moto_server: MotoEndpoint, proxy: LatencyProxy, tmp_path: Path) -> IcebergTableCommitter:
+    """A SQLite catalog whose warehouse is in a fresh bucket, reached through the proxy."""
     settings = CatalogSettings(
         type="sql",
         uri=f"sqlite:///{tmp_path}/catalog.db",
-        warehouse=f"s3://{bucket}/warehouse",
+        warehouse=f"s3://{moto_server.new_bucket()}/warehouse",
         s3_endpoint=proxy.url,
         s3_region=moto_server.region,
         s3_path_style=True,
     )
-    tables = IcebergTableCommitter(load_iceberg_catalog(settings))
+    return IcebergTableCommitter(load_iceberg_catalog(settings))
+
+
+def _claim(store: SqliteCheckpointStore, topic: str, run_id: str) -> LeaseGrant:
+    lease = store.claim_lease(topic, owner_id="test", run_id=run_id)
+    assert isinstance(lease, LeaseGrant)
+    return lease
+
+
+def _requests(proxy: LatencyProxy, since: int) -> list[list[str]]:
+    """`[method, path]` of each request since the `since`-th line (a body's chunk sizes left out)."""
+    return [line.split(" ")[:2] for line in proxy.request_lines[since:] if " HTTP/1.1" in line]
+
+
+def test_a_commit_step_loads_the_table_once_and_puts_each_metadata_file_in_one_request(
+    moto_server: MotoEndpoint, proxy: LatencyProxy, tmp_path: Path
+) -> None:
+    tables = _tables_on_s3(moto_server, proxy, tmp_path)
     runs = RunFactory(tmp_path, table=TABLE)
     plan = runs.plan({0: (-1, 9), 1: (-1, 4)})
     result = runs.result(plan, files_per_partition=2)  # data files local: only metadata goes to S3
     tables.ensure_table(TableSpec(TABLE, table_fields(plan.conversion.columns), create_if_missing=True))
     store = SqliteCheckpointStore(tmp_path / "checkpoints.db")
-    lease = store.claim_lease(plan.topic, owner_id="test", run_id=plan.run_id)
-    assert isinstance(lease, LeaseGrant)
+    lease = _claim(store, plan.topic, plan.run_id)
     before = len(proxy.request_lines)
 
     outcome = CommitService(tables, store).commit_run(plan, result, lease, TablePolicy())
 
-    requests = [line.split(" ")[:2] for line in proxy.request_lines[before:] if " HTTP/1.1" in line]
+    requests = _requests(proxy, before)
     metadata_reads = [
         path for method, path in requests if method == "GET" and path.endswith(".metadata.json")
     ]
@@ -64,3 +78,28 @@ def test_a_commit_step_loads_the_table_once_and_puts_each_metadata_file_in_one_r
     assert not [path for method, path in requests if method == "POST"], requests  # no multipart upload
     assert len(puts) == 3, requests  # manifest, manifest list, metadata JSON
     assert not [path for method, path in requests if "list-type" in path], requests  # no existence check
+
+
+def test_the_field_ids_recorded_after_a_commit_come_from_the_tables_it_read_and_made(
+    moto_server: MotoEndpoint, proxy: LatencyProxy, tmp_path: Path
+) -> None:
+    """What the commit step writes to `field-ids.json` right after committing (`RunSteps`): the
+    versions the commit read or made serve, no table is loaded again, and the ids are the tables'."""
+    tables = _tables_on_s3(moto_server, proxy, tmp_path)
+    runs = RunFactory(tmp_path, table=TABLE, dead_letter_table=DLQ)
+    plan = runs.plan({0: (-1, 9)})
+    store = SqliteCheckpointStore(tmp_path / "checkpoints.db")
+    service = CommitService(tables, store)
+    outcome = service.commit_run(
+        plan,
+        runs.result(plan, dead_letters={0: [4]}),
+        _claim(store, plan.topic, plan.run_id),
+        TablePolicy(create_table_if_missing=True),
+    )
+    before = len(proxy.request_lines)
+
+    recorded = service.field_ids((TABLE, DLQ), outcome.states)
+
+    assert _requests(proxy, before) == []
+    assert recorded == service.field_ids((TABLE, DLQ))  # loaded
+    assert [t.identifier for t in recorded.tables] == [TABLE, DLQ]

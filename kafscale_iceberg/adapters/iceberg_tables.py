@@ -250,9 +250,9 @@ class IcebergTableCommitter(CatalogTableAccess):
     """Creates, evolves and commits to Iceberg tables in one catalog (the `TableCommitter` port).
 
     `describe` names the catalog in errors (type and URI, no secret). The last version of each table
-    `read_state` loaded is kept, so the `ensure_table` and `commit` that follow in the same commit
-    step build on it instead of loading the table again (each load is a catalog call and a metadata
-    GET); a state of any other version loads the table.
+    `read_state` loaded or `commit` made is kept, so the `ensure_table`, `commit` and `field_ids`
+    that follow in the same commit step, given that state, use it instead of loading the table again
+    (each load is a catalog call and a metadata GET); a state of any other version loads the table.
     """
 
     def __init__(self, catalog: Catalog, *, describe: str = "") -> None:
@@ -359,7 +359,8 @@ class IcebergTableCommitter(CatalogTableAccess):
         return _state_of(loaded, table, topic)
 
     def _version_read(self, state: TableState | None) -> Table | None:
-        """The table exactly as `state` was read, when it was the last version `read_state` loaded."""
+        """The table exactly as `state` was read, when it was the last version this adapter loaded
+        (`read_state`) or committed."""
         if state is None or state.version is None:
             return None
         table = self._read.get(state.table)
@@ -468,11 +469,13 @@ class IcebergTableCommitter(CatalogTableAccess):
             raise CommitOutcomeUnknownError(
                 expected.table, commit.run_id, f"{type(exc).__name__}: {exc}"
             ) from exc
+        self._read[expected.table] = committed
         return _state_of(committed, expected.table, commit.topic)
 
-    def field_ids(self, table: str) -> TableFieldIds:
-        """The table's top-level column ids and `last-column-id`. Raises like `read_state`."""
-        metadata = self._load(table).metadata
+    def field_ids(self, table: str, current: TableState | None = None) -> TableFieldIds:
+        """The table's top-level column ids and `last-column-id`, from the version `current` was read
+        or committed as when this adapter holds it, else loaded. Raises like `read_state`."""
+        metadata = (self._version_read(current) or self._load(table)).metadata
         return TableFieldIds(
             identifier=table,
             field_ids=_top_level_ids(metadata.schema()),

@@ -59,6 +59,7 @@ from kafscale_iceberg.services.verified_commit import (
     DEFAULT_COMMIT_ATTEMPTS,
     CommitRetry,
     TableWrite,
+    Written,
     commit_verified,
     read_state_if_exists,
     read_state_or_empty,
@@ -104,6 +105,8 @@ class CommitOutcome:
     offsets_written: Mapping[int, int] = field(default_factory=dict)
     """What this call wrote to the checkpoint store (empty when it already agreed)."""
     lease_released: bool = False
+    states: Mapping[str, TableState] = field(default_factory=dict)
+    """The states this call read or committed last, by table (what `field_ids` may use)."""
 
 
 @dataclass(frozen=True)
@@ -321,6 +324,7 @@ class CommitService:
         standing = data.verify(main)
 
         table_committed = dead_letter_committed = False
+        states: dict[str, TableState] = {}
         if standing is Standing.READY:
             dead_letters = None
             if result.dead_letter_files or quarantined:
@@ -329,7 +333,9 @@ class CommitService:
             # Quarantined ranges go to the dead-letter table's marker even without files, so a replay
             # finds them listed in both tables.
             if dead_letters is not None:
-                dead_letter_committed = self._commit_dead_letters(*dead_letters)
+                dead_letter = self._commit_dead_letters(*dead_letters)
+                states[dead_letter.state.table] = dead_letter.state
+                dead_letter_committed = dead_letter.committed
             written = commit_verified(self._tables, data, self._retry, known=main)
             main, table_committed = written.state, written.committed
         else:
@@ -361,6 +367,7 @@ class CommitService:
             offsets=offsets,
             offsets_written=written_offsets,
             lease_released=released,
+            states={**states, main.table: main},
         )
 
     def _check_dead_letters(
@@ -375,10 +382,10 @@ class CommitService:
             write.verify(state)
         return write, state
 
-    def _commit_dead_letters(self, write: DeadLetterTableWrite, state: TableState | None) -> bool:
+    def _commit_dead_letters(self, write: DeadLetterTableWrite, state: TableState | None) -> Written:
         spec = TableSpec(identifier=write.table, fields=DEAD_LETTER_FIELDS, create_if_missing=True)
         self._tables.ensure_table(spec, current=state)
-        return commit_verified(self._tables, write, self._retry, known=state).committed
+        return commit_verified(self._tables, write, self._retry, known=state)
 
     def _advance_store(
         self, lease: LeaseGrant, result: RunResult, targets: Mapping[int, int], ends: Mapping[int, int]
@@ -453,12 +460,15 @@ class CommitService:
             )
         return reconciliation
 
-    def field_ids(self, tables: tuple[str, ...]) -> TopicFieldIds:
-        """The field ids of those of `tables` that exist (what the launcher plans the next files with)."""
+    def field_ids(
+        self, tables: tuple[str, ...], states: Mapping[str, TableState] | None = None
+    ) -> TopicFieldIds:
+        """The field ids of those of `tables` that exist (what the launcher plans the next files with);
+        `states` (a `CommitOutcome`'s) spare loading the tables they were read or committed as."""
         known: list[TableFieldIds] = []
         for table in tables:
             try:
-                known.append(self._tables.field_ids(table))
+                known.append(self._tables.field_ids(table, (states or {}).get(table)))
             except TableMissingError:
                 continue
         return TopicFieldIds(tables=tuple(known))

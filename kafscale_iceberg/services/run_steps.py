@@ -153,7 +153,7 @@ class RunSteps:
             self._record_field_ids(plan)  # so the next attempt is planned with the table's ids
             raise
         if outcome.table_committed or outcome.dead_letter_committed or not self._field_ids_recorded(plan):
-            self._record_field_ids(plan)
+            self._record_field_ids(plan, outcome)
         logger.info(
             "run committed",
             extra={
@@ -188,9 +188,13 @@ class RunSteps:
             return claimed
         return ticket.grant
 
-    def _record_field_ids(self, plan: RunPlan) -> None:
-        """Write `field-ids.json` for the plan's topic from its tables' schemas. Idempotent."""
-        known = self._commit_service().field_ids((plan.table.identifier, plan.dead_letter_table.identifier))
+    def _record_field_ids(self, plan: RunPlan, outcome: CommitOutcome | None = None) -> None:
+        """Write `field-ids.json` for the plan's topic from its tables' schemas (those the commit just
+        read or made, without loading them again). Idempotent."""
+        known = self._commit_service().field_ids(
+            (plan.table.identifier, plan.dead_letter_table.identifier),
+            None if outcome is None else outcome.states,
+        )
         uri = field_ids_uri(self._runs.location, plan.topic)
         self._documents.write_text(uri, known.model_dump_json())
 
