@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 from aws_lambda_powertools import Metrics
-from kafscale_iceberg.local.runtime import MetricsObserver
 from prometheus_client.parser import text_string_to_metric_families
 
 from kafscale_iceberg.assembly import Assembly
@@ -28,6 +27,7 @@ from kafscale_iceberg.exceptions import (
     SegmentIncompleteError,
 )
 from kafscale_iceberg.local.pipeline import Pipeline
+from kafscale_iceberg.local.wiring import MetricsObserver
 from kafscale_iceberg.metrics import (
     ALL_METRICS,
     EMF_NAMESPACE,
