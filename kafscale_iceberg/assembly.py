@@ -356,11 +356,11 @@ class Assembly:
         mapping = self.config.mapping_for(topic)
         return TablePolicy() if mapping is None else TablePolicy.from_mapping(mapping)
 
-    def run_steps(self, *, with_commits: bool) -> RunSteps:
-        """The run steps on EMR Serverless; `with_commits` loads the catalog (the commit function only)."""
-        return self.make_run_steps(self.emr_runner, with_commits=with_commits)
+    def run_steps(self) -> RunSteps:
+        """The run steps on EMR Serverless (the catalog is loaded by the commit step only)."""
+        return self.make_run_steps(self.emr_runner)
 
-    def make_run_steps(self, jobs: JobRunner, *, with_commits: bool) -> RunSteps:
+    def make_run_steps(self, jobs: JobRunner) -> RunSteps:
         """The run steps over `jobs` (EMR Serverless, or local Spark)."""
         from kafscale_iceberg.services.run_steps import RunSteps  # noqa: PLC0415
 
@@ -369,6 +369,6 @@ class Assembly:
             self.checkpoints,
             jobs,
             self.documents,
-            commits=self.commits if with_commits else None,
+            commits=lambda: self.commits,
             mapping_policy=self.table_policy,
         )

@@ -63,3 +63,4 @@ def test_a_commit_step_loads_the_table_once_and_puts_each_metadata_file_in_one_r
     assert len(metadata_reads) == 2, requests
     assert not [path for method, path in requests if method == "POST"], requests  # no multipart upload
     assert len(puts) == 3, requests  # manifest, manifest list, metadata JSON
+    assert not [path for method, path in requests if "list-type" in path], requests  # no existence check

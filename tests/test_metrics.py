@@ -27,7 +27,7 @@ from kafscale_iceberg.exceptions import (
     SegmentIncompleteError,
 )
 from kafscale_iceberg.local.pipeline import Pipeline
-from kafscale_iceberg.local.runtime import MetricsObserver
+from kafscale_iceberg.local.wiring import MetricsObserver
 from kafscale_iceberg.metrics import (
     ALL_METRICS,
     EMF_NAMESPACE,

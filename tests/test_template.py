@@ -109,7 +109,7 @@ NOT_SET_BY_THE_TEMPLATE = {
 }
 # Set by the template for a library the functions ship, not read by this package's code.
 READ_BY_LIBRARIES = {"POWERTOOLS_LOG_LEVEL": "aws_lambda_powertools"}
-# The one-machine runtime and the Spark job do not run in Lambda.
+# The one-machine loop and the Spark job do not run in Lambda.
 NOT_LAMBDA_CODE = ("kafscale_iceberg/local/",)
 
 

@@ -88,10 +88,6 @@ class S3SegmentStore:
             raise _translate(exc, self.bucket, key) from exc
         return True
 
-    def get_bytes(self, key: str) -> bytes:
-        """The whole object. Raises `SegmentObjectMissingError` when it does not exist."""
-        return self._get(key)
-
     def list_topics(self) -> list[str]:
         """Topics present under the namespace (one delimiter listing)."""
         ns = self.namespace.strip("/")

@@ -1,4 +1,4 @@
-"""SQS with boto3: the FIFO work queue, and receiving from a queue (the one-machine runtime)."""
+"""SQS with boto3: the FIFO work queue, and receiving from a queue (the one-machine loop)."""
 
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ class SqsWorkQueue:
 
 
 class SqsReceiver:
-    """Long-polls a queue for messages and deletes them once handled (the one-machine runtime)."""
+    """Long-polls a queue for messages and deletes them once handled (the one-machine loop)."""
 
     def __init__(self, client: SQSClient, queue_url: str) -> None:
         self._sqs = client

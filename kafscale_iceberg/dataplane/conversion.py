@@ -344,15 +344,3 @@ def _column(records: pa.Table, name: str) -> pa.Array:
     if column.num_chunks == 1:
         return column.chunk(0)
     return column.combine_chunks()
-
-
-def _json_kind(document: object) -> str:
-    if isinstance(document, list):
-        return "array"
-    if isinstance(document, str):
-        return "string"
-    if isinstance(document, bool):
-        return "boolean"
-    if document is None:
-        return "null"
-    return "number"

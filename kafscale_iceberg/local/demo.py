@@ -44,7 +44,7 @@ from kafscale_iceberg.local.embedded import (
     start_moto,
 )
 from kafscale_iceberg.local.pipeline import Pipeline
-from kafscale_iceberg.local.runtime import ProgressPrinter, open_pipeline
+from kafscale_iceberg.local.wiring import ProgressPrinter, open_pipeline
 from kafscale_iceberg.segments.decode import Record
 from kafscale_iceberg.segments.encode import build_segment, encode_record_batch
 from kafscale_iceberg.segments.keys import SegmentObjectKind, format_segment_key

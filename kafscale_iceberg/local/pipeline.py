@@ -223,7 +223,7 @@ class Pipeline:
         self.stopping = threading.Event()
         self.launcher: Launcher = assembly.make_launcher(self._starter, repair_from_table=True)
         self.reconciler: Reconciler = assembly.make_reconciler(self._inbox, self._starter)
-        self.steps: RunSteps = assembly.make_run_steps(runner, with_commits=True)
+        self.steps: RunSteps = assembly.make_run_steps(runner)
         self._router: Router | None = None
         self._receiver: SqsReceiver | None = None
         self._outage_backoff_s = outage_backoff_s

@@ -120,12 +120,6 @@ class LocalSparkJobRunner:
             return False
         return True
 
-    @property
-    def description(self) -> str:
-        """One line naming how jobs run (for logs and the progress display)."""
-        mode = "warm session" if self.keep_session_warm else "spark-submit per run"
-        return f"local Spark {self.master} ({mode})"
-
     # -- lifecycle ---------------------------------------------------------------------------------
 
     def warm_up(self) -> float:

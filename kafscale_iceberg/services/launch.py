@@ -61,7 +61,7 @@ from kafscale_iceberg.domain.tickets import (
     OUTCOME_NAME,
     PLAN_NAME,
     RESULT_NAME,
-    RunOutcome,
+    FailedAttempt,
     RunTicket,
     join_uri,
     run_document_uri,
@@ -369,7 +369,7 @@ class Launcher:
 
     def _record_lost_attempt(self, topic: str, run_id: str, attempt: int, reason: str) -> None:
         """Record an attempt whose steps died unrecorded, so the range moves to the next attempt."""
-        outcome = RunOutcome(
+        outcome = FailedAttempt(
             status="lost", reason=reason, attempt=attempt, ended_at_ms=int(self._clock() * 1000)
         )
         uri = run_document_uri(self._config.runs.location, topic, run_id, OUTCOME_NAME)

@@ -56,7 +56,7 @@ class ResetWrite(TableWrite):
         """COMMITTED when the table records the new offsets already; `OffsetResetRefusedError` when the
         reset would cut a quarantined range. READY renews the lease (a delete may rewrite files for a
         while), so `LeaseLostError` stops the reset before its commit."""
-        if records_offsets(state, self.offsets):
+        if is_at_offsets(state, self.offsets):
             return Standing.COMMITTED
         refuse_cut_ranges(self.table, self.topic, state.marker.quarantined, self.offsets)
         self.checkpoints.renew_lease(self.lease)
@@ -178,7 +178,7 @@ class OffsetReset:
             return None
 
 
-def records_offsets(state: TableState, offsets: Mapping[int, int]) -> bool:
+def is_at_offsets(state: TableState, offsets: Mapping[int, int]) -> bool:
     """True when the table records exactly `offsets` for their partitions (a reset already made)."""
     recorded = state.marker.offsets
     return recorded is not None and all(recorded.get(p, NO_OFFSET) == o for p, o in offsets.items())

@@ -16,7 +16,7 @@ Every step is idempotent: a rerun after a crash at any point deletes nothing mor
 same state. Refused before anything is written: a range whose first segments are gone from S3
 (deleted rows could not be re-ingested), and a reset point inside a quarantined segment's range.
 
-Without a work queue (the one-machine runtime) nothing is enqueued: `kafscale-iceberg run` finds
+Without a work queue (the one-machine loop) nothing is enqueued: `kafscale-iceberg run` finds
 pending segments by polling, and the rewound offsets are all it needs.
 """
 
@@ -148,7 +148,7 @@ class ReplayOutcome:
     enqueued: int
     """Work items put on the work queue (0 without one)."""
     work_queue: bool
-    """Whether a work queue is configured (False: the one-machine runtime)."""
+    """Whether a work queue is configured (False: the one-machine loop)."""
     nonce: str
     reset_done: bool = False
     """True when committed offsets were rewound (and the rows after them deleted)."""

@@ -7,8 +7,8 @@ up a run where another left it.
 - `start_job`: starts the Spark job, idempotently (the run id is EMR's `clientToken`).
 - `watch`: one look at the job and one lease renewal. A lost lease cancels the job: another run may
   already hold the topic, and this one must not commit.
-- `commit`: reads the run's plan and result and hands them to the commit step (`CommitService`): one
-  Iceberg snapshot per table, offsets, lease release. A failed result is refused (the run aborts).
+- `commit_run`: reads the run's plan and result and hands them to the commit step (`CommitService`):
+  one Iceberg snapshot per table, offsets, lease release. A failed result is refused (the run aborts).
 - `abort`: cancels the run's job (a no-op for a finished one), records the run's outcome beside its
   plan (so the next plan of the same range uses the next attempt) with where the run wrote files,
   releases the lease if still ours, and says how long to wait before re-signalling the topic and
@@ -27,7 +27,7 @@ from kafscale_iceberg.domain.field_ids import field_ids_uri
 from kafscale_iceberg.domain.jobs import JobState, JobStatus
 from kafscale_iceberg.domain.leases import LeaseGrant
 from kafscale_iceberg.domain.runs import FailureKind, RunPlan, RunResult
-from kafscale_iceberg.domain.tickets import OUTCOME_NAME, RunOutcome, RunTicket, run_document_uri
+from kafscale_iceberg.domain.tickets import OUTCOME_NAME, FailedAttempt, RunTicket, run_document_uri
 from kafscale_iceberg.exceptions import (
     DocumentMissingError,
     FieldIdMismatchError,
@@ -74,7 +74,12 @@ class AbortResult:
 
 
 class RunSteps:
-    """Watch and abort (see the module docstring)."""
+    """A launched run's steps: start its job, watch it, commit the run or abort it (see the module
+    docstring).
+
+    `commits` builds the commit service on first use (only the commit step loads the catalog, and
+    with it pyiceberg and pyarrow).
+    """
 
     def __init__(
         self,
@@ -83,7 +88,7 @@ class RunSteps:
         jobs: JobRunner,
         documents: RunDocuments,
         *,
-        commits: CommitService | None = None,
+        commits: Callable[[], CommitService] | None = None,
         mapping_policy: Callable[[str], TablePolicy] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -132,23 +137,18 @@ class RunSteps:
             return WatchResult(status, lease_lost=True)
         return WatchResult(status)
 
-    def commit(self, ticket: RunTicket) -> CommitOutcome:
+    def commit_run(self, ticket: RunTicket) -> CommittedRun:
         """Commit the run's result exactly once (see `CommitService.commit_run`). Idempotent.
 
-        Raises `RunNotCommittableError` for a failed or foreign result: the run is then aborted.
+        Returns the plan and result read for it too (for `metrics.record_commit`). Raises
+        `RunNotCommittableError` for a failed or foreign result: the run is then aborted.
         """
-        return self.commit_run(ticket).outcome
-
-    def commit_run(self, ticket: RunTicket) -> CommittedRun:
-        """`commit`, returning the plan and result read for it too (for `metrics.record_commit`)."""
-        if self._commits is None:
-            raise ValueError("this RunSteps was built without a commit service")
         plan = RunPlan.model_validate_json(self._documents.read_text(ticket.plan_uri))
         result = RunResult.model_validate_json(self._documents.read_text(plan.result_uri))
         policy = self._mapping_policy(ticket.topic) if self._mapping_policy else None
         grant = self._hold_or_reclaim(ticket)
         try:
-            outcome = self._commits.commit_run(plan, result, grant, policy)
+            outcome = self._commit_service().commit_run(plan, result, grant, policy)
         except FieldIdMismatchError:
             self._record_field_ids(plan)  # so the next attempt is planned with the table's ids
             raise
@@ -190,10 +190,14 @@ class RunSteps:
 
     def _record_field_ids(self, plan: RunPlan) -> None:
         """Write `field-ids.json` for the plan's topic from its tables' schemas. Idempotent."""
-        assert self._commits is not None
-        known = self._commits.field_ids((plan.table.identifier, plan.dead_letter_table.identifier))
+        known = self._commit_service().field_ids((plan.table.identifier, plan.dead_letter_table.identifier))
         uri = field_ids_uri(self._runs.location, plan.topic)
         self._documents.write_text(uri, known.model_dump_json())
+
+    def _commit_service(self) -> CommitService:
+        if self._commits is None:
+            raise ValueError("these run steps were built without a commit service")
+        return self._commits()
 
     def _field_ids_recorded(self, plan: RunPlan) -> bool:
         return self._documents.exists(field_ids_uri(self._runs.location, plan.topic))
@@ -205,7 +209,7 @@ class RunSteps:
         if ticket.job_id is not None:
             self._cancel_abandoned(ticket.topic, ticket.run_id, ticket.job_id)
         plan = self._read_plan(ticket)
-        outcome = RunOutcome(
+        outcome = FailedAttempt(
             status="aborted",
             reason=reason,
             attempt=ticket.attempt,
