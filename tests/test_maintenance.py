@@ -303,7 +303,7 @@ def test_files_a_reset_rewrites_land_in_its_run_folder_and_are_cleaned_once_no_s
     world = World(tmp_path, orphan_grace="10m", snapshot_retention=0, keep_snapshots=1)
     world.produce(3)  # shared files: a reset of partition 2 rewrites files holding the others' rows
     before = {f.file_path for f in world.files()}
-    commits, checkpoints = world.assembly.commits, world.assembly.checkpoints
+    commits, checkpoints = world.assembly.offset_reset, world.assembly.checkpoints
 
     def reset(run_id: str, offset: int) -> set[str]:
         grant = checkpoints.claim_lease(TOPIC, owner_id="replay", run_id=run_id)
@@ -400,8 +400,8 @@ def test_a_spark_compaction_job_racing_a_commit_is_committed_by_the_next_pass_wi
 def test_a_spark_compaction_result_that_does_not_match_its_job_is_not_committed(
     world: World, local_runner: Any
 ) -> None:
-    from kafscale_iceberg.adapters.iceberg_maintenance import CompactionResultError
     from kafscale_iceberg.domain.compaction_jobs import CompactionJob, CompactionJobResult
+    from kafscale_iceberg.exceptions import CompactionResultError
 
     world.produce(2)
     service = _spark_service(world, local_runner, compaction_wait_seconds=0)

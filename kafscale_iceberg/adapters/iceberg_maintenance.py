@@ -63,6 +63,7 @@ from kafscale_iceberg.domain.maintenance import (
     snapshots_to_expire,
 )
 from kafscale_iceberg.exceptions import (
+    CompactionResultError,
     KafscaleIcebergError,
     TableMissingError,
 )
@@ -537,10 +538,6 @@ def _single_attempt(table: Table) -> Table:
 _SHAREABLE_IO_PROPERTIES = frozenset(
     {"py-io-impl", "s3.endpoint", "s3.region", "s3.force-virtual-addressing", "s3.path-style-access"}
 )
-
-
-class CompactionResultError(KafscaleIcebergError):
-    """A compaction job's result does not match its job (another job's, failed, rows differ)."""
 
 
 def new_compaction_id() -> str:

@@ -9,11 +9,7 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from kafscale_iceberg.exceptions import TransientError
-
-
-class LambdaInvokeError(TransientError):
-    """The function could not be invoked (throttled, unreachable, refused); the schedule still runs it."""
+from kafscale_iceberg.exceptions import LambdaInvokeError
 
 
 class AsyncLambdaInvoker:

@@ -32,13 +32,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def maintain_command(args: argparse.Namespace) -> int:
     """Maintain the tables once; 0 when done (errors end the command with 1)."""
-    from kafscale_iceberg.assembly import Assembly, load_config_from  # noqa: PLC0415
+    from kafscale_iceberg.assembly import Assembly  # noqa: PLC0415
+    from kafscale_iceberg.config import load_config_from  # noqa: PLC0415
 
     config = load_config_from(args.config)
     assembly = Assembly(config)
     if config.maintenance.compaction_engine == "spark" and config.runner.type == "local" and not args.dry_run:
         # One machine: the compaction job runs on local Spark, as `run`'s runs do.
-        from kafscale_iceberg.local.runtime import maintenance_service, make_runner  # noqa: PLC0415
+        from kafscale_iceberg.local.wiring import maintenance_service, make_runner  # noqa: PLC0415
 
         runner = make_runner(assembly)
         try:
