@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from kafscale_iceberg.domain.runs import RunPlan, RunResult
     from kafscale_iceberg.ports import (
         CheckpointStore,
+        CompactionJobRunner,
         JobRunner,
         MetadataSource,
         RunStarter,
@@ -35,7 +36,6 @@ if TYPE_CHECKING:
         WorkQueue,
     )
     from kafscale_iceberg.services.commit import CommitService, TablePolicy
-    from kafscale_iceberg.services.compaction_jobs import CompactionJobRunner
     from kafscale_iceberg.services.compaction_trigger import MaintenanceTrigger
     from kafscale_iceberg.services.discovery import TopicDiscovery
     from kafscale_iceberg.services.launch import Launcher

@@ -24,8 +24,7 @@ from kafscale_iceberg.exceptions import JavaMissingError
 from kafscale_iceberg.local.pipeline import Pipeline, PipelineObserver, RunEnd, RunReport
 from kafscale_iceberg.local.spark_runner import LocalSparkJobRunner
 from kafscale_iceberg.metrics import MetricsSink, record_abort, record_commit, record_error, record_status
-from kafscale_iceberg.ports import JobRunner
-from kafscale_iceberg.services.compaction_jobs import CompactionJobRunner
+from kafscale_iceberg.ports import CompactionJobRunner, JobRunner
 
 if TYPE_CHECKING:
     from kafscale_iceberg.services.maintenance import MaintenanceSchedule, MaintenanceService

@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from kafscale_iceberg.config import KafscaleConfig, MappingConfig
 from kafscale_iceberg.domain.compaction_jobs import (
@@ -37,50 +37,9 @@ from kafscale_iceberg.domain.compaction_jobs import (
 from kafscale_iceberg.domain.jobs import JobState, JobStatus
 from kafscale_iceberg.domain.maintenance import CompactionOutcome, TableHealth
 from kafscale_iceberg.exceptions import KafscaleIcebergError, TransientError
+from kafscale_iceberg.ports import CompactionJobRunner, CompactionJobTables, JobDocuments
 
 logger = logging.getLogger(__name__)
-
-
-@runtime_checkable
-class CompactionJobRunner(Protocol):
-    """Runs compaction jobs (adapters: `EmrServerlessJobRunner`, `LocalSparkJobRunner`)."""
-
-    def start_compaction(self, job: CompactionJob, job_uri: str) -> str: ...
-
-    def status(self, job_id: str) -> JobStatus: ...
-
-
-class CompactionJobTables(Protocol):
-    """The table side of a Spark compaction (adapter: `IcebergTableMaintainer`)."""
-
-    def plan_compaction(
-        self, table: str, *, small_file_bytes: int, min_small_files: int, max_bytes: int
-    ) -> Any: ...
-
-    def compaction_job(
-        self,
-        plan: Any,
-        *,
-        job_id: str,
-        data_prefix: str,
-        target_file_size_bytes: int,
-        result_uri: str,
-        started_ms: int,
-    ) -> CompactionJob: ...
-
-    def commit_compaction_job(
-        self, job: CompactionJob, result: CompactionJobResult, *, now_ms: int
-    ) -> CompactionOutcome: ...
-
-
-class JobDocuments(Protocol):
-    """Reads and writes the job documents (adapter: `DocumentStore`)."""
-
-    def read_text(self, uri: str) -> str: ...
-
-    def write_text(self, uri: str, text: str) -> None: ...
-
-    def exists(self, uri: str) -> bool: ...
 
 
 class SparkCompaction:

@@ -14,17 +14,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Protocol
 
 from kafscale_iceberg.config import KafscaleConfig
+from kafscale_iceberg.ports import FileCounts
 
 logger = logging.getLogger(__name__)
-
-
-class FileCounts(Protocol):
-    """A table's file counts (adapter: `IcebergTableMaintainer.file_counts`)."""
-
-    def file_counts(self, table: str) -> tuple[int, int]: ...
 
 
 class SmallFileTrigger:
