@@ -710,12 +710,14 @@ def build_box(
     default_session.events.register("before-call", recorder.hook)
     async_invokes: list[tuple[str, dict[str, Any]]] = []
 
-    def queue_async_invoke(context: dict[str, Any], **_: Any) -> Any:
-        """A function's `Invoke` with `InvocationType=Event`: queued for `pump` (Lambda's event
-        queue), answered 202 as Lambda does; other invocations go on to moto."""
+    def queue_async_invoke(model: Any, context: dict[str, Any], request_signer: Any = None, **_: Any) -> Any:
+        """A function's `Invoke` with `InvocationType=Event`: recorded for IAM (this answer stops
+        the other `before-call` handlers), queued for `pump` (Lambda's event queue), answered 202 as
+        Lambda does; other invocations go on to moto."""
         params = context.get("aws_box_params", {})
         if params.get("InvocationType") != "Event":
             return None
+        recorder.hook(model, context, request_signer)
         async_invokes.append((params["FunctionName"], json.loads(params.get("Payload") or b"{}")))
         return SimpleNamespace(status_code=202, headers={}), {"StatusCode": 202}
 
