@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from kafscale_iceberg.domain.anomalies import OffsetAnomalies, offset_anomalies
 from kafscale_iceberg.domain.commits import (
     QuarantinedRange,
     Reconciliation,
@@ -242,6 +243,7 @@ class CommitService:
                 quarantined=quarantined,
                 store=store,
                 conversion_failures=result.counts.conversion_failures,
+                anomalies=offset_anomalies(result),
             )
         else:
             logger.info("run already in the table; commit skipped", extra={"run_id": run_id, "topic": topic})
@@ -311,6 +313,7 @@ class CommitService:
         quarantined: tuple[QuarantinedRange, ...],
         store: Mapping[int, int] | None,
         conversion_failures: Mapping[str, int] | None = None,
+        anomalies: OffsetAnomalies | None = None,
     ) -> tuple[TableState, bool]:
         """Commit to one table unless it holds the run already; verify the state before every attempt.
 
@@ -352,6 +355,7 @@ class CommitService:
                 quarantined=quarantined,
                 field_ids=_planned_field_ids(plan, identifier),
                 conversion_failures=dict(conversion_failures or {}),
+                anomalies=anomalies or OffsetAnomalies(),
             )
             try:
                 after = self._tables.commit(state, commit)
