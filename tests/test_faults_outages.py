@@ -15,15 +15,18 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from uuid import uuid4
 
 import pytest
 import yaml
 from pyspark.sql import SparkSession
 
 from kafscale_iceberg.assembly import Assembly
+from kafscale_iceberg.domain.commits import TableCommit, TableState
 from kafscale_iceberg.domain.runs import RunPlan
 from kafscale_iceberg.local.embedded import free_port
 from kafscale_iceberg.local.pipeline import Pipeline
+from kafscale_iceberg.local.spark_runner import LocalSparkJobRunner
 from tests.support.moto import MotoEndpoint
 from tests.support.outages import RestartableEtcd, TcpProxy
 from tests.test_faults import TOPIC, World
@@ -248,3 +251,99 @@ def _wait(condition: Callable[[], bool], process: subprocess.Popen[str], what: s
             pass
         time.sleep(0.3)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+class FailingCommits:
+    """The real table committer; its first `commit` raises `error` (nothing written) instead."""
+
+    def __init__(self, inner: Any, error: Exception) -> None:
+        self._inner, self._error = inner, error
+        self.raised = threading.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def commit(self, expected: TableState, commit: TableCommit) -> TableState:
+        if not self.raised.is_set():
+            self.raised.set()
+            raise self._error
+        return self._inner.commit(expected, commit)
+
+
+def _sqlite_world(moto: MotoEndpoint, tmp_path: Path) -> World:
+    return World(moto, tmp_path, {"offsets": {"backend": "sqlite", "sqlite_path": str(tmp_path / "ck.db")}})
+
+
+def _failing_process(world: World, error: Exception) -> tuple[Pipeline, FailingCommits]:
+    """A fresh process (as `World.process`) whose first table commit raises `error`."""
+    assembly = Assembly(world.config, owner_id=f"process-{uuid4().hex[:6]}")
+    if world.runner is None:
+        world.runner = LocalSparkJobRunner(master="local[2]", s3=assembly.s3_settings)
+    commits = FailingCommits(assembly.tables, error)
+    assembly.__dict__["tables"] = commits  # cached_property: every service gets the failing one
+    return Pipeline(assembly, world.runner, watch_interval_s=0.1, outage_backoff_s=(0.2, 1.0)), commits
+
+
+def test_run_stops_on_a_defect_instead_of_staying_up_not_ready(
+    moto_server: MotoEndpoint, tmp_path: Path, spark: SparkSession
+) -> None:
+    """Issue 12 §2: only outages are ridden out. A defect (here an AttributeError in the commit) used to
+    keep `run` alive and not ready forever, retrying the same bug; now the run in flight is abandoned
+    (lease released), the loop ends with the error, and a fresh process commits everything once."""
+    world = _sqlite_world(moto_server, tmp_path)
+    world.put(0, 8)
+    pipeline, commits = _failing_process(
+        world, AttributeError("'NoneType' object has no attribute 'offsets'")
+    )
+
+    ended: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            pipeline.run_forever()
+        except BaseException as exc:
+            ended.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(timeout=180)
+    if thread.is_alive():  # the old behaviour: alive and not ready, retrying the defect
+        pipeline.stop()
+        thread.join(timeout=120)
+        pytest.fail(f"run kept going after a defect; health: {pipeline.health.state()}")
+    assert commits.raised.is_set()
+    (error,) = ended
+    assert isinstance(error, AttributeError)
+
+    ready, reason = pipeline.health.state()
+    assert not ready
+    assert reason.startswith("stopped: AttributeError")
+    assert Assembly(world.config, owner_id="look").checkpoints.read_lease_holder(TOPIC) is None
+    summary = world.process().run_once()
+    assert summary.ok, summary
+    world.check_exactly_once()
+
+
+def test_run_rides_out_a_foreign_connection_error_and_run_once_names_it(
+    moto_server: MotoEndpoint, tmp_path: Path, spark: SparkSession
+) -> None:
+    """The other side: a connection reset no adapter translated is an outage - ridden out by `run`,
+    named as unavailable by `run --once`; while a defect under `--once` is a failure, not "unavailable"."""
+    world = _sqlite_world(moto_server, tmp_path)
+    world.put(0, 8)
+    summary = _failing_process(world, ConnectionResetError(104, "reset by peer"))[0].run_once()
+    assert any(u.startswith("ConnectionResetError") for u in summary.unavailable), summary
+    assert not summary.ok
+
+    summary = _failing_process(world, KeyError("partition"))[0].run_once()
+    assert summary.unavailable == [], summary
+    assert summary.failed[TOPIC].startswith("unexpected error (see the traceback): KeyError"), summary
+
+    world.put(0, 4)
+    pipeline, _ = _failing_process(world, ConnectionResetError(104, "reset by peer"))
+    loop = Loop(pipeline)
+    loop.wait_for(lambda: _committed(world, 0) == 11, "the records committed after the reset")
+    assert any(r.startswith("ConnectionResetError") for r in loop.not_ready), loop.not_ready
+    loop.wait_for(lambda: pipeline.health.state()[0], "ready again")
+    loop.stop()
+    world.check_exactly_once()

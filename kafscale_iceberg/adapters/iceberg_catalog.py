@@ -30,6 +30,7 @@ from pyiceberg.exceptions import (
     UnauthorizedError,
 )
 
+from kafscale_iceberg.adapters.foreign_errors import is_unreachable, named_in
 from kafscale_iceberg.exceptions import CatalogError, CatalogUnavailableError, ConfigError, TableMissingError
 
 if TYPE_CHECKING:
@@ -164,21 +165,11 @@ def translate_catalog_error(settings: CatalogSettings, operation: str, exc: Exce
         return ConfigError(key, f"the {catalog} catalog rejected the credentials ({problem})")
     if is_unreachable_error(exc):
         return CatalogUnavailableError(catalog, operation, problem)
-    if _named_in(exc, _BAD_URI):
+    if named_in(exc, _BAD_URI):
         return ConfigError("iceberg.catalog.uri", f"{catalog}: {problem}")
     return CatalogError(catalog, operation, problem)
 
 
-# Errors of the libraries under pyiceberg, by top-level package and class name, so that this module
-# need not import requests, sqlalchemy and botocore to recognise them.
-_UNREACHABLE: Mapping[str, frozenset[str]] = {
-    "requests": frozenset({"ConnectionError", "Timeout", "ConnectTimeout", "ReadTimeout"}),
-    "sqlalchemy": frozenset({"OperationalError", "TimeoutError", "DisconnectionError"}),
-    "botocore": frozenset(
-        {"EndpointConnectionError", "ConnectTimeoutError", "ReadTimeoutError", "ConnectionClosedError"}
-    ),
-    "urllib3": frozenset({"NewConnectionError", "ConnectTimeoutError", "ReadTimeoutError", "MaxRetryError"}),
-}
 _BAD_URI: Mapping[str, frozenset[str]] = {
     "sqlalchemy": frozenset({"ArgumentError", "NoSuchModuleError"}),
     "requests": frozenset({"MissingSchema", "InvalidURL", "InvalidSchema"}),
@@ -186,14 +177,10 @@ _BAD_URI: Mapping[str, frozenset[str]] = {
 
 
 def is_unreachable_error(exc: BaseException) -> bool:
-    """True when `exc` means the catalog or its storage did not answer, or answered 5xx/429: retry later."""
-    unavailable = (ServerError, ServiceUnavailableError, TooManyRequestsError, ConnectionError, TimeoutError)
-    return isinstance(exc, unavailable) or _named_in(exc, _UNREACHABLE)
-
-
-def _named_in(exc: BaseException, names: Mapping[str, frozenset[str]]) -> bool:
-    package = type(exc).__module__.split(".")[0]
-    return type(exc).__name__ in names.get(package, frozenset())
+    """True when `exc` means the catalog or its storage did not answer, or answered 5xx/429 or AWS
+    throttling (a Glue `ThrottlingException`, an S3 `SlowDown` under the metadata): retry later."""
+    unavailable = (ServerError, ServiceUnavailableError, TooManyRequestsError)
+    return isinstance(exc, unavailable) or is_unreachable(exc)
 
 
 class CatalogTableAccess:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from kafscale_iceberg.adapters.foreign_errors import is_unreachable
 from kafscale_iceberg.domain.events import WorkItem
 from kafscale_iceberg.domain.jobs import JobState
 from kafscale_iceberg.domain.runs import RunPlan
@@ -201,6 +202,24 @@ def outage_delay_seconds(outages: int, backoff_s: tuple[float, float]) -> float:
     return min(longest, first * 2.0 ** min(outages - 1, 30)) * random.uniform(0.5, 1.0)
 
 
+def is_outage(error: BaseException) -> bool:
+    """Whether `error` means a dependency is unavailable for now (etcd, S3, SQS, the catalog): `run`
+    rides it out. Anything else - a defect, or a state a person must fix - is not an outage.
+
+    Our errors carry the verdict (`transient`, set by the adapter that translated the SDK's error).
+    A foreign error is an outage when it, or an error it was raised from, is a connection error, a
+    timeout, or an AWS answer of throttling or a 5xx (`adapters.foreign_errors.is_unreachable`).
+    """
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, KafscaleIcebergError):
+            return seen.transient
+        if is_unreachable(seen):
+            return True
+        seen = seen.__cause__
+    return False
+
+
 def outage_stage(error: BaseException) -> str:
     """The `errors_total{stage}` an outage counts under: which dependency failed."""
     if isinstance(error, CheckpointError):
@@ -282,6 +301,8 @@ class Pipeline:
         try:
             topics = self.assembly.discovery.discover().topics
         except Exception as exc:
+            if not is_outage(exc):
+                raise
             summary.unavailable.append(describe_outage(exc))
             summary.failed["*"] = f"topics could not be discovered: {describe_outage(exc)}"
             return summary
@@ -294,8 +315,12 @@ class Pipeline:
             except ConfigError:
                 raise
             except Exception as exc:
-                summary.unavailable.append(describe_outage(exc))
-                summary.failed[topic] = f"unavailable: {describe_outage(exc)}"
+                if is_outage(exc):
+                    summary.unavailable.append(describe_outage(exc))
+                    summary.failed[topic] = f"unavailable: {describe_outage(exc)}"
+                else:
+                    logger.critical("%s: unexpected error", topic, exc_info=exc)
+                    summary.failed[topic] = f"unexpected error (see the traceback): {describe_outage(exc)}"
         return summary
 
     def _once_topic(self, topic: str, summary: OnceSummary, busy_wait_s: float) -> None:
@@ -344,11 +369,13 @@ class Pipeline:
         pass (then `after_pass`, e.g. the status gauges) every poll interval; failed topics are
         retried after their backoff.
 
-        Rides out outages: when a dependency (etcd, S3, SQS, the catalog) fails, the run in flight
-        is abandoned (its job cancelled, its lease released when possible, else left to expire),
-        `health` turns not-ready with the reason, and the loop retries after a jittered exponential
-        backoff, ready again after its next successful reconciler pass. Only a `ConfigError` (a
-        person must act) ends it, or `stop()`.
+        Rides out outages: when a dependency (etcd, S3, SQS, the catalog) is unavailable
+        (`is_outage`), the run in flight is abandoned (its job cancelled, its lease released when
+        possible, else left to expire), `health` turns not-ready with the reason, and the loop
+        retries after a jittered exponential backoff, ready again after its next successful
+        reconciler pass. Anything else ends it, raised to the caller after the run in flight was
+        abandoned the same way: a `ConfigError` (a person must act), another terminal error of ours,
+        or a defect (logged with its traceback) - never kept alive and not-ready forever. And `stop()`.
         """
         poll_s = float(self.assembly.config.processor.poll_interval_seconds)
         loop = _LoopState()
@@ -358,6 +385,17 @@ class Pipeline:
             except ConfigError:
                 raise
             except Exception as exc:
+                if not is_outage(exc):
+                    self.health.not_ready(f"stopped: {describe_outage(exc)}")
+                    self._error(outage_stage(exc), None, exc)
+                    # A defect gets its traceback; our terminal errors say what to do in their message.
+                    defect = not isinstance(exc, KafscaleIcebergError)
+                    logger.critical(
+                        "stopping: %s (not a dependency outage)",
+                        describe_outage(exc),
+                        exc_info=exc if defect else None,
+                    )
+                    raise
                 loop.outages += 1
                 delay = outage_delay_seconds(loop.outages, self._outage_backoff_s)
                 reason = describe_outage(exc)
