@@ -269,6 +269,8 @@ class Pipeline:
         self._receiver: SqsReceiver | None = None
         self._outage_backoff_s = outage_backoff_s
         self._in_flight: RunTicket | None = None
+        self._queue_problem: str | None = None
+        """Why the notification queue cannot be read now (None: it can, or there is none)."""
         self.health = Readiness()
         """Ready, or not ready with the reason (an outage): what `/healthz` answers."""
 
@@ -419,7 +421,10 @@ class Pipeline:
             if loop.outages:
                 logger.warning("dependencies reachable again; resuming", extra={"outages": loop.outages})
             loop.outages = 0
-            self.health.ready()
+            if self._queue_problem is None:
+                self.health.ready()
+            else:
+                self.health.not_ready(self._queue_reason())
             if self._after_pass is not None:
                 try:
                     self._after_pass()
@@ -467,8 +472,7 @@ class Pipeline:
         try:
             messages = self._receiver.receive(wait_seconds=1)
         except KafscaleIcebergError as exc:
-            self._error("route", None, exc)
-            self.stopping.wait(1.0)
+            self._notifications_down(exc)
             return
         for message in messages:
             try:
@@ -478,7 +482,26 @@ class Pipeline:
                 # and moved to its dead-letter queue by the redrive policy when it never routes.
                 self._error("route", None, exc)
                 continue
-            self._receiver.delete(message)
+            try:
+                self._receiver.delete(message)
+            except KafscaleIcebergError as exc:
+                # Redelivered after its visibility timeout; the inbox launches a topic once either way.
+                self._notifications_down(exc)
+                return
+        if self._queue_problem is not None:
+            logger.warning("notifications reachable again", extra={"queue_url": url})
+            self._queue_problem = None  # ready again at the next reconciler pass
+
+    def _notifications_down(self, error: KafscaleIcebergError) -> None:
+        """The queue cannot be read: not ready (with the reason) while it lasts, but ingestion goes on -
+        the reconciler's pass every poll interval finds new segments without notifications."""
+        self._error("route", None, error)
+        self._queue_problem = describe_outage(error)
+        self.health.not_ready(self._queue_reason())
+        self.stopping.wait(1.0)
+
+    def _queue_reason(self) -> str:
+        return f"notifications unavailable (polling S3 meanwhile): {self._queue_problem}"
 
     def _notification_path(self, url: str) -> tuple[Router, SqsReceiver]:
         import boto3  # noqa: PLC0415
