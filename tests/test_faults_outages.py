@@ -479,7 +479,11 @@ def test_run_rides_out_a_glue_catalog_outage_and_run_once_names_it(
         {
             "offsets": {"backend": "sqlite", "sqlite_path": str(tmp_path / "ck.db")},
             "iceberg": {
-                "catalog": {"type": "glue", "properties": {"glue.endpoint": fault_proxy.url}},
+                # Two retries inside botocore (pyiceberg's default is 10, ~1 minute of backoff a call).
+                "catalog": {
+                    "type": "glue",
+                    "properties": {"glue.endpoint": fault_proxy.url, "glue.max-retries": "2"},
+                },
                 "warehouse": f"s3://{moto_server.new_bucket()}/warehouse",
             },
         },

@@ -3,6 +3,8 @@ on real errors - ours as the adapters raise them, botocore's as boto3 raises the
 
 from __future__ import annotations
 
+from typing import Any
+
 import boto3
 import pytest
 from botocore.config import Config
@@ -84,3 +86,20 @@ def test_glue_throttling_and_5xx_are_a_catalog_outage_not_a_terminal_catalog_err
     assert not translate_catalog_error(
         settings, "load table 'a.b'", _aws("AccessDeniedException", 400)
     ).transient
+
+
+def test_glue_max_retries_from_the_config_reaches_botocore_as_a_number() -> None:
+    """`iceberg.catalog.properties` values are strings; pyiceberg passed `glue.max-retries` to botocore
+    as one, so the catalog failed to open (TypeError). The outage tests lower it to 2."""
+    from kafscale_iceberg.adapters.iceberg_catalog import load_iceberg_catalog
+
+    settings = CatalogSettings(
+        type="glue",
+        warehouse="s3://w/h",
+        s3_region="us-east-1",
+        properties={"glue.max-retries": "2", "glue.endpoint": f"http://127.0.0.1:{free_port()}"},
+    )
+    catalog: Any = load_iceberg_catalog(settings)
+    assert catalog.glue.meta.config.retries["total_max_attempts"] == 3
+    with pytest.raises(ConfigError, match=r"glue\.max-retries"):
+        load_iceberg_catalog(CatalogSettings(type="glue", properties={"glue.max-retries": "many"}))

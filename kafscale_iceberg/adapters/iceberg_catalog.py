@@ -12,7 +12,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from pyiceberg.catalog import Catalog
@@ -143,17 +143,33 @@ def load_iceberg_catalog(settings: CatalogSettings) -> Catalog:
     `CatalogUnavailableError` (transient) when it cannot be reached, `CatalogError` otherwise.
     """
     properties = catalog_properties(settings)
+    glue_properties = _glue_properties(properties) if settings.type == "glue" else {}
     try:
         if settings.type == "sql":
             catalog: Catalog = SqlCatalog(settings.name, **properties)
         elif settings.type == "glue":
-            catalog = GlueCatalog(settings.name, **properties)
+            catalog = GlueCatalog(settings.name, **glue_properties)
         else:
             catalog = RestCatalog(settings.name, **properties)
     except Exception as exc:
         raise translate_catalog_error(settings, "open the catalog", exc) from exc
     logger.info("iceberg catalog opened", extra={"catalog": settings.describe()})
     return catalog
+
+
+def _glue_properties(properties: Mapping[str, str]) -> dict[str, Any]:
+    """pyiceberg hands `glue.max-retries` to botocore's `Config` as it is, which needs an int (a string,
+    as every config property is, failed to open the catalog)."""
+    converted: dict[str, Any] = dict(properties)
+    retries = converted.get("glue.max-retries")
+    if retries is not None:
+        try:
+            converted["glue.max-retries"] = int(retries)
+        except ValueError:
+            raise ConfigError(
+                "iceberg.catalog.properties.glue.max-retries", f"{retries!r} is not a whole number"
+            ) from None
+    return converted
 
 
 def translate_catalog_error(settings: CatalogSettings, operation: str, exc: Exception) -> Exception:

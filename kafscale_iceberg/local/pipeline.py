@@ -593,8 +593,12 @@ class Pipeline:
                 return replace(self._abort(ticket, plan, start, str(exc)), retry_after_seconds=0, replan=True)
             except KafscaleIcebergError as exc:
                 self._error("sink", ticket.topic, exc)
-                if not exc.transient or attempt == _COMMIT_ATTEMPTS:
+                if not exc.transient:
                     return self._abort(ticket, plan, start, f"commit failed: {exc}")
+                if attempt == _COMMIT_ATTEMPTS:
+                    # Still unavailable (the catalog, etcd, S3): an outage, not this run's failure -
+                    # abandoned by `drive`, then the loop reports not ready and backs off.
+                    raise
                 time.sleep(attempt)
         result = committed.result
         return RunReport(
