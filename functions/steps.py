@@ -36,7 +36,7 @@ def _ticket(event: dict[str, Any]) -> RunTicket:
 @step_errors
 def start_job(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Start the run's Spark job (idempotent by run id); returns the ticket with its job id."""
-    ticket = assembly().run_steps(with_commits=False).start_job(_ticket(event))
+    ticket = assembly().run_steps().start_job(_ticket(event))
     return {"ticket": ticket.model_dump(mode="json")}
 
 
@@ -46,7 +46,7 @@ def start_job(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
 def watch(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """One look at the job and one lease renewal; `done` and `succeeded` drive the state machine."""
     ticket = _ticket(event)
-    result = assembly().run_steps(with_commits=False).watch(ticket)
+    result = assembly().run_steps().watch(ticket)
     status = result.status
     succeeded = status.state.value == "succeeded" and not result.lease_lost
     return {
@@ -66,7 +66,7 @@ def abort(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Record the failed attempt, release the lease, and say when to re-signal the topic."""
     ticket = _ticket(event)
     reason = str(event.get("reason") or event.get("error") or "run failed")
-    result = assembly().run_steps(with_commits=False).abort(ticket, reason)
+    result = assembly().run_steps().abort(ticket, reason)
     record_abort(
         sink, ticket.topic, result.consecutive_failures, run_started_at=ticket.grant.claimed_at_ms / 1000
     )

@@ -22,7 +22,7 @@ from kafscale_iceberg.domain.anomalies import SUMMARY_OFFSET_GAPS, SUMMARY_OVERL
 from kafscale_iceberg.domain.runs import RunPlan
 from kafscale_iceberg.domain.tickets import RunTicket
 from kafscale_iceberg.local.pipeline import RunEnd, RunReport
-from kafscale_iceberg.local.runtime import ProgressPrinter
+from kafscale_iceberg.local.wiring import ProgressPrinter
 from kafscale_iceberg.services.status import StatusService
 from tests.support.moto import MotoEndpoint
 from tests.support.segments import put_segment
