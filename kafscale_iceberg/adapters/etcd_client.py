@@ -10,6 +10,15 @@ credentials or permissions are `CheckpointAuthError`, any other refusal `Checkpo
 What is stored under which key, and the transactions that keep it exactly once, are the checkpoint
 store's (`adapters/etcd_checkpoints.py`); it builds transactions from `etcd_txn`, re-exported here
 so that etcd3 is loaded only after the protobuf implementation is chosen.
+
+etcd3 0.12 as found (the PyPI release; `MultiEndpointEtcd3Client` exists only on its unreleased
+master): its protobuf modules need `PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION=python` (set below, before
+protobuf loads; the import costs ~0.3 s); it sends the auth token both as metadata and as grpc call
+credentials, which grpc refuses on a plain-text channel (only the metadata is kept there); grpc shares
+subchannels and their reconnect backoff (up to 120 s) across channels unless told not to
+(`_GRPC_OPTIONS`); `transaction()` returns no header revision (read a key back with a `Get` in the
+same transaction); revoking an unknown lease raises a raw grpc `NOT_FOUND` (`is_lease_not_found`);
+refreshing an expired lease is not an error but answers TTL 0; compares with `range_end` work.
 """
 
 from __future__ import annotations
