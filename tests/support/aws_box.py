@@ -441,6 +441,132 @@ class EmrCompute:
         run.state_details = status.detail
 
 
+# -- Step Functions' emr-serverless:startJobRun.sync ------------------------------------------------------
+
+
+def _camel_case(value: Any, *, keep_keys: bool = False) -> Any:
+    """Step Functions' PascalCase parameters -> boto3's camelCase (`Tags` keys kept)."""
+    if isinstance(value, dict):
+        return {
+            (key if keep_keys else key[:1].lower() + key[1:]): _camel_case(item, keep_keys=key == "Tags")
+            for key, item in value.items()
+        }
+    if isinstance(value, list):
+        return [_camel_case(item) for item in value]
+    return value
+
+
+def emr_serverless_sync_service() -> Any:
+    """moto's interpreter forwards `emr-serverless` tasks as plain requests and knows no `.sync`: this
+    service starts the job run (PascalCase parameters as Step Functions takes them) and then reads it
+    with `GetJobRun` until it is final, as Step Functions does (it learns the end from EventBridge):
+    SUCCESS is the task's output, FAILED/CANCELLED fail the task with `States.TaskFailed` and the job
+    run as the cause; an API error is `EMRServerless.<code>`. Not covered: whether Step Functions cancels the job run of a
+    stopped task (the state machine does not rely on it: the abort step cancels the run's job)."""
+    from botocore.exceptions import ClientError
+    from moto.stepfunctions.parser.api import HistoryEventType, TaskFailedEventDetails
+    from moto.stepfunctions.parser.asl.component.common.error_name.custom_error_name import CustomErrorName
+    from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import (
+        FailureEvent,
+        FailureEventException,
+    )
+    from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name import StatesErrorName
+    from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name_type import (
+        StatesErrorNameType,
+    )
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.resource import (
+        ResourceCondition,
+    )
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_callback import (
+        StateTaskServiceCallback,
+    )
+    from moto.stepfunctions.parser.asl.eval.event.event_detail import EventDetails
+    from moto.stepfunctions.parser.asl.utils.boto_client import boto_client_for
+
+    class EmrServerlessSync(StateTaskServiceCallback):  # type: ignore[misc]
+        def __init__(self) -> None:
+            # waitForTaskToken too, as moto's own .sync services list it (its callback plumbing needs it).
+            super().__init__(
+                supported_integration_patterns={ResourceCondition.Sync, ResourceCondition.WaitForTaskToken}
+            )
+
+        def _get_supported_parameters(self) -> set[str] | None:
+            if self.resource.api_action != "startJobRun":
+                return None  # the box implements only what the state machine uses
+            return {
+                "ApplicationId",
+                "ClientToken",
+                "Name",
+                "ExecutionRoleArn",
+                "JobDriver",
+                "ConfigurationOverrides",
+                "Tags",
+                "ExecutionTimeoutMinutes",
+            }
+
+        def _from_error(self, env: Any, ex: Exception) -> Any:
+            if isinstance(ex, ClientError):
+                name = f"EMRServerless.{ex.response['Error']['Code']}"
+                details = TaskFailedEventDetails(
+                    error=name,
+                    cause=str(ex),
+                    resource=self._get_sfn_resource(),
+                    resourceType=self._get_sfn_resource_type(),
+                )
+                return FailureEvent(
+                    env=env,
+                    error_name=CustomErrorName(name),
+                    event_type=HistoryEventType.TaskFailed,
+                    event_details=EventDetails(taskFailedEventDetails=details),
+                )
+            return super()._from_error(env=env, ex=ex)
+
+        def _eval_service_task(
+            self, env: Any, resource_runtime_part: Any, normalised_parameters: dict[str, Any], state_credentials: Any
+        ) -> None:
+            assert self.resource.api_action == "startJobRun", self.resource.api_action
+            client = boto_client_for(
+                service="emr-serverless", region=resource_runtime_part.region, state_credentials=state_credentials
+            )
+            response = client.start_job_run(**_camel_case(normalised_parameters))
+            env.stack.append({"ApplicationId": response["applicationId"], "JobRunId": response["jobRunId"]})
+
+        def _build_sync_resolver(
+            self, env: Any, resource_runtime_part: Any, normalised_parameters: dict[str, Any], state_credentials: Any
+        ) -> Callable[[], Any]:
+            client = boto_client_for(
+                service="emr-serverless", region=resource_runtime_part.region, state_credentials=state_credentials
+            )
+            started = env.stack.pop()
+            ids = {"applicationId": started["ApplicationId"], "jobRunId": started["JobRunId"]}
+
+            def resolve() -> dict[str, Any] | None:
+                run = client.get_job_run(**ids)["jobRun"]
+                if run["state"] == "SUCCESS":
+                    return {"JobRunId": run["jobRunId"], "State": run["state"]}
+                if run["state"] in {"FAILED", "CANCELLED"}:
+                    cause = json.dumps({k: v for k, v in run.items() if isinstance(v, (str, int))})
+                    details = TaskFailedEventDetails(
+                        error=StatesErrorNameType.StatesTaskFailed.to_name(),
+                        cause=cause,
+                        resource=self._get_sfn_resource(),
+                        resourceType=self._get_sfn_resource_type(),
+                    )
+                    raise FailureEventException(
+                        FailureEvent(
+                            env=env,
+                            error_name=StatesErrorName(typ=StatesErrorNameType.StatesTaskFailed),
+                            event_type=HistoryEventType.TaskFailed,
+                            event_details=EventDetails(taskFailedEventDetails=details),
+                        )
+                    )
+                return None
+
+            return resolve
+
+    return EmrServerlessSync()
+
+
 # -- the box -------------------------------------------------------------------------------------------
 
 
@@ -560,7 +686,10 @@ def build_box(
     """Create the stack's resources on moto, wire the fakes, and return the box (one per test)."""
     from moto.core.config import default_user_config
     from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
-    from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task import (
+        lambda_eval_utils,
+        state_task_factory,
+    )
     from moto.stepfunctions.parser.asl.component.state.wait.wait_function.wait_function import (
         WaitFunction,
     )
@@ -703,6 +832,27 @@ def build_box(
             env.program_state_event.wait(wait_seconds * TIME_SCALE)
 
     monkeypatch.setattr(WaitFunction, "_wait_interval", scaled_wait)
+    original_service_for = state_task_factory.state_task_service_for
+
+    def service_for(service_name: str) -> Any:
+        if service_name == "emr-serverless":
+            return emr_serverless_sync_service()
+        return original_service_for(service_name=service_name)
+
+    monkeypatch.setattr(state_task_factory, "state_task_service_for", service_for)
+    # moto's Parallel re-raises a branch's error as a custom error name, which refuses `States.*`: a
+    # branch ending in States.TaskFailed (a failed job) crashed the execution instead of reaching the
+    # Parallel's Catch. Step Functions propagates the branch's error name as it is.
+    from moto.stepfunctions.parser.asl.component.common.error_name.custom_error_name import CustomErrorName
+    from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name import StatesErrorName
+    from moto.stepfunctions.parser.asl.component.state.exec.state_parallel import branches_decl
+
+    def branch_error_name(error_name: str | None) -> Any:
+        if error_name is not None and error_name.startswith("States."):
+            return StatesErrorName.from_name(error_name)
+        return CustomErrorName(error_name)
+
+    monkeypatch.setattr(branches_decl, "CustomErrorName", branch_error_name)
     monkeypatch.setattr(
         retrier_decl, "time", SimpleNamespace(sleep=lambda seconds: time.sleep(seconds * TIME_SCALE))
     )
