@@ -9,11 +9,12 @@ execution against `transitions_per_run`), times the list prices below, for three
     a run starts as soon as the previous one committed, so runs follow each other);
 (c) a 10 GB backlog (runs of `runs.max_bytes_per_run`, 1 GiB).
 
-Prices: us-east-1, on-demand list prices as published on the AWS pricing pages named beside each
-(as known on 2026-11-23; this machine has no internet access, so they were not re-read today - check
-them before relying on a number). The assumptions (durations, sizes, throughput) are named
-constants, printed with the table. Ends with one JSON line: `{"usd_per_gb": ...,
-"usd_per_idle_topic_month": ..., "sfn_transitions_per_run": ..., "lambda_invocations_per_run": ...}`.
+Prices: us-east-1, on-demand list prices as published on the AWS pricing pages named beside each;
+this machine cannot read those pages, so on 2026-11-23 each was checked against public material
+quoting it (docs/benchmarks.md "AWS cost" names what) - check them before relying on a number. The
+assumptions (durations, sizes, throughput) are named constants, printed with the table. Ends with
+one JSON line: `{"usd_per_gb": ..., "usd_per_idle_topic_month": ..., "sfn_transitions_per_run": ...,
+"lambda_invocations_per_run": ...}`.
 """
 
 from __future__ import annotations

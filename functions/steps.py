@@ -39,7 +39,10 @@ def start_job(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     the job's request (`job`), which the state machine's startJobRun.sync task repeats to wait on it."""
     steps = assembly()
     ticket = steps.run_steps(with_commits=False).start_job(_ticket(event))
-    return {"ticket": ticket.model_dump(mode="json"), "job": steps.emr_runner.step_functions_request(ticket.run_id)}
+    return {
+        "ticket": ticket.model_dump(mode="json"),
+        "job": steps.emr_runner.step_functions_request(ticket.run_id),
+    }
 
 
 @logger.inject_lambda_context

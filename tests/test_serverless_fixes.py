@@ -118,7 +118,8 @@ def test_terminal_errors_keep_their_names_and_reach_the_abort() -> None:
         assert catches[0]["ErrorEquals"] == ["States.ALL"]
     # The Renew step's failures (and the job's) end the Parallel that holds it: caught there.
     catches = definition["States"]["RunJob"]["Catch"]
-    assert catches[0]["ErrorEquals"] == ["JobSucceeded"] and catches[0]["Next"] == "Commit"
+    assert catches[0]["ErrorEquals"] == ["JobSucceeded"]
+    assert catches[0]["Next"] == "Commit"
     assert catches[-1]["ErrorEquals"] == ["States.ALL"]
 
 
@@ -247,3 +248,28 @@ def test_the_commit_step_may_record_the_tables_field_ids_and_nothing_else_in_run
     assert not deployment.role_allows(
         "CommitRole", "s3:PutObject", f"arn:aws:s3:::{runs}/runs/orders/r1/plan.json"
     )
+
+
+# -- §3 the state machine waits on the job with startJobRun.sync ------------------------------------------
+
+
+def test_the_state_machine_role_allows_what_start_job_run_sync_needs() -> None:
+    """What Step Functions' EMR Serverless integration calls for `startJobRun.sync` (its IAM page): the
+    start (same request as the StartJob step, so PassRole and the tags too), reading and cancelling the
+    job run, and its managed EventBridge rule. The box checks the calls it makes (tests/test_aws_flow.py);
+    the rule's calls never happen in the box."""
+    deployment = Deployment(INSTALLATIONS["existing-bucket"])
+    application = str(deployment.attribute("EmrApplication", "Arn"))
+    role = "RunStateMachineRole"
+    assert deployment.role_allows(role, "emr-serverless:StartJobRun", application)
+    for action in ("GetJobRun", "CancelJobRun", "TagResource"):
+        assert deployment.role_allows(role, f"emr-serverless:{action}", f"{application}/jobruns/00abc")
+    assert deployment.role_allows(role, "iam:PassRole", str(deployment.attribute("EmrJobRole", "Arn")))
+    rule = f"arn:aws:events:{REGION}:{ACCOUNT}:rule/StepFunctionsGetEventsForEMRServerlessJobRule"
+    for action in ("PutTargets", "PutRule", "DescribeRule"):
+        assert deployment.role_allows(role, f"events:{action}", rule)
+    assert not deployment.role_allows(role, "events:PutRule", rule.replace("EMRServerlessJob", "Other"))
+    # The step's request is the one the .sync task repeats (same ClientToken: EMR returns that job).
+    states = json.loads(ASL.read_text())["States"]
+    waiting = states["RunJob"]["Branches"][0]["States"]["WaitOnJob"]["Parameters"]
+    assert waiting["ClientToken.$"] == "$.job.ClientToken"

@@ -87,7 +87,8 @@ class EmrServerlessJobRunner:
         `emr-serverless:startJobRun.sync` task takes it (Step Functions' PascalCase field names; tag
         keys kept): the same request with the same `ClientToken`, so EMR returns the job already
         started and the task waits on it."""
-        return _pascal_case(self._requests[run_id])
+        request: dict[str, Any] = _pascal_case(self._requests[run_id])
+        return request
 
     def _request(self, plan: RunPlan, plan_uri: str) -> dict[str, Any]:
         request: dict[str, Any] = {

@@ -461,8 +461,9 @@ def emr_serverless_sync_service() -> Any:
     service starts the job run (PascalCase parameters as Step Functions takes them) and then reads it
     with `GetJobRun` until it is final, as Step Functions does (it learns the end from EventBridge):
     SUCCESS is the task's output, FAILED/CANCELLED fail the task with `States.TaskFailed` and the job
-    run as the cause; an API error is `EMRServerless.<code>`. Not covered: whether Step Functions cancels the job run of a
-    stopped task (the state machine does not rely on it: the abort step cancels the run's job)."""
+    run as the cause; an API error is `EMRServerless.<code>`. Not covered: whether Step Functions
+    cancels the job run of a stopped task (the state machine does not rely on it: the abort step
+    cancels the run's job)."""
     from botocore.exceptions import ClientError
     from moto.stepfunctions.parser.api import HistoryEventType, TaskFailedEventDetails
     from moto.stepfunctions.parser.asl.component.common.error_name.custom_error_name import CustomErrorName
@@ -474,16 +475,16 @@ def emr_serverless_sync_service() -> Any:
     from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name_type import (
         StatesErrorNameType,
     )
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import (
+        state_task_service_callback as callback,
+    )
     from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.resource import (
         ResourceCondition,
-    )
-    from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_callback import (
-        StateTaskServiceCallback,
     )
     from moto.stepfunctions.parser.asl.eval.event.event_detail import EventDetails
     from moto.stepfunctions.parser.asl.utils.boto_client import boto_client_for
 
-    class EmrServerlessSync(StateTaskServiceCallback):  # type: ignore[misc]
+    class EmrServerlessSync(callback.StateTaskServiceCallback):  # type: ignore[misc]
         def __init__(self) -> None:
             # waitForTaskToken too, as moto's own .sync services list it (its callback plumbing needs it).
             super().__init__(
@@ -522,20 +523,32 @@ def emr_serverless_sync_service() -> Any:
             return super()._from_error(env=env, ex=ex)
 
         def _eval_service_task(
-            self, env: Any, resource_runtime_part: Any, normalised_parameters: dict[str, Any], state_credentials: Any
+            self,
+            env: Any,
+            resource_runtime_part: Any,
+            normalised_parameters: dict[str, Any],
+            state_credentials: Any,
         ) -> None:
             assert self.resource.api_action == "startJobRun", self.resource.api_action
             client = boto_client_for(
-                service="emr-serverless", region=resource_runtime_part.region, state_credentials=state_credentials
+                service="emr-serverless",
+                region=resource_runtime_part.region,
+                state_credentials=state_credentials,
             )
             response = client.start_job_run(**_camel_case(normalised_parameters))
             env.stack.append({"ApplicationId": response["applicationId"], "JobRunId": response["jobRunId"]})
 
         def _build_sync_resolver(
-            self, env: Any, resource_runtime_part: Any, normalised_parameters: dict[str, Any], state_credentials: Any
+            self,
+            env: Any,
+            resource_runtime_part: Any,
+            normalised_parameters: dict[str, Any],
+            state_credentials: Any,
         ) -> Callable[[], Any]:
             client = boto_client_for(
-                service="emr-serverless", region=resource_runtime_part.region, state_credentials=state_credentials
+                service="emr-serverless",
+                region=resource_runtime_part.region,
+                state_credentials=state_credentials,
             )
             started = env.stack.pop()
             ids = {"applicationId": started["ApplicationId"], "jobRunId": started["JobRunId"]}
