@@ -8,6 +8,7 @@ catalog, IAM) are described in tests/support/aws_box.py, with what each does not
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 
 from bench.cost import transitions_per_run
+from kafscale_iceberg.domain.events import message_group_id
 from kafscale_iceberg.segments.keys import SegmentObjectKind, format_segment_key
 from tests.support.aws_box import Box, build_box, timed_out, unregister
 from tests.support.etcd import EtcdServer
@@ -255,4 +257,137 @@ def test_replay_and_reset_offsets_through_the_replay_function(box: Box) -> None:
     box.pump()
     assert sorted(r["offset"] for r in box.rows(TABLE)) == before, box.describe()
     assert box.committed_offsets(TOPIC) == {0: 4}
+    _assert_iam(box)
+
+
+def test_notifications_out_of_offset_order_land_in_order_exactly_once(box: Box) -> None:
+    """A partition's second segment is complete (and notified) while the first still lacks its
+    `.index`: nothing is planned past the missing index (a run never skips offsets), and when it
+    lands both segments commit in offset order, once each."""
+    first = encode_segment(0, 0, 3)
+    box.s3.put_object(
+        Bucket=box.segment_bucket, Key=format_segment_key(box.namespace, TOPIC, 0, 0), Body=first.kfs
+    )
+    put_segment(box.s3, box.segment_bucket, box.namespace, TOPIC, 0, 3, 4)  # offsets 3..6, complete
+    box.pump(until=lambda: box.fleet.count("LauncherFunction") >= 1, timeout_s=30)
+    box.pump(until=lambda: box.recorder.count("sqs:ChangeMessageVisibility", "RouterRole") >= 1, timeout_s=30)
+    assert box.rows(TABLE) == []
+    assert box.executions() == []  # the launcher saw the partition blocked on the first segment
+    index_key = format_segment_key(box.namespace, TOPIC, 0, 0, SegmentObjectKind.INDEX)
+    box.s3.put_object(Bucket=box.segment_bucket, Key=index_key, Body=first.index)
+    box.pump()
+    assert sorted(r["offset"] for r in box.rows(TABLE)) == list(range(7)), box.describe()
+    assert box.committed_offsets(TOPIC) == {0: 6}
+    assert "FAILED" not in _statuses(box)
+    _assert_iam(box)
+
+
+def test_a_poison_work_item_goes_to_the_dlq_and_lands_once_when_redriven(box: Box) -> None:
+    """The launcher fails on every delivery of a topic's work item (a fault: a broken deployment):
+    after the template's `maxReceiveCount` deliveries SQS moves it to the WorkDLQ and nothing is
+    launched. With the launcher fixed, the operator's redrive (DLQ -> WorkQueue) lands the topic's
+    segments once; a second redrive of the same item (moved again) adds nothing."""
+    redrive = box.deployment.evaluate(box.deployment.resources["WorkQueue"]["Properties"]["RedrivePolicy"])
+    receives = int(redrive["maxReceiveCount"])
+
+    def broken() -> None:
+        raise RuntimeError("ImportModuleError: the launcher's package is broken (fault)")
+
+    box.fleet.faults["LauncherFunction"] = [broken] * (receives + 5)
+    put_segment(box.s3, box.segment_bucket, box.namespace, TOPIC, 0, 0, 5)
+    box.pump(timeout_s=90)
+    assert box.fleet.count("LauncherFunction") == receives  # then SQS moved it to the DLQ
+    assert box.executions() == []
+    box.fleet.faults["LauncherFunction"] = []
+    (item,) = box.sqs.receive_message(
+        QueueUrl=box.queue_urls["WorkDLQ"], VisibilityTimeout=0, AttributeNames=["All"]
+    )["Messages"]
+    assert box.redrive("WorkDLQ", "WorkQueue") == 1
+    box.pump()
+    assert sorted(r["offset"] for r in box.rows(TABLE)) == [0, 1, 2, 3, 4], box.describe()
+    assert box.committed_offsets(TOPIC) == {0: 4}
+    # The same work item once more (as a redrive of a copy would): the launcher finds nothing pending.
+    box.sqs.send_message(
+        QueueUrl=box.queue_urls["WorkQueue"],
+        MessageBody=item["Body"],
+        MessageGroupId=item["Attributes"]["MessageGroupId"],
+        MessageDeduplicationId="again",
+    )
+    box.pump()
+    assert sorted(r["offset"] for r in box.rows(TABLE)) == [0, 1, 2, 3, 4]
+    assert _statuses(box) == ["SUCCEEDED"]
+    _assert_iam(box)
+
+
+def test_a_large_run_passes_only_references_through_the_state_machine(box: Box) -> None:
+    """Step Functions caps a state's input and output at 256 KB (and Lambda a payload at 6 MB, which
+    the box enforces on every invoke): the run's plan travels as its S3 URI, so a run of 40 segments
+    passes no segment through the state machine, and its largest state payload is a few KB."""
+    for partition in range(4):
+        for base in range(0, 20, 2):
+            put_segment(box.s3, box.segment_bucket, box.namespace, TOPIC, partition, base, 2)
+    box.pump(timeout_s=240)
+    assert len(box.rows(TABLE)) == 80, box.describe()
+    assert box.committed_offsets(TOPIC) == dict.fromkeys(range(4), 19)
+    largest = 0
+    for execution in box.executions():
+        for event in box.history(execution["executionArn"]):
+            for details in event.values():
+                if isinstance(details, dict) and ("input" in details or "output" in details):
+                    payload = str(details.get("input", "")) + str(details.get("output", ""))
+                    assert ".kfs" not in payload, event["type"]
+                    largest = max(largest, len(payload.encode()))
+    assert 0 < largest < 16 * 1024, largest
+    _assert_iam(box)
+
+
+@pytest.fixture
+def two_topic_box(
+    moto_server: MotoEndpoint,
+    etcd_server: EtcdServer,
+    spark_runner: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[Box]:
+    box = build_box(
+        moto_url=moto_server.url,
+        etcd=etcd_server,
+        spark_runner=spark_runner,
+        tmp_path=tmp_path,
+        monkeypatch=monkeypatch,
+        mappings=[
+            {"topic": TOPIC, "table": TABLE, "create_table_if_missing": True},
+            {"topic": "payments", "table": "shop.payments", "create_table_if_missing": True},
+        ],
+        # Longer than any launcher invocation here: a batch must not come back while still in flight.
+        visibility_seconds=20,
+    )
+    try:
+        yield box
+    finally:
+        unregister(box)
+
+
+def test_two_pollers_hold_one_batch_per_topic_and_different_topics_at_once(two_topic_box: Box) -> None:
+    """Two pollers per event source at once (Lambda runs several): the FIFO work queue hands a topic's
+    messages (its group) to one poller at a time while the other takes the other topic, so two
+    launches of one topic never race and both topics land once."""
+    box = two_topic_box
+
+    def slow() -> None:  # the launcher's first invocations take a while: the other poller receives
+        time.sleep(0.5)
+
+    box.fleet.faults["LauncherFunction"] = [slow] * 4
+    for topic in (TOPIC, "payments"):
+        for base in (0, 3, 6):
+            put_segment(box.s3, box.segment_bucket, box.namespace, topic, 0, base, 3)
+    box.pump(pollers=2, timeout_s=240)
+    assert sorted(r["offset"] for r in box.rows(TABLE)) == list(range(9)), box.describe()
+    assert sorted(r["offset"] for r in box.rows("shop.payments")) == list(range(9))
+    assert box.committed_offsets(TOPIC) == {0: 8}
+    assert box.committed_offsets("payments") == {0: 8}
+    assert box.mappings.violations == []
+    groups = {message_group_id(TOPIC), message_group_id("payments")}
+    assert {frozenset(pair) for pair in box.mappings.overlaps} >= {frozenset(groups)}
+    assert "FAILED" not in _statuses(box)
     _assert_iam(box)

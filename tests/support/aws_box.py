@@ -17,7 +17,10 @@ The fakes, each with what it does not cover:
 - **Event source mappings** (`EventSourceMappings`): a poller that reads the template's SQS event
   sources with their `BatchSize` and hands batches to the function: a raised error returns the
   whole batch, `batchItemFailures` only those items, the rest are deleted; redrive to the DLQ after
-  `maxReceiveCount` is moto's. One poller thread, so one batch per FIFO group in flight trivially.
+  `maxReceiveCount` is moto's. `pump(pollers=N)` runs N pollers per source at once and records the
+  FIFO groups in flight (`overlaps`, `violations`): moto's FIFO queue hands a group to one poller at
+  a time. Invocations themselves run one at a time (the environment is process-wide). `redrive`
+  does what `StartMessageMoveTask` does (DLQ -> source, same body and group; a new deduplication id).
   Not covered: batching windows, scaling, `MaximumConcurrency`.
 - **Time**: Wait states and Retry intervals run `TIME_SCALE` times their length; queue visibility
   timeouts are `VISIBILITY_SECONDS` instead of the template's 180/720 s; an EMR job's
@@ -318,31 +321,65 @@ class EventSourceMappings:
         self.fleet = fleet
         self.sqs = sqs
         self.sources = sources
+        # FIFO message groups of the batches handed out and not yet settled, per queue; a batch
+        # received while another group of its queue is in flight is an overlap (two pollers busy at
+        # once), one whose group is already in flight a violation of "one batch per group".
+        self.in_flight: dict[str, Counter[str]] = {s.queue_url: Counter() for s in sources}
+        self.overlaps: list[tuple[str, str]] = []
+        self.violations: list[str] = []
+        self._lock = threading.Lock()
 
     def poll_once(self) -> int:
         """One receive per event source and one invocation per non-empty batch; messages handed out."""
-        handed = 0
-        for source in self.sources:
-            response = self.sqs.receive_message(
-                QueueUrl=source.queue_url,
-                MaxNumberOfMessages=source.batch_size,
-                AttributeNames=["All"],
-                MessageAttributeNames=["All"],
-            )
-            messages = response.get("Messages", [])
-            if not messages:
-                continue
-            handed += len(messages)
-            event = {"Records": [_sqs_record(m, source.queue_arn) for m in messages]}
-            try:
-                result = self.fleet.invoke(source.function, event)
-            except Exception:
-                continue
+        return sum(self.poll_source(source) for source in self.sources)
+
+    def poll_concurrently(self, pollers: int) -> int:
+        """`pollers` pollers per event source at once (Lambda scales an SQS event source's pollers),
+        each one receive and one invocation; messages handed out."""
+        handed: list[int] = []
+        threads = [
+            threading.Thread(target=lambda s=source: handed.append(self.poll_source(s)))
+            for source in self.sources
+            for _ in range(pollers)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        return sum(handed)
+
+    def poll_source(self, source: EventSource) -> int:
+        response = self.sqs.receive_message(
+            QueueUrl=source.queue_url,
+            MaxNumberOfMessages=source.batch_size,
+            AttributeNames=["All"],
+            MessageAttributeNames=["All"],
+        )
+        messages = response.get("Messages", [])
+        if not messages:
+            return 0
+        groups = Counter(
+            m["Attributes"]["MessageGroupId"] for m in messages if "MessageGroupId" in m["Attributes"]
+        )
+        with self._lock:
+            held = self.in_flight[source.queue_url]
+            self.violations += [group for group in groups if held[group]]
+            self.overlaps += [(new, old) for new in groups for old in held if held[old] and old != new]
+            held.update(groups)
+        event = {"Records": [_sqs_record(m, source.queue_arn) for m in messages]}
+        try:
+            result = self.fleet.invoke(source.function, event)
+        except Exception:  # the whole batch comes back after its visibility timeout
+            failed = {m["MessageId"] for m in messages}
+        else:
             failed = {f["itemIdentifier"] for f in (result or {}).get("batchItemFailures", [])}
-            for message in messages:
-                if message["MessageId"] not in failed:
-                    self.sqs.delete_message(QueueUrl=source.queue_url, ReceiptHandle=message["ReceiptHandle"])
-        return handed
+        finally:
+            with self._lock:  # settled before any delete lets SQS hand the group out again
+                self.in_flight[source.queue_url].subtract(groups)
+        for message in messages:
+            if message["MessageId"] not in failed:
+                self.sqs.delete_message(QueueUrl=source.queue_url, ReceiptHandle=message["ReceiptHandle"])
+        return len(messages)
 
 
 def _sqs_record(message: dict[str, Any], queue_arn: str) -> dict[str, Any]:
@@ -603,13 +640,16 @@ class Box:
     key_prefix: str
     queue_urls: dict[str, str] = field(default_factory=dict)
 
-    def pump(self, *, until: Callable[[], bool] | None = None, timeout_s: float = 120.0) -> None:
+    def pump(
+        self, *, until: Callable[[], bool] | None = None, timeout_s: float = 120.0, pollers: int = 1
+    ) -> None:
         """Run the event sources until nothing is left to do (no message, no execution running) or
-        `until()` holds; fails after `timeout_s`."""
+        `until()` holds; fails after `timeout_s`. `pollers` > 1 polls each source that many times at
+        once."""
         deadline = time.monotonic() + timeout_s
         idle_rounds = 0
         while time.monotonic() < deadline:
-            handed = self.mappings.poll_once()
+            handed = self.mappings.poll_concurrently(pollers) if pollers > 1 else self.mappings.poll_once()
             if until is not None and until():
                 return
             busy = handed or self.running_executions() or self.messages_pending()
@@ -618,6 +658,27 @@ class Box:
                 return
             time.sleep(0.05 if handed else 0.2)
         pytest.fail(f"the box did not settle within {timeout_s} s: {self.describe()}")
+
+    def redrive(self, dlq: str, source: str) -> int:
+        """Move the messages of the `dlq` queue back to `source` (an operator's `aws sqs
+        start-message-move-task`); returns how many were moved."""
+        moved = 0
+        while True:
+            messages = self.sqs.receive_message(
+                QueueUrl=self.queue_urls[dlq], MaxNumberOfMessages=10, AttributeNames=["All"]
+            ).get("Messages", [])
+            if not messages:
+                return moved
+            for message in messages:
+                fifo = {}
+                if "MessageGroupId" in message["Attributes"]:
+                    fifo = {
+                        "MessageGroupId": message["Attributes"]["MessageGroupId"],
+                        "MessageDeduplicationId": uuid.uuid4().hex,
+                    }
+                self.sqs.send_message(QueueUrl=self.queue_urls[source], MessageBody=message["Body"], **fifo)
+                self.sqs.delete_message(QueueUrl=self.queue_urls[dlq], ReceiptHandle=message["ReceiptHandle"])
+                moved += 1
 
     def running_executions(self) -> int:
         runs = self.sfn.list_executions(stateMachineArn=self.state_machine_arn, statusFilter="RUNNING")
@@ -695,6 +756,7 @@ def build_box(
     mappings: list[dict[str, Any]],
     runs: dict[str, Any] | None = None,
     environment_overrides: dict[str, str] | None = None,
+    visibility_seconds: int = VISIBILITY_SECONDS,
 ) -> Box:
     """Create the stack's resources on moto, wire the fakes, and return the box (one per test)."""
     from moto.core.config import default_user_config
@@ -743,7 +805,7 @@ def build_box(
     queue_urls: dict[str, str] = {}
     for logical_id in ("SegmentEventsDLQ", "WorkDLQ", "RejectedQueue", "SegmentEventsQueue", "WorkQueue"):
         properties = deployment.evaluate(deployment.resources[logical_id]["Properties"])
-        attributes = {"VisibilityTimeout": str(VISIBILITY_SECONDS)}
+        attributes = {"VisibilityTimeout": str(visibility_seconds)}
         if properties.get("FifoQueue"):
             attributes["FifoQueue"] = "true"
             attributes["ContentBasedDeduplication"] = "false"
