@@ -111,6 +111,9 @@ def test_segments_land_exactly_once_and_every_call_is_allowed(box: Box) -> None:
     # and the run started exactly one job.
     assert box.recorder.count("emr-serverless:GetJobRun", "RunStateMachineRole") >= 1
     assert len(box.emr.started) == 1
+    # The EMR job's own calls were seen (driver and Python workers) and are checked below.
+    assert box.recorder.count("s3:GetObject", "EmrJobRole") >= 2  # the plan, the segments
+    assert box.recorder.worker_requests >= 1
     # A duplicate notification of a committed segment (the same object PUT again) changes nothing.
     key = format_segment_key(box.namespace, TOPIC, 0, 0)
     body = box.s3.get_object(Bucket=box.segment_bucket, Key=key)["Body"].read()
@@ -391,3 +394,48 @@ def test_two_pollers_hold_one_batch_per_topic_and_different_topics_at_once(two_t
     assert {frozenset(pair) for pair in box.mappings.overlaps} >= {frozenset(groups)}
     assert "FAILED" not in _statuses(box)
     _assert_iam(box)
+
+
+def test_the_emr_jobs_worker_requests_are_checked_against_its_role() -> None:
+    """The recorder attributes requests signed with the job's key to EmrJobRole and maps S3 REST
+    requests to IAM actions: a read of the runs bucket's run documents is allowed, a read of another
+    bucket and a write of the segment bucket are not (the check can fail)."""
+    import io
+
+    from tests.support.aws_box import EMR_JOB_ACCESS_KEY, CallRecorder
+    from tests.support.cfn_template import Deployment
+    from tests.test_template import INSTALLATIONS
+
+    deployment = Deployment(INSTALLATIONS["existing-bucket"])
+    recorder = CallRecorder(deployment, {})
+    runs_bucket = deployment.attribute("RunsBucket", "Ref")
+    signed = f"AWS4-HMAC-SHA256 Credential={EMR_JOB_ACCESS_KEY}/20261123/eu-west-1/s3/aws4_request, X"
+
+    def request(method: str, path: str, query: str = "", body: bytes = b"") -> None:
+        recorder.server_hook(
+            {
+                "HTTP_AUTHORIZATION": signed,
+                "REQUEST_METHOD": method,
+                "PATH_INFO": path,
+                "QUERY_STRING": query,
+                "CONTENT_LENGTH": str(len(body)),
+                "wsgi.input": io.BytesIO(body),
+            }
+        )
+
+    request("GET", f"/{runs_bucket}/runs/orders/r-a0/plan.json")
+    request("PUT", f"/{runs_bucket}/runs/orders/r-a0/result.json")
+    request("GET", f"/{runs_bucket}", "list-type=2&prefix=runs%2Forders%2F")
+    assert recorder.denied() == []
+    request("GET", "/someone-elses-bucket/secret")
+    request(
+        "POST", f"/{runs_bucket}", "delete=", b"<Delete><Object><Key>spark/main.py</Key></Object></Delete>"
+    )
+    recorder.server_hook(
+        {"HTTP_AUTHORIZATION": "Credential=OTHER/x/eu-west-1/s3/aws4_request", "PATH_INFO": "/x"}
+    )
+    assert [(c.action, c.resource) for c in recorder.denied()] == [
+        ("s3:DeleteObject", f"arn:aws:s3:::{runs_bucket}/spark/main.py"),
+        ("s3:GetObject", "arn:aws:s3:::someone-elses-bucket/secret"),
+    ]
+    assert recorder.worker_requests == 5

@@ -35,9 +35,13 @@ The fakes, each with what it does not cover:
   template's Glue/REST variables (Glue IAM is checked by tests/test_template.py only).
 - **IAM** (`CallRecorder`): every AWS call a function makes (botocore `before-call` on the default
   session, attributed to the function being invoked) and each call of the state machine (its SQS
-  sends, its Lambda invokes) is checked against that role in template.yaml with
-  tests/support/cfn_template.py's evaluator (Allow statements; conditions not evaluated). The Spark
-  job's own calls are not attributed (EmrJobRole is checked by tests/test_template.py).
+  sends, its Lambda invokes, its EMR calls) is checked against that role in template.yaml with
+  tests/support/cfn_template.py's evaluator (Allow statements; conditions not evaluated). The EMR
+  job's own calls are checked against EmrJobRole: its driver's (the local runner's job thread) by the
+  same hook, its Python workers' (other processes) where moto receives them, by the access key
+  they sign with (`EMR_JOB_ACCESS_KEY`, given through the SparkContext's worker environment).
+  Not covered: the job's writes to the warehouse (the box's warehouse is a local directory) and
+  threads the driver starts itself (unattributed, so unchecked).
 """
 
 from __future__ import annotations
@@ -72,6 +76,7 @@ NOT_GIVEN = {"KAFSCALE_ICEBERG_CATALOG_TYPE", "KAFSCALE_ICEBERG_CATALOG_URI", "K
 
 _principal: contextvars.ContextVar[str | None] = contextvars.ContextVar("aws_box_principal", default=None)
 STATE_MACHINE_ROLE = "RunStateMachineRole"
+SPARK_JOB_THREAD = "kafscale-spark"  # LocalSparkJobRunner's job thread: the EMR job's driver
 
 
 # -- IAM ----------------------------------------------------------------------------------------------
@@ -144,6 +149,35 @@ def iam_requests(service: str, operation: str, params: dict[str, Any]) -> list[t
     raise AssertionError(f"the IAM recorder does not know {service}:{operation}: teach iam_requests")
 
 
+EMR_JOB_ROLE = "EmrJobRole"
+EMR_JOB_ACCESS_KEY = "EMRJOBROLEBOXKEY"  # the job's Python workers sign with it (see EmrCompute)
+
+
+def s3_rest_requests(method: str, path: str, query: str, body: bytes) -> list[tuple[str, str]]:
+    """The (action, resource) pairs IAM authorizes for one path-style S3 REST request."""
+    from urllib.parse import parse_qs, unquote
+
+    bucket, _, key = unquote(path).lstrip("/").partition("/")
+    params = parse_qs(query, keep_blank_values=True)
+    if not key:
+        if method == "GET":
+            return [("s3:ListBucket", f"arn:aws:s3:::{bucket}")]
+        if method == "POST" and "delete" in params:  # DeleteObjects: one DeleteObject per key
+            import re
+
+            keys = re.findall(rb"<Key>(.*?)</Key>", body)
+            return [("s3:DeleteObject", f"arn:aws:s3:::{bucket}/{k.decode()}") for k in keys]
+        return [(f"unmapped:s3:{method} bucket", f"arn:aws:s3:::{bucket}")]
+    obj = f"arn:aws:s3:::{bucket}/{key}"
+    if method in {"GET", "HEAD"}:
+        return [("s3:GetObject", obj)]
+    if method in {"PUT", "POST"}:
+        return [("s3:PutObject", obj)]
+    if method == "DELETE":
+        return [("s3:AbortMultipartUpload" if "uploadId" in params else "s3:DeleteObject", obj)]
+    return [(f"unmapped:s3:{method}", obj)]
+
+
 class CallRecorder:
     """Records every AWS call of the box's functions and state machine (see the module docstring)."""
 
@@ -151,6 +185,7 @@ class CallRecorder:
         self.deployment = deployment
         self.renames = renames  # moto's ids -> the template's (the EMR application id)
         self.calls: list[Call] = []
+        self.worker_requests = 0  # requests of the EMR job's Python workers (server_hook)
         self._lock = threading.Lock()
 
     def keep_params(self, params: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
@@ -158,9 +193,12 @@ class CallRecorder:
         context["aws_box_params"] = dict(params)
 
     def hook(self, model: Any, context: dict[str, Any], request_signer: Any = None, **_: Any) -> None:
-        """`before-call`: record the call for the function being invoked (or the state machine)."""
+        """`before-call`: record the call for the function being invoked (or the state machine, or
+        the EMR job's driver: the local Spark runner's job thread)."""
         params = context.get("aws_box_params", {})
         role = _principal.get()
+        if role is None and threading.current_thread().name.startswith(SPARK_JOB_THREAD):
+            role = EMR_JOB_ROLE
         if role is None:
             credentials = getattr(request_signer, "_credentials", None)
             if getattr(credentials, "access_key", None) != "ak":  # moto's interpreter signs with "ak"
@@ -182,6 +220,30 @@ class CallRecorder:
                 resource = resource.replace(moto_id, template_id)
             with self._lock:
                 self.calls.append(Call(role, action, resource))
+
+    def server_hook(self, environ: dict[str, Any]) -> None:
+        """moto's WSGI entry: record the requests the EMR job's Python workers sign with
+        `EMR_JOB_ACCESS_KEY` (another process: no botocore hook reaches it)."""
+        import io
+
+        authorization = environ.get("HTTP_AUTHORIZATION", "")
+        if f"Credential={EMR_JOB_ACCESS_KEY}/" not in authorization:
+            return
+        service = authorization.split("Credential=", 1)[1].split(",", 1)[0].split("/")[3]
+        body = b""
+        if environ.get("REQUEST_METHOD") == "POST":
+            length = int(environ.get("CONTENT_LENGTH") or 0)
+            body = environ["wsgi.input"].read(length)
+            environ["wsgi.input"] = io.BytesIO(body)
+        if service != "s3":
+            found = [(f"unmapped:{service}", environ.get("PATH_INFO", ""))]
+        else:
+            found = s3_rest_requests(
+                environ["REQUEST_METHOD"], environ.get("PATH_INFO", ""), environ.get("QUERY_STRING", ""), body
+            )
+        with self._lock:
+            self.calls.extend(Call(EMR_JOB_ROLE, action, resource) for action, resource in found)
+            self.worker_requests += 1
 
     def denied(self) -> list[Call]:
         """The recorded calls the role in template.yaml would refuse."""
@@ -887,6 +949,24 @@ def build_box(
     assert default_session is not None
     default_session.events.register("before-parameter-build", recorder.keep_params)
     default_session.events.register("before-call", recorder.hook)
+
+    # The EMR job's own calls: its driver runs on the local runner's job thread (attributed by the
+    # hook above); its Python workers are other processes, which sign with their own key, recorded
+    # where moto receives them.
+    from moto.moto_server.werkzeug_app import DomainDispatcherApplication
+    from pyspark import SparkContext
+
+    original_call = DomainDispatcherApplication.__call__
+
+    def recorded_call(app: Any, environ: dict[str, Any], start_response: Any) -> Any:
+        recorder.server_hook(environ)
+        return original_call(app, environ, start_response)
+
+    monkeypatch.setattr(DomainDispatcherApplication, "__call__", recorded_call)
+    spark_context = SparkContext._active_spark_context
+    assert spark_context is not None, "the box needs the session's SparkContext (the spark fixture)"
+    monkeypatch.setitem(spark_context.environment, "AWS_ACCESS_KEY_ID", EMR_JOB_ACCESS_KEY)
+    monkeypatch.setitem(spark_context.environment, "AWS_SECRET_ACCESS_KEY", "emr-job-secret")
 
     fleet = LambdaFleet(deployment, environment)
 
