@@ -8,7 +8,9 @@ catalog, IAM) are described in tests/support/aws_box.py, with what each does not
 
 from __future__ import annotations
 
+import threading
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +18,7 @@ from typing import Any
 import pytest
 
 from bench.cost import transitions_per_run
-from kafscale_iceberg.domain.events import message_group_id
+from kafscale_iceberg.domain.events import TopicSignal, message_group_id
 from kafscale_iceberg.segments.keys import SegmentObjectKind, format_segment_key
 from tests.support.aws_box import Box, build_box, timed_out, unregister
 from tests.support.etcd import EtcdServer
@@ -372,26 +374,47 @@ def two_topic_box(
 
 
 def test_two_pollers_hold_one_batch_per_topic_and_different_topics_at_once(two_topic_box: Box) -> None:
-    """Two pollers per event source at once (Lambda runs several): the FIFO work queue hands a topic's
-    messages (its group) to one poller at a time while the other takes the other topic, so two
-    launches of one topic never race and both topics land once."""
+    """Two launcher pollers at once (Lambda runs several per event source): while one holds a batch
+    of a topic (its FIFO group), the other receives the other topic's work but not the first topic's
+    newer item, so two launches of one topic never race; everything lands once. The work items are
+    sent as the router sends them (`TopicSignal.sqs_message`), so that the first batch holds one
+    topic only; the router's own items follow through the ordinary pump."""
     box = two_topic_box
-
-    def slow() -> None:  # the launcher's first invocations take a while: the other poller receives
-        time.sleep(0.5)
-
-    box.fleet.faults["LauncherFunction"] = [slow] * 4
+    (work,) = [source for source in box.mappings.sources if source.function == "LauncherFunction"]
     for topic in (TOPIC, "payments"):
-        for base in (0, 3, 6):
-            put_segment(box.s3, box.segment_bucket, box.namespace, topic, 0, base, 3)
-    box.pump(pollers=2, timeout_s=240)
-    assert sorted(r["offset"] for r in box.rows(TABLE)) == list(range(9)), box.describe()
-    assert sorted(r["offset"] for r in box.rows("shop.payments")) == list(range(9))
-    assert box.committed_offsets(TOPIC) == {0: 8}
-    assert box.committed_offsets("payments") == {0: 8}
+        put_segment(box.s3, box.segment_bucket, box.namespace, topic, 0, 0, 3)
+
+    def signal(topic: str) -> None:
+        message = TopicSignal(topic=topic, reason="segment", nonce=uuid.uuid4().hex).sqs_message()
+        box.sqs.send_message(QueueUrl=box.queue_urls["WorkQueue"], **message)
+
+    def slow() -> None:  # the first launch takes a while: the second poller receives meanwhile
+        time.sleep(1.0)
+
+    box.fleet.faults["LauncherFunction"] = [slow]
+    signal(TOPIC)
+    first = threading.Thread(target=box.mappings.poll_source, args=(work,))
+    first.start()
+    orders_group, payments_group = message_group_id(TOPIC), message_group_id("payments")
+    deadline = time.monotonic() + 10
+    while not box.mappings.in_flight[work.queue_url][orders_group] and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert box.mappings.in_flight[work.queue_url][orders_group] == 1
+    signal(TOPIC)  # a newer item of the topic in flight: SQS must not hand it to the second poller
+    signal("payments")
+    second = threading.Thread(target=box.mappings.poll_source, args=(work,))
+    second.start()
+    first.join()
+    second.join()
     assert box.mappings.violations == []
-    groups = {message_group_id(TOPIC), message_group_id("payments")}
-    assert {frozenset(pair) for pair in box.mappings.overlaps} >= {frozenset(groups)}
+    assert (payments_group, orders_group) in box.mappings.overlaps
+    assert box.fleet.count("LauncherFunction") == 2
+    box.pump(pollers=2, timeout_s=240)  # the rest (the router's items, the newer orders item)
+    assert sorted(r["offset"] for r in box.rows(TABLE)) == [0, 1, 2], box.describe()
+    assert sorted(r["offset"] for r in box.rows("shop.payments")) == [0, 1, 2]
+    assert box.committed_offsets(TOPIC) == {0: 2}
+    assert box.committed_offsets("payments") == {0: 2}
+    assert box.mappings.violations == []
     assert "FAILED" not in _statuses(box)
     _assert_iam(box)
 
