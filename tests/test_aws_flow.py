@@ -116,6 +116,13 @@ def test_segments_land_exactly_once_and_every_call_is_allowed(box: Box) -> None:
     # The EMR job's own calls were seen (driver and Python workers) and are checked below.
     assert box.recorder.count("s3:GetObject", "EmrJobRole") >= 2  # the plan, the segments
     assert box.recorder.worker_requests >= 1
+    # The template's catalog: the commit's Glue calls and the job's data files in the warehouse bucket.
+    assert box.recorder.count("glue:GetTable", "CommitRole") >= 1
+    lake = f"arn:aws:s3:::{box.warehouse.removeprefix('s3://').split('/')[0]}/"
+    assert any(
+        c.role == "EmrJobRole" and c.action == "s3:PutObject" and c.resource.startswith(lake)
+        for c in box.recorder.calls
+    )
     # A duplicate notification of a committed segment (the same object PUT again) changes nothing.
     key = format_segment_key(box.namespace, TOPIC, 0, 0)
     body = box.s3.get_object(Bucket=box.segment_bucket, Key=key)["Body"].read()

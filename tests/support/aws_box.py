@@ -2,9 +2,9 @@
 
 What is real: the state machine (`infra/state_machine.asl.json` with the template's
 `DefinitionSubstitutions`) executed by moto's ASL interpreter (the vendored LocalStack one, moto
-5.2.5 server mode with `stepfunctions.execute_state_machine`); S3, SQS (FIFO groups, redrive),
+5.2.5 server mode with `stepfunctions.execute_state_machine`); S3, SQS (FIFO groups, redrive), Glue,
 EMR Serverless's API and Step Functions' API (moto server); etcd (a real server); the Iceberg
-commit (pyiceberg, SQLite catalog); the Spark job (`spark_app.job.run_job`, local Spark); every
+commit (pyiceberg, Glue catalog, warehouse on S3); the Spark job (`spark_app.job.run_job`, local Spark); every
 handler of `functions/` with the environment template.yaml gives it.
 
 The fakes, each with what it does not cover:
@@ -14,6 +14,12 @@ The fakes, each with what it does not cover:
   `errorMessage`; 6 MB request/response limits; a function over its template `Timeout` reports
   `Sandbox.Timedout`). Not covered: cold-start latency, concurrency limits, memory limits, the
   layer/image packaging (tests/test_template_tools.py builds those). One invocation runs at a time.
+- **`emr-serverless:startJobRun.sync`** (`emr_serverless_sync_service`): moto's interpreter has no
+  EMR Serverless integration; the box's starts the job run and reads it with `GetJobRun` until it
+  is final (Step Functions learns the end from EventBridge). Its calls are the state machine role's.
+  moto's Parallel could not re-raise a branch's `States.*` error (a failed job): the box lets it, as
+  Step Functions does. Not covered: the EventBridge rule Step Functions manages (its IAM is checked
+  by tests/test_serverless_fixes.py).
 - **Event source mappings** (`EventSourceMappings`): a poller that reads the template's SQS event
   sources with their `BatchSize` and hands batches to the function: a raised error returns the
   whole batch, `batchItemFailures` only those items, the rest are deleted; redrive to the DLQ after
@@ -31,8 +37,12 @@ The fakes, each with what it does not cover:
   `GetJobRun` reports that job's state; `CancelJobRun` cancels it (a finished job: ValidationException).
   `emr_faults` makes the next job FAILED without running (a container that died) or stuck.
   Not covered: EMR's queueing, capacity, the venv archive/image (`make package-spark`).
-- **Catalog**: the functions get the config file's SQLite catalog and local warehouse instead of the
-  template's Glue/REST variables (Glue IAM is checked by tests/test_template.py only).
+- **Catalog**: the template's (`CatalogType` glue, the warehouse in `WarehouseBucket`) on moto's Glue
+  and S3; the config file only points pyiceberg's Glue client at moto (`glue.endpoint`). Every
+  boto3 session made during a test records (pyiceberg's Glue client makes its own), so the commit's
+  Glue calls are checked against its role. Not covered: the REST catalog; Glue's optimistic
+  `UpdateTable` conflicts as AWS raises them; pyiceberg's own S3 reads/writes of table metadata in
+  the functions (pyarrow, not boto3: unattributed, so unchecked).
 - **IAM** (`CallRecorder`): every AWS call a function makes (botocore `before-call` on the default
   session, attributed to the function being invoked) and each call of the state machine (its SQS
   sends, its Lambda invokes, its EMR calls) is checked against that role in template.yaml with
@@ -40,8 +50,8 @@ The fakes, each with what it does not cover:
   job's own calls are checked against EmrJobRole: its driver's (the local runner's job thread) by the
   same hook, its Python workers' (other processes) where moto receives them, by the access key
   they sign with (`EMR_JOB_ACCESS_KEY`, given through the SparkContext's worker environment).
-  Not covered: the job's writes to the warehouse (the box's warehouse is a local directory) and
-  threads the driver starts itself (unattributed, so unchecked).
+  The job's data files are written to the warehouse bucket by its workers, so those writes are
+  checked too. Not covered: threads the driver starts itself (unattributed, so unchecked).
 """
 
 from __future__ import annotations
@@ -71,8 +81,6 @@ JOB_TIMEOUT_SCALE = 0.01  # 5 min (EMR's minimum) -> 3 s
 VISIBILITY_SECONDS = 1
 PAYLOAD_LIMIT = 6 * 1024 * 1024
 TEMPLATE_APPLICATION_ID = "00fabcdefg123456"
-# The functions' environment keeps what the template sets, except the catalog (see the docstring).
-NOT_GIVEN = {"KAFSCALE_ICEBERG_CATALOG_TYPE", "KAFSCALE_ICEBERG_CATALOG_URI", "KAFSCALE_ICEBERG_WAREHOUSE"}
 
 _principal: contextvars.ContextVar[str | None] = contextvars.ContextVar("aws_box_principal", default=None)
 STATE_MACHINE_ROLE = "RunStateMachineRole"
@@ -142,6 +150,23 @@ def iam_requests(service: str, operation: str, params: dict[str, Any]) -> list[t
                 found.append(("emr-serverless:TagResource", f"{application}/jobruns/*"))
             return found
         return [(f"emr-serverless:{operation}", f"{application}/jobruns/{params['jobRunId']}")]
+    if service == "glue":
+        catalog = f"arn:aws:glue:{REGION}:{ACCOUNT}:catalog"
+        database = (
+            params.get("DatabaseName")
+            or params.get("DatabaseInput", {}).get("Name")
+            or (params.get("Name", "") if "Database" in operation else "")
+        )
+        found = [
+            (f"glue:{operation}", catalog),
+            (f"glue:{operation}", f"arn:aws:glue:{REGION}:{ACCOUNT}:database/{database}"),
+        ]
+        table = params.get("Name") or params.get("TableInput", {}).get("Name")
+        if operation.endswith("Table") or operation == "GetTables":
+            found.append(
+                (f"glue:{operation}", f"arn:aws:glue:{REGION}:{ACCOUNT}:table/{database}/{table or '*'}")
+            )
+        return found
     if service == "secretsmanager":
         return [(f"secretsmanager:{operation}", params["SecretId"])]
     if service == "lambda" and operation == "Invoke":
@@ -697,7 +722,8 @@ class Box:
     segment_bucket: str
     namespace: str
     state_machine_arn: str
-    catalog_db: Path
+    moto_url: str
+    warehouse: str
     etcd: Any
     key_prefix: str
     queue_urls: dict[str, str] = field(default_factory=dict)
@@ -770,25 +796,26 @@ class Box:
         return list(self.sfn.get_execution_history(executionArn=execution_arn, maxResults=1000)["events"])
 
     def rows(self, table: str) -> list[dict[str, Any]]:
-        """The table's rows (pyiceberg reads the current snapshot from the SQLite catalog)."""
-        import sqlite3
+        """The table's rows (pyiceberg reads the current snapshot through the Glue catalog)."""
+        from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
-        from pyiceberg.table import StaticTable
+        from kafscale_iceberg.adapters.iceberg_catalog import CatalogSettings, load_iceberg_catalog
 
-        namespace, name = table.rsplit(".", 1)
-        if not self.catalog_db.exists():
+        catalog = load_iceberg_catalog(
+            CatalogSettings(
+                type="glue",
+                warehouse=self.warehouse,
+                s3_endpoint=self.moto_url,
+                s3_region=REGION,
+                s3_path_style=True,
+                glue_endpoint=self.moto_url,
+            )
+        )
+        try:
+            loaded = catalog.load_table(table)
+        except (NoSuchTableError, NoSuchNamespaceError):
             return []
-        with sqlite3.connect(self.catalog_db) as db:
-            exists = db.execute("select 1 from sqlite_master where name = 'iceberg_tables'").fetchone()
-            if exists is None:
-                return []
-            found = db.execute(
-                "select metadata_location from iceberg_tables where table_namespace = ? and table_name = ?",
-                (namespace, name),
-            ).fetchone()
-        if found is None:
-            return []
-        rows: list[dict[str, Any]] = StaticTable.from_metadata(found[0]).scan().to_arrow().to_pylist()
+        rows: list[dict[str, Any]] = loaded.scan().to_arrow().to_pylist()
         return rows
 
     def committed_offsets(self, topic: str) -> dict[int, int]:
@@ -907,7 +934,6 @@ def build_box(
 
     # The config file the user writes, and each function's environment.
     key_prefix = f"{stack}/processors"
-    catalog_db = tmp_path / "catalog.db"
     config = {
         "s3": {
             "bucket": parameters["SegmentBucketName"],
@@ -916,8 +942,10 @@ def build_box(
             "region": REGION,
         },
         "iceberg": {
-            "catalog": {"type": "sql", "uri": f"sqlite:///{catalog_db}"},
-            "warehouse": f"file://{tmp_path}/warehouse",
+            # The template's catalog: Glue (moto's), the warehouse in WarehouseBucket (the stack's
+            # environment sets the type and the warehouse; only the endpoint is the box's).
+            "catalog": {"type": "glue", "properties": {"glue.endpoint": moto_url}},
+            "warehouse": f"s3://{stack}-lake/warehouse",
         },
         "etcd": {"endpoints": [etcd.url]},
         "offsets": {"key_prefix": key_prefix},
@@ -935,7 +963,7 @@ def build_box(
     }
     environment: dict[str, dict[str, str]] = {}
     for function in functions():
-        variables = {k: v for k, v in deployment.environment(function).items() if k not in NOT_GIVEN} | common
+        variables = dict(deployment.environment(function)) | common
         variables["KAFSCALE_ICEBERG_EMR_APPLICATION_ID"] = application_id
         variables |= environment_overrides or {}
         environment[function.logical_id] = variables
@@ -943,12 +971,17 @@ def build_box(
     recorder = CallRecorder(deployment, {application_id: TEMPLATE_APPLICATION_ID})
     # The functions' clients come from boto3's default session: give the box its own, and give the
     # previous one back at teardown (a later test in another region would find no queues otherwise).
+    # pyiceberg's Glue catalog makes its own boto3 session: every session made during the test records.
     monkeypatch.setattr(boto3, "DEFAULT_SESSION", boto3.DEFAULT_SESSION)
+    original_init = boto3.session.Session.__init__
+
+    def recording_init(session: Any, *args: Any, **kwargs: Any) -> None:
+        original_init(session, *args, **kwargs)
+        session.events.register("before-parameter-build", recorder.keep_params)
+        session.events.register("before-call", recorder.hook)
+
+    monkeypatch.setattr(boto3.session.Session, "__init__", recording_init)
     boto3.setup_default_session(region_name=REGION)
-    default_session = boto3.DEFAULT_SESSION
-    assert default_session is not None
-    default_session.events.register("before-parameter-build", recorder.keep_params)
-    default_session.events.register("before-call", recorder.hook)
 
     # The EMR job's own calls: its driver runs on the local runner's job thread (attributed by the
     # hook above); its Python workers are other processes, which sign with their own key, recorded
@@ -1041,7 +1074,8 @@ def build_box(
         segment_bucket=parameters["SegmentBucketName"],
         namespace=namespace,
         state_machine_arn=state_machine_arn,
-        catalog_db=catalog_db,
+        moto_url=moto_url,
+        warehouse=str(deployment.environment(functions()[0])["KAFSCALE_ICEBERG_WAREHOUSE"]),
         etcd=etcd,
         key_prefix=key_prefix,
         queue_urls=queue_urls,
