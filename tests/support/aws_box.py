@@ -1091,3 +1091,13 @@ def unregister(box: Box) -> None:
     if boto3.DEFAULT_SESSION is not None:
         boto3.DEFAULT_SESSION.events.unregister("before-parameter-build", box.recorder.keep_params)
         boto3.DEFAULT_SESSION.events.unregister("before-call", box.recorder.hook)
+    # moto's Glue outlives the box (one server per session): the next box starts without its tables.
+    glue = boto3.Session(region_name=REGION).client("glue", endpoint_url=box.moto_url)
+    for database in str(box.deployment.parameters["GlueDatabaseNames"]).split(","):
+        try:
+            tables = glue.get_tables(DatabaseName=database)["TableList"]
+        except glue.exceptions.EntityNotFoundException:
+            continue
+        for table in tables:
+            glue.delete_table(DatabaseName=database, Name=table["Name"])
+        glue.delete_database(Name=database)
