@@ -8,7 +8,7 @@ export PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION := python
 export SPARK_LOCAL_IP := 127.0.0.1
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: install test test-aws lint fmt demo bench bench-codec bench-commit bench-spark bench-planning bench-e2e bench-lfs bench-reset bench-maintenance bench-s3 bench-cost bench-soak clean
+.PHONY: install test test-fast test-aws lint fmt demo bench bench-codec bench-commit bench-spark bench-planning bench-e2e bench-lfs bench-reset bench-maintenance bench-s3 bench-cost bench-soak clean
 
 # uv resolves this dependency set in seconds; pip's resolver backtracks for minutes into ancient sdists.
 $(BIN)/uv:
@@ -24,6 +24,11 @@ install: $(STAMP)
 # `make test` runs every test, the AWS flow (test-aws) included.
 test: $(STAMP)
 	$(BIN)/pytest tests
+
+# The fast loop: every test that needs no JVM (local Spark), linter or subprocess CLI, under 2 minutes on
+# 2 cores. The rest are marked `slow` (tests/conftest.py marks every test using the `spark` fixture).
+test-fast: $(STAMP)
+	$(BIN)/pytest tests -m "not slow"
 
 # The AWS flow end to end on emulated services: the real state machine on moto's ASL interpreter,
 # the handlers under Lambda's contract, SQS event sources, EMR jobs on local Spark, IAM from

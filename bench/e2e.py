@@ -1,4 +1,4 @@
-"""End to end on the one-machine runtime: PUT-to-commit latency, and a backlog beside per-segment commits.
+"""End to end on the one-machine loop: PUT-to-commit latency, and a backlog beside per-segment commits.
 
 Run with `python -m bench.e2e` (or `make bench-e2e`). Everything runs in this process on the embedded
 services, as `kafscale-iceberg demo` does: moto server (S3 + SQS, with a real bucket notification),
@@ -74,15 +74,10 @@ from kafscale_iceberg.dataplane.conversion import RecordConverter
 from kafscale_iceberg.domain.events import WorkItem
 from kafscale_iceberg.domain.runs import RunPlan, RunResult
 from kafscale_iceberg.domain.tickets import RunTicket
-from kafscale_iceberg.local.embedded import (
-    EmbeddedEtcd,
-    EmbeddedServiceError,
-    notified_bucket,
-    start_etcd,
-    start_moto,
-)
+from kafscale_iceberg.exceptions import EmbeddedServiceError
+from kafscale_iceberg.local.embedded import EmbeddedEtcd, notified_bucket, start_etcd, start_moto
 from kafscale_iceberg.local.pipeline import Pipeline, RunEnd, RunReport
-from kafscale_iceberg.local.runtime import ProgressPrinter, open_pipeline
+from kafscale_iceberg.local.wiring import ProgressPrinter, open_pipeline
 from kafscale_iceberg.segments.decode import decode_segment
 from kafscale_iceberg.segments.generate import CodecChoice, generate_segments
 from kafscale_iceberg.segments.keys import SegmentObjectKind, format_segment_key

@@ -8,7 +8,7 @@ per partition per run is built twice by the real data plane and commit step (`be
 - **shared files** (the layout before, the baseline): every file of a task mixes its partitions.
 
 Then partition 0 is reset to drop its last `--fraction` (10 %) of offsets, as `replay
---reset-offsets` does (`CommitService.reset_offsets`: one Iceberg commit). Measured from the reset
+--reset-offsets` does (`OffsetReset.reset_offsets`: one Iceberg commit). Measured from the reset
 snapshot's summary: rows removed (`deleted-records - added-records`) and rows rewritten
 (`added-records`: rows of partly matching files written again); and the snapshots the reset wrote.
 The last line is one JSON object.

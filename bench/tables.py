@@ -168,7 +168,7 @@ def reset_tail(bench: BenchTable, partition: int, fraction: float) -> ResetMeasu
     grant = bench.assembly.checkpoints.claim_lease(TOPIC, owner_id="bench", run_id="bench-reset")
     assert isinstance(grant, LeaseGrant)
     started = time.perf_counter()
-    bench.assembly.commits.reset_offsets(TOPIC, (TABLE, DEAD_LETTERS), {partition: keep_through}, grant)
+    bench.assembly.offset_reset.reset_offsets(TOPIC, (TABLE, DEAD_LETTERS), {partition: keep_through}, grant)
     seconds = time.perf_counter() - started
     bench.assembly.checkpoints.release_lease(grant)
     table = catalog.load_table(TABLE)

@@ -30,7 +30,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     ticket = RunTicket.model_validate(event["ticket"])
     started = time.time()
     try:
-        committed = assembly().run_steps(with_commits=True).commit_run(ticket)
+        committed = assembly().run_steps().commit_run(ticket)
     except KafscaleIcebergError as exc:
         record_commit_failure(sink, exc)
         raise

@@ -12,14 +12,15 @@ from __future__ import annotations
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
-from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions.runtime import assembly
 from kafscale_iceberg.commands.maintain import report_json
+from kafscale_iceberg.metrics import EMF_NAMESPACE, EmfMetricsSink, maintenance_totals, record_maintenance
 
 logger = Logger(service="kafscale-iceberg-maintenance")
-metrics = Metrics(namespace="KafScaleIceberg", service="maintenance")
+metrics = Metrics(namespace=EMF_NAMESPACE, service="maintenance")
+sink = EmfMetricsSink(metrics)
 tracer = Tracer(service="kafscale-iceberg-maintenance")
 
 
@@ -29,13 +30,7 @@ tracer = Tracer(service="kafscale-iceberg-maintenance")
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """One maintenance pass; returns what it did per table (errors fail the invocation)."""
     report = assembly().maintenance.maintain(dry_run=bool(event.get("dry_run", False)))
-    compacted = sum(
-        t.compaction.files_removed for t in report.tables if t.compaction and t.compaction.committed
-    )
-    expired = sum(len(t.expiry.expired) for t in report.tables if t.expiry)
-    orphans = sum(t.orphans_deleted for t in report.tables)
-    metrics.add_metric(name="maintenance_files_compacted_total", unit=MetricUnit.Count, value=compacted)
-    metrics.add_metric(name="maintenance_snapshots_expired_total", unit=MetricUnit.Count, value=expired)
-    metrics.add_metric(name="maintenance_orphans_deleted_total", unit=MetricUnit.Count, value=orphans)
+    record_maintenance(sink, report)
+    compacted, expired, _ = maintenance_totals(report)
     logger.info("maintained", tables=[t.table for t in report.tables], compacted=compacted, expired=expired)
     return report_json(report)

@@ -10,13 +10,14 @@ from __future__ import annotations
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
-from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions.runtime import assembly
+from kafscale_iceberg.metrics import EMF_NAMESPACE, EmfMetricsSink, record_reconcile
 
 logger = Logger(service="kafscale-iceberg-reconciler")
-metrics = Metrics(namespace="KafScaleIceberg", service="reconciler")
+metrics = Metrics(namespace=EMF_NAMESPACE, service="reconciler")
+sink = EmfMetricsSink(metrics)
 tracer = Tracer(service="kafscale-iceberg-reconciler")
 
 
@@ -26,9 +27,8 @@ tracer = Tracer(service="kafscale-iceberg-reconciler")
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """One reconciler pass; returns what it did per topic (errors fail the invocation, retried next tick)."""
     report = assembly().reconciler.reconcile()
-    metrics.add_metric(name="reconciler_signals_total", unit=MetricUnit.Count, value=len(report.signalled))
+    record_reconcile(sink, report)
     released = [c.released_lease_of for c in report.checks if c.released_lease_of]
-    metrics.add_metric(name="reconciler_released_leases_total", unit=MetricUnit.Count, value=len(released))
     logger.info("reconciled", source=report.source, signalled=list(report.signalled), released=released)
     return {
         "source": report.source,

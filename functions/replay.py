@@ -11,16 +11,23 @@ from __future__ import annotations
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
-from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions.runtime import assembly
-from kafscale_iceberg.commands.replay import build_replay_service
 from kafscale_iceberg.domain.replay import ReplayEvent
 from kafscale_iceberg.exceptions import KafscaleIcebergError
+from kafscale_iceberg.metrics import (
+    EMF_NAMESPACE,
+    EmfMetricsSink,
+    ErrorStage,
+    error_stage,
+    record_error,
+    record_replay,
+)
 
 logger = Logger(service="kafscale-iceberg-replay")
-metrics = Metrics(namespace="KafScaleIceberg", service="replay")
+metrics = Metrics(namespace=EMF_NAMESPACE, service="replay")
+sink = EmfMetricsSink(metrics)
 tracer = Tracer(service="kafscale-iceberg-replay")
 
 
@@ -32,14 +39,11 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     try:
         request = ReplayEvent.parse(event, source="replay event").request()
         logger.append_keys(topic=request.topic)
-        outcome = build_replay_service(assembly()).replay(request)
+        outcome = assembly().replay.replay(request)
     except KafscaleIcebergError as exc:
         logger.error("replay refused or failed", error=str(exc), transient=exc.transient)
-        metrics.add_metric(name="errors_total", unit=MetricUnit.Count, value=1)
+        record_error(sink, error_stage(exc, default=ErrorStage.REPLAY))
         raise
-    metrics.add_dimension(name="topic", value=request.topic)
-    metrics.add_metric(name="replay_segments_enqueued_total", unit=MetricUnit.Count, value=outcome.enqueued)
-    if outcome.reset_done:
-        metrics.add_metric(name="offset_resets_total", unit=MetricUnit.Count, value=1)
+    record_replay(sink, request.topic, outcome)
     logger.info("replay", reset=outcome.reset_done, enqueued=outcome.enqueued, summary=outcome.summary())
     return outcome.to_json()

@@ -11,9 +11,8 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions.runtime import assembly, reject_or_raise
-from kafscale_iceberg.exceptions import KafscaleIcebergError
+from kafscale_iceberg.exceptions import KafscaleIcebergError, SegmentIncompleteError
 from kafscale_iceberg.metrics import EMF_NAMESPACE, EmfMetricsSink, record_route, record_route_failure
-from kafscale_iceberg.services.route import SegmentIncompleteError
 
 logger = Logger(service="kafscale-iceberg-router")
 metrics = Metrics(namespace=EMF_NAMESPACE, service="router")

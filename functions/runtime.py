@@ -7,7 +7,8 @@ from collections.abc import Callable
 from functools import cache
 from typing import ParamSpec, TypeVar
 
-from kafscale_iceberg.assembly import Assembly, config_from_environment
+from kafscale_iceberg.assembly import Assembly
+from kafscale_iceberg.config import config_from_environment
 from kafscale_iceberg.exceptions import KafscaleIcebergError, TransientError
 
 P = ParamSpec("P")

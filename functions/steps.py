@@ -38,7 +38,7 @@ def start_job(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Start the run's Spark job (idempotent by run id); returns the ticket with its job id and
     the job's request (`job`), which the state machine's startJobRun.sync task repeats to wait on it."""
     steps = assembly()
-    ticket = steps.run_steps(with_commits=False).start_job(_ticket(event))
+    ticket = steps.run_steps().start_job(_ticket(event))
     return {
         "ticket": ticket.model_dump(mode="json"),
         "job": steps.emr_runner.step_functions_request(ticket.run_id),
@@ -52,7 +52,7 @@ def watch(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """One lease renewal and one look at the job (the state machine's Renew step, every few minutes
     while startJobRun.sync waits on the job); `lease_lost` ends the wait (the job is cancelled)."""
     ticket = _ticket(event)
-    result = assembly().run_steps(with_commits=False).watch(ticket)
+    result = assembly().run_steps().watch(ticket)
     status = result.status
     succeeded = status.state.value == "succeeded" and not result.lease_lost
     return {
@@ -73,7 +73,7 @@ def abort(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Record the failed attempt, release the lease, and say when to re-signal the topic."""
     ticket = _ticket(event)
     reason = str(event.get("reason") or event.get("error") or "run failed")
-    result = assembly().run_steps(with_commits=False).abort(ticket, reason)
+    result = assembly().run_steps().abort(ticket, reason)
     record_abort(
         sink, ticket.topic, result.consecutive_failures, run_started_at=ticket.grant.claimed_at_ms / 1000
     )

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from kafscale_iceberg.adapters.documents import DocumentStore
 from kafscale_iceberg.adapters.s3_segments import S3SegmentStore, S3Settings, make_s3_client
-from kafscale_iceberg.config import KafscaleConfig, parse_config, require_known_keys
+from kafscale_iceberg.config import KafscaleConfig
 from kafscale_iceberg.exceptions import ConfigError
 
 if TYPE_CHECKING:
@@ -21,44 +21,30 @@ if TYPE_CHECKING:
     from kafscale_iceberg.adapters.http_registry import HttpSchemaRegistry
     from kafscale_iceberg.adapters.iceberg_maintenance import IcebergTableMaintainer
     from kafscale_iceberg.adapters.iceberg_tables import IcebergTableCommitter
-    from kafscale_iceberg.adapters.sqs_queues import SqsRedelivery, SqsWorkQueue
+    from kafscale_iceberg.adapters.sqs_queues import SqsReceiver, SqsRedelivery, SqsWorkQueue
     from kafscale_iceberg.adapters.step_functions import StepFunctionsRunStarter
     from kafscale_iceberg.domain.leases import LeaseGrant
     from kafscale_iceberg.domain.runs import RunPlan, RunResult
-    from kafscale_iceberg.ports import CheckpointStore
+    from kafscale_iceberg.ports import (
+        CheckpointStore,
+        JobRunner,
+        MetadataSource,
+        RunStarter,
+        RunTracker,
+        TopicSignaller,
+        WorkQueue,
+    )
     from kafscale_iceberg.services.commit import CommitService, TablePolicy
-    from kafscale_iceberg.services.discovery import MetadataSource, TopicDiscovery
-    from kafscale_iceberg.services.launch import Launcher, RunStarter
+    from kafscale_iceberg.services.discovery import TopicDiscovery
+    from kafscale_iceberg.services.launch import Launcher
     from kafscale_iceberg.services.maintenance import MaintenanceService
-    from kafscale_iceberg.services.reconcile import Reconciler, RunTracker, TopicSignaller
+    from kafscale_iceberg.services.offset_reset import OffsetReset
+    from kafscale_iceberg.services.reconcile import Reconciler
+    from kafscale_iceberg.services.replay import ReplayService
     from kafscale_iceberg.services.route import Router
-    from kafscale_iceberg.services.run_steps import JobRunner, RunSteps
+    from kafscale_iceberg.services.run_steps import RunSteps
 
-CONFIG_ENV = "KAFSCALE_ICEBERG_CONFIG"
 STATE_MACHINE_ENV = "KAFSCALE_ICEBERG_STATE_MACHINE_ARN"
-
-
-def load_config_from(location: str, *, strict: bool = False) -> KafscaleConfig:
-    """Load and validate the config at a path, `file://` or `s3://` URI (S3 via the default chain);
-    `strict` (`--strict-config`) refuses unknown keys instead of warning about them."""
-    text = DocumentStore().read_text(location)
-    config = parse_config(text, source=location)
-    if strict:
-        require_known_keys(config)
-    return config
-
-
-def config_from_environment() -> KafscaleConfig:
-    """The config named by `KAFSCALE_ICEBERG_CONFIG` (what the Lambda functions use), with the stack's
-    `KAFSCALE_ICEBERG_*` deployment variables and secrets laid over it (`kafscale_iceberg.deployment`)."""
-    location = os.environ.get(CONFIG_ENV, "")
-    if not location:
-        raise ConfigError(
-            CONFIG_ENV, "environment variable is not set: point it at the config file (s3:// or path)"
-        )
-    from kafscale_iceberg.deployment import load_deployed_config  # noqa: PLC0415
-
-    return load_deployed_config(location, os.environ)
 
 
 def default_owner_id() -> str:
@@ -193,8 +179,8 @@ class Assembly:
 
         return SqsRedelivery(boto3.client("sqs", region_name=self.config.s3.region or None))
 
-    @cached_property
-    def router(self) -> Router:
+    def make_router(self, work_queue: WorkQueue) -> Router:
+        """A router over the config's bucket and mappings, enqueueing on `work_queue`."""
         from kafscale_iceberg.services.route import Router, RouterSettings  # noqa: PLC0415
 
         mapped = self.config.mapped_topics
@@ -205,8 +191,23 @@ class Assembly:
                 is_mapped=mapped.__contains__,
             ),
             self.segments,
-            self.work_queue,
+            work_queue,
         )
+
+    @cached_property
+    def router(self) -> Router:
+        """The AWS router: work items go to the FIFO work queue."""
+        return self.make_router(self.work_queue)
+
+    def make_notification_receiver(self, url: str) -> SqsReceiver:
+        """Receives S3 notifications from the queue at `url` (the one-machine loop's signal path)."""
+        import boto3  # noqa: PLC0415
+
+        from kafscale_iceberg.adapters.sqs_queues import SqsReceiver  # noqa: PLC0415
+
+        settings = self.s3_settings
+        client = boto3.client("sqs", endpoint_url=settings.endpoint_url, region_name=settings.region)
+        return SqsReceiver(client, url)
 
     @cached_property
     def step_functions(self) -> StepFunctionsRunStarter:
@@ -289,11 +290,18 @@ class Assembly:
 
         return CommitService(self.tables, self.checkpoints, stranded_runs=self._run_documents)
 
+    @cached_property
+    def offset_reset(self) -> OffsetReset:
+        """Offset resets (`replay --reset-offsets`) on the configured catalog (imports pyiceberg)."""
+        from kafscale_iceberg.services.offset_reset import OffsetReset  # noqa: PLC0415
+
+        return OffsetReset(self.tables, self.checkpoints)
+
     def _run_documents(self, topic: str, run_id: str) -> tuple[RunPlan, RunResult] | None:
         """A run's plan and result from `runs.location`; None when either is missing."""
-        from kafscale_iceberg.adapters.documents import DocumentMissingError  # noqa: PLC0415
         from kafscale_iceberg.domain.runs import RunPlan, RunResult  # noqa: PLC0415
         from kafscale_iceberg.domain.tickets import PLAN_NAME, run_document_uri  # noqa: PLC0415
+        from kafscale_iceberg.exceptions import DocumentMissingError  # noqa: PLC0415
 
         try:
             plan_uri = run_document_uri(self.config.runs.location, topic, run_id, PLAN_NAME)
@@ -301,6 +309,22 @@ class Assembly:
             return plan, RunResult.model_validate_json(self.documents.read_text(plan.result_uri))
         except DocumentMissingError:
             return None
+
+    @cached_property
+    def replay(self) -> ReplayService:
+        """Replay (and reset) of quarantined or committed ranges; enqueues on the work queue when one is
+        configured (imports pyiceberg and pyarrow: it reads and may rewrite the tables)."""
+        from kafscale_iceberg.services.replay import ReplayService  # noqa: PLC0415
+
+        return ReplayService(
+            self.config,
+            self.segments,
+            self.checkpoints,
+            self.commits,
+            self.offset_reset,
+            self.work_queue if self.config.notifications.work_queue_url else None,
+            owner_id=self.owner_id,
+        )
 
     @cached_property
     def table_maintainer(self) -> IcebergTableMaintainer:
@@ -332,11 +356,11 @@ class Assembly:
         mapping = self.config.mapping_for(topic)
         return TablePolicy() if mapping is None else TablePolicy.from_mapping(mapping)
 
-    def run_steps(self, *, with_commits: bool) -> RunSteps:
-        """The run steps on EMR Serverless; `with_commits` loads the catalog (the commit function only)."""
-        return self.make_run_steps(self.emr_runner, with_commits=with_commits)
+    def run_steps(self) -> RunSteps:
+        """The run steps on EMR Serverless (the catalog is loaded by the commit step only)."""
+        return self.make_run_steps(self.emr_runner)
 
-    def make_run_steps(self, jobs: JobRunner, *, with_commits: bool) -> RunSteps:
+    def make_run_steps(self, jobs: JobRunner) -> RunSteps:
         """The run steps over `jobs` (EMR Serverless, or local Spark)."""
         from kafscale_iceberg.services.run_steps import RunSteps  # noqa: PLC0415
 
@@ -345,6 +369,6 @@ class Assembly:
             self.checkpoints,
             jobs,
             self.documents,
-            commits=self.commits if with_commits else None,
+            commits=lambda: self.commits,
             mapping_policy=self.table_policy,
         )

@@ -4,23 +4,34 @@ Each error is either *transient* (retrying the same work later may succeed: a ne
 lease, a segment whose `.index` has not landed yet) or *terminal* (retrying changes nothing until a
 person acts: a corrupt segment, a bad config). Callers decide retry from `error.transient`, never
 from the class name. Foreign exceptions are translated once, in the adapter, with `raise ... from`.
+
+One hierarchy, said one way: every error class of the package is defined in this module, and an
+error is transient exactly when it subclasses `TransientError` (the one class that sets
+`transient`). The run state machine retries the name `TransientError`: the step Lambdas raise every
+transient error under that name (`functions/runtime.step_errors`), so a class's transience means
+the same to the state machine as to the code that raised it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, ClassVar
+
+if TYPE_CHECKING:
+    from kafscale_iceberg.domain.leases import LeaseBusy
 
 
 class KafscaleIcebergError(Exception):
     """Base of every error this package raises on purpose."""
 
-    transient: bool = False
+    transient: ClassVar[bool] = False
+    """True for `TransientError` and its subclasses only: subclass `TransientError` to say it."""
 
 
 class TransientError(KafscaleIcebergError):
-    """Retrying the same work later may succeed."""
+    """Retrying the same work later may succeed; the state machine retries this name."""
 
-    transient = True
+    transient: ClassVar[bool] = True
 
 
 class ConfigError(KafscaleIcebergError):
@@ -96,13 +107,11 @@ class CheckpointError(KafscaleIcebergError):
     """A lease or offset operation on the checkpoint store (etcd or the SQLite file) failed."""
 
 
-class CheckpointUnavailableError(CheckpointError):
+class CheckpointUnavailableError(CheckpointError, TransientError):
     """The checkpoint store could not be reached (or was busy); nothing was written. Transient.
 
     `problem` names every endpoint (or the SQLite file) that was tried and why each failed.
     """
-
-    transient = True
 
     def __init__(self, operation: str, targets: tuple[str, ...], problem: str) -> None:
         self.operation = operation
@@ -201,14 +210,12 @@ class OffsetRegressionError(CheckpointError):
         )
 
 
-class ConcurrentOffsetUpdateError(CheckpointError):
+class ConcurrentOffsetUpdateError(CheckpointError, TransientError):
     """The offsets changed under us between read and write, every attempt, while our lease held.
 
     Transient: something writes offsets without holding the topic lease, most likely a KafScale Go
     processor still running against the same key prefix. Stop it before switching over.
     """
-
-    transient = True
 
     def __init__(self, topic: str, partitions: tuple[int, ...], attempts: int) -> None:
         self.topic = topic
@@ -238,10 +245,8 @@ class CatalogError(KafscaleIcebergError):
         super().__init__(f"iceberg catalog {catalog}: {operation} failed: {problem}")
 
 
-class CatalogUnavailableError(CatalogError):
+class CatalogUnavailableError(CatalogError, TransientError):
     """The catalog (or its warehouse storage) did not answer, or answered with a server error. Transient."""
-
-    transient = True
 
 
 class TableMissingError(KafscaleIcebergError):
@@ -382,10 +387,8 @@ class OffsetMismatchError(KafscaleIcebergError):
         )
 
 
-class CommitConflictError(KafscaleIcebergError):
+class CommitConflictError(TransientError):
     """The table kept changing under the commit; each attempt was verified not to have landed. Transient."""
-
-    transient = True
 
     def __init__(self, table: str, run_id: str, attempts: int) -> None:
         self.table = table
@@ -397,10 +400,8 @@ class CommitConflictError(KafscaleIcebergError):
         )
 
 
-class CommitOutcomeUnknownError(KafscaleIcebergError):
+class CommitOutcomeUnknownError(TransientError):
     """A commit request failed in a way that leaves its outcome unknown; the caller must verify. Transient."""
-
-    transient = True
 
     def __init__(self, table: str, run_id: str, problem: str) -> None:
         self.table = table
@@ -411,13 +412,11 @@ class CommitOutcomeUnknownError(KafscaleIcebergError):
         )
 
 
-class TableChangedError(KafscaleIcebergError):
+class TableChangedError(TransientError):
     """The table changed between reading its commit state and committing; nothing was written. Transient.
 
     The commit step re-reads and re-verifies the state before trying again (never a blind retry).
     """
-
-    transient = True
 
     def __init__(self, table: str, problem: str) -> None:
         self.table = table
@@ -495,3 +494,170 @@ class LfsBlobUnavailableError(TransientError):
             "persists, check that the job's role may s3:GetObject on the bucket - template.yaml "
             "LfsBlobBuckets - and that the bucket is reachable)"
         )
+
+
+# -- Segments in S3, run documents and data files --------------------------------------------------------
+
+
+class SegmentObjectMissingError(KafscaleIcebergError):
+    """An object the caller expected is not in the bucket (not yet written, or expired by lifecycle)."""
+
+    def __init__(self, bucket: str, key: str) -> None:
+        self.bucket = bucket
+        self.key = key
+        super().__init__(f"s3://{bucket}/{key} does not exist")
+
+
+class S3UnavailableError(TransientError):
+    """S3 could not be reached or refused the request in a way a retry may fix."""
+
+
+class DocumentMissingError(KafscaleIcebergError):
+    """No document at the URI (a plan never written, a result a failed job never wrote)."""
+
+    def __init__(self, uri: str) -> None:
+        self.uri = uri
+        super().__init__(f"{uri} does not exist")
+
+
+class DocumentStoreError(TransientError):
+    """Reading or writing a document failed in a way a retry may fix."""
+
+
+class DataFilePublishError(TransientError):
+    """A finished data file could not be moved or uploaded to its URI (retrying the run may help)."""
+
+
+class FileListingError(TransientError):
+    """Files under a prefix could not be listed or deleted (names the URI; retry may help)."""
+
+
+# -- Events, routing, discovery and launching ------------------------------------------------------------
+
+
+class MalformedEventError(KafscaleIcebergError):
+    """A queue message is not an S3 notification or EventBridge event this product understands.
+
+    Terminal: the same bytes will never parse; the message goes to the dead-letter queue with this
+    reason.
+    """
+
+    def __init__(self, message_id: str, problem: str) -> None:
+        self.message_id = message_id
+        super().__init__(f"message {message_id}: {problem}")
+
+
+class SegmentIncompleteError(TransientError):
+    """The `.kfs` landed before its `.index`: retry the notification later."""
+
+
+class QueueUnavailableError(TransientError):
+    """SQS refused or failed a request; the caller retries (sends are idempotent by dedup id)."""
+
+
+class DiscoveryError(TransientError):
+    """`discovery.mode: etcd` and the metadata snapshot can't be read: this pass is skipped."""
+
+
+class UnmappedTopicError(KafscaleIcebergError):
+    """A work item names a topic without a mapping (the router filters these; config changed?)."""
+
+
+class RegistryUnavailableError(TransientError):
+    """The registry did not answer, or answered with a server error; planning is retried."""
+
+
+class SchemaNotFoundError(KafscaleIcebergError):
+    """The registry has no schema for the topic (404) or returned something that is not a JSON object.
+
+    Terminal until someone publishes the schema or changes the mapping's `schema.source`.
+    """
+
+
+# -- Jobs ------------------------------------------------------------------------------------------------
+
+
+class JobRunnerUnavailableError(TransientError):
+    """The job service could not be reached or kept throttling; retry later (same run id)."""
+
+
+class JobRunnerError(KafscaleIcebergError):
+    """The job service refused the request (bad application id, role, permissions): a person must act."""
+
+
+class UnknownJobError(KafscaleIcebergError):
+    """A job id this runner never started (the process restarted?)."""
+
+
+# -- Replay ----------------------------------------------------------------------------------------------
+
+
+class ReplayRequestError(KafscaleIcebergError):
+    """A replay request is invalid: the message names the field, the value's problem and what is allowed.
+
+    Terminal: the same request will never be accepted.
+    """
+
+
+class ReplayNotConfirmedError(KafscaleIcebergError):
+    """A reset was not confirmed (no terminal and no `--yes`, or the wrong answer); nothing changed."""
+
+
+class ReplayLeaseBusyError(TransientError):
+    """A reset needs the topic's lease and a run (or another reset) holds it. Retry when it ends."""
+
+    def __init__(self, busy: LeaseBusy) -> None:
+        self.busy = busy
+        super().__init__(
+            f"cannot reset the offsets of topic {busy.topic!r}: its lease is held by "
+            f"{busy.holder.describe()}; nothing was changed - retry `replay --reset-offsets` when that "
+            "run ends (a run releases the lease when it commits or aborts; a dead holder's lease "
+            "expires after offsets.lease_ttl_seconds)"
+        )
+
+
+# -- Deployment and the one machine ----------------------------------------------------------------------
+
+
+class SecretAccessError(KafscaleIcebergError):
+    """A secret cannot be read: missing, not permitted, or not decryptable. A person must act."""
+
+    def __init__(self, secret_id: str, code: str, remedy: str) -> None:
+        self.secret_id = secret_id
+        self.code = code
+        super().__init__(f"secret {secret_id}: {code}: {remedy}")
+
+
+class SecretUnavailableError(TransientError):
+    """Secrets Manager could not be reached or throttled the request; retry later."""
+
+
+class MetricsServerError(KafscaleIcebergError):
+    """The metrics endpoint could not listen (port taken, address not local)."""
+
+
+class JavaMissingError(KafscaleIcebergError):
+    """Local Spark needs Java 17 or 21 and none was found."""
+
+
+class EmbeddedServiceError(KafscaleIcebergError):
+    """An embedded service could not start; the message says what to install or look at."""
+
+
+# -- Inside the Spark job: a record, a mapping or a plan the data plane cannot use (also `ValueError`s) ---
+
+
+class EnvelopeError(KafscaleIcebergError, ValueError):
+    """An LFS envelope that cannot be used: not JSON of the envelope's shape, or a required field missing."""
+
+
+class PartitioningError(KafscaleIcebergError, ValueError):
+    """A partition field names a column the table lacks, or a transform its type does not allow."""
+
+
+class InvalidJsonSchemaError(KafscaleIcebergError, ValueError):
+    """The plan's JSON Schema is not a valid schema for its own meta-schema."""
+
+
+class FieldIdError(KafscaleIcebergError, ValueError):
+    """The plan's field ids do not cover the columns of a file, or give one id twice."""

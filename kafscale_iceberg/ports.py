@@ -1,18 +1,30 @@
-"""Ports: the Protocols services depend on, one per role; `kafscale_iceberg.adapters` implement them.
+"""Ports: every Protocol the services, the data plane and the deployment depend on, one per role;
+`kafscale_iceberg.adapters` implement them (and the one-machine loop's in-process stand-ins).
 
 Values crossing a process boundary are pydantic models; in-process values are frozen dataclasses.
+The value types are imported for type checking only: importing the ports loads the standard library
+alone (the metrics package, which every Lambda loads, re-exports `MetricsSink`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Protocol
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from kafscale_iceberg.domain.cluster_metadata import ClusterMetadata
-from kafscale_iceberg.domain.commits import TableCommit, TableSpec, TableState
-from kafscale_iceberg.domain.field_ids import TableFieldIds
-from kafscale_iceberg.domain.leases import LeaseBusy, LeaseGrant, LeaseHolder
-from kafscale_iceberg.domain.offsets import CommittedOffsets, OffsetState, OffsetUpdate
+if TYPE_CHECKING:
+    from kafscale_iceberg.domain.cluster_metadata import ClusterMetadata
+    from kafscale_iceberg.domain.commits import TableCommit, TableSpec, TableState
+    from kafscale_iceberg.domain.events import WorkItem
+    from kafscale_iceberg.domain.field_ids import TableFieldIds
+    from kafscale_iceberg.domain.jobs import JobStatus
+    from kafscale_iceberg.domain.leases import LeaseBusy, LeaseGrant, LeaseHolder
+    from kafscale_iceberg.domain.maintenance import CompactionOutcome, ExpiryOutcome, OrphanFile, TableHealth
+    from kafscale_iceberg.domain.offsets import CommittedOffsets, OffsetState, OffsetUpdate
+    from kafscale_iceberg.domain.planning import ListedSegment
+    from kafscale_iceberg.domain.runs import RunPlan
+    from kafscale_iceberg.domain.tickets import RunTicket
+    from kafscale_iceberg.metrics.definitions import Sample
+    from kafscale_iceberg.segments.layout import SegmentFooter
 
 
 class CheckpointStore(Protocol):
@@ -93,8 +105,11 @@ class TableCommitter(Protocol):
     `TableChangedError`, `CommitOutcomeUnknownError` (transient).
     """
 
-    def ensure_table(self, spec: TableSpec) -> object:
-        """Create the table (and namespace) if missing and allowed, then evolve its schema. Idempotent."""
+    def ensure_table(self, spec: TableSpec, current: TableState | None = None) -> object:
+        """Create the table (and namespace) if missing and allowed, then evolve its schema. Idempotent.
+
+        `current`: the table's state as just read, checked without loading the table again.
+        """
         ...
 
     def read_state(self, table: str, topic: str) -> TableState:
@@ -103,6 +118,9 @@ class TableCommitter(Protocol):
 
     def commit(self, expected: TableState, commit: TableCommit) -> TableState:
         """ONE Iceberg commit (files + marker + summary) built on exactly `expected`; the state after it.
+
+        Built on the table version `expected` was read from when the adapter still holds it (no
+        second load); the catalog refuses the commit if the table moved since.
 
         `TableChangedError` when the table is no longer `expected` (nothing written);
         `CommitOutcomeUnknownError` when it may or may not have landed: re-read and verify.
@@ -114,6 +132,256 @@ class TableCommitter(Protocol):
         """Rows of `table` whose `offset` is greater than `after[partition]` (what a reset would delete)."""
         ...
 
-    def field_ids(self, table: str) -> TableFieldIds:
-        """The table's top-level column ids and its last assigned column id (`TableMissingError`)."""
+    def field_ids(self, table: str, current: TableState | None = None) -> TableFieldIds:
+        """The table's top-level column ids and its last assigned column id (`TableMissingError`).
+
+        `current`: the table's state as just read or committed, used without loading the table again.
+        """
+        ...
+
+
+# -- Segments: listing, routing and planning (adapter: `S3SegmentStore`) ---------------------------
+
+
+class SegmentReader(Protocol):
+    """What the router needs from the segments bucket."""
+
+    bucket: str
+
+    def exists(self, key: str) -> bool: ...
+
+    def read_footer(self, key: str) -> SegmentFooter: ...
+
+
+class SegmentLister(Protocol):
+    """What planning needs from the segments bucket."""
+
+    bucket: str
+
+    def list_partitions(self, topic: str) -> list[int]: ...
+
+    def list_segments(self, topic: str, partition: int, after_offset: int | None) -> list[ListedSegment]: ...
+
+    def read_footer(self, key: str) -> SegmentFooter: ...
+
+
+class TopicLister(Protocol):
+    """Lists the topics present under the namespace (the S3 segment store does)."""
+
+    def list_topics(self) -> list[str]: ...
+
+
+class MetadataSource(Protocol):
+    """Reads KafScale's cluster metadata snapshot (the etcd checkpoint store does)."""
+
+    def read_cluster_metadata(self) -> ClusterMetadata | None: ...
+
+
+# -- Control plane: queues, runs and their documents -----------------------------------------------
+
+
+class WorkQueue(Protocol):
+    """The per-topic FIFO work queue."""
+
+    def send_work_items(self, items: Sequence[WorkItem]) -> None:
+        """Enqueue items (grouped by topic, deduplicated by segment key). Idempotent per item."""
+
+
+class TopicSignaller(Protocol):
+    """Asks for a topic to be looked at again (a topic signal on the work queue)."""
+
+    def signal(self, topic: str, reason: str) -> None: ...
+
+
+class RunStarter(Protocol):
+    """Hands a planned run to the run steps (a Step Functions execution, or the local loop)."""
+
+    def start_run(self, ticket: RunTicket) -> None:
+        """Start the steps of `ticket`'s run. Idempotent per run id.
+
+        Raises `RunAttemptEndedError` when the run id's steps already ran and ended unrecorded.
+        """
+
+
+class RunTracker(Protocol):
+    """Tells whether a run's steps still execute (Step Functions, or the local loop)."""
+
+    def is_running(self, run_id: str) -> bool | None:
+        """True while the run's steps execute, False once they ended, None when unknown."""
+
+
+class RunDocuments(Protocol):
+    """Run documents (plans, results, outcomes, backoff, field ids) by URI (adapter: `DocumentStore`).
+
+    Errors: a missing document -> `DocumentMissingError`; storage down or refusing ->
+    `DocumentStoreError` (transient).
+    """
+
+    def exists(self, uri: str) -> bool:
+        """Whether a document is stored at `uri`."""
+        ...
+
+    def read_text(self, uri: str) -> str:
+        """The document's text (UTF-8)."""
+        ...
+
+    def write_text(self, uri: str, text: str) -> None:
+        """Store `text` at `uri`, replacing what is there. Idempotent."""
+        ...
+
+
+class SchemaRegistry(Protocol):
+    """Topic JSON schemas (`{base_url}/{topic}.json`)."""
+
+    def schema_for(self, topic: str) -> dict[str, object]: ...
+
+
+class JobRunner(Protocol):
+    """Starts, looks at and cancels Spark jobs (EMR Serverless, or local Spark)."""
+
+    def start(self, plan: RunPlan, plan_uri: str) -> str:
+        """Start the plan's job, or find the one already started for its run id; returns its id."""
+
+    def status(self, job_id: str) -> JobStatus: ...
+
+    def cancel(self, job_id: str) -> None: ...
+
+
+@runtime_checkable
+class AwaitableJobRunner(Protocol):
+    """A job runner that can block until a job ends (the local Spark runner): the loop then commits
+    the moment the job is done instead of at its next watch."""
+
+    def wait(self, job_id: str, timeout_s: float) -> bool:
+        """Block until the job ends or `timeout_s` passes; True when it ended."""
+        ...
+
+
+# -- Tables: status and maintenance ------------------------------------------------------------------
+
+
+class TableStatusReader(Protocol):
+    """What status reads from the tables (adapter: `IcebergTableCommitter`)."""
+
+    def read_state(self, table: str, topic: str) -> TableState: ...
+
+    def last_commit_ms(self, table: str, topic: str) -> int | None: ...
+
+    def conversion_failures(self, table: str, topic: str) -> dict[str, int]: ...
+
+
+class TableHealthReader(Protocol):
+    """Files and snapshots of a table (adapter: `IcebergTableMaintainer`)."""
+
+    def health(self, table: str, *, small_file_bytes: int) -> TableHealth: ...
+
+
+class CompactionPlanLike(Protocol):
+    """A planned compaction (adapter type): how many files it rewrites."""
+
+    @property
+    def file_count(self) -> int: ...
+
+
+class TableMaintainer(Protocol):
+    """Iceberg maintenance operations (adapter: `IcebergTableMaintainer`)."""
+
+    def exists(self, table: str) -> bool: ...
+
+    def health(self, table: str, *, small_file_bytes: int) -> TableHealth: ...
+
+    def plan_compaction(
+        self, table: str, *, small_file_bytes: int, min_small_files: int, max_bytes: int
+    ) -> CompactionPlanLike: ...
+
+    def write_compaction(self, plan: Any, *, data_prefix: str, target_file_size_bytes: int) -> Any: ...
+
+    def commit_compaction(self, write: Any, *, now_ms: int) -> CompactionOutcome: ...
+
+    def expire_snapshots(
+        self,
+        table: str,
+        *,
+        older_than_ms: int,
+        keep: int,
+        previous_versions_max: int,
+        now_ms: int,
+        dry_run: bool,
+    ) -> ExpiryOutcome: ...
+
+    def referenced_files(self, table: str) -> frozenset[str]: ...
+
+
+class FileLister(Protocol):
+    """Files under a storage prefix (adapter: `StorageFileLister`)."""
+
+    def list_files(self, prefix: str) -> list[OrphanFile]: ...
+
+    def delete_files(self, uris: Sequence[str]) -> int: ...
+
+
+# -- Data plane: what the Spark tasks read and write -------------------------------------------------
+
+
+class ObjectReader(Protocol):
+    """Reads whole objects named by URI."""
+
+    def read_bytes(self, uri: str) -> bytes:
+        """The object's bytes; raises a `KafscaleIcebergError` when it is missing or unreadable."""
+        ...
+
+
+@runtime_checkable
+class RangedObjectReader(Protocol):
+    """A reader that can also read a byte range of an object."""
+
+    def read_bytes(self, uri: str) -> bytes:
+        """The object's bytes; raises a `KafscaleIcebergError` when it is missing or unreadable."""
+        ...
+
+    def read_range(self, uri: str, start: int, end_inclusive: int | None) -> bytes:
+        """Bytes `start..end_inclusive` of the object (to its end when None); errors as `read_bytes`."""
+        ...
+
+
+class FileSink(Protocol):
+    """Where finished data files go: written to a local staging path, then published to their URI."""
+
+    def staging_path(self, uri: str) -> str:
+        """A local path to write `uri`'s content to (its folder exists)."""
+        ...
+
+    def publish(self, staging_path: str, uri: str) -> None:
+        """Move the finished file to `uri`, replacing what is there. Idempotent; the staging file is gone."""
+        ...
+
+
+class BlobReader(Protocol):
+    """Reads LFS blobs (`adapters.lfs_blobs`); called from several threads at once."""
+
+    def read_blob(self, bucket: str, key: str, *, max_bytes: int) -> bytes:
+        """The blob's bytes. Raises `LfsBlobMissingError`, `LfsBlobTooLargeError` (length above
+        `max_bytes`, body unread) or `LfsBlobUnavailableError` (transient)."""
+        ...
+
+
+# -- Deployment ------------------------------------------------------------------------------------
+
+
+class SecretSource(Protocol):
+    """Where secrets named by ARN are read (Secrets Manager in AWS)."""
+
+    def read_secret(self, secret_id: str) -> str:
+        """The secret's string value."""
+        ...
+
+
+# -- Metrics ----------------------------------------------------------------------------------------
+
+
+class MetricsSink(Protocol):
+    """Where samples go: Prometheus (one-machine `run`) or CloudWatch EMF (the Lambdas)."""
+
+    def emit(self, samples: Sequence[Sample]) -> None:
+        """Record the samples (counters added, gauges set, histograms observed)."""
         ...

@@ -43,8 +43,8 @@ from kafscale_iceberg.adapters.data_files import StagedFileStore
 from kafscale_iceberg.adapters.documents import DocumentStore, join_uri
 from kafscale_iceberg.adapters.lfs_blobs import LocalBlobReader, S3BlobReader, blob_reader_for
 from kafscale_iceberg.adapters.s3_segments import S3Settings
-from kafscale_iceberg.dataplane.conversion import InvalidJsonSchemaError, RecordConverter
-from kafscale_iceberg.dataplane.partitioning import PartitioningError, check_partitioning
+from kafscale_iceberg.dataplane.conversion import RecordConverter
+from kafscale_iceberg.dataplane.partitioning import check_partitioning
 from kafscale_iceberg.dataplane.prefetch import PrefetchLimits
 from kafscale_iceberg.dataplane.reports import TaskAssignment, TaskReport, build_run_result, failed_result
 from kafscale_iceberg.dataplane.schemas import DEAD_LETTER_SCHEMA, with_field_ids
@@ -64,7 +64,7 @@ from kafscale_iceberg.domain.runs import (
     validate_run_id,
 )
 from kafscale_iceberg.domain.schema import table_fields
-from kafscale_iceberg.exceptions import KafscaleIcebergError
+from kafscale_iceberg.exceptions import InvalidJsonSchemaError, KafscaleIcebergError, PartitioningError
 
 logger = logging.getLogger(__name__)
 

@@ -1,8 +1,14 @@
-"""Shared fixtures: real servers (moto, etcd) and one local Spark, each started once per session."""
+"""Shared fixtures: real servers (moto, etcd) and one local Spark, each started once per session.
+
+`tests/support/fast_loop.py` marks the tests using local Spark `slow` and keeps `make test-fast`
+free of JVMs, linters and subprocesses.
+"""
 
 pytest_plugins = [
+    "pytester",
     "tests.support.moto",
     "tests.support.etcd",
     "tests.support.checkpoints",
     "tests.support.spark_job",
+    "tests.support.fast_loop",
 ]

@@ -125,7 +125,9 @@ def test_a_mismatch_names_partition_expected_and_found() -> None:
 def test_a_dead_letter_table_may_lag_but_never_hold_part_of_the_run(
     committed: dict[int, int], standing: Standing, inside: tuple[int, ...]
 ) -> None:
-    assert stand_dead_letters(committed, {0: 4}, {0: 9}) == (standing, inside)
+    verdict = stand_dead_letters(committed, {0: 4}, {0: 9})
+
+    assert (verdict.standing, verdict.partitions) == (standing, inside)
 
 
 def test_offsets_only_advance() -> None:

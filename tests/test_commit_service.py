@@ -26,6 +26,7 @@ from kafscale_iceberg.domain.runs import FailureKind, RunFailure, RunResult, Run
 from kafscale_iceberg.domain.schema import table_fields
 from kafscale_iceberg.exceptions import (
     CommitConflictError,
+    CommitOutcomeUnknownError,
     DeadLetterAheadError,
     LeaseLostError,
     OffsetMismatchError,
@@ -34,6 +35,8 @@ from kafscale_iceberg.exceptions import (
 )
 from kafscale_iceberg.ports import CheckpointStore
 from kafscale_iceberg.services.commit import CommitService, TablePolicy
+from kafscale_iceberg.services.offset_reset import OffsetReset
+from kafscale_iceberg.services.quarantine_replay import QuarantineReplay
 from tests.support.iceberg_runs import RunFactory, sql_settings
 
 TOPIC, TABLE, DLQ = "orders", "lake.orders", "lake.orders__dlq"
@@ -50,8 +53,8 @@ class CrashingTables:
     def __init__(self, inner: IcebergTableCommitter, table: str) -> None:
         self._inner, self._table, self.crashed = inner, table, False
 
-    def ensure_table(self, spec: Any) -> object:
-        return self._inner.ensure_table(spec)
+    def ensure_table(self, spec: Any, current: TableState | None = None) -> object:
+        return self._inner.ensure_table(spec, current)
 
     def read_state(self, table: str, topic: str) -> TableState:
         return self._inner.read_state(table, topic)
@@ -472,6 +475,67 @@ def test_a_commit_whose_answer_was_lost_is_verified_not_repeated(
     assert outcome.offsets == {0: 19, 1: 9}
 
 
+class LandedWithOutcomeUnknown(CrashingTables):
+    """The commit lands, but the caller hears that its outcome is unknown (a timeout after the write)."""
+
+    def commit(self, expected: TableState, commit: TableCommit) -> TableState:
+        self._inner.commit(expected, commit)
+        raise CommitOutcomeUnknownError(expected.table, commit.run_id, "timed out after sending")
+
+
+@pytest.mark.parametrize(
+    "attempts", [1, 3], ids=["found after the last attempt", "found on the next attempt"]
+)
+def test_a_commit_found_landed_after_an_unknown_outcome_counts_as_committed_wherever_it_is_found(
+    attempts: int,
+    catalog: Catalog,
+    tables: IcebergTableCommitter,
+    sqlite_store: CheckpointStore,
+    runs: RunFactory,
+) -> None:
+    """The verification that finds the run in decides the same way inside the retry loop (attempt 2)
+    and after it (attempts=1): the unknown attempt landed, so this call committed (it used to say False
+    inside the loop and True after it)."""
+    plan = runs.plan(RANGES)
+    unknown = LandedWithOutcomeUnknown(tables, TABLE)
+    service = CommitService(unknown, sqlite_store, attempts=attempts, sleep=lambda _: None)  # type: ignore[arg-type]
+
+    outcome = service.commit_run(plan, runs.result(plan), _claim(sqlite_store, plan.run_id), CREATE)
+
+    assert outcome.table_committed
+    assert _snapshots(catalog, TABLE) == 1
+    assert _store_offsets(sqlite_store) == {0: 19, 1: 9}
+
+
+@pytest.mark.parametrize(
+    "attempts", [1, 3], ids=["found after the last attempt", "found on the next attempt"]
+)
+def test_a_replay_found_landed_after_an_unknown_outcome_counts_as_committed_wherever_it_is_found(
+    attempts: int,
+    catalog: Catalog,
+    tables: IcebergTableCommitter,
+    sqlite_store: CheckpointStore,
+    runs: RunFactory,
+) -> None:
+    plan = runs.plan({0: (-1, 19)})
+    CommitService(tables, sqlite_store).commit_run(
+        plan, runs.result(plan, quarantined={0: (10, 14)}), _claim(sqlite_store, plan.run_id), CREATE
+    )
+    replay = runs.plan({0: (9, 14)})
+    replays = QuarantineReplay(
+        LandedWithOutcomeUnknown(tables, TABLE),  # type: ignore[arg-type]
+        sqlite_store,
+        attempts=attempts,
+        sleep=lambda _: None,
+    )
+
+    outcome = replays.commit_replay(replay, runs.result(replay), _claim(sqlite_store, replay.run_id), CREATE)
+
+    assert outcome.table_committed
+    assert _snapshots(catalog, TABLE) == 2
+    assert replays.pending_quarantine(TOPIC, TABLE) == ()
+
+
 def test_a_quarantined_segment_is_listed_and_its_repaired_replay_ingested_once(
     catalog: Catalog, tables: IcebergTableCommitter, sqlite_store: CheckpointStore, runs: RunFactory
 ) -> None:
@@ -480,19 +544,20 @@ def test_a_quarantined_segment_is_listed_and_its_repaired_replay_ingested_once(
     service.commit_run(
         plan, runs.result(plan, quarantined={0: (10, 14)}), _claim(sqlite_store, plan.run_id), CREATE
     )
-    assert [r.span for r in service.pending_quarantine(TOPIC, TABLE)] == [(0, 10, 14)]
-    assert [r.span for r in service.pending_quarantine(TOPIC, DLQ)] == [(0, 10, 14)]
+    replays = QuarantineReplay(tables, sqlite_store)
+    assert [r.span for r in replays.pending_quarantine(TOPIC, TABLE)] == [(0, 10, 14)]
+    assert [r.span for r in replays.pending_quarantine(TOPIC, DLQ)] == [(0, 10, 14)]
     replay = runs.plan({0: (9, 14)})
     replay_result = runs.result(replay)
 
-    first = service.commit_replay(replay, replay_result, _claim(sqlite_store, replay.run_id), CREATE)
-    second = service.commit_replay(replay, replay_result, _claim(sqlite_store, replay.run_id), CREATE)
+    first = replays.commit_replay(replay, replay_result, _claim(sqlite_store, replay.run_id), CREATE)
+    second = replays.commit_replay(replay, replay_result, _claim(sqlite_store, replay.run_id), CREATE)
 
     assert first.table_committed
     assert not second.table_committed
     assert _rows(catalog, TABLE) == _expected({0: (-1, 19)}, {})
-    assert service.pending_quarantine(TOPIC, TABLE) == ()
-    assert service.pending_quarantine(TOPIC, DLQ) == ()
+    assert replays.pending_quarantine(TOPIC, TABLE) == ()
+    assert replays.pending_quarantine(TOPIC, DLQ) == ()
     assert tables.read_state(TABLE, TOPIC).marker.offsets == {0: 19}
     summary = catalog.load_table(TABLE).snapshots()[-1].summary
     assert summary is not None
@@ -507,7 +572,9 @@ def test_a_replay_of_a_range_that_was_never_quarantined_commits_nothing(
     service.commit_run(plan, runs.result(plan), _claim(sqlite_store, plan.run_id), CREATE)
     replay = runs.plan({0: (9, 14)})
 
-    outcome = service.commit_replay(replay, runs.result(replay), _claim(sqlite_store, replay.run_id), CREATE)
+    outcome = QuarantineReplay(tables, sqlite_store).commit_replay(
+        replay, runs.result(replay), _claim(sqlite_store, replay.run_id), CREATE
+    )
 
     assert not outcome.table_committed
     assert _snapshots(catalog, TABLE) == 1
@@ -565,8 +632,9 @@ def test_an_explicit_offset_reset_moves_both_tables_and_the_store_so_the_range_c
     )
     reset_lease = _claim(sqlite_store, "reset")
 
-    service.reset_offsets(TOPIC, (TABLE, DLQ), {0: 9}, reset_lease)
-    service.reset_offsets(TOPIC, (TABLE, DLQ), {0: 9}, reset_lease)  # idempotent: no second snapshot
+    resets = OffsetReset(tables, sqlite_store)
+    resets.reset_offsets(TOPIC, (TABLE, DLQ), {0: 9}, reset_lease)
+    resets.reset_offsets(TOPIC, (TABLE, DLQ), {0: 9}, reset_lease)  # idempotent: no second snapshot
     sqlite_store.release_lease(reset_lease)
 
     assert service.reconciled_offsets(TOPIC, TABLE).offsets == {0: 9}

@@ -1270,6 +1270,7 @@ def test_documented_complete_examples_load() -> None:
     assert configs[1].runner.type == "emr_serverless"
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_importing_the_config_pulls_no_heavy_dependency() -> None:
     heavy = ["boto3", "botocore", "pyarrow", "pyspark", "pyiceberg", "numpy", "numba", "etcd3"]
     code = f"import sys, kafscale_iceberg.config; print(','.join(m for m in {heavy!r} if m in sys.modules))"

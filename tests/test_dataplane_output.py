@@ -12,12 +12,7 @@ import pytest
 
 from kafscale_iceberg.adapters.data_files import StagedFileStore
 from kafscale_iceberg.dataplane.parquet_files import RollingParquetWriter, partition_hash
-from kafscale_iceberg.dataplane.partitioning import (
-    PartitioningError,
-    check_partitioning,
-    split_by_partition,
-    transform_values,
-)
+from kafscale_iceberg.dataplane.partitioning import check_partitioning, split_by_partition, transform_values
 from kafscale_iceberg.dataplane.reports import (
     SegmentOutcome,
     TaskReport,
@@ -38,6 +33,7 @@ from kafscale_iceberg.domain.runs import (
     RunTimings,
 )
 from kafscale_iceberg.domain.schema import table_fields
+from kafscale_iceberg.exceptions import PartitioningError
 
 MICROS_PER_HOUR = 3_600_000_000
 

@@ -60,6 +60,7 @@ def artifacts_uri(**parameters: str) -> str:
     return str(deployment.evaluate(output))
 
 
+@pytest.mark.slow  # runs make
 def test_the_venv_archive_and_entry_point_go_where_the_functions_point_emr() -> None:
     uri = artifacts_uri()
     build, upload_archive, upload_entry_point = commands(f"SPARK_ARTIFACTS_URI={uri}")
@@ -93,6 +94,7 @@ def test_each_run_unpacks_the_uploaded_archive_as_the_python_the_dockerfile_pack
     assert "COPY --from=venv /output/kafscale-iceberg-venv.tar.gz /" in dockerfile
 
 
+@pytest.mark.slow  # runs make
 def test_the_image_is_built_and_pushed_and_the_entry_point_still_uploaded() -> None:
     image = "123456789012.dkr.ecr.eu-west-1.amazonaws.com/kafscale-spark:1"
     uri = artifacts_uri(SparkImageUri=image)
@@ -115,6 +117,7 @@ def test_the_image_is_built_and_pushed_and_the_entry_point_still_uploaded() -> N
     assert 'ln -sf "$(command -v ${PYTHON})" /usr/local/bin/kafscale-python' in DOCKERFILE.read_text()
 
 
+@pytest.mark.slow  # runs make
 def test_the_build_matches_the_emr_application() -> None:
     """Same release (base image), same architecture, the package's Spark extra without a second PySpark."""
     application = load_template()["Resources"]["EmrApplication"]["Properties"]
@@ -165,6 +168,7 @@ def test_the_docker_context_sends_what_the_emr_dockerfile_copies() -> None:
         (("SPARK_ARTIFACTS_URI=s3://b/spark", "SPARK_PACKAGING=image"), "set SPARK_IMAGE"),
     ],
 )
+@pytest.mark.slow  # runs make
 def test_missing_settings_stop_before_anything_runs(arguments: tuple[str, ...], problem: str) -> None:
     result = package_spark(*arguments)
     assert result.returncode != 0
@@ -172,6 +176,7 @@ def test_missing_settings_stop_before_anything_runs(arguments: tuple[str, ...], 
     assert "docker" not in result.stdout
 
 
+@pytest.mark.slow  # runs make
 @pytest.mark.parametrize("python", ["python3", "python3.9", "python3.14"])
 def test_an_interpreter_emr_spark_8_does_not_run_is_refused(python: str) -> None:
     result = package_spark("SPARK_ARTIFACTS_URI=s3://b/spark", f"EMR_PYTHON={python}")
@@ -181,6 +186,7 @@ def test_an_interpreter_emr_spark_8_does_not_run_is_refused(python: str) -> None
     assert "docker" not in result.stdout
 
 
+@pytest.mark.slow  # runs make
 def test_the_environment_is_built_for_a_python_spark_runs_and_checked_in_the_image() -> None:
     for packaging in ((), ("SPARK_PACKAGING=image", "SPARK_IMAGE=r/i:1")):
         build = commands("SPARK_ARTIFACTS_URI=s3://b/spark", *packaging)[0]

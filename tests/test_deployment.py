@@ -11,10 +11,13 @@ from uuid import uuid4
 import pytest
 import yaml
 
-from kafscale_iceberg.adapters.secrets_manager import SecretAccessError, SecretsManagerSecretSource
-from kafscale_iceberg.assembly import config_from_environment
-from kafscale_iceberg.deployment import DEPLOYMENT_VARIABLES, apply_deployment_environment
-from kafscale_iceberg.exceptions import ConfigError, ConfigValidationError
+from kafscale_iceberg.adapters.secrets_manager import SecretsManagerSecretSource
+from kafscale_iceberg.config import (
+    DEPLOYMENT_VARIABLES,
+    apply_deployment_environment,
+    config_from_environment,
+)
+from kafscale_iceberg.exceptions import ConfigError, ConfigValidationError, SecretAccessError
 from tests.support.moto import MotoEndpoint
 
 # What a user writes before the stack exists: no queue, application, role, runs bucket or credentials.
@@ -93,7 +96,7 @@ def test_a_set_variable_wins_over_the_file_and_the_difference_is_logged(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     data = {**USER_FILE, "runs": {"location": "s3://somewhere-else/runs"}}
-    with caplog.at_level(logging.WARNING, logger="kafscale_iceberg.deployment"):
+    with caplog.at_level(logging.WARNING, logger="kafscale_iceberg.config.deployment"):
         config = apply_deployment_environment(data, STACK_ENV, source="config.yaml")
     assert config.runs.location == "s3://stack-runs-bucket/runs"
     assert any(
@@ -165,7 +168,7 @@ def test_a_secret_replacing_a_file_password_never_logs_either(caplog: pytest.Log
     data = {**USER_FILE, "etcd": {"username": "old", "password": "old-pa55"}}
     secrets = FixedSecrets({"arn:etcd": json.dumps({"username": "kafscale", "password": "new-pa55"})})
     env = {**STACK_ENV, "KAFSCALE_ICEBERG_ETCD_SECRET_ARN": "arn:etcd"}
-    with caplog.at_level(logging.WARNING, logger="kafscale_iceberg.deployment"):
+    with caplog.at_level(logging.WARNING, logger="kafscale_iceberg.config.deployment"):
         apply_deployment_environment(data, env, source="config.yaml", secrets=secrets)
     assert any("etcd.password" in r.getMessage() for r in caplog.records)
     assert not any("pa55" in r.getMessage() for r in caplog.records)

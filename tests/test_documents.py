@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from kafscale_iceberg.adapters.documents import DocumentMissingError, DocumentStore, join_uri
-from kafscale_iceberg.exceptions import KafscaleIcebergError
+from kafscale_iceberg.adapters.documents import DocumentStore, join_uri
+from kafscale_iceberg.exceptions import DocumentMissingError, KafscaleIcebergError
 from tests.support.moto import MotoEndpoint
 
 

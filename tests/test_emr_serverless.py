@@ -9,13 +9,10 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from kafscale_iceberg.adapters.emr_serverless import (
-    EmrServerlessJobRunner,
-    JobRunnerError,
-    JobRunnerUnavailableError,
-)
+from kafscale_iceberg.adapters.emr_serverless import EmrServerlessJobRunner
 from kafscale_iceberg.config import EmrServerlessRunnerConfig
 from kafscale_iceberg.domain.jobs import JobState
+from kafscale_iceberg.exceptions import JobRunnerError, JobRunnerUnavailableError
 from tests.support.moto import MotoEndpoint
 from tests.support.plans import sample_plan
 

@@ -14,7 +14,8 @@ import etcd3.etcdrpc
 import grpc
 import pytest
 
-from kafscale_iceberg.adapters.etcd_checkpoints import EtcdCheckpointStore, EtcdEndpoint, parse_etcd_endpoint
+from kafscale_iceberg.adapters.etcd_checkpoints import EtcdCheckpointStore
+from kafscale_iceberg.adapters.etcd_client import EtcdEndpoint, parse_etcd_endpoint
 from kafscale_iceberg.adapters.sqlite_checkpoints import SqliteCheckpointStore
 from kafscale_iceberg.domain.cluster_metadata import ClusterMetadata
 from kafscale_iceberg.domain.leases import LeaseBusy, LeaseGrant

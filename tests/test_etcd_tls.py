@@ -16,8 +16,7 @@ import pytest
 
 from kafscale_iceberg.adapters.etcd_checkpoints import EtcdCheckpointStore
 from kafscale_iceberg.assembly import Assembly
-from kafscale_iceberg.config import config_from_mapping
-from kafscale_iceberg.deployment import ETCD_SECRET_ENV, apply_deployment_environment
+from kafscale_iceberg.config import ETCD_SECRET_ENV, apply_deployment_environment, config_from_mapping
 from kafscale_iceberg.domain.leases import LeaseGrant
 from kafscale_iceberg.exceptions import CheckpointError, ConfigValidationError
 from tests.support.etcd import etcd_binary

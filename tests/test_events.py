@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from kafscale_iceberg.domain.events import (
-    MalformedEventError,
     ObjectCreated,
     TopicSignal,
     WorkItem,
@@ -16,6 +15,7 @@ from kafscale_iceberg.domain.events import (
     parse_topic_message,
     parse_work_item,
 )
+from kafscale_iceberg.exceptions import MalformedEventError
 
 EVENTS = Path(__file__).resolve().parent.parent / "events"
 

@@ -26,7 +26,8 @@ pytestmark = pytest.mark.slow
 
 CHILD = """
 import os, signal, sys
-from kafscale_iceberg.assembly import Assembly, load_config_from
+from kafscale_iceberg.assembly import Assembly
+from kafscale_iceberg.config import load_config_from
 from kafscale_iceberg.local.pipeline import Pipeline
 from kafscale_iceberg.local.spark_runner import LocalSparkJobRunner
 

@@ -16,10 +16,9 @@ from kafscale_iceberg.domain.events import parse_work_item
 from kafscale_iceberg.domain.leases import LeaseGrant
 from kafscale_iceberg.domain.runs import RunCounts
 from kafscale_iceberg.domain.tickets import RunTicket
-from kafscale_iceberg.metrics import EMF_NAMESPACE
 from kafscale_iceberg.services.commit import TablePolicy
 from tests.support.iceberg_runs import RunFactory
-from tests.support.lambdas import LambdaContext
+from tests.support.lambdas import LambdaContext, emf_records, emf_values
 from tests.support.moto import MotoEndpoint
 from tests.support.segments import put_segment
 
@@ -67,23 +66,6 @@ def stack(moto_server: MotoEndpoint, tmp_path: Path, monkeypatch: pytest.MonkeyP
         s3, sqs, bucket, work_url, rejected_url, tmp_path, SqliteCheckpointStore(tmp_path / "o.sqlite")
     )
     runtime.assembly.cache_clear()
-
-
-def emf_records(stdout: str) -> list[dict[str, Any]]:
-    """The EMF records a handler printed (Powertools prints one JSON object per line)."""
-    return [json.loads(line) for line in stdout.splitlines() if line.startswith("{") and '"_aws"' in line]
-
-
-def emf_values(records: list[dict[str, Any]], metric: str) -> list[tuple[dict[str, Any], list[float]]]:
-    """Each record holding `metric`: its dimensions (name -> value) and the metric's values."""
-    found = []
-    for record in records:
-        (directive,) = record["_aws"]["CloudWatchMetrics"]
-        assert directive["Namespace"] == EMF_NAMESPACE
-        if metric in {m["Name"] for m in directive["Metrics"]}:
-            (dimensions,) = directive["Dimensions"]
-            found.append(({name: record[name] for name in dimensions}, record[metric]))
-    return found
 
 
 def _ticket(stack: Stack, run_id: str, *, plan_uri: str = "unused", attempt: int = 0) -> RunTicket:
@@ -228,6 +210,68 @@ def test_launcher_handler_counts_the_started_run(
     assert holder is not None
 
 
+def _work_item_record(template: dict[str, Any], topic: str, number: int) -> dict[str, Any]:
+    """A copy of the sample FIFO record naming `topic` (its message group, as the router sends it)."""
+    record = json.loads(json.dumps(template))
+    body = json.loads(record["body"])
+    body.update(topic=topic, key=f"production/{topic}/0/segment-{number:020d}.kfs")
+    record["body"] = json.dumps(body)
+    record["messageId"] = f"{topic}-{number}"
+    record["attributes"]["MessageGroupId"] = topic
+    return record
+
+
+def test_launcher_handler_fails_a_failed_topics_later_items_and_launches_the_others_once(
+    stack: Stack,
+    moto_server: MotoEndpoint,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """FIFO order per topic: a topic whose launch failed (here: not mapped) has all its items reported
+    for redelivery and is tried once; the other topic is launched once for its two items."""
+    from functions.launcher import handler
+
+    sfn: Any = moto_server.client("stepfunctions")
+    arn = sfn.create_state_machine(
+        name=f"runs-{stack.bucket}",
+        definition='{"StartAt": "Done", "States": {"Done": {"Type": "Succeed"}}}',
+        roleArn="arn:aws:iam::123456789012:role/steps",
+    )["stateMachineArn"]
+    monkeypatch.setenv("KAFSCALE_ICEBERG_STATE_MACHINE_ARN", arn)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_SFN", moto_server.url)
+    put_segment(stack.s3, stack.bucket, "production", "orders", 0, 0, 5)
+    (template,) = json.loads((EVENTS / "launcher_sqs_fifo_work_items.json").read_text())["Records"]
+    records = [
+        _work_item_record(template, "ghosts", 0),
+        _work_item_record(template, "orders", 0),
+        _work_item_record(template, "ghosts", 5),
+        _work_item_record(template, "orders", 5),
+    ]
+
+    response = handler({"Records": records}, LambdaContext(function_name="launcher"))
+
+    assert response == {"batchItemFailures": [{"itemIdentifier": "ghosts-0"}, {"itemIdentifier": "ghosts-5"}]}
+    emitted = emf_records(capsys.readouterr().out)
+    assert emf_values(emitted, "errors_total") == [({"stage": "launch", "service": "launcher"}, [1.0])]
+    assert emf_values(emitted, "launches_total") == [
+        ({"topic": "orders", "status": "started", "service": "launcher"}, [1.0])
+    ]
+
+
+def test_launcher_handler_reports_every_item_when_every_topic_fails(
+    stack: Stack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A batch of failed items is answered item by item (redelivered), not by failing the invocation."""
+    from functions.launcher import handler
+
+    (template,) = json.loads((EVENTS / "launcher_sqs_fifo_work_items.json").read_text())["Records"]
+    records = [_work_item_record(template, "ghosts", 0), _work_item_record(template, "ghosts", 5)]
+
+    response = handler({"Records": records}, LambdaContext(function_name="launcher"))
+
+    assert response == {"batchItemFailures": [{"itemIdentifier": "ghosts-0"}, {"itemIdentifier": "ghosts-5"}]}
+
+
 def test_abort_handler_emits_the_failure_count_for_alarms(
     stack: Stack, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -295,6 +339,7 @@ def test_commit_handler_emits_the_runs_records_once(stack: Stack, capsys: pytest
     ]
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_control_plane_functions_import_no_data_plane_libraries() -> None:
     import subprocess
     import sys
@@ -308,7 +353,10 @@ def test_control_plane_functions_import_no_data_plane_libraries() -> None:
 
 
 def test_reconciler_handler_signals_a_topic_whose_notification_was_lost(
-    stack: Stack, moto_server: MotoEndpoint, monkeypatch: pytest.MonkeyPatch
+    stack: Stack,
+    moto_server: MotoEndpoint,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     from functions.reconciler import handler
 
@@ -326,6 +374,9 @@ def test_reconciler_handler_signals_a_topic_whose_notification_was_lost(
     assert response["topics"]["orders"]["action"] == "signalled"
     (message,) = _drain(stack, stack.work_url)
     assert json.loads(message["Body"])["topic"] == "orders"
+    emitted = emf_records(capsys.readouterr().out)
+    assert emf_values(emitted, "reconciler_signals_total") == [({"service": "reconciler"}, [1.0])]
+    assert emf_values(emitted, "reconciler_released_leases_total") == [({"service": "reconciler"}, [0.0])]
 
 
 def test_maintenance_handler_compacts_and_reports_each_table(

@@ -19,9 +19,9 @@ from kafscale_iceberg.domain.offsets import OffsetUpdate
 from kafscale_iceberg.domain.runs import RunPlan, make_run_id
 from kafscale_iceberg.domain.schema import BASE_FIELDS, DEAD_LETTER_FIELDS
 from kafscale_iceberg.domain.tickets import OUTCOME_NAME, RunTicket, run_document_uri
-from kafscale_iceberg.exceptions import TransientError
+from kafscale_iceberg.exceptions import TransientError, UnmappedTopicError
 from kafscale_iceberg.segments.keys import SegmentObjectKind, format_segment_key
-from kafscale_iceberg.services.launch import Launcher, LaunchOutcome, LaunchStatus, UnmappedTopicError
+from kafscale_iceberg.services.launch import Launcher, LaunchOutcome, LaunchStatus
 from tests.support.moto import MotoEndpoint
 from tests.support.segments import put_segment
 

@@ -14,11 +14,11 @@ import pytest
 
 from kafscale_iceberg.cli import main
 from kafscale_iceberg.dataplane.lfs import envelope_rows
+from kafscale_iceberg.exceptions import EnvelopeError
 from kafscale_iceberg.segments.decode import decode_segment
 from kafscale_iceberg.segments.lfs import (
     ChecksumAlg,
     Envelope,
-    EnvelopeError,
     blob_key,
     compute_checksum,
     decode_envelope,

@@ -28,7 +28,7 @@ from kafscale_iceberg.adapters.data_files import StagedFileStore
 from kafscale_iceberg.adapters.documents import DocumentStore
 from kafscale_iceberg.adapters.lfs_blobs import S3BlobReader, blob_reader_for
 from kafscale_iceberg.adapters.s3_segments import S3Settings
-from kafscale_iceberg.dataplane.lfs import BlobReader, LfsStage
+from kafscale_iceberg.dataplane.lfs import LfsStage
 from kafscale_iceberg.dataplane.reports import build_run_result
 from kafscale_iceberg.dataplane.tasks import plan_tasks, run_task
 from kafscale_iceberg.domain.runs import (
@@ -44,6 +44,7 @@ from kafscale_iceberg.domain.runs import (
     SchemaMode,
 )
 from kafscale_iceberg.exceptions import LfsBlobMissingError
+from kafscale_iceberg.ports import BlobReader
 from kafscale_iceberg.segments.decode import Record
 from kafscale_iceberg.segments.generate import generate_segments, write_segments
 from kafscale_iceberg.segments.lfs import ChecksumAlg, ProxiedValue, blob_key, proxy_value

@@ -2,21 +2,32 @@
 
 from __future__ import annotations
 
-import json
 import socket
 import subprocess
 import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from aws_lambda_powertools import Metrics
 from prometheus_client.parser import text_string_to_metric_families
 
+from kafscale_iceberg.assembly import Assembly
+from kafscale_iceberg.config import config_from_mapping
 from kafscale_iceberg.domain.runs import RunPlan, RunResult
-from kafscale_iceberg.exceptions import ConfigError, LeaseLostError
+from kafscale_iceberg.exceptions import (
+    CatalogUnavailableError,
+    ConfigError,
+    LeaseLostError,
+    MetricsServerError,
+    QueueUnavailableError,
+    SegmentIncompleteError,
+)
+from kafscale_iceberg.local.pipeline import Pipeline
+from kafscale_iceberg.local.wiring import MetricsObserver
 from kafscale_iceberg.metrics import (
     ALL_METRICS,
     EMF_NAMESPACE,
@@ -24,10 +35,11 @@ from kafscale_iceberg.metrics import (
     METRICS_ADDR_ENV,
     RECORDS,
     EmfMetricsSink,
+    ErrorStage,
     MetricsServer,
-    MetricsServerError,
     PrometheusMetricsSink,
     Sample,
+    error_stage,
     parse_metrics_address,
     queue_to_start_seconds,
     record_abort,
@@ -39,7 +51,7 @@ from kafscale_iceberg.metrics import (
     sample,
 )
 from kafscale_iceberg.services.commit import CommitOutcome
-from kafscale_iceberg.services.route import SegmentIncompleteError
+from tests.support.lambdas import emf_records
 
 TOPIC = "orders"
 
@@ -256,6 +268,50 @@ def test_lag_and_errors_by_stage(served: tuple[PrometheusMetricsSink, MetricsSer
     assert scraped[_key("errors_total", stage="sink")] == 1
 
 
+def test_a_failure_counts_under_the_dependency_that_failed_else_the_callers_stage() -> None:
+    lease_lost = LeaseLostError(TOPIC, 7, "orders-run-a0", "the lease expired")
+    catalog_down = CatalogUnavailableError("sql", "load table", "refused")
+    queue_down = QueueUnavailableError("send failed")
+    bad_config = ConfigError("s3.bucket", "gone")
+    for default in ErrorStage:
+        assert error_stage(lease_lost, default=default) is ErrorStage.CHECKPOINT
+        assert error_stage(catalog_down, default=default) is ErrorStage.SINK
+        assert error_stage(queue_down, default=default) is ErrorStage.ROUTE
+        assert error_stage(bad_config, default=default) is default
+
+
+def test_the_one_machine_loop_counts_a_lease_lost_at_commit_as_the_lambda_does(
+    served: tuple[PrometheusMetricsSink, MetricsServer], tmp_path: Path
+) -> None:
+    """The loop reports a failed commit in its `sink` stage and the commit Lambda through
+    `record_commit_failure`; both classify through `error_stage`, so a lost lease is `checkpoint` in
+    both. (The loop's report is driven at its error seam: a real commit needs a Spark job.)"""
+    sink, server = served
+    config = config_from_mapping(
+        {
+            "s3": {"bucket": "segments", "region": "us-east-1"},
+            "iceberg": {
+                "catalog": {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db"},
+                "warehouse": f"file://{tmp_path}/warehouse",
+            },
+            "offsets": {"backend": "sqlite", "sqlite_path": str(tmp_path / "offsets.db")},
+            "mappings": [{"topic": TOPIC, "table": "prod.orders"}],
+            "runs": {"location": str(tmp_path / "runs")},
+        },
+        source="test",
+    )
+    runner: Any = object()  # never called: no run is driven
+    pipeline = Pipeline(Assembly(config, owner_id="test"), runner, observer=MetricsObserver(sink))
+    lease_lost = LeaseLostError(TOPIC, 7, "orders-run-a0", "the lease expired")
+
+    pipeline._error(ErrorStage.SINK, TOPIC, lease_lost)  # what `_commit` does with a failure
+    record_commit_failure(sink, lease_lost)  # what the commit Lambda does
+
+    scraped = _scrape(server.port)
+    assert scraped[_key("errors_total", stage="checkpoint")] == 2
+    assert _key("errors_total", stage="sink") not in scraped
+
+
 def test_a_kfs_notification_before_its_index_is_deferred_not_an_error(
     served: tuple[PrometheusMetricsSink, MetricsServer],
 ) -> None:
@@ -369,6 +425,7 @@ def test_queue_to_start_needs_the_segments_landing_times() -> None:
     assert queue_to_start_seconds(bare, _result()) is None
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_importing_the_metrics_module_loads_no_heavy_or_optional_library() -> None:
     code = (
         "import sys, kafscale_iceberg.metrics; print(sorted(m for m in ('pyarrow', 'pyiceberg', 'pyspark', "
@@ -379,15 +436,6 @@ def test_importing_the_metrics_module_loads_no_heavy_or_optional_library() -> No
 
 
 # -- EMF ----------------------------------------------------------------------------------------------
-
-
-def emf_records(stdout: str) -> list[dict[str, Any]]:
-    """The EMF records among printed lines (Powertools prints one JSON object per record)."""
-    records = []
-    for line in stdout.splitlines():
-        if line.startswith("{") and '"_aws"' in line:
-            records.append(json.loads(line))
-    return records
 
 
 def _dimensions(record: dict[str, Any]) -> list[list[str]]:
@@ -495,3 +543,16 @@ def test_offset_gaps_are_counted_per_partition_and_healthz_reports_not_ready_wit
     assert _get(server.port, "/healthz")[0::2] == (503, "not ready: CheckpointUnavailableError: etcd down\n")
     server.readiness.ready()
     assert _get(server.port, "/healthz")[0::2] == (200, "ok")
+
+
+def test_metrics_are_emitted_only_through_the_defined_metrics() -> None:
+    """No handler or module names a metric itself: every emission is a `Sample` of `ALL_METRICS`,
+    and only the EMF sink calls Powertools' `add_metric`."""
+    root = Path(__file__).resolve().parent.parent
+    callers = sorted(
+        str(path.relative_to(root))
+        for folder in ("functions", "kafscale_iceberg")
+        for path in (root / folder).rglob("*.py")
+        if ".add_metric(" in path.read_text()
+    )
+    assert callers == ["kafscale_iceberg/metrics/emf.py"]

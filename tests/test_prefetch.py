@@ -13,11 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from kafscale_iceberg.adapters.data_files import DataFilePublishError, StagedFileStore
-from kafscale_iceberg.adapters.documents import DocumentMissingError, DocumentStore
+from kafscale_iceberg.adapters.data_files import StagedFileStore
+from kafscale_iceberg.adapters.documents import DocumentStore
 from kafscale_iceberg.dataplane.prefetch import ObjectRequest, PrefetchLimits, part_ranges, prefetch_objects
 from kafscale_iceberg.dataplane.tasks import plan_tasks, run_task
 from kafscale_iceberg.domain.runs import FailureKind
+from kafscale_iceberg.exceptions import DataFilePublishError, DocumentMissingError
 from tests.support.moto import MotoEndpoint
 from tests.support.spark_job import SegmentFolder, make_plan
 

@@ -25,7 +25,8 @@ from kafscale_iceberg.domain.events import parse_topic_message
 from kafscale_iceberg.domain.leases import LeaseGrant
 from kafscale_iceberg.domain.offsets import OffsetUpdate
 from kafscale_iceberg.domain.runs import RunPlan
-from kafscale_iceberg.services.discovery import DiscoveryError, TopicDiscovery
+from kafscale_iceberg.exceptions import DiscoveryError
+from kafscale_iceberg.services.discovery import TopicDiscovery
 from kafscale_iceberg.services.launch import Launcher, LaunchStatus
 from kafscale_iceberg.services.reconcile import Action, Reconciler
 from tests.support.etcd import EtcdServer

@@ -10,13 +10,10 @@ from typing import ClassVar
 
 import pytest
 
-from kafscale_iceberg.adapters.http_registry import (
-    HttpSchemaRegistry,
-    RegistryUnavailableError,
-    SchemaNotFoundError,
-)
+from kafscale_iceberg.adapters.http_registry import HttpSchemaRegistry
 from kafscale_iceberg.domain.registry import columns_from_json_schema
 from kafscale_iceberg.domain.runs import ColumnSpec, ColumnType
+from kafscale_iceberg.exceptions import RegistryUnavailableError, SchemaNotFoundError
 
 ORDERS = {
     "type": "object",

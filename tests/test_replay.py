@@ -26,23 +26,25 @@ from kafscale_iceberg.adapters.iceberg_catalog import CatalogSettings, load_iceb
 from kafscale_iceberg.adapters.iceberg_tables import IcebergTableCommitter
 from kafscale_iceberg.adapters.sqlite_checkpoints import SqliteCheckpointStore
 from kafscale_iceberg.adapters.step_functions import StepFunctionsRunStarter
-from kafscale_iceberg.assembly import Assembly, load_config_from
-from kafscale_iceberg.commands.replay import build_replay_service
+from kafscale_iceberg.assembly import Assembly
+from kafscale_iceberg.config import load_config_from
 from kafscale_iceberg.domain.commits import TableCommit, TableState
 from kafscale_iceberg.domain.events import WorkItem, parse_topic_message
 from kafscale_iceberg.domain.leases import LeaseGrant
 from kafscale_iceberg.domain.offsets import OffsetUpdate
-from kafscale_iceberg.domain.replay import ReplayRequest, ReplayRequestError
+from kafscale_iceberg.domain.replay import ReplayRequest
 from kafscale_iceberg.domain.runs import RunPlan
-from kafscale_iceberg.exceptions import OffsetResetRefusedError
+from kafscale_iceberg.exceptions import OffsetResetRefusedError, ReplayLeaseBusyError, ReplayRequestError
 from kafscale_iceberg.ports import CheckpointStore
 from kafscale_iceberg.segments.keys import format_segment_key
 from kafscale_iceberg.services.commit import CommitService, TablePolicy
 from kafscale_iceberg.services.launch import Launcher, LaunchStatus
-from kafscale_iceberg.services.replay import ReplayLeaseBusyError, ReplayService
+from kafscale_iceberg.services.offset_reset import OffsetReset
+from kafscale_iceberg.services.quarantine_replay import QuarantineReplay
+from kafscale_iceberg.services.replay import ReplayService
 from tests.support.etcd import EtcdServer
 from tests.support.iceberg_runs import RunFactory
-from tests.support.lambdas import LambdaContext
+from tests.support.lambdas import LambdaContext, emf_records, emf_values
 from tests.support.moto import MotoEndpoint
 from tests.support.segments import put_segment
 
@@ -102,7 +104,7 @@ class World:
         monkeypatch.setenv("AWS_ENDPOINT_URL_STEPFUNCTIONS", moto.url)
         self.config = load_config_from(str(self.config_path))
         self.assembly = Assembly(self.config, owner_id="replay-test")
-        self.service = build_replay_service(self.assembly)
+        self.service = self.assembly.replay
         self.checkpoints: CheckpointStore = self.assembly.checkpoints
         self.commits: CommitService = self.assembly.commits
         self.catalog: Catalog = load_iceberg_catalog(CatalogSettings.from_config(self.config))
@@ -512,6 +514,7 @@ def test_a_reset_that_died_is_finished_by_running_it_again(
         world.assembly.segments,
         dying_store,
         CommitService(tables, dying_store),
+        OffsetReset(tables, dying_store),
         world.assembly.work_queue,
         owner_id="dead-replayer",
     )
@@ -520,6 +523,7 @@ def test_a_reset_that_died_is_finished_by_running_it_again(
         world.assembly.segments,
         store,
         world.commits,
+        OffsetReset(world.assembly.tables, store),
         world.assembly.work_queue,
         owner_id="replayer",
     )
@@ -569,8 +573,9 @@ def test_a_reset_point_inside_a_quarantined_segment_is_refused_and_one_before_it
 
     world.service.replay(_reset(from_offset=10))
 
-    assert world.commits.pending_quarantine(TOPIC, TABLE) == ()
-    assert world.commits.pending_quarantine(TOPIC, DLQ) == ()
+    replays = QuarantineReplay(world.assembly.tables, world.checkpoints)
+    assert replays.pending_quarantine(TOPIC, TABLE) == ()
+    assert replays.pending_quarantine(TOPIC, DLQ) == ()
     assert world.rows(DLQ) == []  # the quarantine's dead-letter row went with the range
     assert world.rows(TABLE) == [(0, o) for o in range(10)]
 
@@ -749,7 +754,9 @@ def function_world(world: World, monkeypatch: pytest.MonkeyPatch) -> Iterator[Wo
     runtime.assembly.cache_clear()
 
 
-def test_the_function_resets_with_the_sample_event(function_world: World) -> None:
+def test_the_function_resets_with_the_sample_event(
+    function_world: World, capsys: pytest.CaptureFixture[str]
+) -> None:
     from functions.replay import handler
 
     world = function_world
@@ -765,6 +772,10 @@ def test_the_function_resets_with_the_sample_event(function_world: World) -> Non
         "(`status` shows them): partition 0 offsets 10-29 (rewound)"
     )
     assert world.store() == {0: 9, 1: 19}
+    emitted = emf_records(capsys.readouterr().out)
+    dimensions = {"topic": TOPIC, "service": "replay"}
+    assert emf_values(emitted, "replay_segments_enqueued_total") == [(dimensions, [2.0])]
+    assert emf_values(emitted, "offset_resets_total") == [(dimensions, [1.0])]
     world.drain()
     world.reingest()
     assert Counter(world.rows(TABLE)) == Counter(ALL_ROWS)
@@ -787,7 +798,9 @@ def test_the_function_replays_a_committed_range_as_a_no_op(function_world: World
     assert world.state() == before
 
 
-def test_the_function_refuses_an_unconfirmed_reset_naming_the_field(function_world: World) -> None:
+def test_the_function_refuses_an_unconfirmed_reset_naming_the_field(
+    function_world: World, capsys: pytest.CaptureFixture[str]
+) -> None:
     from functions.replay import handler
 
     world = function_world
@@ -800,3 +813,5 @@ def test_the_function_refuses_an_unconfirmed_reset_naming_the_field(function_wor
     with pytest.raises(ReplayRequestError, match=r"replay event: field 'partitions': .*numbered from 0"):
         handler({"topic": TOPIC, "partitions": [-1]}, LambdaContext(function_name="replay"))
     assert world.state() == before
+    errors = emf_values(emf_records(capsys.readouterr().out), "errors_total")
+    assert errors == [({"stage": "replay", "service": "replay"}, [1.0])] * 2

@@ -1,7 +1,7 @@
 """A reset of one Kafka partition's tail rewrites only the files holding it, in one snapshot.
 
 Real parts: segments decoded and written by the data plane's task (in this process, no Spark), a
-SQLite Iceberg catalog, a SQLite checkpoint store, the commit service's offset reset.
+SQLite Iceberg catalog, a SQLite checkpoint store, the offset reset (`OffsetReset`).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from kafscale_iceberg.domain.leases import LeaseGrant
 from kafscale_iceberg.domain.runs import RunPlan, RunTimings
 from kafscale_iceberg.ports import CheckpointStore
 from kafscale_iceberg.services.commit import CommitService, TablePolicy
+from kafscale_iceberg.services.offset_reset import OffsetReset
 from tests.support.iceberg_runs import sql_settings
 from tests.support.spark_job import SegmentFolder, make_plan
 
@@ -65,7 +66,9 @@ def _reset_tail(service: CommitService, store: CheckpointStore, catalog: Catalog
     """Reset partition 2 to keep its first 90 %; returns (snapshots added, rows removed, rows rewritten)."""
     before = len(catalog.load_table(TABLE).snapshots())
     keep_through = RUNS * PER_RUN * 9 // 10 - 1
-    service.reset_offsets(TOPIC, (TABLE, DLQ), {2: keep_through}, _lease(store, "reset"))
+    OffsetReset(IcebergTableCommitter(catalog), store).reset_offsets(
+        TOPIC, (TABLE, DLQ), {2: keep_through}, _lease(store, "reset")
+    )
     table = catalog.load_table(TABLE)
     added = table.snapshots()[before:]
     summary = added[-1].summary

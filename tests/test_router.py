@@ -10,11 +10,11 @@ import pytest
 
 from kafscale_iceberg.adapters.s3_segments import S3SegmentStore, make_s3_client
 from kafscale_iceberg.adapters.sqs_queues import SqsReceiver, SqsWorkQueue
-from kafscale_iceberg.domain.events import MalformedEventError, parse_work_item
-from kafscale_iceberg.exceptions import SegmentFormatError
+from kafscale_iceberg.domain.events import parse_work_item
+from kafscale_iceberg.exceptions import MalformedEventError, SegmentFormatError, SegmentIncompleteError
 from kafscale_iceberg.segments.keys import SegmentObjectKind, format_segment_key
 from kafscale_iceberg.segments.layout import SegmentFooter, build_footer
-from kafscale_iceberg.services.route import Router, RouterSettings, SegmentIncompleteError
+from kafscale_iceberg.services.route import Router, RouterSettings
 from tests.support.moto import MotoEndpoint
 
 

@@ -32,6 +32,9 @@ from tests.support.etcd import EtcdServer
 from tests.support.moto import MotoEndpoint
 from tests.support.segments import put_segment
 
+# Every test here runs the CLI in a process of its own (or the demo, on local Spark).
+pytestmark = pytest.mark.slow
+
 NAMESPACE = "prod"
 TOPIC = "orders"
 

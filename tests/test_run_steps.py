@@ -18,7 +18,7 @@ from kafscale_iceberg.adapters.sqlite_checkpoints import SqliteCheckpointStore
 from kafscale_iceberg.config import EmrServerlessRunnerConfig, RunsConfig
 from kafscale_iceberg.domain.jobs import JobState
 from kafscale_iceberg.domain.leases import LeaseGrant
-from kafscale_iceberg.domain.tickets import OUTCOME_NAME, RunOutcome, RunTicket, run_document_uri
+from kafscale_iceberg.domain.tickets import OUTCOME_NAME, FailedAttempt, RunTicket, run_document_uri
 from kafscale_iceberg.exceptions import LeaseLostError
 from kafscale_iceberg.services.run_steps import RunSteps, failure_reason
 from tests.support.plans import sample_plan
@@ -182,7 +182,7 @@ def test_abort_records_the_attempt_releases_and_backs_off(steps: Steps) -> None:
     assert not first.alarm
     assert first.resignal_after_seconds == steps.runs.retry_backoff_seconds
     assert steps.checkpoints.read_lease_holder("orders") is None
-    outcome = RunOutcome.model_validate_json(
+    outcome = FailedAttempt.model_validate_json(
         steps.documents.read_text(run_document_uri(steps.runs.location, "orders", "r1", OUTCOME_NAME))
     )
     assert (outcome.status, outcome.attempt) == ("aborted", 0)
@@ -210,7 +210,7 @@ def test_abort_cancels_the_job_and_lists_where_the_run_wrote(steps: Steps, tmp_p
     with steps.stubber:
         steps.steps.abort(ticket, "watching the job failed: timeout")
     steps.stubber.assert_no_pending_responses()
-    outcome = RunOutcome.model_validate_json(
+    outcome = FailedAttempt.model_validate_json(
         steps.documents.read_text(run_document_uri(steps.runs.location, "orders", "r1", OUTCOME_NAME))
     )
     assert outcome.written_under == (plan.table.data_uri, plan.dead_letter_table.data_uri)

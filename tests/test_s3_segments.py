@@ -7,12 +7,8 @@ from typing import Any
 
 import pytest
 
-from kafscale_iceberg.adapters.s3_segments import (
-    S3SegmentStore,
-    SegmentObjectMissingError,
-    make_s3_client,
-)
-from kafscale_iceberg.exceptions import SegmentFormatError, SegmentKeyError
+from kafscale_iceberg.adapters.s3_segments import S3SegmentStore, make_s3_client
+from kafscale_iceberg.exceptions import SegmentFormatError, SegmentKeyError, SegmentObjectMissingError
 from kafscale_iceberg.segments.keys import SegmentObjectKind, format_segment_key
 from kafscale_iceberg.segments.layout import SegmentFooter, build_footer
 from tests.support.moto import MotoEndpoint

@@ -130,6 +130,7 @@ def test_index_errors_are_typed(data: bytes, problem: str) -> None:
         parse_index(data, source="idx")
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_importing_the_package_and_layout_loads_no_heavy_modules() -> None:
     code = (
         "import sys, kafscale_iceberg.segments, kafscale_iceberg.segments.layout\n"

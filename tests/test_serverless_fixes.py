@@ -173,7 +173,7 @@ def test_the_deployed_lease_ttl_is_three_times_the_longest_gap_between_renewals(
 
 
 def test_the_lease_ttl_variable_sets_the_config_key() -> None:
-    from kafscale_iceberg.deployment import apply_deployment_environment
+    from kafscale_iceberg.config import apply_deployment_environment
     from tests.test_template import USER_FILES, FixedSecrets, _function
 
     deployment = Deployment({**INSTALLATIONS["existing-bucket"], "LeaseTtlSeconds": "1200"})

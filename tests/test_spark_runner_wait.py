@@ -8,8 +8,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from kafscale_iceberg.domain.jobs import JobState
-from kafscale_iceberg.local.pipeline import AwaitableJobRunner
 from kafscale_iceberg.local.spark_runner import LocalSparkJobRunner
+from kafscale_iceberg.ports import AwaitableJobRunner
 from tests.support.spark_job import SegmentFolder, make_plan, write_plan
 
 

@@ -24,11 +24,12 @@ from kafscale_iceberg.commands.status import render_status
 from kafscale_iceberg.config import KafscaleConfig, config_from_mapping
 from kafscale_iceberg.domain.leases import LeaseGrant
 from kafscale_iceberg.domain.offsets import OffsetUpdate
+from kafscale_iceberg.exceptions import UnmappedTopicError
 from kafscale_iceberg.metrics import PrometheusMetricsSink, record_status
 from kafscale_iceberg.ports import CheckpointStore
 from kafscale_iceberg.segments.keys import format_segment_key
 from kafscale_iceberg.services.commit import CommitService, TablePolicy
-from kafscale_iceberg.services.launch import Launcher, LaunchStatus, UnmappedTopicError
+from kafscale_iceberg.services.launch import Launcher, LaunchStatus
 from kafscale_iceberg.services.run_steps import RunSteps
 from kafscale_iceberg.services.status import PartitionStatus, StatusService, TopicStatus
 from tests.support.iceberg_runs import RunFactory, sql_settings

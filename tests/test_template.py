@@ -24,7 +24,7 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from kafscale_iceberg.deployment import DEPLOYMENT_VARIABLES, apply_deployment_environment
+from kafscale_iceberg.config import DEPLOYMENT_VARIABLES, apply_deployment_environment
 from tests.support.cfn_template import (
     ACCOUNT,
     REGION,
@@ -109,7 +109,7 @@ NOT_SET_BY_THE_TEMPLATE = {
 }
 # Set by the template for a library the functions ship, not read by this package's code.
 READ_BY_LIBRARIES = {"POWERTOOLS_LOG_LEVEL": "aws_lambda_powertools"}
-# The one-machine runtime and the Spark job do not run in Lambda.
+# The one-machine loop and the Spark job do not run in Lambda.
 NOT_LAMBDA_CODE = ("kafscale_iceberg/local/",)
 
 
@@ -163,6 +163,7 @@ print(json.dumps(first_importer))
 """
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_zip_handlers_import_only_what_the_layer_ships() -> None:
     """A zip function has the layer's packages and the standard library, nothing else (no pyarrow)."""
     modules = sorted({f.handler.rsplit(".", 1)[0] for f in functions() if not f.is_image})
@@ -749,6 +750,7 @@ def test_the_dashboard_is_valid_json_for_every_installation(installation: tuple[
 # Packaging of the functions
 
 
+@pytest.mark.slow  # runs make
 @pytest.mark.parametrize("function", [f for f in functions() if not f.is_image], ids=lambda f: f.logical_id)
 def test_every_zip_function_is_built_by_the_lambda_makefile_and_uses_the_layer(
     function: Function, tmp_path: Path
@@ -763,7 +765,7 @@ def test_every_zip_function_is_built_by_the_lambda_makefile_and_uses_the_layer(
     )
     module = function.handler.rsplit(".", 1)[0]
     assert (tmp_path / (module.replace(".", "/") + ".py")).is_file()
-    assert (tmp_path / "kafscale_iceberg" / "deployment.py").is_file()
+    assert (tmp_path / "kafscale_iceberg" / "config" / "deployment.py").is_file()
     assert not list(tmp_path.rglob("__pycache__"))
     assert {p.name for p in tmp_path.iterdir()} == {"functions", "kafscale_iceberg"}
     assert function.metadata["BuildMethod"] == "makefile"

@@ -24,6 +24,9 @@ import pytest
 
 from tests.support.cfn_template import ROOT, functions, load_template
 
+# Every test here runs a linter or `sam build` in a process of its own.
+pytestmark = pytest.mark.slow
+
 BIN = Path(sys.executable).parent
 LAMBDA_UNZIPPED_LIMIT = 262_144_000  # bytes: function + layers, unzipped
 TOOL_ENV = {
@@ -241,7 +244,6 @@ def _size(folder: Path) -> int:
     return sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())
 
 
-@pytest.mark.slow
 def test_sam_builds_every_zip_function_within_lambdas_size_limit(zip_build: tuple[Path, str]) -> None:
     build, _ = zip_build
     layer = build / "ControlPlaneDependencies" / "python"
@@ -269,7 +271,6 @@ print("imported", len(sys.argv) - 3)
 """
 
 
-@pytest.mark.slow
 def test_the_built_handlers_import_on_the_lambda_python_with_only_the_built_code(
     zip_build: tuple[Path, str],
 ) -> None:

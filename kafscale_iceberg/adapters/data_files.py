@@ -20,7 +20,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from kafscale_iceberg.adapters.documents import local_path
 from kafscale_iceberg.adapters.s3_segments import S3Settings, make_s3_client
-from kafscale_iceberg.exceptions import KafscaleIcebergError, TransientError
+from kafscale_iceberg.exceptions import DataFilePublishError, KafscaleIcebergError
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -32,10 +32,6 @@ MULTIPART_CHUNK = 8 * 1024 * 1024
 _TRANSFER = TransferConfig(
     multipart_threshold=MULTIPART_THRESHOLD, multipart_chunksize=MULTIPART_CHUNK, max_concurrency=8
 )
-
-
-class DataFilePublishError(TransientError):
-    """A finished data file could not be moved or uploaded to its URI (retrying the run may help)."""
 
 
 class StagedFileStore:

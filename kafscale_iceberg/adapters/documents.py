@@ -17,24 +17,16 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from kafscale_iceberg.adapters.s3_segments import S3Settings, make_s3_client
 from kafscale_iceberg.domain.tickets import join_uri
-from kafscale_iceberg.exceptions import KafscaleIcebergError, TransientError
+from kafscale_iceberg.exceptions import (
+    DocumentMissingError,
+    DocumentStoreError,
+    KafscaleIcebergError,
+)
 
 __all__ = ["DocumentMissingError", "DocumentStore", "DocumentStoreError", "join_uri", "local_path"]
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
-
-
-class DocumentMissingError(KafscaleIcebergError):
-    """No document at the URI (a plan never written, a result a failed job never wrote)."""
-
-    def __init__(self, uri: str) -> None:
-        self.uri = uri
-        super().__init__(f"{uri} does not exist")
-
-
-class DocumentStoreError(TransientError):
-    """Reading or writing a document failed in a way a retry may fix."""
 
 
 def local_path(uri: str) -> Path | None:

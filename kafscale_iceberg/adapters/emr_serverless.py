@@ -17,7 +17,10 @@ from botocore.exceptions import BotoCoreError, ClientError
 from kafscale_iceberg.config import EmrServerlessRunnerConfig
 from kafscale_iceberg.domain.jobs import JobState, JobStatus
 from kafscale_iceberg.domain.runs import RunPlan
-from kafscale_iceberg.exceptions import KafscaleIcebergError, TransientError
+from kafscale_iceberg.exceptions import (
+    JobRunnerError,
+    JobRunnerUnavailableError,
+)
 
 if TYPE_CHECKING:
     from mypy_boto3_emr_serverless import EMRServerlessClient
@@ -34,14 +37,6 @@ _STATES = {
     "CANCELLED": JobState.CANCELLED,
 }
 _THROTTLED = {"ThrottlingException", "TooManyRequestsException", "RequestLimitExceeded"}
-
-
-class JobRunnerUnavailableError(TransientError):
-    """The job service could not be reached or kept throttling; retry later (same run id)."""
-
-
-class JobRunnerError(KafscaleIcebergError):
-    """The job service refused the request (bad application id, role, permissions): a person must act."""
 
 
 def make_emr_serverless_client(region: str | None = None) -> EMRServerlessClient:

@@ -18,17 +18,13 @@ from botocore.exceptions import BotoCoreError, ClientError
 from kafscale_iceberg.adapters.documents import local_path
 from kafscale_iceberg.adapters.s3_segments import S3Settings, make_s3_client
 from kafscale_iceberg.domain.maintenance import OrphanFile
-from kafscale_iceberg.exceptions import KafscaleIcebergError, TransientError
+from kafscale_iceberg.exceptions import FileListingError, KafscaleIcebergError
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
     from mypy_boto3_s3.type_defs import ObjectIdentifierTypeDef
 
 _DELETE_BATCH = 1000
-
-
-class FileListingError(TransientError):
-    """Files under a prefix could not be listed or deleted (names the URI; retry may help)."""
 
 
 class StorageFileLister:

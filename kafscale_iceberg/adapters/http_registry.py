@@ -12,19 +12,11 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 
-from kafscale_iceberg.exceptions import KafscaleIcebergError, TransientError
+from kafscale_iceberg.exceptions import (
+    RegistryUnavailableError,
+    SchemaNotFoundError,
+)
 from kafscale_iceberg.segments.keys import validate_topic
-
-
-class RegistryUnavailableError(TransientError):
-    """The registry did not answer, or answered with a server error; planning is retried."""
-
-
-class SchemaNotFoundError(KafscaleIcebergError):
-    """The registry has no schema for the topic (404) or returned something that is not a JSON object.
-
-    Terminal until someone publishes the schema or changes the mapping's `schema.source`.
-    """
 
 
 class HttpSchemaRegistry:

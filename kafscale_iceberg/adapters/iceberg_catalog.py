@@ -131,6 +131,8 @@ def catalog_properties(settings: CatalogSettings) -> dict[str, str]:
     if settings.s3_region:
         properties["s3.region"] = settings.s3_region
         properties["client.region"] = settings.s3_region
+    # One PutObject per metadata file instead of a three-request multipart upload (`iceberg_io`).
+    properties["py-io-impl"] = "kafscale_iceberg.adapters.iceberg_io.SinglePutFileIO"
     properties.update(settings.properties)
     return properties
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import (
     CommitFailedException,
     NoSuchTableError,
@@ -248,20 +249,28 @@ def plan_schema_changes(table: str, schema: Schema, spec: TableSpec) -> SchemaCh
 class IcebergTableCommitter(CatalogTableAccess):
     """Creates, evolves and commits to Iceberg tables in one catalog (the `TableCommitter` port).
 
-    `describe` names the catalog in errors (type and URI, no secret).
+    `describe` names the catalog in errors (type and URI, no secret). The last version of each table
+    `read_state` loaded or `commit` made is kept, so the `ensure_table`, `commit` and `field_ids`
+    that follow in the same commit step, given that state, use it instead of loading the table again
+    (each load is a catalog call and a metadata GET); a state of any other version loads the table.
     """
+
+    def __init__(self, catalog: Catalog, *, describe: str = "") -> None:
+        super().__init__(catalog, describe=describe)
+        self._read: dict[str, Table] = {}
 
     # -- tables ---------------------------------------------------------------------------------
 
-    def ensure_table(self, spec: TableSpec) -> SchemaChanges:
+    def ensure_table(self, spec: TableSpec, current: TableState | None = None) -> SchemaChanges:
         """Create the table (and namespace) if missing and allowed, then evolve its schema. Idempotent.
 
-        Raises `TableMissingError`, `SchemaChangeError`, `PartitionSpecMismatchError` (terminal),
-        `CatalogUnavailableError` (transient) or `CatalogError`.
+        `current` (the table's state as just read) spares loading the table again when this adapter
+        still holds that version. Raises `TableMissingError`, `SchemaChangeError`,
+        `PartitionSpecMismatchError` (terminal), `CatalogUnavailableError` (transient) or `CatalogError`.
         """
         try:
             try:
-                table = self._catalog.load_table(spec.identifier)
+                table = self._version_read(current) or self._catalog.load_table(spec.identifier)
             except NoSuchTableError:
                 if not spec.create_if_missing:
                     raise TableMissingError(spec.identifier) from None
@@ -345,7 +354,17 @@ class IcebergTableCommitter(CatalogTableAccess):
 
         Raises `TableMissingError`, `TableMarkerError`, `CatalogUnavailableError` or `CatalogError`.
         """
-        return _state_of(self._load(table), table, topic)
+        loaded = self._load(table)
+        self._read[table] = loaded
+        return _state_of(loaded, table, topic)
+
+    def _version_read(self, state: TableState | None) -> Table | None:
+        """The table exactly as `state` was read, when it was the last version this adapter loaded
+        (`read_state`) or committed."""
+        if state is None or state.version is None:
+            return None
+        table = self._read.get(state.table)
+        return table if table is not None and table.metadata_location == state.version else None
 
     def last_commit_ms(self, table: str, topic: str) -> int | None:
         """When `topic` was last committed to `table`: the newest snapshot on the current lineage whose
@@ -390,14 +409,16 @@ class IcebergTableCommitter(CatalogTableAccess):
 
         With `commit.delete_after`, the same commit first deletes every row of those partitions whose
         `offset` is greater (copy-on-write: a `delete` and/or `overwrite` snapshot; when nothing
-        matches, an empty append carries the marker). Builds on exactly `expected`: raises
-        `TableChangedError` (nothing written) when the table's snapshot or marker differ from it now,
-        or when a concurrent commit wins the race. Raises `DataFileRejectedError` when a file does
-        not fit the table (nothing written), and `CommitOutcomeUnknownError` when the catalog failed
-        in a way that may or may not have applied the commit - verify with `read_state` before
-        anything else. Returns the state after the commit.
+        matches, an empty append carries the marker). Builds on exactly `expected` - on the version it
+        was read from when `read_state` loaded it last, else on the table loaded now: raises
+        `TableChangedError` (nothing written) when the table's snapshot or marker differ from it, or
+        when a concurrent commit wins the race (the catalog asserts the branch's snapshot is still
+        the one built on; every marker change comes with a snapshot). Raises `DataFileRejectedError`
+        when a file does not fit the table (nothing written), and `CommitOutcomeUnknownError` when the
+        catalog failed in a way that may or may not have applied the commit - verify with
+        `read_state` before anything else. Returns the state after the commit.
         """
-        table = self._load(expected.table)
+        table = self._version_read(expected) or self._load(expected.table)
         now = _state_of(table, expected.table, commit.topic)
         if now.snapshot_id != expected.snapshot_id or now.marker != expected.marker:
             raise TableChangedError(
@@ -448,11 +469,13 @@ class IcebergTableCommitter(CatalogTableAccess):
             raise CommitOutcomeUnknownError(
                 expected.table, commit.run_id, f"{type(exc).__name__}: {exc}"
             ) from exc
+        self._read[expected.table] = committed
         return _state_of(committed, expected.table, commit.topic)
 
-    def field_ids(self, table: str) -> TableFieldIds:
-        """The table's top-level column ids and `last-column-id`. Raises like `read_state`."""
-        metadata = self._load(table).metadata
+    def field_ids(self, table: str, current: TableState | None = None) -> TableFieldIds:
+        """The table's top-level column ids and `last-column-id`, from the version `current` was read
+        or committed as when this adapter holds it, else loaded. Raises like `read_state`."""
+        metadata = (self._version_read(current) or self._load(table)).metadata
         return TableFieldIds(
             identifier=table,
             field_ids=_top_level_ids(metadata.schema()),
@@ -586,6 +609,7 @@ def _state_of(table: Table, identifier: str, topic: str) -> TableState:
         snapshot_id=metadata.current_snapshot_id,
         marker=read_marker(metadata.properties, topic, table=identifier),
         snapshot_count=len(metadata.snapshots),
+        version=table.metadata_location,
     )
 
 

@@ -15,7 +15,11 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from kafscale_iceberg.domain.planning import ListedSegment
-from kafscale_iceberg.exceptions import KafscaleIcebergError, TransientError
+from kafscale_iceberg.exceptions import (
+    KafscaleIcebergError,
+    S3UnavailableError,
+    SegmentObjectMissingError,
+)
 from kafscale_iceberg.segments.keys import (
     SegmentObjectKind,
     format_segment_key,
@@ -30,19 +34,6 @@ if TYPE_CHECKING:
     from mypy_boto3_s3.type_defs import ObjectTypeDef
 
 _MISSING = {"NoSuchKey", "404", "NotFound"}
-
-
-class SegmentObjectMissingError(KafscaleIcebergError):
-    """An object the caller expected is not in the bucket (not yet written, or expired by lifecycle)."""
-
-    def __init__(self, bucket: str, key: str) -> None:
-        self.bucket = bucket
-        self.key = key
-        super().__init__(f"s3://{bucket}/{key} does not exist")
-
-
-class S3UnavailableError(TransientError):
-    """S3 could not be reached or refused the request in a way a retry may fix."""
 
 
 @dataclass(frozen=True)
@@ -96,10 +87,6 @@ class S3SegmentStore:
         except BotoCoreError as exc:
             raise _translate(exc, self.bucket, key) from exc
         return True
-
-    def get_bytes(self, key: str) -> bytes:
-        """The whole object. Raises `SegmentObjectMissingError` when it does not exist."""
-        return self._get(key)
 
     def list_topics(self) -> list[str]:
         """Topics present under the namespace (one delimiter listing)."""

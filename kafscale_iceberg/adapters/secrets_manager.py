@@ -8,7 +8,10 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from kafscale_iceberg.exceptions import KafscaleIcebergError, TransientError
+from kafscale_iceberg.exceptions import (
+    SecretAccessError,
+    SecretUnavailableError,
+)
 
 if TYPE_CHECKING:
     from mypy_boto3_secretsmanager import SecretsManagerClient
@@ -25,19 +28,6 @@ _TERMINAL = {
     "InvalidParameterException",
     "ValidationException",
 }
-
-
-class SecretAccessError(KafscaleIcebergError):
-    """A secret cannot be read: missing, not permitted, or not decryptable. A person must act."""
-
-    def __init__(self, secret_id: str, code: str, remedy: str) -> None:
-        self.secret_id = secret_id
-        self.code = code
-        super().__init__(f"secret {secret_id}: {code}: {remedy}")
-
-
-class SecretUnavailableError(TransientError):
-    """Secrets Manager could not be reached or throttled the request; retry later."""
 
 
 class SecretsManagerSecretSource:

@@ -1,4 +1,4 @@
-"""SQS with boto3: the FIFO work queue, and receiving from a queue (the one-machine runtime)."""
+"""SQS with boto3: the FIFO work queue, and receiving from a queue (the one-machine loop)."""
 
 from __future__ import annotations
 
@@ -10,17 +10,13 @@ from typing import TYPE_CHECKING
 from botocore.exceptions import BotoCoreError, ClientError
 
 from kafscale_iceberg.domain.events import TopicSignal, WorkItem, message_group_id
-from kafscale_iceberg.exceptions import TransientError
+from kafscale_iceberg.exceptions import QueueUnavailableError
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
     from mypy_boto3_sqs.type_defs import SendMessageBatchRequestEntryTypeDef
 
 _SQS_BATCH = 10
-
-
-class QueueUnavailableError(TransientError):
-    """SQS refused or failed a request; the caller retries (sends are idempotent by dedup id)."""
 
 
 @dataclass(frozen=True)
@@ -72,7 +68,7 @@ class SqsWorkQueue:
 
 
 class SqsReceiver:
-    """Long-polls a queue for messages and deletes them once handled (the one-machine runtime)."""
+    """Long-polls a queue for messages and deletes them once handled (the one-machine loop)."""
 
     def __init__(self, client: SQSClient, queue_url: str) -> None:
         self._sqs = client

@@ -32,7 +32,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def maintain_command(args: argparse.Namespace) -> int:
     """Maintain the tables once; 0 when done (errors end the command with 1)."""
-    from kafscale_iceberg.assembly import Assembly, load_config_from  # noqa: PLC0415
+    from kafscale_iceberg.assembly import Assembly  # noqa: PLC0415
+    from kafscale_iceberg.config import load_config_from  # noqa: PLC0415
 
     config = load_config_from(args.config)
     report = Assembly(config).maintenance.maintain(

@@ -13,15 +13,10 @@ import json
 import sys
 from typing import TYPE_CHECKING, TextIO
 
-from kafscale_iceberg.exceptions import KafscaleIcebergError
+from kafscale_iceberg.exceptions import ReplayNotConfirmedError
 
 if TYPE_CHECKING:
-    from kafscale_iceberg.assembly import Assembly
-    from kafscale_iceberg.services.replay import PartitionReplay, ReplayOutcome, ReplayPlan, ReplayService
-
-
-class ReplayNotConfirmedError(KafscaleIcebergError):
-    """A reset was not confirmed (no terminal and no `--yes`, or the wrong answer); nothing changed."""
+    from kafscale_iceberg.services.replay import PartitionReplay, ReplayOutcome, ReplayPlan
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -58,23 +53,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(command=replay_command)
 
 
-def build_replay_service(assembly: Assembly) -> ReplayService:
-    """The replay service over the config's stores; enqueues on the work queue when one is configured."""
-    from kafscale_iceberg.services.replay import ReplayService  # noqa: PLC0415
-
-    return ReplayService(
-        assembly.config,
-        assembly.segments,
-        assembly.checkpoints,
-        assembly.commits,
-        assembly.work_queue if assembly.config.notifications.work_queue_url else None,
-        owner_id=assembly.owner_id,
-    )
-
-
 def replay_command(args: argparse.Namespace) -> int:
     """Replay (after confirmation, reset) the topic's range; prints the outcome. Exit code 0."""
-    from kafscale_iceberg.assembly import Assembly, load_config_from  # noqa: PLC0415
+    from kafscale_iceberg.assembly import Assembly  # noqa: PLC0415
+    from kafscale_iceberg.config import load_config_from  # noqa: PLC0415
     from kafscale_iceberg.domain.replay import ReplayRequest  # noqa: PLC0415
 
     request = ReplayRequest.parse(
@@ -86,7 +68,7 @@ def replay_command(args: argparse.Namespace) -> int:
         },
         source="replay",
     )
-    service = build_replay_service(Assembly(load_config_from(args.config, strict=args.strict_config)))
+    service = Assembly(load_config_from(args.config, strict=args.strict_config)).replay
     if request.reset_offsets:
         preview = service.plan(request)
         # The preview goes to stderr with --json, so stdout stays one JSON document.

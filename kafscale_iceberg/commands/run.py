@@ -14,9 +14,9 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from types import FrameType
 
-from kafscale_iceberg.assembly import load_config_from
+from kafscale_iceberg.config import load_config_from
 from kafscale_iceberg.local.pipeline import OnceSummary, RunEnd, RunReport
-from kafscale_iceberg.local.runtime import ProgressPrinter, lfs_summary, open_pipeline
+from kafscale_iceberg.local.wiring import ProgressPrinter, lfs_summary, open_pipeline
 from kafscale_iceberg.metrics import MetricsServer, PrometheusMetricsSink
 
 

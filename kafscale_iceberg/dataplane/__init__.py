@@ -2,8 +2,8 @@
 
 Pure pyarrow (plus msgspec and jsonschema for record values): no Spark, no SDK. The Spark job in
 `spark_app/` only distributes `tasks.run_task` over executors; the pyarrow-only benchmark pipeline
-calls the same function in one process. Storage is reached through the `storage.ObjectStore`
-protocol, implemented in `kafscale_iceberg.adapters.object_store`.
+calls the same function in one process. Storage is reached through ports (`ObjectReader`,
+`FileSink`, `BlobReader` in `kafscale_iceberg.ports`), implemented in `kafscale_iceberg.adapters`.
 
 Importing this package imports nothing heavy; its modules import pyarrow.
 """

@@ -42,6 +42,7 @@ from kafscale_iceberg.dataplane.schemas import DEAD_LETTER_SCHEMA, data_schema
 from kafscale_iceberg.dataplane.values import NO_VALUE
 from kafscale_iceberg.domain.runs import NESTED_TYPES, ConversionSettings, SchemaMode
 from kafscale_iceberg.domain.schema import record_id as format_record_id
+from kafscale_iceberg.exceptions import InvalidJsonSchemaError
 
 
 class ErrorKind(StrEnum):
@@ -88,10 +89,6 @@ class ConvertedRecords:
     dead_letters: pa.Table
     first_invalid: InvalidRecord | None
     conversion_failures: Mapping[str, int] = field(default_factory=dict)
-
-
-class InvalidJsonSchemaError(ValueError):
-    """The plan's JSON Schema is not a valid schema for its own meta-schema."""
 
 
 class RecordConverter:
@@ -347,15 +344,3 @@ def _column(records: pa.Table, name: str) -> pa.Array:
     if column.num_chunks == 1:
         return column.chunk(0)
     return column.combine_chunks()
-
-
-def _json_kind(document: object) -> str:
-    if isinstance(document, list):
-        return "array"
-    if isinstance(document, str):
-        return "string"
-    if isinstance(document, bool):
-        return "boolean"
-    if document is None:
-        return "null"
-    return "number"

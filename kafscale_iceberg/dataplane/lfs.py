@@ -29,21 +29,20 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Protocol
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from kafscale_iceberg.domain.runs import LFS_METADATA_COLUMNS, LfsCounts, LfsMode, LfsSettings
-from kafscale_iceberg.exceptions import LfsBlobMissingError, LfsBlobTooLargeError
+from kafscale_iceberg.exceptions import EnvelopeError, LfsBlobMissingError, LfsBlobTooLargeError
 from kafscale_iceberg.metrics import LFS_DURATION_BUCKETS
+from kafscale_iceberg.ports import BlobReader
 from kafscale_iceberg.segments.lfs import (
     ENVELOPE_MARKER,
     MARKER_WINDOW,
     MIN_ENVELOPE_BYTES,
     Envelope,
-    EnvelopeError,
     ExpectedChecksum,
     compute_checksum,
     decode_envelope,
@@ -63,15 +62,6 @@ CHECKSUM = "checksum"
 TOO_LARGE = "too_large"
 REASONS = (DECODE, MISSING_BLOB, CHECKSUM, TOO_LARGE)
 """`lfs_resolution_errors_total{reason}`; the dead-letter `error_kind` is `lfs_{reason}`."""
-
-
-class BlobReader(Protocol):
-    """Reads LFS blobs (`adapters.lfs_blobs`); called from several threads at once."""
-
-    def read_blob(self, bucket: str, key: str, *, max_bytes: int) -> bytes:
-        """The blob's bytes. Raises `LfsBlobMissingError`, `LfsBlobTooLargeError` (length above
-        `max_bytes`, body unread) or `LfsBlobUnavailableError` (transient)."""
-        ...
 
 
 @dataclass(frozen=True)

@@ -28,8 +28,9 @@ import pyarrow.parquet as pq
 
 from kafscale_iceberg.dataplane.file_stats import file_stats
 from kafscale_iceberg.dataplane.partitioning import PartitionKey
-from kafscale_iceberg.dataplane.storage import FileSink, join_uri
+from kafscale_iceberg.dataplane.storage import join_uri
 from kafscale_iceberg.domain.runs import DataFile
+from kafscale_iceberg.ports import FileSink
 
 DEFAULT_ROW_GROUP_BYTES = 64 * 1024 * 1024
 # Rows buffered across all partition values of one writer before the largest buffer is written out

@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 
 from kafscale_iceberg.domain.runs import ColumnType, PartitionField, PartitionTransform, PartitionValue
 from kafscale_iceberg.domain.schema import FieldSpec
+from kafscale_iceberg.exceptions import PartitioningError
 
 _TIME_SOURCES: dict[PartitionTransform, frozenset[ColumnType]] = {
     PartitionTransform.YEAR: frozenset({ColumnType.DATE, ColumnType.TIMESTAMP}),
@@ -34,10 +35,6 @@ _MICROS_PER_DAY = 86_400_000_000
 _MICROS_PER_HOUR = 3_600_000_000
 
 PartitionKey = dict[str, PartitionValue]
-
-
-class PartitioningError(ValueError):
-    """A partition field names a column the table lacks, or a transform its type does not allow."""
 
 
 def partition_field_name(field: PartitionField) -> str:

@@ -19,27 +19,13 @@ from collections import deque
 from collections.abc import Generator, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
 
-from kafscale_iceberg.dataplane.storage import ObjectReader
 from kafscale_iceberg.exceptions import KafscaleIcebergError
+from kafscale_iceberg.ports import ObjectReader, RangedObjectReader
 
 DEFAULT_MAX_IN_FLIGHT = 8
 DEFAULT_MAX_BYTES_IN_FLIGHT = 64 * 1024 * 1024
 DEFAULT_PART_SIZE = 8 * 1024 * 1024
-
-
-@runtime_checkable
-class RangedObjectReader(Protocol):
-    """A reader that can also read a byte range of an object."""
-
-    def read_bytes(self, uri: str) -> bytes:
-        """The object's bytes; raises a `KafscaleIcebergError` when it is missing or unreadable."""
-        ...
-
-    def read_range(self, uri: str, start: int, end_inclusive: int | None) -> bytes:
-        """Bytes `start..end_inclusive` of the object (to its end when None); errors as `read_bytes`."""
-        ...
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from kafscale_iceberg.dataplane.storage import FileSink
+from kafscale_iceberg.ports import FileSink
 
 DEFAULT_MAX_UPLOADS = 4
 

@@ -14,6 +14,7 @@ import pyarrow as pa
 
 from kafscale_iceberg.domain.runs import ColumnSpec, ColumnType
 from kafscale_iceberg.domain.schema import DEAD_LETTER_FIELDS, FieldSpec, table_fields
+from kafscale_iceberg.exceptions import FieldIdError
 
 _ARROW_TYPES: dict[ColumnType, pa.DataType] = {
     ColumnType.BOOLEAN: pa.bool_(),
@@ -65,10 +66,6 @@ def data_schema(columns: Sequence[ColumnSpec]) -> pa.Schema:
 
 FIELD_ID_KEY = b"PARQUET:field_id"
 """The Arrow field metadata key pyarrow writes as the Parquet field id (Iceberg's column id)."""
-
-
-class FieldIdError(ValueError):
-    """The plan's field ids do not cover the columns of a file, or give one id twice."""
 
 
 def with_field_ids(schema: pa.Schema, field_ids: Mapping[str, int] | None, *, table: str) -> pa.Schema:

@@ -8,29 +8,7 @@ Any `KafscaleIcebergError` they raise while reading a segment makes the run fail
 
 from __future__ import annotations
 
-from typing import Protocol
-
 from kafscale_iceberg.domain.runs import SegmentSource
-
-
-class ObjectReader(Protocol):
-    """Reads whole objects named by URI."""
-
-    def read_bytes(self, uri: str) -> bytes:
-        """The object's bytes; raises a `KafscaleIcebergError` when it is missing or unreadable."""
-        ...
-
-
-class FileSink(Protocol):
-    """Where finished data files go: written to a local staging path, then published to their URI."""
-
-    def staging_path(self, uri: str) -> str:
-        """A local path to write `uri`'s content to (its folder exists)."""
-        ...
-
-    def publish(self, staging_path: str, uri: str) -> None:
-        """Move the finished file to `uri`, replacing what is there. Idempotent; the staging file is gone."""
-        ...
 
 
 def segment_uri(source: SegmentSource, key: str) -> str:

@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kafscale_iceberg.dataplane.conversion import RecordConverter, corrupt_segment_row
-from kafscale_iceberg.dataplane.lfs import BlobReader, LfsStage
+from kafscale_iceberg.dataplane.lfs import LfsStage
 from kafscale_iceberg.dataplane.parquet_files import RollingParquetWriter
 from kafscale_iceberg.dataplane.partitioning import split_by_partition
 from kafscale_iceberg.dataplane.prefetch import ObjectRequest, PrefetchLimits, prefetch_objects
@@ -36,7 +36,7 @@ from kafscale_iceberg.dataplane.reports import (
     TaskTimings,
 )
 from kafscale_iceberg.dataplane.schemas import DEAD_LETTER_SCHEMA, with_field_ids
-from kafscale_iceberg.dataplane.storage import FileSink, ObjectReader, segment_uri
+from kafscale_iceberg.dataplane.storage import segment_uri
 from kafscale_iceberg.domain.runs import (
     CorruptSegmentPolicy,
     FailureKind,
@@ -46,6 +46,7 @@ from kafscale_iceberg.domain.runs import (
     SchemaMode,
 )
 from kafscale_iceberg.exceptions import LfsBlobUnavailableError, SegmentFormatError
+from kafscale_iceberg.ports import BlobReader, FileSink, ObjectReader
 from kafscale_iceberg.segments.decode import FramedBatch, decode_segment
 
 # A task smaller than this costs more in scheduling than it saves in parallelism.

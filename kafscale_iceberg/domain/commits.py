@@ -93,7 +93,7 @@ class QuarantinedRange:
     """A segment's offsets `[first_offset, last_offset]` skipped under the quarantine policy.
 
     The committed offset moved past it; the range is recorded so that an explicit replay of the
-    repaired segment can ingest exactly this range, once (see `CommitService.commit_replay`).
+    repaired segment can ingest exactly this range, once (see `services.quarantine_replay`).
     """
 
     partition: int
@@ -212,6 +212,8 @@ class TableState:
     snapshot_id: int | None
     marker: TableMarker
     snapshot_count: int = 0
+    version: str | None = field(default=None, compare=False)
+    """The table metadata this state was read from (its location); None for a table not read."""
 
 
 @dataclass(frozen=True)
@@ -281,10 +283,16 @@ class Standing(StrEnum):
 
 @dataclass(frozen=True)
 class RunStanding:
-    """The verdict of `stand_run`, with `(partition, expected start, found)` for each mismatch."""
+    """Where a run stands against a table (`stand_run`, `stand_dead_letters`), with
+    `(partition, expected start, found)` for each partition that stops it from committing."""
 
     standing: Standing
     mismatches: tuple[tuple[int, int, int], ...] = ()
+
+    @property
+    def partitions(self) -> tuple[int, ...]:
+        """The mismatched partitions, in order."""
+        return tuple(partition for partition, _start, _found in self.mismatches)
 
 
 def stand_run(
@@ -302,17 +310,17 @@ def stand_run(
 
 def stand_dead_letters(
     committed: Mapping[int, int], starts: Mapping[int, int], ends: Mapping[int, int]
-) -> tuple[Standing, tuple[int, ...]]:
+) -> RunStanding:
     """Like `stand_run` for a dead-letter table, whose offsets lag when runs have no dead letters.
 
     COMMITTED when every partition is at or past the run's end; READY when every partition is at or
-    before the run's start; otherwise MISMATCH with the partitions inside the run's range.
+    before the run's start; otherwise MISMATCH naming the partitions inside the run's range.
     """
     found = {p: committed.get(p, NO_OFFSET) for p in starts}
     if all(found[p] >= ends[p] for p in starts):
-        return Standing.COMMITTED, ()
-    inside = tuple(p for p in sorted(starts) if found[p] > starts[p])
-    return (Standing.MISMATCH, inside) if inside else (Standing.READY, ())
+        return RunStanding(Standing.COMMITTED)
+    inside = tuple((p, starts[p], found[p]) for p in sorted(starts) if found[p] > starts[p])
+    return RunStanding(Standing.MISMATCH, inside) if inside else RunStanding(Standing.READY)
 
 
 def ranges_straddling(

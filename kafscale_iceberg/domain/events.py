@@ -18,20 +18,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from kafscale_iceberg.exceptions import KafscaleIcebergError
+from kafscale_iceberg.exceptions import MalformedEventError
 from kafscale_iceberg.segments.keys import decode_event_key
-
-
-class MalformedEventError(KafscaleIcebergError):
-    """A queue message is not an S3 notification or EventBridge event this product understands.
-
-    Terminal: the same bytes will never parse; the message goes to the dead-letter queue with this
-    reason.
-    """
-
-    def __init__(self, message_id: str, problem: str) -> None:
-        self.message_id = message_id
-        super().__init__(f"message {message_id}: {problem}")
 
 
 @dataclass(frozen=True)

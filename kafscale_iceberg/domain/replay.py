@@ -19,15 +19,8 @@ from pydantic import (
     model_validator,
 )
 
-from kafscale_iceberg.exceptions import KafscaleIcebergError, SegmentKeyError
+from kafscale_iceberg.exceptions import ReplayRequestError, SegmentKeyError
 from kafscale_iceberg.segments.keys import validate_topic
-
-
-class ReplayRequestError(KafscaleIcebergError):
-    """A replay request is invalid: the message names the field, the value's problem and what is allowed.
-
-    Terminal: the same request will never be accepted.
-    """
 
 
 class ReplayRequest(BaseModel):

@@ -42,8 +42,10 @@ class RunTicket(BaseModel):
     job_id: str | None = None
 
 
-class RunOutcome(BaseModel):
-    """Written beside a run's plan when the run ends without committing (`outcome.json`)."""
+class FailedAttempt(BaseModel):
+    """A run's attempt that ended without committing - `aborted` by the abort step, or `lost` (its
+    execution ended unseen) - written beside its plan as `outcome.json`, so the next plan of the same
+    range takes the next attempt."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 

@@ -35,16 +35,16 @@ import boto3
 import yaml
 
 from kafscale_iceberg.config import KafscaleConfig, config_from_mapping, require_known_keys
+from kafscale_iceberg.exceptions import EmbeddedServiceError
 from kafscale_iceberg.local.embedded import (
     EmbeddedEtcd,
     EmbeddedMoto,
-    EmbeddedServiceError,
     notified_bucket,
     start_etcd,
     start_moto,
 )
 from kafscale_iceberg.local.pipeline import Pipeline
-from kafscale_iceberg.local.runtime import ProgressPrinter, open_pipeline
+from kafscale_iceberg.local.wiring import ProgressPrinter, open_pipeline
 from kafscale_iceberg.segments.decode import Record
 from kafscale_iceberg.segments.encode import build_segment, encode_record_batch
 from kafscale_iceberg.segments.keys import SegmentObjectKind, format_segment_key
@@ -453,6 +453,7 @@ class Demo:
             assembly.segments,
             assembly.checkpoints,
             assembly.commits,
+            assembly.offset_reset,
             pipeline.work_queue,
             owner_id=assembly.owner_id,
         )

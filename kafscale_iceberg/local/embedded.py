@@ -19,14 +19,10 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from kafscale_iceberg.exceptions import KafscaleIcebergError
+from kafscale_iceberg.exceptions import EmbeddedServiceError
 
 DEFAULT_REGION = "us-east-1"
 DUMMY_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
-
-
-class EmbeddedServiceError(KafscaleIcebergError):
-    """An embedded service could not start; the message says what to install or look at."""
 
 
 def free_port() -> int:

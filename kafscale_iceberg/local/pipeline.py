@@ -27,24 +27,23 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol
 
 from kafscale_iceberg.domain.events import WorkItem
 from kafscale_iceberg.domain.jobs import JobState
 from kafscale_iceberg.domain.runs import RunPlan
 from kafscale_iceberg.domain.tickets import RunTicket
 from kafscale_iceberg.exceptions import (
-    CatalogError,
-    CheckpointError,
     ConfigError,
     KafscaleIcebergError,
     OffsetMismatchError,
     RunAttemptEndedError,
     RunNotCommittableError,
 )
-from kafscale_iceberg.metrics import Readiness
+from kafscale_iceberg.metrics import ErrorStage, Readiness, error_stage
+from kafscale_iceberg.ports import AwaitableJobRunner, JobRunner
 from kafscale_iceberg.services.launch import LaunchStatus
-from kafscale_iceberg.services.run_steps import CommittedRun, JobRunner, failure_reason
+from kafscale_iceberg.services.run_steps import CommittedRun, failure_reason
 
 if TYPE_CHECKING:
     from kafscale_iceberg.adapters.sqs_queues import SqsReceiver
@@ -114,16 +113,6 @@ class PipelineObserver(Protocol):
         """A run ended; a committed one's plan, result and commit outcome are in `report.commit`."""
 
     def error(self, stage: str, topic: str | None, error: Exception) -> None: ...
-
-
-@runtime_checkable
-class AwaitableJobRunner(Protocol):
-    """A job runner that can block until a job ends (the local Spark runner): the loop then commits
-    the moment the job is done instead of at its next watch."""
-
-    def wait(self, job_id: str, timeout_s: float) -> bool:
-        """Block until the job ends or `timeout_s` passes; True when it ended."""
-        ...
 
 
 class _Inbox:
@@ -201,17 +190,6 @@ def outage_delay_seconds(outages: int, backoff_s: tuple[float, float]) -> float:
     return min(longest, first * 2.0 ** min(outages - 1, 30)) * random.uniform(0.5, 1.0)
 
 
-def outage_stage(error: BaseException) -> str:
-    """The `errors_total{stage}` an outage counts under: which dependency failed."""
-    if isinstance(error, CheckpointError):
-        return "checkpoint"
-    if isinstance(error, CatalogError):
-        return "sink"
-    if type(error).__name__ == "QueueUnavailableError":
-        return "route"
-    return "discover"
-
-
 def describe_outage(error: BaseException) -> str:
     """What failed, for `/healthz` and `run --once`: the error's kind and message, on one line."""
     text = " ".join(str(error).split())
@@ -245,7 +223,7 @@ class Pipeline:
         self.stopping = threading.Event()
         self.launcher: Launcher = assembly.make_launcher(self._starter, repair_from_table=True)
         self.reconciler: Reconciler = assembly.make_reconciler(self._inbox, self._starter)
-        self.steps: RunSteps = assembly.make_run_steps(runner, with_commits=True)
+        self.steps: RunSteps = assembly.make_run_steps(runner)
         self._router: Router | None = None
         self._receiver: SqsReceiver | None = None
         self._outage_backoff_s = outage_backoff_s
@@ -308,7 +286,7 @@ class Pipeline:
                     topic, ignore_min_batch=True, ignore_backoff=True, ignore_held=failed_runs == 0
                 )
             except KafscaleIcebergError as exc:
-                self._error("launch", topic, exc)
+                self._error(ErrorStage.LAUNCH, topic, exc)
                 if exc.transient:
                     summary.unavailable.append(describe_outage(exc))
                 summary.failed[topic] = f"planning failed: {exc}"
@@ -362,7 +340,7 @@ class Pipeline:
                 delay = outage_delay_seconds(loop.outages, self._outage_backoff_s)
                 reason = describe_outage(exc)
                 self.health.not_ready(reason)
-                self._error(outage_stage(exc), None, exc)
+                self._error(ErrorStage.DISCOVER, None, exc)
                 logger.warning(
                     "dependency unavailable; retrying in %.1f s: %s",
                     delay,
@@ -386,7 +364,7 @@ class Pipeline:
                 try:
                     self._after_pass()
                 except KafscaleIcebergError as exc:
-                    self._error("discover", None, exc)
+                    self._error(ErrorStage.DISCOVER, None, exc)
         due = [t for t, at in loop.retry_at.items() if at <= now]
         for topic in dict.fromkeys([*self._inbox.drain(), *due]):
             loop.retry_at.pop(topic, None)
@@ -408,7 +386,7 @@ class Pipeline:
             except KafscaleIcebergError as exc:
                 if exc.transient:
                     raise  # an outage: the loop backs off (and reports not-ready)
-                self._error("launch", topic, exc)
+                self._error(ErrorStage.LAUNCH, topic, exc)
                 return float(self.assembly.config.runs.retry_delay_seconds(1))
             if outcome.status is LaunchStatus.WAITING:
                 return outcome.wait_seconds
@@ -429,7 +407,7 @@ class Pipeline:
         try:
             messages = self._receiver.receive(wait_seconds=1)
         except KafscaleIcebergError as exc:
-            self._error("route", None, exc)
+            self._error(ErrorStage.ROUTE, None, exc)
             self.stopping.wait(1.0)
             return
         for message in messages:
@@ -438,29 +416,12 @@ class Pipeline:
             except KafscaleIcebergError as exc:
                 # Left on the queue: redelivered after its visibility timeout (an incomplete segment),
                 # and moved to its dead-letter queue by the redrive policy when it never routes.
-                self._error("route", None, exc)
+                self._error(ErrorStage.ROUTE, None, exc)
                 continue
             self._receiver.delete(message)
 
     def _notification_path(self, url: str) -> tuple[Router, SqsReceiver]:
-        import boto3  # noqa: PLC0415
-
-        from kafscale_iceberg.adapters.sqs_queues import SqsReceiver  # noqa: PLC0415
-        from kafscale_iceberg.services.route import Router, RouterSettings  # noqa: PLC0415
-
-        config = self.assembly.config
-        settings = self.assembly.s3_settings
-        client = boto3.client("sqs", endpoint_url=settings.endpoint_url, region_name=settings.region)
-        router = Router(
-            RouterSettings(
-                bucket=config.s3.bucket,
-                namespace=config.s3.namespace,
-                is_mapped=config.mapped_topics.__contains__,
-            ),
-            self.assembly.segments,
-            self._inbox,
-        )
-        return router, SqsReceiver(client, url)
+        return self.assembly.make_router(self._inbox), self.assembly.make_notification_receiver(url)
 
     # -- one run -----------------------------------------------------------------------------------
 
@@ -491,7 +452,7 @@ class Pipeline:
         except KafscaleIcebergError as exc:
             if exc.transient:
                 raise  # an outage (the lease could not be renewed, S3 down): abandoned, retried
-            self._error("job", ticket.topic, exc)
+            self._error(ErrorStage.JOB, ticket.topic, exc)
             return self._abort(ticket, plan, start, f"the job could not start: {exc}")
         self._in_flight = ticket
         while True:
@@ -523,15 +484,15 @@ class Pipeline:
                 committed = self.steps.commit_run(ticket)
                 break
             except RunNotCommittableError as exc:
-                self._error("sink", ticket.topic, exc)
+                self._error(ErrorStage.SINK, ticket.topic, exc)
                 return self._abort(ticket, plan, start, str(exc))
             except OffsetMismatchError as exc:
                 # A stale plan: the store was repaired from the table, so the topic is re-planned at
                 # once (one wasted run, not a failure to back off from).
-                self._error("sink", ticket.topic, exc)
+                self._error(ErrorStage.SINK, ticket.topic, exc)
                 return replace(self._abort(ticket, plan, start, str(exc)), retry_after_seconds=0, replan=True)
             except KafscaleIcebergError as exc:
-                self._error("sink", ticket.topic, exc)
+                self._error(ErrorStage.SINK, ticket.topic, exc)
                 if not exc.transient or attempt == _COMMIT_ATTEMPTS:
                     return self._abort(ticket, plan, start, f"commit failed: {exc}")
                 time.sleep(attempt)
@@ -600,7 +561,10 @@ class Pipeline:
             started_at=start.wall,
         )
 
-    def _error(self, stage: str, topic: str | None, error: Exception) -> None:
+    def _error(self, stage: ErrorStage, topic: str | None, error: Exception) -> None:
+        """Report a failure in `stage`, counted under the dependency that failed when it names one
+        (`error_stage`: the rule the Lambdas use, so a lease lost at commit is `checkpoint` here too)."""
+        stage = error_stage(error, default=stage)
         logger.error("%s failed: %s", stage, error, extra={"stage": stage, "topic": topic})
         if self._observer:
             self._observer.error(stage, topic, error)

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 from kafscale_iceberg.adapters.s3_segments import S3Settings
 from kafscale_iceberg.domain.jobs import JobState, JobStatus
 from kafscale_iceberg.domain.runs import RunPlan, RunResult, RunStatus
-from kafscale_iceberg.exceptions import KafscaleIcebergError
+from kafscale_iceberg.exceptions import KafscaleIcebergError, UnknownJobError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -41,10 +41,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _LOG_TAIL = 2000
-
-
-class UnknownJobError(KafscaleIcebergError):
-    """A job id this runner never started (the process restarted?)."""
 
 
 @dataclass
@@ -123,12 +119,6 @@ class LocalSparkJobRunner:
         except subprocess.TimeoutExpired:
             return False
         return True
-
-    @property
-    def description(self) -> str:
-        """One line naming how jobs run (for logs and the progress display)."""
-        mode = "warm session" if self.keep_session_warm else "spark-submit per run"
-        return f"local Spark {self.master} ({mode})"
 
     # -- lifecycle ---------------------------------------------------------------------------------
 

@@ -19,6 +19,8 @@ from enum import StrEnum
 from typing import Any, Final
 from uuid import UUID, uuid4
 
+from kafscale_iceberg.exceptions import EnvelopeError
+
 ENVELOPE_MARKER: Final = b'"kfs_lfs"'
 MIN_ENVELOPE_BYTES: Final = 15
 MARKER_WINDOW: Final = 50
@@ -30,10 +32,6 @@ def is_lfs_envelope(value: bytes | None) -> bool:
     if value is None or len(value) < MIN_ENVELOPE_BYTES or value[:1] != b"{":
         return False
     return ENVELOPE_MARKER in value[:MARKER_WINDOW]
-
-
-class EnvelopeError(ValueError):
-    """An LFS envelope that cannot be used: not JSON of the envelope's shape, or a required field missing."""
 
 
 class ChecksumAlg(StrEnum):

@@ -15,9 +15,10 @@ from collections.abc import Mapping
 
 from pydantic import BaseModel, ConfigDict
 
-from kafscale_iceberg.adapters.documents import DocumentMissingError, DocumentStore
 from kafscale_iceberg.config import RunsConfig
 from kafscale_iceberg.domain.tickets import join_uri
+from kafscale_iceberg.exceptions import DocumentMissingError
+from kafscale_iceberg.ports import RunDocuments
 
 BACKOFF_NAME = "backoff.json"
 
@@ -62,7 +63,7 @@ def backoff_uri(runs_location: str, topic: str) -> str:
 class BackoffRecords:
     """Reads and writes topics' backoff documents."""
 
-    def __init__(self, documents: DocumentStore, runs: RunsConfig) -> None:
+    def __init__(self, documents: RunDocuments, runs: RunsConfig) -> None:
         self._documents = documents
         self._runs = runs
 

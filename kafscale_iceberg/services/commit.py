@@ -12,7 +12,8 @@
    then the data files to the table: ONE Iceberg commit per table, each carrying its marker. Each
    commit is built on the state just verified; when the table changed meanwhile, or the outcome is
    unknown, the state is read again and verified again (already in? still at the start?) before
-   another attempt - never a blind retry.
+   another attempt - never a blind retry (`services.verified_commit`, shared with the offset reset
+   and the quarantine replay).
 4. Advance the checkpoint store's offsets to what the table records (fenced by the lease), then
    release the lease.
 
@@ -26,7 +27,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from kafscale_iceberg.domain.commits import (
     QuarantinedRange,
@@ -37,8 +38,6 @@ from kafscale_iceberg.domain.commits import (
     TableSpec,
     TableState,
     advance_offsets,
-    ranges_after,
-    ranges_straddling,
     reconcile,
     stand_dead_letters,
     stand_run,
@@ -46,27 +45,30 @@ from kafscale_iceberg.domain.commits import (
 from kafscale_iceberg.domain.field_ids import TableFieldIds, TopicFieldIds
 from kafscale_iceberg.domain.leases import LeaseGrant
 from kafscale_iceberg.domain.offsets import CommittedOffsets, OffsetUpdate
-from kafscale_iceberg.domain.runs import NO_OFFSET, DataFile, RunPlan, RunResult, RunStatus
+from kafscale_iceberg.domain.runs import NO_OFFSET, DataFile, RunPlan, RunResult, RunStatus, TableTarget
 from kafscale_iceberg.domain.schema import DEAD_LETTER_FIELDS, table_fields
 from kafscale_iceberg.exceptions import (
-    CommitConflictError,
-    CommitOutcomeUnknownError,
     DeadLetterAheadError,
     KafscaleIcebergError,
     OffsetMismatchError,
-    OffsetResetRefusedError,
     RunNotCommittableError,
-    TableChangedError,
     TableMissingError,
 )
 from kafscale_iceberg.ports import CheckpointStore, TableCommitter
+from kafscale_iceberg.services.verified_commit import (
+    DEFAULT_COMMIT_ATTEMPTS,
+    CommitRetry,
+    TableWrite,
+    Written,
+    commit_verified,
+    read_state_if_exists,
+    read_state_or_empty,
+)
 
 if TYPE_CHECKING:
     from kafscale_iceberg.config import MappingConfig
 
 logger = logging.getLogger(__name__)
-
-DEFAULT_COMMIT_ATTEMPTS = 5
 
 
 @dataclass(frozen=True)
@@ -103,6 +105,100 @@ class CommitOutcome:
     offsets_written: Mapping[int, int] = field(default_factory=dict)
     """What this call wrote to the checkpoint store (empty when it already agreed)."""
     lease_released: bool = False
+    states: Mapping[str, TableState] = field(default_factory=dict)
+    """The states this call read or committed last, by table (what `field_ids` may use)."""
+
+
+@dataclass(frozen=True)
+class RunFilesWrite(TableWrite):
+    """A run's files (data files or dead letters) to one of its tables, with the marker moved to the
+    run's ends (`DataTableWrite`, `DeadLetterTableWrite`)."""
+
+    starts: Mapping[int, int]
+    ends: Mapping[int, int]
+    files: tuple[DataFile, ...]
+    quarantined: tuple[QuarantinedRange, ...]
+    field_ids: Mapping[str, int] | None
+    conversion_failures: Mapping[str, int] = field(default_factory=dict)
+
+    def baseline(self, state: TableState) -> Mapping[int, int]:
+        """The topic's committed offsets in this table before the run."""
+        return state.marker.offsets or {}
+
+    def build(self, state: TableState) -> TableCommit:
+        return TableCommit(
+            topic=self.topic,
+            run_id=self.run_id,
+            file_uris=tuple(f.uri for f in self.files),
+            files=self.files,
+            start_offsets=self.starts,
+            end_offsets=self.ends,
+            marker_after=TableMarker(
+                offsets=advance_offsets(self.baseline(state), self.ends),
+                run_id=self.run_id,
+                quarantined=merge_ranges(state.marker.quarantined, self.quarantined),
+            ),
+            quarantined=self.quarantined,
+            field_ids=self.field_ids,
+            conversion_failures=dict(self.conversion_failures),
+        )
+
+    @classmethod
+    def for_run(
+        cls,
+        plan: RunPlan,
+        target: TableTarget,
+        files: tuple[DataFile, ...],
+        quarantined: tuple[QuarantinedRange, ...],
+        **more: Any,
+    ) -> Self:
+        """The write of `plan`'s `files` to `target` (`more`: the subclass's own fields)."""
+        return cls(
+            table=target.identifier,
+            topic=plan.topic,
+            run_id=plan.run_id,
+            starts=plan.start_offsets(),
+            ends=plan.end_offsets(),
+            files=files,
+            quarantined=quarantined,
+            field_ids=target.field_ids,
+            **more,
+        )
+
+
+@dataclass(frozen=True)
+class DataTableWrite(RunFilesWrite):
+    """The run's data files to the mapping's table. A table that never recorded the topic (new, or
+    written by the Go processor) adopts the checkpoint store's offsets (`adopted`)."""
+
+    adopted: Mapping[int, int] = field(default_factory=dict)
+
+    def baseline(self, state: TableState) -> Mapping[int, int]:
+        return committed_offsets(state, self.adopted)
+
+    def verify(self, state: TableState) -> Standing:
+        """COMMITTED or READY; `OffsetMismatchError` when the table is not at the run's start."""
+        verdict = stand_run(self.baseline(state), self.starts, self.ends)
+        if verdict.standing is Standing.MISMATCH:
+            raise OffsetMismatchError(self.table, self.topic, self.run_id, verdict.mismatches)
+        return verdict.standing
+
+
+@dataclass(frozen=True)
+class DeadLetterTableWrite(RunFilesWrite):
+    """The run's dead letters (and quarantined ranges) to the dead-letter table, whose offsets lag:
+    they move only when a run has dead letters, so nothing is adopted."""
+
+    action: ClassVar[str] = "dead-letter commit"
+
+    def verify(self, state: TableState) -> Standing:
+        """COMMITTED or READY; `DeadLetterAheadError` when it holds part of the run from another run."""
+        verdict = stand_dead_letters(dict(self.baseline(state)), self.starts, self.ends)
+        if verdict.standing is Standing.MISMATCH:
+            raise DeadLetterAheadError(
+                self.table, self.topic, self.run_id, state.marker.run_id, verdict.partitions
+            )
+        return verdict.standing
 
 
 class CommitService:
@@ -127,13 +223,9 @@ class CommitService:
         it, a run whose dead-letter commit landed and whose table commit never did is finished from
         its result when a later plan runs into it, instead of refusing that plan forever."""
         self._stranded_runs = stranded_runs
-        if attempts < 1:
-            raise ValueError(f"attempts must be >= 1, got {attempts}")
+        self._retry = CommitRetry(attempts=attempts, backoff_s=backoff_s, sleep=sleep)
         self._tables = tables
         self._checkpoints = checkpoints
-        self._attempts = attempts
-        self._backoff_s = backoff_s
-        self._sleep = sleep
 
     # -- the commit step ---------------------------------------------------------------------------
 
@@ -148,7 +240,7 @@ class CommitService:
         and the adapters' catalog and checkpoint errors. After any error, calling again is safe.
         """
         policy = policy or TablePolicy()
-        _check_committable(plan, result, lease)
+        check_committable(plan, result, lease)
         self._checkpoints.renew_lease(lease)
         try:
             try:
@@ -175,7 +267,7 @@ class CommitService:
             if loaded is None:
                 return False
             plan, result = loaded
-            _check_committable(plan, result, lease)
+            check_committable(plan, result, lease)
             self._commit_run(plan, result, lease, policy, release=False)
         except KafscaleIcebergError as exc:
             logger.warning(
@@ -217,37 +309,40 @@ class CommitService:
         release: bool = True,
     ) -> CommitOutcome:
         topic, run_id = plan.topic, plan.run_id
-        starts, ends = plan.start_offsets(), plan.end_offsets()
-        quarantined = _quarantined_ranges(result)
-        store = _offsets_of(self._checkpoints.load_committed_offsets(topic))
-        main = self._read_state(plan.table.identifier, topic)
-        committed = _committed(main, store)
-        verdict = stand_run(committed, starts, ends)
-        if verdict.standing is Standing.MISMATCH:
-            raise OffsetMismatchError(plan.table.identifier, topic, run_id, verdict.mismatches)
+        starts = plan.start_offsets()
+        quarantined = quarantined_ranges(result)
+        store = offsets_of(self._checkpoints.load_committed_offsets(topic))
+        data = DataTableWrite.for_run(
+            plan,
+            plan.table,
+            result.data_files,
+            quarantined,
+            conversion_failures=result.counts.conversion_failures,
+            adopted=store,
+        )
+        main = read_state_or_empty(self._tables, plan.table.identifier, topic)
+        standing = data.verify(main)
 
         table_committed = dead_letter_committed = False
-        if verdict.standing is Standing.READY:
+        states: dict[str, TableState] = {}
+        if standing is Standing.READY:
+            dead_letters = None
             if result.dead_letter_files or quarantined:
-                self._check_dead_letters(plan)  # before any write, evolution included
-            self._tables.ensure_table(_table_spec(plan, policy))
+                dead_letters = self._check_dead_letters(plan, quarantined, result)  # before any write
+            self._tables.ensure_table(table_spec(plan, policy), current=main)
             # Quarantined ranges go to the dead-letter table's marker even without files, so a replay
             # finds them listed in both tables.
-            if result.dead_letter_files or quarantined:
-                dead_letter_committed = self._commit_dead_letters(plan, result, quarantined)
-            main, table_committed = self._commit_verified(
-                plan.table.identifier,
-                plan,
-                files=result.data_files,
-                quarantined=quarantined,
-                store=store,
-                conversion_failures=result.counts.conversion_failures,
-            )
+            if dead_letters is not None:
+                dead_letter = self._commit_dead_letters(*dead_letters)
+                states[dead_letter.state.table] = dead_letter.state
+                dead_letter_committed = dead_letter.committed
+            written = commit_verified(self._tables, data, self._retry, known=main)
+            main, table_committed = written.state, written.committed
         else:
             logger.info("run already in the table; commit skipped", extra={"run_id": run_id, "topic": topic})
 
-        offsets = {p: _committed(main, store).get(p, NO_OFFSET) for p in starts}
-        written = self._advance_store(lease, result, offsets, ends)
+        offsets = {p: committed_offsets(main, store).get(p, NO_OFFSET) for p in starts}
+        written_offsets = self._advance_store(lease, result, offsets, plan.end_offsets())
         released = self._checkpoints.release_lease(lease) if release else False
         logger.info(
             "run committed",
@@ -260,7 +355,7 @@ class CommitService:
                 "snapshot_id": main.snapshot_id,
                 "data_files": len(result.data_files),
                 "dead_letter_files": len(result.dead_letter_files),
-                "offsets_written": written,
+                "offsets_written": written_offsets,
             },
         )
         return CommitOutcome(
@@ -270,120 +365,27 @@ class CommitService:
             dead_letter_committed=dead_letter_committed,
             table_snapshot_id=main.snapshot_id,
             offsets=offsets,
-            offsets_written=written,
+            offsets_written=written_offsets,
             lease_released=released,
+            states={**states, main.table: main},
         )
 
-    def _check_dead_letters(self, plan: RunPlan) -> None:
-        state = self._read_state_if_exists(plan.dead_letter_table.identifier, plan.topic)
-        if state is None:
-            return
-        offsets = dict(state.marker.offsets or {})
-        standing, inside = stand_dead_letters(offsets, plan.start_offsets(), plan.end_offsets())
-        if standing is Standing.MISMATCH:
-            raise DeadLetterAheadError(state.table, plan.topic, plan.run_id, state.marker.run_id, inside)
-
-    def _commit_dead_letters(
-        self, plan: RunPlan, result: RunResult, quarantined: tuple[QuarantinedRange, ...]
-    ) -> bool:
-        self._tables.ensure_table(
-            TableSpec(
-                identifier=plan.dead_letter_table.identifier,
-                fields=DEAD_LETTER_FIELDS,
-                create_if_missing=True,
-            )
+    def _check_dead_letters(
+        self, plan: RunPlan, quarantined: tuple[QuarantinedRange, ...], result: RunResult
+    ) -> tuple[DeadLetterTableWrite, TableState | None]:
+        """The dead-letter write, verified against the dead-letter table as it is (if it exists)."""
+        write = DeadLetterTableWrite.for_run(
+            plan, plan.dead_letter_table, result.dead_letter_files, quarantined
         )
-        _, committed = self._commit_verified(
-            plan.dead_letter_table.identifier,
-            plan,
-            files=result.dead_letter_files,
-            quarantined=quarantined,
-            store=None,
-        )
-        return committed
+        state = read_state_if_exists(self._tables, write.table, plan.topic)
+        if state is not None:
+            write.verify(state)
+        return write, state
 
-    def _commit_verified(
-        self,
-        identifier: str,
-        plan: RunPlan,
-        *,
-        files: tuple[DataFile, ...],
-        quarantined: tuple[QuarantinedRange, ...],
-        store: Mapping[int, int] | None,
-        conversion_failures: Mapping[str, int] | None = None,
-    ) -> tuple[TableState, bool]:
-        """Commit to one table unless it holds the run already; verify the state before every attempt.
-
-        `store` is the checkpoint store's offsets for the data table (adopted when the table never
-        recorded the topic), None for the dead-letter table (whose offsets lag: they move only when a
-        run has dead letters). Returns the state after, and whether this call committed.
-        """
-        topic, run_id = plan.topic, plan.run_id
-        starts, ends = plan.start_offsets(), plan.end_offsets()
-        for attempt in range(1, self._attempts + 1):
-            state = self._tables.read_state(identifier, topic)
-            if store is None:
-                standing, inside = stand_dead_letters(dict(state.marker.offsets or {}), starts, ends)
-                if standing is Standing.MISMATCH:
-                    raise DeadLetterAheadError(identifier, topic, run_id, state.marker.run_id, inside)
-                baseline: Mapping[int, int] = state.marker.offsets or {}
-            else:
-                committed = _committed(state, store)
-                verdict = stand_run(committed, starts, ends)
-                if verdict.standing is Standing.MISMATCH:
-                    raise OffsetMismatchError(identifier, topic, run_id, verdict.mismatches)
-                standing, baseline = verdict.standing, committed
-            if standing is Standing.COMMITTED:
-                if attempt > 1:
-                    logger.info("commit found in the table on verification", extra={"table": identifier})
-                return state, False
-            commit = TableCommit(
-                topic=topic,
-                run_id=run_id,
-                file_uris=tuple(f.uri for f in files),
-                files=files,
-                start_offsets=starts,
-                end_offsets=ends,
-                marker_after=TableMarker(
-                    offsets=advance_offsets(baseline, ends),
-                    run_id=run_id,
-                    quarantined=_merge_ranges(state.marker.quarantined, quarantined),
-                ),
-                quarantined=quarantined,
-                field_ids=_planned_field_ids(plan, identifier),
-                conversion_failures=dict(conversion_failures or {}),
-            )
-            try:
-                after = self._tables.commit(state, commit)
-            except (TableChangedError, CommitOutcomeUnknownError) as exc:
-                logger.warning(
-                    "commit not confirmed; verifying before another attempt",
-                    extra={"table": identifier, "run_id": run_id, "attempt": attempt, "problem": str(exc)},
-                )
-                if attempt < self._attempts:
-                    self._sleep(self._backoff_s * attempt)
-                continue
-            logger.info(
-                "table committed",
-                extra={
-                    "table": identifier,
-                    "run_id": run_id,
-                    "files": len(files),
-                    "snapshot_id": after.snapshot_id,
-                },
-            )
-            return after, True
-        # The last attempt's outcome may be unknown: one more verification decides.
-        state = self._tables.read_state(identifier, topic)
-        if store is None:
-            landed = (
-                stand_dead_letters(dict(state.marker.offsets or {}), starts, ends)[0] is Standing.COMMITTED
-            )
-        else:
-            landed = stand_run(_committed(state, store), starts, ends).standing is Standing.COMMITTED
-        if landed:
-            return state, True
-        raise CommitConflictError(identifier, run_id, self._attempts)
+    def _commit_dead_letters(self, write: DeadLetterTableWrite, state: TableState | None) -> Written:
+        spec = TableSpec(identifier=write.table, fields=DEAD_LETTER_FIELDS, create_if_missing=True)
+        self._tables.ensure_table(spec, current=state)
+        return commit_verified(self._tables, write, self._retry, known=state)
 
     def _advance_store(
         self, lease: LeaseGrant, result: RunResult, targets: Mapping[int, int], ends: Mapping[int, int]
@@ -433,9 +435,9 @@ class CommitService:
         """
         if lease is not None and lease.topic != topic:
             raise ValueError(f"the lease given is for topic {lease.topic!r}, not {topic!r}")
-        marker = self._read_state(table, topic).marker
+        marker = read_state_or_empty(self._tables, table, topic).marker
         stored = self._checkpoints.load_committed_offsets(topic)
-        reconciliation = reconcile(topic, marker, _offsets_of(stored))
+        reconciliation = reconcile(topic, marker, offsets_of(stored))
         if reconciliation.store_ahead:
             logger.error(
                 "checkpoint store is ahead of the table: offsets moved without an Iceberg commit; "
@@ -445,260 +447,37 @@ class CommitService:
         if lease is None:
             return reconciliation
         if reconciliation.store_behind:
-            self._checkpoints.commit_offsets(lease, _repairs(stored, reconciliation.store_behind))
+            self._checkpoints.commit_offsets(lease, repairs(stored, reconciliation.store_behind))
             logger.warning(
                 "checkpoint store repaired up to the table's offsets",
                 extra={"topic": topic, "repaired": dict(reconciliation.store_behind)},
             )
         if reconciliation.store_ahead:
-            self._checkpoints.reset_offsets(lease, _repairs(stored, reconciliation.store_ahead))
+            self._checkpoints.reset_offsets(lease, repairs(stored, reconciliation.store_ahead))
             logger.error(
                 "checkpoint store set back to the table's offsets",
                 extra={"topic": topic, "reset": dict(reconciliation.store_ahead)},
             )
         return reconciliation
 
-    def reset_offsets(
-        self, topic: str, tables: tuple[str, ...], offsets: Mapping[int, int], lease: LeaseGrant
-    ) -> dict[int, int]:
-        """Set the topic's committed offsets on purpose (backwards included) and delete the rows after them.
-
-        The explicit reset behind "re-ingest a range" (`replay --reset-offsets`): since the table
-        wins, a reset of the store alone would be undone. Each table in `tables` (the table, then its
-        dead-letter table) gets ONE Iceberg commit that deletes its rows of each partition whose
-        `offset` is after the new one, records the new offsets and drops the quarantined ranges lying
-        after them (summary `kafscale.reset`); then the store is set, fenced by `lease`. A table that
-        never recorded the topic (the Go processor's) records the store's offsets for its other
-        partitions, as its first commit would. A table already at the new offsets is left alone, so a
-        rerun after a crash at any point finishes the job and deletes nothing more: idempotent.
-
-        Raises `OffsetResetRefusedError` (nothing written) when a new offset falls inside a
-        quarantined range, `LeaseLostError`, `CommitConflictError` (transient: the table kept
-        changing), and the adapters' errors. Returns the offsets now committed.
-        """
-        if lease.topic != topic:
-            raise ValueError(f"the lease given is for topic {lease.topic!r}, not {topic!r}")
-        self._checkpoints.renew_lease(lease)
-        stored = self._checkpoints.load_committed_offsets(topic)
-        self.check_reset(topic, tables, offsets)  # every refusal before any write
-        for table in tables:
-            self._reset_table(table, topic, offsets, lease, adopted=_offsets_of(stored))
-        self._checkpoints.reset_offsets(
-            lease,
-            {
-                p: OffsetUpdate(offset=o, last_timestamp_ms=_stored_timestamp(stored, p))
-                for p, o in offsets.items()
-            },
-        )
-        return dict(offsets)
-
-    def check_reset(self, topic: str, tables: tuple[str, ...], offsets: Mapping[int, int]) -> None:
-        """Raise `OffsetResetRefusedError` if `reset_offsets` would refuse these offsets now. Reads only.
-
-        Refused: an offset inside a quarantined range recorded in one of the tables (`first <=
-        offset < last`): the range's dead-letter row would stay while the rest of its segment is
-        re-ingested. Resets to just before a range, or to its end, are accepted.
-        """
-        for table in tables:
-            state = self._read_state_if_exists(table, topic)
-            if state is not None:
-                _refuse_cut_ranges(table, topic, state.marker.quarantined, offsets)
-
-    def _reset_table(
-        self,
-        table: str,
-        topic: str,
-        offsets: Mapping[int, int],
-        lease: LeaseGrant,
-        *,
-        adopted: Mapping[int, int],
-    ) -> None:
-        """One verified reset commit (delete + marker) to a table, unless it records `offsets` already."""
-        for attempt in range(1, self._attempts + 1):
-            state = self._read_state_if_exists(table, topic)
-            if state is None or _records(state, offsets):
-                return
-            _refuse_cut_ranges(table, topic, state.marker.quarantined, offsets)
-            self._checkpoints.renew_lease(lease)  # a delete may rewrite files for a while
-            current = dict(state.marker.offsets) if state.marker.offsets is not None else dict(adopted)
-            before = {p: current.get(p, NO_OFFSET) for p in offsets}
-            dropped = set(ranges_after(state.marker.quarantined, offsets))
-            commit = TableCommit(
-                topic=topic,
-                run_id=lease.run_id,
-                file_uris=(),
-                start_offsets=before,
-                end_offsets=dict(offsets),
-                marker_after=TableMarker(
-                    offsets={**current, **offsets},
-                    run_id=state.marker.run_id,
-                    quarantined=tuple(r for r in state.marker.quarantined if r not in dropped),
-                ),
-                reset=True,
-                delete_after=dict(offsets),
-            )
-            try:
-                after = self._tables.commit(state, commit)
-            except (TableChangedError, CommitOutcomeUnknownError) as exc:
-                logger.warning(
-                    "offset reset not confirmed; verifying before another attempt",
-                    extra={"table": table, "topic": topic, "attempt": attempt, "problem": str(exc)},
-                )
-                if attempt < self._attempts:
-                    self._sleep(self._backoff_s * attempt)
-                continue
-            logger.warning(
-                "committed offsets reset in the table; the rows after them deleted",
-                extra={
-                    "table": table,
-                    "topic": topic,
-                    "before": before,
-                    "after": dict(offsets),
-                    "snapshot_id": after.snapshot_id,
-                },
-            )
-            return
-        state = self._read_state_if_exists(table, topic)
-        if state is None or _records(state, offsets):
-            return
-        raise CommitConflictError(table, lease.run_id, self._attempts)
-
-    def field_ids(self, tables: tuple[str, ...]) -> TopicFieldIds:
-        """The field ids of those of `tables` that exist (what the launcher plans the next files with)."""
+    def field_ids(
+        self, tables: tuple[str, ...], states: Mapping[str, TableState] | None = None
+    ) -> TopicFieldIds:
+        """The field ids of those of `tables` that exist (what the launcher plans the next files with);
+        `states` (a `CommitOutcome`'s) spare loading the tables they were read or committed as."""
         known: list[TableFieldIds] = []
         for table in tables:
             try:
-                known.append(self._tables.field_ids(table))
+                known.append(self._tables.field_ids(table, (states or {}).get(table)))
             except TableMissingError:
                 continue
         return TopicFieldIds(tables=tuple(known))
 
-    def count_rows_after(self, table: str, offsets: Mapping[int, int]) -> int | None:
-        """How many rows of `table` a reset to `offsets` would delete; None when the table does not exist."""
-        try:
-            return self._tables.count_rows(table, offsets)
-        except TableMissingError:
-            return None
 
-    # -- quarantined segments ----------------------------------------------------------------------
-
-    def pending_quarantine(self, topic: str, table: str) -> tuple[QuarantinedRange, ...]:
-        """Quarantined ranges of `topic` recorded in `table` and not replayed yet (oldest first)."""
-        return self._read_state(table, topic).marker.quarantined
-
-    def commit_replay(
-        self, plan: RunPlan, result: RunResult, lease: LeaseGrant, policy: TablePolicy | None = None
-    ) -> CommitOutcome:
-        """Commit the run of repaired quarantined segments: exactly those ranges, once. Idempotent.
-
-        The plan covers, per partition, exactly one quarantined range as `(first - 1, last]`. The
-        dead-letter table, then the table, each get ONE commit adding the replay's files and removing
-        the ranges from `kafscale.quarantine.<topic>`; committed offsets do not move. A table that no
-        longer lists the ranges has them already (a replayed replay is a no-op). Refused, writing
-        nothing: a plan mixing listed and unlisted ranges, and a result that quarantined a segment
-        again (still corrupt: repair it first).
-        """
-        policy = policy or TablePolicy()
-        _check_committable(plan, result, lease)
-        again = _quarantined_ranges(result)
-        if again:
-            raise RunNotCommittableError(
-                plan.run_id,
-                f"the replay quarantined {[r.segment_key for r in again]} again: the segments are still "
-                "unreadable; repair them, then replay (nothing was written)",
-            )
-        self._checkpoints.renew_lease(lease)
-        wanted = {(p.partition, p.start_exclusive + 1, p.end_inclusive) for p in plan.partitions}
-        table_committed = dead_letter_committed = False
-        main = self._read_state(plan.table.identifier, plan.topic)
-        if _listed(main, wanted, plan):
-            self._tables.ensure_table(_table_spec(plan, policy))
-            dead_letter = self._read_state_if_exists(plan.dead_letter_table.identifier, plan.topic)
-            if dead_letter is None and result.dead_letter_files:
-                raise RunNotCommittableError(
-                    plan.run_id,
-                    f"dead-letter table {plan.dead_letter_table.identifier!r} is gone: its quarantine list "
-                    "cannot be checked, so its dead letters cannot be committed exactly once",
-                )
-            if dead_letter is not None:
-                _, dead_letter_committed = self._commit_replay_to(
-                    plan.dead_letter_table.identifier, plan, result.dead_letter_files, wanted
-                )
-            main, table_committed = self._commit_replay_to(
-                plan.table.identifier, plan, result.data_files, wanted
-            )
-        else:
-            logger.info("quarantined ranges already replayed; nothing to do", extra={"run_id": plan.run_id})
-        released = self._checkpoints.release_lease(lease)
-        return CommitOutcome(
-            run_id=plan.run_id,
-            topic=plan.topic,
-            table_committed=table_committed,
-            dead_letter_committed=dead_letter_committed,
-            table_snapshot_id=main.snapshot_id,
-            offsets={p: main.marker.offset(p) for p in plan.start_offsets()},
-            lease_released=released,
-        )
-
-    def _commit_replay_to(
-        self, identifier: str, plan: RunPlan, files: tuple[DataFile, ...], wanted: set[tuple[int, int, int]]
-    ) -> tuple[TableState, bool]:
-        """One verified replay commit to a table, unless it no longer lists the ranges (done already)."""
-        for attempt in range(1, self._attempts + 1):
-            state = self._tables.read_state(identifier, plan.topic)
-            if not _listed(state, wanted, plan):
-                return state, False
-            replayed = tuple(r for r in state.marker.quarantined if r.span in wanted)
-            commit = TableCommit(
-                topic=plan.topic,
-                run_id=plan.run_id,
-                file_uris=tuple(f.uri for f in files),
-                files=files,
-                start_offsets=plan.start_offsets(),
-                end_offsets=plan.end_offsets(),
-                marker_after=TableMarker(
-                    offsets=state.marker.offsets,
-                    run_id=state.marker.run_id,
-                    quarantined=tuple(r for r in state.marker.quarantined if r.span not in wanted),
-                ),
-                replayed=replayed,
-            )
-            try:
-                return self._tables.commit(state, commit), True
-            except (TableChangedError, CommitOutcomeUnknownError) as exc:
-                logger.warning(
-                    "replay commit not confirmed; verifying before another attempt",
-                    extra={
-                        "table": identifier,
-                        "run_id": plan.run_id,
-                        "attempt": attempt,
-                        "problem": str(exc),
-                    },
-                )
-                if attempt < self._attempts:
-                    self._sleep(self._backoff_s * attempt)
-        state = self._tables.read_state(identifier, plan.topic)
-        if not _listed(state, wanted, plan):
-            return state, True
-        raise CommitConflictError(identifier, plan.run_id, self._attempts)
-
-    # -- helpers -----------------------------------------------------------------------------------
-
-    def _read_state(self, table: str, topic: str) -> TableState:
-        """The table's state; a missing table reads as one that recorded nothing."""
-        state = self._read_state_if_exists(table, topic)
-        return state or TableState(
-            table=table, topic=topic, snapshot_id=None, marker=TableMarker(offsets=None)
-        )
-
-    def _read_state_if_exists(self, table: str, topic: str) -> TableState | None:
-        try:
-            return self._tables.read_state(table, topic)
-        except TableMissingError:
-            return None
-
-
-def _check_committable(plan: RunPlan, result: RunResult, lease: LeaseGrant) -> None:
+def check_committable(plan: RunPlan, result: RunResult, lease: LeaseGrant) -> None:
+    """Refuse (`RunNotCommittableError`) a result that can never be committed under `lease`: another
+    topic's lease, another run's result, a failed run, partitions the plan lacks, files outside the
+    run's prefixes."""
     if lease.topic != plan.topic:
         raise RunNotCommittableError(
             plan.run_id, f"the lease given is for topic {lease.topic!r}, the run is of topic {plan.topic!r}"
@@ -730,7 +509,8 @@ def _check_committable(plan: RunPlan, result: RunResult, lease: LeaseGrant) -> N
             )
 
 
-def _quarantined_ranges(result: RunResult) -> tuple[QuarantinedRange, ...]:
+def quarantined_ranges(result: RunResult) -> tuple[QuarantinedRange, ...]:
+    """The ranges the run quarantined, sorted."""
     return tuple(
         sorted(
             QuarantinedRange(outcome.partition, q.base_offset, q.last_offset, q.key, result.run_id)
@@ -740,33 +520,16 @@ def _quarantined_ranges(result: RunResult) -> tuple[QuarantinedRange, ...]:
     )
 
 
-def _merge_ranges(
+def merge_ranges(
     existing: tuple[QuarantinedRange, ...], new: tuple[QuarantinedRange, ...]
 ) -> tuple[QuarantinedRange, ...]:
+    """`existing` and those of `new` not already listed, sorted."""
     spans = {r.span for r in existing}
     return tuple(sorted((*existing, *(r for r in new if r.span not in spans))))
 
 
-def _listed(state: TableState, wanted: set[tuple[int, int, int]], plan: RunPlan) -> bool:
-    """True if the table lists every wanted range, False if none; refuses a mix."""
-    spans = {r.span for r in state.marker.quarantined}
-    present = wanted & spans
-    if present and present != wanted:
-        missing = sorted(wanted - spans)
-        raise RunNotCommittableError(
-            plan.run_id,
-            f"table {state.table!r} lists only some of the replayed ranges as quarantined; not listed: "
-            f"{missing} (replay each quarantined segment with its own exact range)",
-        )
-    return bool(present)
-
-
-def _planned_field_ids(plan: RunPlan, identifier: str) -> Mapping[str, int] | None:
-    target = plan.table if identifier == plan.table.identifier else plan.dead_letter_table
-    return target.field_ids
-
-
-def _table_spec(plan: RunPlan, policy: TablePolicy) -> TableSpec:
+def table_spec(plan: RunPlan, policy: TablePolicy) -> TableSpec:
+    """The mapping's table as the run writes it, and what `policy` allows to change on it."""
     return TableSpec(
         identifier=plan.table.identifier,
         fields=table_fields(plan.conversion.table_columns),
@@ -776,44 +539,25 @@ def _table_spec(plan: RunPlan, policy: TablePolicy) -> TableSpec:
     )
 
 
-def _committed(state: TableState, store: Mapping[int, int]) -> dict[int, int]:
+def committed_offsets(state: TableState, store: Mapping[int, int]) -> dict[int, int]:
     """The table's record when it has one for the topic, else the checkpoint store's (adoption)."""
     return dict(state.marker.offsets) if state.marker.offsets is not None else dict(store)
 
 
-def _offsets_of(committed: CommittedOffsets) -> dict[int, int]:
+def offsets_of(committed: CommittedOffsets) -> dict[int, int]:
+    """Offset per partition of the checkpoint store's committed offsets."""
     return {p: s.offset for p, s in committed.states.items()}
 
 
-def _repairs(stored: CommittedOffsets, differences: Mapping[int, tuple[int, int]]) -> dict[int, OffsetUpdate]:
+def repairs(stored: CommittedOffsets, differences: Mapping[int, tuple[int, int]]) -> dict[int, OffsetUpdate]:
     """Store updates setting each differing partition to the table's offset (timestamps kept)."""
     return {
-        partition: OffsetUpdate(offset=table_offset, last_timestamp_ms=_stored_timestamp(stored, partition))
+        partition: OffsetUpdate(offset=table_offset, last_timestamp_ms=stored_timestamp(stored, partition))
         for partition, (_store_offset, table_offset) in differences.items()
     }
 
 
-def _records(state: TableState, offsets: Mapping[int, int]) -> bool:
-    """True when the table records exactly `offsets` for their partitions (a reset already made)."""
-    recorded = state.marker.offsets
-    return recorded is not None and all(recorded.get(p, NO_OFFSET) == o for p, o in offsets.items())
-
-
-def _refuse_cut_ranges(
-    table: str, topic: str, quarantined: tuple[QuarantinedRange, ...], offsets: Mapping[int, int]
-) -> None:
-    cut = ranges_straddling(quarantined, offsets)
-    if cut:
-        detail = "; ".join(
-            f"partition {r.partition}: a reset to offset {offsets[r.partition]} (re-ingesting from "
-            f"{offsets[r.partition] + 1}) cuts quarantined segment {r.segment_key} [{r.first_offset}, "
-            f"{r.last_offset}] recorded in {table!r}; re-ingest from offset {r.first_offset} (the whole "
-            f"segment) or from {r.last_offset + 1} instead"
-            for r in cut
-        )
-        raise OffsetResetRefusedError(topic, detail)
-
-
-def _stored_timestamp(stored: CommittedOffsets, partition: int) -> int:
+def stored_timestamp(stored: CommittedOffsets, partition: int) -> int:
+    """The store's last timestamp for `partition` (0 when none): kept when an offset is set back."""
     state = stored.state(partition)
     return 0 if state is None else state.last_timestamp_ms

@@ -17,28 +17,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from kafscale_iceberg.domain.cluster_metadata import ClusterMetadata
-from kafscale_iceberg.exceptions import KafscaleIcebergError, TransientError
+from kafscale_iceberg.exceptions import DiscoveryError, KafscaleIcebergError
+from kafscale_iceberg.ports import MetadataSource, TopicLister
 
 logger = logging.getLogger(__name__)
-
-
-class MetadataSource(Protocol):
-    """Reads KafScale's cluster metadata snapshot (the etcd checkpoint store does)."""
-
-    def read_cluster_metadata(self) -> ClusterMetadata | None: ...
-
-
-class TopicLister(Protocol):
-    """Lists the topics present under the namespace (the S3 segment store does)."""
-
-    def list_topics(self) -> list[str]: ...
-
-
-class DiscoveryError(TransientError):
-    """`discovery.mode: etcd` and the metadata snapshot can't be read: this pass is skipped."""
 
 
 @dataclass(frozen=True)

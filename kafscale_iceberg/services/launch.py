@@ -29,11 +29,10 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
 from pydantic import ValidationError
 
-from kafscale_iceberg.adapters.documents import DocumentStore
 from kafscale_iceberg.config import KafscaleConfig, MappingConfig, RunsConfig
 from kafscale_iceberg.domain.field_ids import TopicFieldIds, field_ids_uri, planned_field_ids
 from kafscale_iceberg.domain.leases import LeaseBusy, LeaseGrant
@@ -62,7 +61,7 @@ from kafscale_iceberg.domain.tickets import (
     OUTCOME_NAME,
     PLAN_NAME,
     RESULT_NAME,
-    RunOutcome,
+    FailedAttempt,
     RunTicket,
     join_uri,
     run_document_uri,
@@ -72,24 +71,13 @@ from kafscale_iceberg.exceptions import (
     RunAttemptEndedError,
     SegmentFormatError,
     SegmentKeyError,
+    UnmappedTopicError,
 )
-from kafscale_iceberg.ports import CheckpointStore
+from kafscale_iceberg.ports import CheckpointStore, RunDocuments, RunStarter, SchemaRegistry, SegmentLister
 from kafscale_iceberg.segments.layout import SegmentFooter
 from kafscale_iceberg.services.backoff import BackoffRecords
 
 logger = logging.getLogger(__name__)
-
-
-class SegmentLister(Protocol):
-    """What planning needs from the segments bucket."""
-
-    bucket: str
-
-    def list_partitions(self, topic: str) -> list[int]: ...
-
-    def list_segments(self, topic: str, partition: int, after_offset: int | None) -> list[ListedSegment]: ...
-
-    def read_footer(self, key: str) -> SegmentFooter: ...
 
 
 _PROBE_FACTOR = 16
@@ -224,32 +212,6 @@ def next_attempt(
     return attempt
 
 
-class RunDocuments(Protocol):
-    """Where run documents (`outcome.json` of ended attempts) are looked up."""
-
-    def exists(self, uri: str) -> bool: ...
-
-
-class SchemaRegistry(Protocol):
-    """Topic JSON schemas (`{base_url}/{topic}.json`)."""
-
-    def schema_for(self, topic: str) -> dict[str, object]: ...
-
-
-class RunStarter(Protocol):
-    """Hands a planned run to the run steps (a Step Functions execution, or the local loop)."""
-
-    def start_run(self, ticket: RunTicket) -> None:
-        """Start the steps of `ticket`'s run. Idempotent per run id.
-
-        Raises `RunAttemptEndedError` when the run id's steps already ran and ended unrecorded.
-        """
-
-
-class UnmappedTopicError(KafscaleIcebergError):
-    """A work item names a topic without a mapping (the router filters these; config changed?)."""
-
-
 class LaunchStatus(StrEnum):
     """What the launcher did for a topic."""
 
@@ -284,7 +246,7 @@ class Launcher:
         config: KafscaleConfig,
         checkpoints: CheckpointStore,
         segments: SegmentLister,
-        documents: DocumentStore,
+        documents: RunDocuments,
         starter: RunStarter,
         *,
         owner_id: str,
@@ -407,7 +369,7 @@ class Launcher:
 
     def _record_lost_attempt(self, topic: str, run_id: str, attempt: int, reason: str) -> None:
         """Record an attempt whose steps died unrecorded, so the range moves to the next attempt."""
-        outcome = RunOutcome(
+        outcome = FailedAttempt(
             status="lost", reason=reason, attempt=attempt, ended_at_ms=int(self._clock() * 1000)
         )
         uri = run_document_uri(self._config.runs.location, topic, run_id, OUTCOME_NAME)

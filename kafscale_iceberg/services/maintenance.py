@@ -25,7 +25,6 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
 
 from kafscale_iceberg.config import KafscaleConfig, MappingConfig
 from kafscale_iceberg.domain.maintenance import (
@@ -35,54 +34,11 @@ from kafscale_iceberg.domain.maintenance import (
     TableHealth,
 )
 from kafscale_iceberg.domain.tickets import join_uri
-from kafscale_iceberg.ports import CheckpointStore
-from kafscale_iceberg.services.launch import UnmappedTopicError, run_data_prefix
+from kafscale_iceberg.exceptions import UnmappedTopicError
+from kafscale_iceberg.ports import CheckpointStore, FileLister, TableMaintainer
+from kafscale_iceberg.services.launch import run_data_prefix
 
 logger = logging.getLogger(__name__)
-
-
-class CompactionPlanLike(Protocol):
-    """A planned compaction (adapter type): how many files it rewrites."""
-
-    @property
-    def file_count(self) -> int: ...
-
-
-class TableMaintainer(Protocol):
-    """Iceberg maintenance operations (adapter: `IcebergTableMaintainer`)."""
-
-    def exists(self, table: str) -> bool: ...
-
-    def health(self, table: str, *, small_file_bytes: int) -> TableHealth: ...
-
-    def plan_compaction(
-        self, table: str, *, small_file_bytes: int, min_small_files: int, max_bytes: int
-    ) -> CompactionPlanLike: ...
-
-    def write_compaction(self, plan: Any, *, data_prefix: str, target_file_size_bytes: int) -> Any: ...
-
-    def commit_compaction(self, write: Any, *, now_ms: int) -> CompactionOutcome: ...
-
-    def expire_snapshots(
-        self,
-        table: str,
-        *,
-        older_than_ms: int,
-        keep: int,
-        previous_versions_max: int,
-        now_ms: int,
-        dry_run: bool,
-    ) -> ExpiryOutcome: ...
-
-    def referenced_files(self, table: str) -> frozenset[str]: ...
-
-
-class FileLister(Protocol):
-    """Files under a storage prefix (adapter: `StorageFileLister`)."""
-
-    def list_files(self, prefix: str) -> list[OrphanFile]: ...
-
-    def delete_files(self, uris: Sequence[str]) -> int: ...
 
 
 @dataclass(frozen=True)

@@ -22,28 +22,14 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Protocol
 
 from kafscale_iceberg.domain.leases import LeaseGrant, LeaseHolder
 from kafscale_iceberg.exceptions import SegmentFormatError, SegmentKeyError
-from kafscale_iceberg.ports import CheckpointStore
+from kafscale_iceberg.ports import CheckpointStore, RunTracker, SegmentLister, TopicSignaller
 from kafscale_iceberg.services.discovery import Discovered, TopicDiscovery
-from kafscale_iceberg.services.launch import SegmentLister, pending_segments
+from kafscale_iceberg.services.launch import pending_segments
 
 logger = logging.getLogger(__name__)
-
-
-class RunTracker(Protocol):
-    """Tells whether a run's steps still execute (Step Functions, or the local loop)."""
-
-    def is_running(self, run_id: str) -> bool | None:
-        """True while the run's steps execute, False once they ended, None when unknown."""
-
-
-class TopicSignaller(Protocol):
-    """Asks for a topic to be looked at again (a topic signal on the work queue)."""
-
-    def signal(self, topic: str, reason: str) -> None: ...
 
 
 class Action(StrEnum):

@@ -11,12 +11,12 @@ items, so a range already committed is a no-op by design: the outcome says so.
 naming the holder, while a run holds it), rewind the committed offsets of each selected partition to
 just before `from_offset` and delete the rows after them - from the table and its dead-letter table,
 each in ONE Iceberg commit carrying both the delete and the new offsets
-(`CommitService.reset_offsets`) - then set the checkpoint store, release the lease and re-enqueue.
+(`OffsetReset.reset_offsets`) - then set the checkpoint store, release the lease and re-enqueue.
 Every step is idempotent: a rerun after a crash at any point deletes nothing more and ends in the
 same state. Refused before anything is written: a range whose first segments are gone from S3
 (deleted rows could not be re-ingested), and a reset point inside a quarantined segment's range.
 
-Without a work queue (the one-machine runtime) nothing is enqueued: `kafscale-iceberg run` finds
+Without a work queue (the one-machine loop) nothing is enqueued: `kafscale-iceberg run` finds
 pending segments by polling, and the rewound offsets are all it needs.
 """
 
@@ -31,31 +31,23 @@ from typing import TYPE_CHECKING, Any
 from kafscale_iceberg.domain.events import WorkItem
 from kafscale_iceberg.domain.leases import LeaseBusy, LeaseGrant
 from kafscale_iceberg.domain.planning import ListedSegment
-from kafscale_iceberg.domain.replay import ReplayRequest, ReplayRequestError
+from kafscale_iceberg.domain.replay import ReplayRequest
 from kafscale_iceberg.domain.runs import NO_OFFSET
-from kafscale_iceberg.exceptions import OffsetResetRefusedError, SegmentFormatError, TransientError
-from kafscale_iceberg.ports import CheckpointStore
-from kafscale_iceberg.services.launch import SegmentLister, list_after_committed
-from kafscale_iceberg.services.route import WorkQueue
+from kafscale_iceberg.exceptions import (
+    OffsetResetRefusedError,
+    ReplayLeaseBusyError,
+    ReplayRequestError,
+    SegmentFormatError,
+)
+from kafscale_iceberg.ports import CheckpointStore, SegmentLister, WorkQueue
+from kafscale_iceberg.services.launch import list_after_committed
 
 if TYPE_CHECKING:
     from kafscale_iceberg.config import KafscaleConfig
     from kafscale_iceberg.services.commit import CommitService
+    from kafscale_iceberg.services.offset_reset import OffsetReset
 
 logger = logging.getLogger(__name__)
-
-
-class ReplayLeaseBusyError(TransientError):
-    """A reset needs the topic's lease and a run (or another reset) holds it. Retry when it ends."""
-
-    def __init__(self, busy: LeaseBusy) -> None:
-        self.busy = busy
-        super().__init__(
-            f"cannot reset the offsets of topic {busy.topic!r}: its lease is held by "
-            f"{busy.holder.describe()}; nothing was changed - retry `replay --reset-offsets` when that "
-            "run ends (a run releases the lease when it commits or aborts; a dead holder's lease "
-            "expires after offsets.lease_ttl_seconds)"
-        )
 
 
 @dataclass(frozen=True)
@@ -156,7 +148,7 @@ class ReplayOutcome:
     enqueued: int
     """Work items put on the work queue (0 without one)."""
     work_queue: bool
-    """Whether a work queue is configured (False: the one-machine runtime)."""
+    """Whether a work queue is configured (False: the one-machine loop)."""
     nonce: str
     reset_done: bool = False
     """True when committed offsets were rewound (and the rows after them deleted)."""
@@ -224,6 +216,7 @@ class ReplayService:
         segments: SegmentLister,
         checkpoints: CheckpointStore,
         commits: CommitService,
+        resets: OffsetReset,
         work_queue: WorkQueue | None,
         *,
         owner_id: str,
@@ -233,6 +226,7 @@ class ReplayService:
         self._segments = segments
         self._checkpoints = checkpoints
         self._commits = commits
+        self._resets = resets
         self._work_queue = work_queue
         self._owner_id = owner_id
         self._make_nonce = make_nonce
@@ -264,7 +258,7 @@ class ReplayService:
         try:
             plan = self._plan(request, nonce=nonce, lease=claim)
             if plan.reset_offsets:
-                self._commits.reset_offsets(
+                self._resets.reset_offsets(
                     request.topic, (plan.table, plan.dead_letter_table), plan.reset_offsets, claim
                 )
         finally:
@@ -325,10 +319,10 @@ class ReplayService:
         )
         if not plan.reset_offsets:
             return plan
-        self._commits.check_reset(topic, (plan.table, plan.dead_letter_table), plan.reset_offsets)
+        self._resets.check_reset(topic, (plan.table, plan.dead_letter_table), plan.reset_offsets)
         offsets = plan.reset_offsets
         deletions = tuple(
-            TableDeletion(table, offsets, self._commits.count_rows_after(table, offsets))
+            TableDeletion(table, offsets, self._resets.count_rows_after(table, offsets))
             for table in (plan.table, plan.dead_letter_table)
         )
         return ReplayPlan(

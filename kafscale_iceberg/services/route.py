@@ -17,39 +17,15 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from kafscale_iceberg.domain.events import ObjectCreated, WorkItem, parse_notification
-from kafscale_iceberg.exceptions import KafscaleIcebergError, SegmentKeyError
+from kafscale_iceberg.exceptions import SegmentIncompleteError, SegmentKeyError
+from kafscale_iceberg.ports import SegmentReader, WorkQueue
 from kafscale_iceberg.segments.keys import SegmentObjectKind, match_segment_key
-from kafscale_iceberg.segments.layout import SegmentFooter
 
 logger = logging.getLogger(__name__)
-
-
-class SegmentReader(Protocol):
-    """What the router needs from the segments bucket."""
-
-    bucket: str
-
-    def exists(self, key: str) -> bool: ...
-
-    def read_footer(self, key: str) -> SegmentFooter: ...
-
-
-class WorkQueue(Protocol):
-    """The per-topic FIFO work queue."""
-
-    def send_work_items(self, items: Sequence[WorkItem]) -> None:
-        """Enqueue items (grouped by topic, deduplicated by segment key). Idempotent per item."""
-
-
-class SegmentIncompleteError(KafscaleIcebergError):
-    """The `.kfs` landed before its `.index`: retry the notification later."""
-
-    transient = True
 
 
 @dataclass

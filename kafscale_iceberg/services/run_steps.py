@@ -7,8 +7,8 @@ up a run where another left it.
 - `start_job`: starts the Spark job, idempotently (the run id is EMR's `clientToken`).
 - `watch`: one look at the job and one lease renewal. A lost lease cancels the job: another run may
   already hold the topic, and this one must not commit.
-- `commit`: reads the run's plan and result and hands them to the commit step (`CommitService`): one
-  Iceberg snapshot per table, offsets, lease release. A failed result is refused (the run aborts).
+- `commit_run`: reads the run's plan and result and hands them to the commit step (`CommitService`):
+  one Iceberg snapshot per table, offsets, lease release. A failed result is refused (the run aborts).
 - `abort`: cancels the run's job (a no-op for a finished one), records the run's outcome beside its
   plan (so the next plan of the same range uses the next attempt) with where the run wrote files,
   releases the lease if still ours, and says how long to wait before re-signalling the topic and
@@ -21,32 +21,24 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
 
-from kafscale_iceberg.adapters.documents import DocumentMissingError, DocumentStore
 from kafscale_iceberg.config import RunsConfig
 from kafscale_iceberg.domain.field_ids import field_ids_uri
 from kafscale_iceberg.domain.jobs import JobState, JobStatus
 from kafscale_iceberg.domain.leases import LeaseGrant
 from kafscale_iceberg.domain.runs import FailureKind, RunPlan, RunResult
-from kafscale_iceberg.domain.tickets import OUTCOME_NAME, RunOutcome, RunTicket, run_document_uri
-from kafscale_iceberg.exceptions import FieldIdMismatchError, KafscaleIcebergError, LeaseLostError
-from kafscale_iceberg.ports import CheckpointStore
+from kafscale_iceberg.domain.tickets import OUTCOME_NAME, FailedAttempt, RunTicket, run_document_uri
+from kafscale_iceberg.exceptions import (
+    DocumentMissingError,
+    FieldIdMismatchError,
+    KafscaleIcebergError,
+    LeaseLostError,
+)
+from kafscale_iceberg.ports import CheckpointStore, JobRunner, RunDocuments
 from kafscale_iceberg.services.backoff import BackoffRecords
 from kafscale_iceberg.services.commit import CommitOutcome, CommitService, TablePolicy
 
 logger = logging.getLogger(__name__)
-
-
-class JobRunner(Protocol):
-    """Starts, looks at and cancels Spark jobs (EMR Serverless, or local Spark)."""
-
-    def start(self, plan: RunPlan, plan_uri: str) -> str:
-        """Start the plan's job, or find the one already started for its run id; returns its id."""
-
-    def status(self, job_id: str) -> JobStatus: ...
-
-    def cancel(self, job_id: str) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -82,16 +74,21 @@ class AbortResult:
 
 
 class RunSteps:
-    """Watch and abort (see the module docstring)."""
+    """A launched run's steps: start its job, watch it, commit the run or abort it (see the module
+    docstring).
+
+    `commits` builds the commit service on first use (only the commit step loads the catalog, and
+    with it pyiceberg and pyarrow).
+    """
 
     def __init__(
         self,
         runs: RunsConfig,
         checkpoints: CheckpointStore,
         jobs: JobRunner,
-        documents: DocumentStore,
+        documents: RunDocuments,
         *,
-        commits: CommitService | None = None,
+        commits: Callable[[], CommitService] | None = None,
         mapping_policy: Callable[[str], TablePolicy] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -140,28 +137,23 @@ class RunSteps:
             return WatchResult(status, lease_lost=True)
         return WatchResult(status)
 
-    def commit(self, ticket: RunTicket) -> CommitOutcome:
+    def commit_run(self, ticket: RunTicket) -> CommittedRun:
         """Commit the run's result exactly once (see `CommitService.commit_run`). Idempotent.
 
-        Raises `RunNotCommittableError` for a failed or foreign result: the run is then aborted.
+        Returns the plan and result read for it too (for `metrics.record_commit`). Raises
+        `RunNotCommittableError` for a failed or foreign result: the run is then aborted.
         """
-        return self.commit_run(ticket).outcome
-
-    def commit_run(self, ticket: RunTicket) -> CommittedRun:
-        """`commit`, returning the plan and result read for it too (for `metrics.record_commit`)."""
-        if self._commits is None:
-            raise ValueError("this RunSteps was built without a commit service")
         plan = RunPlan.model_validate_json(self._documents.read_text(ticket.plan_uri))
         result = RunResult.model_validate_json(self._documents.read_text(plan.result_uri))
         policy = self._mapping_policy(ticket.topic) if self._mapping_policy else None
         grant = self._hold_or_reclaim(ticket)
         try:
-            outcome = self._commits.commit_run(plan, result, grant, policy)
+            outcome = self._commit_service().commit_run(plan, result, grant, policy)
         except FieldIdMismatchError:
             self._record_field_ids(plan)  # so the next attempt is planned with the table's ids
             raise
         if outcome.table_committed or outcome.dead_letter_committed or not self._field_ids_recorded(plan):
-            self._record_field_ids(plan)
+            self._record_field_ids(plan, outcome)
         logger.info(
             "run committed",
             extra={
@@ -196,12 +188,20 @@ class RunSteps:
             return claimed
         return ticket.grant
 
-    def _record_field_ids(self, plan: RunPlan) -> None:
-        """Write `field-ids.json` for the plan's topic from its tables' schemas. Idempotent."""
-        assert self._commits is not None
-        known = self._commits.field_ids((plan.table.identifier, plan.dead_letter_table.identifier))
+    def _record_field_ids(self, plan: RunPlan, outcome: CommitOutcome | None = None) -> None:
+        """Write `field-ids.json` for the plan's topic from its tables' schemas (those the commit just
+        read or made, without loading them again). Idempotent."""
+        known = self._commit_service().field_ids(
+            (plan.table.identifier, plan.dead_letter_table.identifier),
+            None if outcome is None else outcome.states,
+        )
         uri = field_ids_uri(self._runs.location, plan.topic)
         self._documents.write_text(uri, known.model_dump_json())
+
+    def _commit_service(self) -> CommitService:
+        if self._commits is None:
+            raise ValueError("these run steps were built without a commit service")
+        return self._commits()
 
     def _field_ids_recorded(self, plan: RunPlan) -> bool:
         return self._documents.exists(field_ids_uri(self._runs.location, plan.topic))
@@ -213,7 +213,7 @@ class RunSteps:
         if ticket.job_id is not None:
             self._cancel_abandoned(ticket.topic, ticket.run_id, ticket.job_id)
         plan = self._read_plan(ticket)
-        outcome = RunOutcome(
+        outcome = FailedAttempt(
             status="aborted",
             reason=reason,
             attempt=ticket.attempt,

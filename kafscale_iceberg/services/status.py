@@ -39,7 +39,6 @@ import re
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from kafscale_iceberg.config import KafscaleConfig
 from kafscale_iceberg.domain.commits import TableState
@@ -48,13 +47,21 @@ from kafscale_iceberg.domain.maintenance import TableHealth
 from kafscale_iceberg.domain.offsets import CommittedOffsets
 from kafscale_iceberg.domain.planning import ListedSegment
 from kafscale_iceberg.domain.runs import NO_OFFSET
-from kafscale_iceberg.exceptions import SegmentFormatError, SegmentKeyError, TableMissingError
-from kafscale_iceberg.ports import CheckpointStore
-from kafscale_iceberg.segments.layout import SegmentFooter
-from kafscale_iceberg.services.launch import (
+from kafscale_iceberg.exceptions import (
+    SegmentFormatError,
+    SegmentKeyError,
+    TableMissingError,
+    UnmappedTopicError,
+)
+from kafscale_iceberg.ports import (
+    CheckpointStore,
     RunDocuments,
     SegmentLister,
-    UnmappedTopicError,
+    TableHealthReader,
+    TableStatusReader,
+)
+from kafscale_iceberg.segments.layout import SegmentFooter
+from kafscale_iceberg.services.launch import (
     list_after_committed,
     next_attempt,
     pending_segments,
@@ -77,22 +84,6 @@ def _health_json(health: TableHealth | None) -> dict[str, object] | None:
         "last_maintenance_ms": health.last_maintenance_ms,
         "last_compaction_ms": health.last_compaction_ms,
     }
-
-
-class TableStatusReader(Protocol):
-    """What status reads from the tables (adapter: `IcebergTableCommitter`)."""
-
-    def read_state(self, table: str, topic: str) -> TableState: ...
-
-    def last_commit_ms(self, table: str, topic: str) -> int | None: ...
-
-    def conversion_failures(self, table: str, topic: str) -> dict[str, int]: ...
-
-
-class TableHealthReader(Protocol):
-    """Files and snapshots of a table (adapter: `IcebergTableMaintainer`)."""
-
-    def health(self, table: str, *, small_file_bytes: int) -> TableHealth: ...
 
 
 @dataclass(frozen=True)

@@ -20,15 +20,11 @@ from kafscale_iceberg.assembly import Assembly
 from kafscale_iceberg.config import KafscaleConfig
 from kafscale_iceberg.domain.runs import RunPlan
 from kafscale_iceberg.domain.tickets import RunTicket
-from kafscale_iceberg.exceptions import KafscaleIcebergError
+from kafscale_iceberg.exceptions import JavaMissingError
 from kafscale_iceberg.local.pipeline import Pipeline, PipelineObserver, RunEnd, RunReport
 from kafscale_iceberg.local.spark_runner import LocalSparkJobRunner
 from kafscale_iceberg.metrics import MetricsSink, record_abort, record_commit, record_error, record_status
-from kafscale_iceberg.services.run_steps import JobRunner
-
-
-class JavaMissingError(KafscaleIcebergError):
-    """Local Spark needs Java 17 or 21 and none was found."""
+from kafscale_iceberg.ports import JobRunner
 
 
 def ensure_java() -> str:

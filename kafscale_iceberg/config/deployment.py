@@ -18,24 +18,32 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
-from kafscale_iceberg.config import KafscaleConfig, config_from_mapping, parse_config_yaml
+from kafscale_iceberg.config.loading import config_from_mapping, parse_config_yaml
+from kafscale_iceberg.config.model import KafscaleConfig
 from kafscale_iceberg.exceptions import ConfigError, ConfigValidationError
+from kafscale_iceberg.ports import SecretSource
 
 __all__ = [
     "CATALOG_SECRET_ENV",
+    "CONFIG_ENV",
     "DEPLOYMENT_VARIABLES",
     "ETCD_SECRET_ENV",
     "DeploymentVariable",
     "SecretSource",
     "apply_deployment_environment",
+    "config_from_environment",
     "load_deployed_config",
 ]
 
 logger = logging.getLogger(__name__)
+
+# Where a deployed function finds the config file (s3:// or a path); template.yaml sets it.
+CONFIG_ENV = "KAFSCALE_ICEBERG_CONFIG"
 
 
 @dataclass(frozen=True)
@@ -106,12 +114,15 @@ _SECRET_FIELDS: Mapping[str, tuple[str, Mapping[str, str]]] = {
 _SECRET_KEYS = frozenset({"etcd.password", "iceberg.catalog.token", "iceberg.catalog.password"})
 
 
-class SecretSource(Protocol):
-    """Where secrets named by ARN are read (Secrets Manager in AWS)."""
-
-    def read_secret(self, secret_id: str) -> str:
-        """The secret's string value."""
-        ...
+def config_from_environment() -> KafscaleConfig:
+    """The config named by `KAFSCALE_ICEBERG_CONFIG` (what the Lambda functions use), with the stack's
+    `KAFSCALE_ICEBERG_*` deployment variables and secrets laid over it (`load_deployed_config`)."""
+    location = os.environ.get(CONFIG_ENV, "")
+    if not location:
+        raise ConfigError(
+            CONFIG_ENV, "environment variable is not set: point it at the config file (s3:// or path)"
+        )
+    return load_deployed_config(location, os.environ)
 
 
 def load_deployed_config(

@@ -1,0 +1,403 @@
+"""`mappings[]`: one topic into one table — the Go processor's keys (`topic`, `table`, `mode`,
+`create_table_if_missing`, `schema`, `lfs`) plus ours (`dead_letter_table`, `partition_by`,
+`corrupt_segment_policy`, `target_file_size_bytes`), with the column, schema and LFS sub-sections.
+"""
+
+from __future__ import annotations
+
+import re
+import types
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BeforeValidator, Field, ValidationInfo, field_validator, model_validator
+
+from kafscale_iceberg.config.base import (
+    DEAD_LETTER_SUFFIX,
+    LfsMode,
+    PositiveByteSize,
+    SchemaSource,
+    _false_means_off,
+    _invalid,
+    _lowercase,
+    _Problems,
+    _Section,
+    _zero_means,
+)
+from kafscale_iceberg.domain.runs import (
+    DECIMAL_MAX_PRECISION,
+    ColumnSpec,
+    ColumnType,
+    CorruptSegmentPolicy,
+    LfsSettings,
+    PartitionField,
+    PartitionTransform,
+)
+from kafscale_iceberg.domain.runs import LfsMode as PlanLfsMode
+from kafscale_iceberg.domain.schema import BASE_FIELDS
+from kafscale_iceberg.exceptions import SegmentKeyError
+from kafscale_iceberg.segments.keys import validate_topic
+
+# Column name -> type of the eight base fields every KafScale table has (ids 1-8).
+_BASE_FIELD_TYPES: Mapping[str, ColumnType] = types.MappingProxyType({f.name: f.type for f in BASE_FIELDS})
+# Added to the table when a mapping sets lfs.store_metadata (Go appends them if absent).
+LFS_METADATA_FIELD_TYPES: Mapping[str, ColumnType] = types.MappingProxyType(
+    {
+        "lfs_content_type": ColumnType.STRING,
+        "lfs_blob_size": ColumnType.LONG,
+        "lfs_checksum": ColumnType.STRING,
+        "lfs_checksum_alg": ColumnType.STRING,
+        "lfs_bucket": ColumnType.STRING,
+        "lfs_key": ColumnType.STRING,
+    }
+)
+
+
+_DECIMAL_TYPE = re.compile(r"decimal\s*\(\s*(\d+)\s*,\s*(\d+)\s*\)")
+
+
+class ColumnConfig(_Section):
+    """`mappings[].schema.columns[]`: one column extracted from the record's JSON value.
+
+    Besides the Go processor's types: `timestamptz`, `uuid`, `decimal(P,S)` (or `type: decimal` with
+    `precision` and `scale`), `struct` with `fields:` (columns), `list` with `element:` and `map`
+    (string keys) with `value:` (each a column without a name: `{type: ...}`).
+    """
+
+    name: str = ""
+    type: Annotated[ColumnType, BeforeValidator(_lowercase)]
+    required: bool = False
+    precision: int | None = None
+    scale: int | None = None
+    fields: tuple[ColumnConfig, ...] = ()
+    element: ColumnConfig | None = None
+    value: ColumnConfig | None = None
+
+    @classmethod
+    def _derive_defaults(cls, data: dict[str, Any]) -> dict[str, Any]:
+        declared = data.get("type")
+        if isinstance(declared, str):
+            match = _DECIMAL_TYPE.fullmatch(declared.strip().lower())
+            if match:
+                data = {**data, "type": "decimal", "precision": int(match[1]), "scale": int(match[2])}
+        return data
+
+    @model_validator(mode="after")
+    def _check_parts(self) -> ColumnConfig:
+        problems = _Problems()
+        kind = self.type
+        if kind is ColumnType.DECIMAL:
+            if self.precision is None or not 1 <= self.precision <= DECIMAL_MAX_PRECISION:
+                problems.add(
+                    "type", f"decimal needs a precision of 1 to {DECIMAL_MAX_PRECISION}: decimal(P,S)"
+                )
+            elif self.scale is not None and not 0 <= self.scale <= self.precision:
+                problems.add("type", f"decimal scale must be between 0 and the precision {self.precision}")
+        if (kind is ColumnType.STRUCT) != bool(self.fields):
+            problems.add("fields", "is required for a struct column, and only for one")
+        if (kind is ColumnType.LIST) != (self.element is not None):
+            problems.add("element", "is required for a list column ({type: ...}), and only for one")
+        if (kind is ColumnType.MAP) != (self.value is not None):
+            problems.add(
+                "value", "is required for a map column ({type: ...}; keys are strings), and only for one"
+            )
+        names = [f.name for f in self.fields]
+        for index, name in enumerate(names):
+            if not name:
+                problems.add(f"fields[{index}].name", "is required")
+            elif names.index(name) != index:
+                problems.add(f"fields[{index}].name", f"{name!r} is listed twice")
+        problems.raise_if_any()
+        return self
+
+    def to_spec(self, name: str | None = None) -> ColumnSpec:
+        """The column as a run plan carries it."""
+        return ColumnSpec(
+            name=self.name if name is None else name,
+            type=self.type,
+            required=self.required,
+            precision=self.precision if self.type is ColumnType.DECIMAL else None,
+            scale=(self.scale or 0) if self.type is ColumnType.DECIMAL else None,
+            fields=tuple(f.to_spec() for f in self.fields),
+            element=self.element.to_spec("element") if self.element is not None else None,
+            value=self.value.to_spec("value") if self.value is not None else None,
+        )
+
+
+class MappingSchemaConfig(_Section):
+    """`mappings[].schema`: where the table's extra columns come from."""
+
+    source: Annotated[SchemaSource, BeforeValidator(_lowercase)] = "none"
+    columns: tuple[ColumnConfig, ...] = ()
+    allow_type_widening: bool = False
+
+    @classmethod
+    def _derive_defaults(cls, data: dict[str, Any]) -> dict[str, Any]:
+        # Go's rule: `mapping` when columns are listed, else `registry` when schema.registry.base_url is
+        # set (KafscaleConfig fills that case in, it needs the global section), else `none`.
+        if "source" not in data:
+            data["source"] = "mapping" if data.get("columns") else "none"
+        return data
+
+    @model_validator(mode="after")
+    def _check_columns(self) -> MappingSchemaConfig:
+        problems = _Problems()
+        if self.source == "mapping" and not self.columns:
+            problems.add("columns", "is required when schema.source is 'mapping' (list {name, type})")
+        seen: set[str] = set()
+        for index, column in enumerate(self.columns):
+            if not column.name:
+                problems.add(f"columns[{index}].name", "is required")
+            elif column.name in _BASE_FIELD_TYPES:
+                problems.add(
+                    f"columns[{index}].name",
+                    f"{column.name!r} is a base field every KafScale table already has "
+                    f"({', '.join(_BASE_FIELD_TYPES)}); choose another name",
+                )
+            elif column.name in seen:
+                problems.add(f"columns[{index}].name", f"{column.name!r} is listed twice")
+            seen.add(column.name)
+        problems.raise_if_any()
+        return self
+
+
+class LfsConfig(_Section):
+    """`mappings[].lfs`: how KafScale large-file (LFS) envelopes in record values are handled."""
+
+    mode: Annotated[LfsMode, BeforeValidator(_false_means_off)] = "off"
+    max_inline_size: int = 0
+    store_metadata: bool = False
+    validate_checksum: bool = True
+    resolve_concurrency: Annotated[int, _zero_means(4)] = 4
+    # Ours: buckets besides s3.bucket that envelopes may name (the job's role must be able to read them).
+    blob_buckets: tuple[str, ...] = ()
+
+    @field_validator("blob_buckets", mode="before")
+    @classmethod
+    def _single_bucket_is_a_list(cls, value: object) -> object:
+        return [value] if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _hybrid_needs_a_threshold(self) -> LfsConfig:
+        if self.mode == "hybrid" and self.max_inline_size <= 0:
+            problems = _Problems()
+            problems.add(
+                "max_inline_size",
+                f"must be > 0 when mode is 'hybrid' (blobs up to this size are resolved inline), "
+                f"got {self.max_inline_size}",
+            )
+            problems.raise_if_any()
+        return self
+
+
+# --------------------------------------------------------------------------------------------------
+# Mappings (Go keys plus ours)
+
+_TRANSFORMS: Mapping[str, PartitionTransform] = {
+    "identity": PartitionTransform.IDENTITY,
+    "year": PartitionTransform.YEAR,
+    "years": PartitionTransform.YEAR,
+    "month": PartitionTransform.MONTH,
+    "months": PartitionTransform.MONTH,
+    "day": PartitionTransform.DAY,
+    "days": PartitionTransform.DAY,
+    "hour": PartitionTransform.HOUR,
+    "hours": PartitionTransform.HOUR,
+}
+_PARTITION_TEXT = re.compile(r"(?:(?P<transform>\w+)\s*\(\s*(?P<inner>[^()\s]+)\s*\)|(?P<bare>[^()\s]+))")
+_PARTITION_FORMS = "col, identity(col), year(col), month(col), day(col), hour(col)"
+_DATE_OR_TIMESTAMP = frozenset({ColumnType.DATE, ColumnType.TIMESTAMP})
+_UNPARTITIONED_TYPES = frozenset(
+    {
+        ColumnType.TIMESTAMPTZ,
+        ColumnType.UUID,
+        ColumnType.DECIMAL,
+        ColumnType.STRUCT,
+        ColumnType.LIST,
+        ColumnType.MAP,
+    }
+)
+_TIME_TRANSFORM_TYPES: Mapping[PartitionTransform, frozenset[ColumnType]] = {
+    PartitionTransform.YEAR: _DATE_OR_TIMESTAMP,
+    PartitionTransform.MONTH: _DATE_OR_TIMESTAMP,
+    PartitionTransform.DAY: _DATE_OR_TIMESTAMP,
+    PartitionTransform.HOUR: frozenset({ColumnType.TIMESTAMP}),
+}
+
+
+def _parse_partition_field(value: object) -> object:
+    """`col`, `identity(col)`, `day(col)`, ... (plural `days(col)` too) -> a PartitionField."""
+    if not isinstance(value, str):
+        return value
+    match = _PARTITION_TEXT.fullmatch(value.strip())
+    if match is None:
+        raise _invalid(f"{value!r} is not a partition field; allowed forms: {_PARTITION_FORMS}")
+    if match["bare"] is not None:
+        return PartitionField(column=match["bare"], transform=PartitionTransform.IDENTITY)
+    transform = _TRANSFORMS.get(match["transform"].lower())
+    if transform is None:
+        raise _invalid(
+            f"transform {match['transform']!r} in {value!r} is not supported; allowed forms: "
+            f"{_PARTITION_FORMS} (each data file holds one value per partition field, so bucket and "
+            "truncate are not offered)"
+        )
+    return PartitionField(column=match["inner"], transform=transform)
+
+
+def describe_partition_field(field: PartitionField) -> str:
+    """The config spelling of a partition field: `day(ordered_at)`."""
+    return f"{field.transform.value}({field.column})"
+
+
+def _split_identifier(value: str) -> tuple[str, ...]:
+    return tuple(value.split("."))
+
+
+def _check_identifier(value: str) -> str:
+    parts = _split_identifier(value)
+    if len(parts) < 2 or any(not part or part != part.strip() for part in parts):
+        raise _invalid(f"must be an Iceberg identifier 'namespace.table' (e.g. prod.orders), got {value!r}")
+    return value
+
+
+def _check_topic(value: str) -> str:
+    try:
+        return validate_topic(value)
+    except SegmentKeyError as exc:
+        raise _invalid(f"{value!r} is not a Kafka topic name: {exc.problem}") from None
+
+
+class MappingConfig(_Section):
+    """`mappings[]`: one topic ingested into one table (and its dead-letter table)."""
+
+    topic: Annotated[str, AfterValidator(_check_topic)]
+    table: Annotated[str, AfterValidator(_check_identifier)]
+    mode: Annotated[Literal["append"], BeforeValidator(_lowercase)] = "append"
+    create_table_if_missing: bool = False
+    schema_: MappingSchemaConfig = Field(default_factory=MappingSchemaConfig, alias="schema")
+    lfs: LfsConfig = Field(default_factory=LfsConfig)
+    # Ours:
+    dead_letter_table: str = Field(default="", validate_default=True)
+    partition_by: tuple[Annotated[PartitionField, BeforeValidator(_parse_partition_field)], ...] = ()
+    corrupt_segment_policy: Annotated[CorruptSegmentPolicy | None, BeforeValidator(_lowercase)] = None
+    target_file_size_bytes: PositiveByteSize | None = None
+
+    @field_validator("partition_by", mode="before")
+    @classmethod
+    def _single_field_is_a_list(cls, value: object) -> object:
+        return [value] if isinstance(value, str) else value
+
+    @field_validator("dead_letter_table")
+    @classmethod
+    def _default_dead_letter_table(cls, value: str, info: ValidationInfo) -> str:
+        table = info.data.get("table")
+        if table is None:  # the table itself is invalid and reported; nothing to derive from
+            return value
+        if not value:
+            return f"{table}{DEAD_LETTER_SUFFIX}"
+        if "." not in value:  # a bare name lives in the table's namespace
+            return ".".join((*_split_identifier(table)[:-1], value))
+        return _check_identifier(value)
+
+    @model_validator(mode="after")
+    def _check_tables_and_partitions(self) -> MappingConfig:
+        problems = _Problems()
+        if self.dead_letter_table == self.table:
+            problems.add("dead_letter_table", f"must differ from the table {self.table!r}")
+        column_types = self.known_column_types()
+        seen: set[PartitionField] = set()
+        for index, field in enumerate(self.partition_by):
+            key = f"partition_by[{index}]"
+            if field in seen:
+                problems.add(key, f"{describe_partition_field(field)} is listed twice")
+            seen.add(field)
+            column_type = column_types.get(field.column)
+            if column_type is None:
+                if self.schema_.source == "registry":
+                    continue  # registry columns are only known at planning time; checked there
+                problems.add(
+                    key,
+                    f"column {field.column!r} is neither a base field ({', '.join(_BASE_FIELD_TYPES)}) "
+                    "nor a column of this mapping",
+                )
+                continue
+            if field.transform is PartitionTransform.IDENTITY and column_type in _UNPARTITIONED_TYPES:
+                problems.add(
+                    key, f"{column_type.value} columns cannot be partitioned by; choose another column"
+                )
+            allowed_types = _TIME_TRANSFORM_TYPES.get(field.transform)
+            if allowed_types is not None and column_type not in allowed_types:
+                problems.add(
+                    key,
+                    f"{describe_partition_field(field)} needs a "
+                    f"{' or '.join(sorted(t.value for t in allowed_types))} column, but {field.column!r} is "
+                    f"{column_type.value}"
+                    + (" (milliseconds as a number)" if field.column == "timestamp_ms" else ""),
+                )
+        problems.raise_if_any()
+        return self
+
+    @model_validator(mode="after")
+    def _lfs_columns_keep_their_types(self) -> MappingConfig:
+        if not self.lfs.store_metadata or self.schema_.source != "mapping":
+            return self
+        problems = _Problems()
+        for index, column in enumerate(self.schema_.columns):
+            wanted = LFS_METADATA_FIELD_TYPES.get(column.name)
+            if wanted is not None and column.type != wanted:
+                problems.add(
+                    f"schema.columns[{index}].type",
+                    f"{column.name!r} is filled from LFS metadata (lfs.store_metadata), which is "
+                    f"{wanted.value}; declare it {wanted.value} or drop it from the columns",
+                )
+        problems.raise_if_any()
+        return self
+
+    @property
+    def identifier(self) -> tuple[str, ...]:
+        """The table's identifier: `prod.orders` -> `("prod", "orders")`."""
+        return _split_identifier(self.table)
+
+    @property
+    def namespace(self) -> tuple[str, ...]:
+        """The table's namespace: every part but the last (`("prod",)`)."""
+        return self.identifier[:-1]
+
+    @property
+    def table_name(self) -> str:
+        """The table's own name: the last part (`"orders"`)."""
+        return self.identifier[-1]
+
+    @property
+    def dead_letter_identifier(self) -> tuple[str, ...]:
+        """The dead-letter table's identifier (default: `{table}__dlq` in the same namespace)."""
+        return _split_identifier(self.dead_letter_table)
+
+    def known_column_types(self) -> dict[str, ColumnType]:
+        """Every column the table will have that the config alone determines, by name -> type."""
+        types_by_name: dict[str, ColumnType] = dict(_BASE_FIELD_TYPES)
+        if self.lfs.store_metadata:
+            types_by_name.update(LFS_METADATA_FIELD_TYPES)
+        if self.schema_.source == "mapping":
+            types_by_name.update({column.name: column.type for column in self.schema_.columns})
+        return types_by_name
+
+    def lfs_settings(self, segment_bucket: str) -> LfsSettings:
+        """The LFS settings a run plan carries; blobs may be read from the segment bucket and
+        `lfs.blob_buckets` (see docs/configuration.md, "LFS")."""
+        lfs = self.lfs
+        buckets = tuple(dict.fromkeys(b for b in (segment_bucket, *lfs.blob_buckets) if b))
+        return LfsSettings(
+            mode=PlanLfsMode(lfs.mode),
+            max_inline_size=lfs.max_inline_size,
+            store_metadata=lfs.store_metadata,
+            validate_checksum=lfs.validate_checksum,
+            resolve_concurrency=max(1, lfs.resolve_concurrency),
+            buckets=buckets,
+        )
+
+    def column_specs(self) -> tuple[ColumnSpec, ...]:
+        """The mapping's columns as a run plan carries them (empty unless `schema.source` is `mapping`)."""
+        if self.schema_.source != "mapping":
+            return ()
+        return tuple(column.to_spec() for column in self.schema_.columns)

@@ -1,0 +1,400 @@
+"""Every metric this product emits, defined once: name, kind, labels, help, CloudWatch unit; the
+label values with a fixed set (`ErrorStage`, `RecordResult`, `RunOutcomeLabel`); and the one rule
+mapping a failure to its `errors_total{stage}` (`error_stage`).
+
+Names and labels are the KafScale Go processor's where they apply (`kafscale_processor_*` in
+Prometheus, so its dashboards keep working), plus this product's own. See docs/architecture.md,
+"Metrics", for what each one means and where it is emitted. Standard library only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from types import MappingProxyType
+
+from kafscale_iceberg.exceptions import CatalogError, CheckpointError, QueueUnavailableError
+
+PROMETHEUS_NAMESPACE = "kafscale_processor"
+"""The Go processor's namespace: its dashboards query `kafscale_processor_*`."""
+EMF_NAMESPACE = "KafScaleIceberg"
+"""The CloudWatch namespace of the Lambdas' EMF metrics."""
+
+EMF_PROPERTY_LABELS = frozenset({"partition"})
+"""Labels that are EMF properties (searchable in the log record), never CloudWatch dimensions: every
+dimension value combination is a billed custom metric, and partitions multiply it."""
+
+
+class MetricKind(StrEnum):
+    """How a sample's value is applied: added (counter), set (gauge) or observed (histogram)."""
+
+    COUNTER = "counter"
+    GAUGE = "gauge"
+    HISTOGRAM = "histogram"
+
+
+@dataclass(frozen=True)
+class MetricDef:
+    """One metric: its name without namespace, kind, label names, help text and EMF unit."""
+
+    name: str
+    kind: MetricKind
+    labels: tuple[str, ...]
+    help: str
+    unit: str
+    """CloudWatch unit of the EMF metric (`Count`, `Seconds`, `Milliseconds`, `None`)."""
+    buckets: tuple[float, ...] = ()
+    """Histogram bucket upper bounds (Prometheus)."""
+
+    @property
+    def emf_dimensions(self) -> tuple[str, ...]:
+        """The labels that are EMF dimensions (all but `EMF_PROPERTY_LABELS`)."""
+        return tuple(label for label in self.labels if label not in EMF_PROPERTY_LABELS)
+
+
+# -- the Go processor's metrics (IP/internal/metrics/metrics.go) -------------------------------------
+
+RECORDS = MetricDef(
+    "records_total",
+    MetricKind.COUNTER,
+    ("topic", "result"),
+    "Records committed by result: written, dropped (already committed), invalid (dead-lettered), "
+    "quarantined (in a quarantined segment), overlapped (repeated by an overlapping segment: "
+    "written once, from the segment owning the offset).",
+    "Count",
+)
+BATCHES = MetricDef(
+    "batches_total",
+    MetricKind.COUNTER,
+    ("topic",),
+    "Segments committed (the Go processor commits one per segment).",
+    "Count",
+)
+WRITE_LATENCY = MetricDef(
+    "write_latency_ms",
+    MetricKind.HISTOGRAM,
+    ("topic",),
+    "Time to write a run into Iceberg: the Spark job's run time plus the commit step's, milliseconds.",
+    "Milliseconds",
+    buckets=(100, 250, 500, 1_000, 2_500, 5_000, 10_000, 30_000, 60_000, 120_000, 300_000, 600_000),
+)
+ERRORS = MetricDef(
+    "errors_total",
+    MetricKind.COUNTER,
+    ("stage",),
+    "Errors by stage: discover, checkpoint, decode, lfs, schema, sink (the Go processor's), route, "
+    "launch, job, replay.",
+    "Count",
+)
+LAST_OFFSET = MetricDef(
+    "last_offset",
+    MetricKind.GAUGE,
+    ("topic", "partition"),
+    "Last committed offset (inclusive).",
+    "None",
+)
+WATERMARK_OFFSET = MetricDef(
+    "watermark_offset",
+    MetricKind.GAUGE,
+    ("topic", "partition"),
+    "Watermark offset: the committed offset, as the watermark keys record it.",
+    "None",
+)
+WATERMARK_TIMESTAMP = MetricDef(
+    "watermark_timestamp_ms",
+    MetricKind.GAUGE,
+    ("topic", "partition"),
+    "Timestamp of the newest committed record, Unix milliseconds.",
+    "None",
+)
+LFS_DURATION_BUCKETS: tuple[float, ...] = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+"""Bucket bounds of `lfs_resolution_duration_seconds` (Prometheus' defaults, as the Go processor's)."""
+LFS_RESOLVED = MetricDef(
+    "lfs_resolved_total",
+    MetricKind.COUNTER,
+    ("topic",),
+    "LFS blobs fetched, verified and written in place of their envelopes.",
+    "Count",
+)
+LFS_RESOLVED_BYTES = MetricDef(
+    "lfs_resolved_bytes_total",
+    MetricKind.COUNTER,
+    ("topic",),
+    "Bytes of the LFS blobs resolved.",
+    "Bytes",
+)
+LFS_RESOLUTION_ERRORS = MetricDef(
+    "lfs_resolution_errors_total",
+    MetricKind.COUNTER,
+    ("topic", "reason"),
+    "LFS envelopes that could not be used, by reason: decode, missing_blob, checksum, too_large "
+    "(each is a dead-letter row; the Go processor drops them and counts decode or resolve).",
+    "Count",
+)
+LFS_RESOLUTION_DURATION = MetricDef(
+    "lfs_resolution_duration_seconds",
+    MetricKind.HISTOGRAM,
+    ("topic",),
+    "Time to fetch and verify one LFS blob, seconds.",
+    "Seconds",
+    buckets=LFS_DURATION_BUCKETS,
+)
+
+# -- this product's ------------------------------------------------------------------------------------
+
+RUNS = MetricDef(
+    "runs_total",
+    MetricKind.COUNTER,
+    ("topic", "outcome"),
+    "Runs by outcome: started, committed, already_committed (a replayed commit step), aborted.",
+    "Count",
+)
+RUN_DURATION = MetricDef(
+    "run_duration_seconds",
+    MetricKind.HISTOGRAM,
+    ("topic", "outcome"),
+    "From the run's launch (plan written, lease claimed) to its commit or abort, seconds.",
+    "Seconds",
+    buckets=(5, 10, 30, 60, 120, 300, 600, 1_200, 1_800, 3_600, 7_200),
+)
+QUEUE_TO_START = MetricDef(
+    "queue_to_start_latency_seconds",
+    MetricKind.HISTOGRAM,
+    ("topic",),
+    "From the oldest planned segment's S3 LastModified to the Spark job's start, seconds.",
+    "Seconds",
+    buckets=(1, 5, 10, 30, 60, 120, 300, 600, 1_800, 3_600),
+)
+LAG_RECORDS = MetricDef(
+    "lag_records",
+    MetricKind.GAUGE,
+    ("topic", "partition"),
+    "Offsets in complete segments after the committed offset.",
+    "Count",
+)
+LAG_SECONDS = MetricDef(
+    "lag_seconds",
+    MetricKind.GAUGE,
+    ("topic", "partition"),
+    "Now minus the last committed record's timestamp while lag_records > 0, else 0.",
+    "Seconds",
+)
+CONSECUTIVE_FAILURES = MetricDef(
+    "consecutive_failures",
+    MetricKind.GAUGE,
+    ("topic",),
+    "Runs of the topic's pending range aborted in a row (0 after a commit); alarm on it.",
+    "Count",
+)
+LAUNCHES = MetricDef(
+    "launches_total",
+    MetricKind.COUNTER,
+    ("topic", "status"),
+    "Launcher decisions by status: started, busy, idle, waiting, blocked.",
+    "Count",
+)
+WORK_ITEMS = MetricDef(
+    "work_items_total",
+    MetricKind.COUNTER,
+    ("topic",),
+    "Work items the router enqueued (one per complete segment notification).",
+    "Count",
+)
+NOTIFICATIONS_IGNORED = MetricDef(
+    "notifications_ignored_total",
+    MetricKind.COUNTER,
+    ("reason",),
+    "S3 objects the router ignored by reason (other_bucket, malformed_key, not_a_segment, "
+    "unmapped_topic, index_object).",
+    "Count",
+)
+NOTIFICATIONS_DEFERRED = MetricDef(
+    "notifications_deferred_total",
+    MetricKind.COUNTER,
+    (),
+    "Segment notifications returned for redelivery because the .index had not landed yet.",
+    "Count",
+)
+CONVERSION_FAILURES = MetricDef(
+    "conversion_failures_total",
+    MetricKind.COUNTER,
+    ("topic", "column"),
+    "Committed records whose present value of a mapping column did not convert to its type "
+    "(stored null; the value column keeps the bytes).",
+    "Count",
+)
+
+
+RECONCILER_SIGNALS = MetricDef(
+    "reconciler_signals_total",
+    MetricKind.COUNTER,
+    (),
+    "Topic signals a reconciler pass put on the work queue (topics the event path left behind).",
+    "Count",
+)
+RECONCILER_RELEASED_LEASES = MetricDef(
+    "reconciler_released_leases_total",
+    MetricKind.COUNTER,
+    (),
+    "Leases a reconciler pass released because the run holding them had ended.",
+    "Count",
+)
+REPLAY_SEGMENTS_ENQUEUED = MetricDef(
+    "replay_segments_enqueued_total",
+    MetricKind.COUNTER,
+    ("topic",),
+    "Segments a replay put back on the work queue.",
+    "Count",
+)
+OFFSET_RESETS = MetricDef(
+    "offset_resets_total",
+    MetricKind.COUNTER,
+    ("topic",),
+    "Offset resets done by `replay --reset-offsets` (rows deleted and offsets rewound in one commit).",
+    "Count",
+)
+
+MAINTENANCE_FILES_COMPACTED = MetricDef(
+    "maintenance_files_compacted_total",
+    MetricKind.COUNTER,
+    (),
+    "Small data files a maintenance pass replaced by compacted ones (committed compactions only).",
+    "Count",
+)
+MAINTENANCE_SNAPSHOTS_EXPIRED = MetricDef(
+    "maintenance_snapshots_expired_total",
+    MetricKind.COUNTER,
+    (),
+    "Snapshots a maintenance pass expired.",
+    "Count",
+)
+MAINTENANCE_ORPHANS_DELETED = MetricDef(
+    "maintenance_orphans_deleted_total",
+    MetricKind.COUNTER,
+    (),
+    "Orphan files (referenced by no snapshot) a maintenance pass deleted.",
+    "Count",
+)
+OFFSET_GAPS = MetricDef(
+    "offset_gaps_total",
+    MetricKind.COUNTER,
+    ("topic", "partition"),
+    "Offsets inside committed ranges that no segment contained (reported, never invented).",
+    "Count",
+)
+
+ALL_METRICS: tuple[MetricDef, ...] = (
+    RECORDS,
+    BATCHES,
+    WRITE_LATENCY,
+    ERRORS,
+    LAST_OFFSET,
+    WATERMARK_OFFSET,
+    WATERMARK_TIMESTAMP,
+    LFS_RESOLVED,
+    LFS_RESOLVED_BYTES,
+    LFS_RESOLUTION_ERRORS,
+    LFS_RESOLUTION_DURATION,
+    RUNS,
+    RUN_DURATION,
+    QUEUE_TO_START,
+    LAG_RECORDS,
+    LAG_SECONDS,
+    CONSECUTIVE_FAILURES,
+    LAUNCHES,
+    WORK_ITEMS,
+    NOTIFICATIONS_IGNORED,
+    NOTIFICATIONS_DEFERRED,
+    OFFSET_GAPS,
+    CONVERSION_FAILURES,
+    RECONCILER_SIGNALS,
+    RECONCILER_RELEASED_LEASES,
+    REPLAY_SEGMENTS_ENQUEUED,
+    OFFSET_RESETS,
+    MAINTENANCE_FILES_COMPACTED,
+    MAINTENANCE_SNAPSHOTS_EXPIRED,
+    MAINTENANCE_ORPHANS_DELETED,
+)
+
+
+class ErrorStage(StrEnum):
+    """`errors_total{stage}`: the Go processor's stages, then this product's."""
+
+    DISCOVER = "discover"
+    CHECKPOINT = "checkpoint"
+    DECODE = "decode"
+    LFS = "lfs"
+    SCHEMA = "schema"
+    SINK = "sink"
+    ROUTE = "route"
+    LAUNCH = "launch"
+    JOB = "job"
+    REPLAY = "replay"
+
+
+class RecordResult(StrEnum):
+    """`records_total{result}`."""
+
+    WRITTEN = "written"
+    DROPPED = "dropped"
+    INVALID = "invalid"
+    QUARANTINED = "quarantined"
+    OVERLAPPED = "overlapped"
+    SKIPPED_LFS = "skipped_lfs"
+
+
+class RunOutcomeLabel(StrEnum):
+    """`runs_total{outcome}` and `run_duration_seconds{outcome}`."""
+
+    STARTED = "started"
+    COMMITTED = "committed"
+    ALREADY_COMMITTED = "already_committed"
+    ABORTED = "aborted"
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One value for one metric and label set: added to a counter, set on a gauge, observed by a histogram."""
+
+    metric: MetricDef
+    value: float
+    labels: Mapping[str, str] = field(default_factory=dict)
+    count: int = 1
+    """Histograms: how many observations of `value` (Prometheus observes it `count` times; EMF, which
+    keeps a list of values per record, gets it once)."""
+
+    def __post_init__(self) -> None:
+        if set(self.labels) != set(self.metric.labels):
+            raise ValueError(
+                f"metric {self.metric.name} takes labels {list(self.metric.labels)}, "
+                f"got {sorted(self.labels)}"
+            )
+        empty = [name for name, value in self.labels.items() if not value]
+        if empty:
+            raise ValueError(f"metric {self.metric.name}: empty value for label(s) {empty}")
+        if self.metric.kind is MetricKind.COUNTER and self.value < 0:
+            raise ValueError(f"counter {self.metric.name} cannot go down (value {self.value})")
+        object.__setattr__(self, "labels", MappingProxyType(dict(self.labels)))
+
+
+def sample(metric: MetricDef, value: float, **labels: object) -> Sample:
+    """A `Sample` with label values turned into strings (`partition=3` -> `"3"`)."""
+    return Sample(metric, float(value), {name: str(v) for name, v in labels.items()})
+
+
+def error_stage(error: BaseException, *, default: ErrorStage) -> ErrorStage:
+    """The `errors_total{stage}` a failure counts under: the dependency that failed when the error
+    names one - `checkpoint` (the checkpoint store, a lease lost included), `sink` (the Iceberg
+    catalog), `route` (a queue) - else `default`, the stage the caller was in.
+
+    The one rule every emitter uses (the Lambdas and the one-machine loop), so the same failure
+    counts under the same stage wherever it happens.
+    """
+    if isinstance(error, CheckpointError):
+        return ErrorStage.CHECKPOINT
+    if isinstance(error, CatalogError):
+        return ErrorStage.SINK
+    if isinstance(error, QueueUnavailableError):
+        return ErrorStage.ROUTE
+    return default
