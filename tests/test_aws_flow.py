@@ -475,3 +475,27 @@ def test_the_emr_jobs_worker_requests_are_checked_against_its_role() -> None:
         ("s3:GetObject", "arn:aws:s3:::someone-elses-bucket/secret"),
     ]
     assert recorder.worker_requests == 5
+
+
+def test_the_box_holds_lambda_to_its_6_mb_payload_limits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The box's Lambda invoke refuses a request over 6 MB (as Lambda does, before the function runs)
+    and reports a response over 6 MB as `Function.ResponseSizeTooLarge`, so a handler whose payload
+    grew with the run would fail the flow tests rather than pass them."""
+    from botocore.exceptions import ClientError
+
+    from tests.support.aws_box import PAYLOAD_LIMIT, LambdaFleet
+    from tests.support.cfn_template import Deployment
+    from tests.test_template import INSTALLATIONS
+
+    deployment = Deployment(INSTALLATIONS["existing-bucket"])
+    fleet = LambdaFleet(deployment, {})
+    watch = str(deployment.attribute("WatchFunction", "Arn"))
+    with pytest.raises(ClientError) as refused:
+        fleet.invoke_payload(watch, b'{"x": "' + b"a" * PAYLOAD_LIMIT + b'"}')
+    assert refused.value.response["Error"]["Code"] == "RequestEntityTooLargeException"
+    monkeypatch.setattr(fleet, "invoke", lambda logical_id, event: {"blob": "a" * PAYLOAD_LIMIT})
+    answered = fleet.invoke_payload(watch, b"{}")
+    assert answered["FunctionError"] == "Unhandled"
+    assert answered["Payload"]["errorType"] == "Function.ResponseSizeTooLarge"
+    monkeypatch.setattr(fleet, "invoke", lambda logical_id, event: {"small": True})
+    assert fleet.invoke_payload(watch, b"{}")["Payload"] == {"small": True}
