@@ -162,7 +162,9 @@ def test_an_index_that_lands_late_is_routed_seconds_later(box: Box) -> None:
 
 def test_a_renew_step_that_times_out_is_retried_and_the_run_commits(box: Box) -> None:
     """The renewal branch's step (WatchFunction) times out once while the job runs (its renewals come
-    every 180 s, 1.8 s in the box's time; a local Spark job takes longer): retried, the run commits."""
+    every 180 s, 1.8 s in the box's time; the job is slow to start, so several come): retried, the
+    run commits."""
+    box.emr.faults.append("SLOW")
     box.fleet.faults["WatchFunction"] = [timed_out]
     put_segment(box.s3, box.segment_bucket, box.namespace, TOPIC, 0, 0, 2)
     box.pump()

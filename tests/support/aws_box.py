@@ -35,7 +35,8 @@ The fakes, each with what it does not cover:
 - **EMR Serverless compute**: moto's `StartJobRun` is idempotent by `clientToken` here (as EMR is)
   and starts the job's `--plan` on local Spark (`LocalSparkJobRunner`, warm session);
   `GetJobRun` reports that job's state; `CancelJobRun` cancels it (a finished job: ValidationException).
-  `emr_faults` makes the next job FAILED without running (a container that died) or stuck.
+  `faults` makes the next job FAILED without running (a container that died), stuck, or slow to
+  start (`SLOW`: RUNNING for `SLOW_START_SECONDS` first, so the renewal branch runs).
   Not covered: EMR's queueing, capacity, the venv archive/image (`make package-spark`).
 - **Catalog**: the template's (`CatalogType` glue, the warehouse in `WarehouseBucket`) on moto's Glue
   and S3; the config file only points pyiceberg's Glue client at moto (`glue.endpoint`). Every
@@ -79,6 +80,7 @@ from tests.support.lambdas import LambdaContext
 TIME_SCALE = 0.01
 JOB_TIMEOUT_SCALE = 0.01  # 5 min (EMR's minimum) -> 3 s
 VISIBILITY_SECONDS = 1
+SLOW_START_SECONDS = 5.0  # a "SLOW" EMR job: longer than two lease renewals (180 s x TIME_SCALE)
 PAYLOAD_LIMIT = 6 * 1024 * 1024
 TEMPLATE_APPLICATION_ID = "00fabcdefg123456"
 
@@ -494,7 +496,7 @@ class EmrCompute:
         self.s3_settings = s3_settings
         self.local_jobs: dict[str, str] = {}  # EMR job run id -> local job id
         self.started_at: dict[str, float] = {}
-        self.faults: list[str] = []  # "FAILED" | "STUCK", applied to the next job runs
+        self.faults: list[str] = []  # "FAILED" | "STUCK" | "SLOW", applied to the next job runs
         self.started: list[str] = []
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -548,7 +550,14 @@ class EmrCompute:
         arguments = list(run.job_driver["sparkSubmit"]["entryPointArguments"])
         plan_uri = arguments[arguments.index("--plan") + 1]
         plan = RunPlan.model_validate_json(DocumentStore(self.s3_settings).read_text(plan_uri))
-        self.local_jobs[run.id] = self.runner.start(plan, plan_uri)
+
+        def run_locally() -> None:
+            self.local_jobs[run.id] = self.runner.start(plan, plan_uri)
+
+        if fault == "SLOW":  # RUNNING for SLOW_START_SECONDS before the Spark job starts
+            threading.Timer(SLOW_START_SECONDS, run_locally).start()
+            return
+        run_locally()
 
     def refresh(self, run: Any) -> None:
         if run.state in {"SUCCESS", "FAILED", "CANCELLED"}:
