@@ -116,6 +116,7 @@ def test_retried_error_names_are_the_surfaced_name_or_lambdas_own() -> None:
             assert retried == {"TransientError", *lambdas}, name
 
 
+@pytest.mark.slow
 def test_asl_validator_accepts_the_definition_as_deployed(tmp_path: Path) -> None:
     """asl-validator (npm, `make tool-node`) on the file and on the definition CloudFormation hands to
     Step Functions (the template's substitutions applied), ARNs and paths checked."""
