@@ -378,9 +378,7 @@ def test_no_role_allows_all_resources_or_all_actions_of_a_service(
             assert set(statement.actions) <= UNSCOPABLE, statement
 
 
-def test_only_the_start_step_the_state_machine_and_maintenance_pass_a_role_and_only_the_emr_job_role_to_emr() -> (
-    None
-):
+def test_only_job_starters_pass_a_role_and_only_the_emr_job_role_to_emr() -> None:
     """The start step starts the job; the state machine's startJobRun.sync repeats that request; the
     maintenance function starts compaction jobs."""
     deployment = Deployment(INSTALLATIONS["existing-bucket"])
