@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.aws_box import Box, build_box, unregister
+from tests.support.aws_box import REGION, Box, build_box, unregister
 from tests.support.etcd import EtcdServer
 from tests.support.moto import MotoEndpoint
 from tests.support.segments import put_segment
@@ -78,27 +78,25 @@ def box(
 
 
 def _files(box: Box) -> list[Any]:
-    """The table's data files now (none before its first commit)."""
-    import sqlite3
+    """The table's data files now (none before its first commit), through the box's Glue catalog."""
+    from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
-    from pyiceberg.table import StaticTable
+    from kafscale_iceberg.adapters.iceberg_catalog import CatalogSettings, load_iceberg_catalog
 
-    namespace, name = TABLE.rsplit(".", 1)
-    if not box.catalog_db.exists():
-        return []
-    with sqlite3.connect(box.catalog_db) as db:
-        exists = db.execute("select 1 from sqlite_master where name = 'iceberg_tables'").fetchone()
-        found = (
-            db.execute(
-                "select metadata_location from iceberg_tables where table_namespace = ? and table_name = ?",
-                (namespace, name),
-            ).fetchone()
-            if exists
-            else None
+    catalog = load_iceberg_catalog(
+        CatalogSettings(
+            type="glue",
+            warehouse=box.warehouse,
+            s3_endpoint=box.moto_url,
+            s3_region=REGION,
+            s3_path_style=True,
+            glue_endpoint=box.moto_url,
         )
-    if found is None:
+    )
+    try:
+        return [t.file for t in catalog.load_table(TABLE).scan().plan_files()]
+    except (NoSuchTableError, NoSuchNamespaceError):
         return []
-    return [t.file for t in StaticTable.from_metadata(found[0]).scan().plan_files()]
 
 
 def _produce(box: Box, runs: int) -> None:
