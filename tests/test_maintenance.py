@@ -361,7 +361,12 @@ def _spark_service(world: World, runner: Any, **maintenance: Any) -> Maintenance
         config, world.maintainer(), runner, DocumentStore(), new_job_id=new_compaction_id, poll_seconds=0.2
     )
     return MaintenanceService(
-        config, world.maintainer(), StorageFileLister(), world.assembly.checkpoints, spark=spark
+        config,
+        world.maintainer(),
+        StorageFileLister(),
+        world.assembly.checkpoints,
+        clock=lambda: time.time() + world.clock_offset_s,
+        spark=spark,
     )
 
 
@@ -449,3 +454,38 @@ def test_the_small_file_trigger_maintains_a_topic_between_scheduled_passes(world
     world.produce(1)
     schedule.committed(TOPIC)
     assert schedule() is None  # the pass set the baseline: 2 new files since
+
+
+@pytest.mark.slow
+def test_a_spark_compaction_job_overtaken_by_a_reset_is_abandoned_and_its_files_cleaned_later(
+    tmp_path: Path, local_runner: Any
+) -> None:
+    world = World(tmp_path, orphan_grace="1h")
+    world.produce(3)
+    service = _spark_service(world, local_runner, compaction_wait_seconds=0)
+    service.maintain()  # the job is started and writes its files
+    pending = service._spark.pending(TABLE)  # type: ignore[union-attr]
+    assert pending is not None
+    assert local_runner.wait(pending.runner_job_id, 120)
+    grant = world.assembly.checkpoints.claim_lease(TOPIC, owner_id="replay", run_id="replay-reset-x")
+    assert isinstance(grant, LeaseGrant)
+    world.assembly.offset_reset.reset_offsets(TOPIC, (TABLE, DLQ), {2: 49}, grant)  # rewrites files
+    world.assembly.checkpoints.release_lease(grant)
+    rows = _pairs(world.rows())
+    job_folder = join_uri(world.prefix, pending.job_id) + "/"
+
+    second = service.maintain()  # the job's replaced files left the table: abandoned, nothing committed
+
+    assert second.tables[0].compaction is not None
+    assert second.tables[0].compaction.abandoned
+    assert _pairs(world.rows()) == rows
+    assert service._spark.pending(TABLE) is None  # type: ignore[union-attr]
+    written = [p for p in (world.root / "warehouse").rglob("*.parquet") if str(p).find(pending.job_id) >= 0]
+    assert written  # the job's files are orphans now...
+    world.clock_offset_s = 2 * 3600
+    third = service.maintain(dry_run=True)
+    assert {o.uri for o in third.tables[0].orphans} >= {f"file://{p}" for p in written}
+    assert all(o.uri.startswith(job_folder) or "/compaction-" not in o.uri for o in third.tables[0].orphans)
+    service.maintain()  # ...deleted after the grace period
+    assert not any(p.exists() for p in written)
+    assert _pairs(world.rows()) == rows
