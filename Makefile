@@ -98,7 +98,7 @@ bench-soak: $(STAMP)
 	$(BIN)/python -m bench.soak $(SOAK_ARGS)
 
 clean:
-	rm -rf $(VENV) .venv-sam .venv-checkov .aws-sam build *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venv-sam .venv-checkov .tools-node .aws-sam build *.egg-info .pytest_cache .mypy_cache .ruff_cache
 
 # -- Deployment (docs/deploy.md) -------------------------------------------------------------------------
 # The template's checks run in `make test` (tests/test_template.py); `deploy-check` runs the linters alone.
@@ -123,7 +123,7 @@ SPARK_VENV_ARCHIVE := kafscale-iceberg-venv.tar.gz
 DRY_RUN ?=
 RUN := $(if $(DRY_RUN),@echo ,)
 
-.PHONY: tool-venvs deploy-check package-spark lambda-requirements
+.PHONY: tool-venvs tool-node deploy-check package-spark lambda-requirements
 
 $(SAM_VENV)/.installed: infra/tools/sam-cli.txt | $(BIN)/uv
 	rm -rf $(SAM_VENV)
@@ -138,6 +138,17 @@ $(CHECKOV_VENV)/.installed: infra/tools/checkov.txt | $(BIN)/uv
 	touch $@
 
 tool-venvs: $(SAM_VENV)/.installed $(CHECKOV_VENV)/.installed
+
+# asl-validator (npm) for the state machine definition (tests/test_state_machine.py).
+NODE_TOOLS := .tools-node
+$(NODE_TOOLS)/.installed: infra/tools/package.json
+	rm -rf $(NODE_TOOLS)
+	mkdir -p $(NODE_TOOLS)
+	cp infra/tools/package.json $(NODE_TOOLS)/package.json
+	npm install --silent --no-audit --no-fund --prefix $(NODE_TOOLS)
+	touch $@
+
+tool-node: $(NODE_TOOLS)/.installed
 
 deploy-check: $(STAMP) tool-venvs
 	$(BIN)/cfn-lint template.yaml

@@ -9,11 +9,12 @@ execution against `transitions_per_run`), times the list prices below, for three
     a run starts as soon as the previous one committed, so runs follow each other);
 (c) a 10 GB backlog (runs of `runs.max_bytes_per_run`, 1 GiB).
 
-Prices: us-east-1, on-demand list prices as published on the AWS pricing pages named beside each
-(as known on 2026-11-23; this machine has no internet access, so they were not re-read today - check
-them before relying on a number). The assumptions (durations, sizes, throughput) are named
-constants, printed with the table. Ends with one JSON line: `{"usd_per_gb": ...,
-"usd_per_idle_topic_month": ..., "sfn_transitions_per_run": ..., "lambda_invocations_per_run": ...}`.
+Prices: us-east-1, on-demand list prices as published on the AWS pricing pages named beside each;
+this machine cannot read those pages, so on 2026-11-23 each was checked against public material
+quoting it (docs/benchmarks.md "AWS cost" names what) - check them before relying on a number. The
+assumptions (durations, sizes, throughput) are named constants, printed with the table. Ends with
+one JSON line: `{"usd_per_gb": ..., "usd_per_idle_topic_month": ..., "sfn_transitions_per_run": ...,
+"lambda_invocations_per_run": ...}`.
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ EMR_PER_GB_H = 0.0057785  # aws.amazon.com/emr/pricing (EMR Serverless, x86)
 EMR_MINIMUM_S = 60  # EMR Serverless bills each worker per second with a 1-minute minimum
 
 # -- assumptions ---------------------------------------------------------------------------------------
-WAIT_FOR_JOB_S = json.loads(ASL.read_text())["States"]["WaitForJob"]["Seconds"]
+_RUN_JOB = json.loads(ASL.read_text())["States"]["RunJob"]
+RENEW_EVERY_S = _RUN_JOB["Branches"][1]["States"]["RenewEvery"]["Seconds"]
 EMR_WORKERS = 4  # EMR's Spark defaults: a driver and 3 initial executors
 EMR_WORKER_VCPU = 4
 EMR_WORKER_GB = 16
@@ -65,15 +67,23 @@ LAMBDA_SHAPE = {
 }
 
 
-def transitions_per_run(watch_cycles: int) -> int:
-    """State transitions of a committed run: StartJob, (WaitForJob, Watch, JobDone?) per look at the
-    job, Commit, SignalAfterCommit, Committed."""
-    return 1 + 3 * watch_cycles + 3
+def transitions_per_run(renewals: int) -> int:
+    """State transitions of a committed run: StartJob, RunJob (the Parallel), WaitOnJob and
+    JobSucceeded (branch 1: startJobRun.sync makes none while the job runs), RenewEvery, then
+    (Renew, LeaseHeld?, RenewEvery) per lease renewal (branch 2), Commit, SignalAfterCommit,
+    Committed."""
+    return 2 + 2 + 1 + 3 * renewals + 3
 
 
-def watch_cycles(job_s: float) -> int:
-    """Looks at the job until it is seen final (one every WaitForJob seconds)."""
-    return max(1, math.ceil(job_s / WAIT_FOR_JOB_S))
+def renewals(job_s: float) -> int:
+    """Lease renewals while the job runs (one every RenewEvery seconds)."""
+    return math.floor(job_s / RENEW_EVERY_S)
+
+
+# Before startJobRun.sync (commit 0c62d76): StartJob, (WaitForJob 15 s, Watch, JobDone?) per look at
+# the job until it was seen final, Commit, SignalAfterCommit, Committed. Printed beside the new count.
+def transitions_per_run_polling(job_s: float, wait_s: float = 15.0) -> int:
+    return 1 + 3 * max(1, math.ceil(job_s / wait_s)) + 3
 
 
 @dataclass
@@ -118,7 +128,7 @@ def fixed_month(bill: Bill, topics: int = 1) -> None:
 def runs(bill: Bill, count: float, megabytes_per_run: float) -> None:
     """`count` committed runs of `megabytes_per_run` each."""
     job_s = EMR_JOB_START_S + megabytes_per_run / EMR_THROUGHPUT_MB_S
-    cycles = watch_cycles(job_s)
+    cycles = renewals(job_s)
     segments = max(1.0, megabytes_per_run / SEGMENT_MB)
     bill.runs += count
     bill.gigabytes += count * megabytes_per_run * 1e6 / GB
@@ -196,7 +206,7 @@ def main() -> None:
         "Assumptions:",
         f"EMR job start {EMR_JOB_START_S:g} s, {EMR_THROUGHPUT_MB_S:g} MB/s per default job",
         f"({EMR_WORKERS} workers x {EMR_WORKER_VCPU} vCPU / {EMR_WORKER_GB} GB),",
-        f"watch every {WAIT_FOR_JOB_S} s,",
+        f"lease renewed every {RENEW_EVERY_S} s while startJobRun.sync waits on the job,",
         f"commit {COMMIT_S:g} s, segments of {SEGMENT_MB:g} MB",
     )
     header = (

@@ -14,6 +14,13 @@ MB/s (docs/benchmarks.md, "Why these numbers"). `LatencyProxy` sits between the 
 
 It does not parse HTTP: any request, any framing (chunked uploads, ranges) passes through as bytes.
 Loopback only; `stop()` closes the listener and every connection.
+
+**Faults** (for the outage tests): `inject(fault, matching=...)` makes every new request whose head
+(request line and headers, e.g. `X-Amz-Target: AmazonSQS.ReceiveMessage`) matches get `fault`
+instead of being forwarded - an error answer (`Fault.answer(503, "SlowDown")`: S3's XML or the JSON
+protocols' body, then the connection closes) or a hang (`Fault.hang(s)`: no answer for `s` seconds,
+then the connection is closed unanswered) - until `clear()`. Raising `latency_s` makes the service
+slow instead (every answer late).
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
 
@@ -48,6 +56,42 @@ class _Flow:
         wait = self.started + self.sent / self.bandwidth - time.perf_counter()
         if wait > 0:
             time.sleep(wait)
+
+
+@dataclass(frozen=True)
+class Fault:
+    """What the proxy does to a matching request instead of forwarding it."""
+
+    status: int = 0
+    """Answer with this HTTP status (0: no answer, a hang)."""
+    code: str = ""
+    hang_s: float = 0.0
+
+    @classmethod
+    def answer(cls, status: int, code: str) -> Fault:
+        """An AWS error answer: `status` with the error `code` (e.g. 503 SlowDown, 500 InternalError)."""
+        return cls(status=status, code=code)
+
+    @classmethod
+    def hang(cls, seconds: float) -> Fault:
+        """No answer for `seconds`, then the connection closed (a server that hung)."""
+        return cls(hang_s=seconds)
+
+    def response(self, head: bytes) -> bytes:
+        """The bytes of the answer to a request starting with `head` (JSON protocol when it has a target)."""
+        if b"x-amz-target:" in head.lower():
+            body = f'{{"__type":"{self.code}","message":"injected by the test proxy"}}'.encode()
+            kind = "application/x-amz-json-1.0"
+        else:
+            body = (
+                f"<?xml version='1.0' encoding='UTF-8'?><Error><Code>{self.code}</Code>"
+                "<Message>injected by the test proxy</Message></Error>"
+            ).encode()
+            kind = "application/xml"
+        return (
+            f"HTTP/1.1 {self.status} Injected\r\nContent-Type: {kind}\r\nContent-Length: {len(body)}\r\n"
+            "Connection: close\r\n\r\n"
+        ).encode() + body
 
 
 class _Connection:
@@ -82,6 +126,10 @@ class _Connection:
             while data := self.client.recv(_CHUNK):
                 if not self.awaiting_response.is_set():
                     self.proxy.note_request(data)
+                    fault = self.proxy.fault_for(data)
+                    if fault is not None:
+                        self._fail(fault, data)
+                        return
                 self.awaiting_response.set()
                 flow.pace(len(data))
                 self.upstream.sendall(data)
@@ -90,6 +138,15 @@ class _Connection:
         finally:
             with contextlib.suppress(OSError):
                 self.upstream.shutdown(socket.SHUT_WR)
+
+    def _fail(self, fault: Fault, head: bytes) -> None:
+        """Answer `fault` instead of forwarding (or hang), then close the connection."""
+        if fault.status:
+            with contextlib.suppress(OSError):
+                self.client.sendall(fault.response(head))
+        else:
+            self.proxy.stopped.wait(fault.hang_s)
+        self.close()
 
     def _responses(self) -> None:
         flow = _Flow(self.proxy.bandwidth_bytes_per_s)
@@ -126,7 +183,8 @@ class LatencyProxy:
         self._lock = threading.Lock()
         self._listener: socket.socket | None = None
         self._connections: list[_Connection] = []
-        self._stopped = threading.Event()
+        self.stopped = threading.Event()
+        self._fault: tuple[Fault, Callable[[bytes], bool]] | None = None
 
     @classmethod
     def for_url(cls, url: str, **options: float) -> LatencyProxy:
@@ -150,6 +208,24 @@ class LatencyProxy:
         with self._lock:
             self.request_lines.append(line)
 
+    def inject(self, fault: Fault, *, matching: Callable[[bytes], bool] = lambda head: True) -> None:
+        """From now on, new requests whose head `matching` accepts get `fault` (until `clear()`)."""
+        with self._lock:
+            self._fault = (fault, matching)
+
+    def clear(self) -> None:
+        """Forward every request again."""
+        with self._lock:
+            self._fault = None
+
+    def fault_for(self, head: bytes) -> Fault | None:
+        """The fault a request starting with `head` gets, if any."""
+        with self._lock:
+            injected = self._fault
+        if injected is None or not injected[1](head):
+            return None
+        return injected[0]
+
     def forget(self, connection: _Connection) -> None:
         with self._lock, contextlib.suppress(ValueError):
             self._connections.remove(connection)
@@ -163,7 +239,7 @@ class LatencyProxy:
 
     def stop(self) -> None:
         """Close the listener and every open connection. Idempotent."""
-        self._stopped.set()
+        self.stopped.set()
         if self._listener is not None:
             with contextlib.suppress(OSError):
                 self._listener.close()
@@ -183,7 +259,7 @@ class LatencyProxy:
 
     def _accept(self) -> None:
         assert self._listener is not None
-        while not self._stopped.is_set():
+        while not self.stopped.is_set():
             try:
                 client, _ = self._listener.accept()
             except OSError:

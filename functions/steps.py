@@ -1,4 +1,4 @@
-"""Run-step Lambdas for the state machine (`infra/state_machine.asl.json`): start, watch, abort.
+"""Run-step Lambdas for the state machine (`infra/state_machine.asl.json`): start, watch (renew), abort.
 
 Each takes the state's `ticket` and returns the fields the next state needs; the abort step also
 returns the re-signal message (`signal`: SQS fields built by `TopicSignal.sqs_message`, so the state
@@ -35,16 +35,22 @@ def _ticket(event: dict[str, Any]) -> RunTicket:
 @tracer.capture_lambda_handler
 @step_errors
 def start_job(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    """Start the run's Spark job (idempotent by run id); returns the ticket with its job id."""
-    ticket = assembly().run_steps().start_job(_ticket(event))
-    return {"ticket": ticket.model_dump(mode="json")}
+    """Start the run's Spark job (idempotent by run id); returns the ticket with its job id and
+    the job's request (`job`), which the state machine's startJobRun.sync task repeats to wait on it."""
+    steps = assembly()
+    ticket = steps.run_steps().start_job(_ticket(event))
+    return {
+        "ticket": ticket.model_dump(mode="json"),
+        "job": steps.emr_runner.step_functions_request(ticket.run_id),
+    }
 
 
 @logger.inject_lambda_context
 @tracer.capture_lambda_handler
 @step_errors
 def watch(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    """One look at the job and one lease renewal; `done` and `succeeded` drive the state machine."""
+    """One lease renewal and one look at the job (the state machine's Renew step, every few minutes
+    while startJobRun.sync waits on the job); `lease_lost` ends the wait (the job is cancelled)."""
     ticket = _ticket(event)
     result = assembly().run_steps().watch(ticket)
     status = result.status
@@ -53,6 +59,7 @@ def watch(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         "ticket": ticket.model_dump(mode="json"),
         "done": result.is_final,
         "succeeded": succeeded,
+        "lease_lost": result.lease_lost,
         "job_state": status.runner_state,
         "reason": "" if succeeded else failure_reason(status, lease_lost=result.lease_lost),
     }

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
+    from kafscale_iceberg.domain.anomalies import OffsetAnomalies
     from kafscale_iceberg.domain.cluster_metadata import ClusterMetadata
     from kafscale_iceberg.domain.commits import TableCommit, TableSpec, TableState
     from kafscale_iceberg.domain.events import WorkItem
@@ -268,6 +269,8 @@ class TableStatusReader(Protocol):
     def last_commit_ms(self, table: str, topic: str) -> int | None: ...
 
     def conversion_failures(self, table: str, topic: str) -> dict[str, int]: ...
+
+    def offset_anomalies(self, table: str, topic: str) -> OffsetAnomalies: ...
 
 
 class TableHealthReader(Protocol):

@@ -8,6 +8,9 @@ catalog, IAM) are described in tests/support/aws_box.py, with what each does not
 
 from __future__ import annotations
 
+import threading
+import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +18,7 @@ from typing import Any
 import pytest
 
 from bench.cost import transitions_per_run
+from kafscale_iceberg.domain.events import TopicSignal, message_group_id
 from kafscale_iceberg.segments.keys import SegmentObjectKind, format_segment_key
 from tests.support.aws_box import Box, build_box, timed_out, unregister
 from tests.support.etcd import EtcdServer
@@ -98,8 +102,27 @@ def test_segments_land_exactly_once_and_every_call_is_allowed(box: Box) -> None:
     # The cost model's count of state transitions is the real execution's (bench/cost.py).
     (committed,) = [e for e in box.executions() if e["status"] == "SUCCEEDED"]
     entered = [e for e in box.history(committed["executionArn"]) if e["type"].endswith("StateEntered")]
-    watches = sum(1 for e in entered if e["stateEnteredEventDetails"]["name"] == "Watch")
-    assert len(entered) == transitions_per_run(watches)
+    names = [e["stateEnteredEventDetails"]["name"] for e in entered]
+    # Whole renewal cycles (Renew, LeaseHeld?, RenewEvery) are what the model counts; the job's end
+    # stops the renewal branch wherever it is, so one more Renew may have been entered.
+    renewals = names.count("LeaseHeld?")
+    interrupted = names.count("Renew") - renewals
+    assert interrupted in {0, 1}, names
+    assert len(entered) == transitions_per_run(renewals) + interrupted, names
+    # The job was waited on by startJobRun.sync (the state machine's own EMR calls, checked below),
+    # and the run started exactly one job.
+    assert box.recorder.count("emr-serverless:GetJobRun", "RunStateMachineRole") >= 1
+    assert len(box.emr.started) == 1
+    # The EMR job's own calls were seen (driver and Python workers) and are checked below.
+    assert box.recorder.count("s3:GetObject", "EmrJobRole") >= 2  # the plan, the segments
+    assert box.recorder.worker_requests >= 1
+    # The template's catalog: the commit's Glue calls and the job's data files in the warehouse bucket.
+    assert box.recorder.count("glue:GetTable", "CommitRole") >= 1
+    lake = f"arn:aws:s3:::{box.warehouse.removeprefix('s3://').split('/')[0]}/"
+    assert any(
+        c.role == "EmrJobRole" and c.action == "s3:PutObject" and c.resource.startswith(lake)
+        for c in box.recorder.calls
+    )
     # A duplicate notification of a committed segment (the same object PUT again) changes nothing.
     key = format_segment_key(box.namespace, TOPIC, 0, 0)
     body = box.s3.get_object(Bucket=box.segment_bucket, Key=key)["Body"].read()
@@ -137,12 +160,20 @@ def test_an_index_that_lands_late_is_routed_seconds_later(box: Box) -> None:
     _assert_iam(box)
 
 
-def test_a_watch_step_that_times_out_is_retried_and_the_run_commits(box: Box) -> None:
+def test_a_renew_step_that_times_out_is_retried_and_the_run_commits(box: Box) -> None:
+    """The renewal branch's step (WatchFunction) times out once while the job runs (its renewals come
+    every 180 s, 1.8 s in the box's time; the job is slow to start, so several come): retried, the
+    run commits."""
+    box.emr.faults.append("SLOW")
     box.fleet.faults["WatchFunction"] = [timed_out]
     put_segment(box.s3, box.segment_bucket, box.namespace, TOPIC, 0, 0, 2)
     box.pump()
     assert len(box.rows(TABLE)) == 2
     assert _statuses(box) == ["SUCCEEDED"]
+    assert box.fleet.faults["WatchFunction"] == []  # the fault did fire
+    assert any(
+        i.function == "WatchFunction" and i.error and "timed out" in i.error for i in box.fleet.invocations
+    )
     _assert_iam(box)
 
 
@@ -247,3 +278,226 @@ def test_replay_and_reset_offsets_through_the_replay_function(box: Box) -> None:
     assert sorted(r["offset"] for r in box.rows(TABLE)) == before, box.describe()
     assert box.committed_offsets(TOPIC) == {0: 4}
     _assert_iam(box)
+
+
+def test_notifications_out_of_offset_order_land_in_order_exactly_once(box: Box) -> None:
+    """A partition's second segment is complete (and notified) while the first still lacks its
+    `.index`: nothing is planned past the missing index (a run never skips offsets), and when it
+    lands both segments commit in offset order, once each."""
+    first = encode_segment(0, 0, 3)
+    box.s3.put_object(
+        Bucket=box.segment_bucket, Key=format_segment_key(box.namespace, TOPIC, 0, 0), Body=first.kfs
+    )
+    put_segment(box.s3, box.segment_bucket, box.namespace, TOPIC, 0, 3, 4)  # offsets 3..6, complete
+    box.pump(until=lambda: box.fleet.count("LauncherFunction") >= 1, timeout_s=30)
+    box.pump(until=lambda: box.recorder.count("sqs:ChangeMessageVisibility", "RouterRole") >= 1, timeout_s=30)
+    assert box.rows(TABLE) == []
+    assert box.executions() == []  # the launcher saw the partition blocked on the first segment
+    index_key = format_segment_key(box.namespace, TOPIC, 0, 0, SegmentObjectKind.INDEX)
+    box.s3.put_object(Bucket=box.segment_bucket, Key=index_key, Body=first.index)
+    box.pump()
+    assert sorted(r["offset"] for r in box.rows(TABLE)) == list(range(7)), box.describe()
+    assert box.committed_offsets(TOPIC) == {0: 6}
+    assert "FAILED" not in _statuses(box)
+    _assert_iam(box)
+
+
+def test_a_poison_work_item_goes_to_the_dlq_and_lands_once_when_redriven(box: Box) -> None:
+    """The launcher fails on every delivery of a topic's work item (a fault: a broken deployment):
+    after the template's `maxReceiveCount` deliveries SQS moves it to the WorkDLQ and nothing is
+    launched. With the launcher fixed, the operator's redrive (DLQ -> WorkQueue) lands the topic's
+    segments once; a second redrive of the same item (moved again) adds nothing."""
+    redrive = box.deployment.evaluate(box.deployment.resources["WorkQueue"]["Properties"]["RedrivePolicy"])
+    receives = int(redrive["maxReceiveCount"])
+
+    def broken() -> None:
+        raise RuntimeError("ImportModuleError: the launcher's package is broken (fault)")
+
+    box.fleet.faults["LauncherFunction"] = [broken] * (receives + 5)
+    put_segment(box.s3, box.segment_bucket, box.namespace, TOPIC, 0, 0, 5)
+    box.pump(timeout_s=90)
+    assert box.fleet.count("LauncherFunction") == receives  # then SQS moved it to the DLQ
+    assert box.executions() == []
+    box.fleet.faults["LauncherFunction"] = []
+    (item,) = box.sqs.receive_message(
+        QueueUrl=box.queue_urls["WorkDLQ"], VisibilityTimeout=0, AttributeNames=["All"]
+    )["Messages"]
+    assert box.redrive("WorkDLQ", "WorkQueue") == 1
+    box.pump()
+    assert sorted(r["offset"] for r in box.rows(TABLE)) == [0, 1, 2, 3, 4], box.describe()
+    assert box.committed_offsets(TOPIC) == {0: 4}
+    # The same work item once more (as a redrive of a copy would): the launcher finds nothing pending.
+    box.sqs.send_message(
+        QueueUrl=box.queue_urls["WorkQueue"],
+        MessageBody=item["Body"],
+        MessageGroupId=item["Attributes"]["MessageGroupId"],
+        MessageDeduplicationId="again",
+    )
+    box.pump()
+    assert sorted(r["offset"] for r in box.rows(TABLE)) == [0, 1, 2, 3, 4]
+    assert _statuses(box) == ["SUCCEEDED"]
+    _assert_iam(box)
+
+
+def test_a_large_run_passes_only_references_through_the_state_machine(box: Box) -> None:
+    """Step Functions caps a state's input and output at 256 KB (and Lambda a payload at 6 MB, which
+    the box enforces on every invoke): the run's plan travels as its S3 URI, so a run of 40 segments
+    passes no segment through the state machine, and its largest state payload is a few KB."""
+    for partition in range(4):
+        for base in range(0, 20, 2):
+            put_segment(box.s3, box.segment_bucket, box.namespace, TOPIC, partition, base, 2)
+    box.pump(timeout_s=240)
+    assert len(box.rows(TABLE)) == 80, box.describe()
+    assert box.committed_offsets(TOPIC) == dict.fromkeys(range(4), 19)
+    largest = 0
+    for execution in box.executions():
+        for event in box.history(execution["executionArn"]):
+            for details in event.values():
+                if isinstance(details, dict) and ("input" in details or "output" in details):
+                    payload = str(details.get("input", "")) + str(details.get("output", ""))
+                    assert ".kfs" not in payload, event["type"]
+                    largest = max(largest, len(payload.encode()))
+    assert 0 < largest < 16 * 1024, largest
+    _assert_iam(box)
+
+
+@pytest.fixture
+def two_topic_box(
+    moto_server: MotoEndpoint,
+    etcd_server: EtcdServer,
+    spark_runner: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[Box]:
+    box = build_box(
+        moto_url=moto_server.url,
+        etcd=etcd_server,
+        spark_runner=spark_runner,
+        tmp_path=tmp_path,
+        monkeypatch=monkeypatch,
+        mappings=[
+            {"topic": TOPIC, "table": TABLE, "create_table_if_missing": True},
+            {"topic": "payments", "table": "shop.payments", "create_table_if_missing": True},
+        ],
+        # Longer than any launcher invocation here: a batch must not come back while still in flight.
+        visibility_seconds=20,
+    )
+    try:
+        yield box
+    finally:
+        unregister(box)
+
+
+def test_two_pollers_hold_one_batch_per_topic_and_different_topics_at_once(two_topic_box: Box) -> None:
+    """Two launcher pollers at once (Lambda runs several per event source): while one holds a batch
+    of a topic (its FIFO group), the other receives the other topic's work but not the first topic's
+    newer item, so two launches of one topic never race; everything lands once. The work items are
+    sent as the router sends them (`TopicSignal.sqs_message`), so that the first batch holds one
+    topic only; the router's own items follow through the ordinary pump."""
+    box = two_topic_box
+    (work,) = [source for source in box.mappings.sources if source.function == "LauncherFunction"]
+    for topic in (TOPIC, "payments"):
+        put_segment(box.s3, box.segment_bucket, box.namespace, topic, 0, 0, 3)
+
+    def signal(topic: str) -> None:
+        message = TopicSignal(topic=topic, reason="segment", nonce=uuid.uuid4().hex).sqs_message()
+        box.sqs.send_message(QueueUrl=box.queue_urls["WorkQueue"], **message)
+
+    def slow() -> None:  # the first launch takes a while: the second poller receives meanwhile
+        time.sleep(1.0)
+
+    box.fleet.faults["LauncherFunction"] = [slow]
+    signal(TOPIC)
+    first = threading.Thread(target=box.mappings.poll_source, args=(work,))
+    first.start()
+    orders_group, payments_group = message_group_id(TOPIC), message_group_id("payments")
+    deadline = time.monotonic() + 10
+    while not box.mappings.in_flight[work.queue_url][orders_group] and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert box.mappings.in_flight[work.queue_url][orders_group] == 1
+    signal(TOPIC)  # a newer item of the topic in flight: SQS must not hand it to the second poller
+    signal("payments")
+    second = threading.Thread(target=box.mappings.poll_source, args=(work,))
+    second.start()
+    first.join()
+    second.join()
+    assert box.mappings.violations == []
+    assert (payments_group, orders_group) in box.mappings.overlaps
+    assert box.fleet.count("LauncherFunction") == 2
+    box.pump(pollers=2, timeout_s=240)  # the rest (the router's items, the newer orders item)
+    assert sorted(r["offset"] for r in box.rows(TABLE)) == [0, 1, 2], box.describe()
+    assert sorted(r["offset"] for r in box.rows("shop.payments")) == [0, 1, 2]
+    assert box.committed_offsets(TOPIC) == {0: 2}
+    assert box.committed_offsets("payments") == {0: 2}
+    assert box.mappings.violations == []
+    assert "FAILED" not in _statuses(box)
+    _assert_iam(box)
+
+
+def test_the_emr_jobs_worker_requests_are_checked_against_its_role() -> None:
+    """The recorder attributes requests signed with the job's key to EmrJobRole and maps S3 REST
+    requests to IAM actions: a read of the runs bucket's run documents is allowed, a read of another
+    bucket and a write of the segment bucket are not (the check can fail)."""
+    import io
+
+    from tests.support.aws_box import EMR_JOB_ACCESS_KEY, CallRecorder
+    from tests.support.cfn_template import Deployment
+    from tests.test_template import INSTALLATIONS
+
+    deployment = Deployment(INSTALLATIONS["existing-bucket"])
+    recorder = CallRecorder(deployment, {})
+    runs_bucket = deployment.attribute("RunsBucket", "Ref")
+    signed = f"AWS4-HMAC-SHA256 Credential={EMR_JOB_ACCESS_KEY}/20261123/eu-west-1/s3/aws4_request, X"
+
+    def request(method: str, path: str, query: str = "", body: bytes = b"") -> None:
+        recorder.server_hook(
+            {
+                "HTTP_AUTHORIZATION": signed,
+                "REQUEST_METHOD": method,
+                "PATH_INFO": path,
+                "QUERY_STRING": query,
+                "CONTENT_LENGTH": str(len(body)),
+                "wsgi.input": io.BytesIO(body),
+            }
+        )
+
+    request("GET", f"/{runs_bucket}/runs/orders/r-a0/plan.json")
+    request("PUT", f"/{runs_bucket}/runs/orders/r-a0/result.json")
+    request("GET", f"/{runs_bucket}", "list-type=2&prefix=runs%2Forders%2F")
+    assert recorder.denied() == []
+    request("GET", "/someone-elses-bucket/secret")
+    request(
+        "POST", f"/{runs_bucket}", "delete=", b"<Delete><Object><Key>spark/main.py</Key></Object></Delete>"
+    )
+    recorder.server_hook(
+        {"HTTP_AUTHORIZATION": "Credential=OTHER/x/eu-west-1/s3/aws4_request", "PATH_INFO": "/x"}
+    )
+    assert [(c.action, c.resource) for c in recorder.denied()] == [
+        ("s3:DeleteObject", f"arn:aws:s3:::{runs_bucket}/spark/main.py"),
+        ("s3:GetObject", "arn:aws:s3:::someone-elses-bucket/secret"),
+    ]
+    assert recorder.worker_requests == 5
+
+
+def test_the_box_holds_lambda_to_its_6_mb_payload_limits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The box's Lambda invoke refuses a request over 6 MB (as Lambda does, before the function runs)
+    and reports a response over 6 MB as `Function.ResponseSizeTooLarge`, so a handler whose payload
+    grew with the run would fail the flow tests rather than pass them."""
+    from botocore.exceptions import ClientError
+
+    from tests.support.aws_box import PAYLOAD_LIMIT, LambdaFleet
+    from tests.support.cfn_template import Deployment
+    from tests.test_template import INSTALLATIONS
+
+    deployment = Deployment(INSTALLATIONS["existing-bucket"])
+    fleet = LambdaFleet(deployment, {})
+    watch = str(deployment.attribute("WatchFunction", "Arn"))
+    with pytest.raises(ClientError) as refused:
+        fleet.invoke_payload(watch, b'{"x": "' + b"a" * PAYLOAD_LIMIT + b'"}')
+    assert refused.value.response["Error"]["Code"] == "RequestEntityTooLargeException"
+    monkeypatch.setattr(fleet, "invoke", lambda logical_id, event: {"blob": "a" * PAYLOAD_LIMIT})
+    answered = fleet.invoke_payload(watch, b"{}")
+    assert answered["FunctionError"] == "Unhandled"
+    assert answered["Payload"]["errorType"] == "Function.ResponseSizeTooLarge"
+    monkeypatch.setattr(fleet, "invoke", lambda logical_id, event: {"small": True})
+    assert fleet.invoke_payload(watch, b"{}")["Payload"] == {"small": True}

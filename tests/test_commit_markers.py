@@ -149,3 +149,32 @@ def test_the_table_wins_and_store_differences_are_reported_both_ways() -> None:
     assert reconciliation.offset(2) == -1
     assert reconciliation.store_behind == {0: (7, 10)}
     assert reconciliation.store_ahead == {1: (9, 5), 2: (1, -1)}
+
+
+def test_offset_gaps_and_overlaps_round_trip_through_the_summary_leniently() -> None:
+    """Issue 12 §6: what the commit writes for `status`; a malformed value is ignored, never fatal."""
+    from kafscale_iceberg.domain.anomalies import (
+        MAX_RECORDED_GAPS,
+        SUMMARY_OFFSET_GAPS,
+        SUMMARY_OVERLAPPED,
+        OffsetAnomalies,
+        PartitionGaps,
+    )
+
+    many = PartitionGaps.of((o * 10, o * 10 + 1) for o in range(MAX_RECORDED_GAPS + 5))
+    anomalies = OffsetAnomalies(gaps={3: many, 1: PartitionGaps.of([(5, 5)])}, overlapped={1: 4, 2: 0})
+    summary = anomalies.summary()
+    assert summary[SUMMARY_OVERLAPPED] == '{"1":4}'
+    back = OffsetAnomalies.from_summary(summary)
+    assert back.gaps[1] == PartitionGaps(missing=1, ranges=((5, 5),))
+    assert back.gaps[3].missing == 2 * (MAX_RECORDED_GAPS + 5)  # every offset counted
+    assert len(back.gaps[3].ranges) == MAX_RECORDED_GAPS  # the ranges listed up to the cap
+    assert back.overlapped == {1: 4}
+    assert back.plus(back).gaps[1] == PartitionGaps(missing=2, ranges=((5, 5), (5, 5)))
+    assert OffsetAnomalies().summary() == {}
+    broken = {
+        SUMMARY_OFFSET_GAPS: '{"0": {"missing": -1, "ranges": []}, "x": 1, "2": {"missing": 1, '
+        '"ranges": [[4, 3], [1, 1]]}}',
+        SUMMARY_OVERLAPPED: "not json",
+    }
+    assert OffsetAnomalies.from_summary(broken) == OffsetAnomalies(gaps={2: PartitionGaps(1, ((1, 1),))})

@@ -48,6 +48,23 @@ def test_overlapping_segments_never_write_an_offset_twice(tmp_path: Path) -> Non
 
     assert offsets == list(range(30))
     assert result.counts.out_of_range == 5
+    assert result.partitions[0].records_overlapped == 5
+
+
+def test_records_committed_before_or_after_the_run_are_not_counted_as_overlapped(tmp_path: Path) -> None:
+    """Issue 12 §6: a segment read again from its start (the committed offset inside it, or a gap after
+    it) or read past the run's end repeats nothing: `overlapped` counts only another segment's offsets."""
+    folder = SegmentFolder(tmp_path / "segments")
+    folder.add_orders(0, 0, 20)
+    folder.add_orders(0, 20, 10)
+    first, second = folder.written[0]
+    plan = make_plan(folder, str(tmp_path), ranges={0: (9, 24)}, segments={0: [first, second]})
+
+    offsets, result = run_in_process(plan)
+
+    assert offsets == list(range(10, 25))
+    assert result.counts.out_of_range == 0
+    assert result.partitions[0].records_overlapped == 0
 
 
 def test_offsets_of_control_batches_are_contained_not_gaps(tmp_path: Path) -> None:

@@ -15,18 +15,22 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from uuid import uuid4
 
 import pytest
 import yaml
 from pyspark.sql import SparkSession
 
+from bench.s3_proxy import Fault, LatencyProxy
 from kafscale_iceberg.assembly import Assembly
+from kafscale_iceberg.domain.commits import TableCommit, TableState
 from kafscale_iceberg.domain.runs import RunPlan
 from kafscale_iceberg.local.embedded import free_port
 from kafscale_iceberg.local.pipeline import Pipeline
+from kafscale_iceberg.local.spark_runner import LocalSparkJobRunner
 from tests.support.moto import MotoEndpoint
 from tests.support.outages import RestartableEtcd, TcpProxy
-from tests.test_faults import TOPIC, World
+from tests.test_faults import TABLE, TOPIC, World
 
 pytestmark = pytest.mark.slow
 
@@ -248,3 +252,265 @@ def _wait(condition: Callable[[], bool], process: subprocess.Popen[str], what: s
             pass
         time.sleep(0.3)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+class FailingCommits:
+    """The real table committer; its first `commit` raises `error` (nothing written) instead."""
+
+    def __init__(self, inner: Any, error: Exception) -> None:
+        self._inner, self._error = inner, error
+        self.raised = threading.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def commit(self, expected: TableState, commit: TableCommit) -> TableState:
+        if not self.raised.is_set():
+            self.raised.set()
+            raise self._error
+        return self._inner.commit(expected, commit)
+
+
+def _sqlite_world(moto: MotoEndpoint, tmp_path: Path) -> World:
+    return World(moto, tmp_path, {"offsets": {"backend": "sqlite", "sqlite_path": str(tmp_path / "ck.db")}})
+
+
+def _failing_process(world: World, error: Exception) -> tuple[Pipeline, FailingCommits]:
+    """A fresh process (as `World.process`) whose first table commit raises `error`."""
+    assembly = Assembly(world.config, owner_id=f"process-{uuid4().hex[:6]}")
+    if world.runner is None:
+        world.runner = LocalSparkJobRunner(master="local[2]", s3=assembly.s3_settings)
+    commits = FailingCommits(assembly.tables, error)
+    assembly.__dict__["tables"] = commits  # cached_property: every service gets the failing one
+    return Pipeline(assembly, world.runner, watch_interval_s=0.1, outage_backoff_s=(0.2, 1.0)), commits
+
+
+def test_run_stops_on_a_defect_instead_of_staying_up_not_ready(
+    moto_server: MotoEndpoint, tmp_path: Path, spark: SparkSession
+) -> None:
+    """Issue 12 §2: only outages are ridden out. A defect (here an AttributeError in the commit) used to
+    keep `run` alive and not ready forever, retrying the same bug; now the run in flight is abandoned
+    (lease released), the loop ends with the error, and a fresh process commits everything once."""
+    world = _sqlite_world(moto_server, tmp_path)
+    world.put(0, 8)
+    pipeline, commits = _failing_process(
+        world, AttributeError("'NoneType' object has no attribute 'offsets'")
+    )
+
+    ended: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            pipeline.run_forever()
+        except BaseException as exc:
+            ended.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(timeout=180)
+    if thread.is_alive():  # the old behaviour: alive and not ready, retrying the defect
+        pipeline.stop()
+        thread.join(timeout=120)
+        pytest.fail(f"run kept going after a defect; health: {pipeline.health.state()}")
+    assert commits.raised.is_set()
+    (error,) = ended
+    assert isinstance(error, AttributeError)
+
+    ready, reason = pipeline.health.state()
+    assert not ready
+    assert reason.startswith("stopped: AttributeError")
+    assert Assembly(world.config, owner_id="look").checkpoints.read_lease_holder(TOPIC) is None
+    summary = world.process().run_once()
+    assert summary.ok, summary
+    world.check_exactly_once()
+
+
+def test_run_rides_out_a_foreign_connection_error_and_run_once_names_it(
+    moto_server: MotoEndpoint, tmp_path: Path, spark: SparkSession
+) -> None:
+    """The other side: a connection reset no adapter translated is an outage - ridden out by `run`,
+    named as unavailable by `run --once`; while a defect under `--once` is a failure, not "unavailable"."""
+    world = _sqlite_world(moto_server, tmp_path)
+    world.put(0, 8)
+    summary = _failing_process(world, ConnectionResetError(104, "reset by peer"))[0].run_once()
+    assert any(u.startswith("ConnectionResetError") for u in summary.unavailable), summary
+    assert not summary.ok
+
+    summary = _failing_process(world, KeyError("partition"))[0].run_once()
+    assert summary.unavailable == [], summary
+    assert summary.failed[TOPIC].startswith("unexpected error (see the traceback): KeyError"), summary
+
+    world.put(0, 4)
+    pipeline, _ = _failing_process(world, ConnectionResetError(104, "reset by peer"))
+    loop = Loop(pipeline)
+    loop.wait_for(lambda: _committed(world, 0) == 11, "the records committed after the reset")
+    assert any(r.startswith("ConnectionResetError") for r in loop.not_ready), loop.not_ready
+    loop.wait_for(lambda: pipeline.health.state()[0], "ready again")
+    loop.stop()
+    world.check_exactly_once()
+
+
+@pytest.fixture
+def fault_proxy(moto_server: MotoEndpoint) -> Iterator[LatencyProxy]:
+    """The benchmarks' proxy in front of the moto server, without delays: faults injected per request."""
+    with LatencyProxy.for_url(moto_server.url, latency_s=0.0, bandwidth_bytes_per_s=1e12) as proxy:
+        yield proxy
+
+
+def _s3(head: bytes) -> bool:
+    return b"x-amz-target:" not in head.lower()  # S3's REST requests; SQS and Glue name a target
+
+
+def _new_reason(loop: Loop, since: int, *words: str) -> bool:
+    return any(all(w in r for w in words) for r in loop.not_ready[since:])
+
+
+def test_run_rides_out_s3_answering_503_then_hanging_and_run_once_names_it(
+    moto_server: MotoEndpoint, tmp_path: Path, fault_proxy: LatencyProxy, spark: SparkSession
+) -> None:
+    """Issue 12 §2: S3 refusing with 503 SlowDown (past botocore's retries), then S3 hanging (no answer,
+    connections dropped): `run --once` names S3; `run` goes not ready with the reason, backs off,
+    comes back ready on its own and ingests what was produced meanwhile, each record once."""
+    world = World(
+        moto_server,
+        tmp_path,
+        {"offsets": {"backend": "sqlite", "sqlite_path": str(tmp_path / "ck.db")}},
+        endpoint=fault_proxy.url,
+    )
+    world.put(0, 10)
+    fault_proxy.inject(Fault.answer(503, "SlowDown"), matching=_s3)
+    summary = world.process().run_once()
+    assert not summary.ok
+    assert any(u.startswith("S3UnavailableError") and "SlowDown" in u for u in summary.unavailable), summary
+    fault_proxy.clear()
+
+    pipeline = world.process(outage_backoff_s=(0.2, 1.0))
+    loop = Loop(pipeline)
+    loop.wait_for(lambda: _committed(world, 0) == 9, "the first records")
+
+    since = len(loop.not_ready)
+    fault_proxy.inject(Fault.answer(503, "SlowDown"), matching=_s3)
+    world.put(0, 5)  # straight to moto: the broker is not behind the fault
+    loop.wait_for(lambda: _new_reason(loop, since, "SlowDown"), "not ready while S3 answers 503", 90)
+    fault_proxy.clear()
+    loop.wait_for(lambda: _committed(world, 0) == 14, "the records produced during the 503s")
+    loop.wait_for(lambda: pipeline.health.state()[0], "ready again")
+
+    since = len(loop.not_ready)
+    fault_proxy.inject(Fault.hang(2.0), matching=_s3)
+    world.put(0, 5)
+    loop.wait_for(lambda: _new_reason(loop, since, "S3UnavailableError"), "not ready while S3 hangs", 120)
+    fault_proxy.clear()
+    loop.wait_for(lambda: _committed(world, 0) == 19, "the records produced during the hang")
+    loop.wait_for(lambda: pipeline.health.state()[0], "ready again")
+    loop.stop()
+    world.check_exactly_once()
+
+
+def test_run_keeps_ingesting_through_an_sqs_outage_and_reports_it(
+    moto_server: MotoEndpoint, tmp_path: Path, fault_proxy: LatencyProxy, spark: SparkSession
+) -> None:
+    """SQS refusing (503) while S3 notifications pile up in the queue: `/healthz` says notifications
+    are unavailable, yet the reconciler's poll keeps ingesting; once SQS answers, the queued
+    notifications are routed and deleted without ingesting anything twice."""
+    sqs: Any = moto_server.client("sqs")
+    world = World(
+        moto_server,
+        tmp_path,
+        {"offsets": {"backend": "sqlite", "sqlite_path": str(tmp_path / "ck.db")}},
+        endpoint=fault_proxy.url,
+    )
+    queue = sqs.create_queue(QueueName=f"{world.bucket}-notifications")["QueueUrl"]
+    arn = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    world.s3.put_bucket_notification_configuration(
+        Bucket=world.bucket,
+        NotificationConfiguration={
+            "QueueConfigurations": [{"QueueArn": arn, "Events": ["s3:ObjectCreated:*"]}]
+        },
+    )
+    world.config = world.config.model_copy(
+        update={"notifications": world.config.notifications.model_copy(update={"queue_url": queue})}
+    )
+    world.put(0, 10)
+    pipeline = world.process(outage_backoff_s=(0.2, 1.0))
+    loop = Loop(pipeline)
+    loop.wait_for(lambda: _committed(world, 0) == 9, "the first records")
+
+    fault_proxy.inject(
+        Fault.answer(503, "ServiceUnavailable"), matching=lambda head: b"amazonsqs" in head.lower()
+    )
+    loop.wait_for(
+        lambda: _new_reason(loop, 0, "notifications unavailable", "QueueUnavailableError"), "SQS down", 60
+    )
+    world.put(0, 5)
+    loop.wait_for(lambda: _committed(world, 0) == 14, "the records produced during the SQS outage")
+    assert not pipeline.health.state()[0]  # still not ready: notifications are down
+    fault_proxy.clear()
+    loop.wait_for(lambda: pipeline.health.state()[0], "ready again")
+    loop.wait_for(
+        lambda: (
+            int(
+                sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["All"])["Attributes"][
+                    "ApproximateNumberOfMessages"
+                ]
+            )
+            == 0
+        ),
+        "the queued notifications handled",
+    )
+    world.put(1, 3)
+    loop.wait_for(lambda: _committed(world, 1) == 2, "a record after the outage")
+    loop.stop()
+    world.check_exactly_once()
+
+
+def is_glue(head: bytes) -> bool:
+    return b"awsglue" in head.lower()
+
+
+def test_run_rides_out_a_glue_catalog_outage_and_run_once_names_it(
+    moto_server: MotoEndpoint, tmp_path: Path, fault_proxy: LatencyProxy, spark: SparkSession
+) -> None:
+    """A Glue catalog (moto's, behind the proxy) answering 503: `--once` names the catalog, `run` is
+    not ready with the reason while it lasts, then commits what was produced, each record once."""
+    world = World(
+        moto_server,
+        tmp_path,
+        {
+            "offsets": {"backend": "sqlite", "sqlite_path": str(tmp_path / "ck.db")},
+            "iceberg": {
+                # Two retries inside botocore (pyiceberg's default is 10, ~1 minute of backoff a call).
+                "catalog": {
+                    "type": "glue",
+                    "properties": {"glue.endpoint": fault_proxy.url, "glue.max-retries": "2"},
+                },
+                "warehouse": f"s3://{moto_server.new_bucket()}/warehouse",
+            },
+        },
+        endpoint=fault_proxy.url,
+    )
+    world.config = world.config.model_copy(
+        update={"runs": world.config.runs.model_copy(update={"location": str(tmp_path / "runs")})}
+    )
+    glue: Any = moto_server.client("glue")
+    glue.create_database(DatabaseInput={"Name": TABLE.split(".")[0]})
+    world.put(0, 10)
+    fault_proxy.inject(Fault.answer(503, "ServiceUnavailableException"), matching=is_glue)
+    summary = world.process().run_once()
+    assert not summary.ok
+    assert any(u.startswith("CatalogUnavailableError") for u in summary.unavailable), summary
+    fault_proxy.clear()
+
+    pipeline = world.process(outage_backoff_s=(0.2, 1.0))
+    loop = Loop(pipeline)
+    loop.wait_for(lambda: _committed(world, 0) == 9, "the first records")
+    fault_proxy.inject(Fault.answer(503, "ServiceUnavailableException"), matching=is_glue)
+    world.put(0, 5)
+    loop.wait_for(
+        lambda: _new_reason(loop, 0, "CatalogUnavailableError"), "not ready while Glue answers 503", 90
+    )
+    fault_proxy.clear()
+    loop.wait_for(lambda: _committed(world, 0) == 14, "the records produced during the outage")
+    loop.wait_for(lambda: pipeline.health.state()[0], "ready again")
+    loop.stop()
+    world.check_exactly_once()

@@ -403,3 +403,45 @@ def test_maintenance_handler_compacts_and_reports_each_table(
     assert (table["before"]["files"], table["after"]["files"]) == (3, 1)
     records = emf_records(capsys.readouterr().out)
     assert emf_values(records, "maintenance_files_compacted_total")[-1][1] == [3.0]
+
+
+def test_offset_gaps_and_overlaps_the_commit_step_records_are_in_status(
+    stack: Stack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 12 §6 on the AWS path: the commit Lambda writes the run's gaps and overlapped records into
+    its snapshot summary, so `status` shows them per partition whichever path committed."""
+    from functions.commit import handler
+    from kafscale_iceberg.cli import main
+    from kafscale_iceberg.domain.runs import OffsetGap
+
+    runs = RunFactory(stack.root, table="prod.orders", dead_letter_table="prod.orders__dlq")
+    plan = runs.plan({0: (-1, 9), 1: (-1, 4)})
+    result = runs.result(plan)
+    first, second = result.partitions
+    result = result.model_copy(
+        update={
+            "partitions": (
+                first.model_copy(update={"gaps": (OffsetGap(first=3, last=4),), "records_overlapped": 2}),
+                second,
+            )
+        }
+    )
+    plan_path = stack.root / "runs" / "orders" / plan.run_id / "plan.json"
+    plan_path.parent.mkdir(parents=True, exist_ok=True)
+    plan_path.write_text(plan.model_dump_json())
+    Path(plan.result_uri.removeprefix("file://")).write_text(result.model_dump_json())
+    ticket = _ticket(stack, plan.run_id, plan_uri=str(plan_path))
+    assert handler({"ticket": ticket.model_dump(mode="json")}, LambdaContext(function_name="commit"))[
+        "table_committed"
+    ]
+    capsys.readouterr()
+
+    assert main(["status", "--config", str(stack.root / "config.yaml"), "--json"]) == 0
+    (topic,) = json.loads(capsys.readouterr().out)["topics"]
+    partitions = {p["partition"]: p for p in topic["partitions"]}
+    assert partitions[0]["offset_gaps"] == {"missing": 2, "ranges": [[3, 4]]}
+    assert partitions[0]["overlapped_records"] == 2
+    assert (partitions[1]["offset_gaps"], partitions[1]["overlapped_records"]) == (
+        {"missing": 0, "ranges": []},
+        0,
+    )

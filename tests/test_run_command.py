@@ -214,3 +214,36 @@ def test_the_demo_passes_its_own_checks(tmp_path: Path, spark: SparkSession) -> 
     assert "present exactly once" in text
     assert "replaying a committed range wrote no snapshot" in text
     assert (tmp_path / "demo" / "config.yaml").exists()
+
+
+def test_run_exits_on_an_error_a_person_must_fix_instead_of_staying_up_not_ready(
+    setup: Setup, etcd_server: EtcdServer
+) -> None:
+    """Issue 12 §2: only a dependency's outage is ridden out. A value under our etcd keys that this
+    product never writes (edited by hand, or another writer under the prefix) is terminal: `run` used
+    to treat it as an outage and stay up not ready forever; now it exits 1 naming the key and what to
+    do, without a traceback (a defect would print one)."""
+    import etcd3
+
+    setup.put(0, 0, 5)
+    key = f"{setup.config.offsets.key_prefix}/offsets/{TOPIC}/0"
+    host, port = etcd_server.url.removeprefix("http://").rsplit(":", 1)
+    client = etcd3.client(host=host, port=int(port))
+    try:
+        client.put(key, "edited by hand")
+    finally:
+        client.close()
+
+    process = subprocess.Popen(
+        setup.command(), env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        _, stderr = process.communicate(timeout=240)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        _, stderr = process.communicate()
+        pytest.fail(f"run stayed up on a terminal error: {stderr[-2000:]}")
+    assert process.returncode == 1, stderr[-3000:]
+    assert key in stderr
+    assert "fix or delete the value" in stderr
+    assert "Traceback" not in stderr

@@ -105,6 +105,7 @@ def test_start_job_starts_the_plans_job_under_the_lease(steps: Steps, tmp_path: 
             "jobDriver": ANY,
             "tags": ANY,
             "executionTimeoutMinutes": 5,
+            "configurationOverrides": {},  # always named: the state machine's .sync task repeats it
         },
     )
     with steps.stubber:

@@ -93,9 +93,10 @@ def test_every_transient_error_reaches_the_state_machine_under_a_retried_name() 
     definition = json.loads(ASL.read_text())
     retried = {
         name: {e for retry in state["Retry"] for e in retry["ErrorEquals"]}
-        for name, state in definition["States"].items()
+        for name, state in _all_states(definition).items()
         if state.get("Resource") == "arn:aws:states:::lambda:invoke" and name != "Abort"
     }
+    assert {"StartJob", "Renew", "Commit"} <= set(retried)
     for cls in classes:
         exc = cls.__new__(cls)
         Exception.__init__(exc, "boom")
@@ -112,9 +113,24 @@ def test_terminal_errors_keep_their_names_and_reach_the_abort() -> None:
     with pytest.raises(RunNotCommittableError):
         _raising(error)({}, None)
     definition = json.loads(ASL.read_text())
-    for name in ("StartJob", "Watch", "Commit"):
+    for name in ("StartJob", "Commit"):
         catches = definition["States"][name]["Catch"]
         assert catches[0]["ErrorEquals"] == ["States.ALL"]
+    # The Renew step's failures (and the job's) end the Parallel that holds it: caught there.
+    catches = definition["States"]["RunJob"]["Catch"]
+    assert catches[0]["ErrorEquals"] == ["JobSucceeded"]
+    assert catches[0]["Next"] == "Commit"
+    assert catches[-1]["ErrorEquals"] == ["States.ALL"]
+
+
+def _all_states(definition: dict[str, Any]) -> dict[str, Any]:
+    """The definition's states, those of Parallel branches included."""
+    found: dict[str, Any] = {}
+    for name, state in definition["States"].items():
+        found[name] = state
+        for branch in state.get("Branches", []):
+            found |= _all_states(branch)
+    return found
 
 
 # -- 1.3 the lease fits the state machine -------------------------------------------------------------
@@ -132,11 +148,13 @@ def _longest_retry_wait(state: dict[str, Any]) -> float:
 
 def test_the_deployed_lease_ttl_is_three_times_the_longest_gap_between_renewals() -> None:
     """Each lease-holding step renews when it starts; between two renewals lie at most a step's longest
-    retry wait (or the wait before a watch) plus a cold start."""
+    retry wait (or the wait before a renewal while startJobRun.sync waits on the job) plus a cold
+    start."""
     states = json.loads(ASL.read_text())["States"]
-    holding = ("StartJob", "Watch", "Commit")
-    retry_gaps = [_longest_retry_wait(states[name]) for name in holding]
-    watch_gap = states["WaitForJob"]["Seconds"] + _longest_retry_wait(states["Watch"])
+    renewing = states["RunJob"]["Branches"][1]["States"]
+    holding = [states["StartJob"], renewing["Renew"], states["Commit"]]
+    retry_gaps = [_longest_retry_wait(state) for state in holding]
+    watch_gap = renewing["RenewEvery"]["Seconds"] + _longest_retry_wait(renewing["Renew"])
     gap = max([*retry_gaps, watch_gap])
     gap += COLD_START_IN_VPC_S
     deployment = Deployment(INSTALLATIONS["existing-bucket"])
@@ -230,3 +248,28 @@ def test_the_commit_step_may_record_the_tables_field_ids_and_nothing_else_in_run
     assert not deployment.role_allows(
         "CommitRole", "s3:PutObject", f"arn:aws:s3:::{runs}/runs/orders/r1/plan.json"
     )
+
+
+# -- §3 the state machine waits on the job with startJobRun.sync ------------------------------------------
+
+
+def test_the_state_machine_role_allows_what_start_job_run_sync_needs() -> None:
+    """What Step Functions' EMR Serverless integration calls for `startJobRun.sync` (its IAM page): the
+    start (same request as the StartJob step, so PassRole and the tags too), reading and cancelling the
+    job run, and its managed EventBridge rule. The box checks the calls it makes (tests/test_aws_flow.py);
+    the rule's calls never happen in the box."""
+    deployment = Deployment(INSTALLATIONS["existing-bucket"])
+    application = str(deployment.attribute("EmrApplication", "Arn"))
+    role = "RunStateMachineRole"
+    assert deployment.role_allows(role, "emr-serverless:StartJobRun", application)
+    for action in ("GetJobRun", "CancelJobRun", "TagResource"):
+        assert deployment.role_allows(role, f"emr-serverless:{action}", f"{application}/jobruns/00abc")
+    assert deployment.role_allows(role, "iam:PassRole", str(deployment.attribute("EmrJobRole", "Arn")))
+    rule = f"arn:aws:events:{REGION}:{ACCOUNT}:rule/StepFunctionsGetEventsForEMRServerlessJobRule"
+    for action in ("PutTargets", "PutRule", "DescribeRule"):
+        assert deployment.role_allows(role, f"events:{action}", rule)
+    assert not deployment.role_allows(role, "events:PutRule", rule.replace("EMRServerlessJob", "Other"))
+    # The step's request is the one the .sync task repeats (same ClientToken: EMR returns that job).
+    states = json.loads(ASL.read_text())["States"]
+    waiting = states["RunJob"]["Branches"][0]["States"]["WaitOnJob"]["Parameters"]
+    assert waiting["ClientToken.$"] == "$.job.ClientToken"

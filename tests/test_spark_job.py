@@ -165,8 +165,10 @@ def test_rows_of_every_codec_and_boundary_are_exact_and_iceberg_accepts_them(
     assert sum(f.record_count for f in result.data_files) == len(expected)
     assert all(f.size_bytes == os.path.getsize(f.uri) for f in result.data_files)
     assert result.dead_letter_files == ()
-    # 0..4 and 76..89 of partition 0 are outside the range; partition 1's first segment owns nothing.
-    assert result.counts.out_of_range == 5 + 14
+    # 0..4 and 76..89 of partition 0 are read but outside the range (committed before, or after its
+    # end), and partition 1's first segment owns nothing: no segment overlaps another, so none of
+    # them counts as overlapped (issue 12 §6: only records another segment owns do).
+    assert result.counts.out_of_range == 0
     assert result.counts.written == len(expected)
     assert result.counts.segments_read == 5
     outcomes = {p.partition: p for p in result.partitions}

@@ -378,17 +378,21 @@ def test_no_role_allows_all_resources_or_all_actions_of_a_service(
             assert set(statement.actions) <= UNSCOPABLE, statement
 
 
-def test_only_the_start_step_may_pass_a_role_and_only_the_emr_job_role_to_emr() -> None:
+def test_only_the_start_step_and_the_state_machine_pass_a_role_and_only_the_emr_job_role_to_emr() -> None:
+    """The start step starts the job; the state machine's startJobRun.sync repeats that request."""
     deployment = Deployment(INSTALLATIONS["existing-bucket"])
+    passing = set()
     for role in ROLES:
         for statement in deployment.role_statements(role):
             if "iam:PassRole" not in statement.actions:
                 continue
-            assert role == "StartJobRole"
+            passing.add(role)
+            assert role in {"StartJobRole", "RunStateMachineRole"}
             assert statement.resources == (deployment.attribute("EmrJobRole", "Arn"),)
             assert statement.condition == {
                 "StringEquals": {"iam:PassedToService": "emr-serverless.amazonaws.com"}
             }
+    assert passing == {"StartJobRole", "RunStateMachineRole"}
 
 
 def test_each_role_writes_only_its_own_log_group() -> None:

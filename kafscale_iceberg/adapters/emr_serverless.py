@@ -64,12 +64,28 @@ class EmrServerlessJobRunner:
         self._timeout_minutes = timeout_minutes
         self._throttle_attempts = throttle_attempts
         self._sleep = sleep
+        self._requests: dict[str, dict[str, Any]] = {}  # run id -> the StartJobRun request sent
 
     def start(self, plan: RunPlan, plan_uri: str) -> str:
         """Start the run's job, or find the one already started for it. Returns the job run id.
 
         Idempotent: the run id is the `clientToken`, so a repeated call returns the same job.
         """
+        request = self._request(plan, plan_uri)
+        response = self._call(f"start job for run {plan.run_id}", lambda: self._emr.start_job_run(**request))
+        self._requests[plan.run_id] = request
+        job_id: str = response["jobRunId"]
+        return job_id
+
+    def step_functions_request(self, run_id: str) -> dict[str, Any]:
+        """The `StartJobRun` request this runner sent for `run_id`, as the state machine's
+        `emr-serverless:startJobRun.sync` task takes it (Step Functions' PascalCase field names; tag
+        keys kept): the same request with the same `ClientToken`, so EMR returns the job already
+        started and the task waits on it."""
+        request: dict[str, Any] = _pascal_case(self._requests[run_id])
+        return request
+
+    def _request(self, plan: RunPlan, plan_uri: str) -> dict[str, Any]:
         request: dict[str, Any] = {
             "applicationId": self._settings.application_id,
             "clientToken": plan.run_id,
@@ -85,13 +101,13 @@ class EmrServerlessJobRunner:
             "tags": {"kafscale:topic": plan.topic, "kafscale:run-id": plan.run_id},
             "executionTimeoutMinutes": self._timeout_minutes,
         }
+        # Always present (empty without a log URI): the state machine's .sync task names the field.
+        request["configurationOverrides"] = {}
         if self._settings.log_uri:
             request["configurationOverrides"] = {
                 "monitoringConfiguration": {"s3MonitoringConfiguration": {"logUri": self._settings.log_uri}}
             }
-        response = self._call(f"start job for run {plan.run_id}", lambda: self._emr.start_job_run(**request))
-        job_id: str = response["jobRunId"]
-        return job_id
+        return request
 
     def status(self, job_id: str) -> JobStatus:
         """The job run's state now."""
@@ -164,3 +180,15 @@ class EmrServerlessJobRunner:
             except BotoCoreError as exc:
                 raise JobRunnerUnavailableError(f"{what}: {exc}") from exc
         raise AssertionError("unreachable")
+
+
+def _pascal_case(value: Any, *, keep_keys: bool = False) -> Any:
+    """boto3's camelCase request -> Step Functions' optimized-integration PascalCase (`tags` keys kept)."""
+    if isinstance(value, dict):
+        return {
+            (key if keep_keys else key[:1].upper() + key[1:]): _pascal_case(item, keep_keys=key == "tags")
+            for key, item in value.items()
+        }
+    if isinstance(value, list):
+        return [_pascal_case(item) for item in value]
+    return value

@@ -12,7 +12,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from pyiceberg.catalog import Catalog
@@ -30,6 +30,7 @@ from pyiceberg.exceptions import (
     UnauthorizedError,
 )
 
+from kafscale_iceberg.adapters.foreign_errors import is_unreachable, named_in
 from kafscale_iceberg.exceptions import CatalogError, CatalogUnavailableError, ConfigError, TableMissingError
 
 if TYPE_CHECKING:
@@ -144,17 +145,33 @@ def load_iceberg_catalog(settings: CatalogSettings) -> Catalog:
     `CatalogUnavailableError` (transient) when it cannot be reached, `CatalogError` otherwise.
     """
     properties = catalog_properties(settings)
+    glue_properties = _glue_properties(properties) if settings.type == "glue" else {}
     try:
         if settings.type == "sql":
             catalog: Catalog = SqlCatalog(settings.name, **properties)
         elif settings.type == "glue":
-            catalog = GlueCatalog(settings.name, **properties)
+            catalog = GlueCatalog(settings.name, **glue_properties)
         else:
             catalog = RestCatalog(settings.name, **properties)
     except Exception as exc:
         raise translate_catalog_error(settings, "open the catalog", exc) from exc
     logger.info("iceberg catalog opened", extra={"catalog": settings.describe()})
     return catalog
+
+
+def _glue_properties(properties: Mapping[str, str]) -> dict[str, Any]:
+    """pyiceberg hands `glue.max-retries` to botocore's `Config` as it is, which needs an int (a string,
+    as every config property is, failed to open the catalog)."""
+    converted: dict[str, Any] = dict(properties)
+    retries = converted.get("glue.max-retries")
+    if retries is not None:
+        try:
+            converted["glue.max-retries"] = int(retries)
+        except ValueError:
+            raise ConfigError(
+                "iceberg.catalog.properties.glue.max-retries", f"{retries!r} is not a whole number"
+            ) from None
+    return converted
 
 
 def translate_catalog_error(settings: CatalogSettings, operation: str, exc: Exception) -> Exception:
@@ -166,21 +183,11 @@ def translate_catalog_error(settings: CatalogSettings, operation: str, exc: Exce
         return ConfigError(key, f"the {catalog} catalog rejected the credentials ({problem})")
     if is_unreachable_error(exc):
         return CatalogUnavailableError(catalog, operation, problem)
-    if _named_in(exc, _BAD_URI):
+    if named_in(exc, _BAD_URI):
         return ConfigError("iceberg.catalog.uri", f"{catalog}: {problem}")
     return CatalogError(catalog, operation, problem)
 
 
-# Errors of the libraries under pyiceberg, by top-level package and class name, so that this module
-# need not import requests, sqlalchemy and botocore to recognise them.
-_UNREACHABLE: Mapping[str, frozenset[str]] = {
-    "requests": frozenset({"ConnectionError", "Timeout", "ConnectTimeout", "ReadTimeout"}),
-    "sqlalchemy": frozenset({"OperationalError", "TimeoutError", "DisconnectionError"}),
-    "botocore": frozenset(
-        {"EndpointConnectionError", "ConnectTimeoutError", "ReadTimeoutError", "ConnectionClosedError"}
-    ),
-    "urllib3": frozenset({"NewConnectionError", "ConnectTimeoutError", "ReadTimeoutError", "MaxRetryError"}),
-}
 _BAD_URI: Mapping[str, frozenset[str]] = {
     "sqlalchemy": frozenset({"ArgumentError", "NoSuchModuleError"}),
     "requests": frozenset({"MissingSchema", "InvalidURL", "InvalidSchema"}),
@@ -188,14 +195,10 @@ _BAD_URI: Mapping[str, frozenset[str]] = {
 
 
 def is_unreachable_error(exc: BaseException) -> bool:
-    """True when `exc` means the catalog or its storage did not answer, or answered 5xx/429: retry later."""
-    unavailable = (ServerError, ServiceUnavailableError, TooManyRequestsError, ConnectionError, TimeoutError)
-    return isinstance(exc, unavailable) or _named_in(exc, _UNREACHABLE)
-
-
-def _named_in(exc: BaseException, names: Mapping[str, frozenset[str]]) -> bool:
-    package = type(exc).__module__.split(".")[0]
-    return type(exc).__name__ in names.get(package, frozenset())
+    """True when `exc` means the catalog or its storage did not answer, or answered 5xx/429 or AWS
+    throttling (a Glue `ThrottlingException`, an S3 `SlowDown` under the metadata): retry later."""
+    unavailable = (ServerError, ServiceUnavailableError, TooManyRequestsError)
+    return isinstance(exc, unavailable) or is_unreachable(exc)
 
 
 class CatalogTableAccess:

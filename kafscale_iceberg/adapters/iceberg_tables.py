@@ -81,6 +81,7 @@ from pyiceberg.utils.properties import property_as_bool
 
 from kafscale_iceberg.adapters.iceberg_catalog import CatalogTableAccess
 from kafscale_iceberg.adapters.iceberg_data_files import data_files_to_add
+from kafscale_iceberg.domain.anomalies import OffsetAnomalies
 from kafscale_iceberg.domain.commits import (
     SUMMARY_CONVERSION_FAILURES,
     SUMMARY_TOPIC,
@@ -390,19 +391,21 @@ class IcebergTableCommitter(CatalogTableAccess):
 
         Walks parent snapshots in memory, no extra I/O beyond loading the table. Raises like `read_state`.
         """
-        metadata = self._load(table).metadata
-        by_id = {snapshot.snapshot_id: snapshot for snapshot in metadata.snapshots}
         totals: dict[str, int] = {}
-        snapshot_id = metadata.current_snapshot_id
-        while snapshot_id is not None and snapshot_id in by_id:
-            snapshot = by_id[snapshot_id]
-            summary = snapshot.summary
-            if summary is not None and summary.get(SUMMARY_TOPIC) == topic:
-                text = summary.get(SUMMARY_CONVERSION_FAILURES)
-                for column, count in decode_conversion_failures(text or "{}").items():
-                    totals[column] = totals.get(column, 0) + count
-            snapshot_id = snapshot.parent_snapshot_id
+        for summary in _topic_summaries(self._load(table), topic):
+            text = summary.get(SUMMARY_CONVERSION_FAILURES)
+            for column, count in decode_conversion_failures(text or "{}").items():
+                totals[column] = totals.get(column, 0) + count
         return dict(sorted(totals.items()))
+
+    def offset_anomalies(self, table: str, topic: str) -> OffsetAnomalies:
+        """Per partition, the offset gaps and overlapped records of `topic`'s runs: the sum of the
+        `kafscale.offset-gaps` / `kafscale.overlapped` summaries on the current lineage (snapshots
+        still retained). Walks parent snapshots in memory like `conversion_failures`."""
+        total = OffsetAnomalies()
+        for summary in _topic_summaries(self._load(table), topic):
+            total = total.plus(OffsetAnomalies.from_summary(summary))
+        return total
 
     def commit(self, expected: TableState, commit: TableCommit) -> TableState:
         """Make ONE Iceberg commit: add `commit.file_uris`, record `commit.marker_after`, write the summary.
@@ -667,3 +670,17 @@ def _apply_schema_changes(table: Table, spec: TableSpec, changes: SchemaChanges)
             update.update_column(name, field_type=types[name])
         for name in changes.relaxed:
             update.update_column(name, required=False)
+
+
+def _topic_summaries(table: Table, topic: str) -> list[Mapping[str, str]]:
+    """The summaries of the snapshots committed for `topic` on the table's current lineage, newest first."""
+    metadata = table.metadata
+    by_id = {snapshot.snapshot_id: snapshot for snapshot in metadata.snapshots}
+    summaries: list[Mapping[str, str]] = []
+    snapshot_id = metadata.current_snapshot_id
+    while snapshot_id is not None and snapshot_id in by_id:
+        snapshot = by_id[snapshot_id]
+        if snapshot.summary is not None and snapshot.summary.get(SUMMARY_TOPIC) == topic:
+            summaries.append(snapshot.summary)
+        snapshot_id = snapshot.parent_snapshot_id
+    return summaries

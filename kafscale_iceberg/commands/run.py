@@ -3,6 +3,8 @@
 A drop-in for KafScale's Go processor: the same config file, continuous ingestion until SIGINT or
 SIGTERM (the run in flight is cancelled and aborted: lease released, nothing half-committed), or
 `--once` to commit everything pending now and exit (0 when all of it committed, 1 with a summary).
+A continuous run rides out its dependencies' outages (`/healthz` not ready meanwhile); any other
+error ends it with exit code 1 (a defect with its traceback), never left up and not ready forever.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from contextlib import contextmanager
 from types import FrameType
 
 from kafscale_iceberg.config import load_config_from
+from kafscale_iceberg.exceptions import KafscaleIcebergError
 from kafscale_iceberg.local.pipeline import OnceSummary, RunEnd, RunReport
 from kafscale_iceberg.local.wiring import ProgressPrinter, lfs_summary, open_pipeline
 from kafscale_iceberg.metrics import MetricsServer, PrometheusMetricsSink
@@ -57,7 +60,14 @@ def run_command(args: argparse.Namespace) -> int:
             f"kafscale-iceberg run: ingesting {', '.join(config.mapped_topics)}; Ctrl-C stops",
             file=sys.stderr,
         )
-        pipeline.run_forever()
+        try:
+            pipeline.run_forever()
+        except KafscaleIcebergError:
+            raise  # a terminal error of ours: one line naming what to do, exit 1
+        except Exception:
+            # A defect, not an outage: its traceback was logged; exit rather than stay up not-ready.
+            print("kafscale-iceberg run: stopped by an unexpected error (traceback above)", file=sys.stderr)
+            return 1
     print("kafscale-iceberg run: stopped cleanly", file=sys.stderr)
     return 0
 

@@ -14,7 +14,10 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from kafscale_iceberg.services.status import StatusReport, TopicStatus
+    from kafscale_iceberg.services.status import PartitionStatus, StatusReport, TopicStatus
+
+_GAPS_SHOWN = 5
+"""Gap ranges listed per partition in the text (all of them are in `--json`)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -122,7 +125,25 @@ def _render_topic(topic: TopicStatus) -> str:
     blocked = [p for p in topic.partitions if p.blocked_segment]
     lines += [f"  partition {p.partition} waits for the .index of {p.blocked_segment}" for p in blocked]
     lines += [f"  partition {p.partition} waits: {p.problem}" for p in topic.partitions if p.problem]
+    lines += [_gaps_line(p) for p in topic.partitions if p.offset_gaps.missing]
+    lines += [
+        f"  partition {p.partition} overlapped: {p.overlapped_records} records repeated by overlapping "
+        "segments (written once)"
+        for p in topic.partitions
+        if p.overlapped_records
+    ]
     return "\n".join(lines)
+
+
+def _gaps_line(p: PartitionStatus) -> str:
+    """`  partition 0 offset gaps: 15 offsets no segment contained (10..19, 30..34)`."""
+    shown = p.offset_gaps.ranges[:_GAPS_SHOWN]
+    listed = ", ".join(f"{first}..{last}" if first != last else str(first) for first, last in shown)
+    more = ", ..." if len(p.offset_gaps.ranges) > _GAPS_SHOWN else ""
+    return (
+        f"  partition {p.partition} offset gaps: {p.offset_gaps.missing} offsets no segment contained "
+        f"({listed}{more})"
+    )
 
 
 def _time(ms: int | None) -> str:

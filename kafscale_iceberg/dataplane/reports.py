@@ -43,6 +43,11 @@ class SegmentWindow(_Model):
     size_bytes: int
     first_owned: int
     last_owned: int
+    range_first: int
+    range_last: int
+    """The run's range of the partition, `[range_first, range_last]`: a record inside it but outside
+    the window is another segment's (an overlap, counted); one outside it was committed before or is
+    beyond the run (read again by the next run), not counted."""
 
 
 class TaskAssignment(_Model):
@@ -182,6 +187,7 @@ def _partition_outcome(plan_partition: PartitionPlan, outcomes: Sequence[Segment
         max_timestamp_ms=max(stamps) if stamps else None,
         records_written=sum(o.records_written for o in outcomes),
         records_dead_lettered=sum(o.records_dead_lettered for o in outcomes),
+        records_overlapped=sum(o.out_of_range for o in outcomes),
         gaps=tuple(
             OffsetGap(first=a, last=b)
             for a, b in missing_spans(

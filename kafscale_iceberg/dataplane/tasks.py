@@ -7,7 +7,10 @@ pyarrow-only benchmark pipeline calls it directly.
 
 Offset ownership: segment *i* of a partition owns the offsets from `max(start_exclusive + 1, base_i)`
 to `min(end_inclusive, base_{i+1} - 1)` (its window). A record outside its segment's window is not
-written and is counted `out_of_range`, so overlapping segments can never write an offset twice.
+written, so overlapping segments can never write an offset twice; one inside the run's range (owned
+by the next segment: an overlap) is counted `out_of_range` (`records_total{result="overlapped"}`),
+while one at or before the committed offset (a segment read again from its start) or after the run's
+end is not counted - it is neither repeated nor lost.
 """
 
 from __future__ import annotations
@@ -73,6 +76,8 @@ def segment_windows(plan: RunPlan) -> list[SegmentWindow]:
                     size_bytes=segment.size_bytes,
                     first_owned=max(partition.start_exclusive + 1, segment.base_offset),
                     last_owned=upper,
+                    range_first=partition.start_exclusive + 1,
+                    range_last=partition.end_inclusive,
                 )
             )
     return windows
@@ -266,7 +271,7 @@ def run_task(
                 kept=kept,
                 written=written,
                 dead_lettered=dead_lettered,
-                out_of_range=records.num_rows - kept.num_rows,
+                out_of_range=_overlapped(records, window),
                 size=len(data),
                 header_keys_replaced=decoded.header_keys_replaced,
             )
@@ -322,6 +327,24 @@ def _in_window(records: pa.Table, window: SegmentWindow) -> pa.Table:
         return records
     inside = pc.and_(pc.greater_equal(offsets, window.first_owned), pc.less_equal(offsets, window.last_owned))
     return records.filter(inside)
+
+
+def _overlapped(records: pa.Table, window: SegmentWindow) -> int:
+    """Records of the run's range that another segment owns (an overlap): not written here, counted.
+
+    Records at or before the committed offset (a segment read again from its start) and after the
+    run's end are not counted: they are neither repeated nor lost."""
+    if records.num_rows == 0:
+        return 0
+    offsets = records.column("offset")
+    first, last = offsets[0].as_py(), offsets[-1].as_py()
+    if first >= window.first_owned and last <= window.last_owned:
+        return 0
+    in_range = pc.and_(
+        pc.greater_equal(offsets, window.range_first), pc.less_equal(offsets, window.range_last)
+    )
+    owned = pc.and_(pc.greater_equal(offsets, window.first_owned), pc.less_equal(offsets, window.last_owned))
+    return int(pc.sum(pc.and_(in_range, pc.invert(owned)).cast(pa.int64())).as_py() or 0)
 
 
 def _outcome(

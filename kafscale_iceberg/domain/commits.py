@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 
+from kafscale_iceberg.domain.anomalies import OffsetAnomalies
 from kafscale_iceberg.domain.runs import NO_OFFSET, DataFile, PartitionField, PartitionTransform
 from kafscale_iceberg.domain.schema import FieldSpec
 from kafscale_iceberg.exceptions import TableMarkerError
@@ -238,6 +239,8 @@ class TableCommit:
     """The Parquet field ids the files carry (None: none); checked against the table before adding."""
     conversion_failures: Mapping[str, int] = field(default_factory=dict)
     """Per column, the run's values stored null because they did not convert (audit trail, `status`)."""
+    anomalies: OffsetAnomalies = field(default_factory=OffsetAnomalies)
+    """Per partition, offset gaps and overlapped records of the run (audit trail, `status`)."""
 
     def summary(self) -> dict[str, str]:
         """The snapshot summary keys: what this snapshot added, for audit and recovery."""
@@ -255,6 +258,7 @@ class TableCommit:
             summary[SUMMARY_CONVERSION_FAILURES] = json.dumps(
                 dict(sorted(self.conversion_failures.items())), separators=(",", ":")
             )
+        summary.update(self.anomalies.summary())
         return summary
 
 

@@ -466,6 +466,8 @@ class PartitionOutcome(_Model):
     max_timestamp_ms: int | None = None
     records_written: int = 0
     records_dead_lettered: int = 0
+    records_overlapped: int = 0
+    """Records repeated by an overlapping segment (offsets another segment of the run held: written once)."""
     gaps: tuple[OffsetGap, ...] = ()
     quarantined: tuple[QuarantinedSegment, ...] = ()
 

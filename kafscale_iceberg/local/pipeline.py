@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol
 
+from kafscale_iceberg.adapters.foreign_errors import is_unreachable
 from kafscale_iceberg.domain.events import WorkItem
 from kafscale_iceberg.domain.jobs import JobState
 from kafscale_iceberg.domain.runs import RunPlan
@@ -190,6 +191,24 @@ def outage_delay_seconds(outages: int, backoff_s: tuple[float, float]) -> float:
     return min(longest, first * 2.0 ** min(outages - 1, 30)) * random.uniform(0.5, 1.0)
 
 
+def is_outage(error: BaseException) -> bool:
+    """Whether `error` means a dependency is unavailable for now (etcd, S3, SQS, the catalog): `run`
+    rides it out. Anything else - a defect, or a state a person must fix - is not an outage.
+
+    Our errors carry the verdict (`transient`, set by the adapter that translated the SDK's error).
+    A foreign error is an outage when it, or an error it was raised from, is a connection error, a
+    timeout, or an AWS answer of throttling or a 5xx (`adapters.foreign_errors.is_unreachable`).
+    """
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, KafscaleIcebergError):
+            return seen.transient
+        if is_unreachable(seen):
+            return True
+        seen = seen.__cause__
+    return False
+
+
 def describe_outage(error: BaseException) -> str:
     """What failed, for `/healthz` and `run --once`: the error's kind and message, on one line."""
     text = " ".join(str(error).split())
@@ -228,6 +247,8 @@ class Pipeline:
         self._receiver: SqsReceiver | None = None
         self._outage_backoff_s = outage_backoff_s
         self._in_flight: RunTicket | None = None
+        self._queue_problem: str | None = None
+        """Why the notification queue cannot be read now (None: it can, or there is none)."""
         self.health = Readiness()
         """Ready, or not ready with the reason (an outage): what `/healthz` answers."""
 
@@ -260,6 +281,8 @@ class Pipeline:
         try:
             topics = self.assembly.discovery.discover().topics
         except Exception as exc:
+            if not is_outage(exc):
+                raise
             summary.unavailable.append(describe_outage(exc))
             summary.failed["*"] = f"topics could not be discovered: {describe_outage(exc)}"
             return summary
@@ -272,8 +295,12 @@ class Pipeline:
             except ConfigError:
                 raise
             except Exception as exc:
-                summary.unavailable.append(describe_outage(exc))
-                summary.failed[topic] = f"unavailable: {describe_outage(exc)}"
+                if is_outage(exc):
+                    summary.unavailable.append(describe_outage(exc))
+                    summary.failed[topic] = f"unavailable: {describe_outage(exc)}"
+                else:
+                    logger.critical("%s: unexpected error", topic, exc_info=exc)
+                    summary.failed[topic] = f"unexpected error (see the traceback): {describe_outage(exc)}"
         return summary
 
     def _once_topic(self, topic: str, summary: OnceSummary, busy_wait_s: float) -> None:
@@ -322,11 +349,13 @@ class Pipeline:
         pass (then `after_pass`, e.g. the status gauges) every poll interval; failed topics are
         retried after their backoff.
 
-        Rides out outages: when a dependency (etcd, S3, SQS, the catalog) fails, the run in flight
-        is abandoned (its job cancelled, its lease released when possible, else left to expire),
-        `health` turns not-ready with the reason, and the loop retries after a jittered exponential
-        backoff, ready again after its next successful reconciler pass. Only a `ConfigError` (a
-        person must act) ends it, or `stop()`.
+        Rides out outages: when a dependency (etcd, S3, SQS, the catalog) is unavailable
+        (`is_outage`), the run in flight is abandoned (its job cancelled, its lease released when
+        possible, else left to expire), `health` turns not-ready with the reason, and the loop
+        retries after a jittered exponential backoff, ready again after its next successful
+        reconciler pass. Anything else ends it, raised to the caller after the run in flight was
+        abandoned the same way: a `ConfigError` (a person must act), another terminal error of ours,
+        or a defect (logged with its traceback) - never kept alive and not-ready forever. And `stop()`.
         """
         poll_s = float(self.assembly.config.processor.poll_interval_seconds)
         loop = _LoopState()
@@ -336,6 +365,17 @@ class Pipeline:
             except ConfigError:
                 raise
             except Exception as exc:
+                if not is_outage(exc):
+                    self.health.not_ready(f"stopped: {describe_outage(exc)}")
+                    self._error(ErrorStage.DISCOVER, None, exc)
+                    # A defect gets its traceback; our terminal errors say what to do in their message.
+                    defect = not isinstance(exc, KafscaleIcebergError)
+                    logger.critical(
+                        "stopping: %s (not a dependency outage)",
+                        describe_outage(exc),
+                        exc_info=exc if defect else None,
+                    )
+                    raise
                 loop.outages += 1
                 delay = outage_delay_seconds(loop.outages, self._outage_backoff_s)
                 reason = describe_outage(exc)
@@ -359,7 +399,10 @@ class Pipeline:
             if loop.outages:
                 logger.warning("dependencies reachable again; resuming", extra={"outages": loop.outages})
             loop.outages = 0
-            self.health.ready()
+            if self._queue_problem is None:
+                self.health.ready()
+            else:
+                self.health.not_ready(self._queue_reason())
             if self._after_pass is not None:
                 try:
                     self._after_pass()
@@ -407,8 +450,7 @@ class Pipeline:
         try:
             messages = self._receiver.receive(wait_seconds=1)
         except KafscaleIcebergError as exc:
-            self._error(ErrorStage.ROUTE, None, exc)
-            self.stopping.wait(1.0)
+            self._notifications_down(exc)
             return
         for message in messages:
             try:
@@ -418,7 +460,26 @@ class Pipeline:
                 # and moved to its dead-letter queue by the redrive policy when it never routes.
                 self._error(ErrorStage.ROUTE, None, exc)
                 continue
-            self._receiver.delete(message)
+            try:
+                self._receiver.delete(message)
+            except KafscaleIcebergError as exc:
+                # Redelivered after its visibility timeout; the inbox launches a topic once either way.
+                self._notifications_down(exc)
+                return
+        if self._queue_problem is not None:
+            logger.warning("notifications reachable again", extra={"queue_url": url})
+            self._queue_problem = None  # ready again at the next reconciler pass
+
+    def _notifications_down(self, error: KafscaleIcebergError) -> None:
+        """The queue cannot be read: not ready (with the reason) while it lasts, but ingestion goes on -
+        the reconciler's pass every poll interval finds new segments without notifications."""
+        self._error(ErrorStage.ROUTE, None, error)
+        self._queue_problem = describe_outage(error)
+        self.health.not_ready(self._queue_reason())
+        self.stopping.wait(1.0)
+
+    def _queue_reason(self) -> str:
+        return f"notifications unavailable (polling S3 meanwhile): {self._queue_problem}"
 
     def _notification_path(self, url: str) -> tuple[Router, SqsReceiver]:
         return self.assembly.make_router(self._inbox), self.assembly.make_notification_receiver(url)
@@ -493,8 +554,12 @@ class Pipeline:
                 return replace(self._abort(ticket, plan, start, str(exc)), retry_after_seconds=0, replan=True)
             except KafscaleIcebergError as exc:
                 self._error(ErrorStage.SINK, ticket.topic, exc)
-                if not exc.transient or attempt == _COMMIT_ATTEMPTS:
+                if not exc.transient:
                     return self._abort(ticket, plan, start, f"commit failed: {exc}")
+                if attempt == _COMMIT_ATTEMPTS:
+                    # Still unavailable (the catalog, etcd, S3): an outage, not this run's failure -
+                    # abandoned by `drive`, then the loop reports not ready and backs off.
+                    raise
                 time.sleep(attempt)
         result = committed.result
         return RunReport(

@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
+from kafscale_iceberg.domain.anomalies import OffsetAnomalies, offset_anomalies
 from kafscale_iceberg.domain.commits import (
     QuarantinedRange,
     Reconciliation,
@@ -120,6 +121,8 @@ class RunFilesWrite(TableWrite):
     quarantined: tuple[QuarantinedRange, ...]
     field_ids: Mapping[str, int] | None
     conversion_failures: Mapping[str, int] = field(default_factory=dict)
+    anomalies: OffsetAnomalies = field(default_factory=OffsetAnomalies)
+    """The run's offset gaps and overlapped records (the data table's summary, for `status`)."""
 
     def baseline(self, state: TableState) -> Mapping[int, int]:
         """The topic's committed offsets in this table before the run."""
@@ -141,6 +144,7 @@ class RunFilesWrite(TableWrite):
             quarantined=self.quarantined,
             field_ids=self.field_ids,
             conversion_failures=dict(self.conversion_failures),
+            anomalies=self.anomalies,
         )
 
     @classmethod
@@ -318,6 +322,7 @@ class CommitService:
             result.data_files,
             quarantined,
             conversion_failures=result.counts.conversion_failures,
+            anomalies=offset_anomalies(result),
             adopted=store,
         )
         main = read_state_or_empty(self._tables, plan.table.identifier, topic)

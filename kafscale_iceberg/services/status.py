@@ -22,6 +22,11 @@ For each topic of the config's mappings:
   attempts of the range the launcher would plan now (same selection rules and limits, from the
   checkpoint store's offsets, as the launcher plans) - one GET per recorded attempt.
 
+- **offset gaps and overlapped records** per partition: offsets inside a committed run's range that
+  no segment contained, and records an overlapping segment repeated (written once), summed over the
+  `kafscale.offset-gaps` / `kafscale.overlapped` summaries of the table's retained snapshots of the
+  topic (the commit step writes them on AWS as `run` does here);
+
 - **table health** (when a health reader is given, as `status` does): the table's data files, small
   files (below `maintenance.small_file_bytes`), snapshots, manifest bytes, and when `maintain` last
   expired snapshots and compacted it (table properties `kafscale.maintenance.last-ms`,
@@ -38,9 +43,10 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from kafscale_iceberg.config import KafscaleConfig
+from kafscale_iceberg.domain.anomalies import OffsetAnomalies, PartitionGaps
 from kafscale_iceberg.domain.commits import TableState
 from kafscale_iceberg.domain.leases import LeaseHolder
 from kafscale_iceberg.domain.maintenance import TableHealth
@@ -140,6 +146,10 @@ class PartitionStatus:
     store_updated_at_ms: int | None
     problem: str | None = None
     """A malformed key or corrupt segment in this partition's way (it waits; the others flow)."""
+    offset_gaps: PartitionGaps = field(default_factory=PartitionGaps)
+    """Offsets inside committed runs' ranges that no segment contained (retained snapshots)."""
+    overlapped_records: int = 0
+    """Records repeated by an overlapping segment, written once (retained snapshots)."""
 
     def to_json(self) -> dict[str, object]:
         """A JSON-ready dict."""
@@ -156,6 +166,11 @@ class PartitionStatus:
             "last_record_timestamp_ms": self.last_record_timestamp_ms,
             "store_updated_at_ms": self.store_updated_at_ms,
             "problem": self.problem,
+            "offset_gaps": {
+                "missing": self.offset_gaps.missing,
+                "ranges": [list(r) for r in self.offset_gaps.ranges],
+            },
+            "overlapped_records": self.overlapped_records,
         }
 
 
@@ -264,8 +279,9 @@ class StatusService:
             state: TableState | None = self._tables.read_state(mapping.table, topic)
             table_commit_ms = self._tables.last_commit_ms(mapping.table, topic)
             conversion_failures = self._tables.conversion_failures(mapping.table, topic)
+            anomalies = self._tables.offset_anomalies(mapping.table, topic)
         except TableMissingError:
-            state, table_commit_ms, conversion_failures = None, None, {}
+            state, table_commit_ms, conversion_failures, anomalies = None, None, {}, OffsetAnomalies()
         table_offsets = state.marker.offsets if state is not None else None
         store = self._checkpoints.load_committed_offsets(topic)
         holder = self._checkpoints.read_lease_holder(topic)
@@ -273,13 +289,17 @@ class StatusService:
         in_s3 = self._segments.list_partitions(topic)
         numbers = sorted({*in_s3, *store.states, *(table_offsets or {})})
         partitions = tuple(
-            self._partition_status(
-                probe,
-                partition,
-                table_offset=None if table_offsets is None else table_offsets.get(partition, NO_OFFSET),
-                store=store,
-                listed=partition in in_s3,
-                now_ms=now_ms,
+            replace(
+                self._partition_status(
+                    probe,
+                    partition,
+                    table_offset=None if table_offsets is None else table_offsets.get(partition, NO_OFFSET),
+                    store=store,
+                    listed=partition in in_s3,
+                    now_ms=now_ms,
+                ),
+                offset_gaps=anomalies.gaps.get(partition, PartitionGaps()),
+                overlapped_records=anomalies.overlapped.get(partition, 0),
             )
             for partition in numbers
         )

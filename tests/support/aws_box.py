@@ -2,9 +2,9 @@
 
 What is real: the state machine (`infra/state_machine.asl.json` with the template's
 `DefinitionSubstitutions`) executed by moto's ASL interpreter (the vendored LocalStack one, moto
-5.2.5 server mode with `stepfunctions.execute_state_machine`); S3, SQS (FIFO groups, redrive),
+5.2.5 server mode with `stepfunctions.execute_state_machine`); S3, SQS (FIFO groups, redrive), Glue,
 EMR Serverless's API and Step Functions' API (moto server); etcd (a real server); the Iceberg
-commit (pyiceberg, SQLite catalog); the Spark job (`spark_app.job.run_job`, local Spark); every
+commit (pyiceberg, Glue catalog, warehouse on S3); the Spark job (`spark_app.job.run_job`, local Spark); every
 handler of `functions/` with the environment template.yaml gives it.
 
 The fakes, each with what it does not cover:
@@ -14,10 +14,19 @@ The fakes, each with what it does not cover:
   `errorMessage`; 6 MB request/response limits; a function over its template `Timeout` reports
   `Sandbox.Timedout`). Not covered: cold-start latency, concurrency limits, memory limits, the
   layer/image packaging (tests/test_template_tools.py builds those). One invocation runs at a time.
+- **`emr-serverless:startJobRun.sync`** (`emr_serverless_sync_service`): moto's interpreter has no
+  EMR Serverless integration; the box's starts the job run and reads it with `GetJobRun` until it
+  is final (Step Functions learns the end from EventBridge). Its calls are the state machine role's.
+  moto's Parallel could not re-raise a branch's `States.*` error (a failed job): the box lets it, as
+  Step Functions does. Not covered: the EventBridge rule Step Functions manages (its IAM is checked
+  by tests/test_serverless_fixes.py).
 - **Event source mappings** (`EventSourceMappings`): a poller that reads the template's SQS event
   sources with their `BatchSize` and hands batches to the function: a raised error returns the
   whole batch, `batchItemFailures` only those items, the rest are deleted; redrive to the DLQ after
-  `maxReceiveCount` is moto's. One poller thread, so one batch per FIFO group in flight trivially.
+  `maxReceiveCount` is moto's. `pump(pollers=N)` runs N pollers per source at once and records the
+  FIFO groups in flight (`overlaps`, `violations`): moto's FIFO queue hands a group to one poller at
+  a time. Invocations themselves run one at a time (the environment is process-wide). `redrive`
+  does what `StartMessageMoveTask` does (DLQ -> source, same body and group; a new deduplication id).
   Not covered: batching windows, scaling, `MaximumConcurrency`.
 - **Time**: Wait states and Retry intervals run `TIME_SCALE` times their length; queue visibility
   timeouts are `VISIBILITY_SECONDS` instead of the template's 180/720 s; an EMR job's
@@ -26,15 +35,24 @@ The fakes, each with what it does not cover:
 - **EMR Serverless compute**: moto's `StartJobRun` is idempotent by `clientToken` here (as EMR is)
   and starts the job's `--plan` on local Spark (`LocalSparkJobRunner`, warm session);
   `GetJobRun` reports that job's state; `CancelJobRun` cancels it (a finished job: ValidationException).
-  `emr_faults` makes the next job FAILED without running (a container that died) or stuck.
+  `faults` makes the next job FAILED without running (a container that died), stuck, or slow to
+  start (`SLOW`: RUNNING for `SLOW_START_SECONDS` first, so the renewal branch runs).
   Not covered: EMR's queueing, capacity, the venv archive/image (`make package-spark`).
-- **Catalog**: the functions get the config file's SQLite catalog and local warehouse instead of the
-  template's Glue/REST variables (Glue IAM is checked by tests/test_template.py only).
+- **Catalog**: the template's (`CatalogType` glue, the warehouse in `WarehouseBucket`) on moto's Glue
+  and S3; the config file only points pyiceberg's Glue client at moto (`glue.endpoint`). Every
+  boto3 session made during a test records (pyiceberg's Glue client makes its own), so the commit's
+  Glue calls are checked against its role. Not covered: the REST catalog; Glue's optimistic
+  `UpdateTable` conflicts as AWS raises them; pyiceberg's own S3 reads/writes of table metadata in
+  the functions (pyarrow, not boto3: unattributed, so unchecked).
 - **IAM** (`CallRecorder`): every AWS call a function makes (botocore `before-call` on the default
   session, attributed to the function being invoked) and each call of the state machine (its SQS
-  sends, its Lambda invokes) is checked against that role in template.yaml with
-  tests/support/cfn_template.py's evaluator (Allow statements; conditions not evaluated). The Spark
-  job's own calls are not attributed (EmrJobRole is checked by tests/test_template.py).
+  sends, its Lambda invokes, its EMR calls) is checked against that role in template.yaml with
+  tests/support/cfn_template.py's evaluator (Allow statements; conditions not evaluated). The EMR
+  job's own calls are checked against EmrJobRole: its driver's (the local runner's job thread) by the
+  same hook, its Python workers' (other processes) where moto receives them, by the access key
+  they sign with (`EMR_JOB_ACCESS_KEY`, given through the SparkContext's worker environment).
+  The job's data files are written to the warehouse bucket by its workers, so those writes are
+  checked too. Not covered: threads the driver starts itself (unattributed, so unchecked).
 """
 
 from __future__ import annotations
@@ -62,13 +80,13 @@ from tests.support.lambdas import LambdaContext
 TIME_SCALE = 0.01
 JOB_TIMEOUT_SCALE = 0.01  # 5 min (EMR's minimum) -> 3 s
 VISIBILITY_SECONDS = 1
+SLOW_START_SECONDS = 5.0  # a "SLOW" EMR job: longer than two lease renewals (180 s x TIME_SCALE)
 PAYLOAD_LIMIT = 6 * 1024 * 1024
 TEMPLATE_APPLICATION_ID = "00fabcdefg123456"
-# The functions' environment keeps what the template sets, except the catalog (see the docstring).
-NOT_GIVEN = {"KAFSCALE_ICEBERG_CATALOG_TYPE", "KAFSCALE_ICEBERG_CATALOG_URI", "KAFSCALE_ICEBERG_WAREHOUSE"}
 
 _principal: contextvars.ContextVar[str | None] = contextvars.ContextVar("aws_box_principal", default=None)
 STATE_MACHINE_ROLE = "RunStateMachineRole"
+SPARK_JOB_THREAD = "kafscale-spark"  # LocalSparkJobRunner's job thread: the EMR job's driver
 
 
 # -- IAM ----------------------------------------------------------------------------------------------
@@ -134,11 +152,57 @@ def iam_requests(service: str, operation: str, params: dict[str, Any]) -> list[t
                 found.append(("emr-serverless:TagResource", f"{application}/jobruns/*"))
             return found
         return [(f"emr-serverless:{operation}", f"{application}/jobruns/{params['jobRunId']}")]
+    if service == "glue":
+        catalog = f"arn:aws:glue:{REGION}:{ACCOUNT}:catalog"
+        database = (
+            params.get("DatabaseName")
+            or params.get("DatabaseInput", {}).get("Name")
+            or (params.get("Name", "") if "Database" in operation else "")
+        )
+        found = [
+            (f"glue:{operation}", catalog),
+            (f"glue:{operation}", f"arn:aws:glue:{REGION}:{ACCOUNT}:database/{database}"),
+        ]
+        table = params.get("Name") or params.get("TableInput", {}).get("Name")
+        if operation.endswith("Table") or operation == "GetTables":
+            found.append(
+                (f"glue:{operation}", f"arn:aws:glue:{REGION}:{ACCOUNT}:table/{database}/{table or '*'}")
+            )
+        return found
     if service == "secretsmanager":
         return [(f"secretsmanager:{operation}", params["SecretId"])]
     if service == "lambda" and operation == "Invoke":
         return [("lambda:InvokeFunction", params["FunctionName"])]
     raise AssertionError(f"the IAM recorder does not know {service}:{operation}: teach iam_requests")
+
+
+EMR_JOB_ROLE = "EmrJobRole"
+EMR_JOB_ACCESS_KEY = "EMRJOBROLEBOXKEY"  # the job's Python workers sign with it (see EmrCompute)
+
+
+def s3_rest_requests(method: str, path: str, query: str, body: bytes) -> list[tuple[str, str]]:
+    """The (action, resource) pairs IAM authorizes for one path-style S3 REST request."""
+    from urllib.parse import parse_qs, unquote
+
+    bucket, _, key = unquote(path).lstrip("/").partition("/")
+    params = parse_qs(query, keep_blank_values=True)
+    if not key:
+        if method == "GET":
+            return [("s3:ListBucket", f"arn:aws:s3:::{bucket}")]
+        if method == "POST" and "delete" in params:  # DeleteObjects: one DeleteObject per key
+            import re
+
+            keys = re.findall(rb"<Key>(.*?)</Key>", body)
+            return [("s3:DeleteObject", f"arn:aws:s3:::{bucket}/{k.decode()}") for k in keys]
+        return [(f"unmapped:s3:{method} bucket", f"arn:aws:s3:::{bucket}")]
+    obj = f"arn:aws:s3:::{bucket}/{key}"
+    if method in {"GET", "HEAD"}:
+        return [("s3:GetObject", obj)]
+    if method in {"PUT", "POST"}:
+        return [("s3:PutObject", obj)]
+    if method == "DELETE":
+        return [("s3:AbortMultipartUpload" if "uploadId" in params else "s3:DeleteObject", obj)]
+    return [(f"unmapped:s3:{method}", obj)]
 
 
 class CallRecorder:
@@ -148,6 +212,7 @@ class CallRecorder:
         self.deployment = deployment
         self.renames = renames  # moto's ids -> the template's (the EMR application id)
         self.calls: list[Call] = []
+        self.worker_requests = 0  # requests of the EMR job's Python workers (server_hook)
         self._lock = threading.Lock()
 
     def keep_params(self, params: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
@@ -155,9 +220,12 @@ class CallRecorder:
         context["aws_box_params"] = dict(params)
 
     def hook(self, model: Any, context: dict[str, Any], request_signer: Any = None, **_: Any) -> None:
-        """`before-call`: record the call for the function being invoked (or the state machine)."""
+        """`before-call`: record the call for the function being invoked (or the state machine, or
+        the EMR job's driver: the local Spark runner's job thread)."""
         params = context.get("aws_box_params", {})
         role = _principal.get()
+        if role is None and threading.current_thread().name.startswith(SPARK_JOB_THREAD):
+            role = EMR_JOB_ROLE
         if role is None:
             credentials = getattr(request_signer, "_credentials", None)
             if getattr(credentials, "access_key", None) != "ak":  # moto's interpreter signs with "ak"
@@ -179,6 +247,30 @@ class CallRecorder:
                 resource = resource.replace(moto_id, template_id)
             with self._lock:
                 self.calls.append(Call(role, action, resource))
+
+    def server_hook(self, environ: dict[str, Any]) -> None:
+        """moto's WSGI entry: record the requests the EMR job's Python workers sign with
+        `EMR_JOB_ACCESS_KEY` (another process: no botocore hook reaches it)."""
+        import io
+
+        authorization = environ.get("HTTP_AUTHORIZATION", "")
+        if f"Credential={EMR_JOB_ACCESS_KEY}/" not in authorization:
+            return
+        service = authorization.split("Credential=", 1)[1].split(",", 1)[0].split("/")[3]
+        body = b""
+        if environ.get("REQUEST_METHOD") == "POST":
+            length = int(environ.get("CONTENT_LENGTH") or 0)
+            body = environ["wsgi.input"].read(length)
+            environ["wsgi.input"] = io.BytesIO(body)
+        if service != "s3":
+            found = [(f"unmapped:{service}", environ.get("PATH_INFO", ""))]
+        else:
+            found = s3_rest_requests(
+                environ["REQUEST_METHOD"], environ.get("PATH_INFO", ""), environ.get("QUERY_STRING", ""), body
+            )
+        with self._lock:
+            self.calls.extend(Call(EMR_JOB_ROLE, action, resource) for action, resource in found)
+            self.worker_requests += 1
 
     def denied(self) -> list[Call]:
         """The recorded calls the role in template.yaml would refuse."""
@@ -318,31 +410,65 @@ class EventSourceMappings:
         self.fleet = fleet
         self.sqs = sqs
         self.sources = sources
+        # FIFO message groups of the batches handed out and not yet settled, per queue; a batch
+        # received while another group of its queue is in flight is an overlap (two pollers busy at
+        # once), one whose group is already in flight a violation of "one batch per group".
+        self.in_flight: dict[str, Counter[str]] = {s.queue_url: Counter() for s in sources}
+        self.overlaps: list[tuple[str, str]] = []
+        self.violations: list[str] = []
+        self._lock = threading.Lock()
 
     def poll_once(self) -> int:
         """One receive per event source and one invocation per non-empty batch; messages handed out."""
-        handed = 0
-        for source in self.sources:
-            response = self.sqs.receive_message(
-                QueueUrl=source.queue_url,
-                MaxNumberOfMessages=source.batch_size,
-                AttributeNames=["All"],
-                MessageAttributeNames=["All"],
-            )
-            messages = response.get("Messages", [])
-            if not messages:
-                continue
-            handed += len(messages)
-            event = {"Records": [_sqs_record(m, source.queue_arn) for m in messages]}
-            try:
-                result = self.fleet.invoke(source.function, event)
-            except Exception:
-                continue
+        return sum(self.poll_source(source) for source in self.sources)
+
+    def poll_concurrently(self, pollers: int) -> int:
+        """`pollers` pollers per event source at once (Lambda scales an SQS event source's pollers),
+        each one receive and one invocation; messages handed out."""
+        handed: list[int] = []
+        threads = [
+            threading.Thread(target=lambda s=source: handed.append(self.poll_source(s)))
+            for source in self.sources
+            for _ in range(pollers)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        return sum(handed)
+
+    def poll_source(self, source: EventSource) -> int:
+        response = self.sqs.receive_message(
+            QueueUrl=source.queue_url,
+            MaxNumberOfMessages=source.batch_size,
+            AttributeNames=["All"],
+            MessageAttributeNames=["All"],
+        )
+        messages = response.get("Messages", [])
+        if not messages:
+            return 0
+        groups = Counter(
+            m["Attributes"]["MessageGroupId"] for m in messages if "MessageGroupId" in m["Attributes"]
+        )
+        with self._lock:
+            held = self.in_flight[source.queue_url]
+            self.violations += [group for group in groups if held[group]]
+            self.overlaps += [(new, old) for new in groups for old in held if held[old] and old != new]
+            held.update(groups)
+        event = {"Records": [_sqs_record(m, source.queue_arn) for m in messages]}
+        try:
+            result = self.fleet.invoke(source.function, event)
+        except Exception:  # the whole batch comes back after its visibility timeout
+            failed = {m["MessageId"] for m in messages}
+        else:
             failed = {f["itemIdentifier"] for f in (result or {}).get("batchItemFailures", [])}
-            for message in messages:
-                if message["MessageId"] not in failed:
-                    self.sqs.delete_message(QueueUrl=source.queue_url, ReceiptHandle=message["ReceiptHandle"])
-        return handed
+        finally:
+            with self._lock:  # settled before any delete lets SQS hand the group out again
+                self.in_flight[source.queue_url].subtract(groups)
+        for message in messages:
+            if message["MessageId"] not in failed:
+                self.sqs.delete_message(QueueUrl=source.queue_url, ReceiptHandle=message["ReceiptHandle"])
+        return len(messages)
 
 
 def _sqs_record(message: dict[str, Any], queue_arn: str) -> dict[str, Any]:
@@ -370,7 +496,7 @@ class EmrCompute:
         self.s3_settings = s3_settings
         self.local_jobs: dict[str, str] = {}  # EMR job run id -> local job id
         self.started_at: dict[str, float] = {}
-        self.faults: list[str] = []  # "FAILED" | "STUCK", applied to the next job runs
+        self.faults: list[str] = []  # "FAILED" | "STUCK" | "SLOW", applied to the next job runs
         self.started: list[str] = []
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -424,7 +550,14 @@ class EmrCompute:
         arguments = list(run.job_driver["sparkSubmit"]["entryPointArguments"])
         plan_uri = arguments[arguments.index("--plan") + 1]
         plan = RunPlan.model_validate_json(DocumentStore(self.s3_settings).read_text(plan_uri))
-        self.local_jobs[run.id] = self.runner.start(plan, plan_uri)
+
+        def run_locally() -> None:
+            self.local_jobs[run.id] = self.runner.start(plan, plan_uri)
+
+        if fault == "SLOW":  # RUNNING for SLOW_START_SECONDS before the Spark job starts
+            threading.Timer(SLOW_START_SECONDS, run_locally).start()
+            return
+        run_locally()
 
     def refresh(self, run: Any) -> None:
         if run.state in {"SUCCESS", "FAILED", "CANCELLED"}:
@@ -439,6 +572,145 @@ class EmrCompute:
             status.state.value, "RUNNING"
         )
         run.state_details = status.detail
+
+
+# -- Step Functions' emr-serverless:startJobRun.sync ------------------------------------------------------
+
+
+def _camel_case(value: Any, *, keep_keys: bool = False) -> Any:
+    """Step Functions' PascalCase parameters -> boto3's camelCase (`Tags` keys kept)."""
+    if isinstance(value, dict):
+        return {
+            (key if keep_keys else key[:1].lower() + key[1:]): _camel_case(item, keep_keys=key == "Tags")
+            for key, item in value.items()
+        }
+    if isinstance(value, list):
+        return [_camel_case(item) for item in value]
+    return value
+
+
+def emr_serverless_sync_service() -> Any:
+    """moto's interpreter forwards `emr-serverless` tasks as plain requests and knows no `.sync`: this
+    service starts the job run (PascalCase parameters as Step Functions takes them) and then reads it
+    with `GetJobRun` until it is final, as Step Functions does (it learns the end from EventBridge):
+    SUCCESS is the task's output, FAILED/CANCELLED fail the task with `States.TaskFailed` and the job
+    run as the cause; an API error is `EMRServerless.<code>`. Not covered: whether Step Functions
+    cancels the job run of a stopped task (the state machine does not rely on it: the abort step
+    cancels the run's job)."""
+    from botocore.exceptions import ClientError
+    from moto.stepfunctions.parser.api import HistoryEventType, TaskFailedEventDetails
+    from moto.stepfunctions.parser.asl.component.common.error_name.custom_error_name import CustomErrorName
+    from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import (
+        FailureEvent,
+        FailureEventException,
+    )
+    from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name import StatesErrorName
+    from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name_type import (
+        StatesErrorNameType,
+    )
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import (
+        state_task_service_callback as callback,
+    )
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.resource import (
+        ResourceCondition,
+    )
+    from moto.stepfunctions.parser.asl.eval.event.event_detail import EventDetails
+    from moto.stepfunctions.parser.asl.utils.boto_client import boto_client_for
+
+    class EmrServerlessSync(callback.StateTaskServiceCallback):  # type: ignore[misc]
+        def __init__(self) -> None:
+            # waitForTaskToken too, as moto's own .sync services list it (its callback plumbing needs it).
+            super().__init__(
+                supported_integration_patterns={ResourceCondition.Sync, ResourceCondition.WaitForTaskToken}
+            )
+
+        def _get_supported_parameters(self) -> set[str] | None:
+            if self.resource.api_action != "startJobRun":
+                return None  # the box implements only what the state machine uses
+            return {
+                "ApplicationId",
+                "ClientToken",
+                "Name",
+                "ExecutionRoleArn",
+                "JobDriver",
+                "ConfigurationOverrides",
+                "Tags",
+                "ExecutionTimeoutMinutes",
+            }
+
+        def _from_error(self, env: Any, ex: Exception) -> Any:
+            if isinstance(ex, ClientError):
+                name = f"EMRServerless.{ex.response['Error']['Code']}"
+                details = TaskFailedEventDetails(
+                    error=name,
+                    cause=str(ex),
+                    resource=self._get_sfn_resource(),
+                    resourceType=self._get_sfn_resource_type(),
+                )
+                return FailureEvent(
+                    env=env,
+                    error_name=CustomErrorName(name),
+                    event_type=HistoryEventType.TaskFailed,
+                    event_details=EventDetails(taskFailedEventDetails=details),
+                )
+            return super()._from_error(env=env, ex=ex)
+
+        def _eval_service_task(
+            self,
+            env: Any,
+            resource_runtime_part: Any,
+            normalised_parameters: dict[str, Any],
+            state_credentials: Any,
+        ) -> None:
+            assert self.resource.api_action == "startJobRun", self.resource.api_action
+            client = boto_client_for(
+                service="emr-serverless",
+                region=resource_runtime_part.region,
+                state_credentials=state_credentials,
+            )
+            response = client.start_job_run(**_camel_case(normalised_parameters))
+            env.stack.append({"ApplicationId": response["applicationId"], "JobRunId": response["jobRunId"]})
+
+        def _build_sync_resolver(
+            self,
+            env: Any,
+            resource_runtime_part: Any,
+            normalised_parameters: dict[str, Any],
+            state_credentials: Any,
+        ) -> Callable[[], Any]:
+            client = boto_client_for(
+                service="emr-serverless",
+                region=resource_runtime_part.region,
+                state_credentials=state_credentials,
+            )
+            started = env.stack.pop()
+            ids = {"applicationId": started["ApplicationId"], "jobRunId": started["JobRunId"]}
+
+            def resolve() -> dict[str, Any] | None:
+                run = client.get_job_run(**ids)["jobRun"]
+                if run["state"] == "SUCCESS":
+                    return {"JobRunId": run["jobRunId"], "State": run["state"]}
+                if run["state"] in {"FAILED", "CANCELLED"}:
+                    cause = json.dumps({k: v for k, v in run.items() if isinstance(v, (str, int))})
+                    details = TaskFailedEventDetails(
+                        error=StatesErrorNameType.StatesTaskFailed.to_name(),
+                        cause=cause,
+                        resource=self._get_sfn_resource(),
+                        resourceType=self._get_sfn_resource_type(),
+                    )
+                    raise FailureEventException(
+                        FailureEvent(
+                            env=env,
+                            error_name=StatesErrorName(typ=StatesErrorNameType.StatesTaskFailed),
+                            event_type=HistoryEventType.TaskFailed,
+                            event_details=EventDetails(taskFailedEventDetails=details),
+                        )
+                    )
+                return None
+
+            return resolve
+
+    return EmrServerlessSync()
 
 
 # -- the box -------------------------------------------------------------------------------------------
@@ -459,18 +731,22 @@ class Box:
     segment_bucket: str
     namespace: str
     state_machine_arn: str
-    catalog_db: Path
+    moto_url: str
+    warehouse: str
     etcd: Any
     key_prefix: str
     queue_urls: dict[str, str] = field(default_factory=dict)
 
-    def pump(self, *, until: Callable[[], bool] | None = None, timeout_s: float = 120.0) -> None:
+    def pump(
+        self, *, until: Callable[[], bool] | None = None, timeout_s: float = 120.0, pollers: int = 1
+    ) -> None:
         """Run the event sources until nothing is left to do (no message, no execution running) or
-        `until()` holds; fails after `timeout_s`."""
+        `until()` holds; fails after `timeout_s`. `pollers` > 1 polls each source that many times at
+        once."""
         deadline = time.monotonic() + timeout_s
         idle_rounds = 0
         while time.monotonic() < deadline:
-            handed = self.mappings.poll_once()
+            handed = self.mappings.poll_concurrently(pollers) if pollers > 1 else self.mappings.poll_once()
             if until is not None and until():
                 return
             busy = handed or self.running_executions() or self.messages_pending()
@@ -479,6 +755,27 @@ class Box:
                 return
             time.sleep(0.05 if handed else 0.2)
         pytest.fail(f"the box did not settle within {timeout_s} s: {self.describe()}")
+
+    def redrive(self, dlq: str, source: str) -> int:
+        """Move the messages of the `dlq` queue back to `source` (an operator's `aws sqs
+        start-message-move-task`); returns how many were moved."""
+        moved = 0
+        while True:
+            messages = self.sqs.receive_message(
+                QueueUrl=self.queue_urls[dlq], MaxNumberOfMessages=10, AttributeNames=["All"]
+            ).get("Messages", [])
+            if not messages:
+                return moved
+            for message in messages:
+                fifo = {}
+                if "MessageGroupId" in message["Attributes"]:
+                    fifo = {
+                        "MessageGroupId": message["Attributes"]["MessageGroupId"],
+                        "MessageDeduplicationId": uuid.uuid4().hex,
+                    }
+                self.sqs.send_message(QueueUrl=self.queue_urls[source], MessageBody=message["Body"], **fifo)
+                self.sqs.delete_message(QueueUrl=self.queue_urls[dlq], ReceiptHandle=message["ReceiptHandle"])
+                moved += 1
 
     def running_executions(self) -> int:
         runs = self.sfn.list_executions(stateMachineArn=self.state_machine_arn, statusFilter="RUNNING")
@@ -508,25 +805,26 @@ class Box:
         return list(self.sfn.get_execution_history(executionArn=execution_arn, maxResults=1000)["events"])
 
     def rows(self, table: str) -> list[dict[str, Any]]:
-        """The table's rows (pyiceberg reads the current snapshot from the SQLite catalog)."""
-        import sqlite3
+        """The table's rows (pyiceberg reads the current snapshot through the Glue catalog)."""
+        from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
-        from pyiceberg.table import StaticTable
+        from kafscale_iceberg.adapters.iceberg_catalog import CatalogSettings, load_iceberg_catalog
 
-        namespace, name = table.rsplit(".", 1)
-        if not self.catalog_db.exists():
+        catalog = load_iceberg_catalog(
+            CatalogSettings(
+                type="glue",
+                warehouse=self.warehouse,
+                s3_endpoint=self.moto_url,
+                s3_region=REGION,
+                s3_path_style=True,
+                glue_endpoint=self.moto_url,
+            )
+        )
+        try:
+            loaded = catalog.load_table(table)
+        except (NoSuchTableError, NoSuchNamespaceError):
             return []
-        with sqlite3.connect(self.catalog_db) as db:
-            exists = db.execute("select 1 from sqlite_master where name = 'iceberg_tables'").fetchone()
-            if exists is None:
-                return []
-            found = db.execute(
-                "select metadata_location from iceberg_tables where table_namespace = ? and table_name = ?",
-                (namespace, name),
-            ).fetchone()
-        if found is None:
-            return []
-        rows: list[dict[str, Any]] = StaticTable.from_metadata(found[0]).scan().to_arrow().to_pylist()
+        rows: list[dict[str, Any]] = loaded.scan().to_arrow().to_pylist()
         return rows
 
     def committed_offsets(self, topic: str) -> dict[int, int]:
@@ -556,11 +854,15 @@ def build_box(
     mappings: list[dict[str, Any]],
     runs: dict[str, Any] | None = None,
     environment_overrides: dict[str, str] | None = None,
+    visibility_seconds: int = VISIBILITY_SECONDS,
 ) -> Box:
     """Create the stack's resources on moto, wire the fakes, and return the box (one per test)."""
     from moto.core.config import default_user_config
     from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
-    from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task import (
+        lambda_eval_utils,
+        state_task_factory,
+    )
     from moto.stepfunctions.parser.asl.component.state.wait.wait_function.wait_function import (
         WaitFunction,
     )
@@ -601,7 +903,7 @@ def build_box(
     queue_urls: dict[str, str] = {}
     for logical_id in ("SegmentEventsDLQ", "WorkDLQ", "RejectedQueue", "SegmentEventsQueue", "WorkQueue"):
         properties = deployment.evaluate(deployment.resources[logical_id]["Properties"])
-        attributes = {"VisibilityTimeout": str(VISIBILITY_SECONDS)}
+        attributes = {"VisibilityTimeout": str(visibility_seconds)}
         if properties.get("FifoQueue"):
             attributes["FifoQueue"] = "true"
             attributes["ContentBasedDeduplication"] = "false"
@@ -641,7 +943,6 @@ def build_box(
 
     # The config file the user writes, and each function's environment.
     key_prefix = f"{stack}/processors"
-    catalog_db = tmp_path / "catalog.db"
     config = {
         "s3": {
             "bucket": parameters["SegmentBucketName"],
@@ -650,8 +951,10 @@ def build_box(
             "region": REGION,
         },
         "iceberg": {
-            "catalog": {"type": "sql", "uri": f"sqlite:///{catalog_db}"},
-            "warehouse": f"file://{tmp_path}/warehouse",
+            # The template's catalog: Glue (moto's), the warehouse in WarehouseBucket (the stack's
+            # environment sets the type and the warehouse; only the endpoint is the box's).
+            "catalog": {"type": "glue", "properties": {"glue.endpoint": moto_url}},
+            "warehouse": f"s3://{stack}-lake/warehouse",
         },
         "etcd": {"endpoints": [etcd.url]},
         "offsets": {"key_prefix": key_prefix},
@@ -669,7 +972,7 @@ def build_box(
     }
     environment: dict[str, dict[str, str]] = {}
     for function in functions():
-        variables = {k: v for k, v in deployment.environment(function).items() if k not in NOT_GIVEN} | common
+        variables = dict(deployment.environment(function)) | common
         variables["KAFSCALE_ICEBERG_EMR_APPLICATION_ID"] = application_id
         variables |= environment_overrides or {}
         environment[function.logical_id] = variables
@@ -677,12 +980,35 @@ def build_box(
     recorder = CallRecorder(deployment, {application_id: TEMPLATE_APPLICATION_ID})
     # The functions' clients come from boto3's default session: give the box its own, and give the
     # previous one back at teardown (a later test in another region would find no queues otherwise).
+    # pyiceberg's Glue catalog makes its own boto3 session: every session made during the test records.
     monkeypatch.setattr(boto3, "DEFAULT_SESSION", boto3.DEFAULT_SESSION)
+    original_init = boto3.session.Session.__init__
+
+    def recording_init(session: Any, *args: Any, **kwargs: Any) -> None:
+        original_init(session, *args, **kwargs)
+        session.events.register("before-parameter-build", recorder.keep_params)
+        session.events.register("before-call", recorder.hook)
+
+    monkeypatch.setattr(boto3.session.Session, "__init__", recording_init)
     boto3.setup_default_session(region_name=REGION)
-    default_session = boto3.DEFAULT_SESSION
-    assert default_session is not None
-    default_session.events.register("before-parameter-build", recorder.keep_params)
-    default_session.events.register("before-call", recorder.hook)
+
+    # The EMR job's own calls: its driver runs on the local runner's job thread (attributed by the
+    # hook above); its Python workers are other processes, which sign with their own key, recorded
+    # where moto receives them.
+    from moto.moto_server.werkzeug_app import DomainDispatcherApplication
+    from pyspark import SparkContext
+
+    original_call = DomainDispatcherApplication.__call__
+
+    def recorded_call(app: Any, environ: dict[str, Any], start_response: Any) -> Any:
+        recorder.server_hook(environ)
+        return original_call(app, environ, start_response)
+
+    monkeypatch.setattr(DomainDispatcherApplication, "__call__", recorded_call)
+    spark_context = SparkContext._active_spark_context
+    assert spark_context is not None, "the box needs the session's SparkContext (the spark fixture)"
+    monkeypatch.setitem(spark_context.environment, "AWS_ACCESS_KEY_ID", EMR_JOB_ACCESS_KEY)
+    monkeypatch.setitem(spark_context.environment, "AWS_SECRET_ACCESS_KEY", "emr-job-secret")
 
     fleet = LambdaFleet(deployment, environment)
 
@@ -703,6 +1029,27 @@ def build_box(
             env.program_state_event.wait(wait_seconds * TIME_SCALE)
 
     monkeypatch.setattr(WaitFunction, "_wait_interval", scaled_wait)
+    original_service_for = state_task_factory.state_task_service_for
+
+    def service_for(service_name: str) -> Any:
+        if service_name == "emr-serverless":
+            return emr_serverless_sync_service()
+        return original_service_for(service_name=service_name)
+
+    monkeypatch.setattr(state_task_factory, "state_task_service_for", service_for)
+    # moto's Parallel re-raises a branch's error as a custom error name, which refuses `States.*`: a
+    # branch ending in States.TaskFailed (a failed job) crashed the execution instead of reaching the
+    # Parallel's Catch. Step Functions propagates the branch's error name as it is.
+    from moto.stepfunctions.parser.asl.component.common.error_name.custom_error_name import CustomErrorName
+    from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name import StatesErrorName
+    from moto.stepfunctions.parser.asl.component.state.exec.state_parallel import branches_decl
+
+    def branch_error_name(error_name: str | None) -> Any:
+        if error_name is not None and error_name.startswith("States."):
+            return StatesErrorName.from_name(error_name)
+        return CustomErrorName(error_name)
+
+    monkeypatch.setattr(branches_decl, "CustomErrorName", branch_error_name)
     monkeypatch.setattr(
         retrier_decl, "time", SimpleNamespace(sleep=lambda seconds: time.sleep(seconds * TIME_SCALE))
     )
@@ -736,7 +1083,8 @@ def build_box(
         segment_bucket=parameters["SegmentBucketName"],
         namespace=namespace,
         state_machine_arn=state_machine_arn,
-        catalog_db=catalog_db,
+        moto_url=moto_url,
+        warehouse=str(deployment.environment(functions()[0])["KAFSCALE_ICEBERG_WAREHOUSE"]),
         etcd=etcd,
         key_prefix=key_prefix,
         queue_urls=queue_urls,
@@ -752,3 +1100,13 @@ def unregister(box: Box) -> None:
     if boto3.DEFAULT_SESSION is not None:
         boto3.DEFAULT_SESSION.events.unregister("before-parameter-build", box.recorder.keep_params)
         boto3.DEFAULT_SESSION.events.unregister("before-call", box.recorder.hook)
+    # moto's Glue outlives the box (one server per session): the next box starts without its tables.
+    glue = boto3.Session(region_name=REGION).client("glue", endpoint_url=box.moto_url)
+    for database in str(box.deployment.parameters["GlueDatabaseNames"]).split(","):
+        try:
+            tables = glue.get_tables(DatabaseName=database)["TableList"]
+        except glue.exceptions.EntityNotFoundException:
+            continue
+        for table in tables:
+            glue.delete_table(DatabaseName=database, Name=table["Name"])
+        glue.delete_database(Name=database)
