@@ -17,7 +17,6 @@ from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions.runtime import assembly
-from kafscale_iceberg.commands.maintain import report_json
 from kafscale_iceberg.metrics import EMF_NAMESPACE, EmfMetricsSink, maintenance_totals, record_maintenance
 
 logger = Logger(service="kafscale-iceberg-maintenance")
@@ -37,4 +36,4 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     record_maintenance(sink, report)
     compacted, expired, _ = maintenance_totals(report)
     logger.info("maintained", tables=[t.table for t in report.tables], compacted=compacted, expired=expired)
-    return report_json(report)
+    return report.to_json()

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from kafscale_iceberg.services.maintenance import MaintenanceReport, TableMaintenance
+    from kafscale_iceberg.services.maintenance import MaintenanceReport
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -55,34 +55,10 @@ def maintain_command(args: argparse.Namespace) -> int:
             topics=args.topic, dry_run=args.dry_run, force_compaction=args.compact
         )
     if args.json:
-        print(json.dumps(report_json(report), indent=2))
+        print(json.dumps(report.to_json(), indent=2))
     else:
         print(render_report(report))
     return 0
-
-
-def report_json(report: MaintenanceReport) -> dict[str, Any]:
-    """The report as JSON-ready values."""
-    return {"dry_run": report.dry_run, "tables": [_table_json(t) for t in report.tables]}
-
-
-def _table_json(done: TableMaintenance) -> dict[str, Any]:
-    compaction = done.compaction
-    expiry = done.expiry
-    return {
-        "table": done.table,
-        "before": vars(done.before),
-        "after": vars(done.after) if done.after is not None else None,
-        "compaction": {
-            "candidates": done.compaction_candidates,
-            "committed": bool(compaction and compaction.committed),
-            "files_removed": compaction.files_removed if compaction else 0,
-            "files_added": compaction.files_added if compaction else 0,
-        },
-        "expired_snapshots": list(expiry.expired) if expiry else [],
-        "orphans": [o.uri for o in done.orphans],
-        "orphans_deleted": done.orphans_deleted,
-    }
 
 
 def render_report(report: MaintenanceReport) -> str:

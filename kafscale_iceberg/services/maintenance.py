@@ -27,6 +27,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from kafscale_iceberg.config import KafscaleConfig, MappingConfig
 from kafscale_iceberg.domain.maintenance import (
@@ -65,6 +66,29 @@ class MaintenanceReport:
 
     dry_run: bool
     tables: tuple[TableMaintenance, ...] = field(default_factory=tuple)
+
+    def to_json(self) -> dict[str, Any]:
+        """The report as JSON-ready values (`maintain --json`, the maintenance function's answer)."""
+        return {"dry_run": self.dry_run, "tables": [_table_json(t) for t in self.tables]}
+
+
+def _table_json(done: TableMaintenance) -> dict[str, Any]:
+    compaction = done.compaction
+    expiry = done.expiry
+    return {
+        "table": done.table,
+        "before": vars(done.before),
+        "after": vars(done.after) if done.after is not None else None,
+        "compaction": {
+            "candidates": done.compaction_candidates,
+            "committed": bool(compaction and compaction.committed),
+            "files_removed": compaction.files_removed if compaction else 0,
+            "files_added": compaction.files_added if compaction else 0,
+        },
+        "expired_snapshots": list(expiry.expired) if expiry else [],
+        "orphans": [o.uri for o in done.orphans],
+        "orphans_deleted": done.orphans_deleted,
+    }
 
 
 class MaintenanceService:
