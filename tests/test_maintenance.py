@@ -257,6 +257,7 @@ def test_orphan_cleanup_spares_the_run_in_flight_and_deletes_a_dead_runs_files(t
     world.assembly.checkpoints.release_lease(grant)
 
 
+@pytest.mark.slow  # `maintain` compacts on local Spark (compaction_engine spark, runner local): a JVM
 def test_the_maintain_command_dry_run_lists_and_changes_nothing_then_maintains(
     world: World, capsys: pytest.CaptureFixture[str]
 ) -> None:
