@@ -33,8 +33,8 @@ from kafscale_iceberg.ports import CheckpointStore, TableCommitter
 from kafscale_iceberg.services.commit import offsets_of, stored_timestamp
 from kafscale_iceberg.services.verified_commit import (
     DEFAULT_COMMIT_ATTEMPTS,
-    CommitRetry,
     TableWrite,
+    TableWriter,
     commit_verified,
     read_state_if_exists,
 )
@@ -97,12 +97,8 @@ class ResetWrite(TableWrite):
         )
 
 
-class OffsetReset:
-    """Explicit offset resets over a `TableCommitter` and a `CheckpointStore` (see the module docstring).
-
-    `attempts`, `backoff_s` and `sleep` bound the retries of each table's reset commit as in
-    `CommitService`.
-    """
+class OffsetReset(TableWriter):
+    """Explicit offset resets over a `TableCommitter` and a `CheckpointStore` (see the module docstring)."""
 
     def __init__(
         self,
@@ -117,9 +113,7 @@ class OffsetReset:
         """`rewrite_prefix(table)` is the product's data prefix of a table: a reset writes the files it
         rewrites under `{prefix}/{reset's lease run id}/`, where orphan cleanup finds them (and spares
         them while the reset holds the lease); None: the table's own data location."""
-        self._tables = tables
-        self._checkpoints = checkpoints
-        self._retry = CommitRetry(attempts=attempts, backoff_s=backoff_s, sleep=sleep)
+        super().__init__(tables, checkpoints, attempts=attempts, backoff_s=backoff_s, sleep=sleep)
         self._rewrite_prefix = rewrite_prefix
 
     def reset_offsets(
