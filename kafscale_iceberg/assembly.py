@@ -18,6 +18,7 @@ from kafscale_iceberg.exceptions import ConfigError
 
 if TYPE_CHECKING:
     from kafscale_iceberg.adapters.emr_serverless import EmrServerlessJobRunner
+    from kafscale_iceberg.adapters.etcd_checkpoints import EtcdCheckpointStore
     from kafscale_iceberg.adapters.http_registry import HttpSchemaRegistry
     from kafscale_iceberg.adapters.iceberg_maintenance import IcebergTableMaintainer
     from kafscale_iceberg.adapters.iceberg_tables import IcebergTableCommitter
@@ -93,18 +94,22 @@ class Assembly:
                 key_prefix=offsets.key_prefix,
                 lease_ttl_seconds=offsets.lease_ttl_seconds,
             )
+        return self._etcd_store(lease_ttl_seconds=offsets.lease_ttl_seconds)
+
+    def _etcd_store(self, *, lease_ttl_seconds: int = 30) -> EtcdCheckpointStore:
+        """A store on the configured etcd: endpoints, credentials, TLS, key prefix."""
         from kafscale_iceberg.adapters.etcd_checkpoints import EtcdCheckpointStore  # noqa: PLC0415
 
         etcd = self.config.etcd
         return EtcdCheckpointStore(
             list(etcd.endpoints),
-            key_prefix=offsets.key_prefix,
-            lease_ttl_seconds=offsets.lease_ttl_seconds,
+            key_prefix=self.config.offsets.key_prefix,
             username=etcd.username or None,
             password=etcd.password.get_secret_value() or None,
             ca_cert_path=etcd.tls.ca_file or None,
             client_cert_path=etcd.tls.cert_file or None,
             client_key_path=etcd.tls.key_file or None,
+            lease_ttl_seconds=lease_ttl_seconds,
         )
 
     @cached_property
@@ -139,18 +144,7 @@ class Assembly:
             return self.checkpoints
         if not self.config.etcd.endpoints:
             return None
-        from kafscale_iceberg.adapters.etcd_checkpoints import EtcdCheckpointStore  # noqa: PLC0415
-
-        etcd = self.config.etcd
-        return EtcdCheckpointStore(
-            list(etcd.endpoints),
-            key_prefix=self.config.offsets.key_prefix,
-            username=etcd.username or None,
-            password=etcd.password.get_secret_value() or None,
-            ca_cert_path=etcd.tls.ca_file or None,
-            client_cert_path=etcd.tls.cert_file or None,
-            client_key_path=etcd.tls.key_file or None,
-        )
+        return self._etcd_store()
 
     @cached_property
     def discovery(self) -> TopicDiscovery:
