@@ -32,6 +32,8 @@ from kafscale_iceberg.metrics import (
     ALL_METRICS,
     EMF_NAMESPACE,
     ERRORS,
+    LAG_RECORDS,
+    LAG_SECONDS,
     METRICS_ADDR_ENV,
     RECORDS,
     EmfMetricsSink,
@@ -46,7 +48,6 @@ from kafscale_iceberg.metrics import (
     record_commit,
     record_commit_failure,
     record_error,
-    record_lag,
     record_route_failure,
     sample,
 )
@@ -255,8 +256,13 @@ def test_an_abort_counts_the_failure_and_an_alarmable_gauge(
 
 def test_lag_and_errors_by_stage(served: tuple[PrometheusMetricsSink, MetricsServer]) -> None:
     sink, server = served
-    record_lag(sink, TOPIC, 3, 120, 4.5)
-    record_lag(sink, TOPIC, 3, 20, 1.0)  # a gauge: the newer value replaces the older
+    for lag_records, lag_seconds in ((120, 4.5), (20, 1.0)):  # a gauge: the newer value replaces the older
+        sink.emit(
+            [
+                sample(LAG_RECORDS, lag_records, topic=TOPIC, partition=3),
+                sample(LAG_SECONDS, lag_seconds, topic=TOPIC, partition=3),
+            ]
+        )
     record_error(sink, "discover")
     record_commit_failure(sink, LeaseLostError(TOPIC, 7, "orders-run-a0", "the lease expired"))
     record_commit_failure(sink, ConfigError("iceberg.catalog.uri", "bad"))

@@ -223,16 +223,6 @@ def record_error(sink: MetricsSink, stage: ErrorStage | str) -> None:
     sink.emit([sample(ERRORS, 1, stage=ErrorStage(stage))])
 
 
-def record_lag(sink: MetricsSink, topic: str, partition: int, lag_records: int, lag_seconds: float) -> None:
-    """Set a partition's lag gauges."""
-    sink.emit(
-        [
-            sample(LAG_RECORDS, lag_records, topic=topic, partition=partition),
-            sample(LAG_SECONDS, lag_seconds, topic=topic, partition=partition),
-        ]
-    )
-
-
 def record_status(sink: MetricsSink, report: StatusReport) -> None:
     """Set the gauges a status report knows: lag, committed offsets, newest committed record
     timestamp, consecutive failures (what `run` emits on each poll, and after a restart)."""
