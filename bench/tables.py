@@ -55,6 +55,8 @@ class BenchTable:
     records: int
     partition_file_min_bytes: int
     maintenance: dict[str, object] = field(default_factory=dict)
+    target_file_size_bytes: int | None = None
+    """The mapping's `target_file_size_bytes` (compaction writes files of about this size)."""
     runs: int = 0
 
     def __post_init__(self) -> None:
@@ -66,7 +68,18 @@ class BenchTable:
                     "warehouse": f"file://{self.root}/warehouse",
                 },
                 "offsets": {"backend": "sqlite", "sqlite_path": str(self.root / "offsets.db")},
-                "mappings": [{"topic": TOPIC, "table": TABLE, "create_table_if_missing": True}],
+                "mappings": [
+                    {
+                        "topic": TOPIC,
+                        "table": TABLE,
+                        "create_table_if_missing": True,
+                        **(
+                            {"target_file_size_bytes": self.target_file_size_bytes}
+                            if self.target_file_size_bytes
+                            else {}
+                        ),
+                    }
+                ],
                 "maintenance": self.maintenance,
             },
             source="bench",

@@ -37,6 +37,8 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     record_commit(
         sink, committed.plan, committed.result, committed.outcome, started_at=started, ended_at=time.time()
     )
+    if committed.outcome.table_committed:
+        assembly().maintenance_trigger.after_commit(ticket.topic)  # never raises
     return {
         "topic": ticket.topic,
         "run_id": ticket.run_id,

@@ -1,10 +1,12 @@
-"""Maintenance Lambda (scheduled; the commit function's container image: it rewrites table files).
+"""Maintenance Lambda (scheduled, and invoked by the commit function's small-file trigger).
 
-Each invocation is one `maintain` pass (`services/maintenance.py`) over the mapped tables:
-compaction when a table has `maintenance.compaction_min_small_files` small files (at most
-`maintenance.compaction_max_bytes` read per table per pass, so large backlogs are worked off over
-passes), snapshot expiry and orphan-file cleanup. Every step is idempotent: a failed pass is
-replaced by the next one and alarms through Lambda Errors.
+Each invocation is one `maintain` pass (`services/maintenance.py`) over the mapped tables (the
+schedule) or over the event's `topics` (the trigger): compaction when a table has
+`maintenance.compaction_min_small_files` small files, as an EMR Serverless job through the job
+runner (`services/compaction_jobs.py`: the pass plans and starts the job, waits up to
+`maintenance.compaction_wait_seconds`, checks and commits its result; a job still running is
+committed by the next pass), snapshot expiry and orphan-file cleanup. Every step is idempotent: a
+failed pass is replaced by the next one and alarms through Lambda Errors.
 """
 
 from __future__ import annotations
@@ -28,7 +30,9 @@ tracer = Tracer(service="kafscale-iceberg-maintenance")
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """One maintenance pass; returns what it did per table (errors fail the invocation)."""
-    report = assembly().maintenance.maintain(dry_run=bool(event.get("dry_run", False)))
+    # The schedule's event names no topic (all tables); the small-file trigger's names its topic.
+    topics = [str(t) for t in event.get("topics", [])]
+    report = assembly().maintenance.maintain(topics=topics, dry_run=bool(event.get("dry_run", False)))
     record_maintenance(sink, report)
     compacted, expired, _ = maintenance_totals(report)
     logger.info("maintained", tables=[t.table for t in report.tables], compacted=compacted, expired=expired)

@@ -18,6 +18,7 @@ from kafscale_iceberg.exceptions import ConfigError
 
 if TYPE_CHECKING:
     from kafscale_iceberg.adapters.emr_serverless import EmrServerlessJobRunner
+    from kafscale_iceberg.adapters.etcd_checkpoints import EtcdCheckpointStore
     from kafscale_iceberg.adapters.http_registry import HttpSchemaRegistry
     from kafscale_iceberg.adapters.iceberg_maintenance import IcebergTableMaintainer
     from kafscale_iceberg.adapters.iceberg_tables import IcebergTableCommitter
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from kafscale_iceberg.domain.runs import RunPlan, RunResult
     from kafscale_iceberg.ports import (
         CheckpointStore,
+        CompactionJobRunner,
         JobRunner,
         MetadataSource,
         RunStarter,
@@ -35,6 +37,7 @@ if TYPE_CHECKING:
         WorkQueue,
     )
     from kafscale_iceberg.services.commit import CommitService, TablePolicy
+    from kafscale_iceberg.services.compaction_trigger import MaintenanceTrigger
     from kafscale_iceberg.services.discovery import TopicDiscovery
     from kafscale_iceberg.services.launch import Launcher
     from kafscale_iceberg.services.maintenance import MaintenanceService
@@ -45,6 +48,7 @@ if TYPE_CHECKING:
     from kafscale_iceberg.services.run_steps import RunSteps
 
 STATE_MACHINE_ENV = "KAFSCALE_ICEBERG_STATE_MACHINE_ARN"
+MAINTENANCE_FUNCTION_ENV = "KAFSCALE_ICEBERG_MAINTENANCE_FUNCTION_ARN"
 
 
 def default_owner_id() -> str:
@@ -90,18 +94,22 @@ class Assembly:
                 key_prefix=offsets.key_prefix,
                 lease_ttl_seconds=offsets.lease_ttl_seconds,
             )
+        return self._etcd_store(lease_ttl_seconds=offsets.lease_ttl_seconds)
+
+    def _etcd_store(self, *, lease_ttl_seconds: int = 30) -> EtcdCheckpointStore:
+        """A store on the configured etcd: endpoints, credentials, TLS, key prefix."""
         from kafscale_iceberg.adapters.etcd_checkpoints import EtcdCheckpointStore  # noqa: PLC0415
 
         etcd = self.config.etcd
         return EtcdCheckpointStore(
             list(etcd.endpoints),
-            key_prefix=offsets.key_prefix,
-            lease_ttl_seconds=offsets.lease_ttl_seconds,
+            key_prefix=self.config.offsets.key_prefix,
             username=etcd.username or None,
             password=etcd.password.get_secret_value() or None,
             ca_cert_path=etcd.tls.ca_file or None,
             client_cert_path=etcd.tls.cert_file or None,
             client_key_path=etcd.tls.key_file or None,
+            lease_ttl_seconds=lease_ttl_seconds,
         )
 
     @cached_property
@@ -136,18 +144,7 @@ class Assembly:
             return self.checkpoints
         if not self.config.etcd.endpoints:
             return None
-        from kafscale_iceberg.adapters.etcd_checkpoints import EtcdCheckpointStore  # noqa: PLC0415
-
-        etcd = self.config.etcd
-        return EtcdCheckpointStore(
-            list(etcd.endpoints),
-            key_prefix=self.config.offsets.key_prefix,
-            username=etcd.username or None,
-            password=etcd.password.get_secret_value() or None,
-            ca_cert_path=etcd.tls.ca_file or None,
-            client_cert_path=etcd.tls.cert_file or None,
-            client_key_path=etcd.tls.key_file or None,
-        )
+        return self._etcd_store()
 
     @cached_property
     def discovery(self) -> TopicDiscovery:
@@ -290,12 +287,18 @@ class Assembly:
 
         return CommitService(self.tables, self.checkpoints, stranded_runs=self._run_documents)
 
+    def _table_data_prefix(self, table: str) -> str:
+        """The product's data prefix of `table` (run folders; where orphan cleanup looks)."""
+        from kafscale_iceberg.services.launch import run_data_prefix  # noqa: PLC0415
+
+        return run_data_prefix(self.config, tuple(table.split(".")))
+
     @cached_property
     def offset_reset(self) -> OffsetReset:
         """Offset resets (`replay --reset-offsets`) on the configured catalog (imports pyiceberg)."""
         from kafscale_iceberg.services.offset_reset import OffsetReset  # noqa: PLC0415
 
-        return OffsetReset(self.tables, self.checkpoints)
+        return OffsetReset(self.tables, self.checkpoints, rewrite_prefix=self._table_data_prefix)
 
     def _run_documents(self, topic: str, run_id: str) -> tuple[RunPlan, RunResult] | None:
         """A run's plan and result from `runs.location`; None when either is missing."""
@@ -341,12 +344,55 @@ class Assembly:
 
     @cached_property
     def maintenance(self) -> MaintenanceService:
-        """Compaction, snapshot expiry and orphan cleanup of the mapped tables (imports pyiceberg)."""
+        """Compaction, snapshot expiry and orphan cleanup of the mapped tables (imports pyiceberg).
+
+        Compaction is a Spark job on EMR Serverless when that is the runner and
+        `maintenance.compaction_engine` is `spark`; in this process otherwise (one machine: see
+        `make_maintenance`, which `run` and `maintain` give their local Spark runner)."""
+        spark = self.config.maintenance.compaction_engine == "spark"
+        emr = self.config.runner.type == "emr_serverless"
+        return self.make_maintenance(self.emr_runner if spark and emr else None)
+
+    @cached_property
+    def maintenance_trigger(self) -> MaintenanceTrigger:
+        """The small-file trigger of the commit function: a topic whose table gathered
+        `maintenance.trigger_small_files` new files gets a maintenance pass now (an asynchronous
+        invoke of the function in `KAFSCALE_ICEBERG_MAINTENANCE_FUNCTION_ARN`; unset: never)."""
+        from kafscale_iceberg.adapters.lambda_invoke import AsyncLambdaInvoker  # noqa: PLC0415
+        from kafscale_iceberg.services.compaction_trigger import (  # noqa: PLC0415
+            MaintenanceTrigger,
+            SmallFileTrigger,
+        )
+
+        arn = os.environ.get(MAINTENANCE_FUNCTION_ENV, "")
+        invoker = AsyncLambdaInvoker(arn) if arn else None
+
+        def start(topic: str) -> None:
+            if invoker is not None:
+                invoker.invoke({"topics": [topic], "reason": "small files"})
+
+        return MaintenanceTrigger(SmallFileTrigger(self.config, self.table_maintainer), start)
+
+    def make_maintenance(self, jobs: CompactionJobRunner | None) -> MaintenanceService:
+        """The maintenance service; with `jobs`, compaction runs as Spark jobs on that runner."""
         from kafscale_iceberg.adapters.file_listing import StorageFileLister  # noqa: PLC0415
+        from kafscale_iceberg.adapters.iceberg_maintenance import new_compaction_id  # noqa: PLC0415
+        from kafscale_iceberg.services.compaction_jobs import SparkCompaction  # noqa: PLC0415
         from kafscale_iceberg.services.maintenance import MaintenanceService  # noqa: PLC0415
 
+        spark = (
+            SparkCompaction(
+                self.config, self.table_maintainer, jobs, self.documents, new_job_id=new_compaction_id
+            )
+            if jobs is not None
+            else None
+        )
         return MaintenanceService(
-            self.config, self.table_maintainer, StorageFileLister(self.s3_settings), self.checkpoints
+            self.config,
+            self.table_maintainer,
+            StorageFileLister(self.s3_settings),
+            self.checkpoints,
+            spark=spark,
         )
 
     def table_policy(self, topic: str) -> TablePolicy:

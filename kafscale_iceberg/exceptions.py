@@ -661,3 +661,12 @@ class InvalidJsonSchemaError(KafscaleIcebergError, ValueError):
 
 class FieldIdError(KafscaleIcebergError, ValueError):
     """The plan's field ids do not cover the columns of a file, or give one id twice."""
+
+
+class CompactionResultError(KafscaleIcebergError):
+    """A compaction job's result does not match its job (another job's, failed, rows differ, files
+    missing): nothing is committed, its files are orphans, the next maintenance pass plans again."""
+
+
+class LambdaInvokeError(TransientError):
+    """A function could not be invoked (throttled, unreachable, refused); the schedule still runs it."""

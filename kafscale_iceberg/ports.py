@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from kafscale_iceberg.domain.anomalies import OffsetAnomalies
     from kafscale_iceberg.domain.cluster_metadata import ClusterMetadata
     from kafscale_iceberg.domain.commits import TableCommit, TableSpec, TableState
+    from kafscale_iceberg.domain.compaction_jobs import CompactionJob, CompactionJobResult
     from kafscale_iceberg.domain.events import WorkItem
     from kafscale_iceberg.domain.field_ids import TableFieldIds
     from kafscale_iceberg.domain.jobs import JobStatus
@@ -313,6 +314,57 @@ class TableMaintainer(Protocol):
     ) -> ExpiryOutcome: ...
 
     def referenced_files(self, table: str) -> frozenset[str]: ...
+
+
+# Compaction as Spark work and the small-file trigger (services/compaction_jobs.py, compaction_trigger.py).
+
+
+@runtime_checkable
+class CompactionJobRunner(Protocol):
+    """Runs compaction jobs (adapters: `EmrServerlessJobRunner`, `LocalSparkJobRunner`)."""
+
+    def start_compaction(self, job: CompactionJob, job_uri: str) -> str: ...
+
+    def status(self, job_id: str) -> JobStatus: ...
+
+
+class CompactionJobTables(Protocol):
+    """The table side of a Spark compaction (adapter: `IcebergTableMaintainer`)."""
+
+    def plan_compaction(
+        self, table: str, *, small_file_bytes: int, min_small_files: int, max_bytes: int
+    ) -> Any: ...
+
+    def compaction_job(
+        self,
+        plan: Any,
+        *,
+        job_id: str,
+        data_prefix: str,
+        target_file_size_bytes: int,
+        result_uri: str,
+        started_ms: int,
+    ) -> CompactionJob: ...
+
+    def commit_compaction_job(
+        self, job: CompactionJob, result: CompactionJobResult, *, now_ms: int
+    ) -> CompactionOutcome: ...
+
+
+class JobDocuments(Protocol):
+    """Reads and writes the job documents (adapter: `DocumentStore`)."""
+
+    def read_text(self, uri: str) -> str: ...
+
+    def write_text(self, uri: str, text: str) -> None: ...
+
+    def exists(self, uri: str) -> bool: ...
+
+
+class FileCounts(Protocol):
+    """A table's file counts (adapter: `IcebergTableMaintainer.file_counts`)."""
+
+    def file_counts(self, table: str) -> tuple[int, int]: ...
 
 
 class FileLister(Protocol):

@@ -1,7 +1,7 @@
 """Shared fixtures: real servers (moto, etcd) and one local Spark, each started once per session.
 
 `tests/support/fast_loop.py` marks the tests using local Spark `slow` and keeps `make test-fast`
-free of JVMs, linters and subprocesses.
+free of JVMs, linters, subprocesses and traffic off the machine.
 """
 
 pytest_plugins = [

@@ -263,9 +263,9 @@ def test_grant_survives_a_json_round_trip_into_other_processes(backend: Backend)
     payload = _claim(launcher, owner="launcher", run="run-7").to_json()
 
     heartbeat = backend.new_store()
-    heartbeat.renew_lease(LeaseGrant.from_json(payload))
+    heartbeat.renew_lease(LeaseGrant.model_validate_json(payload))
     committer = backend.new_store()
-    grant = LeaseGrant.from_json(json.loads(json.dumps(payload)))
+    grant = LeaseGrant.model_validate_json(json.loads(json.dumps(payload)))
     committer.commit_offsets(grant, {0: OffsetUpdate(offset=9, last_timestamp_ms=5)})
 
     assert committer.release_lease(grant) is True

@@ -24,7 +24,7 @@ import boto3
 import pytest
 
 from functions import runtime
-from kafscale_iceberg.domain.events import parse_work_item
+from kafscale_iceberg.domain.events import WorkItem
 from tests.support.cfn_template import Deployment, functions
 from tests.support.lambdas import LambdaContext
 from tests.support.moto import MotoEndpoint
@@ -262,5 +262,5 @@ def test_a_segment_put_becomes_one_work_item_through_the_template_wiring(
     assert response == {"batchItemFailures": []}
     (work_item,) = receive_all(wiring.sqs, queues.work_url, expect=1)
     assert work_item["Attributes"]["MessageGroupId"] == "orders"
-    item = parse_work_item(work_item["Body"])
+    item = WorkItem.model_validate_json(work_item["Body"])
     assert (item.topic, item.partition, item.base_offset, item.last_offset) == ("orders", 0, 0, 4)

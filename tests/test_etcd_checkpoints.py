@@ -389,9 +389,9 @@ def test_the_metadata_snapshot_becomes_a_topic_partition_filter(etcd_server: Etc
     metadata = store.read_cluster_metadata()
 
     assert metadata == ClusterMetadata({"orders": frozenset({0, 1}), "payments": frozenset({4})})
-    assert metadata.allows("orders", 1)
-    assert not metadata.allows("orders", 2)
-    assert not metadata.allows("deleted-topic", 0)
+    assert 1 in metadata.partitions("orders")
+    assert 2 not in metadata.partitions("orders")
+    assert 0 not in metadata.partitions("deleted-topic")
 
 
 def test_a_missing_metadata_snapshot_reads_as_none(etcd_server: EtcdServer, prefix: str) -> None:

@@ -13,7 +13,6 @@ from kafscale_iceberg.domain.events import (
     WorkItem,
     parse_notification,
     parse_topic_message,
-    parse_work_item,
 )
 from kafscale_iceberg.exceptions import MalformedEventError
 
@@ -87,9 +86,9 @@ def test_malformed_messages_name_the_message_and_the_problem(body: str, problem:
 
 def test_work_item_round_trip_and_deduplication_id() -> None:
     (record,) = json.loads((EVENTS / "launcher_sqs_fifo_work_items.json").read_text())["Records"]
-    item = parse_work_item(record["body"])
+    item = WorkItem.model_validate_json(record["body"])
     assert item.deduplication_id == record["attributes"]["MessageDeduplicationId"]
-    assert parse_work_item(item.model_dump_json()) == item
+    assert WorkItem.model_validate_json(item.model_dump_json()) == item
     replayed = item.model_copy(update={"nonce": "replay-1"})
     assert replayed.deduplication_id != item.deduplication_id
 
@@ -101,7 +100,7 @@ def test_long_keys_get_a_bounded_deduplication_id() -> None:
 
 def test_invalid_work_item_is_malformed() -> None:
     with pytest.raises(MalformedEventError, match="m-2"):
-        parse_work_item('{"topic": "t"}', message_id="m-2")
+        parse_topic_message('{"topic": "t"}', message_id="m-2")
 
 
 def test_work_queue_messages_are_work_items_or_topic_signals() -> None:

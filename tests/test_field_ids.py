@@ -180,12 +180,19 @@ def test_files_with_ids_the_table_does_not_have_are_refused_and_nothing_is_commi
     assert len(catalog.load_table(TABLE).snapshots()) == snapshots
 
 
-def test_a_table_with_a_nested_column_is_planned_without_ids_and_read_by_name() -> None:
-    """Ids on a struct but not on its parts would make id-trusting engines drop the parts."""
+def test_a_nested_column_whose_parts_were_not_recorded_is_planned_without_ids() -> None:
+    """A `field-ids.json` written before parts were recorded knows `customer` but not its parts: ids on
+    the struct but not on its parts would make id-trusting engines drop the parts, so no ids (read
+    by name) until the commit step rewrites the document with every part."""
     nested = ColumnSpec.model_validate(
         {"name": "customer", "type": "struct", "fields": [{"name": "name", "type": "string"}]}
     )
-    assert planned_field_ids(table_fields((nested,)), None) is None
+    fields = table_fields((nested,))
+    top_level = {f.name: i for i, f in enumerate(fields, start=1)}
+    old = TableFieldIds(identifier=TABLE, field_ids=top_level, last_column_id=len(fields) + 1)
+    assert planned_field_ids(fields, old) is None
+    recorded = old.model_copy(update={"field_ids": {**top_level, "customer.name": len(fields) + 1}})
+    assert planned_field_ids(fields, recorded) == {**top_level, "customer.name": len(fields) + 1}
     assert planned_field_ids(table_fields(ORDER_COLUMNS), None) == {
         f.name: i for i, f in enumerate(table_fields(ORDER_COLUMNS), start=1)
     }

@@ -12,7 +12,7 @@ import pytest
 
 from functions import runtime
 from kafscale_iceberg.adapters.sqlite_checkpoints import SqliteCheckpointStore
-from kafscale_iceberg.domain.events import parse_work_item
+from kafscale_iceberg.domain.events import WorkItem
 from kafscale_iceberg.domain.leases import LeaseGrant
 from kafscale_iceberg.domain.runs import RunCounts
 from kafscale_iceberg.domain.tickets import RunTicket
@@ -100,7 +100,7 @@ def test_router_handler_turns_the_sample_notification_into_one_work_item(
     response = handler(_router_event(stack.bucket), LambdaContext())
     assert response == {"batchItemFailures": []}
     (message,) = _drain(stack, stack.work_url)
-    item = parse_work_item(message["Body"])
+    item = WorkItem.model_validate_json(message["Body"])
     assert (item.topic, item.partition, item.last_offset) == ("orders", 0, 4)
     records = emf_records(capsys.readouterr().out)
     assert emf_values(records, "work_items_total") == [({"topic": "orders", "service": "router"}, [1.0])]

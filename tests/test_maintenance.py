@@ -257,6 +257,7 @@ def test_orphan_cleanup_spares_the_run_in_flight_and_deletes_a_dead_runs_files(t
     world.assembly.checkpoints.release_lease(grant)
 
 
+@pytest.mark.slow  # `maintain` compacts on local Spark (compaction_engine spark, runner local): a JVM
 def test_the_maintain_command_dry_run_lists_and_changes_nothing_then_maintains(
     world: World, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -295,3 +296,197 @@ def test_the_run_loop_schedule_maintains_once_per_interval(world: World) -> None
     now[0] += 30
     assert schedule() is None
     assert len(world.files()) == PARTITIONS
+
+
+def test_files_a_reset_rewrites_land_in_its_run_folder_and_are_cleaned_once_no_snapshot_needs_them(
+    tmp_path: Path,
+) -> None:
+    world = World(tmp_path, orphan_grace="10m", snapshot_retention=0, keep_snapshots=1)
+    world.produce(3)  # shared files: a reset of partition 2 rewrites files holding the others' rows
+    before = {f.file_path for f in world.files()}
+    commits, checkpoints = world.assembly.offset_reset, world.assembly.checkpoints
+
+    def reset(run_id: str, offset: int) -> set[str]:
+        grant = checkpoints.claim_lease(TOPIC, owner_id="replay", run_id=run_id)
+        assert isinstance(grant, LeaseGrant)
+        commits.reset_offsets(TOPIC, (TABLE, DLQ), {2: offset}, grant)
+        checkpoints.release_lease(grant)
+        return {f.file_path for f in world.files()}
+
+    first = reset("replay-reset-first", 49) - before
+    assert first  # files rewritten without partition 2's rows after 49
+    folder = join_uri(world.prefix, "replay-reset-first") + "/"
+    assert all(path.startswith(folder) for path in first)  # under the prefix orphan cleanup lists
+    world.clock_offset_s = 3600
+    assert world.service().maintain(dry_run=True).tables[0].orphans == ()  # live: never an orphan
+
+    # A second reset rewrites the first's file holding partition 2's 40..49; the snapshot that did
+    # it carries the file only as a DELETED entry, which is no reference once its parent expired.
+    replaced = first - reset("replay-reset-second", 44)
+    assert replaced
+    world.clock_offset_s = 7200
+    report = world.service().maintain()  # expiry drops the first reset's snapshot, then orphans
+
+    deleted = {o.uri for o in report.tables[0].orphans}
+    assert replaced <= deleted  # replaced and unreferenced: gone
+    assert not any(Path(uri.removeprefix("file://")).exists() for uri in deleted)
+    assert all(Path(f.file_path.removeprefix("file://")).exists() for f in world.files())
+    pairs = _pairs(world.rows())
+    assert pairs == Counter(
+        (p, o) for p in range(PARTITIONS) for o in range(world.runs * PER_RUN) if p != 2 or o <= 44
+    )
+
+
+# -- compaction as a Spark job (one machine: local Spark through the job runner) ----------------------
+
+
+@pytest.fixture
+def local_runner(spark: Any) -> Any:
+    """The one-machine job runner on the session's local Spark (warm: the same `spark_app` code)."""
+    from kafscale_iceberg.local.spark_runner import LocalSparkJobRunner
+
+    runner = LocalSparkJobRunner(master="local[2]", keep_session_warm=True)
+    yield runner
+    runner.close()
+
+
+def _spark_service(world: World, runner: Any, **maintenance: Any) -> MaintenanceService:
+    from kafscale_iceberg.adapters.iceberg_maintenance import new_compaction_id
+    from kafscale_iceberg.services.compaction_jobs import SparkCompaction
+
+    config = config_from_mapping(
+        {**world.config_data, "maintenance": {**world.config_data["maintenance"], **maintenance}},
+        source="test",
+    )
+    spark = SparkCompaction(
+        config, world.maintainer(), runner, DocumentStore(), new_job_id=new_compaction_id, poll_seconds=0.2
+    )
+    return MaintenanceService(
+        config,
+        world.maintainer(),
+        StorageFileLister(),
+        world.assembly.checkpoints,
+        clock=lambda: time.time() + world.clock_offset_s,
+        spark=spark,
+    )
+
+
+@pytest.mark.slow
+def test_a_spark_compaction_job_racing_a_commit_is_committed_by_the_next_pass_with_the_re_check(
+    world: World, local_runner: Any
+) -> None:
+    world.produce(3)
+    service = _spark_service(world, local_runner, compaction_wait_seconds=0)
+
+    first = service.maintain()  # plans, writes the job document, starts the job; does not wait
+    assert first.tables[0].compaction is None
+    assert first.tables[0].compaction_candidates == 6  # 2 tasks a run
+    world.produce(1)  # a run commits while the job runs
+    raced = world.catalog.load_table(TABLE).metadata.current_snapshot_id
+    pending = service._spark.pending(TABLE)  # type: ignore[union-attr]
+    assert pending is not None
+    assert local_runner.wait(pending.runner_job_id, 120)
+    second = service.maintain()  # finishes the job: checks its result, commits on the new snapshot
+
+    outcome = second.tables[0].compaction
+    assert outcome is not None
+    assert (outcome.committed, outcome.files_removed) == (True, 6)
+    # Built on the run's snapshot, not the one the job was planned from: the replaced files were
+    # re-checked there (the run's own files are untouched).
+    assert world.catalog.load_table(TABLE).current_snapshot().parent_snapshot_id == raced  # type: ignore[union-attr]
+    assert _pairs(world.rows()) == world.expected_pairs()  # every record exactly once
+    field_id = world.catalog.load_table(TABLE).schema().find_field("partition").field_id
+    compacted = [f for f in world.files() if "/compaction-" in f.file_path]
+    assert len(compacted) == PARTITIONS
+    assert all(_partition_pure(f, field_id) for f in compacted)
+    assert service._spark.pending(TABLE) is None  # type: ignore[union-attr]
+
+
+@pytest.mark.slow
+def test_a_spark_compaction_result_that_does_not_match_its_job_is_not_committed(
+    world: World, local_runner: Any
+) -> None:
+    from kafscale_iceberg.domain.compaction_jobs import CompactionJob, CompactionJobResult
+    from kafscale_iceberg.exceptions import CompactionResultError
+
+    world.produce(2)
+    service = _spark_service(world, local_runner, compaction_wait_seconds=0)
+    service.maintain()
+    pending = service._spark.pending(TABLE)  # type: ignore[union-attr]
+    assert pending is not None
+    assert local_runner.wait(pending.runner_job_id, 120)
+    job = CompactionJob.model_validate_json(DocumentStore().read_text(pending.job_uri))
+    result = CompactionJobResult.model_validate_json(DocumentStore().read_text(job.result_uri))
+    short = result.model_copy(
+        update={"groups": tuple(g.model_copy(update={"rows": g.rows - 1}) for g in result.groups)}
+    )
+    before = world.catalog.load_table(TABLE).metadata.current_snapshot_id
+
+    with pytest.raises(CompactionResultError, match="wrote 119 rows, its files hold 120"):
+        world.maintainer().commit_compaction_job(job, short, now_ms=0)
+
+    assert world.catalog.load_table(TABLE).metadata.current_snapshot_id == before
+
+
+def test_the_small_file_trigger_maintains_a_topic_between_scheduled_passes(world: World) -> None:
+    from kafscale_iceberg.services.compaction_trigger import SmallFileTrigger
+
+    config = config_from_mapping(
+        {**world.config_data, "maintenance": {**world.config_data["maintenance"], "trigger_small_files": 2}},
+        source="test",
+    )
+    now = [100.0]
+    schedule = MaintenanceSchedule(
+        world.service(), 3600.0, clock=lambda: now[0], trigger=SmallFileTrigger(config, world.maintainer())
+    )
+    world.produce(1)  # one run: 2 files (2 tasks)
+    schedule.committed(TOPIC)
+    assert schedule() is None  # 2 new files: not more than 2
+    world.produce(1)
+    assert schedule() is None  # no commit reported since the last call: nothing checked
+    schedule.committed(TOPIC)
+
+    report = schedule()  # 4 new files: a pass of this topic now, an hour before the schedule's
+
+    assert report is not None
+    assert report.tables[0].compaction is not None
+    assert report.tables[0].compaction.committed
+    assert len(world.files()) == PARTITIONS
+    world.produce(1)
+    schedule.committed(TOPIC)
+    assert schedule() is None  # the pass set the baseline: 2 new files since
+
+
+@pytest.mark.slow
+def test_a_spark_compaction_job_overtaken_by_a_reset_is_abandoned_and_its_files_cleaned_later(
+    tmp_path: Path, local_runner: Any
+) -> None:
+    world = World(tmp_path, orphan_grace="1h")
+    world.produce(3)
+    service = _spark_service(world, local_runner, compaction_wait_seconds=0)
+    service.maintain()  # the job is started and writes its files
+    pending = service._spark.pending(TABLE)  # type: ignore[union-attr]
+    assert pending is not None
+    assert local_runner.wait(pending.runner_job_id, 120)
+    grant = world.assembly.checkpoints.claim_lease(TOPIC, owner_id="replay", run_id="replay-reset-x")
+    assert isinstance(grant, LeaseGrant)
+    world.assembly.offset_reset.reset_offsets(TOPIC, (TABLE, DLQ), {2: 49}, grant)  # rewrites files
+    world.assembly.checkpoints.release_lease(grant)
+    rows = _pairs(world.rows())
+    job_folder = join_uri(world.prefix, pending.job_id) + "/"
+
+    second = service.maintain()  # the job's replaced files left the table: abandoned, nothing committed
+
+    assert second.tables[0].compaction is not None
+    assert second.tables[0].compaction.abandoned
+    assert _pairs(world.rows()) == rows
+    assert service._spark.pending(TABLE) is None  # type: ignore[union-attr]
+    written = [p for p in (world.root / "warehouse").rglob("*.parquet") if str(p).find(pending.job_id) >= 0]
+    assert written  # the job's files are orphans now...
+    world.clock_offset_s = 2 * 3600
+    third = service.maintain(dry_run=True)
+    assert {o.uri for o in third.tables[0].orphans} >= {f"file://{p}" for p in written}
+    assert all(o.uri.startswith(job_folder) or "/compaction-" not in o.uri for o in third.tables[0].orphans)
+    service.maintain()  # ...deleted after the grace period
+    assert not any(p.exists() for p in written)
+    assert _pairs(world.rows()) == rows

@@ -10,7 +10,7 @@ import pytest
 
 from kafscale_iceberg.adapters.s3_segments import S3SegmentStore, make_s3_client
 from kafscale_iceberg.adapters.sqs_queues import SqsReceiver, SqsWorkQueue
-from kafscale_iceberg.domain.events import parse_work_item
+from kafscale_iceberg.domain.events import WorkItem
 from kafscale_iceberg.exceptions import MalformedEventError, SegmentFormatError, SegmentIncompleteError
 from kafscale_iceberg.segments.keys import SegmentObjectKind, format_segment_key
 from kafscale_iceberg.segments.layout import SegmentFooter, build_footer
@@ -90,7 +90,7 @@ class Pipeline:
         items = []
         while messages := self.work.receive(wait_seconds=0):
             for message in messages:
-                items.append(parse_work_item(message.body))
+                items.append(WorkItem.model_validate_json(message.body))
                 self.work.delete(message)
         return items
 

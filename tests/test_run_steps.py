@@ -202,7 +202,9 @@ def test_abort_alarms_after_the_configured_consecutive_failures(steps: Steps) ->
 
 
 def test_abort_cancels_the_job_and_lists_where_the_run_wrote(steps: Steps, tmp_path: Path) -> None:
-    plan = sample_plan()
+    # The abort looks for the run's result (absent here) on this machine: sample_plan's s3:// result
+    # URI sent requests to AWS, retried for seconds, once an earlier test had set credentials.
+    plan = sample_plan().model_copy(update={"result_uri": str(tmp_path / "result.json")})
     plan_uri = str(tmp_path / "plan.json")
     steps.documents.write_text(plan_uri, plan.model_dump_json())
     ticket = steps.ticket().model_copy(update={"plan_uri": plan_uri})

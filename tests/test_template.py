@@ -378,8 +378,9 @@ def test_no_role_allows_all_resources_or_all_actions_of_a_service(
             assert set(statement.actions) <= UNSCOPABLE, statement
 
 
-def test_only_the_start_step_and_the_state_machine_pass_a_role_and_only_the_emr_job_role_to_emr() -> None:
-    """The start step starts the job; the state machine's startJobRun.sync repeats that request."""
+def test_only_job_starters_pass_a_role_and_only_the_emr_job_role_to_emr() -> None:
+    """The start step starts the job; the state machine's startJobRun.sync repeats that request; the
+    maintenance function starts compaction jobs."""
     deployment = Deployment(INSTALLATIONS["existing-bucket"])
     passing = set()
     for role in ROLES:
@@ -387,12 +388,12 @@ def test_only_the_start_step_and_the_state_machine_pass_a_role_and_only_the_emr_
             if "iam:PassRole" not in statement.actions:
                 continue
             passing.add(role)
-            assert role in {"StartJobRole", "RunStateMachineRole"}
+            assert role in {"StartJobRole", "RunStateMachineRole", "MaintenanceRole"}
             assert statement.resources == (deployment.attribute("EmrJobRole", "Arn"),)
             assert statement.condition == {
                 "StringEquals": {"iam:PassedToService": "emr-serverless.amazonaws.com"}
             }
-    assert passing == {"StartJobRole", "RunStateMachineRole"}
+    assert passing == {"StartJobRole", "RunStateMachineRole", "MaintenanceRole"}
 
 
 def test_each_role_writes_only_its_own_log_group() -> None:
@@ -417,6 +418,7 @@ def _uris(deployment: Deployment) -> dict[str, str]:
         "segment": f"s3://kafscale-data/{segment_key}",
         "plan": f"s3://{runs}/runs/orders/orders-abc-a0/plan.json",
         "field ids": f"s3://{runs}/runs/orders/field-ids.json",
+        "compaction job": f"s3://{runs}/runs/maintenance/shop.orders/compaction-1-0a1b2c3d/job.json",
         "run data": f"s3://{runs}/runs/data/orders/orders-abc-a0/part-0.parquet",
         "entry point": f"s3://{runs}/spark/spark_app/main.py",
         "venv archive": f"s3://{runs}/spark/kafscale-iceberg-venv.tar.gz",
@@ -495,6 +497,19 @@ S3_ACCESS = {
     ("MaintenanceRole", "s3:GetObject", "table metadata"),
     ("MaintenanceRole", "s3:PutObject", "table metadata"),
     ("MaintenanceRole", "s3:DeleteObject", "table metadata"),
+    # Compaction jobs: the maintenance pass writes the job and its pending record, the EMR job reads
+    # the job and writes its result beside it (run documents: the roles reading runs may read them).
+    ("MaintenanceRole", "s3:GetObject", "compaction job"),
+    ("MaintenanceRole", "s3:PutObject", "compaction job"),
+    ("EmrJobRole", "s3:GetObject", "compaction job"),
+    ("EmrJobRole", "s3:PutObject", "compaction job"),
+    ("CommitRole", "s3:GetObject", "compaction job"),
+    ("LauncherRole", "s3:GetObject", "compaction job"),
+    ("LauncherRole", "s3:PutObject", "compaction job"),
+    ("AbortRole", "s3:PutObject", "compaction job"),
+    ("AbortRole", "s3:GetObject", "compaction job"),
+    ("StartJobRole", "s3:GetObject", "compaction job"),
+    ("ReplayRole", "s3:GetObject", "compaction job"),
 }
 
 

@@ -15,6 +15,7 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from kafscale_iceberg.config import EmrServerlessRunnerConfig
+from kafscale_iceberg.domain.compaction_jobs import CompactionJob
 from kafscale_iceberg.domain.jobs import JobState, JobStatus
 from kafscale_iceberg.domain.runs import RunPlan
 from kafscale_iceberg.exceptions import (
@@ -77,6 +78,20 @@ class EmrServerlessJobRunner:
         job_id: str = response["jobRunId"]
         return job_id
 
+    def start_compaction(self, job: CompactionJob, job_uri: str) -> str:
+        """Start a table's compaction job (`spark_app/main.py --compaction <uri>`) on the same
+        application, role and Python environment as the runs; idempotent by the job id."""
+        request = self._job_request(
+            job.job_id,
+            ["--compaction", job_uri],
+            {"kafscale:table": job.table, "kafscale:compaction": job.job_id},
+        )
+        response = self._call(
+            f"start compaction job {job.job_id} of {job.table}", lambda: self._emr.start_job_run(**request)
+        )
+        job_id: str = response["jobRunId"]
+        return job_id
+
     def step_functions_request(self, run_id: str) -> dict[str, Any]:
         """The `StartJobRun` request this runner sent for `run_id`, as the state machine's
         `emr-serverless:startJobRun.sync` task takes it (Step Functions' PascalCase field names; tag
@@ -86,19 +101,24 @@ class EmrServerlessJobRunner:
         return request
 
     def _request(self, plan: RunPlan, plan_uri: str) -> dict[str, Any]:
+        return self._job_request(
+            plan.run_id, ["--plan", plan_uri], {"kafscale:topic": plan.topic, "kafscale:run-id": plan.run_id}
+        )
+
+    def _job_request(self, token: str, arguments: list[str], tags: dict[str, str]) -> dict[str, Any]:
         request: dict[str, Any] = {
             "applicationId": self._settings.application_id,
-            "clientToken": plan.run_id,
-            "name": plan.run_id,
+            "clientToken": token,
+            "name": token,
             "executionRoleArn": self._settings.execution_role_arn,
             "jobDriver": {
                 "sparkSubmit": {
                     "entryPoint": self._settings.entry_point,
-                    "entryPointArguments": ["--plan", plan_uri],
+                    "entryPointArguments": arguments,
                     **self._spark_submit_parameters(),
                 }
             },
-            "tags": {"kafscale:topic": plan.topic, "kafscale:run-id": plan.run_id},
+            "tags": tags,
             "executionTimeoutMinutes": self._timeout_minutes,
         }
         # Always present (empty without a log URI): the state machine's .sync task names the field.

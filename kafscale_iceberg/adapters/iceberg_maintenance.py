@@ -23,6 +23,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
 import uuid
 from collections.abc import Iterable, Sequence
@@ -37,7 +38,7 @@ from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.io.pyarrow import ArrowScan, parquet_file_to_data_file, schema_to_pyarrow
 from pyiceberg.manifest import DataFile as IcebergDataFile
 from pyiceberg.manifest import DataFileContent
-from pyiceberg.table import FileScanTask, Table
+from pyiceberg.table import FileScanTask, StaticTable, Table
 from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.table.update.snapshot import ExpireSnapshots
 
@@ -45,7 +46,14 @@ from kafscale_iceberg.adapters.data_files import StagedFileStore
 from kafscale_iceberg.adapters.iceberg_catalog import CatalogTableAccess
 from kafscale_iceberg.dataplane.storage import join_uri
 from kafscale_iceberg.domain.commits import SUMMARY_TOPIC
+from kafscale_iceberg.domain.compaction_jobs import (
+    CompactionGroupOutput,
+    CompactionJob,
+    CompactionJobGroup,
+    CompactionJobResult,
+)
 from kafscale_iceberg.domain.maintenance import (
+    FILES_BASELINE_PROPERTY,
     LAST_COMPACTION_PROPERTY,
     LAST_MAINTENANCE_PROPERTY,
     SUMMARY_COMPACTION,
@@ -55,6 +63,7 @@ from kafscale_iceberg.domain.maintenance import (
     snapshots_to_expire,
 )
 from kafscale_iceberg.exceptions import (
+    CompactionResultError,
     KafscaleIcebergError,
     TableMissingError,
 )
@@ -188,53 +197,96 @@ class IcebergTableMaintainer(CatalogTableAccess):
         self, plan: CompactionPlan, *, data_prefix: str, target_file_size_bytes: int
     ) -> CompactionWrite:
         """Write the groups' rows, per Kafka partition in offset order, under a new folder of
-        `data_prefix`. Not in the table until `commit_compaction`; files of a pass that stops here
-        are orphans for the cleanup."""
+        `data_prefix` (in this process; `compaction_job` hands the same work to Spark). Not in the
+        table until `commit_compaction`; files of a pass that stops here are orphans for the cleanup."""
         loaded = self._load(plan.table)
-        schema = loaded.schema()
-        arrow_schema = _regular_types(schema_to_pyarrow(schema, include_field_ids=True))
-        folder = join_uri(data_prefix, f"compaction-{int(time.time() * 1000)}-{uuid.uuid4().hex[:8]}")
+        folder = join_uri(data_prefix, new_compaction_id())
         written: list[str] = []
         rows_total = 0
         for index, group in enumerate(plan.groups):
-            tasks = [plan.tasks[f.file_path] for f in group.files]
-            rows = ArrowScan(
-                table_metadata=loaded.metadata, io=loaded.io, projected_schema=schema, row_filter=AlwaysTrue()
-            ).to_table(tasks=tasks)
-            rows = rows.cast(arrow_schema) if rows.schema != arrow_schema else rows
-            for partition, part_rows in _by_kafka_partition(rows):
-                written.extend(
-                    self._write_files(
-                        part_rows,
-                        folder=folder,
-                        name=f"part-{index:05d}" + ("" if partition is None else f"-p{partition}"),
-                        target_file_size_bytes=target_file_size_bytes,
-                    )
-                )
-            rows_total += rows.num_rows
+            uris, rows = rewrite_group(
+                loaded,
+                [plan.tasks[f.file_path] for f in group.files],
+                folder=folder,
+                name=f"part-{index:05d}",
+                target_file_size_bytes=target_file_size_bytes,
+                sink=self._sink,
+            )
+            written.extend(uris)
+            rows_total += rows
         return CompactionWrite(plan, tuple(written), rows_total)
 
-    def _write_files(
-        self, rows: pa.Table, *, folder: str, name: str, target_file_size_bytes: int
-    ) -> list[str]:
-        """`rows` (in order) as Parquet files of about the target size; their URIs."""
-        compressed_row = max(rows.nbytes / max(rows.num_rows, 1) * _COMPRESSION_RATIO, 1.0)
-        per_file = max(1, int(target_file_size_bytes / compressed_row))
-        uris: list[str] = []
-        for sequence, start in enumerate(range(0, rows.num_rows, per_file)):
-            uri = join_uri(folder, f"{name}-{sequence:04d}.parquet")
-            staging = self._sink.staging_path(uri)
-            pq.write_table(
-                rows.slice(start, per_file),
-                staging,
-                compression="zstd",
-                compression_level=1,
-                row_group_size=min(per_file, _ROW_GROUP_ROWS),
-                write_statistics=True,
+    def compaction_job(
+        self,
+        plan: CompactionPlan,
+        *,
+        job_id: str,
+        data_prefix: str,
+        target_file_size_bytes: int,
+        result_uri: str,
+        started_ms: int,
+    ) -> CompactionJob:
+        """The job document of `plan` for Spark (`spark_app/main.py --compaction`): the metadata
+        file it was planned from, each group's file paths and row counts, a new output folder."""
+        base = plan.base or self._load(plan.table)
+        return CompactionJob(
+            job_id=job_id,
+            table=plan.table,
+            metadata_location=base.metadata_location,
+            snapshot_id=plan.snapshot_id,
+            groups=tuple(
+                CompactionJobGroup(
+                    partition_key=g.partition_key,
+                    files=tuple(f.file_path for f in g.files),
+                    rows=sum(f.record_count for f in g.files),
+                )
+                for g in plan.groups
+            ),
+            folder=join_uri(data_prefix, job_id),
+            target_file_size_bytes=target_file_size_bytes,
+            result_uri=result_uri,
+            io_properties={k: v for k, v in base.io.properties.items() if k in _SHAREABLE_IO_PROPERTIES},
+            started_ms=started_ms,
+        )
+
+    def commit_compaction_job(
+        self, job: CompactionJob, result: CompactionJobResult, *, now_ms: int
+    ) -> CompactionOutcome:
+        """Commit what a Spark compaction job wrote, after checking it against its job.
+
+        The result must be this job's, succeeded, with every group's rows equal to the rows of the
+        files it replaces and every new file present under the job's folder; otherwise
+        `CompactionResultError` (nothing committed; the files are orphans). Files the job replaces
+        that left the table meanwhile (a reset, another compaction) abandon it. Then the same
+        optimistic commit with re-check as `commit_compaction`.
+        """
+        _check_job_result(job, result)
+        loaded = self._load(job.table)
+        new_files = [uri for output in sorted(result.groups, key=lambda o: o.index) for uri in output.files]
+        missing = [uri for uri in new_files if not loaded.io.new_input(uri).exists()]
+        if missing:
+            raise CompactionResultError(
+                f"compaction job {job.job_id} of {job.table}: result names files that do not exist: "
+                f"{', '.join(missing[:5])}; nothing committed (run maintain again)"
             )
-            self._sink.publish(staging, uri)
-            uris.append(uri)
-        return uris
+        try:
+            live = {t.file.file_path: t for t in loaded.scan().plan_files()}
+        except Exception as exc:
+            raise self._translate(f"read the files of {job.table!r}", exc) from exc
+        gone = [path for g in job.groups for path in g.files if path not in live]
+        if gone:
+            logger.warning(
+                "compaction job abandoned: files it replaces left the table",
+                extra={"table": job.table, "job_id": job.job_id, "gone": gone[:5]},
+            )
+            return CompactionOutcome(table=job.table, committed=False, abandoned=True)
+        groups = tuple(
+            CompactionGroup(g.partition_key, tuple(live[path].file for path in g.files)) for g in job.groups
+        )
+        plan = CompactionPlan(job.table, loaded.metadata.current_snapshot_id, groups, {}, loaded)
+        return self.commit_compaction(
+            CompactionWrite(plan, tuple(new_files), sum(o.rows for o in result.groups)), now_ms=now_ms
+        )
 
     def commit_compaction(self, write: CompactionWrite, *, now_ms: int) -> CompactionOutcome:
         """ONE `overwrite` snapshot: the planned files out, the new files in; optimistic with a re-check.
@@ -331,6 +383,7 @@ class IcebergTableMaintainer(CatalogTableAccess):
                     _PREVIOUS_VERSIONS_MAX: str(previous_versions_max),
                     _DELETE_AFTER_COMMIT: "true",
                     LAST_MAINTENANCE_PROPERTY: str(now_ms),
+                    FILES_BASELINE_PROPERTY: str(_total_data_files(metadata.current_snapshot())),
                 }
             )
             transaction.commit_transaction()
@@ -354,7 +407,12 @@ class IcebergTableMaintainer(CatalogTableAccess):
     # -- files --------------------------------------------------------------------------------------
 
     def referenced_files(self, table: str) -> frozenset[str]:
-        """Every data and delete file any snapshot of `table` references (what orphan cleanup spares)."""
+        """Every data and delete file live in some snapshot of `table` (what orphan cleanup spares).
+
+        A manifest entry marked DELETED is not a reference: it records that the snapshot which wrote
+        it removed the file (the file is live in that snapshot's parent, if the parent is kept), and
+        pyiceberg carries such manifests into later snapshots - counting them would keep every file
+        a compaction or reset replaced forever (Java's orphan removal reads live entries too)."""
         loaded = self._load(table)
         paths: set[str] = set()
         try:
@@ -364,11 +422,19 @@ class IcebergTableMaintainer(CatalogTableAccess):
                     if manifest.manifest_path in seen:
                         continue
                     seen.add(manifest.manifest_path)
-                    for entry in manifest.fetch_manifest_entry(loaded.io, discard_deleted=False):
+                    for entry in manifest.fetch_manifest_entry(loaded.io, discard_deleted=True):
                         paths.add(entry.data_file.file_path)
         except Exception as exc:
             raise self._translate(f"list the files of {table!r}", exc) from exc
         return frozenset(paths)
+
+    def file_counts(self, table: str) -> tuple[int, int]:
+        """`(data files now, data files when maintenance last passed)` from the current snapshot's
+        summary and the table's properties: no manifest is read (the small-file trigger runs after
+        every commit)."""
+        loaded = self._load(table)
+        baseline = _int_or_none(loaded.properties.get(FILES_BASELINE_PROPERTY)) or 0
+        return _total_data_files(loaded.current_snapshot()), baseline
 
     def exists(self, table: str) -> bool:
         """Whether the catalog has `table`."""
@@ -402,6 +468,11 @@ def _regular_field(field: pa.Field) -> pa.Field:
 
 def _regular_types(schema: pa.Schema) -> pa.Schema:
     return pa.schema([_regular_field(f) for f in schema], metadata=schema.metadata)
+
+
+def _total_data_files(snapshot: Snapshot | None) -> int:
+    summary = snapshot.summary if snapshot is not None else None
+    return (_int_or_none(summary.get("total-data-files")) or 0) if summary is not None else 0
 
 
 def _int_or_none(value: str | None) -> int | None:
@@ -462,3 +533,128 @@ def _single_attempt(table: Table) -> Table:
     properties = {**table.metadata.properties, _COMMIT_RETRIES: "0"}
     metadata = table.metadata.model_copy(update={"properties": properties})
     return Table(table.name(), metadata, table.metadata_location, table.io, table.catalog)
+
+
+_SHAREABLE_IO_PROPERTIES = frozenset(
+    {"py-io-impl", "s3.endpoint", "s3.region", "s3.force-virtual-addressing", "s3.path-style-access"}
+)
+
+
+def new_compaction_id() -> str:
+    """A compaction job's id and folder name: `compaction-{unix ms}-{8 hex}`."""
+    return f"compaction-{int(time.time() * 1000)}-{uuid.uuid4().hex[:8]}"
+
+
+def _check_job_result(job: CompactionJob, result: CompactionJobResult) -> None:
+    problem = None
+    if result.job_id != job.job_id:
+        problem = f"the result is job {result.job_id}'s"
+    elif not result.succeeded:
+        problem = f"the job failed: {result.failure}"
+    elif sorted(o.index for o in result.groups) != list(range(len(job.groups))):
+        problem = f"the result has groups {sorted(o.index for o in result.groups)}, the job {len(job.groups)}"
+    else:
+        for output in result.groups:
+            expected = job.groups[output.index].rows
+            if output.rows != expected:
+                problem = f"group {output.index} wrote {output.rows} rows, its files hold {expected}"
+                break
+            outside = [uri for uri in output.files if not uri.startswith(job.folder.rstrip("/") + "/")]
+            if outside:
+                problem = f"group {output.index} names files outside {job.folder}: {outside[:3]}"
+                break
+    if problem is not None:
+        raise CompactionResultError(
+            f"compaction job {job.job_id} of {job.table}: {problem}; nothing committed (its files are "
+            "orphans the cleanup deletes; the next maintain plans again)"
+        )
+
+
+def rewrite_job_group(job: CompactionJob, index: int, sink: StagedFileStore) -> CompactionGroupOutput:
+    """One group of a compaction job, as a Spark task runs it: read the group's files through the
+    table metadata the job was planned from (no catalog), write them partition-pure in offset
+    order under the job's folder. Raises when a file is not in that metadata's snapshot."""
+    table = StaticTable.from_metadata(job.metadata_location, properties=job.io_properties)
+    group = job.groups[index]
+    wanted = set(group.files)
+    scan = table.scan(snapshot_id=job.snapshot_id) if job.snapshot_id is not None else table.scan()
+    tasks = [t for t in scan.plan_files() if t.file.file_path in wanted]
+    if len(tasks) != len(wanted):
+        found = {t.file.file_path for t in tasks}
+        raise CompactionResultError(
+            f"compaction job {job.job_id}: files not in snapshot {job.snapshot_id} of {job.table}: "
+            f"{sorted(wanted - found)[:5]}"
+        )
+    uris, rows = rewrite_group(
+        table,
+        tasks,
+        folder=job.folder,
+        name=f"part-{index:05d}",
+        target_file_size_bytes=job.target_file_size_bytes,
+        sink=sink,
+    )
+    return CompactionGroupOutput(index=index, files=tuple(uris), rows=rows)
+
+
+def rewrite_group(
+    table: Table,
+    tasks: Sequence[FileScanTask],
+    *,
+    folder: str,
+    name: str,
+    target_file_size_bytes: int,
+    sink: StagedFileStore,
+) -> tuple[list[str], int]:
+    """The rows of `tasks` as new files under `folder`, one Kafka partition per file in offset order,
+    each file at most about `target_file_size_bytes` (cut at offset boundaries). Their URIs and the
+    rows written."""
+    schema = table.schema()
+    arrow_schema = _regular_types(schema_to_pyarrow(schema, include_field_ids=True))
+    rows = ArrowScan(
+        table_metadata=table.metadata, io=table.io, projected_schema=schema, row_filter=AlwaysTrue()
+    ).to_table(tasks=list(tasks))
+    rows = rows.cast(arrow_schema) if rows.schema != arrow_schema else rows
+    written: list[str] = []
+    for partition, part_rows in _by_kafka_partition(rows):
+        written.extend(
+            _write_files(
+                part_rows,
+                folder=folder,
+                name=name + ("" if partition is None else f"-p{partition}"),
+                target_file_size_bytes=target_file_size_bytes,
+                sink=sink,
+            )
+        )
+    return written, rows.num_rows
+
+
+def _write_files(
+    rows: pa.Table, *, folder: str, name: str, target_file_size_bytes: int, sink: StagedFileStore
+) -> list[str]:
+    """`rows` (in order) as Parquet files of about the target size; their URIs.
+
+    The rows per file start from an estimate (Arrow bytes x `_COMPRESSION_RATIO`) and follow the
+    bytes per row each written file actually took, so files stay near the target whatever the data
+    compresses to (a reset then rewrites at most about one target-size file of a partition)."""
+    bytes_per_row = max(rows.nbytes / max(rows.num_rows, 1) * _COMPRESSION_RATIO, 1.0)
+    uris: list[str] = []
+    start = 0
+    while start < rows.num_rows:
+        per_file = max(1, int(target_file_size_bytes / bytes_per_row))
+        chunk = rows.slice(start, per_file)
+        uri = join_uri(folder, f"{name}-{len(uris):04d}.parquet")
+        staging = sink.staging_path(uri)
+        pq.write_table(
+            chunk,
+            staging,
+            compression="zstd",
+            compression_level=1,
+            row_group_size=min(per_file, _ROW_GROUP_ROWS),
+            write_statistics=True,
+        )
+        written = os.path.getsize(staging)
+        sink.publish(staging, uri)
+        uris.append(uri)
+        start += chunk.num_rows
+        bytes_per_row = max(written / max(chunk.num_rows, 1), 1.0)
+    return uris

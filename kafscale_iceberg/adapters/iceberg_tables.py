@@ -49,6 +49,7 @@ from pyiceberg.partitioning import PartitionField as IcebergPartitionField
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table, TableProperties, Transaction
+from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.transforms import (
     DayTransform,
     HourTransform,
@@ -430,7 +431,7 @@ class IcebergTableCommitter(CatalogTableAccess):
                 f"found snapshot {now.snapshot_id} with {now.marker}",
             )
         if commit.field_ids is not None and commit.file_uris:
-            mismatches = field_id_mismatches(commit.field_ids, _top_level_ids(table.schema()))
+            mismatches = field_id_mismatches(commit.field_ids, field_ids_by_path(table.schema()))
             if mismatches:
                 raise FieldIdMismatchError(expected.table, commit.run_id, mismatches)
         transaction = _single_attempt(table).transaction()
@@ -441,7 +442,12 @@ class IcebergTableCommitter(CatalogTableAccess):
             if present:
                 transaction.remove_properties(*present)
             if commit.delete_after:
-                delete_rows(transaction, rows_after(commit.delete_after), commit.summary())
+                delete_rows(
+                    transaction,
+                    rows_after(commit.delete_after),
+                    commit.summary(),
+                    data_location=commit.rewrite_location,
+                )
             if commit.file_uris:
                 # What `add_files` does, from the metrics the run carried instead of one footer read
                 # per file (`iceberg_data_files`). Duplicate paths are ruled out by the offsets
@@ -476,12 +482,13 @@ class IcebergTableCommitter(CatalogTableAccess):
         return _state_of(committed, expected.table, commit.topic)
 
     def field_ids(self, table: str, current: TableState | None = None) -> TableFieldIds:
-        """The table's top-level column ids and `last-column-id`, from the version `current` was read
-        or committed as when this adapter holds it, else loaded. Raises like `read_state`."""
+        """The table's column ids by path (nested parts included) and `last-column-id`, from the
+        version `current` was read or committed as when this adapter holds it, else loaded. Raises
+        like `read_state`."""
         metadata = (self._version_read(current) or self._load(table)).metadata
         return TableFieldIds(
             identifier=table,
-            field_ids=_top_level_ids(metadata.schema()),
+            field_ids=field_ids_by_path(metadata.schema()),
             last_column_id=metadata.last_column_id,
         )
 
@@ -530,7 +537,11 @@ class RowDeletion:
 
 
 def delete_rows(
-    transaction: Transaction, delete_filter: BooleanExpression, summary: dict[str, str]
+    transaction: Transaction,
+    delete_filter: BooleanExpression,
+    summary: dict[str, str],
+    *,
+    data_location: str | None = None,
 ) -> RowDeletion:
     """Delete the rows matching `delete_filter` copy-on-write, as ONE `overwrite` snapshot of `transaction`.
 
@@ -540,8 +551,12 @@ def delete_rows(
     location), a file with none is left alone. pyiceberg's own `Transaction.delete` writes a
     `delete` and then an `overwrite` snapshot, so time travel could land between them; here both
     changes are one snapshot. Nothing matching: no snapshot (the caller decides).
+
+    `data_location` puts the rewritten files in that folder instead of the table's data location
+    (a reset writes under its run folder, so orphan cleanup finds the files of an interrupted one).
     """
     schema = transaction.table_metadata.schema()
+    write_metadata = _writing_to(transaction.table_metadata, data_location)
     keep = _expression_to_complementary_pyarrow(bind(schema, delete_filter, case_sensitive=True), schema)
     io = transaction._table.io
     commit_uuid = uuid.uuid4()
@@ -565,7 +580,7 @@ def delete_rows(
                 _dataframe_to_data_files(
                     io=io,
                     df=kept,
-                    table_metadata=transaction.table_metadata,
+                    table_metadata=write_metadata,
                     write_uuid=commit_uuid,
                     counter=counter,
                 )
@@ -585,6 +600,19 @@ def delete_rows(
         rows_removed=rows_removed,
         rows_rewritten=rows_rewritten,
     )
+
+
+def _writing_to(metadata: TableMetadata, data_location: str | None) -> TableMetadata:
+    """`metadata` whose location provider writes data files straight into `data_location` (only this
+    in-memory view: a commit sends updates, never these properties)."""
+    if data_location is None:
+        return metadata
+    properties = {
+        **metadata.properties,
+        TableProperties.WRITE_DATA_PATH: data_location.rstrip("/"),
+        TableProperties.OBJECT_STORE_ENABLED: "false",
+    }
+    return metadata.model_copy(update={"properties": properties})
 
 
 def rows_after(offsets: Mapping[int, int]) -> BooleanExpression:
@@ -616,8 +644,28 @@ def _state_of(table: Table, identifier: str, topic: str) -> TableState:
     )
 
 
-def _top_level_ids(schema: Schema) -> dict[str, int]:
-    return {f.name: f.field_id for f in schema.fields}
+def field_ids_by_path(schema: Schema) -> dict[str, int]:
+    """Every field id of `schema` by path, as `domain.field_ids` plans them: top-level names, then
+    `struct.field`, `list.element`, `map.key`, `map.value` below them."""
+    ids: dict[str, int] = {}
+
+    def walk(path: str, field_type: IcebergType) -> None:
+        if isinstance(field_type, StructType):
+            for nested in field_type.fields:
+                ids[f"{path}.{nested.name}"] = nested.field_id
+                walk(f"{path}.{nested.name}", nested.field_type)
+        elif isinstance(field_type, ListType):
+            ids[f"{path}.element"] = field_type.element_id
+            walk(f"{path}.element", field_type.element_type)
+        elif isinstance(field_type, MapType):
+            ids[f"{path}.key"], ids[f"{path}.value"] = field_type.key_id, field_type.value_id
+            walk(f"{path}.key", field_type.key_type)
+            walk(f"{path}.value", field_type.value_type)
+
+    for top in schema.fields:
+        ids[top.name] = top.field_id
+        walk(top.name, top.field_type)
+    return ids
 
 
 def _single_attempt(table: Table) -> Table:

@@ -36,9 +36,24 @@ def maintain_command(args: argparse.Namespace) -> int:
     from kafscale_iceberg.config import load_config_from  # noqa: PLC0415
 
     config = load_config_from(args.config)
-    report = Assembly(config).maintenance.maintain(
-        topics=args.topic, dry_run=args.dry_run, force_compaction=args.compact
-    )
+    assembly = Assembly(config)
+    if config.maintenance.compaction_engine == "spark" and config.runner.type == "local" and not args.dry_run:
+        # One machine: the compaction job runs on local Spark, as `run`'s runs do.
+        from kafscale_iceberg.local.wiring import maintenance_service, make_runner  # noqa: PLC0415
+
+        runner = make_runner(assembly)
+        try:
+            report = maintenance_service(assembly, runner).maintain(
+                topics=args.topic, dry_run=args.dry_run, force_compaction=args.compact
+            )
+        finally:
+            close = getattr(runner, "close", None)
+            if close is not None:
+                close()
+    else:
+        report = assembly.maintenance.maintain(
+            topics=args.topic, dry_run=args.dry_run, force_compaction=args.compact
+        )
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
     else:

@@ -7,7 +7,7 @@ rules across sections, in `config.model`.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -347,6 +347,11 @@ class MaintenanceConfig(_Section):
     small_file_bytes: PositiveByteSize = ByteSize(32 * MIB)
     compaction_min_small_files: Annotated[int, Field(ge=2)] = 20
     compaction_max_bytes: PositiveByteSize = ByteSize(GIB)
+    # Compaction as Spark work and the small-file trigger (services/compaction_jobs.py,
+    # services/compaction_trigger.py).
+    compaction_engine: Literal["spark", "inline"] = "spark"
+    compaction_wait_seconds: DurationSeconds = 600
+    trigger_small_files: Annotated[int, Field(ge=0)] = 100
 
 
 class LocalRunnerConfig(_Section):

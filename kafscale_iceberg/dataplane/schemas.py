@@ -69,24 +69,53 @@ FIELD_ID_KEY = b"PARQUET:field_id"
 
 
 def with_field_ids(schema: pa.Schema, field_ids: Mapping[str, int] | None, *, table: str) -> pa.Schema:
-    """`schema` with each column's Iceberg field id as Parquet field-id metadata; as it is for None.
+    """`schema` with each column's Iceberg field id as Parquet field-id metadata, and each part of a
+    nested column's too (paths as `domain.field_ids` plans them: `customer.name`, `tags.element`,
+    `attrs.key`, `attrs.value`); as it is for None. Names and types are unchanged.
 
     Raises `FieldIdError` naming the table and columns when an id is missing or repeated.
     """
     if field_ids is None:
         return schema
-    missing = [name for name in schema.names if name not in field_ids]
+    missing: list[str] = []
+    used: list[int] = []
+    fields = [_with_id(f, f.name, field_ids, missing, used) for f in schema]
     if missing:
         raise FieldIdError(f"table {table}: the plan gives no field id for column(s) {', '.join(missing)}")
-    ids = [field_ids[name] for name in schema.names]
-    if len(set(ids)) != len(ids):
-        raise FieldIdError(
-            f"table {table}: the plan's field ids repeat an id: {dict(zip(schema.names, ids, strict=True))}"
+    repeated = sorted({i for i in used if used.count(i) > 1})
+    if repeated:
+        paths = sorted(path for path, i in field_ids.items() if i in repeated)
+        raise FieldIdError(f"table {table}: the plan's field ids repeat id(s) {repeated}: {', '.join(paths)}")
+    return pa.schema(fields, metadata=schema.metadata)
+
+
+def _with_id(
+    field: pa.Field, path: str, field_ids: Mapping[str, int], missing: list[str], used: list[int]
+) -> pa.Field:
+    dtype = field.type
+    if pa.types.is_struct(dtype):
+        dtype = pa.struct(
+            [
+                _with_id(dtype.field(i), f"{path}.{dtype.field(i).name}", field_ids, missing, used)
+                for i in range(dtype.num_fields)
+            ]
         )
-    return pa.schema(
-        [f.with_metadata({FIELD_ID_KEY: str(field_ids[f.name]).encode()}) for f in schema],
-        metadata=schema.metadata,
-    )
+    elif pa.types.is_list(dtype):
+        dtype = pa.list_(_with_id(dtype.value_field, f"{path}.element", field_ids, missing, used))
+    elif pa.types.is_large_list(dtype):
+        dtype = pa.large_list(_with_id(dtype.value_field, f"{path}.element", field_ids, missing, used))
+    elif pa.types.is_map(dtype):
+        dtype = pa.map_(
+            _with_id(dtype.key_field, f"{path}.key", field_ids, missing, used),
+            _with_id(dtype.item_field, f"{path}.value", field_ids, missing, used),
+        )
+    field_id = field_ids.get(path)
+    if field_id is None:
+        missing.append(path)
+        return field
+    used.append(field_id)
+    metadata = {**(field.metadata or {}), FIELD_ID_KEY: str(field_id).encode()}
+    return pa.field(field.name, dtype, field.nullable, metadata)
 
 
 DEAD_LETTER_SCHEMA: pa.Schema = arrow_schema(DEAD_LETTER_FIELDS)

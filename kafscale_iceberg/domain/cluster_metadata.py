@@ -29,10 +29,6 @@ class ClusterMetadata:
             self, "partitions_by_topic", MappingProxyType(dict(sorted(self.partitions_by_topic.items())))
         )
 
-    def allows(self, topic: str, partition: int) -> bool:
-        """True if the snapshot lists this topic and partition without an error."""
-        return partition in self.partitions_by_topic.get(topic, frozenset())
-
     def partitions(self, topic: str) -> frozenset[int]:
         """The topic's healthy partitions; empty if the snapshot does not list the topic."""
         return self.partitions_by_topic.get(topic, frozenset())

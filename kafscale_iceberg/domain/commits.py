@@ -241,6 +241,9 @@ class TableCommit:
     """Per column, the run's values stored null because they did not convert (audit trail, `status`)."""
     anomalies: OffsetAnomalies = field(default_factory=OffsetAnomalies)
     """Per partition, offset gaps and overlapped records of the run (audit trail, `status`)."""
+    rewrite_location: str | None = None
+    """Where files `delete_after` rewrites are written (None: the table's data location). A reset
+    writes them under its own run folder of the product's data prefix, where orphan cleanup looks."""
 
     def summary(self) -> dict[str, str]:
         """The snapshot summary keys: what this snapshot added, for audit and recovery."""

@@ -183,11 +183,3 @@ def parse_topic_message(body: str, message_id: str = "?") -> WorkItem | TopicSig
         raise MalformedEventError(
             message_id, f"neither a work item nor a topic signal: {exc.errors()[0]['msg']}"
         ) from None
-
-
-def parse_work_item(body: str, message_id: str = "?") -> WorkItem:
-    """Parse a work-queue message body, or raise `MalformedEventError` naming the message."""
-    try:
-        return WorkItem.model_validate_json(body)
-    except ValidationError as exc:
-        raise MalformedEventError(message_id, f"not a work item: {exc.errors()[0]['msg']}") from None

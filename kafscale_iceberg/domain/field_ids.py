@@ -13,12 +13,13 @@ rewritten document makes the next attempt right.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import itertools
+from collections.abc import Callable, Mapping, Sequence
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from kafscale_iceberg.domain.runs import ColumnType
+from kafscale_iceberg.domain.runs import ColumnSpec, ColumnType
 from kafscale_iceberg.domain.schema import FieldSpec
 from kafscale_iceberg.domain.tickets import join_uri
 
@@ -31,7 +32,8 @@ def field_ids_uri(runs_location: str, topic: str) -> str:
 
 
 class TableFieldIds(BaseModel):
-    """One table's top-level column ids and the highest id it ever assigned."""
+    """One table's column ids by path (top-level columns and the parts of nested ones, e.g.
+    `customer.name`, `tags.element`, `attrs.value`) and the highest id it ever assigned."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -56,25 +58,76 @@ class TopicFieldIds(BaseModel):
 NESTED_TYPES = frozenset({ColumnType.STRUCT, ColumnType.LIST, ColumnType.MAP})
 
 
-def planned_field_ids(fields: Sequence[FieldSpec], known: TableFieldIds | None) -> dict[str, int] | None:
-    """The field id of each of `fields` once the table holds them (see the module docstring).
+def column_parts(column: ColumnSpec | None) -> list[tuple[str, ColumnSpec | None]]:
+    """The direct parts of a nested column, `(name, spec)` in Iceberg's order: a struct's fields, a
+    list's `element`, a map's `key` (a string: no spec) and `value`. Empty for other columns."""
+    if column is None:
+        return []
+    if column.type is ColumnType.STRUCT:
+        return [(f.name, f) for f in column.fields]
+    if column.type is ColumnType.LIST:
+        return [("element", column.element)]
+    if column.type is ColumnType.MAP:
+        return [("key", None), ("value", column.value)]
+    return []
 
-    None (files without ids, read through the name mapping) when a field is nested: the ids of a
-    struct's, list's or map's parts are not planned here, and a file with ids on some columns but
-    not on their parts would be read with those parts missing by engines that trust the ids.
+
+def part_paths(name: str, column: ColumnSpec | None) -> list[str]:
+    """Every part's path under top-level column `name` (`customer.address.city`, `tags.element`,
+    `attrs.key`, `attrs.value`), in the order Iceberg assigns their ids."""
+    paths: list[str] = []
+    _assign_parts(name, column, lambda: len(paths), {}, paths)
+    return paths
+
+
+def _assign_parts(
+    path: str,
+    column: ColumnSpec | None,
+    next_id: Callable[[], int],
+    ids: dict[str, int],
+    order: list[str] | None = None,
+) -> None:
+    """Ids for the parts under `path` as Iceberg assigns them (pyiceberg's `_SetFreshIDs`, a
+    pre-order walk): all direct parts of a struct (a map's key and value) first, then each part's
+    own parts, in order."""
+    parts = column_parts(column)
+    for part, _spec in parts:
+        full = f"{path}.{part}"
+        ids[full] = next_id()
+        if order is not None:
+            order.append(full)
+    for part, spec in parts:
+        _assign_parts(f"{path}.{part}", spec, next_id, ids, order)
+
+
+def planned_field_ids(fields: Sequence[FieldSpec], known: TableFieldIds | None) -> dict[str, int] | None:
+    """The field id of each of `fields` and of each part of a nested one, once the table holds them
+    (see the module docstring), keyed by path: `customer`, `customer.name`, `tags.element`, ...
+
+    Ids as Iceberg assigns them: at creation the top-level fields take 1..n and their parts follow
+    in a pre-order walk; a column added by evolution takes the next id and its parts the ids after
+    it. None (files without ids, read through the name mapping) when a known nested column's parts
+    are not all recorded (a `field-ids.json` written before parts were recorded): a file with ids on
+    a column but not on its parts would be read with those parts missing by id-trusting engines.
     """
-    if any(f.type in NESTED_TYPES for f in fields):
-        return None
     if known is None:
-        return {f.name: index for index, f in enumerate(fields, start=1)}
-    ids: dict[str, int] = {}
-    next_id = known.last_column_id
+        ids = {f.name: index for index, f in enumerate(fields, start=1)}
+        counter = itertools.count(len(fields) + 1)
+        for f in fields:
+            _assign_parts(f.name, f.column, lambda: next(counter), ids)
+        return ids
+    ids = {}
+    next_id = itertools.count(known.last_column_id + 1)
     for f in fields:
         if f.name in known.field_ids:
             ids[f.name] = known.field_ids[f.name]
+            paths = part_paths(f.name, f.column)
+            if any(path not in known.field_ids for path in paths):
+                return None
+            ids.update({path: known.field_ids[path] for path in paths})
         else:
-            next_id += 1
-            ids[f.name] = next_id
+            ids[f.name] = next(next_id)
+            _assign_parts(f.name, f.column, lambda: next(next_id), ids)
     return ids
 
 

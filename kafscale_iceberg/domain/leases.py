@@ -24,7 +24,7 @@ class _Model(BaseModel):
 
 
 class LeaseGrant(_Model):
-    """A claimed topic lease; serialize with `to_json()`, rebuild anywhere with `from_json()`."""
+    """A claimed topic lease; serialize with `to_json()`, rebuild anywhere with `model_validate_json()`."""
 
     topic: str
     owner_id: str
@@ -41,11 +41,6 @@ class LeaseGrant(_Model):
     def to_json(self) -> str:
         """Compact JSON, for a Step Functions state or a Lambda payload."""
         return self.model_dump_json()
-
-    @classmethod
-    def from_json(cls, text: str | bytes) -> LeaseGrant:
-        """Rebuild a grant serialized by `to_json()` (pydantic `ValidationError` if it is not one)."""
-        return cls.model_validate_json(text)
 
 
 class LeaseHolder(_Model):

@@ -13,6 +13,9 @@ LAST_MAINTENANCE_PROPERTY = "kafscale.maintenance.last-ms"
 """Table property: when `maintain` last expired snapshots of the table (Unix ms)."""
 LAST_COMPACTION_PROPERTY = "kafscale.compaction.last-ms"
 """Table property: when `maintain` last committed a compaction of the table (Unix ms)."""
+FILES_BASELINE_PROPERTY = "kafscale.maintenance.files-baseline"
+"""Table property: the data files the table had when maintenance last passed (after its compaction);
+the small-file trigger counts the files added since (`services/compaction_trigger.py`)."""
 SUMMARY_COMPACTION = "kafscale.compaction"
 """Snapshot summary key of a compaction's `overwrite` snapshot (`true`)."""
 

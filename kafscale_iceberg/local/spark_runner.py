@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kafscale_iceberg.adapters.s3_segments import S3Settings
+from kafscale_iceberg.domain.compaction_jobs import CompactionJob, CompactionJobResult
 from kafscale_iceberg.domain.jobs import JobState, JobStatus
 from kafscale_iceberg.domain.runs import RunPlan, RunResult, RunStatus
 from kafscale_iceberg.exceptions import KafscaleIcebergError, UnknownJobError
@@ -46,7 +47,7 @@ _LOG_TAIL = 2000
 @dataclass
 class _Job:
     run_id: str
-    future: Future[RunResult] | None = None
+    future: Future[RunResult | CompactionJobResult] | None = None
     process: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
     cancelled: bool = False
@@ -89,6 +90,21 @@ class LocalSparkJobRunner:
             self._jobs[plan.run_id] = job
         logger.info("local job started", extra={"run_id": plan.run_id, "warm": self.keep_session_warm})
         return plan.run_id
+
+    def start_compaction(self, job: CompactionJob, job_uri: str) -> str:
+        """Start a table's compaction job (`spark_app.compaction`), or find the one already started
+        for its job id; returns its id. The same entry point EMR runs (`--compaction <uri>`)."""
+        with self._lock:
+            if job.job_id in self._jobs:
+                return job.job_id
+            entry = _Job(job.job_id)
+            if self.keep_session_warm:
+                entry.future = self._pool().submit(self._compact_warm, job.job_id, job_uri)
+            else:
+                entry.process, entry.log_path = self._submit(job_uri, flag="--compaction")
+            self._jobs[job.job_id] = entry
+        logger.info("local compaction job started", extra={"job_id": job.job_id, "table": job.table})
+        return job.job_id
 
     def status(self, job_id: str) -> JobStatus:
         """The job's state; its result document (written by the job) decides success."""
@@ -176,7 +192,16 @@ class LocalSparkJobRunner:
         spark.sparkContext.setJobGroup(run_id, f"kafscale-iceberg run {run_id}", interruptOnCancel=True)
         return run_job(spark, plan_uri, s3=self._s3)
 
-    def _future_status(self, job: _Job, future: Future[RunResult]) -> JobStatus:
+    def _compact_warm(self, job_id: str, job_uri: str) -> CompactionJobResult:
+        from spark_app.compaction import run_compaction_job  # noqa: PLC0415
+
+        spark = self._spark()
+        spark.sparkContext.setJobGroup(
+            job_id, f"kafscale-iceberg compaction {job_id}", interruptOnCancel=True
+        )
+        return run_compaction_job(spark, job_uri, s3=self._s3)
+
+    def _future_status(self, job: _Job, future: Future[RunResult | CompactionJobResult]) -> JobStatus:
         if future.cancelled():
             return JobStatus(job.run_id, JobState.CANCELLED, "CANCELLED", "cancelled before it started")
         if not future.done():
@@ -189,12 +214,13 @@ class LocalSparkJobRunner:
 
     # -- spark-submit ------------------------------------------------------------------------------
 
-    def submit_command(self, plan_uri: str) -> list[str]:
-        """The `spark-submit` command line of one run (the same entry point EMR runs)."""
+    def submit_command(self, plan_uri: str, *, flag: str = "--plan") -> list[str]:
+        """The `spark-submit` command line of one run, or with `flag="--compaction"` of one
+        compaction job (the same entry point EMR runs)."""
         command = [spark_submit_path(), "--master", self.master]
         for key, value in self.spark_conf.items():
             command += ["--conf", f"{key}={value}"]
-        command += [entry_point_path(), "--plan", plan_uri]
+        command += [entry_point_path(), flag, plan_uri]
         if self._s3.endpoint_url:
             command += ["--s3-endpoint-url", self._s3.endpoint_url]
         if self._s3.region:
@@ -203,12 +229,12 @@ class LocalSparkJobRunner:
             command.append("--s3-path-style")
         return command
 
-    def _submit(self, plan_uri: str) -> tuple[subprocess.Popen[bytes], Path]:
+    def _submit(self, plan_uri: str, *, flag: str = "--plan") -> tuple[subprocess.Popen[bytes], Path]:
         env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
         log = tempfile.NamedTemporaryFile(prefix="kafscale-spark-", suffix=".log", delete=False)  # noqa: SIM115
         with log:
             process = subprocess.Popen(
-                self.submit_command(plan_uri), stdout=log, stderr=subprocess.STDOUT, env=env
+                self.submit_command(plan_uri, flag=flag), stdout=log, stderr=subprocess.STDOUT, env=env
             )
         return process, Path(log.name)
 
@@ -234,9 +260,13 @@ class LocalSparkJobRunner:
             ) from None
 
 
-def _result_status(job: _Job, result: RunResult) -> JobStatus:
+def _result_status(job: _Job, result: RunResult | CompactionJobResult) -> JobStatus:
     if job.cancelled:
         return JobStatus(job.run_id, JobState.CANCELLED, "CANCELLED", "cancelled")
+    if isinstance(result, CompactionJobResult):
+        if result.succeeded:
+            return JobStatus(job.run_id, JobState.SUCCEEDED, "SUCCEEDED")
+        return JobStatus(job.run_id, JobState.FAILED, "FAILED", result.failure or "failed")
     if result.status is RunStatus.SUCCEEDED:
         return JobStatus(job.run_id, JobState.SUCCEEDED, "SUCCEEDED")
     failure = result.failure

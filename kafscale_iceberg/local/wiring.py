@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from kafscale_iceberg.assembly import Assembly
 from kafscale_iceberg.config import KafscaleConfig
@@ -24,7 +24,10 @@ from kafscale_iceberg.exceptions import JavaMissingError
 from kafscale_iceberg.local.pipeline import Pipeline, PipelineObserver, RunEnd, RunReport
 from kafscale_iceberg.local.spark_runner import LocalSparkJobRunner
 from kafscale_iceberg.metrics import MetricsSink, record_abort, record_commit, record_error, record_status
-from kafscale_iceberg.ports import JobRunner
+from kafscale_iceberg.ports import CompactionJobRunner, JobRunner
+
+if TYPE_CHECKING:
+    from kafscale_iceberg.services.maintenance import MaintenanceSchedule, MaintenanceService
 
 
 def ensure_java() -> str:
@@ -89,7 +92,9 @@ def open_pipeline(
         observing.append(MetricsObserver(metrics))
         after_pass.append(_status_gauges(assembly, metrics))
     if config.maintenance.enabled:
-        after_pass.append(maintenance_schedule(assembly))
+        schedule = maintenance_schedule(assembly, runner)
+        after_pass.append(schedule)
+        observing.append(CommitsToSchedule(schedule))
     try:
         yield Pipeline(
             assembly,
@@ -103,12 +108,45 @@ def open_pipeline(
             close()
 
 
-def maintenance_schedule(assembly: Assembly) -> Callable[[], object]:
-    """Table maintenance every `maintenance.interval_seconds` (see `MaintenanceSchedule`)."""
+def maintenance_schedule(assembly: Assembly, runner: JobRunner | None = None) -> MaintenanceSchedule:
+    """Table maintenance every `maintenance.interval_seconds`, and for a topic whose table gathered
+    `maintenance.trigger_small_files` new files (see `MaintenanceSchedule`); compaction runs as Spark
+    jobs on `runner` (the loop's) with `maintenance.compaction_engine: spark`."""
+    from kafscale_iceberg.services.compaction_trigger import SmallFileTrigger  # noqa: PLC0415
     from kafscale_iceberg.services.maintenance import MaintenanceSchedule  # noqa: PLC0415
 
     interval = float(assembly.config.maintenance.interval_seconds)
-    return MaintenanceSchedule(assembly.maintenance, interval, clock=time.monotonic)
+    return MaintenanceSchedule(
+        maintenance_service(assembly, runner),
+        interval,
+        clock=time.monotonic,
+        trigger=SmallFileTrigger(assembly.config, assembly.table_maintainer),
+    )
+
+
+class CommitsToSchedule:
+    """Tells the maintenance schedule which topics committed (its small-file trigger checks them)."""
+
+    def __init__(self, schedule: MaintenanceSchedule) -> None:
+        self._schedule = schedule
+
+    def run_started(self, ticket: RunTicket, plan: RunPlan) -> None:
+        """Nothing: only commits matter."""
+
+    def run_ended(self, report: RunReport, plan: RunPlan) -> None:
+        if report.commit is not None and report.commit.outcome.table_committed:
+            self._schedule.committed(report.topic)
+
+    def error(self, stage: str, topic: str | None, error: Exception) -> None:
+        """Nothing: errors are the other observers' business."""
+
+
+def maintenance_service(assembly: Assembly, runner: JobRunner | None) -> MaintenanceService:
+    """The maintenance service whose compaction jobs run on `runner` (when the engine is `spark`)."""
+    spark = assembly.config.maintenance.compaction_engine == "spark"
+    if spark and isinstance(runner, CompactionJobRunner):
+        return assembly.make_maintenance(runner)
+    return assembly.maintenance
 
 
 def _each(steps: Sequence[Callable[[], object]]) -> Callable[[], None]:

@@ -58,8 +58,8 @@ from kafscale_iceberg.exceptions import (
 from kafscale_iceberg.ports import CheckpointStore, TableCommitter
 from kafscale_iceberg.services.verified_commit import (
     DEFAULT_COMMIT_ATTEMPTS,
-    CommitRetry,
     TableWrite,
+    TableWriter,
     Written,
     commit_verified,
     read_state_if_exists,
@@ -205,7 +205,7 @@ class DeadLetterTableWrite(RunFilesWrite):
         return verdict.standing
 
 
-class CommitService:
+class CommitService(TableWriter):
     """The commit step over a `TableCommitter` (Iceberg) and a `CheckpointStore` (etcd or SQLite).
 
     `attempts` bounds how many times one table commit is tried when the table keeps changing under
@@ -226,10 +226,8 @@ class CommitService:
         """`stranded_runs(topic, run_id)` loads a run's plan and result (None when they are gone): with
         it, a run whose dead-letter commit landed and whose table commit never did is finished from
         its result when a later plan runs into it, instead of refusing that plan forever."""
+        super().__init__(tables, checkpoints, attempts=attempts, backoff_s=backoff_s, sleep=sleep)
         self._stranded_runs = stranded_runs
-        self._retry = CommitRetry(attempts=attempts, backoff_s=backoff_s, sleep=sleep)
-        self._tables = tables
-        self._checkpoints = checkpoints
 
     # -- the commit step ---------------------------------------------------------------------------
 

@@ -2,7 +2,9 @@
 
 For each mapped table and its dead-letter table, in this order:
 
-1. **Compaction** when the table has at least `maintenance.compaction_min_small_files` files smaller
+1. **Compaction** (in this process, or as a Spark job through the job runner with
+   `maintenance.compaction_engine: spark` - `services/compaction_jobs.py`) when the table has at
+   least `maintenance.compaction_min_small_files` files smaller
    than `maintenance.small_file_bytes` (or always, with `force_compaction`): small files of
    committed runs are rewritten into files of the mapping's target size, partition-pure (one Kafka
    partition each, offset order), and swapped in ONE `overwrite` snapshot. It takes no lease: the
@@ -37,6 +39,8 @@ from kafscale_iceberg.domain.maintenance import (
 from kafscale_iceberg.domain.tickets import join_uri
 from kafscale_iceberg.exceptions import UnmappedTopicError
 from kafscale_iceberg.ports import CheckpointStore, FileLister, TableMaintainer
+from kafscale_iceberg.services.compaction_jobs import SparkCompaction
+from kafscale_iceberg.services.compaction_trigger import SmallFileTrigger
 from kafscale_iceberg.services.launch import run_data_prefix
 
 logger = logging.getLogger(__name__)
@@ -98,12 +102,16 @@ class MaintenanceService:
         checkpoints: CheckpointStore,
         *,
         clock: Callable[[], float] = time.time,
+        spark: SparkCompaction | None = None,
     ) -> None:
+        """With `spark`, compaction is a Spark job through the job runner (`services/compaction_jobs.py`);
+        without, it runs in this process (`maintenance.compaction_engine: inline`)."""
         self._config = config
         self._tables = tables
         self._files = files
         self._checkpoints = checkpoints
         self._clock = clock
+        self._spark = spark
 
     def maintain(
         self,
@@ -137,7 +145,14 @@ class MaintenanceService:
         before = self._tables.health(table, small_file_bytes=settings.small_file_bytes)
         compaction: CompactionOutcome | None = None
         candidates = 0
-        if force or before.small_files >= settings.compaction_min_small_files:
+        spared: tuple[str, ...] = ()
+        if self._spark is not None:
+            compaction, candidates = self._spark.compact(
+                mapping, table, data_prefix=prefix, health=before, dry_run=dry_run, force=force
+            )
+            waiting = self._spark.pending(table)
+            spared = (join_uri(prefix, waiting.job_id) + "/",) if waiting is not None else ()
+        elif force or before.small_files >= settings.compaction_min_small_files:
             plan = self._tables.plan_compaction(
                 table,
                 small_file_bytes=settings.small_file_bytes,
@@ -161,7 +176,7 @@ class MaintenanceService:
             now_ms=now_ms,
             dry_run=dry_run,
         )
-        orphans = tuple(self.orphan_files(mapping.topic, table, prefix))
+        orphans = tuple(self.orphan_files(mapping.topic, table, prefix, spared=spared))
         deleted = 0 if dry_run else self._files.delete_files([o.uri for o in orphans])
         after = None if dry_run else self._tables.health(table, small_file_bytes=settings.small_file_bytes)
         logger.info(
@@ -185,16 +200,19 @@ class MaintenanceService:
             orphans_deleted=deleted,
         )
 
-    def orphan_files(self, topic: str, table: str, prefix: str) -> list[OrphanFile]:
+    def orphan_files(
+        self, topic: str, table: str, prefix: str, *, spared: tuple[str, ...] = ()
+    ) -> list[OrphanFile]:
         """Files under `prefix` no snapshot of `table` references, older than the grace period, and not
-        in the folder of the run holding `topic`'s lease. Reads only.
+        in the folder of the run holding `topic`'s lease nor in `spared` folders (a compaction job
+        waiting to be committed). Reads only.
 
         The lease is read before the listing and the references after it: a file a run commits
         while this runs is referenced by then, and a run that starts meanwhile writes files younger
         than the grace period.
         """
         holder = self._checkpoints.read_lease_holder(topic)
-        spared = join_uri(prefix, holder.run_id) + "/" if holder is not None and holder.run_id else None
+        spared_run = join_uri(prefix, holder.run_id) + "/" if holder is not None and holder.run_id else None
         listed = self._files.list_files(prefix)
         referenced = self._tables.referenced_files(table)
         cutoff = self._now_ms() - self._config.maintenance.orphan_grace * 1000
@@ -204,7 +222,8 @@ class MaintenanceService:
                 for f in listed
                 if f.uri not in referenced
                 and f.modified_ms < cutoff
-                and (spared is None or not f.uri.startswith(spared))
+                and (spared_run is None or not f.uri.startswith(spared_run))
+                and not f.uri.startswith(spared)
             ),
             key=lambda f: f.uri,
         )
@@ -229,26 +248,58 @@ class MaintenanceService:
 class MaintenanceSchedule:
     """Runs a maintenance pass when `maintenance.interval_seconds` have passed since the last one
     (the one-machine `run` calls it after each discovery pass). The first pass is one interval after
-    start, so a restart loop never turns into a maintenance loop."""
+    start, so a restart loop never turns into a maintenance loop.
 
-    def __init__(self, service: MaintenanceService, interval_s: float, *, clock: Callable[[], float]) -> None:
+    With a `trigger` (`services/compaction_trigger.py`), a topic whose run committed (`committed`)
+    and whose table gathered `maintenance.trigger_small_files` new files gets a pass of its own at
+    the next call, without waiting for the interval."""
+
+    def __init__(
+        self,
+        service: MaintenanceService,
+        interval_s: float,
+        *,
+        clock: Callable[[], float],
+        trigger: SmallFileTrigger | None = None,
+    ) -> None:
         self._service = service
         self._interval_s = interval_s
         self._clock = clock
         self._next_at = clock() + interval_s
+        self._trigger = trigger
+        self._committed: set[str] = set()
+
+    def committed(self, topic: str) -> None:
+        """A run of `topic` committed: check its table at the next call."""
+        self._committed.add(topic)
 
     def __call__(self) -> MaintenanceReport | None:
-        """Maintain now if due; the report, or None when not due or failed.
+        """Maintain now if due (or triggered); the report, or None when not due or failed.
 
         A failed pass is logged at error level with its reason and tried again one interval later:
         maintenance must never stop ingestion, and every step of it is safe to repeat.
         """
         now = self._clock()
         if now < self._next_at:
-            return None
+            return self._triggered()
         self._next_at = now + self._interval_s
+        self._committed.clear()
         try:
             return self._service.maintain()
         except Exception as exc:
             logger.exception("maintenance pass failed; retried next interval", extra={"problem": str(exc)})
+            return None
+
+    def _triggered(self) -> MaintenanceReport | None:
+        if self._trigger is None or not self._committed:
+            return None
+        topics, self._committed = sorted(self._committed), set()
+        try:
+            due = [t for t in topics if self._trigger.due(t)]
+            if not due:
+                return None
+            logger.info("small-file trigger: maintenance pass", extra={"topics": due})
+            return self._service.maintain(topics=due)
+        except Exception as exc:
+            logger.exception("triggered maintenance pass failed", extra={"problem": str(exc)})
             return None

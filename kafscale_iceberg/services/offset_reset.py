@@ -27,13 +27,14 @@ from kafscale_iceberg.domain.commits import (
 from kafscale_iceberg.domain.leases import LeaseGrant
 from kafscale_iceberg.domain.offsets import OffsetUpdate
 from kafscale_iceberg.domain.runs import NO_OFFSET
+from kafscale_iceberg.domain.tickets import join_uri
 from kafscale_iceberg.exceptions import OffsetResetRefusedError, TableMissingError
 from kafscale_iceberg.ports import CheckpointStore, TableCommitter
 from kafscale_iceberg.services.commit import offsets_of, stored_timestamp
 from kafscale_iceberg.services.verified_commit import (
     DEFAULT_COMMIT_ATTEMPTS,
-    CommitRetry,
     TableWrite,
+    TableWriter,
     commit_verified,
     read_state_if_exists,
 )
@@ -50,6 +51,8 @@ class ResetWrite(TableWrite):
     """The store's offsets: a table that never recorded the topic records them for its other partitions."""
     lease: LeaseGrant
     checkpoints: CheckpointStore
+    rewrite_location: str | None = None
+    """Where the files the delete rewrites go (the reset's run folder under the table's data prefix)."""
     action: ClassVar[str] = "offset reset"
 
     def verify(self, state: TableState) -> Standing:
@@ -78,6 +81,7 @@ class ResetWrite(TableWrite):
             ),
             reset=True,
             delete_after=dict(self.offsets),
+            rewrite_location=self.rewrite_location,
         )
 
     def landed(self, commit: TableCommit, after: TableState) -> None:
@@ -93,12 +97,8 @@ class ResetWrite(TableWrite):
         )
 
 
-class OffsetReset:
-    """Explicit offset resets over a `TableCommitter` and a `CheckpointStore` (see the module docstring).
-
-    `attempts`, `backoff_s` and `sleep` bound the retries of each table's reset commit as in
-    `CommitService`.
-    """
+class OffsetReset(TableWriter):
+    """Explicit offset resets over a `TableCommitter` and a `CheckpointStore` (see the module docstring)."""
 
     def __init__(
         self,
@@ -108,10 +108,13 @@ class OffsetReset:
         attempts: int = DEFAULT_COMMIT_ATTEMPTS,
         backoff_s: float = 0.2,
         sleep: Callable[[float], None] = time.sleep,
+        rewrite_prefix: Callable[[str], str] | None = None,
     ) -> None:
-        self._tables = tables
-        self._checkpoints = checkpoints
-        self._retry = CommitRetry(attempts=attempts, backoff_s=backoff_s, sleep=sleep)
+        """`rewrite_prefix(table)` is the product's data prefix of a table: a reset writes the files it
+        rewrites under `{prefix}/{reset's lease run id}/`, where orphan cleanup finds them (and spares
+        them while the reset holds the lease); None: the table's own data location."""
+        super().__init__(tables, checkpoints, attempts=attempts, backoff_s=backoff_s, sleep=sleep)
+        self._rewrite_prefix = rewrite_prefix
 
     def reset_offsets(
         self, topic: str, tables: tuple[str, ...], offsets: Mapping[int, int], lease: LeaseGrant
@@ -144,6 +147,9 @@ class OffsetReset:
                 adopted=offsets_of(stored),
                 lease=lease,
                 checkpoints=self._checkpoints,
+                rewrite_location=(
+                    join_uri(self._rewrite_prefix(table), lease.run_id) if self._rewrite_prefix else None
+                ),
             )
             try:
                 commit_verified(self._tables, write, self._retry)

@@ -11,8 +11,6 @@ every table write (`services.verified_commit`). Committed offsets do not move.
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -20,7 +18,6 @@ from kafscale_iceberg.domain.commits import QuarantinedRange, Standing, TableCom
 from kafscale_iceberg.domain.leases import LeaseGrant
 from kafscale_iceberg.domain.runs import DataFile, RunPlan, RunResult
 from kafscale_iceberg.exceptions import RunNotCommittableError
-from kafscale_iceberg.ports import CheckpointStore, TableCommitter
 from kafscale_iceberg.services.commit import (
     CommitOutcome,
     TablePolicy,
@@ -29,9 +26,8 @@ from kafscale_iceberg.services.commit import (
     table_spec,
 )
 from kafscale_iceberg.services.verified_commit import (
-    DEFAULT_COMMIT_ATTEMPTS,
-    CommitRetry,
     TableWrite,
+    TableWriter,
     commit_verified,
     read_state_if_exists,
     read_state_or_empty,
@@ -74,24 +70,8 @@ class ReplayWrite(TableWrite):
         )
 
 
-class QuarantineReplay:
-    """Replays of quarantined segments over a `TableCommitter` and a `CheckpointStore`.
-
-    `attempts`, `backoff_s` and `sleep` bound the retries of each table's commit as in `CommitService`.
-    """
-
-    def __init__(
-        self,
-        tables: TableCommitter,
-        checkpoints: CheckpointStore,
-        *,
-        attempts: int = DEFAULT_COMMIT_ATTEMPTS,
-        backoff_s: float = 0.2,
-        sleep: Callable[[float], None] = time.sleep,
-    ) -> None:
-        self._tables = tables
-        self._checkpoints = checkpoints
-        self._retry = CommitRetry(attempts=attempts, backoff_s=backoff_s, sleep=sleep)
+class QuarantineReplay(TableWriter):
+    """Replays of quarantined segments over a `TableCommitter` and a `CheckpointStore`."""
 
     def pending_quarantine(self, topic: str, table: str) -> tuple[QuarantinedRange, ...]:
         """Quarantined ranges of `topic` recorded in `table` and not replayed yet (oldest first)."""

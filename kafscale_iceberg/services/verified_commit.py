@@ -35,7 +35,7 @@ from kafscale_iceberg.exceptions import (
     TableChangedError,
     TableMissingError,
 )
-from kafscale_iceberg.ports import TableCommitter
+from kafscale_iceberg.ports import CheckpointStore, TableCommitter
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +54,24 @@ class CommitRetry:
     def __post_init__(self) -> None:
         if self.attempts < 1:
             raise ValueError(f"attempts must be >= 1, got {self.attempts}")
+
+
+class TableWriter:
+    """What every use case writing tables holds: the tables, the checkpoint store, and its `CommitRetry`
+    (`attempts`, `backoff_s` and `sleep` bound the retries of each table's commit)."""
+
+    def __init__(
+        self,
+        tables: TableCommitter,
+        checkpoints: CheckpointStore,
+        *,
+        attempts: int = DEFAULT_COMMIT_ATTEMPTS,
+        backoff_s: float = 0.2,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self._tables = tables
+        self._checkpoints = checkpoints
+        self._retry = CommitRetry(attempts=attempts, backoff_s=backoff_s, sleep=sleep)
 
 
 @dataclass(frozen=True)

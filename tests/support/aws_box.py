@@ -12,7 +12,8 @@ The fakes, each with what it does not cover:
   it is replaced to run the project's handler in this process under Lambda's contract (event and
   context in; an exception becomes `FunctionError: Unhandled` with `errorType` = its class name and
   `errorMessage`; 6 MB request/response limits; a function over its template `Timeout` reports
-  `Sandbox.Timedout`). Not covered: cold-start latency, concurrency limits, memory limits, the
+  `Sandbox.Timedout`). A function's asynchronous `Invoke` (`InvocationType=Event`) is answered 202
+  and run by the next `pump`. Not covered: cold-start latency, concurrency limits, memory limits, the
   layer/image packaging (tests/test_template_tools.py builds those). One invocation runs at a time.
 - **`emr-serverless:startJobRun.sync`** (`emr_serverless_sync_service`): moto's interpreter has no
   EMR Serverless integration; the box's starts the job run and reads it with `GetJobRun` until it
@@ -33,7 +34,8 @@ The fakes, each with what it does not cover:
   `executionTimeoutMinutes` counts `JOB_TIMEOUT_SCALE` minutes, for stuck jobs only (a real local
   Spark run's speed on a shared machine says nothing about EMR's, so it is never timed out).
 - **EMR Serverless compute**: moto's `StartJobRun` is idempotent by `clientToken` here (as EMR is)
-  and starts the job's `--plan` on local Spark (`LocalSparkJobRunner`, warm session);
+  and starts the job's `--plan` (or a maintenance pass's `--compaction` job) on local Spark
+  (`LocalSparkJobRunner`, warm session: the same `spark_app` code EMR runs);
   `GetJobRun` reports that job's state; `CancelJobRun` cancels it (a finished job: ValidationException).
   `faults` makes the next job FAILED without running (a container that died), stuck, or slow to
   start (`SLOW`: RUNNING for `SLOW_START_SECONDS` first, so the renewal branch runs).
@@ -548,6 +550,13 @@ class EmrCompute:
         if fault == "STUCK":
             return
         arguments = list(run.job_driver["sparkSubmit"]["entryPointArguments"])
+        if "--compaction" in arguments:  # a maintenance pass's compaction job
+            from kafscale_iceberg.domain.compaction_jobs import CompactionJob
+
+            job_uri = arguments[arguments.index("--compaction") + 1]
+            job = CompactionJob.model_validate_json(DocumentStore(self.s3_settings).read_text(job_uri))
+            self.local_jobs[run.id] = self.runner.start_compaction(job, job_uri)
+            return
         plan_uri = arguments[arguments.index("--plan") + 1]
         plan = RunPlan.model_validate_json(DocumentStore(self.s3_settings).read_text(plan_uri))
 
@@ -736,6 +745,20 @@ class Box:
     etcd: Any
     key_prefix: str
     queue_urls: dict[str, str] = field(default_factory=dict)
+    async_invokes: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    """`Invoke` with `InvocationType=Event` by a function: (function, event), run by `pump`."""
+
+    def run_async_invokes(self) -> int:
+        """Run the queued asynchronous invocations (Lambda's event queue); how many ran."""
+        ran = 0
+        while self.async_invokes:
+            name, event = self.async_invokes.pop(0)
+            try:
+                self.fleet.invoke(self.fleet.by_name[name], event)
+            except Exception:  # Lambda retries an async event twice, then drops it: the test sees it
+                traceback.print_exc()
+            ran += 1
+        return ran
 
     def pump(
         self, *, until: Callable[[], bool] | None = None, timeout_s: float = 120.0, pollers: int = 1
@@ -747,6 +770,7 @@ class Box:
         idle_rounds = 0
         while time.monotonic() < deadline:
             handed = self.mappings.poll_concurrently(pollers) if pollers > 1 else self.mappings.poll_once()
+            handed += self.run_async_invokes()
             if until is not None and until():
                 return
             busy = handed or self.running_executions() or self.messages_pending()
@@ -854,6 +878,7 @@ def build_box(
     mappings: list[dict[str, Any]],
     runs: dict[str, Any] | None = None,
     environment_overrides: dict[str, str] | None = None,
+    maintenance: dict[str, Any] | None = None,
     visibility_seconds: int = VISIBILITY_SECONDS,
 ) -> Box:
     """Create the stack's resources on moto, wire the fakes, and return the box (one per test)."""
@@ -961,6 +986,7 @@ def build_box(
         # No backoff: the state machine's Backoff wait is scaled, the launcher's check of it is wall time.
         "runs": {"retry_backoff_seconds": 0, **(runs or {})},
         "mappings": mappings,
+        **({"maintenance": maintenance} if maintenance else {}),
     }
     s3.put_object(Bucket=f"{stack}-config", Key="config.yaml", Body=json.dumps(config).encode())
     common = {
@@ -984,10 +1010,24 @@ def build_box(
     monkeypatch.setattr(boto3, "DEFAULT_SESSION", boto3.DEFAULT_SESSION)
     original_init = boto3.session.Session.__init__
 
+    async_invokes: list[tuple[str, dict[str, Any]]] = []
+
+    def queue_async_invoke(model: Any, context: dict[str, Any], request_signer: Any = None, **_: Any) -> Any:
+        """A function's `Invoke` with `InvocationType=Event`: recorded for IAM (this answer stops
+        the other `before-call` handlers), queued for `pump` (Lambda's event queue), answered 202 as
+        Lambda does; other invocations go on to moto."""
+        params = context.get("aws_box_params", {})
+        if params.get("InvocationType") != "Event":
+            return None
+        recorder.hook(model, context, request_signer)
+        async_invokes.append((params["FunctionName"], json.loads(params.get("Payload") or b"{}")))
+        return SimpleNamespace(status_code=202, headers={}), {"StatusCode": 202}
+
     def recording_init(session: Any, *args: Any, **kwargs: Any) -> None:
         original_init(session, *args, **kwargs)
         session.events.register("before-parameter-build", recorder.keep_params)
         session.events.register("before-call", recorder.hook)
+        session.events.register_last("before-call.lambda.Invoke", queue_async_invoke)
 
     monkeypatch.setattr(boto3.session.Session, "__init__", recording_init)
     boto3.setup_default_session(region_name=REGION)
@@ -1088,6 +1128,7 @@ def build_box(
         etcd=etcd,
         key_prefix=key_prefix,
         queue_urls=queue_urls,
+        async_invokes=async_invokes,
     )
     return box
 

@@ -1,0 +1,66 @@
+"""The small-file trigger: compaction when a table has gathered files, not only on the schedule.
+
+After each run's commit, `SmallFileTrigger.due(topic)` compares the topic's table's data files now
+with the files it had when maintenance last passed (`kafscale.maintenance.files-baseline`, set by
+every pass after its compaction): more than `maintenance.trigger_small_files` new files - each run
+adds small ones - and a maintenance pass of that topic starts now (`MaintenanceTrigger`): on AWS the
+commit function invokes the MaintenanceFunction asynchronously (it plans and launches the EMR
+compaction job), on one machine `run`'s schedule runs the pass after the loop's current step. The
+check reads the table's metadata only (the snapshot summary's `total-data-files`), never a
+manifest. `trigger_small_files: 0` leaves compaction to the schedule.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from kafscale_iceberg.config import KafscaleConfig
+from kafscale_iceberg.ports import FileCounts
+
+logger = logging.getLogger(__name__)
+
+
+class SmallFileTrigger:
+    """Whether a topic's table has gathered enough new files for a compaction now."""
+
+    def __init__(self, config: KafscaleConfig, tables: FileCounts) -> None:
+        self._config = config
+        self._tables = tables
+
+    def due(self, topic: str) -> bool:
+        """True when `topic`'s table has more than `maintenance.trigger_small_files` files added
+        since maintenance last passed (False when the trigger is off or the topic unmapped)."""
+        threshold = self._config.maintenance.trigger_small_files
+        mapping = self._config.mapping_for(topic)
+        if threshold <= 0 or mapping is None or not self._config.maintenance.enabled:
+            return False
+        files, baseline = self._tables.file_counts(".".join(mapping.identifier))
+        return files - baseline > threshold
+
+
+class MaintenanceTrigger:
+    """After a commit: start a maintenance pass of the topic when `SmallFileTrigger` says so.
+
+    `start(topic)` starts the pass (an asynchronous Lambda invoke on AWS, the `run` schedule on one
+    machine). Never raises: a failed check or start is logged, and the schedule still comes.
+    """
+
+    def __init__(self, trigger: SmallFileTrigger, start: Callable[[str], None]) -> None:
+        self._trigger = trigger
+        self._start = start
+
+    def after_commit(self, topic: str) -> bool:
+        """Check `topic` and start its pass when due; True when started."""
+        try:
+            if not self._trigger.due(topic):
+                return False
+            self._start(topic)
+        except Exception as exc:  # maintenance must never fail a commit
+            logger.warning(
+                "small-file trigger failed; the scheduled pass compacts instead",
+                extra={"topic": topic, "problem": f"{type(exc).__name__}: {exc}"},
+            )
+            return False
+        logger.info("small-file trigger: maintenance pass started", extra={"topic": topic})
+        return True
