@@ -151,9 +151,10 @@ def runs(bill: Bill, count: float, megabytes_per_run: float) -> None:
         "sqs_requests",
         count * (standard + fifo),
     )
-    # S3: router HEAD .index + footer GET per segment; the job GETs each .kfs; plan/result/outcome
-    # documents; one data file per 128 MB; Iceberg metadata (manifest, list, metadata.json) and reads.
-    gets = segments * 3 + 4 + 3
+    # S3: router HEAD .index + footer GET per segment (the .kfs notification), a footer GET again for
+    # the .index notification; the job GETs each .kfs; plan/result/outcome documents; one data file
+    # per 128 MB; Iceberg metadata (manifest, list, metadata.json) and reads.
+    gets = segments * 4 + 4 + 3
     puts = 2 + math.ceil(megabytes_per_run / 128) + 3 + 1  # + the launcher's LIST of the topic
     bill.add(
         "S3",

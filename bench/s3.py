@@ -17,6 +17,10 @@ docs/benchmarks.md for why these numbers). Same data, same run, so the ratios ar
   segments and one new each) on the slow S3: partitions listed concurrently (the default), and one
   at a time.
 
+moto runs in its own process (as S3 runs elsewhere: its server-side CPU is not this process's); the
+proxy, which counts the requests, runs in this one. `--moto-in-process` runs moto as a thread here,
+as the runs before 2026-11-24 did.
+
 The last line is one JSON object with the headline figures.
 """
 
@@ -26,6 +30,8 @@ import argparse
 import json
 import os
 import shutil
+import socket
+import subprocess
 import sys
 import tempfile
 import time
@@ -68,7 +74,13 @@ from kafscale_iceberg.domain.runs import (
     make_run_id,
 )
 from kafscale_iceberg.domain.schema import table_fields
-from kafscale_iceberg.local.embedded import start_moto
+from kafscale_iceberg.local.embedded import (
+    DEFAULT_REGION,
+    DUMMY_CREDENTIALS,
+    EmbeddedMoto,
+    free_port,
+    start_moto,
+)
 from kafscale_iceberg.segments.generate import generate_segments
 from kafscale_iceberg.segments.layout import Codec
 from kafscale_iceberg.services import launch
@@ -92,6 +104,42 @@ class Endpoints:
     slow: S3Settings
     bucket: str
     proxy: LatencyProxy
+
+
+class MotoProcess:
+    """A moto server in its own process: the server side of every request (moto's request parsing,
+    XML, its object store) then runs beside this process as S3's does, not under this process's
+    GIL, where it was counted in the commit and planning times (`--moto-in-process`: as before)."""
+
+    def __init__(self, region: str) -> None:
+        for name, value in {**DUMMY_CREDENTIALS, "AWS_DEFAULT_REGION": region}.items():
+            os.environ.setdefault(name, value)
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        self.region = region
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    return
+            except OSError:
+                if self._process.poll() is not None or time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError(f"moto server did not start on port {port}") from None
+                time.sleep(0.1)
+
+    def stop(self) -> None:
+        self._process.terminate()
+        try:
+            self._process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
 
 
 def best(samples: list[float]) -> float:
@@ -424,11 +472,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--skip-job", action="store_true", help="only the commit and planning parts")
     parser.add_argument("--skip-planning", action="store_true", help="leave the planning part out")
+    parser.add_argument(
+        "--moto-in-process",
+        action="store_true",
+        help="run moto as a thread of this process (its server-side CPU then counts in every time)",
+    )
     args = parser.parse_args(argv)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     workdir = Path(tempfile.mkdtemp(prefix="bench-s3-"))
-    moto = start_moto()
+    moto: EmbeddedMoto | MotoProcess = start_moto() if args.moto_in_process else MotoProcess(DEFAULT_REGION)
     # A client made without an endpoint must reach moto, never AWS.
     os.environ["AWS_ENDPOINT_URL"] = moto.url
     proxy = LatencyProxy.for_url(
@@ -444,7 +497,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         make_s3_client(endpoints.direct).create_bucket(Bucket=endpoints.bucket)
         print(
-            f"S3: moto at {moto.url}; proxy {proxy.url} adds {args.latency_ms:.0f} ms first-byte latency, "
+            f"S3: moto ({'a thread of this process' if args.moto_in_process else 'its own process'}) "
+            f"at {moto.url}; proxy {proxy.url} adds {args.latency_ms:.0f} ms first-byte latency, "
             f"caps a connection at {args.bandwidth_mb_per_s:.0f} MB/s; {os.cpu_count()} cores, "
             f"load average {os.getloadavg()[0]:.1f}",
             flush=True,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -103,3 +104,43 @@ def test_the_field_ids_recorded_after_a_commit_come_from_the_tables_it_read_and_
     assert _requests(proxy, before) == []
     assert recorded == service.field_ids((TABLE, DLQ))  # loaded
     assert [t.identifier for t in recorded.tables] == [TABLE, DLQ]
+
+
+def test_manifest_lengths_are_known_from_the_write_without_asking_s3(
+    moto_server: MotoEndpoint, proxy: LatencyProxy, tmp_path: Path
+) -> None:
+    """pyiceberg asked for each manifest's size with a HEAD after writing it; the length is now the
+    bytes the stream wrote, and it must equal the object's size in S3 (the manifest list records it)."""
+    bucket = moto_server.new_bucket()
+    settings = CatalogSettings(
+        type="sql",
+        uri=f"sqlite:///{tmp_path}/catalog.db",
+        warehouse=f"s3://{bucket}/warehouse",
+        s3_endpoint=proxy.url,
+        s3_region=moto_server.region,
+        s3_path_style=True,
+    )
+    tables = IcebergTableCommitter(load_iceberg_catalog(settings))
+    runs = RunFactory(tmp_path, table=TABLE)
+    plan = runs.plan({0: (-1, 9)})
+    result = runs.result(plan, files_per_partition=3)
+    tables.ensure_table(TableSpec(TABLE, table_fields(plan.conversion.columns), create_if_missing=True))
+    store = SqliteCheckpointStore(tmp_path / "checkpoints.db")
+    before = len(proxy.request_lines)
+
+    outcome = CommitService(tables, store).commit_run(
+        plan, result, _claim(store, plan.topic, plan.run_id), TablePolicy()
+    )
+
+    assert outcome.table_committed
+    heads = [path for method, path in _requests(proxy, before) if method == "HEAD"]
+    assert len(heads) == 2, heads  # our load's and the catalog's: none for an .avro
+    assert [path for path in heads if not path.endswith(".metadata.json")] == []
+    table = load_iceberg_catalog(settings).load_table(TABLE)
+    snapshot = table.current_snapshot()
+    assert snapshot is not None
+    (manifest,) = snapshot.manifests(table.io)
+    s3: Any = moto_server.client("s3")
+    key = manifest.manifest_path.removeprefix(f"s3://{bucket}/")
+    assert manifest.manifest_length == s3.head_object(Bucket=bucket, Key=key)["ContentLength"]
+    assert table.scan().to_arrow().num_rows == 10  # the manifest list and manifest read back

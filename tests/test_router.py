@@ -131,6 +131,47 @@ def test_segment_before_its_index_is_retried_then_routed(pipeline: Pipeline) -> 
     assert len(pipeline.work_items()) == 1
 
 
+def test_the_index_landing_after_its_segment_routes_the_segment_at_once(pipeline: Pipeline) -> None:
+    """The broker's order: `.kfs`, then `.index`. The `.kfs` notification routed in between is
+    deferred (its message waits out the queue's visibility timeout, 10 s+ on AWS); the `.index`
+    notification then gives the segment's item, without waiting for that retry."""
+    pipeline.put_segment("orders", 2, 40, index=False)
+    (kfs_message,) = [m for m in pipeline.events.receive(wait_seconds=0) if ".kfs" in m.body]
+    with pytest.raises(SegmentIncompleteError):
+        pipeline.router.route_message(kfs_message.body, kfs_message.message_id)
+    # Not retried in this test: as if its visibility timeout had not run out yet.
+    pipeline.put_index("orders", 2, 40)
+    (index_message,) = [m for m in pipeline.events.receive(wait_seconds=0) if ".index" in m.body]
+    outcome = pipeline.router.route_message(index_message.body, index_message.message_id)
+    (item,) = outcome.items
+    assert (item.topic, item.partition, item.base_offset, item.last_offset) == ("orders", 2, 40, 44)
+    assert item.key == "prod/orders/2/segment-00000000000000000040.kfs"
+    assert [(i.key, i.last_offset) for i in pipeline.work_items()] == [(item.key, 44)]
+
+
+def test_an_index_before_its_segment_or_beside_an_incomplete_one_gives_no_item(pipeline: Pipeline) -> None:
+    pipeline.put_index("orders", 3, 0)  # the .kfs has not landed: its own notification decides
+    pipeline.put_segment("orders", 3, 9, complete=False)  # .kfs without END!, then its .index
+    outcomes = []
+    while messages := [m for m in pipeline.events.receive(wait_seconds=0) if ".index" in m.body]:
+        for message in messages:
+            outcomes.append(pipeline.router.route_message(message.body, message.message_id))
+            pipeline.events.delete(message)
+    assert [o.ignored for o in outcomes] == [{"index_object": 1}, {"index_object": 1}]
+    assert pipeline.work_items() == []
+    # The incomplete .kfs is still rejected with the reason by its own notification.
+    (error,) = pipeline.route_all()
+    assert isinstance(error, SegmentFormatError)
+
+
+def test_both_notifications_of_a_segment_give_one_work_item(pipeline: Pipeline) -> None:
+    """Routed after both objects landed, the `.kfs` and the `.index` notification each give the item:
+    the FIFO queue keeps one (deduplicated by the segment key)."""
+    pipeline.put_segment("orders", 0, 500)
+    assert pipeline.route_all() == []
+    assert [i.key for i in pipeline.work_items()] == ["prod/orders/0/segment-00000000000000000500.kfs"]
+
+
 def test_a_segment_without_footer_magic_is_rejected_with_the_key(pipeline: Pipeline) -> None:
     pipeline.put_segment("orders", 0, 7, complete=False)
     (error,) = pipeline.route_all()

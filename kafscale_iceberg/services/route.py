@@ -2,13 +2,19 @@
 
 Rules (AWS delivers S3 notifications at least once, unordered, and the two objects of a segment in
 either order):
-- `s3:TestEvent`, other buckets, objects that are not segments, unmapped topics and `.index`
-  objects are counted and logged, never errors;
+- `s3:TestEvent`, other buckets, objects that are not segments and unmapped topics are counted
+  and logged, never errors;
 - a work item is emitted for a `.kfs` only when its `.index` exists and the `.kfs` ends in `END!`
-  (one 16-byte ranged GET, which also yields the last offset) — so one segment PUT gives one item;
+  (one 16-byte ranged GET, which also yields the last offset);
 - a `.kfs` whose `.index` is not there yet is *retried later* (transient: the message is returned
   to the queue); a `.kfs` that does not end in `END!` can never become complete and is *rejected*
   with the reason (the broker writes each object once);
+- an `.index` notification emits the work item of its `.kfs` when that has landed and ends in
+  `END!` (the same ranged GET; no such `.kfs` yet, or not complete: counted as `index_object`, its
+  own notification decides). The broker writes the `.kfs` first, so its notification often
+  arrives before the `.index` exists; without this the segment waited for the retried message
+  (the queue's visibility timeout) or the next launch of its topic. Both notifications of a
+  segment may so give an item: the same key, deduplicated as below;
 - duplicates are harmless: the FIFO queue deduplicates by segment key and the launcher plans from
   committed offsets, never from the item itself.
 """
@@ -21,9 +27,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kafscale_iceberg.domain.events import ObjectCreated, WorkItem, parse_notification
-from kafscale_iceberg.exceptions import SegmentIncompleteError, SegmentKeyError
+from kafscale_iceberg.exceptions import (
+    SegmentFormatError,
+    SegmentIncompleteError,
+    SegmentKeyError,
+    SegmentObjectMissingError,
+)
 from kafscale_iceberg.ports import SegmentReader, WorkQueue
-from kafscale_iceberg.segments.keys import SegmentObjectKind, match_segment_key
+from kafscale_iceberg.segments.keys import SegmentId, SegmentObjectKind, match_segment_key
 
 logger = logging.getLogger(__name__)
 
@@ -93,8 +104,7 @@ class Router:
             ignored["unmapped_topic"] += 1
             return None
         if parsed.kind is SegmentObjectKind.INDEX:
-            ignored["index_object"] += 1
-            return None
+            return self._item_from_index(segment, ignored)
         if not self._segments.exists(segment.index_key):
             raise SegmentIncompleteError(
                 f"{event.key}: its index {segment.index_key} has not landed yet; retrying later "
@@ -109,4 +119,23 @@ class Router:
             key=event.key,
             size=event.size or 0,
             etag=event.etag,
+        )
+
+    def _item_from_index(self, segment: SegmentId, ignored: Counter[str]) -> WorkItem | None:
+        """The work item of the `.kfs` whose `.index` just landed, when the `.kfs` is there and
+        complete; None (counted as `index_object`) when its own notification must decide."""
+        try:
+            footer = self._segments.read_footer(segment.segment_key)
+        except (SegmentObjectMissingError, SegmentFormatError):
+            # Not landed yet (its notification will find this index), or never complete (its
+            # notification rejects it with the reason): nothing to add from here.
+            ignored["index_object"] += 1
+            return None
+        return WorkItem(
+            topic=segment.topic,
+            partition=segment.partition,
+            base_offset=segment.base_offset,
+            last_offset=footer.last_offset,
+            key=segment.segment_key,
+            size=0,  # the notification is the index's: the segment's size is not in it
         )
