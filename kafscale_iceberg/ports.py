@@ -68,10 +68,6 @@ class CheckpointStore(Protocol):
         """Who holds the topic's lease now, or None (a Go processor's partition lease counts)."""
         ...
 
-    def list_lease_holders(self) -> list[LeaseHolder]:
-        """Every live lease under the key prefix, ours and the Go processor's, sorted by topic."""
-        ...
-
     def load_committed_offsets(self, topic: str) -> CommittedOffsets:
         """The topic's committed offsets; partitions without a stored value read as -1."""
         ...

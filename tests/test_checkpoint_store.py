@@ -158,7 +158,11 @@ def test_leases_of_different_topics_are_independent(backend: Backend) -> None:
     b = _claim(store, topic="payments")
 
     assert a.token != b.token
-    assert [h.topic for h in store.list_lease_holders()] == ["orders", "payments"]
+    holders = [store.read_lease_holder(topic) for topic in ("orders", "payments")]
+    assert [(h.topic, h.token) for h in holders if h is not None] == [
+        ("orders", a.token),
+        ("payments", b.token),
+    ]
 
 
 def test_claim_after_expiry_succeeds_with_a_larger_token(backend: Backend) -> None:

@@ -263,19 +263,6 @@ class EtcdCheckpointStore:
             return self._go_holder(topic, responses[1][0])
         return None
 
-    def list_lease_holders(self) -> list[LeaseHolder]:
-        """Every lease under `{prefix}/leases/`: ours (per topic) and the Go processor's (per partition)."""
-        prefix = self._keys.leases_prefix
-        kvs = self._etcd.call(
-            "list the leases", lambda client: list(client.get_prefix(prefix, sort_order="ascend"))
-        )
-        holders: list[LeaseHolder] = []
-        for kv in kvs:
-            rest = kv[1].key.decode("utf-8")[len(prefix) :]
-            topic, _, partition = rest.partition("/")
-            holders.append(self._go_holder(topic, kv) if partition else self._holder(topic, kv))
-        return sorted(holders, key=lambda h: (h.topic, -1 if h.partition is None else h.partition))
-
     # -- offsets -----------------------------------------------------------------------------------
 
     def load_committed_offsets(self, topic: str) -> CommittedOffsets:

@@ -164,17 +164,6 @@ class SqliteCheckpointStore:
             return None
         return _holder(row)
 
-    def list_lease_holders(self) -> list[LeaseHolder]:
-        """Every live lease under the key prefix, sorted by topic."""
-        prefix = self._keys.leases_prefix
-        with self._transaction("list the leases", write=False) as db:
-            rows: list[_LeaseRow] = db.execute(
-                f"SELECT {_LEASE_COLUMNS} FROM leases WHERE key >= ? AND key < ? AND expires_at_ms > ? "
-                "ORDER BY topic",
-                (prefix, prefix_range_end(prefix), self._now_ms()),
-            ).fetchall()
-        return [_holder(row) for row in rows]
-
     # -- offsets -----------------------------------------------------------------------------------
 
     def load_committed_offsets(self, topic: str) -> CommittedOffsets:
