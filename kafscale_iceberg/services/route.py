@@ -111,15 +111,7 @@ class Router:
                 "(if it never lands, the broker failed mid-flush and the reconciler reports it)"
             )
         footer = self._segments.read_footer(event.key)  # SegmentFormatError: never completes
-        return WorkItem(
-            topic=segment.topic,
-            partition=segment.partition,
-            base_offset=segment.base_offset,
-            last_offset=footer.last_offset,
-            key=event.key,
-            size=event.size or 0,
-            etag=event.etag,
-        )
+        return _work_item(segment, footer.last_offset, size=event.size or 0, etag=event.etag)
 
     def _item_from_index(self, segment: SegmentId, ignored: Counter[str]) -> WorkItem | None:
         """The work item of the `.kfs` whose `.index` just landed, when the `.kfs` is there and
@@ -131,11 +123,16 @@ class Router:
             # notification rejects it with the reason): nothing to add from here.
             ignored["index_object"] += 1
             return None
-        return WorkItem(
-            topic=segment.topic,
-            partition=segment.partition,
-            base_offset=segment.base_offset,
-            last_offset=footer.last_offset,
-            key=segment.segment_key,
-            size=0,  # the notification is the index's: the segment's size is not in it
-        )
+        return _work_item(segment, footer.last_offset)  # the index's notification: no segment size
+
+
+def _work_item(segment: SegmentId, last_offset: int, *, size: int = 0, etag: str | None = None) -> WorkItem:
+    return WorkItem(
+        topic=segment.topic,
+        partition=segment.partition,
+        base_offset=segment.base_offset,
+        last_offset=last_offset,
+        key=segment.segment_key,
+        size=size,
+        etag=etag,
+    )
