@@ -184,14 +184,8 @@ def test_router_handler_parks_a_hopeless_message_with_its_reason(
     assert emf_values(records, "errors_total") == [({"stage": "route", "service": "router"}, [1.0])]
 
 
-def test_launcher_handler_counts_the_started_run(
-    stack: Stack,
-    moto_server: MotoEndpoint,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    from functions.launcher import handler
-
+def _run_state_machine(stack: Stack, moto_server: MotoEndpoint, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A state machine on moto that succeeds at once, named to the launcher as the runs' machine."""
     sfn: Any = moto_server.client("stepfunctions")
     arn = sfn.create_state_machine(
         name=f"runs-{stack.bucket}",
@@ -200,6 +194,17 @@ def test_launcher_handler_counts_the_started_run(
     )["stateMachineArn"]
     monkeypatch.setenv("KAFSCALE_ICEBERG_STATE_MACHINE_ARN", arn)
     monkeypatch.setenv("AWS_ENDPOINT_URL_SFN", moto_server.url)
+
+
+def test_launcher_handler_counts_the_started_run(
+    stack: Stack,
+    moto_server: MotoEndpoint,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from functions.launcher import handler
+
+    _run_state_machine(stack, moto_server, monkeypatch)
     put_segment(stack.s3, stack.bucket, "production", "orders", 0, 0, 5)
     event = json.loads((EVENTS / "launcher_sqs_fifo_work_items.json").read_text())
 
@@ -231,14 +236,7 @@ def test_launcher_handler_fails_a_failed_topics_later_items_and_launches_the_oth
     for redelivery and is tried once; the other topic is launched once for its two items."""
     from functions.launcher import handler
 
-    sfn: Any = moto_server.client("stepfunctions")
-    arn = sfn.create_state_machine(
-        name=f"runs-{stack.bucket}",
-        definition='{"StartAt": "Done", "States": {"Done": {"Type": "Succeed"}}}',
-        roleArn="arn:aws:iam::123456789012:role/steps",
-    )["stateMachineArn"]
-    monkeypatch.setenv("KAFSCALE_ICEBERG_STATE_MACHINE_ARN", arn)
-    monkeypatch.setenv("AWS_ENDPOINT_URL_SFN", moto_server.url)
+    _run_state_machine(stack, moto_server, monkeypatch)
     put_segment(stack.s3, stack.bucket, "production", "orders", 0, 0, 5)
     (template,) = json.loads((EVENTS / "launcher_sqs_fifo_work_items.json").read_text())["Records"]
     records = [
