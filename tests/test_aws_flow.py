@@ -20,7 +20,7 @@ import pytest
 from bench.cost import transitions_per_run
 from kafscale_iceberg.domain.events import TopicSignal, message_group_id
 from kafscale_iceberg.segments.keys import SegmentObjectKind, format_segment_key
-from tests.support.aws_box import Box, build_box, timed_out, unregister
+from tests.support.aws_box import Box, local_emr_runner, open_box, timed_out
 from tests.support.etcd import EtcdServer
 from tests.support.moto import MotoEndpoint
 from tests.support.segments import encode_segment, put_segment
@@ -33,16 +33,7 @@ TABLE = "shop.orders"
 
 @pytest.fixture
 def spark_runner(spark: Any, moto_server: MotoEndpoint) -> Iterator[Any]:
-    """The EMR jobs' compute: the session's local Spark, warm (the job code is spark_app's). One per
-    test: local job ids are run ids, which repeat across boxes (same topic, same offsets)."""
-    from kafscale_iceberg.adapters.s3_segments import S3Settings
-    from kafscale_iceberg.local.spark_runner import LocalSparkJobRunner
-
-    runner = LocalSparkJobRunner(
-        master="local[2]",
-        keep_session_warm=True,
-        s3=S3Settings(endpoint_url=moto_server.url, region="eu-west-1", path_style=True),
-    )
+    runner = local_emr_runner(moto_server.url)
     yield runner
     runner.close()
 
@@ -56,7 +47,7 @@ def _box(
     topic: str = TOPIC,
     **options: Any,
 ) -> Iterator[Box]:
-    box = build_box(
+    with open_box(
         moto_url=moto_server.url,
         etcd=etcd_server,
         spark_runner=spark_runner,
@@ -64,11 +55,8 @@ def _box(
         monkeypatch=monkeypatch,
         mappings=[{"topic": topic, "table": TABLE, "create_table_if_missing": True}],
         **options,
-    )
-    try:
+    ) as box:
         yield box
-    finally:
-        unregister(box)
 
 
 @pytest.fixture
@@ -369,7 +357,7 @@ def two_topic_box(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> Iterator[Box]:
-    box = build_box(
+    with open_box(
         moto_url=moto_server.url,
         etcd=etcd_server,
         spark_runner=spark_runner,
@@ -381,11 +369,8 @@ def two_topic_box(
         ],
         # Longer than any launcher invocation here: a batch must not come back while still in flight.
         visibility_seconds=20,
-    )
-    try:
+    ) as box:
         yield box
-    finally:
-        unregister(box)
 
 
 def test_two_pollers_hold_one_batch_per_topic_and_different_topics_at_once(two_topic_box: Box) -> None:

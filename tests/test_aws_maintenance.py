@@ -3,8 +3,9 @@ compaction and runs it as an EMR Serverless job through the job runner, then che
 and commits it; every AWS call is checked against its role in template.yaml.
 
 The box is tests/support/aws_box.py: real state machine (moto's ASL interpreter), S3/SQS/EMR
-Serverless API on moto, a real etcd, a SQLite catalog, and the EMR job's compute on local Spark (the
-same `spark_app` code; the only fake is EMR's job timing - a job runs as soon as it is started).
+Serverless API on moto, a real etcd, the template's Glue catalog on moto, and the EMR job's compute
+on local Spark (the same `spark_app` code; the only fake is EMR's job timing - a job runs as soon as
+it is started).
 """
 
 from __future__ import annotations
@@ -16,26 +17,18 @@ from typing import Any
 
 import pytest
 
-from tests.support.aws_box import REGION, Box, build_box, unregister
+from tests.support.aws_box import Box, local_emr_runner
 from tests.support.etcd import EtcdServer
 from tests.support.moto import MotoEndpoint
 from tests.support.segments import put_segment
-from tests.test_aws_flow import TABLE, TOPIC, _assert_iam
+from tests.test_aws_flow import TABLE, TOPIC, _assert_iam, _box
 
 pytestmark = [pytest.mark.slow, pytest.mark.aws]
 
 
 @pytest.fixture
 def spark_runner(spark: Any, moto_server: MotoEndpoint) -> Iterator[Any]:
-    """The EMR jobs' compute: the session's local Spark, warm (as in tests/test_aws_flow.py)."""
-    from kafscale_iceberg.adapters.s3_segments import S3Settings
-    from kafscale_iceberg.local.spark_runner import LocalSparkJobRunner
-
-    runner = LocalSparkJobRunner(
-        master="local[2]",
-        keep_session_warm=True,
-        s3=S3Settings(endpoint_url=moto_server.url, region="eu-west-1", path_style=True),
-    )
+    runner = local_emr_runner(moto_server.url)
     yield runner
     runner.close()
 
@@ -51,19 +44,14 @@ def _make_box(
     monkeypatch: pytest.MonkeyPatch,
     **maintenance: Any,
 ) -> Iterator[Box]:
-    box = build_box(
-        moto_url=moto_server.url,
-        etcd=etcd_server,
-        spark_runner=spark_runner,
-        tmp_path=tmp_path,
-        monkeypatch=monkeypatch,
-        mappings=[{"topic": TOPIC, "table": TABLE, "create_table_if_missing": True}],
+    yield from _box(
+        moto_server,
+        etcd_server,
+        spark_runner,
+        tmp_path,
+        monkeypatch,
         maintenance={**MAINTENANCE, **maintenance},
     )
-    try:
-        yield box
-    finally:
-        unregister(box)
 
 
 @pytest.fixture
@@ -75,28 +63,6 @@ def box(
     monkeypatch: pytest.MonkeyPatch,
 ) -> Iterator[Box]:
     yield from _make_box(moto_server, etcd_server, spark_runner, tmp_path, monkeypatch)
-
-
-def _files(box: Box) -> list[Any]:
-    """The table's data files now (none before its first commit), through the box's Glue catalog."""
-    from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
-
-    from kafscale_iceberg.adapters.iceberg_catalog import CatalogSettings, load_iceberg_catalog
-
-    catalog = load_iceberg_catalog(
-        CatalogSettings(
-            type="glue",
-            warehouse=box.warehouse,
-            s3_endpoint=box.moto_url,
-            s3_region=REGION,
-            s3_path_style=True,
-            glue_endpoint=box.moto_url,
-        )
-    )
-    try:
-        return [t.file for t in catalog.load_table(TABLE).scan().plan_files()]
-    except (NoSuchTableError, NoSuchNamespaceError):
-        return []
 
 
 def _produce(box: Box, runs: int) -> None:
@@ -114,7 +80,7 @@ def test_the_scheduled_maintenance_compacts_through_an_emr_job_and_every_call_is
     _produce(box, 3)
     rows_before = sorted((r["partition"], r["offset"]) for r in box.rows(TABLE))
     assert len(rows_before) == 21
-    files_before = len(_files(box))
+    files_before = len(box.data_files(TABLE))
     jobs_before = len(box.emr.started)
 
     report = box.fleet.invoke("MaintenanceFunction", {})
@@ -124,7 +90,7 @@ def test_the_scheduled_maintenance_compacts_through_an_emr_job_and_every_call_is
     assert len(box.emr.started) == jobs_before + 1  # the rewrite ran as an EMR Serverless job
     (job_run,) = box.emr.started[jobs_before:]
     assert box.emr.local_jobs[job_run].startswith("compaction-")
-    files = _files(box)
+    files = box.data_files(TABLE)
     assert len(files) == 2 < files_before  # one file per Kafka partition
     assert all("/compaction-" in f.file_path for f in files)
     assert sorted((r["partition"], r["offset"]) for r in box.rows(TABLE)) == rows_before
@@ -149,13 +115,13 @@ def test_a_compaction_job_still_running_is_committed_by_the_next_pass(
         moto_server, etcd_server, spark_runner, tmp_path, monkeypatch, compaction_wait_seconds=0
     ):
         _produce(box, 2)
-        files_before = {f.file_path for f in _files(box)}
+        files_before = {f.file_path for f in box.data_files(TABLE)}
         jobs_before = len(box.emr.started)
         box.emr.faults.append("STUCK")  # EMR queues the job: not done within the pass
         first = box.fleet.invoke("MaintenanceFunction", {})
         (done,) = [t for t in first["tables"] if t["table"] == TABLE]
         assert not done["compaction"]["committed"]
-        assert {f.file_path for f in _files(box)} == files_before  # nothing committed yet
+        assert {f.file_path for f in box.data_files(TABLE)} == files_before  # nothing committed yet
         # The job "finishes": the fake's stuck job is failed by EMR's timeout -> the next pass drops
         # it (its files are orphans) and plans a new job, which runs and is committed by a later pass.
         box.emr.started_at = dict.fromkeys(box.emr.started_at, 0.0)
@@ -173,7 +139,7 @@ def test_a_compaction_job_still_running_is_committed_by_the_next_pass(
         assert done["compaction"]["committed"], report
         assert passes >= 2  # started by one pass, committed by a later one
         assert len(box.emr.started) == jobs_before + 2  # the timed-out job, then the committed one
-        assert len(_files(box)) == 2  # one file per Kafka partition
+        assert len(box.data_files(TABLE)) == 2  # one file per Kafka partition
         assert len(box.rows(TABLE)) == 14
         _assert_iam(box)
 
@@ -190,7 +156,7 @@ def test_a_table_gathering_small_files_triggers_a_compaction_from_the_commit_ste
     ):
         run = 0
         while box.fleet.count("MaintenanceFunction") == 0:
-            assert len(_files(box)) <= 2  # no trigger while not more than 2 new files
+            assert len(box.data_files(TABLE)) <= 2  # no trigger while not more than 2 new files
             assert run < 6, "the trigger never fired"
             _produce_run(box, run)  # each committed run adds small files (runs may coalesce)
             run += 1
@@ -198,7 +164,7 @@ def test_a_table_gathering_small_files_triggers_a_compaction_from_the_commit_ste
         # pass of this topic, its compaction an EMR job, committed - no schedule fired.
         assert box.fleet.count("MaintenanceFunction") == 1
         assert box.recorder.count("lambda:InvokeFunction", "CommitRole") == 1
-        assert len(_files(box)) == 2  # compacted: one file per Kafka partition
+        assert len(box.data_files(TABLE)) == 2  # compacted: one file per Kafka partition
         assert len(box.rows(TABLE)) == 7 * run
         _produce_run(box, run)  # one new file since the pass: no trigger
         assert box.fleet.count("MaintenanceFunction") == 1

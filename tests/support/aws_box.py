@@ -67,7 +67,8 @@ import time
 import traceback
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -828,13 +829,11 @@ class Box:
     def history(self, execution_arn: str) -> list[dict[str, Any]]:
         return list(self.sfn.get_execution_history(executionArn=execution_arn, maxResults=1000)["events"])
 
-    def rows(self, table: str) -> list[dict[str, Any]]:
-        """The table's rows (pyiceberg reads the current snapshot through the Glue catalog)."""
-        from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
-
+    def catalog(self) -> Any:
+        """The stack's Glue catalog (pyiceberg, on moto's Glue and S3)."""
         from kafscale_iceberg.adapters.iceberg_catalog import CatalogSettings, load_iceberg_catalog
 
-        catalog = load_iceberg_catalog(
+        return load_iceberg_catalog(
             CatalogSettings(
                 type="glue",
                 warehouse=self.warehouse,
@@ -844,12 +843,26 @@ class Box:
                 glue_endpoint=self.moto_url,
             )
         )
+
+    def _table(self, table: str) -> Any:
+        """The table through the Glue catalog; None before its first commit."""
+        from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+
         try:
-            loaded = catalog.load_table(table)
+            return self.catalog().load_table(table)
         except (NoSuchTableError, NoSuchNamespaceError):
-            return []
-        rows: list[dict[str, Any]] = loaded.scan().to_arrow().to_pylist()
+            return None
+
+    def rows(self, table: str) -> list[dict[str, Any]]:
+        """The table's rows (pyiceberg reads the current snapshot through the Glue catalog)."""
+        loaded = self._table(table)
+        rows: list[dict[str, Any]] = [] if loaded is None else loaded.scan().to_arrow().to_pylist()
         return rows
+
+    def data_files(self, table: str) -> list[Any]:
+        """The table's data files now (none before its first commit)."""
+        loaded = self._table(table)
+        return [] if loaded is None else [t.file for t in loaded.scan().plan_files()]
 
     def committed_offsets(self, topic: str) -> dict[int, int]:
         from kafscale_iceberg.adapters.etcd_checkpoints import EtcdCheckpointStore
@@ -866,6 +879,29 @@ def substituted_definition(deployment: Deployment) -> str:
     for name, node in machine["DefinitionSubstitutions"].items():
         text = text.replace("${" + name + "}", str(deployment.evaluate(node)))
     return text
+
+
+def local_emr_runner(moto_url: str) -> Any:
+    """The EMR jobs' compute: the session's local Spark, warm (the job code is spark_app's). One per
+    test: local job ids are run ids, which repeat across boxes (same topic, same offsets)."""
+    from kafscale_iceberg.adapters.s3_segments import S3Settings
+    from kafscale_iceberg.local.spark_runner import LocalSparkJobRunner
+
+    return LocalSparkJobRunner(
+        master="local[2]",
+        keep_session_warm=True,
+        s3=S3Settings(endpoint_url=moto_url, region="eu-west-1", path_style=True),
+    )
+
+
+@contextmanager
+def open_box(**options: Any) -> Iterator[Box]:
+    """`build_box(**options)`, unregistered when the block ends."""
+    box = build_box(**options)
+    try:
+        yield box
+    finally:
+        unregister(box)
 
 
 def build_box(
