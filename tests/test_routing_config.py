@@ -17,13 +17,20 @@ def routed(**route: Any) -> dict[str, Any]:
 
 
 def test_fixed_routes_with_a_default_table() -> None:
-    config = load(routed(tables={"eu": "shop.orders_eu", "us": "shop.orders_us"}, default_table="shop.orders"))
+    config = load(
+        routed(tables={"eu": "shop.orders_eu", "us": "shop.orders_us"}, default_table="shop.orders")
+    )
     mapping = config.mappings[0]
     assert mapping.table == ""
     assert mapping.data_tables == ("shop.orders_eu", "shop.orders_us", "shop.orders")
     assert mapping.dead_letter_table == "shop.orders__dlq"  # the default table's dead letters
     assert config.anchor_table("orders") == "shop.orders"
-    assert config.topic_tables("orders") == ("shop.orders_eu", "shop.orders_us", "shop.orders", "shop.orders__dlq")
+    assert config.topic_tables("orders") == (
+        "shop.orders_eu",
+        "shop.orders_us",
+        "shop.orders",
+        "shop.orders__dlq",
+    )
 
 
 def test_without_a_default_table_the_dead_letter_table_is_the_anchor() -> None:
@@ -58,10 +65,22 @@ def test_a_mapping_needs_a_table_or_a_route() -> None:
         ({"field": "a..b", "tables": {"x": "shop.x"}}, "mappings[0].route.field", "dotted path"),
         ({"field": "region"}, "mappings[0].route.tables", "table_template"),
         ({"field": "region", "table_template": "shop.orders"}, "mappings[0].route.table_template", "{value}"),
-        ({"field": "region", "table_template": "{value}.orders"}, "mappings[0].route.table_template", "table name"),
-        ({"field": "region", "table_template": "orders_{value}"}, "mappings[0].route.table_template", "namespace"),
+        (
+            {"field": "region", "table_template": "{value}.orders"},
+            "mappings[0].route.table_template",
+            "table name",
+        ),
+        (
+            {"field": "region", "table_template": "orders_{value}"},
+            "mappings[0].route.table_template",
+            "namespace",
+        ),
         ({"field": "region", "tables": {"eu": "orders_eu"}}, "mappings[0].route.tables.eu", "identifier"),
-        ({"field": "region", "tables": {"eu": "shop.x"}, "default_table": "x"}, "mappings[0].route.default_table", "identifier"),
+        (
+            {"field": "region", "tables": {"eu": "shop.x"}, "default_table": "x"},
+            "mappings[0].route.default_table",
+            "identifier",
+        ),
     ],
 )
 def test_wrong_route_config_names_the_key(route: dict[str, Any], key: str, text: str) -> None:
@@ -93,7 +112,12 @@ def test_several_mappings_of_a_topic_share_lfs_and_the_corrupt_segment_policy() 
     data = minimal()
     data["s3"]["region"] = "us-east-1"
     data["mappings"].append(
-        {"topic": "orders", "table": "shop.orders_raw", "lfs": {"mode": "reference"}, "corrupt_segment_policy": "quarantine"}
+        {
+            "topic": "orders",
+            "table": "shop.orders_raw",
+            "lfs": {"mode": "reference"},
+            "corrupt_segment_policy": "quarantine",
+        }
     )
     problems = problems_of(data)
     assert "same lfs settings" in problems["mappings[1].lfs"]

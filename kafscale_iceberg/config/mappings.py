@@ -24,6 +24,7 @@ from kafscale_iceberg.config.base import (
     _Section,
     _zero_means,
 )
+from kafscale_iceberg.domain.routing import check_route_field, check_template
 from kafscale_iceberg.domain.runs import (
     DECIMAL_MAX_PRECISION,
     ColumnSpec,
@@ -34,7 +35,6 @@ from kafscale_iceberg.domain.runs import (
     PartitionTransform,
 )
 from kafscale_iceberg.domain.runs import LfsMode as PlanLfsMode
-from kafscale_iceberg.domain.routing import check_route_field, check_template
 from kafscale_iceberg.domain.schema import BASE_FIELDS
 from kafscale_iceberg.exceptions import SegmentKeyError
 from kafscale_iceberg.segments.keys import validate_topic
@@ -337,12 +337,13 @@ class MappingConfig(_Section):
     def _default_dead_letter_table(cls, value: str, info: ValidationInfo) -> str:
         table = info.data.get("table")
         route = info.data.get("route")
-        if table is None or (not table and route is None):  # invalid or missing: reported elsewhere
+        if table is None or (not table and not isinstance(route, RouteConfig)):  # reported elsewhere
             return value
         if table:
             namespace = _split_identifier(table)[:-1]
             derived = f"{table}{DEAD_LETTER_SUFFIX}"
         else:  # routed: the default table's dead letters, else `{namespace}.{topic}__dlq`
+            assert isinstance(route, RouteConfig)
             namespace = route.namespace
             topic = str(info.data.get("topic", "")).replace(".", "_").replace("-", "_").lower()
             derived = (

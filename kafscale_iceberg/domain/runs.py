@@ -419,7 +419,10 @@ class RunPlan(_Model):
     def mappings(self) -> tuple[MappingPlan, ...]:
         """Every mapping of the run, the first one first."""
         first = MappingPlan(
-            table=self.table, dead_letter_table=self.dead_letter_table, conversion=self.conversion, route=self.route
+            table=self.table,
+            dead_letter_table=self.dead_letter_table,
+            conversion=self.conversion,
+            route=self.route,
         )
         return (first, *self.more_mappings)
 

@@ -91,6 +91,13 @@ class QuarantineReplay(TableWriter):
         """
         policy = policy or TablePolicy()
         check_committable(plan, result, lease)
+        if plan.multi_table or plan.table is None:
+            raise RunNotCommittableError(
+                plan.run_id,
+                f"topic {plan.topic!r} is routed or has several mappings: replaying quarantined segments "
+                "into several tables is not supported yet (nothing was written); reset the offsets before "
+                "the quarantined range instead (replay --reset-offsets)",
+            )
         again = quarantined_ranges(result)
         if again:
             raise RunNotCommittableError(

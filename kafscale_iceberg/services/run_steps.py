@@ -26,7 +26,7 @@ from kafscale_iceberg.config import RunsConfig
 from kafscale_iceberg.domain.field_ids import field_ids_uri
 from kafscale_iceberg.domain.jobs import JobState, JobStatus
 from kafscale_iceberg.domain.leases import LeaseGrant
-from kafscale_iceberg.domain.runs import FailureKind, RunPlan, RunResult
+from kafscale_iceberg.domain.runs import FailureKind, RunPlan, RunResult, TableRole
 from kafscale_iceberg.domain.tickets import OUTCOME_NAME, FailedAttempt, RunTicket, run_document_uri
 from kafscale_iceberg.exceptions import (
     DocumentMissingError,
@@ -191,10 +191,10 @@ class RunSteps:
     def _record_field_ids(self, plan: RunPlan, outcome: CommitOutcome | None = None) -> None:
         """Write `field-ids.json` for the plan's topic from its tables' schemas (those the commit just
         read or made, without loading them again). Idempotent."""
-        known = self._commit_service().field_ids(
-            (plan.table.identifier, plan.dead_letter_table.identifier),
-            None if outcome is None else outcome.states,
-        )
+        tables = [t.identifier for m in plan.mappings for t, _ in m.static_targets()]
+        if outcome is not None:  # tables a route's template named, as the commit step met them
+            tables += [name for name in outcome.states if name not in tables]
+        known = self._commit_service().field_ids(tuple(tables), None if outcome is None else outcome.states)
         uri = field_ids_uri(self._runs.location, plan.topic)
         self._documents.write_text(uri, known.model_dump_json())
 
@@ -219,7 +219,7 @@ class RunSteps:
             attempt=ticket.attempt,
             job_id=ticket.job_id,
             ended_at_ms=int(self._clock() * 1000),
-            written_under=() if plan is None else (plan.table.data_uri, plan.dead_letter_table.data_uri),
+            written_under=() if plan is None else _written_under(plan),
         )
         uri = run_document_uri(self._runs.location, ticket.topic, ticket.run_id, OUTCOME_NAME)
         self._documents.write_text(uri, outcome.model_dump_json())
@@ -327,3 +327,10 @@ def failure_reason(status: JobStatus, *, lease_lost: bool) -> str:
     if status.state is JobState.SUCCEEDED:
         return f"job {status.job_id} succeeded but its result could not be committed"
     return f"job {status.job_id} ended {status.runner_state}: {status.detail}".rstrip(": ")
+
+
+def _written_under(plan: RunPlan) -> tuple[str, ...]:
+    """The run folders of the plan's tables (data tables first, then dead letters; a route template's
+    tables are found by orphan cleanup under their own data prefixes)."""
+    data = [t.data_uri for m in plan.mappings for t, role in m.static_targets() if role is TableRole.DATA]
+    return tuple(dict.fromkeys([*data, *(m.dead_letter_table.data_uri for m in plan.mappings)]))
