@@ -259,7 +259,8 @@ def run_job(
     )
     documents.write_text(plan.result_uri, result.model_dump_json(indent=2))
     logger.info(
-        "run finished: run_id=%s status=%s files=%d dead_letter_files=%d tables=%d written=%d dead_lettered=%d %s",
+        "run finished: run_id=%s status=%s files=%d dead_letter_files=%d tables=%d written=%d "
+        "dead_lettered=%d %s",
         plan.run_id,
         result.status.value,
         len(result.data_files),

@@ -49,7 +49,8 @@ def test_table_is_not_allowed_with_route_and_names_default_table() -> None:
     data = routed(tables={"eu": "shop.orders_eu"})
     data["mappings"][0]["table"] = "shop.orders"
     problem = problems_of(data)["mappings[0].table"]
-    assert "not allowed with route" in problem and "route.default_table" in problem
+    assert "not allowed with route" in problem
+    assert "route.default_table" in problem
 
 
 def test_a_mapping_needs_a_table_or_a_route() -> None:

@@ -1,4 +1,5 @@
-"""`mappings[]`: one topic into one table (or several: `route`, and several mappings per topic) — the Go processor's keys (`topic`, `table`, `mode`,
+"""`mappings[]`: one topic into one table (or several: `route`, and several mappings per topic) —
+the Go processor's keys (`topic`, `table`, `mode`,
 `create_table_if_missing`, `schema`, `lfs`) plus ours (`dead_letter_table`, `partition_by`,
 `corrupt_segment_policy`, `target_file_size_bytes`), with the column, schema and LFS sub-sections.
 """

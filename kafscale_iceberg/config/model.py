@@ -141,8 +141,8 @@ class KafscaleConfig(_Section):
                 if owner != f"{key}.{field}":
                     problems.add(
                         f"{key}.{field}",
-                        f"{identifier!r} is already written by {owner} (the table of another mapping): a table "
-                        "is written by one mapping, and a dead-letter table is not a data table",
+                        f"{identifier!r} is already written by {owner} (the table of another mapping): "
+                        "a table is written by one mapping, and a dead-letter table is not a data table",
                     )
                 if self.iceberg.catalog.type == "glue" and len(identifier.split(".")) != 2:
                     problems.add(
