@@ -120,7 +120,7 @@ def test_fixed_routes_default_table_and_every_bad_route_value(tmp_path: Path) ->
 def test_without_a_default_table_unmatched_records_are_dead_lettered_unrouted(tmp_path: Path) -> None:
     values = [region("eu"), region("apac"), json.dumps({"order_id": 1}).encode(), region(None)]
     plan = routed_plan(tmp_path, values, {"field": "region", "tables": {"eu": target(tmp_path, EU)}})
-    result, rows = run(plan)
+    _, rows = run(plan)
     assert plan.anchor.identifier == DLQ
     assert plan.anchor_role is TableRole.DEAD_LETTER
     assert offsets(rows[EU]) == [0]

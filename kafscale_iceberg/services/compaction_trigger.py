@@ -16,6 +16,7 @@ import logging
 from collections.abc import Callable
 
 from kafscale_iceberg.config import KafscaleConfig
+from kafscale_iceberg.exceptions import TableMissingError
 from kafscale_iceberg.ports import FileCounts
 
 logger = logging.getLogger(__name__)
@@ -29,14 +30,22 @@ class SmallFileTrigger:
         self._tables = tables
 
     def due(self, topic: str) -> bool:
-        """True when `topic`'s table has more than `maintenance.trigger_small_files` files added
-        since maintenance last passed (False when the trigger is off or the topic unmapped)."""
+        """True when one of `topic`'s data tables has more than `maintenance.trigger_small_files`
+        files added since maintenance last passed (False when the trigger is off or the topic
+        unmapped). The tables the config names are checked (a route template's tables wait for the
+        schedule: finding them lists the catalog, too costly after every commit)."""
         threshold = self._config.maintenance.trigger_small_files
-        mapping = self._config.mapping_for(topic)
-        if threshold <= 0 or mapping is None or not self._config.maintenance.enabled:
+        mappings = self._config.mappings_for(topic)
+        if threshold <= 0 or not mappings or not self._config.maintenance.enabled:
             return False
-        files, baseline = self._tables.file_counts(".".join(mapping.identifier))
-        return files - baseline > threshold
+        for table in dict.fromkeys(t for m in mappings for t in m.data_tables):
+            try:
+                files, baseline = self._tables.file_counts(table)
+            except TableMissingError:
+                continue
+            if files - baseline > threshold:
+                return True
+        return False
 
 
 class MaintenanceTrigger:
