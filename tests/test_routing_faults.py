@@ -27,11 +27,17 @@ from kafscale_iceberg.local.pipeline import Pipeline
 from kafscale_iceberg.local.spark_runner import LocalSparkJobRunner
 from tests.support.etcd import EtcdServer
 from tests.support.moto import MotoEndpoint
-from tests.test_faults import BAD, NAMESPACE, TOPIC, DyingCheckpoints, DyingRunner, Point, ProcessDied, World
+from tests.test_faults import BAD, TOPIC, DyingCheckpoints, DyingRunner, Point, ProcessDied, World
 
 pytestmark = pytest.mark.slow
 
-ANCHOR, S0, S1, RAW, DLQ = "shop.orders", "shop.orders_s0", "shop.orders_s1", "shop.orders_raw", "shop.orders__dlq"
+ANCHOR, S0, S1, RAW, DLQ = (
+    "shop.orders",
+    "shop.orders_s0",
+    "shop.orders_s1",
+    "shop.orders_raw",
+    "shop.orders__dlq",
+)
 ROUTES = {"store-0": S0, "store-1": S1}
 
 
@@ -89,7 +95,9 @@ class RoutedWorld(World):
         catalog = load_iceberg_catalog(CatalogSettings.from_config(self.config))
 
         def rows(table: str) -> list[tuple[int, int]]:
-            return sorted((r["partition"], r["offset"]) for r in catalog.load_table(table).scan().to_arrow().to_pylist())
+            return sorted(
+                (r["partition"], r["offset"]) for r in catalog.load_table(table).scan().to_arrow().to_pylist()
+            )
 
         produced = [(p, o, v) for p, vs in self.produced.items() for o, v in enumerate(vs)]
         good = [(p, o, json.loads(v)["store_id"]) for p, o, v in produced if v != BAD]
