@@ -26,6 +26,9 @@ from kafscale_iceberg.domain.runs import (
     TableTarget,
     table_outputs,
 )
+from kafscale_iceberg.metrics.definitions import TABLE_RECORDS, Sample
+from kafscale_iceberg.metrics.recording import record_commit
+from kafscale_iceberg.services.commit import CommitOutcome
 from tests.support.spark_job import SegmentFolder, make_plan, order_record
 
 COLUMNS = (
@@ -247,3 +250,33 @@ def test_a_routed_raw_mapping_dead_letters_values_that_are_not_json(tmp_path: Pa
     assert offsets(rows[EU]) == [0]
     assert offsets(rows[ANCHOR]) == [2]
     assert reasons(rows[DLQ]) == {1: "invalid_json"}
+
+
+def test_a_routed_commit_counts_rows_per_table(tmp_path: Path) -> None:
+    plan = routed_plan(
+        tmp_path,
+        [region("eu"), region("us"), region("us"), region(5)],
+        {
+            "field": "region",
+            "tables": {"eu": target(tmp_path, EU)},
+            "default_table": target(tmp_path, ANCHOR),
+        },
+    )
+    result, _ = run(plan)
+    samples: list[Sample] = []
+
+    class Sink:
+        def emit(self, emitted: list[Sample]) -> None:
+            samples.extend(emitted)
+
+    outcome = CommitOutcome(
+        run_id=plan.run_id,
+        topic=plan.topic,
+        table_committed=True,
+        dead_letter_committed=True,
+        table_snapshot_id=1,
+        offsets={0: 3},
+    )
+    record_commit(Sink(), plan, result, outcome, started_at=0.0, ended_at=1.0)
+    per_table = {(s.labels["table"], s.labels["role"]): s.value for s in samples if s.metric is TABLE_RECORDS}
+    assert per_table == {(EU, "data"): 1, (ANCHOR, "data"): 2, (DLQ, "dead_letter"): 1}
