@@ -50,19 +50,46 @@ class RecordRouter:
         self._index: dict[str, int] = {}
         self._lookups: dict[str, tuple[int, str]] = {}
 
-    def split(self, rows: pa.Table, *, segment_key: str) -> RoutedRows:
-        """Each row to its table, or a dead letter (`unrouted`, `route_invalid`, `invalid_json`)."""
-        count = rows.num_rows
-        values = rows.column("value").combine_chunks()
-        extracted: ExtractedColumns = (
-            self._scanner.scan(values)
-            if self._scanner is not None
-            else parse_columns(values, [self._spec], documents=False)
+    def reuses(self, columns: tuple[ColumnSpec, ...]) -> bool:
+        """Whether the route field is a top-level `string` column of the mapping: its converted column
+        is the route value, and the field is not read again (`split`'s `column`)."""
+        return self._depth == 0 and any(
+            c.name == self._route.field and c.type is ColumnType.STRING for c in columns
         )
-        leaf = extracted.arrays[0]
-        for _ in range(self._depth):
-            leaf = pc.struct_field(leaf, [0])
-        failed = extracted.failed(0)
+
+    def split(
+        self,
+        rows: pa.Table,
+        *,
+        segment_key: str,
+        column: pa.Array | None = None,
+        not_string: np.ndarray | None = None,
+    ) -> RoutedRows:
+        """Each row to its table, or a dead letter (`unrouted`, `route_invalid`, `invalid_json`).
+
+        `column` (when `reuses` says so): the mapping's converted column of the route field, with
+        `not_string` the positions whose present value did not convert (the conversion's failures)."""
+        count = rows.num_rows
+        errors: dict[int, str] = {}
+        if column is not None:
+            leaf = column
+            failed = np.zeros(count, bool)
+            if not_string is not None:
+                failed[not_string] = True
+            describe = None
+        else:
+            values = rows.column("value").combine_chunks()
+            extracted: ExtractedColumns = (
+                self._scanner.scan(values)
+                if self._scanner is not None
+                else parse_columns(values, [self._spec], documents=False)
+            )
+            leaf = extracted.arrays[0]
+            for _ in range(self._depth):
+                leaf = pc.struct_field(leaf, [0])
+            failed = extracted.failed(0)
+            errors = extracted.errors
+            describe = extracted.describe
         destination = np.full(count, UNROUTED, np.int64)
         reasons: dict[int, tuple[str, str]] = {}
         encoded = pc.dictionary_encode(leaf)
@@ -78,11 +105,12 @@ class RecordRouter:
             reasons[row] = (ErrorKind.ROUTE_INVALID.value, self._lookups[value][1])
         for row in np.flatnonzero(~has_value & failed).tolist():
             destination[row] = INVALID
+            what = describe(0, row) if describe is not None else "a number, boolean, object or array"
             reasons[row] = (
                 ErrorKind.ROUTE_INVALID.value,
-                f"route field {self._route.field!r} is not a string: {extracted.describe(0, row)}",
+                f"route field {self._route.field!r} is not a string: {what}",
             )
-        for row, reason in extracted.errors.items():
+        for row, reason in errors.items():
             destination[row] = INVALID
             reasons[row] = (ErrorKind.INVALID_JSON.value, reason)
         default = self._route.default_table

@@ -408,7 +408,16 @@ class _MappingStage:
                 (mapping.table, converted.rows, None),
             )
         else:
-            routed = self.router.split(converted.rows, segment_key=segment_key)
+            field = mapping.route.field if mapping.route is not None else ""
+            if self.router.reuses(settings.columns):  # the route field is a string column: not read again
+                routed = self.router.split(
+                    converted.rows,
+                    segment_key=segment_key,
+                    column=converted.rows.column(field).combine_chunks(),
+                    not_string=converted.failed_rows.get(field),
+                )
+            else:
+                routed = self.router.split(converted.rows, segment_key=segment_key)
             placed = routed.tables
             if routed.dead_letters.num_rows:
                 dead_letters = (
