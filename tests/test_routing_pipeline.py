@@ -19,6 +19,7 @@ from pyspark.sql import SparkSession
 from kafscale_iceberg.adapters.iceberg_catalog import CatalogSettings, load_iceberg_catalog
 from kafscale_iceberg.assembly import Assembly
 from kafscale_iceberg.config import config_from_mapping
+from kafscale_iceberg.domain.field_ids import TopicFieldIds, field_ids_uri
 from kafscale_iceberg.domain.replay import ReplayRequest
 from kafscale_iceberg.local.pipeline import Pipeline
 from kafscale_iceberg.local.spark_runner import LocalSparkJobRunner
@@ -134,6 +135,19 @@ def test_routed_topic_end_to_end_with_status_and_a_reset_of_every_table(world: W
     world.check_exactly_once()
 
     assembly = world.assembly()
+    recorded = TopicFieldIds.model_validate_json(
+        assembly.documents.read_text(field_ids_uri(world.config.runs.location, TOPIC))
+    )
+    # Every table's ids, a template's tables included: the next run writes them with these ids.
+    assert {t.identifier for t in recorded.tables} == {
+        ANCHOR,
+        EU,
+        DLQ,
+        REGION_DLQ,
+        "shop.region_eu",
+        "shop.region_us",
+        "shop.region_apac",
+    }
     status = StatusService(
         world.config,
         assembly.checkpoints,

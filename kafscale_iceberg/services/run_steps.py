@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kafscale_iceberg.config import RunsConfig
-from kafscale_iceberg.domain.field_ids import field_ids_uri
+from kafscale_iceberg.domain.field_ids import TopicFieldIds, field_ids_uri
 from kafscale_iceberg.domain.jobs import JobState, JobStatus
 from kafscale_iceberg.domain.leases import LeaseGrant
 from kafscale_iceberg.domain.runs import FailureKind, RunPlan, RunResult, TableRole
@@ -195,8 +195,21 @@ class RunSteps:
         if outcome is not None:  # tables a route's template named, as the commit step met them
             tables += [name for name in outcome.states if name not in tables]
         known = self._commit_service().field_ids(tuple(tables), None if outcome is None else outcome.states)
+        if any(m.route is not None and m.route.table_template for m in plan.mappings):
+            # A template's tables this run did not write keep their recorded ids (not loaded again).
+            kept = [t for t in self._recorded_field_ids(plan).tables if t.identifier not in tables]
+            known = TopicFieldIds(tables=(*known.tables, *kept))
         uri = field_ids_uri(self._runs.location, plan.topic)
         self._documents.write_text(uri, known.model_dump_json())
+
+    def _recorded_field_ids(self, plan: RunPlan) -> TopicFieldIds:
+        uri = field_ids_uri(self._runs.location, plan.topic)
+        if not self._documents.exists(uri):
+            return TopicFieldIds()
+        try:
+            return TopicFieldIds.model_validate_json(self._documents.read_text(uri))
+        except ValueError:  # unreadable: rewritten from the tables below
+            return TopicFieldIds()
 
     def _commit_service(self) -> CommitService:
         if self._commits is None:
