@@ -42,7 +42,7 @@ def value(offset: int) -> bytes:
 
 
 class World:
-    def __init__(self, moto: MotoEndpoint, tmp_path: Path) -> None:
+    def __init__(self, moto: MotoEndpoint, tmp_path: Path, *, create: bool = True) -> None:
         self.s3: Any = moto.client("s3")
         self.bucket = moto.new_bucket()
         columns = [{"name": "order_id", "type": "long"}, {"name": "region", "type": "string"}]
@@ -64,7 +64,7 @@ class World:
                     {
                         "topic": TOPIC,
                         "route": {"field": "region", "tables": {"eu": EU}, "default_table": ANCHOR},
-                        "create_table_if_missing": True,
+                        "create_table_if_missing": create,
                         "schema": {"columns": columns},
                     },
                     {
@@ -93,12 +93,13 @@ class World:
     def assembly(self) -> Assembly:
         return Assembly(self.config, owner_id="test")
 
-    def run_once(self) -> None:
+    def run_once(self, *, ok: bool = True) -> dict[str, str]:
         assembly = self.assembly()
         if self.runner is None:
             self.runner = LocalSparkJobRunner(master="local[2]", s3=assembly.s3_settings)
         summary = Pipeline(assembly, self.runner, watch_interval_s=0.1).run_once()
-        assert summary.ok, summary.failed
+        assert summary.ok == ok, summary.failed
+        return dict(summary.failed)
 
     def rows(self, table: str) -> list[tuple[int, int]]:
         scanned = self.catalog.load_table(table).scan().to_arrow().to_pylist()
@@ -174,3 +175,17 @@ def test_routed_topic_end_to_end_with_status_and_a_reset_of_every_table(world: W
     world.put(0, 3)
     world.run_once()
     world.check_exactly_once()
+
+
+def test_a_table_that_may_not_be_created_stops_the_run_before_any_table_is_written(
+    moto_server: MotoEndpoint, tmp_path: Path, spark: SparkSession
+) -> None:
+    """The routed mapping's tables may not be created (`create_table_if_missing: false`); the template
+    mapping's may. The commit refuses before its first commit, naming the table: no table gets a row
+    (a partial commit would leave the topic to the stranded-run path with a confusing refusal)."""
+    world = World(moto_server, tmp_path, create=False)
+    world.put(0, 6)
+    failed = world.run_once(ok=False)
+    assert "shop.orders' does not exist" in failed[TOPIC]
+    for table in (EU, ANCHOR, DLQ, REGION_DLQ, "shop.region_eu", "shop.region_us"):
+        assert not world.catalog.table_exists(table)

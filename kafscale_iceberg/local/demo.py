@@ -66,6 +66,7 @@ ROUTED_PAYMENTS: dict[str, Any] = {
         "table_template": "shop.payments_{value}",
     },
     "dead_letter_table": "shop.payments_routed__dlq",
+    "create_table_if_missing": True,
     "schema": {
         "columns": [
             {"name": "payment_id", "type": "long", "required": True},

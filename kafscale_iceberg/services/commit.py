@@ -361,12 +361,15 @@ class CommitService(TableWriter):
         states: dict[str, TableState] = {}
         if standing is Standing.READY:
             lagging = self._check_lagging(plan, outputs[:-1], quarantined)  # before any write
+            # Every table is created or evolved before any commit: a table that may not be created
+            # (`create_table_if_missing: false`) stops the run before anything of it is written.
             self._tables.ensure_table(output_spec(plan, anchor, policy), current=main)
+            for _write, state, output in lagging:
+                self._tables.ensure_table(output_spec(plan, output, policy), current=state)
             # Tables before the anchor, in the plan's fixed order; each verified COMMITTED is skipped.
             # Quarantined ranges go to the dead-letter table's marker even without files, so a replay
             # finds them listed in both tables.
             for write, state, output in lagging:
-                self._tables.ensure_table(output_spec(plan, output, policy), current=state)
                 done = commit_verified(self._tables, write, self._retry, known=state)
                 states[done.state.table] = done.state
                 dead_letter_committed = dead_letter_committed or (
