@@ -151,3 +151,13 @@ def test_template_values_follow_the_identifier_rule() -> None:
     assert matches_template("lake.orders_{value}", "lake.orders_eu")
     assert not matches_template("lake.orders_{value}", "lake.orders__dlq_X")
     assert not matches_template("lake.orders_{value}", "lake.payments_eu")
+
+
+def test_two_templates_that_could_name_the_same_table_are_refused() -> None:
+    data = routed(table_template="lake.orders_{value}")
+    data["mappings"].append(
+        {"topic": "payments", "route": {"field": "kind", "table_template": "lake.{value}"}}
+    )
+    assert "can name the same tables" in problems_of(data)["mappings[1].route.table_template"]
+    data["mappings"][1]["route"]["table_template"] = "lake.payments_{value}"
+    assert load(data).mappings[1].route is not None

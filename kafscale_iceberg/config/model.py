@@ -22,6 +22,7 @@ from kafscale_iceberg.config.sections import (
     S3Config,
     SchemaConfig,
 )
+from kafscale_iceberg.domain.routing import check_template, templates_overlap
 from kafscale_iceberg.domain.runs import CorruptSegmentPolicy
 
 
@@ -116,6 +117,7 @@ class KafscaleConfig(_Section):
                 "s3.region", f"is required when lfs is enabled (mappings for {', '.join(lfs_topics)})"
             )
         writers: dict[str, str] = {}
+        templates: dict[str, str] = {}
         first_index: dict[str, int] = {}
         for index, mapping in enumerate(self.mappings):
             key = f"mappings[{index}]"
@@ -149,6 +151,16 @@ class KafscaleConfig(_Section):
                         f"{key}.{field}",
                         f"{identifier!r} has a nested namespace; Glue has one level (database.table)",
                     )
+            template = mapping.route.table_template if mapping.route is not None else ""
+            if template and check_template(template) is None:
+                for other, owner in templates.items():
+                    if templates_overlap(template, other):
+                        problems.add(
+                            f"{key}.route.table_template",
+                            f"{template!r} can name the same tables as {other!r} of {owner}: a table is "
+                            "written by one mapping; give the templates distinct prefixes or suffixes",
+                        )
+                templates[template] = f"{key}.route.table_template"
             if (
                 self.iceberg.catalog.type == "glue"
                 and mapping.route is not None

@@ -81,6 +81,14 @@ def matches_template(template: str, identifier: str) -> bool:
     return bool(ROUTE_VALUE_PATTERN.fullmatch(value))
 
 
+def templates_overlap(first: str, second: str) -> bool:
+    """Whether two table templates could name the same table (conservatively: one's fixed prefix
+    starts the other's and one's fixed suffix ends the other's)."""
+    p1, s1 = first.split(VALUE_PLACEHOLDER)
+    p2, s2 = second.split(VALUE_PLACEHOLDER)
+    return (p1.startswith(p2) or p2.startswith(p1)) and (s1.endswith(s2) or s2.endswith(s1))
+
+
 def data_uri_for(template: str, identifier: str) -> str:
     """A plan's `data_uri_template` filled for `identifier`."""
     return template.replace(PATH_PLACEHOLDER, "/".join(identifier.split(".")))

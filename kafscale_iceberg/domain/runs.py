@@ -438,7 +438,8 @@ class RunPlan(_Model):
     @property
     def anchor_role(self) -> TableRole:
         """Whether the anchor holds mapped rows or dead letters."""
-        return TableRole.DEAD_LETTER if self.anchor is self.dead_letter_table else TableRole.DATA
+        dead_letters = self.anchor.identifier == self.dead_letter_table.identifier
+        return TableRole.DEAD_LETTER if dead_letters else TableRole.DATA
 
     @property
     def multi_table(self) -> bool:

@@ -544,6 +544,10 @@ def check_committable(plan: RunPlan, result: RunResult, lease: LeaseGrant) -> No
         raise RunNotCommittableError(plan.run_id, f"the result reports partitions {unplanned} the plan lacks")
     if not plan.multi_table and result.tables:
         raise RunNotCommittableError(plan.run_id, "the result lists tables a plan of one table has not")
+    if plan.multi_table and (result.data_files or result.dead_letter_files):
+        raise RunNotCommittableError(
+            plan.run_id, "a plan of several tables lists its files per table (`tables`), not in data_files"
+        )
     names = {t.identifier for m in plan.mappings for t, _ in m.static_targets()}
     for output in result.tables:
         if output.identifier not in names and not _templated(plan, output):
