@@ -191,7 +191,8 @@ class RunSteps:
     def _record_field_ids(self, plan: RunPlan, outcome: CommitOutcome | None = None) -> None:
         """Write `field-ids.json` for the plan's topic from its tables' schemas (those the commit just
         read or made, without loading them again). Idempotent."""
-        tables = [t.identifier for m in plan.mappings for t, _ in m.static_targets()]
+        data = [t.identifier for m in plan.mappings for t, r in m.static_targets() if r is TableRole.DATA]
+        tables = list(dict.fromkeys([*data, *(m.dead_letter_table.identifier for m in plan.mappings)]))
         if outcome is not None:  # tables a route's template named, as the commit step met them
             tables += [name for name in outcome.states if name not in tables]
         known = self._commit_service().field_ids(tuple(tables), None if outcome is None else outcome.states)
