@@ -23,6 +23,7 @@ from kafscale_iceberg.domain.field_ids import TopicFieldIds, field_ids_uri
 from kafscale_iceberg.domain.replay import ReplayRequest
 from kafscale_iceberg.local.pipeline import Pipeline
 from kafscale_iceberg.local.spark_runner import LocalSparkJobRunner
+from kafscale_iceberg.commands.status import render_status
 from kafscale_iceberg.services.status import StatusService
 from tests.support.moto import MotoEndpoint
 from tests.support.segments import put_segment
@@ -163,6 +164,10 @@ def test_routed_topic_end_to_end_with_status_and_a_reset_of_every_table(world: W
     assert set(lines) == {EU, DLQ, REGION_DLQ, "shop.region_eu", "shop.region_us", "shop.region_apac"}
     assert lines["shop.region_us"].offsets == {0: 13, 1: 8}
     assert lines[EU].last_run_id == topic.last_run_id
+    text = render_status(status)
+    assert f"orders -> {ANCHOR}" in text
+    assert "also -> shop.region_us: offsets 0:13, 1:8" in text
+    assert status.to_json()["topics"][0]["tables"]  # type: ignore[index]
 
     outcome = assembly.replay.replay(
         ReplayRequest(topic=TOPIC, partitions=(0,), from_offset=6, reset_offsets=True)
