@@ -18,12 +18,12 @@ from pyspark.sql import SparkSession
 
 from kafscale_iceberg.adapters.iceberg_catalog import CatalogSettings, load_iceberg_catalog
 from kafscale_iceberg.assembly import Assembly
+from kafscale_iceberg.commands.status import render_status
 from kafscale_iceberg.config import config_from_mapping
 from kafscale_iceberg.domain.field_ids import TopicFieldIds, field_ids_uri
 from kafscale_iceberg.domain.replay import ReplayRequest
 from kafscale_iceberg.local.pipeline import Pipeline
 from kafscale_iceberg.local.spark_runner import LocalSparkJobRunner
-from kafscale_iceberg.commands.status import render_status
 from kafscale_iceberg.services.status import StatusService
 from tests.support.moto import MotoEndpoint
 from tests.support.segments import put_segment
