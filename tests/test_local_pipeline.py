@@ -26,7 +26,6 @@ from kafscale_iceberg.local.pipeline import Pipeline, RunEnd
 from kafscale_iceberg.local.spark_runner import LocalSparkJobRunner
 from kafscale_iceberg.segments.keys import SegmentObjectKind, format_segment_key
 from kafscale_iceberg.segments.layout import Codec
-from kafscale_iceberg.services.quarantine_replay import QuarantineReplay
 from tests.support.etcd import EtcdServer
 from tests.support.moto import MotoEndpoint
 from tests.support.segments import order_value, put_segment
@@ -186,8 +185,7 @@ def test_quarantine_policy_skips_the_segment_and_records_the_range(
     assert summary.ok, summary.failed
     assert summary.runs[0].quarantined == 1
     assert _actual(world.rows()) == _expected(0, range(10, 20))
-    replays = QuarantineReplay(world.assembly.tables, world.assembly.checkpoints)
-    quarantined = replays.pending_quarantine(TOPIC, "shop.orders")
+    quarantined = world.assembly.tables.read_state("shop.orders", TOPIC).marker.quarantined
     assert [(q.first_offset, q.last_offset, q.segment_key) for q in quarantined] == [(0, 9, key)]
 
 
