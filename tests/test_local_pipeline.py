@@ -26,6 +26,7 @@ from kafscale_iceberg.local.pipeline import Pipeline, RunEnd
 from kafscale_iceberg.local.spark_runner import LocalSparkJobRunner
 from kafscale_iceberg.segments.keys import SegmentObjectKind, format_segment_key
 from kafscale_iceberg.segments.layout import Codec
+from tests.support.config_documents import local_document
 from tests.support.etcd import EtcdServer
 from tests.support.moto import MotoEndpoint
 from tests.support.segments import order_value, put_segment
@@ -55,21 +56,17 @@ class World:
         else:
             self.bucket = moto.new_bucket()
         self.config: KafscaleConfig = config_from_mapping(
-            {
-                "s3": {
-                    "bucket": self.bucket,
-                    "namespace": NAMESPACE,
-                    "endpoint": moto.url,
-                    "region": moto.region,
-                    "path_style": True,
-                },
-                "iceberg": {
-                    "catalog": {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db"},
-                    "warehouse": f"file://{tmp_path}/warehouse",
-                },
-                "etcd": {"endpoints": [etcd.url]},
-                "offsets": {"key_prefix": f"t-{uuid4().hex[:8]}", "lease_ttl_seconds": 5},
-                "mappings": [
+            local_document(
+                tmp_path,
+                moto,
+                bucket=self.bucket,
+                namespace=NAMESPACE,
+                etcd_url=etcd.url,
+                offsets={"lease_ttl_seconds": 5},
+                notifications=notify,
+                processor={"poll_interval_seconds": 1},
+                runs={"retry_backoff_seconds": 0, **runs},
+                mappings=[
                     {
                         "topic": TOPIC,
                         "table": "shop.orders",
@@ -83,10 +80,7 @@ class World:
                         },
                     }
                 ],
-                "notifications": notify,
-                "processor": {"poll_interval_seconds": 1},
-                "runs": {"retry_backoff_seconds": 0, **runs},
-            },
+            ),
             source="test",
         )
         self.assembly = Assembly(self.config, owner_id="test-pipeline")

@@ -33,6 +33,7 @@ from kafscale_iceberg.domain.tickets import join_uri
 from kafscale_iceberg.services.commit import TablePolicy
 from kafscale_iceberg.services.launch import run_data_prefix
 from kafscale_iceberg.services.maintenance import MaintenanceSchedule, MaintenanceService
+from tests.support.config_documents import local_document
 from tests.support.spark_job import SegmentFolder, make_plan
 
 TOPIC, TABLE, DLQ = "orders", "prod.orders", "prod.orders_dead_letters"
@@ -45,16 +46,13 @@ class World:
 
     def __init__(self, tmp_path: Path, **maintenance: Any) -> None:
         self.root = tmp_path
-        self.config_data: dict[str, Any] = {
-            "s3": {"bucket": "segments"},
-            "iceberg": {
-                "catalog": {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db"},
-                "warehouse": f"file://{tmp_path}/warehouse",
-            },
-            "offsets": {"backend": "sqlite", "sqlite_path": str(tmp_path / "offsets.db")},
-            "mappings": [{"topic": TOPIC, "table": TABLE, "create_table_if_missing": True}],
-            "maintenance": {"compaction_min_small_files": 2, **maintenance},
-        }
+        self.config_data: dict[str, Any] = local_document(
+            tmp_path,
+            None,
+            bucket="segments",
+            maintenance={"compaction_min_small_files": 2, **maintenance},
+            mappings=[{"topic": TOPIC, "table": TABLE, "create_table_if_missing": True}],
+        )
         self.config: KafscaleConfig = config_from_mapping(self.config_data, source="test")
         self.assembly = Assembly(self.config, owner_id="test")
         self.catalog = load_iceberg_catalog(CatalogSettings.from_config(self.config))

@@ -15,7 +15,6 @@ from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
-from uuid import uuid4
 
 import pytest
 from pyiceberg.catalog import Catalog
@@ -41,6 +40,7 @@ from kafscale_iceberg.services.commit import CommitService, TablePolicy
 from kafscale_iceberg.services.launch import Launcher, LaunchStatus
 from kafscale_iceberg.services.offset_reset import OffsetReset
 from kafscale_iceberg.services.replay import ReplayService
+from tests.support.config_documents import local_document
 from tests.support.etcd import EtcdServer
 from tests.support.iceberg_runs import RunFactory
 from tests.support.lambdas import LambdaContext, emf_records, emf_values
@@ -80,23 +80,16 @@ class World:
             self.queue_url = self.sqs.create_queue(
                 QueueName=f"{self.bucket}-work.fifo", Attributes={"FifoQueue": "true"}
             )["QueueUrl"]
-        offsets: dict[str, Any] = {"backend": "sqlite", "sqlite_path": str(root / "offsets.sqlite")}
-        extra: dict[str, Any] = {}
-        if etcd is not None:
-            offsets = {"backend": "etcd", "key_prefix": f"test-{uuid4().hex[:8]}"}
-            extra = {"etcd": {"endpoints": [etcd.url]}}
-        data = {
-            "s3": {"bucket": self.bucket, "namespace": NS, "endpoint": moto.url, "path_style": True},
-            "iceberg": {
-                "catalog": {"type": "sql", "uri": f"sqlite:///{root}/catalog.db"},
-                "warehouse": f"file://{root}/warehouse",
-            },
-            "offsets": offsets,
-            "mappings": [{"topic": TOPIC, "table": TABLE, "create_table_if_missing": True}],
-            "runs": {"location": f"s3://{runs_bucket}/runs"},
-            "notifications": {"work_queue_url": self.queue_url},
-            **extra,
-        }
+        data = local_document(
+            root,
+            moto,
+            bucket=self.bucket,
+            namespace=NS,
+            etcd_url=etcd.url if etcd is not None else None,
+            runs={"location": f"s3://{runs_bucket}/runs"},
+            notifications={"work_queue_url": self.queue_url},
+            mappings=[{"topic": TOPIC, "table": TABLE, "create_table_if_missing": True}],
+        )
         self.config_path = root / "config.yaml"
         self.config_path.write_text(json.dumps(data))
         monkeypatch.setenv("AWS_ENDPOINT_URL_SQS", moto.url)
