@@ -215,6 +215,11 @@ class TableState:
     snapshot_count: int = 0
     version: str | None = field(default=None, compare=False)
     """The table metadata this state was read from (its location); None for a table not read."""
+    data_files: int = field(default=0, compare=False)
+    """The table's data files at this snapshot (its summary's `total-data-files`; 0 when not read)."""
+    files_baseline: int = field(default=0, compare=False)
+    """The data files it had when maintenance last passed (`kafscale.maintenance.files-baseline`):
+    with `data_files`, what the small-file trigger needs, with no read of its own."""
 
 
 @dataclass(frozen=True)
