@@ -156,6 +156,8 @@ class SegmentReader(Protocol):
 
     def read_footer(self, key: str) -> SegmentFooter: ...
 
+    def read_footer_and_size(self, key: str) -> tuple[SegmentFooter, int]: ...
+
 
 class SegmentLister(Protocol):
     """What planning needs from the segments bucket."""
@@ -361,12 +363,6 @@ class JobDocuments(Protocol):
     def write_text(self, uri: str, text: str) -> None: ...
 
     def exists(self, uri: str) -> bool: ...
-
-
-class FileCounts(Protocol):
-    """A table's file counts (adapter: `IcebergTableMaintainer.file_counts`)."""
-
-    def file_counts(self, table: str) -> tuple[int, int]: ...
 
 
 class FileLister(Protocol):

@@ -1,6 +1,6 @@
 """The commit step for a topic written to several tables, on a real SQLite catalog and checkpoint
 store: tables before the anchor commit only with rows, the anchor always; a retried commit adds
-nothing; a replay of quarantined segments into several tables is refused before any write."""
+nothing."""
 
 from __future__ import annotations
 
@@ -13,10 +13,8 @@ from kafscale_iceberg.adapters.iceberg_catalog import load_iceberg_catalog
 from kafscale_iceberg.adapters.iceberg_tables import IcebergTableCommitter
 from kafscale_iceberg.adapters.sqlite_checkpoints import SqliteCheckpointStore
 from kafscale_iceberg.domain.runs import RoutePlan, RunPlan, RunResult, TableOutput, TableRole, TableTarget
-from kafscale_iceberg.exceptions import RunNotCommittableError
 from kafscale_iceberg.ports import CheckpointStore
 from kafscale_iceberg.services.commit import CommitService, TablePolicy
-from kafscale_iceberg.services.quarantine_replay import QuarantineReplay
 from tests.support.iceberg_runs import RunFactory, sql_settings
 from tests.test_commit_service import DLQ, TABLE, _claim, _rows, _snapshots, _store_offsets
 
@@ -102,15 +100,3 @@ def test_only_tables_with_rows_commit_and_the_anchor_always_does(
     assert not again.table_committed
     assert _snapshots(catalog, ROUTED) == 2
     assert _store_offsets(sqlite_store) == {0: 24}
-
-
-def test_a_replay_of_quarantined_segments_into_several_tables_is_refused_before_any_write(
-    catalog: Catalog, tables: IcebergTableCommitter, sqlite_store: CheckpointStore, runs: RunFactory
-) -> None:
-    replay = runs.plan({0: (9, 14)})
-    plan, result = routed(replay, runs.result(replay), to_routed=True)
-    with pytest.raises(RunNotCommittableError, match="several tables is not supported"):
-        QuarantineReplay(tables, sqlite_store).commit_replay(
-            plan, result, _claim(sqlite_store, plan.run_id), CREATE
-        )
-    assert not catalog.table_exists(ROUTED)

@@ -66,8 +66,8 @@ class DyingAt:
 class RoutedWorld(World):
     """`tests/test_faults.World` with the topic routed to three tables and a raw mapping beside it."""
 
-    def __init__(self, moto: MotoEndpoint, tmp_path: Path, store: dict[str, Any]) -> None:
-        super().__init__(moto, tmp_path, store)
+    def __init__(self, moto: MotoEndpoint, tmp_path: Path, *, etcd_url: str | None = None) -> None:
+        super().__init__(moto, tmp_path, etcd_url=etcd_url)
         document = self.config.model_dump(by_alias=True, exclude_unset=True)
         mapping = document["mappings"][0]
         del mapping["table"]
@@ -124,10 +124,8 @@ def world(
 ) -> RoutedWorld:
     if request.param == "etcd":
         etcd: EtcdServer = request.getfixturevalue("etcd_server")
-        return RoutedWorld(moto_server, tmp_path, {"etcd": {"endpoints": [etcd.url]}})
-    return RoutedWorld(
-        moto_server, tmp_path, {"offsets": {"backend": "sqlite", "sqlite_path": str(tmp_path / "offsets.db")}}
-    )
+        return RoutedWorld(moto_server, tmp_path, etcd_url=etcd.url)
+    return RoutedWorld(moto_server, tmp_path)
 
 
 @pytest.mark.parametrize(

@@ -32,6 +32,7 @@ from kafscale_iceberg.services.commit import CommitService, TablePolicy
 from kafscale_iceberg.services.launch import Launcher, LaunchStatus
 from kafscale_iceberg.services.run_steps import RunSteps
 from kafscale_iceberg.services.status import PartitionStatus, StatusService, TopicStatus
+from tests.support.config_documents import local_document
 from tests.support.iceberg_runs import RunFactory, sql_settings
 from tests.support.moto import MotoEndpoint
 from tests.support.segments import put_segment
@@ -50,13 +51,14 @@ class World:
         self.bucket = moto.new_bucket()
         self.store = store
         catalog = sql_settings(tmp_path)
-        self.config_data: dict[str, Any] = {
-            "s3": {"bucket": self.bucket, "namespace": NAMESPACE, "endpoint": moto.url, "path_style": True},
-            "iceberg": {"catalog": {"type": "sql", "uri": catalog.uri}, "warehouse": catalog.warehouse},
-            "offsets": {"backend": "sqlite", "sqlite_path": str(tmp_path / "checkpoints.db")},
-            "mappings": [{"topic": TOPIC, "table": TABLE, "create_table_if_missing": True}],
-            "runs": {"location": str(tmp_path / "runs")},
-        }
+        self.config_data: dict[str, Any] = local_document(
+            tmp_path,
+            moto,
+            bucket=self.bucket,
+            namespace=NAMESPACE,
+            runs={"location": str(tmp_path / "runs")},
+            mappings=[{"topic": TOPIC, "table": TABLE, "create_table_if_missing": True}],
+        )
         self.config: KafscaleConfig = config_from_mapping(self.config_data, source="test")
         self.catalog: Catalog = load_iceberg_catalog(catalog)
         self.tables = IcebergTableCommitter(self.catalog)
@@ -119,7 +121,7 @@ def world(moto_server: MotoEndpoint, tmp_path: Path, store: CheckpointStore) -> 
 
 @pytest.fixture
 def sqlite_world(moto_server: MotoEndpoint, tmp_path: Path) -> World:
-    return World(moto_server, tmp_path, SqliteCheckpointStore(tmp_path / "checkpoints.db"))
+    return World(moto_server, tmp_path, SqliteCheckpointStore(tmp_path / "offsets.sqlite"))
 
 
 def test_lag_is_the_newest_complete_offset_minus_the_committed_one(world: World) -> None:
@@ -477,3 +479,28 @@ def test_conversion_failures_are_summed_over_the_topics_commits_and_printed(
     assert main(["status", "--config", str(_config_file(world))]) == 0
     out = capsys.readouterr().out
     assert "  not converted at 5, total 1 (stored null; the value column keeps them)" in out.splitlines()
+
+
+def test_a_quarantined_segment_is_shown_with_the_command_that_brings_it_back(
+    sqlite_world: World, capsys: pytest.CaptureFixture[str]
+) -> None:
+    world = sqlite_world
+    world.put(0, 0, 10)
+    world.put(0, 10, 10)
+    plan = world.runs.plan({0: (-1, 19)})
+    CommitService(world.tables, world.store).commit_run(
+        plan,
+        world.runs.result(plan, quarantined={0: (10, 19)}),
+        world.claim(plan.run_id),
+        TablePolicy(create_table_if_missing=True),
+    )
+
+    (quarantined,) = world.topic().quarantined
+    assert quarantined.span == (0, 10, 19)
+    assert main(["status", "--config", str(_config_file(world)), "--json"]) == 0
+    (topic,) = json.loads(capsys.readouterr().out)["topics"]
+    assert [(q["partition"], q["first"], q["last"]) for q in topic["quarantined"]] == [(0, 10, 19)]
+    assert main(["status", "--config", str(_config_file(world))]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if "quarantined" in x)
+    assert line.startswith(f"  partition 0 quarantined: offsets 10..19 of {quarantined.segment_key} skipped")
+    assert line.endswith(f"replay --config … --topic {TOPIC} --partition 0 --from-offset 10 --reset-offsets")
