@@ -169,6 +169,11 @@ def test_routed_topic_end_to_end_with_status_and_a_reset_of_every_table(world: W
     assert "also -> shop.region_us: offsets 0:13, 1:8" in text
     assert status.to_json()["topics"][0]["tables"]  # type: ignore[index]
 
+    maintained = assembly.make_maintenance(None).maintain(topics=[TOPIC], dry_run=True)
+    assert sorted(t.table for t in maintained.tables) == sorted(
+        [ANCHOR, EU, DLQ, REGION_DLQ, "shop.region_eu", "shop.region_us", "shop.region_apac"]
+    )  # every table once, a template's included
+
     outcome = assembly.replay.replay(
         ReplayRequest(topic=TOPIC, partitions=(0,), from_offset=6, reset_offsets=True)
     )
