@@ -44,16 +44,25 @@ from kafscale_iceberg.adapters.documents import DocumentStore, join_uri
 from kafscale_iceberg.adapters.lfs_blobs import LocalBlobReader, S3BlobReader, blob_reader_for
 from kafscale_iceberg.adapters.s3_segments import S3Settings
 from kafscale_iceberg.dataplane.conversion import RecordConverter
+from kafscale_iceberg.dataplane.inference import with_inferred_columns
 from kafscale_iceberg.dataplane.partitioning import check_partitioning
 from kafscale_iceberg.dataplane.prefetch import PrefetchLimits
-from kafscale_iceberg.dataplane.reports import TaskAssignment, TaskReport, build_run_result, failed_result
+from kafscale_iceberg.dataplane.reports import (
+    TaskAssignment,
+    TaskObservation,
+    TaskReport,
+    build_run_result,
+    failed_result,
+)
 from kafscale_iceberg.dataplane.schemas import DEAD_LETTER_SCHEMA, with_field_ids
 from kafscale_iceberg.dataplane.tasks import (
     DEFAULT_MAX_TASK_BYTES,
     DEFAULT_MIN_TASK_BYTES,
+    observe_task,
     plan_tasks,
     run_task,
 )
+from kafscale_iceberg.domain.inference import merge_observations
 from kafscale_iceberg.domain.runs import (
     FailureKind,
     RunFailure,
@@ -133,6 +142,37 @@ class TaskRunner:
                 plan, self.tasks[task_index], reader=reader, sink=sink, blobs=blobs, prefetch=self.prefetch
             )
             yield report.model_dump_json()
+
+
+@dataclass(frozen=True)
+class ObservationRunner:
+    """The function each Spark task of an inferred table's first stage runs: task ids in, one JSON
+    `TaskObservation` per task out (what its records' fields hold; nothing is written)."""
+
+    plan_json: str
+    tasks: tuple[TaskAssignment, ...]
+    s3: S3Settings
+    prefetch: PrefetchLimits = field(default_factory=PrefetchLimits)
+
+    def __call__(self, task_indexes: Iterable[int]) -> Iterator[str]:
+        prepare_worker()
+        plan = RunPlan.model_validate_json(self.plan_json)
+        reader, _sink = _worker_stores(self.s3)
+        for task_index in task_indexes:
+            yield observe_task(
+                plan, self.tasks[task_index], reader=reader, prefetch=self.prefetch
+            ).model_dump_json()
+
+
+def observe_columns(spark: SparkSession, runner: ObservationRunner) -> RunPlan:
+    """The first stage of an inferred table: every task observes its records' fields, the driver
+    merges the observations (per destination table) and decides the columns and their field ids;
+    the plan the conversion stage then runs (`dataplane/inference.with_inferred_columns`)."""
+    count = len(runner.tasks)
+    reports = spark.sparkContext.parallelize(range(count), count).mapPartitions(runner).collect()
+    observations = [TaskObservation.model_validate_json(r) for r in reports]
+    merged = merge_observations(o.tables for o in sorted(observations, key=lambda o: o.task_index))
+    return with_inferred_columns(RunPlan.model_validate_json(runner.plan_json), merged)
 
 
 @functools.cache
@@ -232,12 +272,28 @@ def run_job(
             multiple_of=cores,
         )
         reports: list[TaskReport] = []
+        if plan.conversion.infer_columns:
+            observing = time.perf_counter()
+            if tasks:
+                observer = ObservationRunner(
+                    plan_json=plan.model_dump_json(), tasks=tasks, s3=settings, prefetch=sizing.prefetch
+                )
+                plan = observe_columns(spark, observer)
+            _check_plan(plan)
+            logger.info(
+                "columns inferred: run_id=%s columns=%s seconds=%.3f",
+                plan.run_id,
+                ", ".join(f"{c.name} {c.type_name}" for c in plan.conversion.columns),
+                time.perf_counter() - observing,
+            )
         if tasks:
             runner = TaskRunner(
                 plan_json=plan.model_dump_json(), tasks=tasks, s3=settings, prefetch=sizing.prefetch
             )
             reports = run_tasks(spark, runner)
         result = build_run_result(plan, reports, _timings(started_ms, clock, session_start_s))
+        if plan.conversion.infer_columns and result.failure is None:
+            result = result.model_copy(update={"columns": plan.conversion.columns})
     except _InvalidPlanError as exc:
         result = failed_result(
             plan.run_id,

@@ -40,6 +40,10 @@ class TableFieldIds(BaseModel):
     identifier: str
     field_ids: dict[str, int]
     last_column_id: int
+    columns: tuple[ColumnSpec, ...] | None = None
+    """The table's columns after the base fields, with their types (what a run of an inferred table
+    starts from); None in documents written before they were recorded. Columns of a type a mapping
+    cannot name are left out (they keep their ids above)."""
 
 
 class TopicFieldIds(BaseModel):

@@ -233,6 +233,9 @@ class TableTarget(_Model):
     identifier: str
     data_uri: str
     field_ids: dict[str, int] | None = None
+    last_column_id: int | None = None
+    """The table's `last-column-id` as the launcher knew it (None: unknown, or the table does not
+    exist yet). An inferred table's new columns take the ids after it (`domain/field_ids.py`)."""
 
 
 class LfsMode(StrEnum):
@@ -296,6 +299,12 @@ class ConversionSettings(_Model):
     partition_file_min_bytes: int = Field(default=DEFAULT_PARTITION_FILE_MIN_BYTES, ge=0)
     """A Kafka partition's rows in one task get files of their own (in offset order) from this many
     bytes of Arrow data; smaller shares of a task are written together in one shared file."""
+    infer_columns: bool = False
+    """`schema.source: infer`: `columns` are the table's current ones; the job observes the records
+    first and adds a column for each new field with a type (`domain/inference.py`)."""
+    allow_type_widening: bool = False
+    """With `infer_columns`: a new field holding integers and other numbers becomes `double`
+    (else `long`)."""
 
     @model_validator(mode="after")
     def _schema_present_when_validating(self) -> ConversionSettings:
@@ -559,6 +568,10 @@ class RunResult(_Model):
     partitions: tuple[PartitionOutcome, ...] = ()
     counts: RunCounts = RunCounts()
     timings: RunTimings
+    columns: tuple[ColumnSpec, ...] | None = None
+    """An inferred table's columns (after the base fields) the data files were written with: the
+    table's, then the new ones the commit step adds in the same Iceberg commit as the files. None
+    for a mapping whose columns are not inferred."""
 
     @model_validator(mode="after")
     def _failure_matches_status(self) -> RunResult:

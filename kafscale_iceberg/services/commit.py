@@ -46,7 +46,15 @@ from kafscale_iceberg.domain.commits import (
 from kafscale_iceberg.domain.field_ids import TableFieldIds, TopicFieldIds
 from kafscale_iceberg.domain.leases import LeaseGrant
 from kafscale_iceberg.domain.offsets import CommittedOffsets, OffsetUpdate
-from kafscale_iceberg.domain.runs import NO_OFFSET, DataFile, RunPlan, RunResult, RunStatus, TableTarget
+from kafscale_iceberg.domain.runs import (
+    NO_OFFSET,
+    ColumnSpec,
+    DataFile,
+    RunPlan,
+    RunResult,
+    RunStatus,
+    TableTarget,
+)
 from kafscale_iceberg.domain.schema import DEAD_LETTER_FIELDS, table_fields
 from kafscale_iceberg.exceptions import (
     DeadLetterAheadError,
@@ -123,6 +131,8 @@ class RunFilesWrite(TableWrite):
     conversion_failures: Mapping[str, int] = field(default_factory=dict)
     anomalies: OffsetAnomalies = field(default_factory=OffsetAnomalies)
     """The run's offset gaps and overlapped records (the data table's summary, for `status`)."""
+    columns: tuple[ColumnSpec, ...] | None = None
+    """An inferred table's columns the files were written with (added in the same commit when new)."""
 
     def baseline(self, state: TableState) -> Mapping[int, int]:
         """The topic's committed offsets in this table before the run."""
@@ -145,6 +155,7 @@ class RunFilesWrite(TableWrite):
             field_ids=self.field_ids,
             conversion_failures=dict(self.conversion_failures),
             anomalies=self.anomalies,
+            columns=self.columns,
         )
 
     @classmethod
@@ -322,6 +333,7 @@ class CommitService(TableWriter):
             conversion_failures=result.counts.conversion_failures,
             anomalies=offset_anomalies(result),
             adopted=store,
+            columns=result.columns if plan.conversion.infer_columns else None,
         )
         main = read_state_or_empty(self._tables, plan.table.identifier, topic)
         standing = data.verify(main)
@@ -332,7 +344,7 @@ class CommitService(TableWriter):
             dead_letters = None
             if result.dead_letter_files or quarantined:
                 dead_letters = self._check_dead_letters(plan, quarantined, result)  # before any write
-            self._tables.ensure_table(table_spec(plan, policy), current=main)
+            self._tables.ensure_table(table_spec(plan, policy, result), current=main)
             # Quarantined ranges go to the dead-letter table's marker even without files, so a replay
             # finds them listed in both tables.
             if dead_letters is not None:
@@ -531,14 +543,24 @@ def merge_ranges(
     return tuple(sorted((*existing, *(r for r in new if r.span not in spans))))
 
 
-def table_spec(plan: RunPlan, policy: TablePolicy) -> TableSpec:
-    """The mapping's table as the run writes it, and what `policy` allows to change on it."""
+def table_spec(plan: RunPlan, policy: TablePolicy, result: RunResult | None = None) -> TableSpec:
+    """The mapping's table as the run writes it, and what `policy` allows to change on it.
+
+    An inferred table (`plan.conversion.infer_columns`) is created from the columns the run's files
+    were written with (`result.columns`) and never evolved here: the commit of its files adds the
+    new columns in the same Iceberg commit.
+    """
+    conversion = plan.conversion
+    infer = conversion.infer_columns
+    if infer and result is not None and result.columns is not None:
+        conversion = conversion.model_copy(update={"columns": result.columns})
     return TableSpec(
         identifier=plan.table.identifier,
-        fields=table_fields(plan.conversion.table_columns),
-        partition_by=plan.conversion.partition_by,
+        fields=table_fields(conversion.table_columns),
+        partition_by=conversion.partition_by,
         create_if_missing=policy.create_table_if_missing,
         allow_type_widening=policy.allow_type_widening,
+        evolve=not infer,
     )
 
 

@@ -470,6 +470,11 @@ class Launcher:
         s3 = config.s3
         dead_letter = ".".join(mapping.dead_letter_identifier)
         known = self._known_field_ids(topic)
+        table_known = known.table(mapping.table)
+        infer = mapping.schema_.source == "infer"
+        if infer:
+            # The table's current columns as the commit step recorded them; the job adds new ones.
+            columns = table_known.columns or () if table_known is not None else ()
         conversion = ConversionSettings(
             columns=columns,
             partition_by=mapping.partition_by,
@@ -479,6 +484,8 @@ class Launcher:
             verify_crc=config.runs.verify_crc,
             target_file_size_bytes=config.target_file_size_for(mapping),
             lfs=mapping.lfs_settings(s3.bucket),
+            infer_columns=infer,
+            allow_type_widening=infer and mapping.schema_.allow_type_widening,
         )
         return RunPlan(
             run_id=run_id,
@@ -495,9 +502,8 @@ class Launcher:
                 identifier=mapping.table,
                 data_uri=self._data_uri(mapping.identifier, run_id),
                 # The table's columns include the `lfs_*` ones `store_metadata` adds.
-                field_ids=planned_field_ids(
-                    table_fields(conversion.table_columns), known.table(mapping.table)
-                ),
+                field_ids=planned_field_ids(table_fields(conversion.table_columns), table_known),
+                last_column_id=table_known.last_column_id if infer and table_known is not None else None,
             ),
             dead_letter_table=TableTarget(
                 identifier=dead_letter,

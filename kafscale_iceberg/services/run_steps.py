@@ -22,8 +22,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from pydantic import ValidationError
+
 from kafscale_iceberg.config import RunsConfig
-from kafscale_iceberg.domain.field_ids import field_ids_uri
+from kafscale_iceberg.domain.field_ids import TopicFieldIds, field_id_mismatches, field_ids_uri
 from kafscale_iceberg.domain.jobs import JobState, JobStatus
 from kafscale_iceberg.domain.leases import LeaseGrant
 from kafscale_iceberg.domain.runs import FailureKind, RunPlan, RunResult
@@ -291,12 +293,35 @@ class RunSteps:
         return backoff.failures, self._runs.retry_delay_seconds(backoff.failures)
 
     def _is_stale(self, topic: str, plan: RunPlan) -> bool:
-        """True when the store's committed offsets are no longer the plan's starts (best effort)."""
+        """True when the store's committed offsets are no longer the plan's starts, or the table's
+        schema moved since the plan was made (best effort)."""
         try:
             committed = self._checkpoints.load_committed_offsets(topic)
         except KafscaleIcebergError:
             return False
-        return any(committed.offset(p) != start for p, start in plan.start_offsets().items())
+        if any(committed.offset(p) != start for p, start in plan.start_offsets().items()):
+            return True
+        return self._schema_moved(plan)
+
+    def _schema_moved(self, plan: RunPlan) -> bool:
+        """True when `field-ids.json` (rewritten by a commit refused for its field ids) no longer says
+        what the plan was made from: the plan's ids differ, or, for an inferred table, the table's
+        `last_column_id` moved (a race with another run adding columns: not the topic's failure)."""
+        uri = field_ids_uri(self._runs.location, plan.topic)
+        try:
+            if not self._documents.exists(uri):
+                return False
+            known = TopicFieldIds.model_validate_json(self._documents.read_text(uri))
+        except (KafscaleIcebergError, ValidationError):
+            return False
+        table = known.table(plan.table.identifier)
+        if table is None:
+            return False
+        if plan.conversion.infer_columns and plan.table.last_column_id != table.last_column_id:
+            return True
+        return plan.table.field_ids is not None and bool(
+            field_id_mismatches(plan.table.field_ids, table.field_ids)
+        )
 
     def _failed_partition(self, plan: RunPlan) -> int | None:
         """The partition a failed run's corrupt segment belongs to (policy `fail`), else None."""
