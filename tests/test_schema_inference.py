@@ -282,6 +282,7 @@ def test_a_new_field_evolves_the_table_in_the_same_snapshot_as_the_runs_files(tm
         "date_ordered": "string",
     }
     snapshots, schemas = len(table.metadata.snapshots), len(table.metadata.schemas)
+    versions = len(table.metadata.metadata_log)
 
     later = {**PIZZA, "tip": 2.5, "veggies": ["onions"]}
     plan, result = infer_run(tmp_path / "r2", [later], sql_committer(tmp_path), first_offset=2)
@@ -291,6 +292,7 @@ def test_a_new_field_evolves_the_table_in_the_same_snapshot_as_the_runs_files(tm
     table = load_iceberg_catalog(sql_settings(tmp_path)).load_table(TABLE)
     assert len(table.metadata.snapshots) == snapshots + 1  # one commit: the new columns and the files
     assert len(table.metadata.schemas) == schemas + 1
+    assert len(table.metadata.metadata_log) == versions + 1  # not a schema commit, then an append
     assert table.current_snapshot().schema_id == table.metadata.current_schema_id
     rows = sorted(table.scan().to_arrow().to_pylist(), key=lambda r: r["offset"])
     assert [(r["store_id"], r["tip"], r["veggies"], r["meats"]) for r in rows] == [

@@ -1,0 +1,143 @@
+"""The seed article's pizza events through `run --once` with `schema.source: infer`: the table is
+created from the first run's records, and a later event with new fields evolves it in the same
+Iceberg commit as its data.
+
+Real parts: moto server (S3), a real etcd, a SQLite catalog with a file warehouse and the local Spark
+runner (the session-wide SparkSession), driven by the one-machine `Pipeline` as `run --once` does.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+from uuid import uuid4
+
+import pytest
+from pyspark.sql import SparkSession
+
+from kafscale_iceberg.adapters.iceberg_catalog import CatalogSettings, load_iceberg_catalog
+from kafscale_iceberg.adapters.iceberg_tables import table_columns
+from kafscale_iceberg.assembly import Assembly
+from kafscale_iceberg.config import config_from_mapping
+from kafscale_iceberg.local.pipeline import Pipeline, RunEnd
+from kafscale_iceberg.local.spark_runner import LocalSparkJobRunner
+from tests.support.etcd import EtcdServer
+from tests.support.moto import MotoEndpoint
+from tests.support.segments import put_segment
+
+NAMESPACE = "prod"
+TOPIC = "completed-pizzas"
+TABLE = "rpc.pizzas"
+
+
+def pizza(offset: int, **more: Any) -> bytes:
+    """The article's event, with the toppings as arrays (as the pizza services produce them)."""
+    return json.dumps(
+        {
+            "order_id": f"af69865f-61a7-4e39-824e-{offset:012d}",
+            "store_id": 42 + offset % 3,
+            "sauce": "extra",
+            "cheese": "three cheese",
+            "meats": ["ham", "salami"][: 1 + offset % 2],
+            "veggies": [] if offset % 2 else ["onions", "pineapple"],
+            "date_ordered": "2024-01-04 12:28:13",
+            "coupon": None,
+            **more,
+        }
+    ).encode()
+
+
+@pytest.mark.slow
+def test_pizza_events_create_an_inferred_table_that_evolves_with_its_data(
+    moto_server: MotoEndpoint, etcd_server: EtcdServer, tmp_path: Path, spark: SparkSession
+) -> None:
+    s3: Any = moto_server.client("s3")
+    bucket = moto_server.new_bucket()
+    config = config_from_mapping(
+        {
+            "s3": {
+                "bucket": bucket,
+                "namespace": NAMESPACE,
+                "endpoint": moto_server.url,
+                "region": moto_server.region,
+                "path_style": True,
+            },
+            "iceberg": {
+                "catalog": {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db"},
+                "warehouse": f"file://{tmp_path}/warehouse",
+            },
+            "etcd": {"endpoints": [etcd_server.url]},
+            "offsets": {"key_prefix": f"t-{uuid4().hex[:8]}", "lease_ttl_seconds": 5},
+            "mappings": [
+                {
+                    "topic": TOPIC,
+                    "table": TABLE,
+                    "create_table_if_missing": True,
+                    "schema": {"source": "infer", "allow_type_widening": True},
+                }
+            ],
+            "runs": {"retry_backoff_seconds": 0},
+        },
+        source="test",
+    )
+    assembly = Assembly(config, owner_id="test-pipeline")
+    pipeline = Pipeline(
+        assembly, LocalSparkJobRunner(master="local[2]", s3=assembly.s3_settings), watch_interval_s=0.1
+    )
+    catalog = load_iceberg_catalog(CatalogSettings.from_config(config))
+
+    put_segment(s3, bucket, NAMESPACE, TOPIC, 0, 0, 6, values=[pizza(o) for o in range(6)])
+    first = pipeline.run_once()
+    assert first.ok, first.failed
+    assert [r.end for r in first.runs] == [RunEnd.COMMITTED]
+
+    table = catalog.load_table(TABLE)
+    # Strings stay strings (`date_ordered` too); `coupon`, always null so far, waits.
+    assert {c.name: c.type_name for c in table_columns(table.schema())} == {
+        "order_id": "string",
+        "store_id": "long",
+        "sauce": "string",
+        "cheese": "string",
+        "meats": "list<string>",
+        "veggies": "list<string>",
+        "date_ordered": "string",
+    }
+    versions = len(table.metadata.metadata_log)
+
+    later = [
+        pizza(6, coupon="PIZZA10", delivery={"driver": "Sam", "minutes": 25}, tip=2),
+        pizza(7, tip=3.5, store_id="forty-two"),
+    ]
+    put_segment(s3, bucket, NAMESPACE, TOPIC, 0, 6, 2, values=later)
+    second = pipeline.run_once()
+    assert second.ok, second.failed
+    assert [r.records for r in second.runs] == [2]
+
+    table = catalog.load_table(TABLE)
+    columns = {c.name: c.type_name for c in table_columns(table.schema())}
+    assert list(columns)[-3:] == ["coupon", "delivery", "tip"]
+    assert (columns["coupon"], columns["delivery"], columns["tip"]) == (
+        "string",
+        "struct<driver: string, minutes: long>",
+        "double",  # integers and other numbers in a new field, with allow_type_widening
+    )
+    assert len(table.metadata.metadata_log) == versions + 1  # the new columns and the rows: one commit
+    assert table.current_snapshot().schema_id == table.metadata.current_schema_id
+
+    rows = sorted(table.scan().to_arrow().to_pylist(), key=lambda r: r["offset"])
+    assert len(rows) == 8
+    assert rows[0]["meats"] == ["ham"]
+    assert rows[0]["veggies"] == ["onions", "pineapple"]
+    assert rows[1]["veggies"] == []
+    assert all(r["coupon"] is None and r["tip"] is None for r in rows[:6])
+    assert (rows[6]["coupon"], rows[6]["delivery"], rows[6]["tip"]) == (
+        "PIZZA10",
+        {"driver": "Sam", "minutes": 25},
+        2.0,
+    )
+    # A string in the long column: counted, the record kept, its bytes in `value`.
+    assert rows[7]["store_id"] is None
+    assert json.loads(rows[7]["value"])["store_id"] == "forty-two"
+    failures = assembly.tables.conversion_failures(TABLE, TOPIC)
+    assert failures == {"store_id": 1}
