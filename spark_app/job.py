@@ -293,7 +293,9 @@ def run_job(
             reports = run_tasks(spark, runner)
         result = build_run_result(plan, reports, _timings(started_ms, clock, session_start_s))
         if plan.conversion.infer_columns and result.failure is None:
-            result = result.model_copy(update={"columns": plan.conversion.columns})
+            result = result.model_copy(
+                update={"columns": plan.conversion.columns, "field_ids": plan.table.field_ids}
+            )
     except _InvalidPlanError as exc:
         result = failed_result(
             plan.run_id,

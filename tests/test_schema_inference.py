@@ -33,7 +33,15 @@ from kafscale_iceberg.domain.inference import (
     merge_observations,
     resolve_columns,
 )
-from kafscale_iceberg.domain.runs import ColumnSpec, ColumnType, RunPlan, RunResult, RunStatus, RunTimings
+from kafscale_iceberg.domain.runs import (
+    ColumnSpec,
+    ColumnType,
+    RunPlan,
+    RunResult,
+    RunStatus,
+    RunTimings,
+    plan_as_written,
+)
 from kafscale_iceberg.domain.schema import BASE_FIELD_NAMES, table_fields
 from kafscale_iceberg.exceptions import ConfigError, FieldIdMismatchError, InferredColumnChangedError
 from tests.support.iceberg_runs import sql_committer, sql_settings
@@ -231,14 +239,17 @@ def infer_run(
     )
     tasks = plan_tasks(plan, max_tasks=2, min_task_bytes=1)
     observed = merge_observations(observe_task(plan, t, reader=DocumentStore()).tables for t in tasks)
-    plan = with_inferred_columns(plan, observed)
-    reports = [run_task(plan, t, reader=DocumentStore(), sink=StagedFileStore()) for t in tasks]
-    result = build_run_result(plan, reports, RunTimings(started_at_ms=0, ended_at_ms=0))
+    decided = with_inferred_columns(plan, observed)
+    reports = [run_task(decided, t, reader=DocumentStore(), sink=StagedFileStore()) for t in tasks]
+    result = build_run_result(decided, reports, RunTimings(started_at_ms=0, ended_at_ms=0))
     assert result.status is RunStatus.SUCCEEDED, result.failure
-    return plan, result.model_copy(update={"columns": plan.conversion.columns})
+    columns = {"columns": decided.conversion.columns, "field_ids": decided.table.field_ids}
+    return plan, result.model_copy(update=columns)
 
 
 def commit(tables: IcebergTableCommitter, plan: RunPlan, result: RunResult, start: int, end: int) -> None:
+    """What the commit step does with the launcher's plan and the job's result."""
+    plan = plan_as_written(plan, result)
     assert result.columns is not None
     tables.ensure_table(
         TableSpec(identifier=TABLE, fields=table_fields(result.columns), create_if_missing=True, evolve=False)

@@ -572,6 +572,9 @@ class RunResult(_Model):
     """An inferred table's columns (after the base fields) the data files were written with: the
     table's, then the new ones the commit step adds in the same Iceberg commit as the files. None
     for a mapping whose columns are not inferred."""
+    field_ids: dict[str, int] | None = None
+    """With `columns`: the field ids the data files carry (the plan's, and those the job gave the
+    new columns); the commit step checks these against the table."""
 
     @model_validator(mode="after")
     def _failure_matches_status(self) -> RunResult:
@@ -580,6 +583,19 @@ class RunResult(_Model):
         if self.status is RunStatus.FAILED and (self.data_files or self.dead_letter_files):
             raise ValueError("a failed result lists no files: nothing of a failed run may be committed")
         return self
+
+
+def plan_as_written(plan: RunPlan, result: RunResult) -> RunPlan:
+    """`plan` with the columns and field ids its data files were written with: an inferred table's
+    (`RunResult.columns`, `.field_ids`, decided by the job), else `plan` itself."""
+    if not plan.conversion.infer_columns or result.columns is None:
+        return plan
+    return plan.model_copy(
+        update={
+            "conversion": plan.conversion.model_copy(update={"columns": result.columns}),
+            "table": plan.table.model_copy(update={"field_ids": result.field_ids}),
+        }
+    )
 
 
 def validate_run_id(run_id: str) -> str:

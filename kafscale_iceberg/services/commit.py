@@ -54,6 +54,7 @@ from kafscale_iceberg.domain.runs import (
     RunResult,
     RunStatus,
     TableTarget,
+    plan_as_written,
 )
 from kafscale_iceberg.domain.schema import DEAD_LETTER_FIELDS, table_fields
 from kafscale_iceberg.exceptions import (
@@ -321,6 +322,7 @@ class CommitService(TableWriter):
         *,
         release: bool = True,
     ) -> CommitOutcome:
+        plan = plan_as_written(plan, result)  # an inferred table: the columns and ids the job decided
         topic, run_id = plan.topic, plan.run_id
         starts = plan.start_offsets()
         quarantined = quarantined_ranges(result)
@@ -333,7 +335,7 @@ class CommitService(TableWriter):
             conversion_failures=result.counts.conversion_failures,
             anomalies=offset_anomalies(result),
             adopted=store,
-            columns=result.columns if plan.conversion.infer_columns else None,
+            columns=plan.conversion.columns if plan.conversion.infer_columns else None,
         )
         main = read_state_or_empty(self._tables, plan.table.identifier, topic)
         standing = data.verify(main)
@@ -344,7 +346,7 @@ class CommitService(TableWriter):
             dead_letters = None
             if result.dead_letter_files or quarantined:
                 dead_letters = self._check_dead_letters(plan, quarantined, result)  # before any write
-            self._tables.ensure_table(table_spec(plan, policy, result), current=main)
+            self._tables.ensure_table(table_spec(plan, policy), current=main)
             # Quarantined ranges go to the dead-letter table's marker even without files, so a replay
             # finds them listed in both tables.
             if dead_letters is not None:
@@ -543,17 +545,15 @@ def merge_ranges(
     return tuple(sorted((*existing, *(r for r in new if r.span not in spans))))
 
 
-def table_spec(plan: RunPlan, policy: TablePolicy, result: RunResult | None = None) -> TableSpec:
+def table_spec(plan: RunPlan, policy: TablePolicy) -> TableSpec:
     """The mapping's table as the run writes it, and what `policy` allows to change on it.
 
-    An inferred table (`plan.conversion.infer_columns`) is created from the columns the run's files
-    were written with (`result.columns`) and never evolved here: the commit of its files adds the
-    new columns in the same Iceberg commit.
+    An inferred table (`plan.conversion.infer_columns`; give the plan as written, `plan_as_written`)
+    is created from the columns the run's files were written with and never evolved here: the
+    commit of its files adds the new columns in the same Iceberg commit.
     """
     conversion = plan.conversion
     infer = conversion.infer_columns
-    if infer and result is not None and result.columns is not None:
-        conversion = conversion.model_copy(update={"columns": result.columns})
     return TableSpec(
         identifier=plan.table.identifier,
         fields=table_fields(conversion.table_columns),
