@@ -14,6 +14,7 @@ from typing import Any
 from uuid import uuid4
 
 import pytest
+from pyiceberg.types import StringType
 from pyspark.sql import SparkSession
 
 from kafscale_iceberg.adapters.iceberg_catalog import CatalogSettings, load_iceberg_catalog
@@ -48,46 +49,57 @@ def pizza(offset: int, **more: Any) -> bytes:
     ).encode()
 
 
-@pytest.mark.slow
-def test_pizza_events_create_an_inferred_table_that_evolves_with_its_data(
-    moto_server: MotoEndpoint, etcd_server: EtcdServer, tmp_path: Path, spark: SparkSession
-) -> None:
-    s3: Any = moto_server.client("s3")
-    bucket = moto_server.new_bucket()
-    config = config_from_mapping(
-        {
-            "s3": {
-                "bucket": bucket,
-                "namespace": NAMESPACE,
-                "endpoint": moto_server.url,
-                "region": moto_server.region,
-                "path_style": True,
-            },
-            "iceberg": {
-                "catalog": {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db"},
-                "warehouse": f"file://{tmp_path}/warehouse",
-            },
-            "etcd": {"endpoints": [etcd_server.url]},
-            "offsets": {"key_prefix": f"t-{uuid4().hex[:8]}", "lease_ttl_seconds": 5},
-            "mappings": [
-                {
-                    "topic": TOPIC,
-                    "table": TABLE,
-                    "create_table_if_missing": True,
-                    "schema": {"source": "infer", "allow_type_widening": True},
-                }
-            ],
-            "runs": {"retry_backoff_seconds": 0},
-        },
-        source="test",
-    )
-    assembly = Assembly(config, owner_id="test-pipeline")
-    pipeline = Pipeline(
-        assembly, LocalSparkJobRunner(master="local[2]", s3=assembly.s3_settings), watch_interval_s=0.1
-    )
-    catalog = load_iceberg_catalog(CatalogSettings.from_config(config))
+class World:
+    """A bucket, etcd, a SQLite catalog, and the one-machine pipeline with a warm local runner."""
 
-    put_segment(s3, bucket, NAMESPACE, TOPIC, 0, 0, 6, values=[pizza(o) for o in range(6)])
+    def __init__(self, moto_server: MotoEndpoint, etcd_server: EtcdServer, tmp_path: Path) -> None:
+        self.s3: Any = moto_server.client("s3")
+        self.bucket = bucket = moto_server.new_bucket()
+        config = config_from_mapping(
+            {
+                "s3": {
+                    "bucket": bucket,
+                    "namespace": NAMESPACE,
+                    "endpoint": moto_server.url,
+                    "region": moto_server.region,
+                    "path_style": True,
+                },
+                "iceberg": {
+                    "catalog": {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db"},
+                    "warehouse": f"file://{tmp_path}/warehouse",
+                },
+                "etcd": {"endpoints": [etcd_server.url]},
+                "offsets": {"key_prefix": f"t-{uuid4().hex[:8]}", "lease_ttl_seconds": 5},
+                "mappings": [
+                    {
+                        "topic": TOPIC,
+                        "table": TABLE,
+                        "create_table_if_missing": True,
+                        "schema": {"source": "infer", "allow_type_widening": True},
+                    }
+                ],
+                "runs": {"retry_backoff_seconds": 0},
+            },
+            source="test",
+        )
+        self.assembly = Assembly(config, owner_id="test-pipeline")
+        runner = LocalSparkJobRunner(master="local[2]", s3=self.assembly.s3_settings)
+        self.pipeline = Pipeline(self.assembly, runner, watch_interval_s=0.1)
+        self.catalog = load_iceberg_catalog(CatalogSettings.from_config(config))
+
+    def put(self, base: int, values: list[bytes]) -> None:
+        put_segment(self.s3, self.bucket, NAMESPACE, TOPIC, 0, base, len(values), values=values)
+
+
+@pytest.fixture
+def world(moto_server: MotoEndpoint, etcd_server: EtcdServer, tmp_path: Path, spark: SparkSession) -> World:
+    return World(moto_server, etcd_server, tmp_path)
+
+
+@pytest.mark.slow
+def test_pizza_events_create_an_inferred_table_that_evolves_with_its_data(world: World) -> None:
+    pipeline, catalog, assembly = world.pipeline, world.catalog, world.assembly
+    world.put(0, [pizza(o) for o in range(6)])
     first = pipeline.run_once()
     assert first.ok, first.failed
     assert [r.end for r in first.runs] == [RunEnd.COMMITTED]
@@ -109,7 +121,7 @@ def test_pizza_events_create_an_inferred_table_that_evolves_with_its_data(
         pizza(6, coupon="PIZZA10", delivery={"driver": "Sam", "minutes": 25}, tip=2),
         pizza(7, tip=3.5, store_id="forty-two"),
     ]
-    put_segment(s3, bucket, NAMESPACE, TOPIC, 0, 6, 2, values=later)
+    world.put(6, later)
     second = pipeline.run_once()
     assert second.ok, second.failed
     assert [r.records for r in second.runs] == [2]
@@ -141,3 +153,21 @@ def test_pizza_events_create_an_inferred_table_that_evolves_with_its_data(
     assert json.loads(rows[7]["value"])["store_id"] == "forty-two"
     failures = assembly.tables.conversion_failures(TABLE, TOPIC)
     assert failures == {"store_id": 1}
+
+
+@pytest.mark.slow
+def test_a_column_added_behind_the_launchers_back_costs_one_run_replanned_at_once(
+    world: World,
+) -> None:
+    world.put(0, [pizza(0)])
+    assert world.pipeline.run_once().ok
+    # Another writer adds a column: the next plan's guess for a new field's id is the one it took.
+    with world.catalog.load_table(TABLE).update_schema() as update:
+        update.add_column("added_elsewhere", StringType())
+    world.put(1, [pizza(1, tip=1.5)])
+    summary = world.pipeline.run_once()
+    assert summary.ok, summary.failed
+    assert [r.end for r in summary.runs] == [RunEnd.ABORTED, RunEnd.COMMITTED]
+    assert "field ids differ" in (summary.runs[0].reason or "")
+    rows = sorted(world.catalog.load_table(TABLE).scan().to_arrow().to_pylist(), key=lambda r: r["offset"])
+    assert [r["tip"] for r in rows] == [None, 1.5]
