@@ -24,6 +24,12 @@ With `--formats mixed` the events' `event_time` cycles through the forms people 
 workload of the same shape (the baseline): the ratio of the two, end to end and for the convert
 stage alone, shows whether the new formats stay on the compiled scanner's fast path.
 
+With `--schema infer` it measures instead what inferring the columns costs (`schema.source: infer`):
+spark local[2] runs of the same segments with an inferred table (the observation stage, then the
+conversion) and with the columns the inference decided given as a mapping (the conversion alone: same
+columns, field ids and output, no partitioning in either), sampled interleaved; the ratio of the two
+is the observation stage's cost.
+
 MB are segment (`.kfs`) bytes. The last line is one JSON object with the headline figures.
 """
 
@@ -334,6 +340,78 @@ def measure(
     return measures
 
 
+def measure_inference(workload: Workload, *, rounds: int, repeats: int) -> dict[str, object]:
+    """Best local[2] wall times of the inferred plan and of the same run with the inferred columns
+    given as a mapping, interleaved (see the module docstring); the headline figures."""
+    from spark_app.job import build_session, run_job
+
+    base = workload.plan
+    out = workload.root / "out"
+    plans: dict[str, RunPlan] = {}
+    for name in ("infer", "mapped"):
+        plans[name] = base.model_copy(
+            update={
+                "conversion": ConversionSettings(infer_columns=name == "infer"),
+                "table": base.table.model_copy(update={"data_uri": str(out / name / "data")}),
+                "dead_letter_table": base.dead_letter_table.model_copy(
+                    update={"data_uri": str(out / name / "dead_letters")}
+                ),
+                "result_uri": str(out / name / "runs" / TOPIC / base.run_id / "result.json"),
+            }
+        )
+    seconds: dict[str, list[float]] = {"infer": [], "mapped": []}
+    columns: tuple[ColumnSpec, ...] = ()
+    for number in range(1, rounds + 1):
+        spark = build_session(
+            master="local[2]",
+            app_name="bench-infer",
+            conf={"spark.ui.enabled": "false", "spark.default.parallelism": "2"},
+        )
+        spark.sparkContext.setLogLevel("ERROR")
+        try:
+            for run in range(repeats + 1):
+                for name in ("infer", "mapped"):
+                    plan = plans[name]
+                    uri = plan.result_uri.rsplit("/", 1)[0] + "/plan.json"
+                    Path(uri).parent.mkdir(parents=True, exist_ok=True)
+                    Path(uri).write_text(plan.model_dump_json())
+                    shutil.rmtree(plan.table.data_uri, ignore_errors=True)
+                    started = time.perf_counter()
+                    result = run_job(spark, uri)
+                    elapsed = time.perf_counter() - started
+                    assert result.status.value == "succeeded", result.failure
+                    if name == "infer" and result.columns is not None:
+                        columns = result.columns
+                        mapped = plans["mapped"]
+                        plans["mapped"] = mapped.model_copy(
+                            update={
+                                "conversion": mapped.conversion.model_copy(update={"columns": columns}),
+                                "table": mapped.table.model_copy(update={"field_ids": result.field_ids}),
+                            }
+                        )
+                    if run > 0:  # the first run of a session is cold (Python workers start)
+                        seconds[name].append(elapsed)
+        finally:
+            spark.stop()
+        print(
+            f"  after round {number}, best: infer {min(seconds['infer']):.2f} s, "
+            f"mapped {min(seconds['mapped']):.2f} s",
+            flush=True,
+        )
+    infer, mapped_s = min(seconds["infer"]), min(seconds["mapped"])
+    print(f"inferred columns: {', '.join(f'{c.name} {c.type_name}' for c in columns)}")
+    print(f"{'spark local[2], schema infer':34s} {infer:7.2f} s {workload.megabytes / infer:7.1f} MB/s")
+    print(
+        f"{'spark local[2], mapped columns':34s} {mapped_s:7.2f} s {workload.megabytes / mapped_s:7.1f} MB/s"
+    )
+    return {
+        "infer_s": round(infer, 2),
+        "mapped_s": round(mapped_s, 2),
+        "infer_vs_mapped": round(infer / mapped_s, 2),
+        "columns": len(columns),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--partitions", type=int, default=4)
@@ -358,6 +436,12 @@ def main(argv: list[str] | None = None) -> int:
         choices=["rfc3339", "mixed"],
         default="rfc3339",
         help="event_time forms; mixed cycles the forms people write and adds an RFC 3339 baseline",
+    )
+    parser.add_argument(
+        "--schema",
+        choices=["mapping", "infer"],
+        default="mapping",
+        help="infer: measure an inferred table against the same columns given as a mapping",
     )
     parser.add_argument("--workdir", help="keep data here (default: a temporary folder, removed after)")
     parser.add_argument(
@@ -403,6 +487,9 @@ def main(argv: list[str] | None = None) -> int:
             f"{os.cpu_count()} cores",
             flush=True,
         )
+        if args.schema == "infer":
+            print(json.dumps(measure_inference(workload, rounds=args.rounds, repeats=args.repeats)))
+            return 0
         convert: dict[str, list[float]] = {}
         measures = measure(
             workload, rounds=args.rounds, repeats=args.repeats, baseline=baseline, convert=convert
