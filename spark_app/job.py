@@ -16,6 +16,11 @@ Spark's own Parquet writer is not used: it names files with a per-job UUID (a re
 add files instead of replacing them) and moves partition columns out of the files into directory
 names (pyiceberg's `add_files` needs them inside to infer each file's partition).
 
+For an inferred table (`schema.source: infer`) a first stage runs over the same tasks: each task
+observes what its records' fields hold (no file written), the driver merges the observations and
+decides the columns and their field ids (`observe_columns`), and the conversion stage runs with them;
+the result carries them (`RunResult.columns`, `.field_ids`) for the commit step.
+
 Every run ends with a result at the plan's `result_uri`: succeeded with its files, or failed with
 a typed reason and no files. A failed run's already-written files stay under its run-scoped
 prefixes and are never listed.

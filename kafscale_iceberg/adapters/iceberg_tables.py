@@ -12,6 +12,8 @@
   accepted as it is (Iceberg reads the narrower files promoted); a required table column the mapping
   declares optional is made optional; every other difference is a `SchemaChangeError`. Columns the
   mapping no longer lists are kept. A table created by the KafScale Go processor needs no change.
+  An inferred table (`schema.source: infer`) is not evolved here: `commit` stages its new columns
+  (`TableCommit.columns`) in the transaction that adds the files, so both are one Iceberg commit.
 - **Commit**: one Iceberg transaction = the data files (`add_files`) + the marker properties + the
   snapshot summary, built on exactly the snapshot the caller verified (see `commit`). pyiceberg's own
   commit retries are switched off for it: they re-apply a commit on top of a concurrent one without

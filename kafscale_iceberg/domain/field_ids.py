@@ -9,6 +9,11 @@ as the commit step adds them); with no document, the ids a table created by this
 (1, 2, … in field order). The commit step checks the plan's ids against the table before adding a
 file: a wrong guess (the table changed meanwhile) refuses the run, writing nothing, and the
 rewritten document makes the next attempt right.
+
+The document also records each table's columns with their types (`TableFieldIds.columns`): an
+inferred table's run starts from them, and its job gives the new columns the ids after
+`last_column_id` (`dataplane/inference.with_inferred_columns`). Documents written before carry no
+columns and still read (version 1).
 """
 
 from __future__ import annotations
