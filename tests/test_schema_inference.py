@@ -40,6 +40,7 @@ from kafscale_iceberg.domain.runs import (
     RunResult,
     RunStatus,
     RunTimings,
+    SchemaMode,
     plan_as_written,
 )
 from kafscale_iceberg.domain.schema import BASE_FIELD_NAMES, table_fields
@@ -207,6 +208,7 @@ def infer_run(
     *,
     first_offset: int = 0,
     widening: bool = False,
+    **conversion: Any,
 ) -> tuple[RunPlan, RunResult]:
     """A run of an inferred table as the launcher plans it (from the table's recorded columns and
     ids) and the Spark job runs it: the observation stage, the driver's decision, the conversion."""
@@ -225,6 +227,7 @@ def infer_run(
         columns=known.columns if known is not None else (),
         infer_columns=True,
         allow_type_widening=widening,
+        **conversion,
     )
     planned = planned_field_ids(table_fields(plan.conversion.columns), known)
     plan = plan.model_copy(
@@ -242,7 +245,8 @@ def infer_run(
     decided = with_inferred_columns(plan, observed)
     reports = [run_task(decided, t, reader=DocumentStore(), sink=StagedFileStore()) for t in tasks]
     result = build_run_result(decided, reports, RunTimings(started_at_ms=0, ended_at_ms=0))
-    assert result.status is RunStatus.SUCCEEDED, result.failure
+    if result.status is RunStatus.FAILED:
+        return plan, result
     columns = {"columns": decided.conversion.columns, "field_ids": decided.table.field_ids}
     return plan, result.model_copy(update=columns)
 
@@ -373,3 +377,20 @@ def test_a_wrong_id_guess_or_type_from_a_concurrent_run_is_refused_before_any_wr
     )
     assert retry[1].counts.conversion_failures == {"tip": 1}
     commit(sql_committer(tmp_path), *retry, 1, 2)
+
+
+def test_with_strict_mode_a_conflicting_value_fails_the_run_naming_record_and_column(tmp_path: Path) -> None:
+    tables = sql_committer(tmp_path)
+    plan, result = infer_run(tmp_path / "r1", [PIZZA], None)
+    commit(tables, plan, result, -1, 0)
+    strict = {"schema_mode": SchemaMode.STRICT, "json_schema": {"type": "object"}}
+    _, failed = infer_run(
+        tmp_path / "r2",
+        [PIZZA, {**PIZZA, "store_id": 42.5}],
+        sql_committer(tmp_path),
+        first_offset=1,
+        **strict,
+    )
+    assert failed.status is RunStatus.FAILED
+    assert failed.failure is not None
+    assert (failed.failure.record_id, failed.failure.column) == ("orders:0:2", "store_id")
