@@ -16,7 +16,7 @@ from typing import ClassVar
 
 from kafscale_iceberg.domain.commits import QuarantinedRange, Standing, TableCommit, TableMarker, TableState
 from kafscale_iceberg.domain.leases import LeaseGrant
-from kafscale_iceberg.domain.runs import DataFile, RunPlan, RunResult
+from kafscale_iceberg.domain.runs import DataFile, RunPlan, RunResult, plan_as_written
 from kafscale_iceberg.exceptions import RunNotCommittableError
 from kafscale_iceberg.services.commit import (
     CommitOutcome,
@@ -67,6 +67,10 @@ class ReplayWrite(TableWrite):
                 quarantined=tuple(r for r in state.marker.quarantined if r.span not in self.wanted),
             ),
             replayed=tuple(r for r in state.marker.quarantined if r.span in self.wanted),
+            # An inferred table's new columns come with the replay's files, as with a run's.
+            columns=self.plan.conversion.columns
+            if self.plan.conversion.infer_columns and self.table == self.plan.table.identifier
+            else None,
         )
 
 
@@ -91,6 +95,7 @@ class QuarantineReplay(TableWriter):
         """
         policy = policy or TablePolicy()
         check_committable(plan, result, lease)
+        plan = plan_as_written(plan, result)
         again = quarantined_ranges(result)
         if again:
             raise RunNotCommittableError(
