@@ -86,7 +86,8 @@ class ValueObserver:
 
     def observe(self, values: pa.Array, offsets: pa.Array, *, partition: int) -> None:
         """Note the fields of every JSON object among `values` (binary, nullable), whose offsets are
-        `offsets` in `partition`."""
+        `offsets` in `partition`; batches come in (partition, offset) order (a field's first value
+        is the first one noted)."""
         decode = self._decode
         fields = self._fields
         failure = (msgspec.DecodeError, UnicodeDecodeError)
@@ -105,7 +106,7 @@ class ValueObserver:
                     node = fields[key] = _Node()
                 if inner is None:
                     continue
-                if node.first is None or (partition, offset) < node.first:
+                if node.first is None:  # a task's segments come in (partition, offset) order
                     node.first = (partition, offset)
                 node.note(inner, 1)
 
