@@ -44,7 +44,12 @@ from kafscale_iceberg.domain.runs import (
     plan_as_written,
 )
 from kafscale_iceberg.domain.schema import BASE_FIELD_NAMES, table_fields
-from kafscale_iceberg.exceptions import ConfigError, FieldIdMismatchError, InferredColumnChangedError
+from kafscale_iceberg.exceptions import (
+    ConfigError,
+    FieldIdMismatchError,
+    InferredColumnChangedError,
+    TableMissingError,
+)
 from tests.support.iceberg_runs import sql_committer, sql_settings
 from tests.support.spark_job import SegmentFolder, make_plan, order_record
 
@@ -394,3 +399,10 @@ def test_with_strict_mode_a_conflicting_value_fails_the_run_naming_record_and_co
     assert failed.status is RunStatus.FAILED
     assert failed.failure is not None
     assert (failed.failure.record_id, failed.failure.column) == ("orders:0:2", "store_id")
+
+
+def test_without_create_table_if_missing_a_missing_inferred_table_is_the_clear_error(tmp_path: Path) -> None:
+    _, result = infer_run(tmp_path / "r1", [PIZZA], None)
+    spec = TableSpec(identifier=TABLE, fields=table_fields(result.columns or ()), evolve=False)
+    with pytest.raises(TableMissingError, match=TABLE):
+        sql_committer(tmp_path).ensure_table(spec)
