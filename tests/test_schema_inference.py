@@ -406,3 +406,7 @@ def test_without_create_table_if_missing_a_missing_inferred_table_is_the_clear_e
     spec = TableSpec(identifier=TABLE, fields=table_fields(result.columns or ()), evolve=False)
     with pytest.raises(TableMissingError, match=TABLE):
         sql_committer(tmp_path).ensure_table(spec)
+
+
+def test_new_columns_of_one_record_keep_the_records_field_order() -> None:
+    assert list(columns_of({"zeta": 1, "alpha": 2, "mid": 3})) == ["zeta", "alpha", "mid"]

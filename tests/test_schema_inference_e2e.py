@@ -97,7 +97,9 @@ def world(moto_server: MotoEndpoint, etcd_server: EtcdServer, tmp_path: Path, sp
 
 
 @pytest.mark.slow
-def test_pizza_events_create_an_inferred_table_that_evolves_with_its_data(world: World) -> None:
+def test_pizza_events_create_an_inferred_table_that_evolves_with_its_data(
+    world: World, spark: SparkSession
+) -> None:
     pipeline, catalog, assembly = world.pipeline, world.catalog, world.assembly
     world.put(0, [pizza(o) for o in range(6)])
     first = pipeline.run_once()
@@ -153,6 +155,13 @@ def test_pizza_events_create_an_inferred_table_that_evolves_with_its_data(world:
     assert json.loads(rows[7]["value"])["store_id"] == "forty-two"
     failures = assembly.tables.conversion_failures(TABLE, TOPIC)
     assert failures == {"store_id": 1}
+    # Spark reads the data files too (no Iceberg Spark runtime installs here: the Parquet files
+    # themselves, the two runs' schemas merged).
+    paths = [t.file.file_path for t in table.scan().plan_files()]
+    frame = spark.read.option("mergeSchema", "true").parquet(*paths)
+    tips = sorted((r["offset"], r["tip"], r["delivery"]) for r in frame.collect() if r["offset"] >= 6)
+    assert [(o, t) for o, t, _ in tips] == [(6, 2.0), (7, 3.5)]
+    assert tips[0][2].asDict() == {"driver": "Sam", "minutes": 25}
 
 
 @pytest.mark.slow

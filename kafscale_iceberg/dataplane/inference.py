@@ -30,7 +30,7 @@ class _Node:
         self.kinds: dict[str, int] = {}
         self.fields: dict[str, _Node] = {}
         self.element: _Node | None = None
-        self.first: tuple[int, int] | None = None
+        self.first: tuple[int, int, int] | None = None
 
     def note(self, value: object, depth: int) -> None:
         kind = type(value)
@@ -100,14 +100,14 @@ class ValueObserver:
                 continue  # not JSON as msgspec reads it: the conversion stage decides what it is
             if type(document) is not dict:
                 continue
-            for key, inner in document.items():
+            for position, (key, inner) in enumerate(document.items()):
                 node = fields.get(key)
                 if node is None:
                     node = fields[key] = _Node()
                 if inner is None:
                     continue
                 if node.first is None:  # a task's segments come in (partition, offset) order
-                    node.first = (partition, offset)
+                    node.first = (partition, offset, position)
                 node.note(inner, 1)
 
     def observation(self) -> TableObservation:

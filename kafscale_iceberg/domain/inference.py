@@ -4,7 +4,8 @@ The Spark job's first stage observes, per task, the JSON kinds each top-level fi
 values held (`FieldObservation`, counted per kind, recursively for objects and arrays); the driver
 merges the tasks' observations (`merge_observations`) and decides the columns the run writes
 (`resolve_columns`): the table's current columns as they are, then a new optional column for each
-field the table lacks that has a type, in the order the fields first appeared (partition, offset).
+field the table lacks that has a type, in the order the fields first appeared (partition, offset,
+then their order in that record).
 
 Type rules (`inferred_column`):
 
@@ -44,15 +45,15 @@ MAX_DEPTH = 32
 
 class FieldObservation(BaseModel):
     """What one field held across the observed records: values per JSON kind, and for objects and
-    arrays what their fields and elements held. `first` is where the field first held a value
-    (`[partition, offset]`), which orders new top-level columns."""
+    arrays what their fields and elements held. `first` is where a top-level field first held a
+    value (`[partition, offset, position in the record]`), which orders new columns."""
 
     model_config = ConfigDict(extra="forbid")
 
     kinds: dict[str, int] = Field(default_factory=dict)
     fields: dict[str, FieldObservation] = Field(default_factory=dict)
     element: FieldObservation | None = None
-    first: tuple[int, int] | None = None
+    first: tuple[int, int, int] | None = None
 
     def merged(self, other: FieldObservation) -> FieldObservation:
         """This observation and `other` together (neither is changed)."""
@@ -167,9 +168,9 @@ def _column_of_kind(
     return None
 
 
-def _order_key(name: str, observed: FieldObservation) -> tuple[int, int, str]:
-    first = observed.first if observed.first is not None else (2**31, 2**63)
-    return (first[0], first[1], name)
+def _order_key(name: str, observed: FieldObservation) -> tuple[int, int, int, str]:
+    first = observed.first if observed.first is not None else (2**31, 2**63, 0)
+    return (*first, name)
 
 
 def resolve_columns(
