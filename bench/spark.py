@@ -55,7 +55,7 @@ from kafscale_iceberg.adapters.documents import DocumentStore
 from kafscale_iceberg.adapters.s3_segments import S3Settings, make_s3_client
 from kafscale_iceberg.dataplane.parquet_files import RollingParquetWriter
 from kafscale_iceberg.dataplane.storage import segment_uri
-from kafscale_iceberg.dataplane.tasks import plan_tasks, run_task
+from kafscale_iceberg.dataplane.tasks import observe_task, plan_tasks, run_task
 from kafscale_iceberg.domain.runs import (
     ColumnSpec,
     ColumnType,
@@ -398,16 +398,42 @@ def measure_inference(workload: Workload, *, rounds: int, repeats: int) -> dict[
             f"mapped {min(seconds['mapped']):.2f} s",
             flush=True,
         )
+    # The same two stages without Spark, in this process (less exposed to other load): the
+    # observation of every segment, against the conversion of every segment with those columns.
+    mapped_plan = plans["mapped"]
+    (task,) = plan_tasks(mapped_plan, max_tasks=1, min_task_bytes=1, max_task_bytes=2**62)
+    reader = DocumentStore(workload.s3)
+    observe_s: list[float] = []
+    convert_s: list[float] = []
+
+    def observe() -> None:
+        observe_task(plans["infer"], task, reader=reader)
+
+    def convert() -> None:
+        report = run_task(mapped_plan, task, reader=reader, sink=StagedFileStore())
+        assert report.failure is None, report.failure
+
+    for _ in range(rounds * repeats):
+        observe_s.append(timed(observe))
+        convert_s.append(
+            timed(convert, lambda: shutil.rmtree(mapped_plan.table.data_uri, ignore_errors=True))
+        )
+    observe_best, convert_best = min(observe_s), min(convert_s)
     infer, mapped_s = min(seconds["infer"]), min(seconds["mapped"])
     print(f"inferred columns: {', '.join(f'{c.name} {c.type_name}' for c in columns)}")
     print(f"{'spark local[2], schema infer':34s} {infer:7.2f} s {workload.megabytes / infer:7.1f} MB/s")
     print(
         f"{'spark local[2], mapped columns':34s} {mapped_s:7.2f} s {workload.megabytes / mapped_s:7.1f} MB/s"
     )
+    print(f"pyarrow, observation stage          {observe_best:7.2f} s")
+    print(f"pyarrow, conversion stage (mapped)  {convert_best:7.2f} s")
     return {
         "infer_s": round(infer, 2),
         "mapped_s": round(mapped_s, 2),
         "infer_vs_mapped": round(infer / mapped_s, 2),
+        "pyarrow_observe_s": round(observe_best, 2),
+        "pyarrow_convert_s": round(convert_best, 2),
+        "pyarrow_infer_vs_mapped": round((observe_best + convert_best) / convert_best, 2),
         "columns": len(columns),
     }
 
