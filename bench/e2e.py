@@ -75,6 +75,7 @@ from kafscale_iceberg.domain.events import WorkItem
 from kafscale_iceberg.domain.runs import RunPlan, RunResult
 from kafscale_iceberg.domain.tickets import RunTicket
 from kafscale_iceberg.exceptions import EmbeddedServiceError
+from kafscale_iceberg.local.config_document import one_machine_document
 from kafscale_iceberg.local.embedded import EmbeddedEtcd, notified_bucket, start_etcd, start_moto
 from kafscale_iceberg.local.pipeline import Pipeline, RunEnd, RunReport
 from kafscale_iceberg.local.wiring import ProgressPrinter, open_pipeline
@@ -338,22 +339,17 @@ def embedded_runtime(
         )
         s3 = boto3.client("s3", endpoint_url=moto.url, region_name=moto.region)
         sqs = boto3.client("sqs", endpoint_url=moto.url, region_name=moto.region)
-        document: dict[str, Any] = {
-            "s3": {
-                "bucket": BUCKET,
-                "namespace": NAMESPACE,
-                "endpoint": endpoint,
-                "region": moto.region,
-                "path_style": True,
-            },
-            "iceberg": {
-                "catalog": {"type": "sql", "uri": f"sqlite:///{workdir}/catalog.db"},
-                "warehouse": f"file://{workdir}/warehouse",
-            },
-            "notifications": {"queue_url": queue_url},
-            "processor": {"poll_interval_seconds": poll_interval_s},
-            "runner": {"local": {"master": "local[2]", "spark_conf": {"spark.ui.enabled": "false"}}},
-            "mappings": [
+        document = one_machine_document(
+            workdir,
+            bucket=BUCKET,
+            namespace=NAMESPACE,
+            endpoint=endpoint,
+            region=moto.region,
+            etcd_endpoints=[etcd.url] if etcd is not None else [],
+            notifications={"queue_url": queue_url},
+            processor={"poll_interval_seconds": poll_interval_s},
+            runner={"local": {"master": "local[2]", "spark_conf": {"spark.ui.enabled": "false"}}},
+            mappings=[
                 {
                     "topic": topic,
                     "table": table_of(topic),
@@ -362,11 +358,7 @@ def embedded_runtime(
                 }
                 for topic in topics
             ],
-        }
-        if etcd is not None:
-            document["etcd"] = {"endpoints": [etcd.url]}
-        else:
-            document["offsets"] = {"backend": "sqlite", "sqlite_path": str(workdir / "offsets.sqlite")}
+        )
         config = config_from_mapping(document, source=str(workdir / "config.yaml"))
         yield Runtime(workdir, config, s3, sqs, "etcd" if etcd is not None else "sqlite")
     finally:

@@ -25,6 +25,7 @@ from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,7 @@ from kafscale_iceberg.config import config_from_mapping
 from kafscale_iceberg.domain.leases import LeaseGrant
 from kafscale_iceberg.domain.offsets import OffsetUpdate
 from kafscale_iceberg.domain.tickets import RunTicket
+from kafscale_iceberg.local.config_document import one_machine_document
 from kafscale_iceberg.local.embedded import start_moto
 from kafscale_iceberg.segments.decode import Record
 from kafscale_iceberg.segments.encode import build_segment, encode_record_batch
@@ -104,6 +106,54 @@ def populate(s3: Any, bucket: str, partitions: int, committed: int, new: int) ->
     return committed_offsets
 
 
+@dataclass(frozen=True)
+class PlanningWorld:
+    """A launcher over a populated topic whose committed offsets are in a SQLite store."""
+
+    launcher: Launcher
+    store: SqliteCheckpointStore
+    starter: _Starter
+
+
+def planning_world(
+    s3: Any,
+    bucket: str,
+    workdir: Path,
+    settings: S3Settings,
+    *,
+    partitions: int,
+    committed: int,
+    new: int,
+    segments_client: Any = None,
+) -> PlanningWorld:
+    """`populate` the bucket through `s3`, commit its offsets in `workdir/offsets.sqlite`, and build
+    the launcher: its documents through `settings`, its listings and reads through `segments_client`
+    (a client of `settings` by default) - the client or endpoint a benchmark counts or slows."""
+    offsets = populate(s3, bucket, partitions, committed, new)
+    store = SqliteCheckpointStore(workdir / "offsets.sqlite")
+    grant = store.claim_lease(TOPIC, owner_id="bench", run_id="seed")
+    assert isinstance(grant, LeaseGrant)
+    store.commit_offsets(grant, {p: OffsetUpdate(o, 0) for p, o in offsets.items()})
+    store.release_lease(grant)
+    document = one_machine_document(
+        workdir,
+        bucket=bucket,
+        namespace=NAMESPACE,
+        endpoint=settings.endpoint_url,
+        mappings=[{"topic": TOPIC, "table": "shop.orders"}],
+    )
+    starter = _Starter()
+    launcher = Launcher(
+        config_from_mapping(document, source="bench"),
+        store,
+        S3SegmentStore(segments_client or make_s3_client(settings), bucket, NAMESPACE),
+        DocumentStore(settings),
+        starter,
+        owner_id="bench",
+    )
+    return PlanningWorld(launcher, store, starter)
+
+
 def go_discovery_pass(s3: Any, bucket: str) -> int:
     """The Go processor's per-poll discovery: list everything, then a 4-byte GET per `.kfs`."""
     kfs: list[str] = []
@@ -129,36 +179,19 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"writing {args.committed} committed + {args.new} new segments, {args.partitions} partitions ..."
         )
-        committed = populate(s3, bucket, args.partitions, args.committed, args.new)
         workdir = Path(tempfile.mkdtemp(prefix="bench-planning-"))
-        store = SqliteCheckpointStore(workdir / "offsets.sqlite")
-        grant = store.claim_lease(TOPIC, owner_id="bench", run_id="seed")
-        assert isinstance(grant, LeaseGrant)
-        store.commit_offsets(grant, {p: OffsetUpdate(o, 0) for p, o in committed.items()})
-        store.release_lease(grant)
-        config = config_from_mapping(
-            {
-                "s3": {"bucket": bucket, "namespace": NAMESPACE, "endpoint": moto.url, "path_style": True},
-                "iceberg": {
-                    "catalog": {"type": "sql", "uri": f"sqlite:///{workdir}/c.db"},
-                    "warehouse": f"file://{workdir}/w",
-                },
-                "offsets": {"backend": "sqlite", "sqlite_path": str(workdir / "offsets.sqlite")},
-                "mappings": [{"topic": TOPIC, "table": "shop.orders"}],
-            },
-            source="bench",
-        )
-        starter = _Starter()
-        launcher = Launcher(
-            config,
-            store,
-            S3SegmentStore(s3, bucket, NAMESPACE),
-            DocumentStore(settings),
-            starter,
-            owner_id="bench",
+        world = planning_world(
+            s3,
+            bucket,
+            workdir,
+            settings,
+            partitions=args.partitions,
+            committed=args.committed,
+            new=args.new,
+            segments_client=s3,
         )
         with counting(s3) as ours:
-            outcome = launcher.launch(TOPIC)
+            outcome = world.launcher.launch(TOPIC)
         assert outcome.status is LaunchStatus.STARTED, outcome
         plan_segments = args.new
         go_client = boto3.client("s3", endpoint_url=moto.url, region_name=moto.region)

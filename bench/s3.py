@@ -43,16 +43,15 @@ from typing import Any
 import pyarrow as pa
 
 from bench.planning import TOPIC as PLANNING_TOPIC
-from bench.planning import _Starter, populate
+from bench.planning import planning_world
 from bench.s3_proxy import DEFAULT_BANDWIDTH_BYTES_PER_S, DEFAULT_LATENCY_S, LatencyProxy
 from bench.spark import COLUMNS
 from kafscale_iceberg.adapters.data_files import StagedFileStore
 from kafscale_iceberg.adapters.documents import DocumentStore
 from kafscale_iceberg.adapters.iceberg_catalog import CatalogSettings, load_iceberg_catalog
 from kafscale_iceberg.adapters.iceberg_tables import IcebergTableCommitter
-from kafscale_iceberg.adapters.s3_segments import S3SegmentStore, S3Settings, make_s3_client
+from kafscale_iceberg.adapters.s3_segments import S3Settings, make_s3_client
 from kafscale_iceberg.adapters.sqlite_checkpoints import SqliteCheckpointStore
-from kafscale_iceberg.config import config_from_mapping
 from kafscale_iceberg.dataplane.parquet_files import RollingParquetWriter
 from kafscale_iceberg.dataplane.prefetch import PrefetchLimits
 from kafscale_iceberg.dataplane.schemas import data_schema
@@ -85,7 +84,7 @@ from kafscale_iceberg.segments.generate import generate_segments
 from kafscale_iceberg.segments.layout import Codec
 from kafscale_iceberg.services import launch
 from kafscale_iceberg.services.commit import CommitService, TablePolicy
-from kafscale_iceberg.services.launch import Launcher, LaunchStatus
+from kafscale_iceberg.services.launch import LaunchStatus
 
 TOPIC = "orders"
 NAMESPACE = "bench"
@@ -408,34 +407,17 @@ def bench_planning(endpoints: Endpoints, workdir: Path, *, partitions: int, roun
     direct = make_s3_client(endpoints.direct)
     bucket = f"{endpoints.bucket}-planning"
     direct.create_bucket(Bucket=bucket)
-    committed = populate(direct, bucket, partitions, committed=2 * partitions, new=partitions)
-    store = SqliteCheckpointStore(workdir / "offsets.sqlite")
-    grant = store.claim_lease(PLANNING_TOPIC, owner_id="bench", run_id="seed")
-    assert isinstance(grant, LeaseGrant)
-    store.commit_offsets(grant, {p: OffsetUpdate(o, 0) for p, o in committed.items()})
-    store.release_lease(grant)
-    slow = endpoints.slow
-    config = config_from_mapping(
-        {
-            "s3": {"bucket": bucket, "namespace": "prod", "endpoint": slow.endpoint_url, "path_style": True},
-            "iceberg": {
-                "catalog": {"type": "sql", "uri": f"sqlite:///{workdir}/planning.db"},
-                "warehouse": f"file://{workdir}/w",
-            },
-            "offsets": {"backend": "sqlite", "sqlite_path": str(workdir / "offsets.sqlite")},
-            "mappings": [{"topic": PLANNING_TOPIC, "table": "shop.orders"}],
-        },
-        source="bench",
+    (workdir / "planning").mkdir(exist_ok=True)
+    world = planning_world(
+        direct,
+        bucket,
+        workdir / "planning",
+        endpoints.slow,
+        partitions=partitions,
+        committed=2 * partitions,
+        new=partitions,
     )
-    starter = _Starter()
-    launcher = Launcher(
-        config,
-        store,
-        S3SegmentStore(make_s3_client(slow), bucket, "prod"),
-        DocumentStore(slow),
-        starter,
-        owner_id="bench",
-    )
+    launcher, store = world.launcher, world.store
     concurrency = launch.PLANNING_CONCURRENCY
     seconds: dict[str, list[float]] = {"concurrent": [], "one partition at a time": []}
     requests: dict[str, int] = {}

@@ -45,6 +45,7 @@ import yaml
 from kafscale_iceberg.adapters.iceberg_catalog import CatalogSettings, load_iceberg_catalog
 from kafscale_iceberg.assembly import Assembly
 from kafscale_iceberg.config import config_from_mapping
+from kafscale_iceberg.local.config_document import one_machine_document
 from kafscale_iceberg.local.embedded import EmbeddedEtcd, free_port, start_etcd, start_moto
 from kafscale_iceberg.segments.decode import Record
 from kafscale_iceberg.segments.encode import build_segment, encode_record_batch
@@ -202,28 +203,22 @@ def main(argv: list[str] | None = None) -> int:
 def soak(args: argparse.Namespace, workdir: Path, endpoint: str, region: str, etcd: Etcd) -> dict[str, Any]:
     s3 = boto3.client("s3", endpoint_url=endpoint, region_name=region)
     s3.create_bucket(Bucket=BUCKET)
-    document: dict[str, Any] = {
-        "s3": {
-            "bucket": BUCKET,
-            "namespace": NAMESPACE,
-            "endpoint": endpoint,
-            "region": region,
-            "path_style": True,
-        },
-        "iceberg": {
-            "catalog": {"type": "sql", "uri": f"sqlite:///{workdir}/catalog.db"},
-            "warehouse": f"file://{workdir}/warehouse",
-        },
-        "etcd": {"endpoints": [etcd.server.url]},
-        "offsets": {"lease_ttl_seconds": 10},
-        "processor": {"poll_interval_seconds": 2},
-        "runs": {
+    document = one_machine_document(
+        workdir,
+        bucket=BUCKET,
+        namespace=NAMESPACE,
+        endpoint=endpoint,
+        region=region,
+        etcd_endpoints=[etcd.server.url],
+        offsets={"lease_ttl_seconds": 10},
+        processor={"poll_interval_seconds": 2},
+        runs={
             "retry_backoff_seconds": 2,
             "retry_backoff_max_seconds": 30,
             "location": str(workdir / "runs"),
         },
-        "runner": {"local": {"master": "local[2]", "spark_conf": {"spark.ui.enabled": "false"}}},
-        "mappings": [
+        runner={"local": {"master": "local[2]", "spark_conf": {"spark.ui.enabled": "false"}}},
+        mappings=[
             {
                 "topic": TOPIC,
                 "table": TABLE,
@@ -231,7 +226,7 @@ def soak(args: argparse.Namespace, workdir: Path, endpoint: str, region: str, et
                 "schema": {"columns": [{"name": "order_id", "type": "long", "required": True}]},
             }
         ],
-    }
+    )
     config_path = workdir / "config.yaml"
     config_path.write_text(yaml.safe_dump(document))
     config = config_from_mapping(document, source=str(config_path))

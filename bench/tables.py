@@ -34,6 +34,7 @@ from kafscale_iceberg.domain.runs import (
 )
 from kafscale_iceberg.domain.schema import DEAD_LETTER_FIELDS, table_fields
 from kafscale_iceberg.domain.tickets import join_uri
+from kafscale_iceberg.local.config_document import one_machine_document
 from kafscale_iceberg.segments.decode import Record
 from kafscale_iceberg.segments.encode import build_segment, encode_record_batch
 from kafscale_iceberg.segments.generate import pizza_order
@@ -61,14 +62,11 @@ class BenchTable:
 
     def __post_init__(self) -> None:
         self.config: KafscaleConfig = config_from_mapping(
-            {
-                "s3": {"bucket": "unused"},
-                "iceberg": {
-                    "catalog": {"type": "sql", "uri": f"sqlite:///{self.root}/catalog.db"},
-                    "warehouse": f"file://{self.root}/warehouse",
-                },
-                "offsets": {"backend": "sqlite", "sqlite_path": str(self.root / "offsets.db")},
-                "mappings": [
+            one_machine_document(
+                self.root,
+                bucket="unused",
+                maintenance=self.maintenance,
+                mappings=[
                     {
                         "topic": TOPIC,
                         "table": TABLE,
@@ -80,8 +78,7 @@ class BenchTable:
                         ),
                     }
                 ],
-                "maintenance": self.maintenance,
-            },
+            ),
             source="bench",
         )
         self.assembly = Assembly(self.config, owner_id="bench")

@@ -38,7 +38,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         sink, committed.plan, committed.result, committed.outcome, started_at=started, ended_at=time.time()
     )
     if committed.outcome.table_committed:
-        assembly().maintenance_trigger.after_commit(ticket.topic)  # never raises
+        assembly().maintenance_trigger.after_commit(ticket.topic, committed.outcome.states)  # never raises
     return {
         "topic": ticket.topic,
         "run_id": ticket.run_id,

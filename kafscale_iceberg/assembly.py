@@ -371,7 +371,7 @@ class Assembly:
             if invoker is not None:
                 invoker.invoke({"topics": [topic], "reason": "small files"})
 
-        return MaintenanceTrigger(SmallFileTrigger(self.config, self.table_maintainer), start)
+        return MaintenanceTrigger(SmallFileTrigger(self.config), start)
 
     def make_maintenance(self, jobs: CompactionJobRunner | None) -> MaintenanceService:
         """The maintenance service; with `jobs`, compaction runs as Spark jobs on that runner."""

@@ -357,12 +357,6 @@ class JobDocuments(Protocol):
     def exists(self, uri: str) -> bool: ...
 
 
-class FileCounts(Protocol):
-    """A table's file counts (adapter: `IcebergTableMaintainer.file_counts`)."""
-
-    def file_counts(self, table: str) -> tuple[int, int]: ...
-
-
 class FileLister(Protocol):
     """Files under a storage prefix (adapter: `StorageFileLister`)."""
 

@@ -36,7 +36,6 @@ from kafscale_iceberg.exceptions import (
 from kafscale_iceberg.ports import CheckpointStore
 from kafscale_iceberg.services.commit import CommitService, TablePolicy
 from kafscale_iceberg.services.offset_reset import OffsetReset
-from kafscale_iceberg.services.quarantine_replay import QuarantineReplay
 from tests.support.iceberg_runs import RunFactory, sql_settings
 
 TOPIC, TABLE, DLQ = "orders", "lake.orders", "lake.orders__dlq"
@@ -507,77 +506,23 @@ def test_a_commit_found_landed_after_an_unknown_outcome_counts_as_committed_wher
     assert _store_offsets(sqlite_store) == {0: 19, 1: 9}
 
 
-@pytest.mark.parametrize(
-    "attempts", [1, 3], ids=["found after the last attempt", "found on the next attempt"]
-)
-def test_a_replay_found_landed_after_an_unknown_outcome_counts_as_committed_wherever_it_is_found(
-    attempts: int,
-    catalog: Catalog,
-    tables: IcebergTableCommitter,
-    sqlite_store: CheckpointStore,
-    runs: RunFactory,
+def test_a_quarantined_segment_is_listed_in_both_tables_and_the_offsets_move_past_it(
+    catalog: Catalog, tables: IcebergTableCommitter, sqlite_store: CheckpointStore, runs: RunFactory
 ) -> None:
+    """Both tables list the range (the dead-letter table even without files), until an offset reset to
+    before it drops it (tests/test_replay.py)."""
     plan = runs.plan({0: (-1, 19)})
+
     CommitService(tables, sqlite_store).commit_run(
         plan, runs.result(plan, quarantined={0: (10, 14)}), _claim(sqlite_store, plan.run_id), CREATE
     )
-    replay = runs.plan({0: (9, 14)})
-    replays = QuarantineReplay(
-        LandedWithOutcomeUnknown(tables, TABLE),  # type: ignore[arg-type]
-        sqlite_store,
-        attempts=attempts,
-        sleep=lambda _: None,
-    )
 
-    outcome = replays.commit_replay(replay, runs.result(replay), _claim(sqlite_store, replay.run_id), CREATE)
-
-    assert outcome.table_committed
-    assert _snapshots(catalog, TABLE) == 2
-    assert replays.pending_quarantine(TOPIC, TABLE) == ()
-
-
-def test_a_quarantined_segment_is_listed_and_its_repaired_replay_ingested_once(
-    catalog: Catalog, tables: IcebergTableCommitter, sqlite_store: CheckpointStore, runs: RunFactory
-) -> None:
-    service = CommitService(tables, sqlite_store)
-    plan = runs.plan({0: (-1, 19)})
-    service.commit_run(
-        plan, runs.result(plan, quarantined={0: (10, 14)}), _claim(sqlite_store, plan.run_id), CREATE
-    )
-    replays = QuarantineReplay(tables, sqlite_store)
-    assert [r.span for r in replays.pending_quarantine(TOPIC, TABLE)] == [(0, 10, 14)]
-    assert [r.span for r in replays.pending_quarantine(TOPIC, DLQ)] == [(0, 10, 14)]
-    replay = runs.plan({0: (9, 14)})
-    replay_result = runs.result(replay)
-
-    first = replays.commit_replay(replay, replay_result, _claim(sqlite_store, replay.run_id), CREATE)
-    second = replays.commit_replay(replay, replay_result, _claim(sqlite_store, replay.run_id), CREATE)
-
-    assert first.table_committed
-    assert not second.table_committed
-    assert _rows(catalog, TABLE) == _expected({0: (-1, 19)}, {})
-    assert replays.pending_quarantine(TOPIC, TABLE) == ()
-    assert replays.pending_quarantine(TOPIC, DLQ) == ()
+    for table in (TABLE, DLQ):
+        assert [r.span for r in tables.read_state(table, TOPIC).marker.quarantined] == [(0, 10, 14)]
     assert tables.read_state(TABLE, TOPIC).marker.offsets == {0: 19}
     summary = catalog.load_table(TABLE).snapshots()[-1].summary
     assert summary is not None
-    assert '"first":10' in summary["kafscale.replayed"]
-
-
-def test_a_replay_of_a_range_that_was_never_quarantined_commits_nothing(
-    catalog: Catalog, tables: IcebergTableCommitter, sqlite_store: CheckpointStore, runs: RunFactory
-) -> None:
-    service = CommitService(tables, sqlite_store)
-    plan = runs.plan({0: (-1, 19)})
-    service.commit_run(plan, runs.result(plan), _claim(sqlite_store, plan.run_id), CREATE)
-    replay = runs.plan({0: (9, 14)})
-
-    outcome = QuarantineReplay(tables, sqlite_store).commit_replay(
-        replay, runs.result(replay), _claim(sqlite_store, replay.run_id), CREATE
-    )
-
-    assert not outcome.table_committed
-    assert _snapshots(catalog, TABLE) == 1
+    assert '"first":10' in summary["kafscale.quarantined"]
 
 
 class InterferingCatalog(SqlCatalog):

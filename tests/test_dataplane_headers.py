@@ -6,8 +6,9 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kafscale_iceberg.dataplane.headers import go_headers_json, go_json_string
+from kafscale_iceberg.dataplane.headers import go_headers_json
 from kafscale_iceberg.segments.decode import HEADERS_TYPE
+from tests.support.go_json import go_json_string
 
 # Produced by Go's encoding/json (go1.19 on this machine) from []struct{Key, Value string} with the
 # values converted string([]byte). Go >= 1.22, which KafScale builds with, writes \b and \f short;
@@ -53,6 +54,14 @@ def test_no_headers_is_the_empty_string_never_null() -> None:
 
 def test_control_characters_b_and_f_use_the_short_escapes_of_current_go() -> None:
     assert go_json_string(b"\x08\x0c") == '"\\b\\f"'
+
+
+def test_the_oracle_writes_the_golden_cases_as_go_does() -> None:
+    for headers, text in GO_GOLDEN:
+        pairs = [
+            f'{{"key":{go_json_string(k.encode())},"value":{go_json_string(v or b"")}}}' for k, v in headers
+        ]
+        assert "[" + ",".join(pairs) + "]" == text
 
 
 @settings(max_examples=200, deadline=None)

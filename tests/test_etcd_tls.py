@@ -19,6 +19,7 @@ from kafscale_iceberg.assembly import Assembly
 from kafscale_iceberg.config import ETCD_SECRET_ENV, apply_deployment_environment, config_from_mapping
 from kafscale_iceberg.domain.leases import LeaseGrant
 from kafscale_iceberg.exceptions import CheckpointError, ConfigValidationError
+from tests.support.config_documents import local_document
 from tests.support.etcd import etcd_binary
 from tests.support.moto import free_port
 
@@ -137,15 +138,14 @@ def _store(url: str, pki: Pki, **overrides: object) -> EtcdCheckpointStore:
 
 
 def _config(url: str, tls: dict[str, str], tmp_path: Path) -> dict[str, object]:
-    return {
-        "s3": {"bucket": "b"},
-        "etcd": {"endpoints": [url], "tls": tls},
-        "iceberg": {
-            "catalog": {"type": "sql", "uri": f"sqlite:///{tmp_path}/c.db"},
-            "warehouse": str(tmp_path),
-        },
-        "mappings": [{"topic": "orders", "table": "shop.orders"}],
-    }
+    return local_document(
+        tmp_path,
+        None,
+        bucket="b",
+        etcd_url=url,
+        etcd={"tls": tls},
+        mappings=[{"topic": "orders", "table": "shop.orders"}],
+    )
 
 
 def test_the_configured_ca_and_client_certificate_reach_an_etcd_requiring_them(

@@ -31,6 +31,7 @@ from kafscale_iceberg.domain.runs import RunPlan
 from kafscale_iceberg.local.pipeline import Pipeline, RunEnd
 from kafscale_iceberg.local.spark_runner import LocalSparkJobRunner
 from kafscale_iceberg.segments.keys import format_segment_key
+from tests.support.config_documents import local_document
 from tests.support.etcd import EtcdServer
 from tests.support.moto import MotoEndpoint
 from tests.support.segments import order_value, put_segment
@@ -121,32 +122,31 @@ class World:
     """A bucket, a checkpoint store (etcd or SQLite), a SQLite catalog, a local runner; what was produced."""
 
     def __init__(
-        self, moto: MotoEndpoint, tmp_path: Path, store: dict[str, Any], *, endpoint: str | None = None
+        self,
+        moto: MotoEndpoint,
+        tmp_path: Path,
+        *,
+        etcd_url: str | None = None,
+        endpoint: str | None = None,
+        **sections: Mapping[str, Any],
     ) -> None:
-        """`store`: the checkpoint store's config sections; `endpoint`: S3 as the product sees it
-        (a proxy in front of moto for outages), moto itself by default."""
+        """`etcd_url`: the checkpoint store's etcd (None: the SQLite store); `endpoint`: S3 as the
+        product sees it (a proxy in front of moto for outages), moto itself by default; `sections`:
+        config sections merged over the world's."""
         self.s3: Any = moto.client("s3")
         self.bucket = moto.new_bucket()
         self.config: KafscaleConfig = config_from_mapping(
-            {
-                "s3": {
-                    "bucket": self.bucket,
-                    "namespace": NAMESPACE,
-                    "endpoint": endpoint or moto.url,
-                    "region": moto.region,
-                    "path_style": True,
-                },
-                "iceberg": {
-                    "catalog": {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db"},
-                    "warehouse": f"file://{tmp_path}/warehouse",
-                },
-                "offsets": {
-                    "key_prefix": f"t-{uuid4().hex[:8]}",
-                    "lease_ttl_seconds": 2,
-                    **store.get("offsets", {}),
-                },
-                **{k: v for k, v in store.items() if k != "offsets"},
-                "mappings": [
+            local_document(
+                tmp_path,
+                moto,
+                bucket=self.bucket,
+                namespace=NAMESPACE,
+                etcd_url=etcd_url,
+                endpoint=endpoint,
+                offsets={"lease_ttl_seconds": 2},
+                runs={"retry_backoff_seconds": 0},
+                processor={"poll_interval_seconds": 1},
+                mappings=[
                     {
                         "topic": TOPIC,
                         "table": TABLE,
@@ -159,9 +159,8 @@ class World:
                         },
                     }
                 ],
-                "runs": {"retry_backoff_seconds": 0},
-                "processor": {"poll_interval_seconds": 1},
-            },
+                **sections,
+            ),
             source="test",
         )
         self.produced: dict[int, list[bytes]] = {}
@@ -225,10 +224,8 @@ def world(
     """Each test runs on both checkpoint stores: a real etcd server, then the SQLite store."""
     if request.param == "etcd":
         etcd: EtcdServer = request.getfixturevalue("etcd_server")
-        return World(moto_server, tmp_path, {"etcd": {"endpoints": [etcd.url]}})
-    return World(
-        moto_server, tmp_path, {"offsets": {"backend": "sqlite", "sqlite_path": str(tmp_path / "offsets.db")}}
-    )
+        return World(moto_server, tmp_path, etcd_url=etcd.url)
+    return World(moto_server, tmp_path)
 
 
 def _die(pipeline: Pipeline) -> None:

@@ -55,7 +55,7 @@ def s3_proxy(moto_server: MotoEndpoint) -> Iterator[TcpProxy]:
 
 
 def _world(moto: MotoEndpoint, tmp_path: Path, etcd: RestartableEtcd, proxy: TcpProxy) -> World:
-    return World(moto, tmp_path, {"etcd": {"endpoints": [etcd.url]}}, endpoint=proxy.url)
+    return World(moto, tmp_path, etcd_url=etcd.url, endpoint=proxy.url)
 
 
 class Loop:
@@ -272,7 +272,7 @@ class FailingCommits:
 
 
 def _sqlite_world(moto: MotoEndpoint, tmp_path: Path) -> World:
-    return World(moto, tmp_path, {"offsets": {"backend": "sqlite", "sqlite_path": str(tmp_path / "ck.db")}})
+    return World(moto, tmp_path)
 
 
 def _failing_process(world: World, error: Exception) -> tuple[Pipeline, FailingCommits]:
@@ -371,12 +371,7 @@ def test_run_rides_out_s3_answering_503_then_hanging_and_run_once_names_it(
     """Issue 12 §2: S3 refusing with 503 SlowDown (past botocore's retries), then S3 hanging (no answer,
     connections dropped): `run --once` names S3; `run` goes not ready with the reason, backs off,
     comes back ready on its own and ingests what was produced meanwhile, each record once."""
-    world = World(
-        moto_server,
-        tmp_path,
-        {"offsets": {"backend": "sqlite", "sqlite_path": str(tmp_path / "ck.db")}},
-        endpoint=fault_proxy.url,
-    )
+    world = World(moto_server, tmp_path, endpoint=fault_proxy.url)
     world.put(0, 10)
     fault_proxy.inject(Fault.answer(503, "SlowDown"), matching=_s3)
     summary = world.process().run_once()
@@ -414,12 +409,7 @@ def test_run_keeps_ingesting_through_an_sqs_outage_and_reports_it(
     are unavailable, yet the reconciler's poll keeps ingesting; once SQS answers, the queued
     notifications are routed and deleted without ingesting anything twice."""
     sqs: Any = moto_server.client("sqs")
-    world = World(
-        moto_server,
-        tmp_path,
-        {"offsets": {"backend": "sqlite", "sqlite_path": str(tmp_path / "ck.db")}},
-        endpoint=fault_proxy.url,
-    )
+    world = World(moto_server, tmp_path, endpoint=fault_proxy.url)
     queue = sqs.create_queue(QueueName=f"{world.bucket}-notifications")["QueueUrl"]
     arn = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
     world.s3.put_bucket_notification_configuration(
@@ -476,18 +466,15 @@ def test_run_rides_out_a_glue_catalog_outage_and_run_once_names_it(
     world = World(
         moto_server,
         tmp_path,
-        {
-            "offsets": {"backend": "sqlite", "sqlite_path": str(tmp_path / "ck.db")},
-            "iceberg": {
-                # Two retries inside botocore (pyiceberg's default is 10, ~1 minute of backoff a call).
-                "catalog": {
-                    "type": "glue",
-                    "properties": {"glue.endpoint": fault_proxy.url, "glue.max-retries": "2"},
-                },
-                "warehouse": f"s3://{moto_server.new_bucket()}/warehouse",
-            },
-        },
         endpoint=fault_proxy.url,
+        iceberg={
+            # Two retries inside botocore (pyiceberg's default is 10, ~1 minute of backoff a call).
+            "catalog": {
+                "type": "glue",
+                "properties": {"glue.endpoint": fault_proxy.url, "glue.max-retries": "2"},
+            },
+            "warehouse": f"s3://{moto_server.new_bucket()}/warehouse",
+        },
     )
     world.config = world.config.model_copy(
         update={"runs": world.config.runs.model_copy(update={"location": str(tmp_path / "runs")})}

@@ -50,7 +50,7 @@ print("not killed", flush=True)
 def test_sigkill_between_the_table_commit_and_the_offset_write_heals_with_new_segments(
     moto_server: MotoEndpoint, etcd_server: EtcdServer, tmp_path: Path, spark: SparkSession
 ) -> None:
-    world = World(moto_server, tmp_path, {"etcd": {"endpoints": [etcd_server.url]}})
+    world = World(moto_server, tmp_path, etcd_url=etcd_server.url)
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(world.config.model_dump(mode="json", by_alias=True, exclude_unset=True)))
     world.put(0, 12)

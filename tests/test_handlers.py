@@ -17,6 +17,7 @@ from kafscale_iceberg.domain.leases import LeaseGrant
 from kafscale_iceberg.domain.runs import RunCounts
 from kafscale_iceberg.domain.tickets import RunTicket
 from kafscale_iceberg.services.commit import TablePolicy
+from tests.support.config_documents import local_document
 from tests.support.iceberg_runs import RunFactory
 from tests.support.lambdas import LambdaContext, emf_records, emf_values
 from tests.support.moto import MotoEndpoint
@@ -43,18 +44,16 @@ def stack(moto_server: MotoEndpoint, tmp_path: Path, monkeypatch: pytest.MonkeyP
     bucket = moto_server.new_bucket()
     work_url = sqs.create_queue(QueueName=f"{bucket}-work.fifo", Attributes={"FifoQueue": "true"})["QueueUrl"]
     rejected_url = sqs.create_queue(QueueName=f"{bucket}-rejected")["QueueUrl"]
-    config = {
-        "s3": {"bucket": bucket, "namespace": "production", "endpoint": moto_server.url, "path_style": True},
-        "iceberg": {
-            "catalog": {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db"},
-            "warehouse": f"file://{tmp_path}/warehouse",
-        },
-        "offsets": {"backend": "sqlite", "sqlite_path": str(tmp_path / "o.sqlite")},
-        "mappings": [{"topic": "orders", "table": "prod.orders", "create_table_if_missing": True}],
-        "notifications": {"work_queue_url": work_url, "rejected_queue_url": rejected_url},
-        "runs": {"location": str(tmp_path / "runs")},
-        "maintenance": {"compaction_min_small_files": 3},
-    }
+    config = local_document(
+        tmp_path,
+        moto_server,
+        bucket=bucket,
+        namespace="production",
+        notifications={"work_queue_url": work_url, "rejected_queue_url": rejected_url},
+        runs={"location": str(tmp_path / "runs")},
+        maintenance={"compaction_min_small_files": 3},
+        mappings=[{"topic": "orders", "table": "prod.orders", "create_table_if_missing": True}],
+    )
     path = tmp_path / "config.yaml"
     path.write_text(json.dumps(config))
     monkeypatch.setenv("KAFSCALE_ICEBERG_CONFIG", str(path))
@@ -63,7 +62,7 @@ def stack(moto_server: MotoEndpoint, tmp_path: Path, monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("AWS_ENDPOINT_URL_SQS", moto_server.url)
     runtime.assembly.cache_clear()
     yield Stack(
-        s3, sqs, bucket, work_url, rejected_url, tmp_path, SqliteCheckpointStore(tmp_path / "o.sqlite")
+        s3, sqs, bucket, work_url, rejected_url, tmp_path, SqliteCheckpointStore(tmp_path / "offsets.sqlite")
     )
     runtime.assembly.cache_clear()
 

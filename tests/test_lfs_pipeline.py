@@ -14,7 +14,7 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from uuid import UUID, uuid4
+from uuid import UUID
 
 import pytest
 import yaml
@@ -32,6 +32,7 @@ from kafscale_iceberg.local.pipeline import Pipeline
 from kafscale_iceberg.local.spark_runner import LocalSparkJobRunner
 from kafscale_iceberg.metrics import PrometheusMetricsSink, record_commit
 from kafscale_iceberg.segments.lfs import ChecksumAlg, ProxiedValue, blob_key, proxy_value
+from tests.support.config_documents import local_document
 from tests.support.etcd import EtcdServer
 from tests.support.moto import MotoEndpoint
 from tests.support.segments import put_segment
@@ -99,29 +100,22 @@ def test_a_go_processor_table_is_resolved_into_with_metadata_and_dead_letters(
     plain = b'{"note": "not an envelope"}'
     put_segment(s3, bucket, NAMESPACE, TOPIC, 0, 0, 7, values=[plain, *(v.value for v in values)])
     config = config_from_mapping(
-        {
-            "s3": {
-                "bucket": bucket,
-                "namespace": NAMESPACE,
-                "endpoint": moto_server.url,
-                "region": moto_server.region,
-                "path_style": True,
-            },
-            "iceberg": {
-                "catalog": {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db"},
-                "warehouse": f"file://{tmp_path}/warehouse",
-            },
-            "etcd": {"endpoints": [etcd_server.url]},
-            "offsets": {"key_prefix": f"t-{uuid4().hex[:8]}", "lease_ttl_seconds": 5},
-            "mappings": [
+        local_document(
+            tmp_path,
+            moto_server,
+            bucket=bucket,
+            namespace=NAMESPACE,
+            etcd_url=etcd_server.url,
+            offsets={"lease_ttl_seconds": 5},
+            runs={"retry_backoff_seconds": 0},
+            mappings=[
                 {
                     "topic": TOPIC,
                     "table": "media.images",
                     "lfs": {"mode": "resolve", "store_metadata": True, "resolve_concurrency": 3},
                 }
             ],
-            "runs": {"retry_backoff_seconds": 0},
-        },
+        ),
         source="test",
     )
     catalog = load_iceberg_catalog(CatalogSettings.from_config(config))
@@ -187,22 +181,14 @@ def test_run_once_follows_the_lfs_environment_overrides(
     put_segment(s3, bucket, NAMESPACE, TOPIC, 0, 0, 3, values=[v.value for v in values])
     config_path = tmp_path / "config.yaml"
     text = yaml.safe_dump(
-        {
-            "s3": {
-                "bucket": bucket,
-                "namespace": NAMESPACE,
-                "endpoint": moto_server.url,
-                "region": moto_server.region,
-                "path_style": True,
-            },
-            "iceberg": {
-                "catalog": {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db"},
-                "warehouse": f"file://{tmp_path}/warehouse",
-            },
-            "etcd": {"endpoints": [etcd_server.url]},
-            "offsets": {"key_prefix": f"t-{uuid4().hex[:8]}"},
-            "mappings": [{"topic": TOPIC, "table": "media.images", "create_table_if_missing": True}],
-        }
+        local_document(
+            tmp_path,
+            moto_server,
+            bucket=bucket,
+            namespace=NAMESPACE,
+            etcd_url=etcd_server.url,
+            mappings=[{"topic": TOPIC, "table": "media.images", "create_table_if_missing": True}],
+        )
     )
     config_path.write_text(
         text.replace("create_table_if_missing: true", "create_table_if_missing: true\n  lfs:\n    mode: off")

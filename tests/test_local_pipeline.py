@@ -26,7 +26,7 @@ from kafscale_iceberg.local.pipeline import Pipeline, RunEnd
 from kafscale_iceberg.local.spark_runner import LocalSparkJobRunner
 from kafscale_iceberg.segments.keys import SegmentObjectKind, format_segment_key
 from kafscale_iceberg.segments.layout import Codec
-from kafscale_iceberg.services.quarantine_replay import QuarantineReplay
+from tests.support.config_documents import local_document
 from tests.support.etcd import EtcdServer
 from tests.support.moto import MotoEndpoint
 from tests.support.segments import order_value, put_segment
@@ -56,21 +56,17 @@ class World:
         else:
             self.bucket = moto.new_bucket()
         self.config: KafscaleConfig = config_from_mapping(
-            {
-                "s3": {
-                    "bucket": self.bucket,
-                    "namespace": NAMESPACE,
-                    "endpoint": moto.url,
-                    "region": moto.region,
-                    "path_style": True,
-                },
-                "iceberg": {
-                    "catalog": {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db"},
-                    "warehouse": f"file://{tmp_path}/warehouse",
-                },
-                "etcd": {"endpoints": [etcd.url]},
-                "offsets": {"key_prefix": f"t-{uuid4().hex[:8]}", "lease_ttl_seconds": 5},
-                "mappings": [
+            local_document(
+                tmp_path,
+                moto,
+                bucket=self.bucket,
+                namespace=NAMESPACE,
+                etcd_url=etcd.url,
+                offsets={"lease_ttl_seconds": 5},
+                notifications=notify,
+                processor={"poll_interval_seconds": 1},
+                runs={"retry_backoff_seconds": 0, **runs},
+                mappings=[
                     {
                         "topic": TOPIC,
                         "table": "shop.orders",
@@ -84,10 +80,7 @@ class World:
                         },
                     }
                 ],
-                "notifications": notify,
-                "processor": {"poll_interval_seconds": 1},
-                "runs": {"retry_backoff_seconds": 0, **runs},
-            },
+            ),
             source="test",
         )
         self.assembly = Assembly(self.config, owner_id="test-pipeline")
@@ -186,8 +179,7 @@ def test_quarantine_policy_skips_the_segment_and_records_the_range(
     assert summary.ok, summary.failed
     assert summary.runs[0].quarantined == 1
     assert _actual(world.rows()) == _expected(0, range(10, 20))
-    replays = QuarantineReplay(world.assembly.tables, world.assembly.checkpoints)
-    quarantined = replays.pending_quarantine(TOPIC, "shop.orders")
+    quarantined = world.assembly.tables.read_state("shop.orders", TOPIC).marker.quarantined
     assert [(q.first_offset, q.last_offset, q.segment_key) for q in quarantined] == [(0, 9, key)]
 
 

@@ -10,11 +10,13 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
+from pyiceberg.catalog.sql import SqlCatalog
 
 from kafscale_iceberg.adapters.data_files import StagedFileStore
 from kafscale_iceberg.adapters.documents import DocumentStore
@@ -26,13 +28,15 @@ from kafscale_iceberg.cli import main
 from kafscale_iceberg.config import KafscaleConfig, config_from_mapping
 from kafscale_iceberg.dataplane.reports import build_run_result
 from kafscale_iceberg.dataplane.tasks import plan_tasks, run_task
+from kafscale_iceberg.domain.commits import TableState
 from kafscale_iceberg.domain.leases import LeaseGrant
 from kafscale_iceberg.domain.maintenance import SUMMARY_COMPACTION
 from kafscale_iceberg.domain.runs import RunPlan, RunResult, RunTimings
 from kafscale_iceberg.domain.tickets import join_uri
-from kafscale_iceberg.services.commit import TablePolicy
+from kafscale_iceberg.services.commit import CommitOutcome, TablePolicy
 from kafscale_iceberg.services.launch import run_data_prefix
 from kafscale_iceberg.services.maintenance import MaintenanceSchedule, MaintenanceService
+from tests.support.config_documents import local_document
 from tests.support.spark_job import SegmentFolder, make_plan
 
 TOPIC, TABLE, DLQ = "orders", "prod.orders", "prod.orders_dead_letters"
@@ -45,16 +49,13 @@ class World:
 
     def __init__(self, tmp_path: Path, **maintenance: Any) -> None:
         self.root = tmp_path
-        self.config_data: dict[str, Any] = {
-            "s3": {"bucket": "segments"},
-            "iceberg": {
-                "catalog": {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db"},
-                "warehouse": f"file://{tmp_path}/warehouse",
-            },
-            "offsets": {"backend": "sqlite", "sqlite_path": str(tmp_path / "offsets.db")},
-            "mappings": [{"topic": TOPIC, "table": TABLE, "create_table_if_missing": True}],
-            "maintenance": {"compaction_min_small_files": 2, **maintenance},
-        }
+        self.config_data: dict[str, Any] = local_document(
+            tmp_path,
+            None,
+            bucket="segments",
+            maintenance={"compaction_min_small_files": 2, **maintenance},
+            mappings=[{"topic": TOPIC, "table": TABLE, "create_table_if_missing": True}],
+        )
         self.config: KafscaleConfig = config_from_mapping(self.config_data, source="test")
         self.assembly = Assembly(self.config, owner_id="test")
         self.catalog = load_iceberg_catalog(CatalogSettings.from_config(self.config))
@@ -99,15 +100,25 @@ class World:
         ]
         return build_run_result(plan, reports, RunTimings(started_at_ms=0, ended_at_ms=0))
 
-    def commit(self, plan: RunPlan, result: RunResult) -> None:
+    def commit(self, plan: RunPlan, result: RunResult) -> CommitOutcome:
         grant = self.assembly.checkpoints.claim_lease(TOPIC, owner_id="test", run_id=plan.run_id)
         assert isinstance(grant, LeaseGrant)
-        self.assembly.commits.commit_run(plan, result, grant, CREATE)
+        return self.assembly.commits.commit_run(plan, result, grant, CREATE)
 
-    def produce(self, runs: int, **options: Any) -> None:
+    def produce(self, runs: int, **options: Any) -> CommitOutcome | None:
+        """Commit `runs` more runs; the last one's outcome."""
+        outcome = None
         for _ in range(runs):
             plan = self.plan_next(**options)
-            self.commit(plan, self.write(plan))
+            outcome = self.commit(plan, self.write(plan))
+        return outcome
+
+    def committed_states(self, runs: int) -> Mapping[str, TableState]:
+        """Commit `runs` more runs; the tables as the last commit left them (`CommitOutcome.states`)."""
+        outcome = self.produce(runs)
+        assert outcome is not None
+        assert outcome.table_committed
+        return outcome.states
 
     def rows(self) -> pa.Table:
         rows = self.catalog.load_table(TABLE).scan().to_arrow()
@@ -436,15 +447,13 @@ def test_the_small_file_trigger_maintains_a_topic_between_scheduled_passes(world
         source="test",
     )
     now = [100.0]
-    schedule = MaintenanceSchedule(
-        world.service(), 3600.0, clock=lambda: now[0], trigger=SmallFileTrigger(config, world.maintainer())
-    )
-    world.produce(1)  # one run: 2 files (2 tasks)
-    schedule.committed(TOPIC)
+    trigger = SmallFileTrigger(config)
+    schedule = MaintenanceSchedule(world.service(), 3600.0, clock=lambda: now[0], trigger=trigger)
+    schedule.committed(TOPIC, world.committed_states(1))  # one run: 2 files (2 tasks)
     assert schedule() is None  # 2 new files: not more than 2
-    world.produce(1)
+    states = world.committed_states(1)
     assert schedule() is None  # no commit reported since the last call: nothing checked
-    schedule.committed(TOPIC)
+    schedule.committed(TOPIC, states)
 
     report = schedule()  # 4 new files: a pass of this topic now, an hour before the schedule's
 
@@ -452,9 +461,44 @@ def test_the_small_file_trigger_maintains_a_topic_between_scheduled_passes(world
     assert report.tables[0].compaction is not None
     assert report.tables[0].compaction.committed
     assert len(world.files()) == PARTITIONS
-    world.produce(1)
-    schedule.committed(TOPIC)
+    states = world.committed_states(1)
+    assert (states[TABLE].data_files, states[TABLE].files_baseline) == (PARTITIONS + 2, PARTITIONS)
+    schedule.committed(TOPIC, states)
     assert schedule() is None  # the pass set the baseline: 2 new files since
+
+
+def test_the_small_file_trigger_counts_from_the_committed_version_and_loads_no_table(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It used to load the table again after every commit (two more S3 requests a commit on AWS)."""
+    from kafscale_iceberg.services.compaction_trigger import MaintenanceTrigger, SmallFileTrigger
+
+    config = config_from_mapping(
+        {**world.config_data, "maintenance": {**world.config_data["maintenance"], "trigger_small_files": 3}},
+        source="test",
+    )
+    started: list[str] = []
+    trigger = MaintenanceTrigger(SmallFileTrigger(config), started.append)
+    first = world.committed_states(1)
+    second = world.committed_states(1)
+    assert (first[TABLE].data_files, second[TABLE].data_files) == (2, 4)
+    assert second[TABLE].files_baseline == 0
+    loads: list[str] = []
+    load = SqlCatalog.load_table
+
+    def counted(catalog: SqlCatalog, identifier: Any) -> Any:
+        loads.append(str(identifier))
+        return load(catalog, identifier)
+
+    monkeypatch.setattr(SqlCatalog, "load_table", counted)  # every catalog of this process
+
+    assert not trigger.after_commit(TOPIC, first)  # 2 new files: not more than 3
+    assert trigger.after_commit(TOPIC, second)  # 4
+
+    assert started == [TOPIC]
+    assert loads == []
+    assert world.maintainer().exists(TABLE)
+    assert loads == [TABLE]  # the count sees a load by the maintainer the trigger used to read with
 
 
 @pytest.mark.slow

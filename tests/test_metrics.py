@@ -52,6 +52,7 @@ from kafscale_iceberg.metrics import (
     sample,
 )
 from kafscale_iceberg.services.commit import CommitOutcome
+from tests.support.config_documents import local_document
 from tests.support.lambdas import emf_records
 
 TOPIC = "orders"
@@ -294,16 +295,14 @@ def test_the_one_machine_loop_counts_a_lease_lost_at_commit_as_the_lambda_does(
     both. (The loop's report is driven at its error seam: a real commit needs a Spark job.)"""
     sink, server = served
     config = config_from_mapping(
-        {
-            "s3": {"bucket": "segments", "region": "us-east-1"},
-            "iceberg": {
-                "catalog": {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db"},
-                "warehouse": f"file://{tmp_path}/warehouse",
-            },
-            "offsets": {"backend": "sqlite", "sqlite_path": str(tmp_path / "offsets.db")},
-            "mappings": [{"topic": TOPIC, "table": "prod.orders"}],
-            "runs": {"location": str(tmp_path / "runs")},
-        },
+        local_document(
+            tmp_path,
+            None,
+            bucket="segments",
+            s3={"region": "us-east-1"},
+            runs={"location": str(tmp_path / "runs")},
+            mappings=[{"topic": TOPIC, "table": "prod.orders"}],
+        ),
         source="test",
     )
     runner: Any = object()  # never called: no run is driven

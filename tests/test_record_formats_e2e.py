@@ -13,13 +13,13 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any
-from uuid import uuid4
 
 import pytest
 import yaml
 
 from kafscale_iceberg.adapters.iceberg_catalog import CatalogSettings, load_iceberg_catalog
 from kafscale_iceberg.config import load_config
+from tests.support.config_documents import local_document
 from tests.support.etcd import EtcdServer
 from tests.support.moto import MotoEndpoint
 from tests.support.segments import put_segment
@@ -72,20 +72,13 @@ def test_pizza_events_land_with_their_timestamps_and_unconvertible_values_are_co
     ]
     path.write_text(
         yaml.safe_dump(
-            {
-                "s3": {
-                    "bucket": bucket,
-                    "namespace": NAMESPACE,
-                    "endpoint": moto_server.url,
-                    "path_style": True,
-                },
-                "iceberg": {
-                    "catalog": {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db"},
-                    "warehouse": f"file://{tmp_path}/warehouse",
-                },
-                "etcd": {"endpoints": [etcd_server.url]},
-                "offsets": {"key_prefix": f"t-{uuid4().hex[:8]}"},
-                "mappings": [
+            local_document(
+                tmp_path,
+                moto_server,
+                bucket=bucket,
+                namespace=NAMESPACE,
+                etcd_url=etcd_server.url,
+                mappings=[
                     {
                         "topic": TOPIC,
                         "table": "rpc.pizzas",
@@ -93,7 +86,7 @@ def test_pizza_events_land_with_their_timestamps_and_unconvertible_values_are_co
                         "schema": {"columns": columns},
                     }
                 ],
-            }
+            )
         )
     )
     count = 4 * len(DATES)

@@ -15,7 +15,6 @@ from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
-from uuid import uuid4
 
 import pytest
 from pyiceberg.catalog import Catalog
@@ -28,7 +27,7 @@ from kafscale_iceberg.adapters.sqlite_checkpoints import SqliteCheckpointStore
 from kafscale_iceberg.adapters.step_functions import StepFunctionsRunStarter
 from kafscale_iceberg.assembly import Assembly
 from kafscale_iceberg.config import load_config_from
-from kafscale_iceberg.domain.commits import TableCommit, TableState
+from kafscale_iceberg.domain.commits import QuarantinedRange, TableCommit, TableState
 from kafscale_iceberg.domain.events import WorkItem, parse_topic_message
 from kafscale_iceberg.domain.leases import LeaseGrant
 from kafscale_iceberg.domain.offsets import OffsetUpdate
@@ -40,8 +39,8 @@ from kafscale_iceberg.segments.keys import format_segment_key
 from kafscale_iceberg.services.commit import CommitService, TablePolicy
 from kafscale_iceberg.services.launch import Launcher, LaunchStatus
 from kafscale_iceberg.services.offset_reset import OffsetReset
-from kafscale_iceberg.services.quarantine_replay import QuarantineReplay
 from kafscale_iceberg.services.replay import ReplayService
+from tests.support.config_documents import local_document
 from tests.support.etcd import EtcdServer
 from tests.support.iceberg_runs import RunFactory
 from tests.support.lambdas import LambdaContext, emf_records, emf_values
@@ -81,23 +80,16 @@ class World:
             self.queue_url = self.sqs.create_queue(
                 QueueName=f"{self.bucket}-work.fifo", Attributes={"FifoQueue": "true"}
             )["QueueUrl"]
-        offsets: dict[str, Any] = {"backend": "sqlite", "sqlite_path": str(root / "offsets.sqlite")}
-        extra: dict[str, Any] = {}
-        if etcd is not None:
-            offsets = {"backend": "etcd", "key_prefix": f"test-{uuid4().hex[:8]}"}
-            extra = {"etcd": {"endpoints": [etcd.url]}}
-        data = {
-            "s3": {"bucket": self.bucket, "namespace": NS, "endpoint": moto.url, "path_style": True},
-            "iceberg": {
-                "catalog": {"type": "sql", "uri": f"sqlite:///{root}/catalog.db"},
-                "warehouse": f"file://{root}/warehouse",
-            },
-            "offsets": offsets,
-            "mappings": [{"topic": TOPIC, "table": TABLE, "create_table_if_missing": True}],
-            "runs": {"location": f"s3://{runs_bucket}/runs"},
-            "notifications": {"work_queue_url": self.queue_url},
-            **extra,
-        }
+        data = local_document(
+            root,
+            moto,
+            bucket=self.bucket,
+            namespace=NS,
+            etcd_url=etcd.url if etcd is not None else None,
+            runs={"location": f"s3://{runs_bucket}/runs"},
+            notifications={"work_queue_url": self.queue_url},
+            mappings=[{"topic": TOPIC, "table": TABLE, "create_table_if_missing": True}],
+        )
         self.config_path = root / "config.yaml"
         self.config_path.write_text(json.dumps(data))
         monkeypatch.setenv("AWS_ENDPOINT_URL_SQS", moto.url)
@@ -153,6 +145,10 @@ class World:
     def marker(self, table: str = TABLE) -> dict[int, int]:
         return dict(self.commits._tables.read_state(table, TOPIC).marker.offsets or {})
 
+    def quarantine(self, table: str = TABLE) -> tuple[QuarantinedRange, ...]:
+        """The table's `kafscale.quarantine.<topic>` list."""
+        return self.assembly.tables.read_state(table, TOPIC).marker.quarantined
+
     def store(self) -> dict[int, int]:
         return {p: s.offset for p, s in self.checkpoints.load_committed_offsets(TOPIC).states.items()}
 
@@ -197,7 +193,7 @@ class World:
             owner_id="launcher",
         )
 
-    def reingest(self) -> RunPlan:
+    def reingest(self, dead: Mapping[int, Sequence[int]] = DEAD) -> RunPlan:
         """What the pipeline does with the re-enqueued items: the launcher plans, the commit step commits."""
         outcome = self.launcher().launch(TOPIC)
         assert outcome.status is LaunchStatus.STARTED, outcome.detail
@@ -205,7 +201,7 @@ class World:
         plan = RunPlan.model_validate_json(self.assembly.documents.read_text(outcome.ticket.plan_uri))
         self.commit(
             {p.partition: (p.start_exclusive, p.end_inclusive) for p in plan.partitions},
-            dead=DEAD,
+            dead=dead,
             lease=outcome.ticket.grant,
         )
         return plan
@@ -563,8 +559,14 @@ def test_a_reset_whose_first_records_are_no_longer_in_s3_is_refused(world: World
 def test_a_reset_point_inside_a_quarantined_segment_is_refused_and_one_before_it_replays_it(
     world: World,
 ) -> None:
+    """The way a repaired quarantined segment comes back (docs/configuration.md): a reset to before its
+    range drops the range from both tables' quarantine lists with its dead-letter row, and the next run
+    reads the segment again."""
     world.put_segments({0: [(0, 10), (10, 10)]})
     world.commit({0: (-1, 19)}, quarantined={0: (10, 19)})
+    assert (
+        [r.span for r in world.quarantine(TABLE)] == [r.span for r in world.quarantine(DLQ)] == [(0, 10, 19)]
+    )
     before = world.state()
 
     with pytest.raises(OffsetResetRefusedError, match=r"cuts quarantined segment .*\[10, 19\]"):
@@ -573,11 +575,14 @@ def test_a_reset_point_inside_a_quarantined_segment_is_refused_and_one_before_it
 
     world.service.replay(_reset(from_offset=10))
 
-    replays = QuarantineReplay(world.assembly.tables, world.checkpoints)
-    assert replays.pending_quarantine(TOPIC, TABLE) == ()
-    assert replays.pending_quarantine(TOPIC, DLQ) == ()
+    assert world.quarantine(TABLE) == world.quarantine(DLQ) == ()
     assert world.rows(DLQ) == []  # the quarantine's dead-letter row went with the range
     assert world.rows(TABLE) == [(0, o) for o in range(10)]
+    world.drain()
+    world.reingest(dead={})  # the repaired segment, read by the next run
+    assert world.rows(TABLE) == [(0, o) for o in range(20)]
+    assert world.quarantine(TABLE) == world.quarantine(DLQ) == ()
+    assert world.marker(TABLE) == world.store() == {0: 19}
 
 
 def test_a_reset_of_a_table_that_never_recorded_the_topic_keeps_the_other_partitions_adopted(

@@ -17,7 +17,6 @@ import time
 import urllib.request
 from pathlib import Path
 from typing import Any
-from uuid import uuid4
 
 import pytest
 import yaml
@@ -28,6 +27,7 @@ from kafscale_iceberg.config import KafscaleConfig, load_config
 from kafscale_iceberg.local.demo import run_demo
 from kafscale_iceberg.segments.keys import format_segment_key
 from kafscale_iceberg.segments.layout import Codec
+from tests.support.config_documents import local_document
 from tests.support.etcd import EtcdServer
 from tests.support.moto import MotoEndpoint
 from tests.support.segments import put_segment
@@ -48,21 +48,14 @@ class Setup:
         self.path = tmp_path / "config.yaml"
         self.path.write_text(
             yaml.safe_dump(
-                {
-                    "s3": {
-                        "bucket": self.bucket,
-                        "namespace": NAMESPACE,
-                        "endpoint": moto.url,
-                        "path_style": True,
-                    },
-                    "iceberg": {
-                        "catalog": {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db"},
-                        "warehouse": f"file://{tmp_path}/warehouse",
-                    },
-                    "etcd": {"endpoints": [etcd.url]},
-                    "offsets": {"key_prefix": f"t-{uuid4().hex[:8]}"},
-                    "mappings": [{"topic": TOPIC, "table": "shop.orders", "create_table_if_missing": True}],
-                }
+                local_document(
+                    tmp_path,
+                    moto,
+                    bucket=self.bucket,
+                    namespace=NAMESPACE,
+                    etcd_url=etcd.url,
+                    mappings=[{"topic": TOPIC, "table": "shop.orders", "create_table_if_missing": True}],
+                )
             )
         )
         self.config: KafscaleConfig = load_config(self.path)

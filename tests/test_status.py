@@ -32,6 +32,7 @@ from kafscale_iceberg.services.commit import CommitService, TablePolicy
 from kafscale_iceberg.services.launch import Launcher, LaunchStatus
 from kafscale_iceberg.services.run_steps import RunSteps
 from kafscale_iceberg.services.status import PartitionStatus, StatusService, TopicStatus
+from tests.support.config_documents import local_document
 from tests.support.iceberg_runs import RunFactory, sql_settings
 from tests.support.moto import MotoEndpoint
 from tests.support.segments import put_segment
@@ -50,13 +51,14 @@ class World:
         self.bucket = moto.new_bucket()
         self.store = store
         catalog = sql_settings(tmp_path)
-        self.config_data: dict[str, Any] = {
-            "s3": {"bucket": self.bucket, "namespace": NAMESPACE, "endpoint": moto.url, "path_style": True},
-            "iceberg": {"catalog": {"type": "sql", "uri": catalog.uri}, "warehouse": catalog.warehouse},
-            "offsets": {"backend": "sqlite", "sqlite_path": str(tmp_path / "checkpoints.db")},
-            "mappings": [{"topic": TOPIC, "table": TABLE, "create_table_if_missing": True}],
-            "runs": {"location": str(tmp_path / "runs")},
-        }
+        self.config_data: dict[str, Any] = local_document(
+            tmp_path,
+            moto,
+            bucket=self.bucket,
+            namespace=NAMESPACE,
+            runs={"location": str(tmp_path / "runs")},
+            mappings=[{"topic": TOPIC, "table": TABLE, "create_table_if_missing": True}],
+        )
         self.config: KafscaleConfig = config_from_mapping(self.config_data, source="test")
         self.catalog: Catalog = load_iceberg_catalog(catalog)
         self.tables = IcebergTableCommitter(self.catalog)
@@ -119,7 +121,7 @@ def world(moto_server: MotoEndpoint, tmp_path: Path, store: CheckpointStore) -> 
 
 @pytest.fixture
 def sqlite_world(moto_server: MotoEndpoint, tmp_path: Path) -> World:
-    return World(moto_server, tmp_path, SqliteCheckpointStore(tmp_path / "checkpoints.db"))
+    return World(moto_server, tmp_path, SqliteCheckpointStore(tmp_path / "offsets.sqlite"))
 
 
 def test_lag_is_the_newest_complete_offset_minus_the_committed_one(world: World) -> None:

@@ -61,6 +61,7 @@ from kafscale_iceberg.domain.maintenance import (
     ExpiryOutcome,
     TableHealth,
     snapshots_to_expire,
+    total_data_files,
 )
 from kafscale_iceberg.exceptions import (
     CompactionResultError,
@@ -428,14 +429,6 @@ class IcebergTableMaintainer(CatalogTableAccess):
             raise self._translate(f"list the files of {table!r}", exc) from exc
         return frozenset(paths)
 
-    def file_counts(self, table: str) -> tuple[int, int]:
-        """`(data files now, data files when maintenance last passed)` from the current snapshot's
-        summary and the table's properties: no manifest is read (the small-file trigger runs after
-        every commit)."""
-        loaded = self._load(table)
-        baseline = _int_or_none(loaded.properties.get(FILES_BASELINE_PROPERTY)) or 0
-        return _total_data_files(loaded.current_snapshot()), baseline
-
     def exists(self, table: str) -> bool:
         """Whether the catalog has `table`."""
         try:
@@ -471,8 +464,7 @@ def _regular_types(schema: pa.Schema) -> pa.Schema:
 
 
 def _total_data_files(snapshot: Snapshot | None) -> int:
-    summary = snapshot.summary if snapshot is not None else None
-    return (_int_or_none(summary.get("total-data-files")) or 0) if summary is not None else 0
+    return total_data_files(snapshot.summary if snapshot is not None else None)
 
 
 def _int_or_none(value: str | None) -> int | None:

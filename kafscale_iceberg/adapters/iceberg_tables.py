@@ -98,6 +98,7 @@ from kafscale_iceberg.domain.commits import (
     read_marker,
 )
 from kafscale_iceberg.domain.field_ids import TableFieldIds, field_id_mismatches
+from kafscale_iceberg.domain.maintenance import files_baseline, total_data_files
 from kafscale_iceberg.domain.runs import ColumnSpec, ColumnType, PartitionTransform
 from kafscale_iceberg.domain.schema import BASE_FIELD_NAMES, FieldSpec
 from kafscale_iceberg.exceptions import (
@@ -719,6 +720,7 @@ def rows_after(offsets: Mapping[int, int]) -> BooleanExpression:
 
 def _state_of(table: Table, identifier: str, topic: str) -> TableState:
     metadata = table.metadata
+    snapshot = metadata.current_snapshot()
     return TableState(
         table=identifier,
         topic=topic,
@@ -726,6 +728,8 @@ def _state_of(table: Table, identifier: str, topic: str) -> TableState:
         marker=read_marker(metadata.properties, topic, table=identifier),
         snapshot_count=len(metadata.snapshots),
         version=table.metadata_location,
+        data_files=total_data_files(snapshot.summary if snapshot is not None else None),
+        files_baseline=files_baseline(metadata.properties),
     )
 
 

@@ -125,8 +125,3 @@ def _encode_records(headers: pa.Array, which: np.ndarray) -> list[str]:
         ]
         out.append(encode(pairs).translate(_GO_ESCAPES))
     return out
-
-
-def go_json_string(raw: bytes) -> str:
-    """One byte string as Go's `json.Marshal(string(raw))` writes it (quotes included)."""
-    return _ENCODER.encode(raw.decode("utf-8", "surrogateescape")).translate(_GO_ESCAPES)

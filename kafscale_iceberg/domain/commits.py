@@ -6,14 +6,14 @@ Every commit of a run to a table writes, in ONE Iceberg commit (one snapshot):
 - snapshot summary keys describing exactly what the snapshot added:
   `kafscale.run-id`, `kafscale.topic`, `kafscale.start-offsets` (JSON `{partition: start_exclusive}`),
   `kafscale.offsets` (JSON `{partition: end_inclusive}`), and when the run quarantined segments
-  `kafscale.quarantined` (JSON list, see `QuarantinedRange`); a replay of quarantined segments writes
-  `kafscale.replayed` instead of the offsets; an explicit offset reset adds `kafscale.reset` (its
-  commit deletes the rows after the new offsets instead of adding files: pyiceberg's copy-on-write
-  delete writes a `delete` and/or an `overwrite` snapshot, both in that one commit);
+  `kafscale.quarantined` (JSON list, see `QuarantinedRange`); an explicit offset reset adds
+  `kafscale.reset` (its commit deletes the rows after the new offsets instead of adding files:
+  pyiceberg's copy-on-write delete writes a `delete` and/or an `overwrite` snapshot, both in that one
+  commit);
 - table properties holding the table's whole record for the topic, which survive snapshot expiry:
   `kafscale.offsets.<topic>` (JSON `{partition: last committed offset, inclusive}`, every partition ever
   committed), `kafscale.run-id.<topic>` (the last run committed) and `kafscale.quarantine.<topic>`
-  (JSON list of quarantined ranges not replayed yet; absent when empty).
+  (JSON list of the quarantined ranges still skipped; absent when empty).
 
 The properties are the source of truth (invariant 1); the summaries are the audit trail. Offsets use
 KafScale's convention: the last processed offset, inclusive; -1 (`NO_OFFSET`) for nothing.
@@ -37,7 +37,6 @@ SUMMARY_TOPIC = "kafscale.topic"
 SUMMARY_START_OFFSETS = "kafscale.start-offsets"
 SUMMARY_OFFSETS = "kafscale.offsets"
 SUMMARY_QUARANTINED = "kafscale.quarantined"
-SUMMARY_REPLAYED = "kafscale.replayed"
 SUMMARY_RESET = "kafscale.reset"
 SUMMARY_CONVERSION_FAILURES = "kafscale.conversion-failures"
 """JSON `{column: count}`: the run's values that did not convert to their column (data table only)."""
@@ -58,7 +57,7 @@ def run_id_property(topic: str) -> str:
 
 
 def quarantine_property(topic: str) -> str:
-    """`kafscale.quarantine.<topic>`: the table property listing quarantined ranges awaiting replay."""
+    """`kafscale.quarantine.<topic>`: the table property listing the quarantined ranges still skipped."""
     return f"{QUARANTINE_PROPERTY_PREFIX}{topic}"
 
 
@@ -93,8 +92,9 @@ def decode_offsets(text: str, *, table: str, key: str) -> dict[int, int]:
 class QuarantinedRange:
     """A segment's offsets `[first_offset, last_offset]` skipped under the quarantine policy.
 
-    The committed offset moved past it; the range is recorded so that an explicit replay of the
-    repaired segment can ingest exactly this range, once (see `services.quarantine_replay`).
+    The committed offset moved past it; the range is recorded (table property and dead-letter row)
+    until an offset reset to before it (`replay --reset-offsets`, `ranges_after`) drops it, so the
+    repaired segment is read again by the runs that follow.
     """
 
     partition: int
@@ -215,6 +215,11 @@ class TableState:
     snapshot_count: int = 0
     version: str | None = field(default=None, compare=False)
     """The table metadata this state was read from (its location); None for a table not read."""
+    data_files: int = field(default=0, compare=False)
+    """The table's data files at this snapshot (its summary's `total-data-files`; 0 when not read)."""
+    files_baseline: int = field(default=0, compare=False)
+    """The data files it had when maintenance last passed (`kafscale.maintenance.files-baseline`):
+    with `data_files`, what the small-file trigger needs, with no read of its own."""
 
 
 @dataclass(frozen=True)
@@ -228,7 +233,6 @@ class TableCommit:
     end_offsets: Mapping[int, int]
     marker_after: TableMarker
     quarantined: tuple[QuarantinedRange, ...] = ()
-    replayed: tuple[QuarantinedRange, ...] = ()
     reset: bool = False
     """An explicit offset reset (no files): the summary says so, start/end are before/after."""
     delete_after: Mapping[int, int] = field(default_factory=dict)
@@ -253,11 +257,8 @@ class TableCommit:
         summary = {SUMMARY_RUN_ID: self.run_id, SUMMARY_TOPIC: self.topic}
         if self.reset:
             summary[SUMMARY_RESET] = "true"
-        if self.replayed:
-            summary[SUMMARY_REPLAYED] = encode_quarantine(self.replayed)
-        else:
-            summary[SUMMARY_START_OFFSETS] = encode_offsets(self.start_offsets)
-            summary[SUMMARY_OFFSETS] = encode_offsets(self.end_offsets)
+        summary[SUMMARY_START_OFFSETS] = encode_offsets(self.start_offsets)
+        summary[SUMMARY_OFFSETS] = encode_offsets(self.end_offsets)
         if self.quarantined:
             summary[SUMMARY_QUARANTINED] = encode_quarantine(self.quarantined)
         if self.conversion_failures:

@@ -6,7 +6,7 @@ service (`services/maintenance.py`) decides when and in which order.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 LAST_MAINTENANCE_PROPERTY = "kafscale.maintenance.last-ms"
@@ -18,6 +18,21 @@ FILES_BASELINE_PROPERTY = "kafscale.maintenance.files-baseline"
 the small-file trigger counts the files added since (`services/compaction_trigger.py`)."""
 SUMMARY_COMPACTION = "kafscale.compaction"
 """Snapshot summary key of a compaction's `overwrite` snapshot (`true`)."""
+
+
+def total_data_files(summary: Mapping[str, str] | None) -> int:
+    """A snapshot summary's `total-data-files`: the table's data files at that snapshot (0 without a
+    snapshot, or a summary that does not say)."""
+    return _count((summary or {}).get("total-data-files"))
+
+
+def files_baseline(properties: Mapping[str, str]) -> int:
+    """`kafscale.maintenance.files-baseline` of a table's properties (0: maintenance never passed)."""
+    return _count(properties.get(FILES_BASELINE_PROPERTY))
+
+
+def _count(value: str | None) -> int:
+    return int(value) if value is not None and value.isdigit() else 0
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ import yaml
 
 from kafscale_iceberg.config import KafscaleConfig, config_from_mapping, require_known_keys
 from kafscale_iceberg.exceptions import EmbeddedServiceError
+from kafscale_iceberg.local.config_document import one_machine_document
 from kafscale_iceberg.local.embedded import (
     EmbeddedEtcd,
     EmbeddedMoto,
@@ -280,22 +281,17 @@ class Demo:
         queue_url = notified_bucket(
             endpoint, region, BUCKET, "kafscale-segment-events", prefix=f"{NAMESPACE}/"
         )
-        document: dict[str, Any] = {
-            "s3": {
-                "bucket": BUCKET,
-                "namespace": NAMESPACE,
-                "endpoint": endpoint,
-                "region": region,
-                "path_style": True,
-            },
-            "iceberg": {
-                "catalog": {"type": "sql", "uri": f"sqlite:///{self.workdir}/catalog.db"},
-                "warehouse": f"file://{self.workdir}/warehouse",
-            },
-            "notifications": {"queue_url": queue_url},
-            "processor": {"poll_interval_seconds": 2},
-            "runner": {"local": {"master": "local[2]"}},
-            "mappings": [
+        document = one_machine_document(
+            self.workdir,
+            bucket=BUCKET,
+            namespace=NAMESPACE,
+            endpoint=endpoint,
+            region=region,
+            etcd_endpoints=[etcd.url] if etcd is not None else [],
+            notifications={"queue_url": queue_url},
+            processor={"poll_interval_seconds": 2},
+            runner={"local": {"master": "local[2]"}},
+            mappings=[
                 {
                     "topic": t.name,
                     "table": t.table,
@@ -306,11 +302,7 @@ class Demo:
                 }
                 for t in TOPICS
             ],
-        }
-        if etcd is not None:
-            document["etcd"] = {"endpoints": [etcd.url]}
-        else:
-            document["offsets"] = {"backend": "sqlite", "sqlite_path": str(self.workdir / "offsets.sqlite")}
+        )
         (self.workdir / "config.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
         self.say(f"   bucket s3://{BUCKET} notifies SQS {queue_url}")
         self.say(

@@ -120,7 +120,7 @@ def maintenance_schedule(assembly: Assembly, runner: JobRunner | None = None) ->
         maintenance_service(assembly, runner),
         interval,
         clock=time.monotonic,
-        trigger=SmallFileTrigger(assembly.config, assembly.table_maintainer),
+        trigger=SmallFileTrigger(assembly.config),
     )
 
 
@@ -135,7 +135,7 @@ class CommitsToSchedule:
 
     def run_ended(self, report: RunReport, plan: RunPlan) -> None:
         if report.commit is not None and report.commit.outcome.table_committed:
-            self._schedule.committed(report.topic)
+            self._schedule.committed(report.topic, report.commit.outcome.states)
 
     def error(self, stage: str, topic: str | None, error: Exception) -> None:
         """Nothing: errors are the other observers' business."""

@@ -2,8 +2,9 @@
 
 Importing this package stays light (standard library only), because the router Lambda uses the
 keys and the 16-byte footer check. The codec needs the `codec` extra and lives in submodules:
-`decode` (`decode_segment`, `iter_records`), `encode` (`encode_record_batch`, `build_segment`),
-`compression`, `crc`, `scan` (the compiled record walker) and `generate` (synthetic segments).
+`decode` (`decode_segment`; `iter_records`, a public record-by-record API for tooling), `encode`
+(`encode_record_batch`, `build_segment`), `compression`, `crc`, `scan` (the compiled record walker)
+and `generate` (synthetic segments).
 """
 
 from kafscale_iceberg.segments.keys import (

@@ -604,7 +604,9 @@ def _scan_error(
 def iter_records(data: BytesLike, *, source: str, verify_crc: bool = True) -> Iterator[Record]:
     """Decode a whole `.kfs` and yield its records one by one, for tooling (slow per record).
 
-    Decodes (and so validates) the whole segment before yielding anything; errors as `decode_segment`.
+    A public API for scripts and notebooks: nothing in the product calls it (the pipeline reads the
+    columnar `decode_segment`); the tests use it as the row-wise oracle. Decodes (and so validates)
+    the whole segment before yielding anything; errors as `decode_segment`.
     """
     table = decode_segment(data, source=source, verify_crc=verify_crc).records
     columns = [

@@ -12,8 +12,8 @@
    then the data files to the table: ONE Iceberg commit per table, each carrying its marker. Each
    commit is built on the state just verified; when the table changed meanwhile, or the outcome is
    unknown, the state is read again and verified again (already in? still at the start?) before
-   another attempt - never a blind retry (`services.verified_commit`, shared with the offset reset
-   and the quarantine replay).
+   another attempt - never a blind retry (`services.verified_commit`, shared with the offset
+   reset).
 4. Advance the checkpoint store's offsets to what the table records (fenced by the lease), then
    release the lease.
 
@@ -102,7 +102,7 @@ class TablePolicy:
 
 @dataclass(frozen=True)
 class CommitOutcome:
-    """What `commit_run` (or `commit_replay`) did."""
+    """What `commit_run` did."""
 
     run_id: str
     topic: str
@@ -347,8 +347,8 @@ class CommitService(TableWriter):
             if result.dead_letter_files or quarantined:
                 dead_letters = self._check_dead_letters(plan, quarantined, result)  # before any write
             self._tables.ensure_table(table_spec(plan, policy), current=main)
-            # Quarantined ranges go to the dead-letter table's marker even without files, so a replay
-            # finds them listed in both tables.
+            # Quarantined ranges go to the dead-letter table's marker even without files, so both
+            # tables list them (an offset reset to before a range drops it from both).
             if dead_letters is not None:
                 dead_letter = self._commit_dead_letters(*dead_letters)
                 states[dead_letter.state.table] = dead_letter.state

@@ -1,22 +1,23 @@
 """The small-file trigger: compaction when a table has gathered files, not only on the schedule.
 
-After each run's commit, `SmallFileTrigger.due(topic)` compares the topic's table's data files now
-with the files it had when maintenance last passed (`kafscale.maintenance.files-baseline`, set by
-every pass after its compaction): more than `maintenance.trigger_small_files` new files - each run
-adds small ones - and a maintenance pass of that topic starts now (`MaintenanceTrigger`): on AWS the
-commit function invokes the MaintenanceFunction asynchronously (it plans and launches the EMR
-compaction job), on one machine `run`'s schedule runs the pass after the loop's current step. The
-check reads the table's metadata only (the snapshot summary's `total-data-files`), never a
-manifest. `trigger_small_files: 0` leaves compaction to the schedule.
+After each run's commit, `SmallFileTrigger.due(topic, states)` compares the topic's table's data
+files now with the files it had when maintenance last passed (`kafscale.maintenance.files-baseline`,
+set by every pass after its compaction): more than `maintenance.trigger_small_files` new files -
+each run adds small ones - and a maintenance pass of that topic starts now (`MaintenanceTrigger`):
+on AWS the commit function invokes the MaintenanceFunction asynchronously (it plans and launches the
+EMR compaction job), on one machine `run`'s schedule runs the pass after the loop's current step.
+The check reads nothing: both counts are in the table state the commit step committed (or found the
+run in) and returns (`CommitOutcome.states`; the snapshot summary's `total-data-files` and the
+table's properties). `trigger_small_files: 0` leaves compaction to the schedule.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from kafscale_iceberg.config import KafscaleConfig
-from kafscale_iceberg.ports import FileCounts
+from kafscale_iceberg.domain.commits import TableState
 
 logger = logging.getLogger(__name__)
 
@@ -24,19 +25,19 @@ logger = logging.getLogger(__name__)
 class SmallFileTrigger:
     """Whether a topic's table has gathered enough new files for a compaction now."""
 
-    def __init__(self, config: KafscaleConfig, tables: FileCounts) -> None:
+    def __init__(self, config: KafscaleConfig) -> None:
         self._config = config
-        self._tables = tables
 
-    def due(self, topic: str) -> bool:
-        """True when `topic`'s table has more than `maintenance.trigger_small_files` files added
-        since maintenance last passed (False when the trigger is off or the topic unmapped)."""
+    def due(self, topic: str, states: Mapping[str, TableState]) -> bool:
+        """True when `topic`'s table, as `states` (a commit's `CommitOutcome.states`) hold it, has
+        more than `maintenance.trigger_small_files` files added since maintenance last passed. False
+        when the trigger is off, the topic unmapped or its table not in `states`."""
         threshold = self._config.maintenance.trigger_small_files
         mapping = self._config.mapping_for(topic)
         if threshold <= 0 or mapping is None or not self._config.maintenance.enabled:
             return False
-        files, baseline = self._tables.file_counts(".".join(mapping.identifier))
-        return files - baseline > threshold
+        state = states.get(".".join(mapping.identifier))
+        return state is not None and state.data_files - state.files_baseline > threshold
 
 
 class MaintenanceTrigger:
@@ -50,10 +51,10 @@ class MaintenanceTrigger:
         self._trigger = trigger
         self._start = start
 
-    def after_commit(self, topic: str) -> bool:
-        """Check `topic` and start its pass when due; True when started."""
+    def after_commit(self, topic: str, states: Mapping[str, TableState]) -> bool:
+        """Check `topic` against the commit's `states` and start its pass when due; True when started."""
         try:
-            if not self._trigger.due(topic):
+            if not self._trigger.due(topic, states):
                 return False
             self._start(topic)
         except Exception as exc:  # maintenance must never fail a commit

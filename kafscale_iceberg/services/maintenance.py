@@ -25,11 +25,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from kafscale_iceberg.config import KafscaleConfig, MappingConfig
+from kafscale_iceberg.domain.commits import TableState
 from kafscale_iceberg.domain.maintenance import (
     CompactionOutcome,
     ExpiryOutcome,
@@ -267,11 +268,12 @@ class MaintenanceSchedule:
         self._clock = clock
         self._next_at = clock() + interval_s
         self._trigger = trigger
-        self._committed: set[str] = set()
+        self._committed: dict[str, Mapping[str, TableState]] = {}
 
-    def committed(self, topic: str) -> None:
-        """A run of `topic` committed: check its table at the next call."""
-        self._committed.add(topic)
+    def committed(self, topic: str, states: Mapping[str, TableState]) -> None:
+        """A run of `topic` committed, leaving its tables as `states` (`CommitOutcome.states`): check
+        them at the next call (the last commit's, when several came)."""
+        self._committed[topic] = states
 
     def __call__(self) -> MaintenanceReport | None:
         """Maintain now if due (or triggered); the report, or None when not due or failed.
@@ -293,9 +295,9 @@ class MaintenanceSchedule:
     def _triggered(self) -> MaintenanceReport | None:
         if self._trigger is None or not self._committed:
             return None
-        topics, self._committed = sorted(self._committed), set()
+        committed, self._committed = self._committed, {}
         try:
-            due = [t for t in topics if self._trigger.due(t)]
+            due = [t for t in sorted(committed) if self._trigger.due(t, committed[t])]
             if not due:
                 return None
             logger.info("small-file trigger: maintenance pass", extra={"topics": due})

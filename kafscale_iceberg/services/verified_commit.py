@@ -1,8 +1,7 @@
 """The exactly-once core: one change to one table, verified before every attempt, never retried blindly.
 
 Every table write of the product - a run's files (`services.commit`), an explicit offset reset
-(`services.offset_reset`), the files of replayed quarantined segments (`services.quarantine_replay`) - is
-a `TableWrite` handed to `commit_verified`:
+(`services.offset_reset`) - is a `TableWrite` handed to `commit_verified`:
 
 1. read the table's state (or take the one the caller just read);
 2. `verify` it: the change is in already (`Standing.COMMITTED`: done, nothing written), it may be
