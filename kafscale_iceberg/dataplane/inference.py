@@ -20,6 +20,9 @@ from kafscale_iceberg.domain.inference import MAX_DEPTH, FieldObservation, Table
 from kafscale_iceberg.domain.runs import LFS_METADATA_COLUMNS, RunPlan
 from kafscale_iceberg.domain.schema import BASE_FIELD_NAMES, table_fields
 
+# The JSON kind of a scalar Python value as msgspec decodes it (bool before int: exact types).
+_SCALAR_KINDS: dict[type, str] = {bool: "boolean", int: "integer", float: "number", str: "string"}
+
 
 class _Node:
     """A field's observation while it is being gathered (mutable; `FieldObservation` at the end)."""
@@ -34,27 +37,20 @@ class _Node:
 
     def note(self, value: object, depth: int) -> None:
         kind = type(value)
-        if kind is bool:
-            name = "boolean"
-        elif kind is int:
-            name = "integer"
-        elif kind is float:
-            name = "number"
-        elif kind is str:
-            name = "string"
-        elif kind is dict:
+        scalar = _SCALAR_KINDS.get(kind)
+        if scalar is not None:
+            self.kinds[scalar] = self.kinds.get(scalar, 0) + 1
+            return
+        if kind is dict:
             name = "object"
             if depth < MAX_DEPTH:
                 fields = self.fields
                 for key, inner in value.items():  # type: ignore[attr-defined]
-                    if inner is None:
-                        if key not in fields:
-                            fields[key] = _Node()
-                        continue
                     node = fields.get(key)
                     if node is None:
                         node = fields[key] = _Node()
-                    node.note(inner, depth + 1)
+                    if inner is not None:
+                        node.note(inner, depth + 1)
         elif kind is list:
             name = "array"
             if depth < MAX_DEPTH:
@@ -90,6 +86,7 @@ class ValueObserver:
         is the first one noted)."""
         decode = self._decode
         fields = self._fields
+        kinds_of = _SCALAR_KINDS.get
         failure = (msgspec.DecodeError, UnicodeDecodeError)
         for value, offset in zip(values.to_pylist(), offsets.to_pylist(), strict=True):
             if not value:
@@ -108,7 +105,12 @@ class ValueObserver:
                     continue
                 if node.first is None:  # a task's segments come in (partition, offset) order
                     node.first = (partition, offset, position)
-                node.note(inner, 1)
+                scalar = kinds_of(type(inner))
+                if scalar is None:
+                    node.note(inner, 1)
+                else:
+                    counts = node.kinds
+                    counts[scalar] = counts.get(scalar, 0) + 1
 
     def observation(self) -> TableObservation:
         """What was observed so far."""
