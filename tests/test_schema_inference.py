@@ -19,7 +19,7 @@ import yaml
 from kafscale_iceberg.adapters.data_files import StagedFileStore
 from kafscale_iceberg.adapters.documents import DocumentStore
 from kafscale_iceberg.adapters.iceberg_catalog import load_iceberg_catalog
-from kafscale_iceberg.adapters.iceberg_tables import IcebergTableCommitter, table_columns
+from kafscale_iceberg.adapters.iceberg_tables import IcebergTableCommitter, field_ids_by_path, table_columns
 from kafscale_iceberg.config import parse_config
 from kafscale_iceberg.dataplane.inference import ValueObserver, with_inferred_columns
 from kafscale_iceberg.dataplane.reports import build_run_result
@@ -410,3 +410,63 @@ def test_without_create_table_if_missing_a_missing_inferred_table_is_the_clear_e
 
 def test_new_columns_of_one_record_keep_the_records_field_order() -> None:
     assert list(columns_of({"zeta": 1, "alpha": 2, "mid": 3})) == ["zeta", "alpha", "mid"]
+
+
+def test_a_struct_column_gains_the_fields_new_inside_it_also_as_a_lists_element() -> None:
+    current = (
+        ColumnSpec(
+            name="delivery",
+            type=ColumnType.STRUCT,
+            fields=(ColumnSpec(name="driver", type=ColumnType.STRING),),
+        ),
+        ColumnSpec(
+            name="items",
+            type=ColumnType.LIST,
+            element=ColumnSpec(
+                name="element",
+                type=ColumnType.STRUCT,
+                fields=(ColumnSpec(name="pizza", type=ColumnType.STRING),),
+            ),
+        ),
+    )
+    got = columns_of(
+        {"delivery": {"driver": 7, "minutes": 25}, "items": [{"pizza": "m", "qty": 2}]}, current=current
+    )
+    assert got == {
+        "delivery": "struct<driver: string, minutes: long>",  # `driver` keeps its type
+        "items": "list<struct<pizza: string, qty: long>>",
+    }
+
+
+def test_fields_new_inside_struct_columns_land_in_the_same_commit_with_the_ids_planned(
+    tmp_path: Path,
+) -> None:
+    first = {**PIZZA, "delivery": {"driver": "Sam"}, "items": [{"pizza": "marinara"}]}
+    plan, result = infer_run(tmp_path / "r1", [first], None)
+    commit(sql_committer(tmp_path), plan, result, -1, 0)
+    versions = len(load_iceberg_catalog(sql_settings(tmp_path)).load_table(TABLE).metadata.metadata_log)
+
+    later = {
+        **PIZZA,
+        "delivery": {"driver": "Jo", "minutes": 25},
+        "items": [{"pizza": "diavola", "qty": 2}],
+        "tip": 1,
+    }
+    plan, result = infer_run(tmp_path / "r2", [later], sql_committer(tmp_path), first_offset=1)
+    commit(sql_committer(tmp_path), plan, result, 0, 1)  # the files' ids are checked against the table's
+
+    table = load_iceberg_catalog(sql_settings(tmp_path)).load_table(TABLE)
+    assert len(table.metadata.metadata_log) == versions + 1
+    planned = result.field_ids or {}
+    table_ids = field_ids_by_path(table.schema())
+    for path in ("delivery.minutes", "items.element.qty", "tip", "delivery.driver"):
+        assert planned[path] == table_ids[path], path  # the files carry the table's ids
+    columns = {c.name: c.type_name for c in table_columns(table.schema())}
+    assert columns["delivery"] == "struct<driver: string, minutes: long>"
+    assert columns["items"] == "list<struct<pizza: string, qty: long>>"
+    assert columns["tip"] == "long"
+    rows = sorted(table.scan().to_arrow().to_pylist(), key=lambda r: r["offset"])
+    assert [(r["delivery"], r["items"]) for r in rows] == [
+        ({"driver": "Sam", "minutes": None}, [{"pizza": "marinara", "qty": None}]),
+        ({"driver": "Jo", "minutes": 25}, [{"pizza": "diavola", "qty": 2}]),
+    ]

@@ -97,7 +97,7 @@ from kafscale_iceberg.domain.commits import (
     partition_field_name,
     read_marker,
 )
-from kafscale_iceberg.domain.field_ids import TableFieldIds, field_id_mismatches
+from kafscale_iceberg.domain.field_ids import TableFieldIds, field_id_mismatches, missing_parts
 from kafscale_iceberg.domain.maintenance import files_baseline, total_data_files
 from kafscale_iceberg.domain.runs import ColumnSpec, ColumnType, PartitionTransform
 from kafscale_iceberg.domain.schema import BASE_FIELD_NAMES, FieldSpec
@@ -522,32 +522,50 @@ class IcebergTableCommitter(CatalogTableAccess):
 
 
 def _stage_new_columns(transaction: Transaction, table: str, commit: TableCommit) -> None:
-    """Add the inferred columns the table lacks to `transaction` (optional, in the run's column order,
-    so Iceberg gives them the ids the run planned). Raises `InferredColumnChangedError` (nothing
-    staged) when a column the run wrote has another type in the table."""
+    """Add what the table lacks of an inferred table's columns to `transaction`: new columns, and new
+    fields inside existing struct columns, optional, in the order the run planned their ids
+    (`domain.field_ids.planned_field_ids(new_parts=True)`). Raises `InferredColumnChangedError`
+    (nothing staged) when a column or part the table has is of another type in the run's files."""
     schema = transaction.table_metadata.schema()
+    by_name = {f.name: f for f in schema.fields}
+    known = field_ids_by_path(schema)
     counter = itertools.count(10_000)
-    missing: list[tuple[str, IcebergType]] = []
+    additions: list[tuple[tuple[str, ...], IcebergType]] = []
     conflicts: dict[str, tuple[str, str]] = {}
     for column in commit.columns or ():
-        written = column_iceberg_type(column, lambda: next(counter))
-        try:
-            existing = schema.find_field(column.name)
-        except ValueError:
-            missing.append((column.name, written))
+        existing = by_name.get(column.name)
+        if existing is None:
+            additions.append(((column.name,), column_iceberg_type(column, lambda: next(counter))))
             continue
+        missing = missing_parts(column, known)
+        written = column_iceberg_type(
+            _without(column, {parts for parts, _ in missing}), lambda: next(counter)
+        )
         if type_text(existing.field_type) != type_text(written):
             conflicts[column.name] = (type_text(written), type_text(existing.field_type))
+            continue
+        additions.extend((parts, column_iceberg_type(spec, lambda: next(counter))) for parts, spec in missing)
     if conflicts:
         raise InferredColumnChangedError(table, commit.run_id, conflicts)
-    if missing:
+    if additions:
         with transaction.update_schema() as update:
-            for name, field_type in missing:
-                update.add_column(name, field_type, required=False)
+            for parts, field_type in additions:
+                update.add_column(parts, field_type, required=False)
         logger.info(
             "inferred columns added with the run's files",
-            extra={"table": table, "run_id": commit.run_id, "added": [name for name, _ in missing]},
+            extra={"table": table, "run_id": commit.run_id, "added": [".".join(p) for p, _ in additions]},
         )
+
+
+def _without(column: ColumnSpec, paths: set[tuple[str, ...]], at: tuple[str, ...] = ()) -> ColumnSpec:
+    """`column` less the parts at `paths` (path parts from the top-level column's name)."""
+    here = (*at, column.name)
+    if column.type is ColumnType.STRUCT:
+        fields = tuple(_without(f, paths, here) for f in column.fields if (*here, f.name) not in paths)
+        return column.model_copy(update={"fields": fields})
+    if column.type is ColumnType.LIST and column.element is not None:
+        return column.model_copy(update={"element": _without(column.element, paths, here)})
+    return column
 
 
 def column_spec_of(field: NestedField) -> ColumnSpec | None:

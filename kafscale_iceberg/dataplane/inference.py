@@ -142,7 +142,7 @@ def with_inferred_columns(plan: RunPlan, observations: Mapping[str, TableObserva
         known = TableFieldIds(
             identifier=target.identifier, field_ids=target.field_ids, last_column_id=target.last_column_id
         )
-    field_ids = planned_field_ids(table_fields(resolved.table_columns), known)
+    field_ids = planned_field_ids(table_fields(resolved.table_columns), known, new_parts=True)
     return plan.model_copy(
         update={"conversion": resolved, "table": target.model_copy(update={"field_ids": field_ids})}
     )

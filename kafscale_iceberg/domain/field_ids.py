@@ -19,7 +19,7 @@ columns and still read (version 1).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -109,7 +109,27 @@ def _assign_parts(
         _assign_parts(f"{path}.{part}", spec, next_id, ids, order)
 
 
-def planned_field_ids(fields: Sequence[FieldSpec], known: TableFieldIds | None) -> dict[str, int] | None:
+def missing_parts(column: ColumnSpec, known: Collection[str]) -> list[tuple[tuple[str, ...], ColumnSpec]]:
+    """The parts of an existing nested column whose paths are not in `known`, as `(path parts,
+    spec)`, in the order evolution adds them (and Iceberg gives them ids): depth-first through the
+    known parts, a missing part whole (its own parts get ids right after it)."""
+    found: list[tuple[tuple[str, ...], ColumnSpec]] = []
+
+    def walk(path: tuple[str, ...], spec: ColumnSpec | None) -> None:
+        for part, part_spec in column_parts(spec):
+            full = (*path, part)
+            if ".".join(full) in known:
+                walk(full, part_spec)
+            elif part_spec is not None:
+                found.append((full, part_spec))
+
+    walk((column.name,), column)
+    return found
+
+
+def planned_field_ids(
+    fields: Sequence[FieldSpec], known: TableFieldIds | None, *, new_parts: bool = False
+) -> dict[str, int] | None:
     """The field id of each of `fields` and of each part of a nested one, once the table holds them
     (see the module docstring), keyed by path: `customer`, `customer.name`, `tags.element`, ...
 
@@ -118,6 +138,8 @@ def planned_field_ids(fields: Sequence[FieldSpec], known: TableFieldIds | None) 
     it. None (files without ids, read through the name mapping) when a known nested column's parts
     are not all recorded (a `field-ids.json` written before parts were recorded): a file with ids on
     a column but not on its parts would be read with those parts missing by id-trusting engines.
+    With `new_parts` (an inferred table, whose known struct columns may gain fields) those parts are
+    new ones instead, with the ids evolution gives them (`missing_parts` order).
     """
     if known is None:
         ids = {f.name: index for index, f in enumerate(fields, start=1)}
@@ -131,9 +153,15 @@ def planned_field_ids(fields: Sequence[FieldSpec], known: TableFieldIds | None) 
         if f.name in known.field_ids:
             ids[f.name] = known.field_ids[f.name]
             paths = part_paths(f.name, f.column)
-            if any(path not in known.field_ids for path in paths):
+            missing = [path for path in paths if path not in known.field_ids]
+            if missing and not new_parts:
                 return None
-            ids.update({path: known.field_ids[path] for path in paths})
+            ids.update({path: known.field_ids[path] for path in paths if path in known.field_ids})
+            if missing and f.column is not None:
+                for parts, spec in missing_parts(f.column, known.field_ids):
+                    path = ".".join(parts)
+                    ids[path] = next(next_id)
+                    _assign_parts(path, spec, lambda: next(next_id), ids)
         else:
             ids[f.name] = next(next_id)
             _assign_parts(f.name, f.column, lambda: next(next_id), ids)

@@ -3,7 +3,7 @@
 The Spark job's first stage observes, per task, the JSON kinds each top-level field of the records'
 values held (`FieldObservation`, counted per kind, recursively for objects and arrays); the driver
 merges the tasks' observations (`merge_observations`) and decides the columns the run writes
-(`resolve_columns`): the table's current columns as they are, then a new optional column for each
+(`resolve_columns`): the table's current columns (their structs extended), then a new optional column for each
 field the table lacks that has a type, in the order the fields first appeared (partition, offset,
 then their order in that record).
 
@@ -24,7 +24,8 @@ Type rules (`inferred_column`):
   `key`, `value`, `headers`) never becomes a column: the base field keeps its meaning, and the
   field stays in the `value` bytes. So do the `lfs_*` names when `lfs.store_metadata` adds them.
 - A column the table already has keeps its type; values of other kinds are conversion failures.
-  Fields new inside an existing struct column are not added to it (they stay in `value`).
+  A struct column (also as a list's element, at any depth) gains the fields new inside it as new
+  optional fields (`extended_column`), its existing parts keeping their types.
 """
 
 from __future__ import annotations
@@ -173,6 +174,39 @@ def _order_key(name: str, observed: FieldObservation) -> tuple[int, int, int, st
     return (*first, name)
 
 
+def extended_column(
+    column: ColumnSpec, observed: FieldObservation, *, allow_type_widening: bool, depth: int = 0
+) -> ColumnSpec:
+    """An existing column with the fields its records show that it lacks: a `struct` (also inside a
+    `list`, at any depth) gains them as new optional fields after its own, by the type rules; every
+    existing part keeps its type. Other columns are returned as they are."""
+    if depth > MAX_DEPTH:
+        return column
+    if column.type is ColumnType.STRUCT:
+        have = {f.name for f in column.fields}
+        fields = [
+            extended_column(
+                f, observed.fields[f.name], allow_type_widening=allow_type_widening, depth=depth + 1
+            )
+            if f.name in observed.fields
+            else f
+            for f in column.fields
+        ]
+        for name, field in sorted(observed.fields.items(), key=lambda item: _order_key(item[0], item[1])):
+            if name in have:
+                continue
+            added = inferred_column(name, field, allow_type_widening=allow_type_widening, depth=depth + 1)
+            if added is not None:
+                fields.append(added)
+        return column.model_copy(update={"fields": tuple(fields)})
+    if column.type is ColumnType.LIST and column.element is not None and observed.element is not None:
+        element = extended_column(
+            column.element, observed.element, allow_type_widening=allow_type_widening, depth=depth + 1
+        )
+        return column.model_copy(update={"element": element})
+    return column
+
+
 def resolve_columns(
     current: Sequence[ColumnSpec],
     observed: TableObservation | None,
@@ -185,6 +219,12 @@ def resolve_columns(
     named in `reserved` (the base fields, the `lfs_*` ones) never become columns."""
     if observed is None:
         return tuple(current)
+    current = tuple(
+        extended_column(c, observed.fields[c.name], allow_type_widening=allow_type_widening)
+        if c.name in observed.fields
+        else c
+        for c in current
+    )
     taken = {c.name for c in current} | set(reserved)
     new = []
     for name, field in sorted(observed.fields.items(), key=lambda item: _order_key(item[0], item[1])):

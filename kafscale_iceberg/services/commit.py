@@ -335,7 +335,7 @@ class CommitService(TableWriter):
             conversion_failures=result.counts.conversion_failures,
             anomalies=offset_anomalies(result),
             adopted=store,
-            columns=plan.conversion.columns if plan.conversion.infer_columns else None,
+            columns=plan.conversion.table_columns if plan.conversion.infer_columns else None,
         )
         main = read_state_or_empty(self._tables, plan.table.identifier, topic)
         standing = data.verify(main)
