@@ -155,13 +155,24 @@ def test_pizza_events_create_an_inferred_table_that_evolves_with_its_data(
     assert json.loads(rows[7]["value"])["store_id"] == "forty-two"
     failures = assembly.tables.conversion_failures(TABLE, TOPIC)
     assert failures == {"store_id": 1}
+    # A field new inside the struct column: the struct gains it, again in the commit of its row.
+    versions = len(table.metadata.metadata_log)
+    world.put(8, [pizza(8, delivery={"driver": "Jo", "minutes": 12, "rating": 5})])
+    assert [r.records for r in pipeline.run_once().runs] == [1]
+    table = catalog.load_table(TABLE)
+    assert len(table.metadata.metadata_log) == versions + 1
+    delivery = {c.name: c.type_name for c in table_columns(table.schema())}["delivery"]
+    assert delivery == "struct<driver: string, minutes: long, rating: long>"
+    newest = max(table.scan().to_arrow().to_pylist(), key=lambda r: r["offset"])
+    assert newest["delivery"] == {"driver": "Jo", "minutes": 12, "rating": 5}
+
     # Spark reads the data files too (no Iceberg Spark runtime installs here: the Parquet files
     # themselves, the two runs' schemas merged).
     paths = [t.file.file_path for t in table.scan().plan_files()]
     frame = spark.read.option("mergeSchema", "true").parquet(*paths)
-    tips = sorted((r["offset"], r["tip"], r["delivery"]) for r in frame.collect() if r["offset"] >= 6)
+    tips = sorted((r["offset"], r["tip"], r["delivery"]) for r in frame.collect() if r["offset"] in (6, 7))
     assert [(o, t) for o, t, _ in tips] == [(6, 2.0), (7, 3.5)]
-    assert tips[0][2].asDict() == {"driver": "Sam", "minutes": 25}
+    assert tips[0][2].asDict() == {"driver": "Sam", "minutes": 25, "rating": None}
 
 
 @pytest.mark.slow
