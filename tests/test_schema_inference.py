@@ -470,3 +470,7 @@ def test_fields_new_inside_struct_columns_land_in_the_same_commit_with_the_ids_p
         ({"driver": "Sam", "minutes": None}, [{"pizza": "marinara", "qty": None}]),
         ({"driver": "Jo", "minutes": 25}, [{"pizza": "diavola", "qty": 2}]),
     ]
+
+
+def test_a_field_with_an_empty_name_never_becomes_a_column() -> None:
+    assert columns_of({"": 1, "s": {"": "x", "k": True}}) == {"s": "struct<k: boolean>"}

@@ -22,7 +22,8 @@ Type rules (`inferred_column`):
   as conversion failures of the column, their records kept (`value` keeps the bytes).
 - A field named like a base field (`record_id`, `topic`, `partition`, `offset`, `timestamp_ms`,
   `key`, `value`, `headers`) never becomes a column: the base field keeps its meaning, and the
-  field stays in the `value` bytes. So do the `lfs_*` names when `lfs.store_metadata` adds them.
+  field stays in the `value` bytes. So do the `lfs_*` names when `lfs.store_metadata` adds them,
+  and a field whose name is empty (`""`), at any depth.
 - A column the table already has keeps its type; values of other kinds are conversion failures.
   A struct column (also as a list's element, at any depth) gains the fields new inside it as new
   optional fields (`extended_column`), its existing parts keeping their types.
@@ -151,7 +152,8 @@ def _column_of_kind(
             for field_name, field_observed in sorted(
                 observed.fields.items(), key=lambda item: _order_key(item[0], item[1])
             )
-            if (
+            if field_name
+            and (
                 column := inferred_column(
                     field_name, field_observed, allow_type_widening=allow_type_widening, depth=depth + 1
                 )
@@ -193,7 +195,7 @@ def extended_column(
             for f in column.fields
         ]
         for name, field in sorted(observed.fields.items(), key=lambda item: _order_key(item[0], item[1])):
-            if name in have:
+            if name in have or not name:
                 continue
             added = inferred_column(name, field, allow_type_widening=allow_type_widening, depth=depth + 1)
             if added is not None:
@@ -228,7 +230,7 @@ def resolve_columns(
     taken = {c.name for c in current} | set(reserved)
     new = []
     for name, field in sorted(observed.fields.items(), key=lambda item: _order_key(item[0], item[1])):
-        if name in taken:
+        if name in taken or not name:
             continue
         column = inferred_column(name, field, allow_type_widening=allow_type_widening)
         if column is not None:
