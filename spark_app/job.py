@@ -169,15 +169,19 @@ class ObservationRunner:
             ).model_dump_json()
 
 
-def observe_columns(spark: SparkSession, runner: ObservationRunner) -> RunPlan:
+def observe_columns(spark: SparkSession, runner: ObservationRunner) -> tuple[RunPlan, float]:
     """The first stage of an inferred table: every task observes its records' fields, the driver
     merges the observations (per destination table) and decides the columns and their field ids;
-    the plan the conversion stage then runs (`dataplane/inference.with_inferred_columns`)."""
+    the plan the conversion stage then runs (`dataplane/inference.with_inferred_columns`), and the
+    tasks' seconds summed."""
     count = len(runner.tasks)
     reports = spark.sparkContext.parallelize(range(count), count).mapPartitions(runner).collect()
-    observations = [TaskObservation.model_validate_json(r) for r in reports]
-    merged = merge_observations(o.tables for o in sorted(observations, key=lambda o: o.task_index))
-    return with_inferred_columns(RunPlan.model_validate_json(runner.plan_json), merged)
+    observations = sorted(
+        (TaskObservation.model_validate_json(r) for r in reports), key=lambda o: o.task_index
+    )
+    merged = merge_observations(o.tables for o in observations)
+    plan = with_inferred_columns(RunPlan.model_validate_json(runner.plan_json), merged)
+    return plan, sum(o.seconds for o in observations)
 
 
 @functools.cache
@@ -277,13 +281,14 @@ def run_job(
             multiple_of=cores,
         )
         reports: list[TaskReport] = []
+        observe_s = 0.0
         if plan.conversion.infer_columns:
             observing = time.perf_counter()
             if tasks:
                 observer = ObservationRunner(
                     plan_json=plan.model_dump_json(), tasks=tasks, s3=settings, prefetch=sizing.prefetch
                 )
-                plan = observe_columns(spark, observer)
+                plan, observe_s = observe_columns(spark, observer)
             _check_plan(plan)
             logger.info(
                 "columns inferred: run_id=%s columns=%s seconds=%.3f",
@@ -299,7 +304,11 @@ def run_job(
         result = build_run_result(plan, reports, _timings(started_ms, clock, session_start_s))
         if plan.conversion.infer_columns and result.failure is None:
             result = result.model_copy(
-                update={"columns": plan.conversion.columns, "field_ids": plan.table.field_ids}
+                update={
+                    "columns": plan.conversion.columns,
+                    "field_ids": plan.table.field_ids,
+                    "timings": result.timings.model_copy(update={"task_observe_s": observe_s}),
+                }
             )
     except _InvalidPlanError as exc:
         result = failed_result(

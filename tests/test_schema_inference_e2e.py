@@ -127,6 +127,9 @@ def test_pizza_events_create_an_inferred_table_that_evolves_with_its_data(
     second = pipeline.run_once()
     assert second.ok, second.failed
     assert [r.records for r in second.runs] == [2]
+    committed = second.runs[0].commit
+    assert committed is not None
+    assert committed.result.timings.task_observe_s > 0  # the observation stage ran, and is timed
 
     table = catalog.load_table(TABLE)
     columns = {c.name: c.type_name for c in table_columns(table.schema())}

@@ -553,6 +553,8 @@ class RunTimings(_Model):
     task_convert_s: float = 0.0
     task_write_s: float = 0.0
     task_lfs_s: float = 0.0
+    task_observe_s: float = 0.0
+    """An inferred table's observation stage, summed over its tasks (0 for mapped columns)."""
 
 
 class RunResult(_Model):
