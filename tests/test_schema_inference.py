@@ -474,3 +474,17 @@ def test_fields_new_inside_struct_columns_land_in_the_same_commit_with_the_ids_p
 
 def test_a_field_with_an_empty_name_never_becomes_a_column() -> None:
     assert columns_of({"": 1, "s": {"": "x", "k": True}}) == {"s": "struct<k: boolean>"}
+
+
+def test_a_table_whose_ids_the_launcher_could_not_plan_gets_files_without_ids(tmp_path: Path) -> None:
+    folder = SegmentFolder(tmp_path / "segments")
+    folder.add(0, [order_record(0, 0, value=json.dumps(PIZZA).encode())])
+    plan: RunPlan = make_plan(
+        folder, str(tmp_path / "out"), ranges={0: (-1, 0)}, columns=(), infer_columns=True
+    )
+    unplanned = plan.model_copy(update={"table": plan.table.model_copy(update={"last_column_id": 20})})
+    observed = {TABLE: observe(PIZZA)}
+    assert with_inferred_columns(unplanned, observed).table.field_ids is None  # never guessed as new
+    created = with_inferred_columns(plan, observed).table.field_ids  # a new table: its creation's ids
+    assert created is not None
+    assert (created["record_id"], created["order_id"]) == (1, 9)

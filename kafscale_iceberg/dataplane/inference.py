@@ -137,12 +137,15 @@ def with_inferred_columns(plan: RunPlan, observations: Mapping[str, TableObserva
         reserved=reserved,
     )
     resolved = conversion.model_copy(update={"columns": columns})
-    known = None
-    if target.last_column_id is not None and target.field_ids is not None:
+    field_ids: dict[str, int] | None = None
+    if target.last_column_id is None:  # a table to be created: the ids its creation assigns
+        field_ids = planned_field_ids(table_fields(resolved.table_columns), None)
+    elif target.field_ids is not None:
         known = TableFieldIds(
             identifier=target.identifier, field_ids=target.field_ids, last_column_id=target.last_column_id
         )
-    field_ids = planned_field_ids(table_fields(resolved.table_columns), known, new_parts=True)
+        field_ids = planned_field_ids(table_fields(resolved.table_columns), known, new_parts=True)
+    # Else the launcher could not plan the table's ids: files without ids (read by name), as then.
     return plan.model_copy(
         update={"conversion": resolved, "table": target.model_copy(update={"field_ids": field_ids})}
     )
