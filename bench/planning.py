@@ -89,8 +89,8 @@ def populate(s3: Any, bucket: str, partitions: int, committed: int, new: int) ->
     committed_offsets: dict[int, int] = {}
     for partition in range(partitions):
         count = committed // partitions + (1 if partition < committed % partitions else 0)
-        for index in range(count):
-            base = index * RECORDS_PER_SEGMENT
+        for number in range(count):
+            base = number * RECORDS_PER_SEGMENT
             puts.append((format_segment_key(NAMESPACE, TOPIC, partition, base), placeholder))
             index_key = format_segment_key(NAMESPACE, TOPIC, partition, base, SegmentObjectKind.INDEX)
             puts.append((index_key, placeholder))

@@ -150,6 +150,8 @@ class SegmentReader(Protocol):
 
     def read_footer(self, key: str) -> SegmentFooter: ...
 
+    def read_footer_and_size(self, key: str) -> tuple[SegmentFooter, int]: ...
+
 
 class SegmentLister(Protocol):
     """What planning needs from the segments bucket."""

@@ -262,6 +262,24 @@ def test_concurrent_claims_grant_exactly_one(backend: Backend) -> None:
     assert all(r.holder.token == grants[0].token for r in results if isinstance(r, LeaseBusy))
 
 
+def test_a_new_sqlite_file_being_created_by_another_connection_is_waited_for(tmp_path: Path) -> None:
+    """Root cause of `test_concurrent_claims_grant_exactly_one[sqlite]` failing about once in 100:
+    while another connection creates the schema of a new file (a rollback-journal write), SQLite
+    answers the switch to WAL `database is locked` at once, without waiting its busy timeout."""
+    path = tmp_path / "new.sqlite"
+    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")
+    other.execute("CREATE TABLE made_by_another_process (a)")
+    threading.Timer(0.3, other.execute, args=("COMMIT",)).start()
+    started = time.monotonic()
+
+    grant = SqliteCheckpointStore(path).claim_lease(TOPIC, owner_id="host", run_id="run-1")
+
+    assert isinstance(grant, LeaseGrant)
+    assert time.monotonic() - started >= 0.25  # it waited for the other connection's commit
+    other.close()
+
+
 def test_grant_survives_a_json_round_trip_into_other_processes(backend: Backend) -> None:
     launcher = backend.new_store()
     payload = _claim(launcher, owner="launcher", run="run-7").to_json()

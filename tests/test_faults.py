@@ -128,11 +128,14 @@ class World:
         *,
         etcd_url: str | None = None,
         endpoint: str | None = None,
+        lease_ttl_seconds: int = 2,
         **sections: Mapping[str, Any],
     ) -> None:
         """`etcd_url`: the checkpoint store's etcd (None: the SQLite store); `endpoint`: S3 as the
-        product sees it (a proxy in front of moto for outages), moto itself by default; `sections`:
-        config sections merged over the world's."""
+        product sees it (a proxy in front of moto for outages), moto itself by default;
+        `lease_ttl_seconds`: short, so a lease a dead process left is soon gone, but every step
+        between two renewals (planning, a commit) must fit in it; `sections`: config sections merged
+        over the world's."""
         self.s3: Any = moto.client("s3")
         self.bucket = moto.new_bucket()
         self.config: KafscaleConfig = config_from_mapping(
@@ -143,7 +146,7 @@ class World:
                 namespace=NAMESPACE,
                 etcd_url=etcd_url,
                 endpoint=endpoint,
-                offsets={"lease_ttl_seconds": 2},
+                offsets={"lease_ttl_seconds": lease_ttl_seconds},
                 runs={"retry_backoff_seconds": 0},
                 processor={"poll_interval_seconds": 1},
                 mappings=[

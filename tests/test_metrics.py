@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 import socket
+import struct
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -334,6 +337,30 @@ def test_healthz_answers_ok_and_other_paths_are_not_found(
     _, server = served
     assert _get(server.port, "/healthz") == (200, "text/plain; charset=utf-8", "ok")
     assert _get(server.port, "/nope")[0] == 404
+
+
+def test_a_client_gone_before_the_answer_is_a_debug_line_not_a_traceback(
+    served: tuple[PrometheusMetricsSink, MetricsServer],
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    _, server = served
+    # The answer waits for the readiness lock, held here until the client has reset its connection.
+    with caplog.at_level(logging.DEBUG, logger="kafscale_iceberg.metrics.prometheus"):
+        with server.readiness._lock:
+            client = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+            client.sendall(b"GET /healthz HTTP/1.1\r\nHost: probe\r\n\r\n")
+            client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            client.close()  # an RST: the probe timed out
+            time.sleep(0.3)
+        for _ in range(50):
+            if any("went away" in r.getMessage() for r in caplog.records):
+                break
+            time.sleep(0.1)
+
+    assert any("went away" in r.getMessage() for r in caplog.records), caplog.records
+    assert "Traceback" not in capsys.readouterr().err
+    assert _get(server.port, "/healthz")[0] == 200  # and it keeps serving
 
 
 def test_every_metric_is_exposed_under_the_kafscale_processor_namespace() -> None:

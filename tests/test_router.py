@@ -146,6 +146,7 @@ def test_the_index_landing_after_its_segment_routes_the_segment_at_once(pipeline
     (item,) = outcome.items
     assert (item.topic, item.partition, item.base_offset, item.last_offset) == ("orders", 2, 40, 44)
     assert item.key == "prod/orders/2/segment-00000000000000000040.kfs"
+    assert item.size == 48  # the .kfs's, from the footer's ranged GET (it used to be 0)
     assert [(i.key, i.last_offset) for i in pipeline.work_items()] == [(item.key, 44)]
 
 

@@ -479,3 +479,28 @@ def test_conversion_failures_are_summed_over_the_topics_commits_and_printed(
     assert main(["status", "--config", str(_config_file(world))]) == 0
     out = capsys.readouterr().out
     assert "  not converted at 5, total 1 (stored null; the value column keeps them)" in out.splitlines()
+
+
+def test_a_quarantined_segment_is_shown_with_the_command_that_brings_it_back(
+    sqlite_world: World, capsys: pytest.CaptureFixture[str]
+) -> None:
+    world = sqlite_world
+    world.put(0, 0, 10)
+    world.put(0, 10, 10)
+    plan = world.runs.plan({0: (-1, 19)})
+    CommitService(world.tables, world.store).commit_run(
+        plan,
+        world.runs.result(plan, quarantined={0: (10, 19)}),
+        world.claim(plan.run_id),
+        TablePolicy(create_table_if_missing=True),
+    )
+
+    (quarantined,) = world.topic().quarantined
+    assert quarantined.span == (0, 10, 19)
+    assert main(["status", "--config", str(_config_file(world)), "--json"]) == 0
+    (topic,) = json.loads(capsys.readouterr().out)["topics"]
+    assert [(q["partition"], q["first"], q["last"]) for q in topic["quarantined"]] == [(0, 10, 19)]
+    assert main(["status", "--config", str(_config_file(world))]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if "quarantined" in x)
+    assert line.startswith(f"  partition 0 quarantined: offsets 10..19 of {quarantined.segment_key} skipped")
+    assert line.endswith(f"replay --config … --topic {TOPIC} --partition 0 --from-offset 10 --reset-offsets")

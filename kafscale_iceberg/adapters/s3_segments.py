@@ -73,8 +73,16 @@ class S3SegmentStore:
         Raises `SegmentObjectMissingError` when the object does not exist and `SegmentFormatError`
         when it does not end in `END!` (a segment the broker never finished, or not a segment).
         """
-        body = self._get(key, byte_range=f"bytes=-{FOOTER_SIZE}")
-        return parse_footer(body, source=f"s3://{self.bucket}/{key}")
+        return self.read_footer_and_size(key)[0]
+
+    def read_footer_and_size(self, key: str) -> tuple[SegmentFooter, int]:
+        """`read_footer`, and the object's size in bytes from the same answer (its `Content-Range`
+        total): no extra request. Raises like `read_footer`."""
+        response = self._get_object(key, byte_range=f"bytes=-{FOOTER_SIZE}")
+        body: bytes = response["Body"]
+        total = str(response.get("ContentRange", "")).rpartition("/")[2]
+        size = int(total) if total.isdigit() else int(response.get("ContentLength", len(body)))
+        return parse_footer(body, source=f"s3://{self.bucket}/{key}"), size
 
     def exists(self, key: str) -> bool:
         """True when `key` exists (a HEAD request)."""
@@ -157,14 +165,19 @@ class S3SegmentStore:
         return prefixes
 
     def _get(self, key: str, byte_range: str | None = None) -> bytes:
+        body: bytes = self._get_object(key, byte_range)["Body"]
+        return body
+
+    def _get_object(self, key: str, byte_range: str | None = None) -> dict[str, Any]:
+        """The GET's answer, its `Body` read into bytes."""
         kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": key}
         if byte_range:
             kwargs["Range"] = byte_range
         try:
-            body: bytes = self._s3.get_object(**kwargs)["Body"].read()
+            response = self._s3.get_object(**kwargs)
+            return {**response, "Body": response["Body"].read()}
         except (ClientError, BotoCoreError) as exc:
             raise _translate(exc, self.bucket, key) from exc
-        return body
 
 
 def _error_code(exc: ClientError) -> str:

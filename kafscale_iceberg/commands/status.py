@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from kafscale_iceberg.domain.commits import QuarantinedRange
     from kafscale_iceberg.services.status import PartitionStatus, StatusReport, TopicStatus
 
 _GAPS_SHOWN = 5
@@ -132,7 +133,17 @@ def _render_topic(topic: TopicStatus) -> str:
         for p in topic.partitions
         if p.overlapped_records
     ]
+    lines += [_quarantined_line(topic.topic, r) for r in topic.quarantined]
     return "\n".join(lines)
+
+
+def _quarantined_line(topic: str, r: QuarantinedRange) -> str:
+    """A quarantined segment, and the offset reset that brings it back once repaired."""
+    return (
+        f"  partition {r.partition} quarantined: offsets {r.first_offset}..{r.last_offset} of "
+        f"{r.segment_key} skipped; once repaired: kafscale-iceberg replay --config … --topic {topic} "
+        f"--partition {r.partition} --from-offset {r.first_offset} --reset-offsets"
+    )
 
 
 def _gaps_line(p: PartitionStatus) -> str:

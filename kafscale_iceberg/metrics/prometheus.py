@@ -5,8 +5,10 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
+import sys
 import threading
 from collections.abc import Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -23,6 +25,8 @@ PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 are plain ASCII, so prometheus_client's text output is this format whatever version it announces."""
 METRICS_ADDR_ENV = "KAFSCALE_METRICS_ADDR"
 DEFAULT_METRICS_ADDR = ":9093"
+
+logger = logging.getLogger(__name__)
 
 
 class PrometheusMetricsSink:
@@ -167,6 +171,15 @@ class _MetricsHTTPServer(ThreadingHTTPServer):
         self.sink = sink
         self.readiness = readiness
         super().__init__(address, _Handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that gave up before the answer was written (a scraper's or a probe's timeout) is
+        routine: a debug line, not the traceback `socketserver` prints. Anything else as before."""
+        error = sys.exc_info()[1]
+        if isinstance(error, ConnectionError):
+            logger.debug("metrics client %s went away: %s", client_address, error)
+            return
+        super().handle_error(request, client_address)
 
 
 class MetricsServer:

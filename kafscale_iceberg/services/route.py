@@ -117,13 +117,13 @@ class Router:
         """The work item of the `.kfs` whose `.index` just landed, when the `.kfs` is there and
         complete; None (counted as `index_object`) when its own notification must decide."""
         try:
-            footer = self._segments.read_footer(segment.segment_key)
+            footer, size = self._segments.read_footer_and_size(segment.segment_key)
         except (SegmentObjectMissingError, SegmentFormatError):
             # Not landed yet (its notification will find this index), or never complete (its
             # notification rejects it with the reason): nothing to add from here.
             ignored["index_object"] += 1
             return None
-        return _work_item(segment, footer.last_offset)  # the index's notification: no segment size
+        return _work_item(segment, footer.last_offset, size=size)  # the size from the footer's GET
 
 
 def _work_item(segment: SegmentId, last_offset: int, *, size: int = 0, etag: str | None = None) -> WorkItem:

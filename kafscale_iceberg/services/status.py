@@ -47,7 +47,7 @@ from dataclasses import dataclass, field, replace
 
 from kafscale_iceberg.config import KafscaleConfig
 from kafscale_iceberg.domain.anomalies import OffsetAnomalies, PartitionGaps
-from kafscale_iceberg.domain.commits import TableState
+from kafscale_iceberg.domain.commits import QuarantinedRange, TableState
 from kafscale_iceberg.domain.leases import LeaseHolder
 from kafscale_iceberg.domain.maintenance import TableHealth
 from kafscale_iceberg.domain.offsets import CommittedOffsets
@@ -194,6 +194,9 @@ class TopicStatus:
     conversion_failures: dict[str, int] = field(default_factory=dict)
     """Per mapping column, committed values stored null because they did not convert (over the
     table's retained snapshots)."""
+    quarantined: tuple[QuarantinedRange, ...] = ()
+    """Segments skipped under `corrupt_segment_policy: quarantine` (`kafscale.quarantine.<topic>`);
+    each comes back through an offset reset to its first offset once repaired."""
 
     @property
     def run_in_flight(self) -> str | None:
@@ -219,6 +222,7 @@ class TopicStatus:
             "consecutive_failures": self.consecutive_failures,
             "lag_records": self.lag_records,
             "conversion_failures": dict(self.conversion_failures),
+            "quarantined": [r.to_json() for r in self.quarantined],
             "partitions": [p.to_json() for p in self.partitions],
             "table_health": _health_json(self.health),
         }
@@ -324,6 +328,7 @@ class StatusService:
             partitions=partitions,
             health=self._table_health(mapping.table) if state is not None else None,
             conversion_failures=conversion_failures,
+            quarantined=state.marker.quarantined if state is not None else (),
         )
 
     def _table_health(self, table: str) -> TableHealth | None:
