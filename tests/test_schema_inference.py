@@ -24,7 +24,7 @@ from kafscale_iceberg.config import parse_config
 from kafscale_iceberg.dataplane.inference import ValueObserver, with_inferred_columns
 from kafscale_iceberg.dataplane.reports import build_run_result
 from kafscale_iceberg.dataplane.tasks import observe_task, plan_tasks, run_task
-from kafscale_iceberg.domain.commits import TableCommit, TableMarker, TableSpec
+from kafscale_iceberg.domain.commits import TableCommit, TableMarker, TableSpec, TableState
 from kafscale_iceberg.domain.field_ids import planned_field_ids
 from kafscale_iceberg.domain.inference import (
     FieldObservation,
@@ -48,6 +48,7 @@ from kafscale_iceberg.exceptions import (
     ConfigError,
     FieldIdMismatchError,
     InferredColumnChangedError,
+    TableChangedError,
     TableMissingError,
 )
 from tests.support.iceberg_runs import sql_committer, sql_settings
@@ -256,16 +257,23 @@ def infer_run(
     return plan, result.model_copy(update=columns)
 
 
-def commit(tables: IcebergTableCommitter, plan: RunPlan, result: RunResult, start: int, end: int) -> None:
-    """What the commit step does with the launcher's plan and the job's result."""
+def commit(
+    tables: IcebergTableCommitter,
+    plan: RunPlan,
+    result: RunResult,
+    start: int,
+    end: int,
+    state: TableState | None = None,
+) -> None:
+    """What the commit step does with the launcher's plan and the job's result (on `state`, else the
+    table's state read now)."""
     plan = plan_as_written(plan, result)
     assert result.columns is not None
     tables.ensure_table(
         TableSpec(identifier=TABLE, fields=table_fields(result.columns), create_if_missing=True, evolve=False)
     )
-    state = tables.read_state(TABLE, "orders")
     tables.commit(
-        state,
+        state or tables.read_state(TABLE, "orders"),
         TableCommit(
             topic="orders",
             run_id=result.run_id,
@@ -345,7 +353,13 @@ def test_two_runs_adding_the_same_column_both_land(tmp_path: Path) -> None:
     first = infer_run(tmp_path / "a", [{**PIZZA, "tip": 1.5}], sql_committer(tmp_path), first_offset=1)
     second = infer_run(tmp_path / "b", [{**PIZZA, "tip": 2.5}], sql_committer(tmp_path), first_offset=2)
     assert first[0].table.field_ids == second[0].table.field_ids
+    racing = sql_committer(tmp_path)
+    seen = racing.read_state(TABLE, "orders")
     commit(sql_committer(tmp_path), *first, 0, 1)
+    # The second commit was built on the state before the first: refused, nothing written; the
+    # commit step reads the table again and retries (`services/verified_commit.py`).
+    with pytest.raises(TableChangedError):
+        commit(racing, *second, 1, 2, state=seen)
     commit(sql_committer(tmp_path), *second, 1, 2)  # `tip` is there now, with the id it planned
     rows = load_iceberg_catalog(sql_settings(tmp_path)).load_table(TABLE).scan().to_arrow().to_pylist()
     assert sorted(r["tip"] for r in rows if r["tip"] is not None) == [1.5, 2.5]
