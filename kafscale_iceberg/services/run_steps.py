@@ -319,9 +319,11 @@ class RunSteps:
             return False
         if plan.conversion.infer_columns and plan.table.last_column_id != table.last_column_id:
             return True
-        return plan.table.field_ids is not None and bool(
-            field_id_mismatches(plan.table.field_ids, table.field_ids)
-        )
+        if plan.table.field_ids is None:
+            return False
+        # Only columns the document records: a mapping's new columns have planned ids it lacks.
+        recorded = {path: i for path, i in plan.table.field_ids.items() if path in table.field_ids}
+        return bool(field_id_mismatches(recorded, table.field_ids))
 
     def _failed_partition(self, plan: RunPlan) -> int | None:
         """The partition a failed run's corrupt segment belongs to (policy `fail`), else None."""
