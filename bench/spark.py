@@ -24,6 +24,11 @@ With `--formats mixed` the events' `event_time` cycles through the forms people 
 workload of the same shape (the baseline): the ratio of the two, end to end and for the convert
 stage alone, shows whether the new formats stay on the compiled scanner's fast path.
 
+With `--route` the same run also measures the pyarrow pipeline over a plan that routes each event by
+its `status` into 3 tables (`placed` and `delivered` to their own tables, the other four statuses to
+the default table; `mappings[].route`), against the 1-table plan on the same segments: the ratio is
+the cost of routing (reading the route field, the split, three file series instead of one).
+
 With `--schema infer` it measures instead what inferring the columns costs (`schema.source: infer`):
 spark local[2] runs of the same segments with an inferred table (the observation stage, then the
 conversion) and with the columns the inference decided given as a mapping (the conversion alone: same
@@ -43,7 +48,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -65,6 +70,7 @@ from kafscale_iceberg.domain.runs import (
     PartitionPlan,
     PartitionTransform,
     PlannedSegment,
+    RoutePlan,
     RunPlan,
     SegmentSource,
     TableTarget,
@@ -198,6 +204,29 @@ def make_workload(
     )
 
 
+def routed_workload(workload: Workload) -> Workload:
+    """The same segments, with a plan routing each event by `status` into 3 tables (see `--route`)."""
+    plan = workload.plan
+    assert plan.table is not None
+    out = workload.root / "out"
+
+    def target(name: str) -> TableTarget:
+        return TableTarget(identifier=f"bench.{name}", data_uri=str(out / "routed" / name))
+
+    routed = plan.model_copy(
+        update={
+            "table": None,
+            "dead_letter_table": target("orders_routed_dl"),
+            "route": RoutePlan(
+                field="status",
+                tables={"placed": target("orders_placed"), "delivered": target("orders_delivered")},
+                default_table=target("orders_other"),
+            ),
+        }
+    )
+    return replace(workload, plan=RunPlan.model_validate(routed.model_dump()))
+
+
 def plan_uri(workload: Workload) -> str:
     return workload.plan.result_uri.rsplit("/", 1)[0] + "/plan.json"
 
@@ -211,8 +240,9 @@ def timed(run: Callable[[], None], before: Callable[[], None] | None = None) -> 
 
 
 def clear_output(workload: Workload) -> None:
-    for uri in (workload.plan.table.data_uri, workload.plan.dead_letter_table.data_uri):
-        shutil.rmtree(uri, ignore_errors=True)
+    for mapping in workload.plan.mappings:
+        for target, _role in mapping.static_targets():
+            shutil.rmtree(target.data_uri, ignore_errors=True)
 
 
 def pipeline_runner(
@@ -231,7 +261,7 @@ def pipeline_runner(
         assert not report.segments or not any(s.conversion_failures for s in report.segments), (
             "every event_time must convert"
         )
-        files[:] = report.data_files
+        files[:] = report.data_files or [f for t in report.tables for f in t.files]
         if convert_seconds is not None:
             convert_seconds.append(report.timings.convert)
 
@@ -273,13 +303,15 @@ def measure(
     repeats: int,
     baseline: Workload | None = None,
     convert: dict[str, list[float]] | None = None,
+    routed: Workload | None = None,
 ) -> list[Measure]:
     """Best wall times of every configuration, sampled interleaved over the whole benchmark.
 
     Each round starts a local[1] then a local[2] session; inside each session every warm Spark run
     is followed by a pipeline run and a floor run (and, with `baseline`, a pipeline run over it), so
-    a burst of other load on the machine hits all configurations alike instead of one. `convert`
-    receives the pipelines' convert-stage seconds (`pipeline`, `baseline`).
+    a burst of other load on the machine hits all configurations alike instead of one (`routed`: a
+    pipeline run over it too). `convert` receives the pipelines' convert-stage seconds (`pipeline`,
+    `baseline`).
     """
     from spark_app.job import build_session, run_job
 
@@ -291,6 +323,10 @@ def measure(
     if baseline is not None:
         baseline_run, _ = pipeline_runner(baseline, convert.setdefault("baseline", []))
         seconds["baseline"] = []
+    routed_run = None
+    if routed is not None:
+        routed_run, _ = pipeline_runner(routed)
+        seconds["routed"] = []
     first_session: dict[int, tuple[float, float]] = {}
     for number in range(1, rounds + 1):
         for cores in (1, 2):
@@ -316,6 +352,8 @@ def measure(
                     seconds["floor"].append(timed(floor))
                     if baseline_run is not None:
                         seconds["baseline"].append(timed(baseline_run))
+                    if routed_run is not None:
+                        seconds["routed"].append(timed(routed_run))
             finally:
                 spark.stop()
         best = ", ".join(f"{name} {min(values):.2f} s" for name, values in seconds.items())
@@ -337,6 +375,8 @@ def measure(
     ]
     if baseline is not None:
         measures.append(Measure("pyarrow pipeline, RFC 3339 times", 1, min(seconds["baseline"])))
+    if routed is not None:
+        measures.append(Measure("pyarrow pipeline, routed to 3 tables", 1, min(seconds["routed"])))
     return measures
 
 
@@ -346,6 +386,7 @@ def measure_inference(workload: Workload, *, rounds: int, repeats: int) -> dict[
     from spark_app.job import build_session, run_job
 
     base = workload.plan
+    assert base.table is not None
     out = workload.root / "out"
     plans: dict[str, RunPlan] = {}
     for name in ("infer", "mapped"):
@@ -464,6 +505,11 @@ def main(argv: list[str] | None = None) -> int:
         help="event_time forms; mixed cycles the forms people write and adds an RFC 3339 baseline",
     )
     parser.add_argument(
+        "--route",
+        action="store_true",
+        help="also measure the pipeline routing each event by status into 3 tables (vs 1 table)",
+    )
+    parser.add_argument(
         "--schema",
         choices=["mapping", "infer"],
         default="mapping",
@@ -517,8 +563,14 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(measure_inference(workload, rounds=args.rounds, repeats=args.repeats)))
             return 0
         convert: dict[str, list[float]] = {}
+        routed = routed_workload(workload) if args.route else None
         measures = measure(
-            workload, rounds=args.rounds, repeats=args.repeats, baseline=baseline, convert=convert
+            workload,
+            rounds=args.rounds,
+            repeats=args.repeats,
+            baseline=baseline,
+            convert=convert,
+            routed=routed,
         )
         spark1, spark2, pipeline, floor = measures[:4]
         report(workload, measures)
@@ -528,6 +580,10 @@ def main(argv: list[str] | None = None) -> int:
             "vs_pyarrow_pipeline": round(spark1.mb_per_s(workload) / pipeline.mb_per_s(workload), 2),
             "vs_floor": round(spark1.mb_per_s(workload) / floor.mb_per_s(workload), 2),
         }
+        if routed is not None:
+            headline["routed_3_tables_vs_1_table_pipeline"] = round(
+                measures[-1].seconds / pipeline.seconds, 2
+            )
         if baseline is not None:
             rfc3339 = measures[4]
             headline["mixed_vs_rfc3339_pipeline"] = round(pipeline.seconds / rfc3339.seconds, 2)

@@ -241,9 +241,9 @@ class Assembly:
 
     def _repair_offsets(self, topic: str, grant: LeaseGrant) -> None:
         """Set `topic`'s checkpoint-store offsets to its table's markers, fenced by `grant`."""
-        mapping = self.config.mapping_for(topic)
-        if mapping is not None:
-            self.commits.reconciled_offsets(topic, mapping.table, lease=grant)
+        anchor = self.config.anchor_table(topic)
+        if anchor is not None:
+            self.commits.reconciled_offsets(topic, anchor, lease=grant)
 
     @cached_property
     def launcher(self) -> Launcher:
@@ -327,7 +327,15 @@ class Assembly:
             self.offset_reset,
             self.work_queue if self.config.notifications.work_queue_url else None,
             owner_id=self.owner_id,
+            tables_of=self.tables_of,
         )
+
+    def tables_of(self, topic: str) -> tuple[str, ...]:
+        """Every table `topic` is written to: the config's, and those a route's template created
+        (listed in the catalog; imports pyiceberg)."""
+        from kafscale_iceberg.services.topic_tables import topic_tables  # noqa: PLC0415
+
+        return topic_tables(self.config, topic, self.tables, self.tables)
 
     @cached_property
     def table_maintainer(self) -> IcebergTableMaintainer:
@@ -393,14 +401,15 @@ class Assembly:
             StorageFileLister(self.s3_settings),
             self.checkpoints,
             spark=spark,
+            tables_of=self.tables_of,
         )
 
     def table_policy(self, topic: str) -> TablePolicy:
         """What the commit step may do to `topic`'s table, from its mapping."""
         from kafscale_iceberg.services.commit import TablePolicy  # noqa: PLC0415
 
-        mapping = self.config.mapping_for(topic)
-        return TablePolicy() if mapping is None else TablePolicy.from_mapping(mapping)
+        mappings = self.config.mappings_for(topic)
+        return TablePolicy.from_mapping(*mappings) if mappings else TablePolicy()
 
     def run_steps(self) -> RunSteps:
         """The run steps on EMR Serverless (the catalog is loaded by the commit step only)."""

@@ -449,10 +449,18 @@ class DeadLetterAheadError(KafscaleIcebergError):
 
     An earlier run committed its dead-letter files and never its table files (its commit was
     abandoned), then a different range was planned. Adding this run's dead letters would duplicate.
+    The same holds for every table of a topic committed before its anchor (routed tables, other
+    mappings' tables: `kind` names which).
     """
 
     def __init__(
-        self, table: str, topic: str, run_id: str, other_run_id: str | None, partitions: Sequence[int]
+        self,
+        table: str,
+        topic: str,
+        run_id: str,
+        other_run_id: str | None,
+        partitions: Sequence[int],
+        kind: str = "dead-letter table",
     ) -> None:
         self.table = table
         self.topic = topic
@@ -460,7 +468,7 @@ class DeadLetterAheadError(KafscaleIcebergError):
         self.other_run_id = other_run_id
         self.partitions = tuple(partitions)
         super().__init__(
-            f"refusing to commit run {run_id!r} of topic {topic!r}: dead-letter table {table!r} already "
+            f"refusing to commit run {run_id!r} of topic {topic!r}: {kind} {table!r} already "
             f"holds part of its range on partitions {list(self.partitions)} from run {other_run_id!r}, "
             "whose table commit never happened (nothing was written; commit that run from its result "
             "first, then plan again)"

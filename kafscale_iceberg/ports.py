@@ -141,6 +141,12 @@ class TableCommitter(Protocol):
 # -- Segments: listing, routing and planning (adapter: `S3SegmentStore`) ---------------------------
 
 
+class TableLister(Protocol):
+    """The tables of a catalog namespace (to find the tables a route's template created)."""
+
+    def list_tables(self, namespace: str) -> tuple[str, ...]: ...
+
+
 class SegmentReader(Protocol):
     """What the router needs from the segments bucket."""
 

@@ -75,6 +75,7 @@ from kafscale_iceberg.domain.runs import (
     RunResult,
     RunTimings,
     SegmentSource,
+    TableRole,
     validate_run_id,
 )
 from kafscale_iceberg.domain.schema import table_fields
@@ -306,7 +307,7 @@ def run_job(
             result = result.model_copy(
                 update={
                     "columns": plan.conversion.columns,
-                    "field_ids": plan.table.field_ids,
+                    "field_ids": plan.table.field_ids if plan.table is not None else None,
                     "timings": result.timings.model_copy(update={"task_observe_s": observe_s}),
                 }
             )
@@ -330,11 +331,13 @@ def run_job(
     )
     documents.write_text(plan.result_uri, result.model_dump_json(indent=2))
     logger.info(
-        "run finished: run_id=%s status=%s files=%d dead_letter_files=%d written=%d dead_lettered=%d %s",
+        "run finished: run_id=%s status=%s files=%d dead_letter_files=%d tables=%d written=%d "
+        "dead_lettered=%d %s",
         plan.run_id,
         result.status.value,
         len(result.data_files),
         len(result.dead_letter_files),
+        len(result.tables),
         result.counts.written,
         result.counts.dead_lettered,
         f"failure={result.failure.kind.value}: {result.failure.message}" if result.failure else "",
@@ -348,13 +351,13 @@ class _InvalidPlanError(ValueError):
 
 def _check_plan(plan: RunPlan) -> None:
     try:
-        fields = table_fields(plan.conversion.table_columns)
-        check_partitioning(fields, plan.conversion.partition_by)
-        converter = RecordConverter(topic=plan.topic, run_id=plan.run_id, settings=plan.conversion)
-        with_field_ids(converter.schema, plan.table.field_ids, table=plan.table.identifier)
-        with_field_ids(
-            DEAD_LETTER_SCHEMA, plan.dead_letter_table.field_ids, table=plan.dead_letter_table.identifier
-        )
+        for mapping in plan.mappings:
+            fields = table_fields(mapping.conversion.table_columns)
+            check_partitioning(fields, mapping.conversion.partition_by)
+            converter = RecordConverter(topic=plan.topic, run_id=plan.run_id, settings=mapping.conversion)
+            for target, role in mapping.static_targets():
+                schema = DEAD_LETTER_SCHEMA if role is TableRole.DEAD_LETTER else converter.schema
+                with_field_ids(schema, target.field_ids, table=target.identifier)
     except (PartitioningError, InvalidJsonSchemaError, ValueError) as exc:
         raise _InvalidPlanError(f"plan {plan.run_id}: {exc}") from exc
 

@@ -8,6 +8,7 @@ catalog, IAM) are described in tests/support/aws_box.py, with what each does not
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import uuid
@@ -486,3 +487,81 @@ def test_the_box_holds_lambda_to_its_6_mb_payload_limits(monkeypatch: pytest.Mon
     assert answered["Payload"]["errorType"] == "Function.ResponseSizeTooLarge"
     monkeypatch.setattr(fleet, "invoke", lambda logical_id, event: {"small": True})
     assert fleet.invoke_payload(watch, b"{}")["Payload"] == {"small": True}
+
+
+@pytest.fixture
+def routed_box(
+    moto_server: MotoEndpoint,
+    etcd_server: EtcdServer,
+    spark_runner: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[Box]:
+    """`orders` routed by `store_id` (fixed routes, a default table) and, beside it, by a template."""
+    with open_box(
+        moto_url=moto_server.url,
+        etcd=etcd_server,
+        spark_runner=spark_runner,
+        tmp_path=tmp_path,
+        monkeypatch=monkeypatch,
+        mappings=[
+            {
+                "topic": TOPIC,
+                "route": {
+                    "field": "store_id",
+                    "tables": {"store-0": "shop.orders_s0"},
+                    "default_table": TABLE,
+                },
+                "create_table_if_missing": True,
+                "schema": {"columns": [{"name": "order_id", "type": "long"}]},
+            },
+            {
+                "topic": TOPIC,
+                "route": {"field": "kind", "table_template": "shop.kind_{value}"},
+                "dead_letter_table": "shop.kind__dlq",
+            },
+        ],
+    ) as box:
+        yield box
+
+
+def test_a_routed_topic_lands_once_in_each_table_with_every_call_allowed(routed_box: Box) -> None:
+    """Routing on the AWS path: the job splits rows by table, the commit function commits every table
+    (the anchor last, a template's tables created in Glue), the replay function resets every table;
+    every call is allowed by its role in template.yaml."""
+    box = routed_box
+    values = [
+        json.dumps(
+            {"order_id": o, "store_id": f"store-{o % 5}", "kind": ("pizza", "pasta", "Soup")[o % 3]}
+        ).encode()
+        for o in range(10)
+    ]
+    put_segment(box.s3, box.segment_bucket, box.namespace, TOPIC, 0, 0, 10, values=values)
+    box.pump()
+
+    def offsets(table: str) -> list[int]:
+        return sorted(r["offset"] for r in box.rows(table))
+
+    def check() -> None:
+        assert offsets("shop.orders_s0") == [0, 5], box.describe()
+        assert offsets(TABLE) == [1, 2, 3, 4, 6, 7, 8, 9]
+        assert offsets("shop.kind_pizza") == [0, 3, 6, 9]
+        assert offsets("shop.kind_pasta") == [1, 4, 7]
+        # "Soup" is not a table name (lowercase only): a dead letter, never a silent mismatch.
+        assert {r["offset"]: r["error_kind"] for r in box.rows("shop.kind__dlq")} == {
+            2: "route_invalid",
+            5: "route_invalid",
+            8: "route_invalid",
+        }
+        assert box.committed_offsets(TOPIC) == {0: 9}
+
+    check()
+    reset = box.fleet.invoke(
+        "ReplayFunction",
+        {"topic": TOPIC, "partitions": [0], "from_offset": 3, "reset_offsets": True, "confirm": TOPIC},
+    )
+    assert {"shop.orders_s0", "shop.kind_pizza", "shop.kind_pasta"} <= set(reset["more_tables"])
+    box.pump()
+    check()
+    assert box.recorder.count("glue:CreateTable", "CommitRole") >= 5
+    _assert_iam(box)

@@ -694,10 +694,13 @@ def test_glue_tables_have_one_namespace_level() -> None:
     assert "Glue has one level" in problems_of(data)["mappings[0].table"]
 
 
-def test_duplicate_mapping_topics_are_rejected() -> None:
+def test_a_topic_may_feed_several_mappings_but_a_table_is_written_by_one() -> None:
     data = minimal()
     data["mappings"].append({"topic": "orders", "table": "shop.orders_copy"})
-    assert "already mapped by mappings[0]" in problems_of(data)["mappings[1].topic"]
+    config = load(data)
+    assert [m.table for m in config.mappings_for("orders")] == [config.mappings[0].table, "shop.orders_copy"]
+    data["mappings"].append({"topic": "orders", "table": "shop.orders_copy"})
+    assert "already written by mappings[1].table" in problems_of(data)["mappings[2].table"]
 
 
 def test_at_least_one_mapping_is_required() -> None:

@@ -206,6 +206,7 @@ def test_the_demo_passes_its_own_checks(tmp_path: Path, spark: SparkSession) -> 
     assert "FAILED" not in text
     assert "present exactly once" in text
     assert "replaying a committed range wrote no snapshot" in text
+    assert "payments: every record once across the routed tables" in text
     assert (tmp_path / "demo" / "config.yaml").exists()
 
 

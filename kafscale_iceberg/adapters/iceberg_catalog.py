@@ -22,6 +22,7 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.exceptions import (
     AuthorizationExpiredError,
     ForbiddenError,
+    NoSuchNamespaceError,
     NoSuchTableError,
     OAuthError,
     ServerError,
@@ -219,6 +220,18 @@ class CatalogTableAccess:
             raise TableMissingError(identifier) from None
         except Exception as exc:
             raise self._translate(f"load table {identifier!r}", exc) from exc
+
+    def list_tables(self, namespace: str) -> tuple[str, ...]:
+        """The tables of `namespace` as `namespace.table` identifiers (none when it does not exist).
+
+        Raises `CatalogUnavailableError` or `CatalogError`."""
+        try:
+            listed = self._catalog.list_tables(namespace)
+        except NoSuchNamespaceError:
+            return ()
+        except Exception as exc:
+            raise self._translate(f"list the tables of namespace {namespace!r}", exc) from exc
+        return tuple(sorted(".".join(identifier) for identifier in listed))
 
     def _translate(self, operation: str, exc: Exception) -> Exception:
         if is_unreachable_error(exc):

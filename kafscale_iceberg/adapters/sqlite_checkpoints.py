@@ -331,7 +331,8 @@ class SqliteCheckpointStore:
                 db.execute("PRAGMA journal_mode=WAL")
                 return
             except sqlite3.OperationalError as exc:
-                if getattr(exc, "sqlite_errorname", "") != "SQLITE_BUSY" or time.monotonic() >= deadline:
+                busy = str(getattr(exc, "sqlite_errorname", "")).startswith("SQLITE_BUSY")
+                if not busy or time.monotonic() >= deadline:
                     raise
             time.sleep(0.005)
 

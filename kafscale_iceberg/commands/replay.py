@@ -90,7 +90,7 @@ def confirm_reset(plan: ReplayPlan, *, assume_yes: bool, stdin: TextIO | None = 
     source = stdin or sys.stdin
     if not source.isatty():
         raise ReplayNotConfirmedError(
-            f"--reset-offsets deletes rows from {plan.table} and {plan.dead_letter_table}: stdin is not a "
+            f"--reset-offsets deletes rows from {', '.join(plan.tables)}: stdin is not a "
             "terminal, so it cannot be confirmed interactively; pass --yes to confirm (nothing was changed)"
         )
     print(

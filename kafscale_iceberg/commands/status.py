@@ -48,6 +48,7 @@ def status_command(args: argparse.Namespace) -> int:
         assembly.tables,
         assembly.documents,
         health=assembly.table_maintainer,
+        tables_of=assembly.tables_of,
     )
     report = service.report()
     if args.json:
@@ -98,6 +99,17 @@ def _render_topic(topic: TopicStatus) -> str:
     if topic.conversion_failures:
         listed = ", ".join(f"{column} {count}" for column, count in topic.conversion_failures.items())
         lines.append(f"  not converted {listed} (stored null; the value column keeps them)")
+    for line in topic.tables:
+        if not line.exists:
+            lines.append(f"  also -> {line.identifier} (not created yet)")
+            continue
+        offsets = ", ".join(f"{p}:{o}" for p, o in sorted((line.offsets or {}).items())) or "none"
+        run = f", run {line.last_run_id}" if line.last_run_id else ""
+        failures = ", ".join(f"{c} {n}" for c, n in line.conversion_failures.items())
+        lines.append(
+            f"  also -> {line.identifier}: offsets {offsets} (last commit {_time(line.last_commit_ms)}{run})"
+            + (f"; not converted {failures}" if failures else "")
+        )
     rows: list[Sequence[str]] = [
         ("partition", "committed", "table", "store", "newest", "lag", "lag_s", "pending", "store updated")
     ]

@@ -1,4 +1,5 @@
-"""`mappings[]`: one topic into one table — the Go processor's keys (`topic`, `table`, `mode`,
+"""`mappings[]`: one topic into one table (or several: `route`, and several mappings per topic) —
+the Go processor's keys (`topic`, `table`, `mode`,
 `create_table_if_missing`, `schema`, `lfs`) plus ours (`dead_letter_table`, `partition_by`,
 `corrupt_segment_policy`, `target_file_size_bytes`), with the column, schema and LFS sub-sections.
 """
@@ -24,6 +25,7 @@ from kafscale_iceberg.config.base import (
     _Section,
     _zero_means,
 )
+from kafscale_iceberg.domain.routing import check_route_field, check_template
 from kafscale_iceberg.domain.runs import (
     DECIMAL_MAX_PRECISION,
     ColumnSpec,
@@ -266,6 +268,49 @@ def _check_identifier(value: str) -> str:
     return value
 
 
+def _check_optional_identifier(value: str) -> str:
+    return _check_identifier(value) if value else value
+
+
+class RouteConfig(_Section):
+    """`mappings[].route`: each record to the table its field's value names (see `domain.routing`).
+
+    `field` is a top-level name or a dotted path into objects; `tables` maps values to tables;
+    `default_table` takes records whose field is missing or null (and, without a template, values no
+    key matches); `table_template` (`ns.orders_{value}`) names a table for any other valid value.
+    """
+
+    field: str
+    tables: dict[str, Annotated[str, AfterValidator(_check_identifier)]] = Field(default_factory=dict)
+    default_table: Annotated[str, AfterValidator(_check_optional_identifier)] = ""
+    table_template: str = ""
+
+    @model_validator(mode="after")
+    def _check_route(self) -> RouteConfig:
+        problems = _Problems()
+        field_problem = check_route_field(self.field)
+        if field_problem:
+            problems.add("field", field_problem)
+        if not self.tables and not self.table_template:
+            problems.add("tables", "give tables {value: table}, a table_template, or both")
+        if self.table_template:
+            template_problem = check_template(self.table_template)
+            if template_problem:
+                problems.add("table_template", template_problem)
+        for value in self.tables:
+            if not value:
+                problems.add("tables", "a value is empty (records with no value go to default_table)")
+        problems.raise_if_any()
+        return self
+
+    @property
+    def namespace(self) -> tuple[str, ...]:
+        """The namespace of the route's first table: `default_table`'s, else the first of `tables`',
+        else the template's."""
+        first = self.default_table or next(iter(self.tables.values()), "") or self.table_template
+        return _split_identifier(first)[:-1]
+
+
 def _check_topic(value: str) -> str:
     try:
         return validate_topic(value)
@@ -277,7 +322,8 @@ class MappingConfig(_Section):
     """`mappings[]`: one topic ingested into one table (and its dead-letter table)."""
 
     topic: Annotated[str, AfterValidator(_check_topic)]
-    table: Annotated[str, AfterValidator(_check_identifier)]
+    table: Annotated[str, AfterValidator(_check_optional_identifier)] = ""
+    route: RouteConfig | None = None
     mode: Annotated[Literal["append"], BeforeValidator(_lowercase)] = "append"
     create_table_if_missing: bool = False
     schema_: MappingSchemaConfig = Field(default_factory=MappingSchemaConfig, alias="schema")
@@ -297,19 +343,44 @@ class MappingConfig(_Section):
     @classmethod
     def _default_dead_letter_table(cls, value: str, info: ValidationInfo) -> str:
         table = info.data.get("table")
-        if table is None:  # the table itself is invalid and reported; nothing to derive from
+        route = info.data.get("route")
+        if table is None or (not table and not isinstance(route, RouteConfig)):  # reported elsewhere
             return value
+        if table:
+            namespace = _split_identifier(table)[:-1]
+            derived = f"{table}{DEAD_LETTER_SUFFIX}"
+        else:  # routed: the default table's dead letters, else `{namespace}.{topic}__dlq`
+            assert isinstance(route, RouteConfig)
+            namespace = route.namespace
+            topic = str(info.data.get("topic", "")).replace(".", "_").replace("-", "_").lower()
+            derived = (
+                f"{route.default_table}{DEAD_LETTER_SUFFIX}"
+                if route.default_table
+                else ".".join((*namespace, f"{topic}{DEAD_LETTER_SUFFIX}"))
+            )
         if not value:
-            return f"{table}{DEAD_LETTER_SUFFIX}"
+            return derived
         if "." not in value:  # a bare name lives in the table's namespace
-            return ".".join((*_split_identifier(table)[:-1], value))
+            return ".".join((*namespace, value))
         return _check_identifier(value)
 
     @model_validator(mode="after")
     def _check_tables_and_partitions(self) -> MappingConfig:
         problems = _Problems()
-        if self.dead_letter_table == self.table:
+        if self.route is not None and self.table:
+            problems.add(
+                "table",
+                "is not allowed with route: a routed mapping's tables are route.tables, "
+                "route.table_template and route.default_table (for records no value routes)",
+            )
+        elif self.route is None and not self.table:
+            problems.add("table", "is required (an Iceberg identifier 'namespace.table'), or give a route")
+        if self.dead_letter_table and self.dead_letter_table == self.table:
             problems.add("dead_letter_table", f"must differ from the table {self.table!r}")
+        elif self.dead_letter_table in self.data_tables:
+            problems.add(
+                "dead_letter_table", f"{self.dead_letter_table!r} is also a table this mapping writes rows to"
+            )
         column_types = self.known_column_types()
         seen: set[PartitionField] = set()
         for index, field in enumerate(self.partition_by):
@@ -353,14 +424,22 @@ class MappingConfig(_Section):
 
     @model_validator(mode="after")
     def _infer_reads_plain_values(self) -> MappingConfig:
-        if self.schema_.source == "infer" and self.lfs.mode != "off":
-            problems = _Problems()
+        if self.schema_.source != "infer":
+            return self
+        problems = _Problems()
+        if self.lfs.mode != "off":
             problems.add(
                 "lfs.mode",
                 f"must be off when schema.source is 'infer' (got {self.lfs.mode!r}): columns are inferred "
                 "from the record values as they are in the segments, not from LFS blobs",
             )
-            problems.raise_if_any()
+        if self.route is not None:
+            problems.add(
+                "route",
+                "is not offered with schema.source: infer yet (columns are inferred for one fixed "
+                "table); give the mapping a table, or list its columns (schema.source: mapping)",
+            )
+        problems.raise_if_any()
         return self
 
     @model_validator(mode="after")
@@ -381,8 +460,33 @@ class MappingConfig(_Section):
 
     @property
     def identifier(self) -> tuple[str, ...]:
-        """The table's identifier: `prod.orders` -> `("prod", "orders")`."""
-        return _split_identifier(self.table)
+        """The table's identifier: `prod.orders` -> `("prod", "orders")` (a routed mapping: its anchor's)."""
+        return _split_identifier(self.table or self.anchor_table)
+
+    @property
+    def data_tables(self) -> tuple[str, ...]:
+        """The tables this mapping writes rows to that the config names (a template's are found later)."""
+        if self.route is None:
+            return (self.table,) if self.table else ()
+        named = list(self.route.tables.values())
+        if self.route.default_table:
+            named.append(self.route.default_table)
+        return tuple(dict.fromkeys(named))
+
+    @property
+    def anchor_table(self) -> str:
+        """The table whose marker holds the topic's offsets when this mapping is its first: the table,
+        else the route's default table, else the dead-letter table."""
+        if self.table:
+            return self.table
+        if self.route is not None and self.route.default_table:
+            return self.route.default_table
+        return self.dead_letter_table
+
+    @property
+    def static_tables(self) -> tuple[str, ...]:
+        """Every table the config names for this mapping: its data tables, then its dead letters."""
+        return (*self.data_tables, self.dead_letter_table)
 
     @property
     def namespace(self) -> tuple[str, ...]:

@@ -22,6 +22,7 @@ from kafscale_iceberg.config.sections import (
     S3Config,
     SchemaConfig,
 )
+from kafscale_iceberg.domain.routing import check_template, templates_overlap
 from kafscale_iceberg.domain.runs import CorruptSegmentPolicy
 
 
@@ -115,35 +116,69 @@ class KafscaleConfig(_Section):
             problems.add(
                 "s3.region", f"is required when lfs is enabled (mappings for {', '.join(lfs_topics)})"
             )
-        tables = {mapping.table for mapping in self.mappings}
+        writers: dict[str, str] = {}
+        templates: dict[str, str] = {}
         first_index: dict[str, int] = {}
         for index, mapping in enumerate(self.mappings):
             key = f"mappings[{index}]"
-            if mapping.topic in first_index:
+            first = first_index.setdefault(mapping.topic, index)
+            if first != index:
+                first_mapping = self.mappings[first]
+                if mapping.lfs != first_mapping.lfs:
+                    problems.add(
+                        f"{key}.lfs",
+                        f"differs from mappings[{first}].lfs: the mappings of topic {mapping.topic!r} share "
+                        "one LFS resolution; give them the same lfs settings",
+                    )
+                if mapping.corrupt_segment_policy != first_mapping.corrupt_segment_policy:
+                    problems.add(
+                        f"{key}.corrupt_segment_policy",
+                        f"differs from mappings[{first}]: a run reads a topic's segments once for all of "
+                        "its mappings; give them the same policy",
+                    )
+            if mapping.schema_.source == "infer" and len(self.mappings_for(mapping.topic)) > 1:
                 problems.add(
-                    f"{key}.topic",
-                    f"{mapping.topic!r} is already mapped by mappings[{first_index[mapping.topic]}]; "
-                    "a topic maps to one table",
+                    f"{key}.schema.source",
+                    f"'infer' is offered for a topic's only mapping (topic {mapping.topic!r} has "
+                    f"{len(self.mappings_for(mapping.topic))}); list this mapping's columns "
+                    "(schema.source: mapping), or give the topic one mapping",
                 )
-            first_index.setdefault(mapping.topic, index)
             if mapping.schema_.source == "registry" and not self.schema_.registry.base_url:
                 problems.add(f"{key}.schema.source", "'registry' needs schema.registry.base_url")
-            if mapping.dead_letter_table in tables:
-                problems.add(
-                    f"{key}.dead_letter_table",
-                    f"{mapping.dead_letter_table!r} is the table of another mapping",
-                )
-            if self.iceberg.catalog.type == "glue":
-                for field, identifier in (
-                    ("table", mapping.identifier),
-                    ("dead_letter_table", mapping.dead_letter_identifier),
-                ):
-                    if len(identifier) != 2:
+            for field, identifier in _named_tables(mapping):
+                owner = writers.setdefault(identifier, f"{key}.{field}")
+                if owner != f"{key}.{field}":
+                    problems.add(
+                        f"{key}.{field}",
+                        f"{identifier!r} is already written by {owner} (the table of another mapping): "
+                        "a table is written by one mapping, and a dead-letter table is not a data table",
+                    )
+                if self.iceberg.catalog.type == "glue" and len(identifier.split(".")) != 2:
+                    problems.add(
+                        f"{key}.{field}",
+                        f"{identifier!r} has a nested namespace; Glue has one level (database.table)",
+                    )
+            template = mapping.route.table_template if mapping.route is not None else ""
+            if template and check_template(template) is None:
+                for other, owner in templates.items():
+                    if templates_overlap(template, other):
                         problems.add(
-                            f"{key}.{field}",
-                            f"{'.'.join(identifier)!r} has a nested namespace; Glue has one level "
-                            "(database.table)",
+                            f"{key}.route.table_template",
+                            f"{template!r} can name the same tables as {other!r} of {owner}: a table is "
+                            "written by one mapping; give the templates distinct prefixes or suffixes",
                         )
+                templates[template] = f"{key}.route.table_template"
+            if (
+                self.iceberg.catalog.type == "glue"
+                and mapping.route is not None
+                and mapping.route.table_template
+                and len(mapping.route.table_template.split(".")) != 2
+            ):
+                problems.add(
+                    f"{key}.route.table_template",
+                    f"{mapping.route.table_template!r} has a nested namespace; Glue has one level "
+                    "(database.table)",
+                )
         problems.raise_if_any()
         return self
 
@@ -163,8 +198,29 @@ class KafscaleConfig(_Section):
         return frozenset(mapping.topic for mapping in self.mappings)
 
     def mapping_for(self, topic: str) -> MappingConfig | None:
-        """The mapping of `topic`, or None when the topic is not mapped (not an error: it is skipped)."""
+        """The first mapping of `topic` (whose anchor table holds the topic's offsets), or None when the
+        topic is not mapped (not an error: it is skipped)."""
         return next((mapping for mapping in self.mappings if mapping.topic == topic), None)
+
+    def mappings_for(self, topic: str) -> tuple[MappingConfig, ...]:
+        """Every mapping of `topic`, in config order (empty when it is not mapped)."""
+        return tuple(mapping for mapping in self.mappings if mapping.topic == topic)
+
+    def anchor_table(self, topic: str) -> str | None:
+        """The table holding `topic`'s offsets (its first mapping's `anchor_table`), None when unmapped."""
+        mapping = self.mapping_for(topic)
+        return None if mapping is None else mapping.anchor_table
+
+    def topic_tables(self, topic: str) -> tuple[str, ...]:
+        """Every table the config names for `topic` (tables a route's template names are not listed)."""
+        return tuple(
+            dict.fromkeys(table for mapping in self.mappings_for(topic) for table in mapping.static_tables)
+        )
+
+    @property
+    def named_tables(self) -> frozenset[str]:
+        """Every table any mapping names (what a route's template may not name)."""
+        return frozenset(table for mapping in self.mappings for table in mapping.static_tables)
 
     def corrupt_segment_policy_for(self, mapping: MappingConfig) -> CorruptSegmentPolicy:
         """The mapping's corrupt-segment policy, else `runs.corrupt_segment_policy`."""
@@ -173,6 +229,27 @@ class KafscaleConfig(_Section):
     def target_file_size_for(self, mapping: MappingConfig) -> int:
         """The mapping's target data-file size in bytes, else `runs.target_file_size_bytes`."""
         return int(mapping.target_file_size_bytes or self.runs.target_file_size_bytes)
+
+
+def _named_tables(mapping: MappingConfig) -> list[tuple[str, str]]:
+    """`(key, identifier)` of every table a mapping names, the key relative to the mapping."""
+    named: list[tuple[str, str]] = []
+    if mapping.table:
+        named.append(("table", mapping.table))
+    if mapping.route is not None:
+        named += [(f"route.tables.{value}", table) for value, table in mapping.route.tables.items()]
+        if mapping.route.default_table and mapping.route.default_table not in mapping.route.tables.values():
+            named.append(("route.default_table", mapping.route.default_table))
+    if mapping.dead_letter_table:
+        named.append(("dead_letter_table", mapping.dead_letter_table))
+    # A table two values of one route share is one table of one mapping.
+    seen: set[str] = set()
+    unique = []
+    for key, table in named:
+        if table not in seen:
+            seen.add(table)
+            unique.append((key, table))
+    return unique
 
 
 def _with_registry_source(mapping: object) -> object:

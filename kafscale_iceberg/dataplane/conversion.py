@@ -58,6 +58,10 @@ class ErrorKind(StrEnum):
     LFS_TOO_LARGE = "lfs_too_large"
     CONVERSION_FAILURE = "conversion_failure"
     """Strict mode only: an optional column's value did not convert (counted, not invalid, otherwise)."""
+    UNROUTED = "unrouted"
+    """A routed mapping: the route field is missing or null, or no value matched, and no default table."""
+    ROUTE_INVALID = "route_invalid"
+    """A routed mapping: the route field is not a string, or its value is not a valid table name."""
 
 
 # Records the LFS stage could not use: dead-lettered in every schema mode, never a strict-mode failure.
@@ -89,6 +93,9 @@ class ConvertedRecords:
     dead_letters: pa.Table
     first_invalid: InvalidRecord | None
     conversion_failures: Mapping[str, int] = field(default_factory=dict)
+    failed_rows: Mapping[str, np.ndarray] = field(default_factory=dict)
+    """Per column counted in `conversion_failures`: the positions in `rows` of those records (to
+    count them per table when a route splits the rows)."""
 
 
 class RecordConverter:
@@ -121,6 +128,7 @@ class RecordConverter:
             ColumnScanner(self.columns) if self.columns and self._validator is None and scannable else None
         )
         self._parse = bool(self.columns) and self._scanner is None
+        self._failure_rows: dict[str, np.ndarray] = {}
 
     def convert(
         self,
@@ -150,6 +158,7 @@ class RecordConverter:
             "value": _column(records, "value"),
             "headers": go_headers_json(_column(records, "headers")),
         }
+        self._failure_rows = {}
         problems: dict[int, tuple[ErrorKind, str]] = {
             row: (ErrorKind(kind), message) for row, (kind, message) in (rejected or {}).items()
         }
@@ -169,7 +178,9 @@ class RecordConverter:
         ]
         rows = pa.Table.from_arrays([*base.values(), *mapped], schema=self.schema)
         if not problems:
-            return ConvertedRecords(rows, DEAD_LETTER_SCHEMA.empty_table(), None, failures)
+            return ConvertedRecords(
+                rows, DEAD_LETTER_SCHEMA.empty_table(), None, failures, self._failed_rows(None)
+            )
         invalid = np.zeros(count, bool)
         invalid_indices = np.fromiter(sorted(problems), np.int64, len(problems))
         invalid[invalid_indices] = True
@@ -177,8 +188,9 @@ class RecordConverter:
         checked = np.asarray(
             [i for i in invalid_indices.tolist() if problems[i][0] not in _LFS_KINDS], np.int64
         )
+        failed_rows = self._failed_rows(invalid)
         if not len(checked):
-            return ConvertedRecords(rows.filter(pa.array(~invalid)), dead, None, failures)
+            return ConvertedRecords(rows.filter(pa.array(~invalid)), dead, None, failures, failed_rows)
         first = int(checked[np.argmin(offsets.to_numpy()[checked])])
         kind, error = problems[first]
         first_invalid = InvalidRecord(
@@ -188,7 +200,15 @@ class RecordConverter:
             error=error,
             column=culprits.get(first),
         )
-        return ConvertedRecords(rows.filter(pa.array(~invalid)), dead, first_invalid, failures)
+        return ConvertedRecords(rows.filter(pa.array(~invalid)), dead, first_invalid, failures, failed_rows)
+
+    def _failed_rows(self, invalid: np.ndarray | None) -> dict[str, np.ndarray]:
+        """`_failure_rows` (batch positions) as positions among the kept rows."""
+        found, self._failure_rows = self._failure_rows, {}
+        if invalid is None:
+            return found
+        kept_position = np.cumsum(~invalid) - 1
+        return {name: kept_position[rows[~invalid[rows]]] for name, rows in found.items()}
 
     def _mapped_columns(
         self,
@@ -251,6 +271,7 @@ class RecordConverter:
             if not rows.size:
                 continue
             failures[column.name] = int(rows.size)
+            self._failure_rows[column.name] = rows
             if self._strict:
                 for index in rows.tolist():
                     if index not in problems:
@@ -291,6 +312,24 @@ class RecordConverter:
             pa.nulls(count, pa.int64()),
         ]
         return pa.Table.from_arrays(arrays, schema=DEAD_LETTER_SCHEMA)
+
+
+def dead_letter_rows(
+    rows: pa.Table, indices: np.ndarray, kinds: list[str], errors: list[str], *, run_id: str, segment_key: str
+) -> pa.Table:
+    """Dead-letter rows for the `indices` of converted `rows` (their base fields), with their reasons."""
+    take = pa.array(indices, pa.int64())
+    count = len(indices)
+    names = DEAD_LETTER_SCHEMA.names[:8]
+    arrays = [rows.column(name).take(take) for name in names]
+    arrays += [
+        pa.array(kinds, pa.string()),
+        pa.array(errors, pa.string()),
+        repeat_string(run_id, count),
+        repeat_string(segment_key, count),
+        pa.nulls(count, pa.int64()),
+    ]
+    return pa.Table.from_arrays(arrays, schema=DEAD_LETTER_SCHEMA)
 
 
 def corrupt_segment_row(

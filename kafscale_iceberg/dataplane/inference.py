@@ -126,9 +126,9 @@ def with_inferred_columns(plan: RunPlan, observations: Mapping[str, TableObserva
     gets the ids its creation from these columns assigns. Unchanged for a plan that does not infer.
     """
     conversion = plan.conversion
-    if not conversion.infer_columns:
-        return plan
     target = plan.table
+    if not conversion.infer_columns or target is None:  # config: infer has one fixed table
+        return plan
     reserved = {*BASE_FIELD_NAMES, *(c.name for c in LFS_METADATA_COLUMNS if conversion.lfs.store_metadata)}
     columns = resolve_columns(
         conversion.columns,

@@ -27,6 +27,7 @@ from kafscale_iceberg.domain.runs import (
     RunResult,
     RunStatus,
     RunTimings,
+    TableOutput,
 )
 
 
@@ -110,6 +111,8 @@ class TaskReport(_Model):
     segments: tuple[SegmentOutcome, ...] = ()
     data_files: tuple[DataFile, ...] = ()
     dead_letter_files: tuple[DataFile, ...] = ()
+    tables: tuple[TableOutput, ...] = ()
+    """A plan of several tables (`RunPlan.multi_table`): every table's files, in place of the two above."""
     failure: RunFailure | None = None
     failure_at: tuple[int, int] | None = Field(
         default=None, description="(partition, offset) of the failure, to pick the first one"
@@ -180,6 +183,28 @@ def build_run_result(plan: RunPlan, reports: Sequence[TaskReport], timings: RunT
         partitions=partitions,
         counts=counts,
         timings=timings,
+        tables=merge_table_outputs(t for r in reports for t in r.tables),
+    )
+
+
+def merge_table_outputs(outputs: Iterable[TableOutput]) -> tuple[TableOutput, ...]:
+    """The tasks' outputs per table summed into one per table (files sorted by URI), by identifier."""
+    merged: dict[str, TableOutput] = {}
+    for output in outputs:
+        known = merged.get(output.identifier)
+        if known is None:
+            merged[output.identifier] = output
+            continue
+        merged[output.identifier] = known.model_copy(
+            update={
+                "files": (*known.files, *output.files),
+                "records": known.records + output.records,
+                "conversion_failures": sum_counts((known.conversion_failures, output.conversion_failures)),
+            }
+        )
+    return tuple(
+        t.model_copy(update={"files": tuple(sorted(t.files, key=lambda f: f.uri))})
+        for _, t in sorted(merged.items())
     )
 
 

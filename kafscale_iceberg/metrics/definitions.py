@@ -224,6 +224,14 @@ CONVERSION_FAILURES = MetricDef(
     "(stored null; the value column keeps the bytes).",
     "Count",
 )
+TABLE_RECORDS = MetricDef(
+    "table_records_total",
+    MetricKind.COUNTER,
+    ("topic", "table", "role"),
+    "Rows of committed runs per table (`role` data or dead_letter), for a topic routed to several "
+    "tables or feeding several mappings: where each record went.",
+    "Count",
+)
 
 
 RECONCILER_SIGNALS = MetricDef(
@@ -308,6 +316,7 @@ ALL_METRICS: tuple[MetricDef, ...] = (
     NOTIFICATIONS_DEFERRED,
     OFFSET_GAPS,
     CONVERSION_FAILURES,
+    TABLE_RECORDS,
     RECONCILER_SIGNALS,
     RECONCILER_RELEASED_LEASES,
     REPLAY_SEGMENTS_ENQUEUED,

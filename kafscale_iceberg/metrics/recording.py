@@ -11,6 +11,7 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from kafscale_iceberg.domain.runs import table_outputs
 from kafscale_iceberg.exceptions import KafscaleIcebergError, SegmentIncompleteError
 from kafscale_iceberg.metrics.definitions import (
     BATCHES,
@@ -39,6 +40,7 @@ from kafscale_iceberg.metrics.definitions import (
     REPLAY_SEGMENTS_ENQUEUED,
     RUN_DURATION,
     RUNS,
+    TABLE_RECORDS,
     WATERMARK_OFFSET,
     WATERMARK_TIMESTAMP,
     WORK_ITEMS,
@@ -105,6 +107,12 @@ def record_commit(
             sample(CONVERSION_FAILURES, count, topic=topic, column=column)
             for column, count in result.counts.conversion_failures.items()
         ]
+        if plan.multi_table:  # one table and its dead letters: records_total says it all
+            samples += [
+                sample(TABLE_RECORDS, out.records, topic=topic, table=out.identifier, role=out.role.value)
+                for out in table_outputs(plan, result)
+                if out.records
+            ]
         job_ms = max(0, result.timings.ended_at_ms - result.timings.started_at_ms)
         samples.append(sample(WRITE_LATENCY, job_ms + max(0.0, ended_at - started_at) * 1000, topic=topic))
         run_s = max(0.0, ended_at - plan.created_at_ms / 1000)

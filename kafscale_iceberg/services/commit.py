@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
@@ -46,6 +46,7 @@ from kafscale_iceberg.domain.commits import (
 from kafscale_iceberg.domain.field_ids import TableFieldIds, TopicFieldIds
 from kafscale_iceberg.domain.leases import LeaseGrant
 from kafscale_iceberg.domain.offsets import CommittedOffsets, OffsetUpdate
+from kafscale_iceberg.domain.routing import matches_template
 from kafscale_iceberg.domain.runs import (
     NO_OFFSET,
     ColumnSpec,
@@ -53,8 +54,11 @@ from kafscale_iceberg.domain.runs import (
     RunPlan,
     RunResult,
     RunStatus,
+    TableOutput,
+    TableRole,
     TableTarget,
     plan_as_written,
+    table_outputs,
 )
 from kafscale_iceberg.domain.schema import DEAD_LETTER_FIELDS, table_fields
 from kafscale_iceberg.exceptions import (
@@ -69,7 +73,6 @@ from kafscale_iceberg.services.verified_commit import (
     DEFAULT_COMMIT_ATTEMPTS,
     TableWrite,
     TableWriter,
-    Written,
     commit_verified,
     read_state_if_exists,
     read_state_or_empty,
@@ -90,14 +93,22 @@ class TablePolicy:
 
     create_table_if_missing: bool = False
     allow_type_widening: bool = False
+    more: tuple[TablePolicy, ...] = ()
+    """The policies of the topic's later mappings, in config order."""
 
     @classmethod
-    def from_mapping(cls, mapping: MappingConfig) -> TablePolicy:
-        """The policy a config mapping sets (`create_table_if_missing`, `schema.allow_type_widening`)."""
+    def from_mapping(cls, mapping: MappingConfig, *more: MappingConfig) -> TablePolicy:
+        """The policy a config mapping sets (`create_table_if_missing`, `schema.allow_type_widening`);
+        `more`: the topic's later mappings."""
         return cls(
             create_table_if_missing=mapping.create_table_if_missing,
             allow_type_widening=mapping.schema_.allow_type_widening,
+            more=tuple(cls.from_mapping(m) for m in more),
         )
+
+    def for_mapping(self, index: int) -> TablePolicy:
+        """The policy of the topic's mapping `index` (a mapping the config no longer has: the first's)."""
+        return self.more[index - 1] if 0 < index <= len(self.more) else self
 
 
 @dataclass(frozen=True)
@@ -206,15 +217,26 @@ class DeadLetterTableWrite(RunFilesWrite):
     they move only when a run has dead letters, so nothing is adopted."""
 
     action: ClassVar[str] = "dead-letter commit"
+    kind: ClassVar[str] = "dead-letter table"
 
     def verify(self, state: TableState) -> Standing:
         """COMMITTED or READY; `DeadLetterAheadError` when it holds part of the run from another run."""
         verdict = stand_dead_letters(dict(self.baseline(state)), self.starts, self.ends)
         if verdict.standing is Standing.MISMATCH:
             raise DeadLetterAheadError(
-                self.table, self.topic, self.run_id, state.marker.run_id, verdict.partitions
+                self.table, self.topic, self.run_id, state.marker.run_id, verdict.partitions, self.kind
             )
         return verdict.standing
+
+
+@dataclass(frozen=True)
+class LaggingTableWrite(DeadLetterTableWrite):
+    """The run's rows to a data table that is not the topic's anchor (a routed table, another mapping's
+    table): committed before the anchor, only when the run has rows for it, so its offsets lag like
+    a dead-letter table's (same verification)."""
+
+    action: ClassVar[str] = "table commit (before the anchor)"
+    kind: ClassVar[str] = "table (committed before the topic's anchor)"
 
 
 class CommitService(TableWriter):
@@ -303,7 +325,7 @@ class CommitService(TableWriter):
         run. Best effort: a failure is logged (the refusal stands and the next refusal repairs).
         """
         try:
-            reconciliation = self.reconciled_offsets(plan.topic, plan.table.identifier, lease=lease)
+            reconciliation = self.reconciled_offsets(plan.topic, plan.anchor.identifier, lease=lease)
         except KafscaleIcebergError as exc:
             logger.warning(
                 "could not repair the checkpoint store after a refused plan",
@@ -327,32 +349,39 @@ class CommitService(TableWriter):
         starts = plan.start_offsets()
         quarantined = quarantined_ranges(result)
         store = offsets_of(self._checkpoints.load_committed_offsets(topic))
+        outputs = table_outputs(plan, result)
+        anchor = outputs[-1]
         data = DataTableWrite.for_run(
             plan,
-            plan.table,
-            result.data_files,
+            plan_target(plan, anchor),
+            anchor.files,
             quarantined,
-            conversion_failures=result.counts.conversion_failures,
+            conversion_failures=anchor.conversion_failures,
             anomalies=offset_anomalies(result),
             adopted=store,
-            columns=plan.conversion.table_columns if plan.conversion.infer_columns else None,
+            columns=inferred_columns(plan, anchor),
         )
-        main = read_state_or_empty(self._tables, plan.table.identifier, topic)
+        main = read_state_or_empty(self._tables, data.table, topic)
         standing = data.verify(main)
 
         table_committed = dead_letter_committed = False
         states: dict[str, TableState] = {}
         if standing is Standing.READY:
-            dead_letters = None
-            if result.dead_letter_files or quarantined:
-                dead_letters = self._check_dead_letters(plan, quarantined, result)  # before any write
-            self._tables.ensure_table(table_spec(plan, policy), current=main)
+            lagging = self._check_lagging(plan, outputs[:-1], quarantined)  # before any write
+            # Every table is created or evolved before any commit: a table that may not be created
+            # (`create_table_if_missing: false`) stops the run before anything of it is written.
+            self._tables.ensure_table(output_spec(plan, anchor, policy), current=main)
+            for _write, state, output in lagging:
+                self._tables.ensure_table(output_spec(plan, output, policy), current=state)
+            # Tables before the anchor, in the plan's fixed order; each verified COMMITTED is skipped.
             # Quarantined ranges go to the dead-letter table's marker even without files, so both
             # tables list them (an offset reset to before a range drops it from both).
-            if dead_letters is not None:
-                dead_letter = self._commit_dead_letters(*dead_letters)
-                states[dead_letter.state.table] = dead_letter.state
-                dead_letter_committed = dead_letter.committed
+            for write, state, output in lagging:
+                done = commit_verified(self._tables, write, self._retry, known=state)
+                states[done.state.table] = done.state
+                dead_letter_committed = dead_letter_committed or (
+                    done.committed and output.role is TableRole.DEAD_LETTER
+                )
             written = commit_verified(self._tables, data, self._retry, known=main)
             main, table_committed = written.state, written.committed
         else:
@@ -366,7 +395,8 @@ class CommitService(TableWriter):
             extra={
                 "run_id": run_id,
                 "topic": topic,
-                "table": plan.table.identifier,
+                "table": data.table,
+                "tables": len(outputs),
                 "table_committed": table_committed,
                 "dead_letter_committed": dead_letter_committed,
                 "snapshot_id": main.snapshot_id,
@@ -387,22 +417,29 @@ class CommitService(TableWriter):
             states={**states, main.table: main},
         )
 
-    def _check_dead_letters(
-        self, plan: RunPlan, quarantined: tuple[QuarantinedRange, ...], result: RunResult
-    ) -> tuple[DeadLetterTableWrite, TableState | None]:
-        """The dead-letter write, verified against the dead-letter table as it is (if it exists)."""
-        write = DeadLetterTableWrite.for_run(
-            plan, plan.dead_letter_table, result.dead_letter_files, quarantined
-        )
-        state = read_state_if_exists(self._tables, write.table, plan.topic)
-        if state is not None:
-            write.verify(state)
-        return write, state
-
-    def _commit_dead_letters(self, write: DeadLetterTableWrite, state: TableState | None) -> Written:
-        spec = TableSpec(identifier=write.table, fields=DEAD_LETTER_FIELDS, create_if_missing=True)
-        self._tables.ensure_table(spec, current=state)
-        return commit_verified(self._tables, write, self._retry, known=state)
+    def _check_lagging(
+        self, plan: RunPlan, outputs: Sequence[TableOutput], quarantined: tuple[QuarantinedRange, ...]
+    ) -> list[tuple[DeadLetterTableWrite, TableState | None, TableOutput]]:
+        """The writes of the tables committed before the anchor (those the run has files for, and the
+        dead-letter table when it quarantined), each verified against its table as it is."""
+        writes = []
+        for output in outputs:
+            ranges = quarantined if output.identifier == plan.dead_letter_table.identifier else ()
+            if not output.files and not ranges:
+                continue
+            kind = DeadLetterTableWrite if output.role is TableRole.DEAD_LETTER else LaggingTableWrite
+            write = kind.for_run(
+                plan,
+                plan_target(plan, output),
+                output.files,
+                ranges,
+                conversion_failures=output.conversion_failures,
+            )
+            state = read_state_if_exists(self._tables, write.table, plan.topic)
+            if state is not None:
+                write.verify(state)
+            writes.append((write, state, output))
+        return writes
 
     def _advance_store(
         self, lease: LeaseGrant, result: RunResult, targets: Mapping[int, int], ends: Mapping[int, int]
@@ -512,10 +549,21 @@ def check_committable(plan: RunPlan, result: RunResult, lease: LeaseGrant) -> No
     unplanned = sorted({o.partition for o in result.partitions} - planned)
     if unplanned:
         raise RunNotCommittableError(plan.run_id, f"the result reports partitions {unplanned} the plan lacks")
-    for target, files in (
-        (plan.table, result.data_files),
-        (plan.dead_letter_table, result.dead_letter_files),
-    ):
+    if not plan.multi_table and result.tables:
+        raise RunNotCommittableError(plan.run_id, "the result lists tables a plan of one table has not")
+    if plan.multi_table and (result.data_files or result.dead_letter_files):
+        raise RunNotCommittableError(
+            plan.run_id, "a plan of several tables lists its files per table (`tables`), not in data_files"
+        )
+    names = {t.identifier for m in plan.mappings for t, _ in m.static_targets()}
+    for output in result.tables:
+        if output.identifier not in names and not _templated(plan, output):
+            raise RunNotCommittableError(
+                plan.run_id,
+                f"the result lists table {output.identifier!r}, which no mapping of the plan names",
+            )
+    for output in table_outputs(plan, result):
+        target, files = plan_target(plan, output), output.files
         prefix = target.data_uri.rstrip("/") + "/"
         foreign = [f.uri for f in files if not f.uri.startswith(prefix)]
         if foreign:
@@ -545,22 +593,71 @@ def merge_ranges(
     return tuple(sorted((*existing, *(r for r in new if r.span not in spans))))
 
 
-def table_spec(plan: RunPlan, policy: TablePolicy) -> TableSpec:
-    """The mapping's table as the run writes it, and what `policy` allows to change on it.
+def _templated(plan: RunPlan, output: TableOutput) -> bool:
+    """Whether `output` is a table its mapping's route template names (a valid value's table)."""
+    if output.role is not TableRole.DATA or output.mapping >= len(plan.mappings):
+        return False
+    route = plan.mappings[output.mapping].route
+    return (
+        route is not None
+        and route.table_template is not None
+        and matches_template(route.table_template, output.identifier)
+        and output.identifier not in route.reserved
+    )
 
-    An inferred table (`plan.conversion.infer_columns`; give the plan as written, `plan_as_written`)
-    is created from the columns the run's files were written with and never evolved here: the
-    commit of its files adds the new columns in the same Iceberg commit.
-    """
-    conversion = plan.conversion
-    infer = conversion.infer_columns
+
+def plan_target(plan: RunPlan, output: TableOutput) -> TableTarget:
+    """The plan's target of a table of the run (a template's table: its target from the route)."""
+    for mapping in plan.mappings:
+        for target, _role in mapping.static_targets():
+            if target.identifier == output.identifier:
+                return target
+    route = plan.mappings[output.mapping].route if output.mapping < len(plan.mappings) else None
+    if route is None or route.table_template is None:
+        raise RunNotCommittableError(plan.run_id, f"table {output.identifier!r} is not a table of the plan")
+    return route.template_target(output.identifier)
+
+
+def inferred_columns(plan: RunPlan, output: TableOutput) -> tuple[ColumnSpec, ...] | None:
+    """The columns an inferred table's files were written with (the commit adds those it lacks);
+    None for every other table (its schema is not touched by the commit)."""
+    mapping = plan.mappings[output.mapping]
+    inferred = output.role is TableRole.DATA and mapping.conversion.infer_columns
+    if inferred and mapping.table is not None and output.identifier == mapping.table.identifier:
+        return mapping.conversion.table_columns
+    return None
+
+
+def output_spec(plan: RunPlan, output: TableOutput, policy: TablePolicy) -> TableSpec:
+    """How a table of the run is created or evolved: a dead-letter table (always created when
+    missing), or a mapping's table under its mapping's policy (a template's tables are created as
+    values appear). An inferred table (give the plan as written, `plan_as_written`) is created from
+    the columns its files were written with and never evolved here: the commit of its files adds
+    the new columns, in the same Iceberg commit."""
+    if output.role is TableRole.DEAD_LETTER:
+        return TableSpec(identifier=output.identifier, fields=DEAD_LETTER_FIELDS, create_if_missing=True)
+    mapping = plan.mappings[output.mapping]
+    chosen = policy.for_mapping(output.mapping)
+    static = {t.identifier for t, _ in mapping.static_targets()}
+    return TableSpec(
+        identifier=output.identifier,
+        fields=table_fields(mapping.conversion.table_columns),
+        partition_by=mapping.conversion.partition_by,
+        create_if_missing=chosen.create_table_if_missing or output.identifier not in static,
+        allow_type_widening=chosen.allow_type_widening,
+        evolve=not mapping.conversion.infer_columns,
+    )
+
+
+def table_spec(plan: RunPlan, policy: TablePolicy) -> TableSpec:
+    """The mapping's table as the run writes it, and what `policy` allows to change on it."""
+    assert plan.table is not None
     return TableSpec(
         identifier=plan.table.identifier,
-        fields=table_fields(conversion.table_columns),
-        partition_by=conversion.partition_by,
+        fields=table_fields(plan.conversion.table_columns),
+        partition_by=plan.conversion.partition_by,
         create_if_missing=policy.create_table_if_missing,
         allow_type_widening=policy.allow_type_widening,
-        evolve=not infer,
     )
 
 

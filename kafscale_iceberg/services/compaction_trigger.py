@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 
 from kafscale_iceberg.config import KafscaleConfig
 from kafscale_iceberg.domain.commits import TableState
+from kafscale_iceberg.domain.routing import matches_template
 
 logger = logging.getLogger(__name__)
 
@@ -29,15 +30,23 @@ class SmallFileTrigger:
         self._config = config
 
     def due(self, topic: str, states: Mapping[str, TableState]) -> bool:
-        """True when `topic`'s table, as `states` (a commit's `CommitOutcome.states`) hold it, has
-        more than `maintenance.trigger_small_files` files added since maintenance last passed. False
-        when the trigger is off, the topic unmapped or its table not in `states`."""
+        """True when one of `topic`'s data tables, as `states` (a commit's `CommitOutcome.states`)
+        hold it, has more than `maintenance.trigger_small_files` files added since maintenance last
+        passed: its mappings' tables, and a route template's tables the commit wrote. False when the
+        trigger is off, the topic unmapped or none of its data tables in `states`."""
         threshold = self._config.maintenance.trigger_small_files
-        mapping = self._config.mapping_for(topic)
-        if threshold <= 0 or mapping is None or not self._config.maintenance.enabled:
+        mappings = self._config.mappings_for(topic)
+        if threshold <= 0 or not mappings or not self._config.maintenance.enabled:
             return False
-        state = states.get(".".join(mapping.identifier))
-        return state is not None and state.data_files - state.files_baseline > threshold
+        named = {t for m in mappings for t in m.data_tables}
+        templates = [
+            m.route.table_template for m in mappings if m.route is not None and m.route.table_template
+        ]
+        return any(
+            state.data_files - state.files_baseline > threshold
+            for table, state in states.items()
+            if table in named or any(matches_template(template, table) for template in templates)
+        )
 
 
 class MaintenanceTrigger:

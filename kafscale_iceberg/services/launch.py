@@ -46,17 +46,20 @@ from kafscale_iceberg.domain.planning import (
     select_segments,
 )
 from kafscale_iceberg.domain.registry import columns_from_json_schema
+from kafscale_iceberg.domain.routing import PATH_PLACEHOLDER, matches_template
 from kafscale_iceberg.domain.runs import (
     ConversionSettings,
+    MappingPlan,
     PartitionPlan,
     PlannedSegment,
+    RoutePlan,
     RunPlan,
     SchemaMode,
     SegmentSource,
     TableTarget,
     make_run_id,
 )
-from kafscale_iceberg.domain.schema import DEAD_LETTER_FIELDS, table_fields
+from kafscale_iceberg.domain.schema import DEAD_LETTER_FIELDS, FieldSpec, table_fields
 from kafscale_iceberg.domain.tickets import (
     OUTCOME_NAME,
     PLAN_NAME,
@@ -458,35 +461,21 @@ class Launcher:
     def _plan(
         self, topic: str, mapping: MappingConfig, partitions: tuple[PartitionPlan, ...], run_id: str
     ) -> RunPlan:
+        """The run's plan: one `MappingPlan` per mapping of the topic (`mapping` is the first)."""
         config = self._config
-        columns = mapping.column_specs()
+        known = self._known_field_ids(topic)
         json_schema: dict[str, object] | None = None
-        if self._registry is not None and (
-            mapping.schema_.source == "registry" or config.schema_.mode != SchemaMode.OFF
+        if self._registry is not None and any(
+            m.schema_.source == "registry" or config.schema_.mode != SchemaMode.OFF
+            for m in config.mappings_for(topic)
         ):
             json_schema = self._registry.schema_for(topic)
-            if mapping.schema_.source == "registry":
-                columns = columns_from_json_schema(json_schema)
+        mappings = [
+            self._mapping_plan(each, run_id, known, json_schema)
+            for each in (mapping, *(m for m in config.mappings_for(topic) if m is not mapping))
+        ]
+        first = mappings[0]
         s3 = config.s3
-        dead_letter = ".".join(mapping.dead_letter_identifier)
-        known = self._known_field_ids(topic)
-        table_known = known.table(mapping.table)
-        infer = mapping.schema_.source == "infer"
-        if infer:
-            # The table's current columns as the commit step recorded them; the job adds new ones.
-            columns = table_known.columns or () if table_known is not None else ()
-        conversion = ConversionSettings(
-            columns=columns,
-            partition_by=mapping.partition_by,
-            schema_mode=SchemaMode(config.schema_.mode) if json_schema is not None else SchemaMode.OFF,
-            json_schema=json_schema,
-            corrupt_segment_policy=config.corrupt_segment_policy_for(mapping),
-            verify_crc=config.runs.verify_crc,
-            target_file_size_bytes=config.target_file_size_for(mapping),
-            lfs=mapping.lfs_settings(s3.bucket),
-            infer_columns=infer,
-            allow_type_widening=infer and mapping.schema_.allow_type_widening,
-        )
         return RunPlan(
             run_id=run_id,
             topic=topic,
@@ -498,20 +487,86 @@ class Launcher:
                 path_style=s3.path_style,
             ),
             partitions=partitions,
-            table=TableTarget(
-                identifier=mapping.table,
-                data_uri=self._data_uri(mapping.identifier, run_id),
-                # The table's columns include the `lfs_*` ones `store_metadata` adds.
-                field_ids=planned_field_ids(table_fields(conversion.table_columns), table_known),
-                last_column_id=table_known.last_column_id if infer and table_known is not None else None,
-            ),
-            dead_letter_table=TableTarget(
-                identifier=dead_letter,
-                data_uri=self._data_uri(mapping.dead_letter_identifier, run_id),
-                field_ids=planned_field_ids(DEAD_LETTER_FIELDS, known.table(dead_letter)),
-            ),
-            conversion=conversion,
+            table=first.table,
+            dead_letter_table=first.dead_letter_table,
+            conversion=first.conversion,
+            route=first.route,
+            more_mappings=tuple(mappings[1:]),
             result_uri=run_document_uri(config.runs.location, topic, run_id, RESULT_NAME),
+        )
+
+    def _mapping_plan(
+        self,
+        mapping: MappingConfig,
+        run_id: str,
+        known: TopicFieldIds,
+        json_schema: dict[str, object] | None,
+    ) -> MappingPlan:
+        config = self._config
+        columns = mapping.column_specs()
+        if json_schema is not None and mapping.schema_.source == "registry":
+            columns = columns_from_json_schema(json_schema)
+        infer = mapping.schema_.source == "infer"
+        table_known = known.table(mapping.table) if mapping.table else None
+        if infer:
+            # The table's current columns as the commit step recorded them; the job adds new ones.
+            columns = (table_known.columns or ()) if table_known is not None else ()
+        validating = json_schema is not None and (
+            mapping.schema_.source == "registry" or config.schema_.mode != SchemaMode.OFF
+        )
+        conversion = ConversionSettings(
+            columns=columns,
+            partition_by=mapping.partition_by,
+            schema_mode=SchemaMode(config.schema_.mode) if validating else SchemaMode.OFF,
+            json_schema=json_schema if validating else None,
+            corrupt_segment_policy=config.corrupt_segment_policy_for(mapping),
+            verify_crc=config.runs.verify_crc,
+            target_file_size_bytes=config.target_file_size_for(mapping),
+            lfs=mapping.lfs_settings(config.s3.bucket),
+            infer_columns=infer,
+            allow_type_widening=infer and mapping.schema_.allow_type_widening,
+        )
+        # The table's columns include the `lfs_*` ones `store_metadata` adds.
+        fields = table_fields(conversion.table_columns)
+
+        def target(identifier: str, fields: tuple[FieldSpec, ...] = fields) -> TableTarget:
+            return TableTarget(
+                identifier=identifier,
+                data_uri=self._data_uri(tuple(identifier.split(".")), run_id),
+                field_ids=planned_field_ids(fields, known.table(identifier)),
+            )
+
+        route = None
+        if mapping.route is not None:
+            template = mapping.route.table_template or None
+            route = RoutePlan(
+                field=mapping.route.field,
+                tables={value: target(table) for value, table in mapping.route.tables.items()},
+                default_table=target(mapping.route.default_table) if mapping.route.default_table else None,
+                table_template=template,
+                data_uri_template=None
+                if template is None
+                else join_uri(run_data_prefix(config, (PATH_PLACEHOLDER,)), run_id),
+                known_field_ids={}
+                if template is None
+                else {
+                    t.identifier: ids
+                    for t in known.tables
+                    if matches_template(template, t.identifier)
+                    and (ids := planned_field_ids(fields, t)) is not None
+                },
+                new_field_ids=None if template is None else planned_field_ids(fields, None),
+                reserved=tuple(sorted(config.named_tables - set(mapping.data_tables))),
+            )
+        table = target(mapping.table) if mapping.table else None
+        if table is not None and infer and table_known is not None:
+            # An inferred table's new columns take the ids after it (`dataplane/inference.py`).
+            table = table.model_copy(update={"last_column_id": table_known.last_column_id})
+        return MappingPlan(
+            table=table,
+            dead_letter_table=target(mapping.dead_letter_table, DEAD_LETTER_FIELDS),
+            conversion=conversion,
+            route=route,
         )
 
     def _known_field_ids(self, topic: str) -> TopicFieldIds:

@@ -37,6 +37,7 @@ from kafscale_iceberg.domain.maintenance import (
     OrphanFile,
     TableHealth,
 )
+from kafscale_iceberg.domain.routing import matches_template
 from kafscale_iceberg.domain.tickets import join_uri
 from kafscale_iceberg.exceptions import UnmappedTopicError
 from kafscale_iceberg.ports import CheckpointStore, FileLister, TableMaintainer
@@ -104,9 +105,12 @@ class MaintenanceService:
         *,
         clock: Callable[[], float] = time.time,
         spark: SparkCompaction | None = None,
+        tables_of: Callable[[str], tuple[str, ...]] | None = None,
     ) -> None:
         """With `spark`, compaction is a Spark job through the job runner (`services/compaction_jobs.py`);
-        without, it runs in this process (`maintenance.compaction_engine: inline`)."""
+        without, it runs in this process (`maintenance.compaction_engine: inline`). `tables_of(topic)`
+        finds the tables a route's template created (without it only the config's tables are kept)."""
+        self._tables_of = tables_of
         self._config = config
         self._tables = tables
         self._files = files
@@ -129,12 +133,21 @@ class MaintenanceService:
         mappings = self._mappings(topics)
         done: list[TableMaintenance] = []
         for mapping in mappings:
-            for identifier in (mapping.identifier, mapping.dead_letter_identifier):
-                table = ".".join(identifier)
+            for table in self._mapping_tables(mapping):
                 if not self._tables.exists(table):
                     continue
+                identifier = tuple(table.split("."))
                 done.append(self.maintain_table(mapping, identifier, dry_run=dry_run, force=force_compaction))
         return MaintenanceReport(dry_run=dry_run, tables=tuple(done))
+
+    def _mapping_tables(self, mapping: MappingConfig) -> tuple[str, ...]:
+        """Every table of a mapping: those it names (data tables, then dead letters), and those its
+        route's template created (found through `tables_of`)."""
+        template = mapping.route.table_template if mapping.route is not None else ""
+        if not template or self._tables_of is None:
+            return (*mapping.data_tables, mapping.dead_letter_table)
+        made = tuple(t for t in self._tables_of(mapping.topic) if matches_template(template, t))
+        return tuple(dict.fromkeys((*mapping.data_tables, *made, mapping.dead_letter_table)))
 
     def maintain_table(
         self, mapping: MappingConfig, identifier: tuple[str, ...], *, dry_run: bool, force: bool = False
@@ -233,14 +246,14 @@ class MaintenanceService:
         mappings = list(self._config.mappings)
         if not topics:
             return mappings
-        known = {m.topic: m for m in mappings}
+        known = {m.topic for m in mappings}
         unknown = [t for t in topics if t not in known]
         if unknown:
             raise UnmappedTopicError(
                 f"topic(s) {', '.join(unknown)} not mapped: maintain takes the topics of the config's "
                 f"mappings ({', '.join(sorted(known))})"
             )
-        return [known[t] for t in topics]
+        return [m for t in topics for m in mappings if m.topic == t]
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from kafscale_iceberg.domain.events import WorkItem
@@ -120,9 +120,19 @@ class ReplayPlan:
 
     request: ReplayRequest
     table: str
+    """The topic's anchor table (its first mapping's table, else its route's default table, else its
+    dead-letter table)."""
     dead_letter_table: str
     partitions: tuple[PartitionReplay, ...]
     deletions: tuple[TableDeletion, ...] = ()
+    more_tables: tuple[str, ...] = ()
+    """The topic's other tables (routed tables, other mappings' and their dead letters, the tables a
+    route's template created): a reset deletes their rows too, before the two above."""
+
+    @property
+    def tables(self) -> tuple[str, ...]:
+        """Every table a reset changes, in the order it does: `more_tables`, `table`, `dead_letter_table`."""
+        return tuple(dict.fromkeys((*self.more_tables, self.table, self.dead_letter_table)))
 
     @property
     def topic(self) -> str:
@@ -192,6 +202,7 @@ class ReplayOutcome:
             "topic": plan.topic,
             "table": plan.table,
             "dead_letter_table": plan.dead_letter_table,
+            "more_tables": list(plan.more_tables),
             "from_offset": plan.request.first_offset,
             "reset_offsets": self.reset_done,
             "partitions": [p.to_json() for p in plan.partitions],
@@ -221,7 +232,11 @@ class ReplayService:
         *,
         owner_id: str,
         make_nonce: Callable[[], str] = lambda: uuid.uuid4().hex,
+        tables_of: Callable[[str], tuple[str, ...]] | None = None,
     ) -> None:
+        """`tables_of(topic)`: every table of the topic, those a route's template created included
+        (default: the tables the config names)."""
+        self._tables_of = tables_of or config.topic_tables
         self._config = config
         self._segments = segments
         self._checkpoints = checkpoints
@@ -258,9 +273,7 @@ class ReplayService:
         try:
             plan = self._plan(request, nonce=nonce, lease=claim)
             if plan.reset_offsets:
-                self._resets.reset_offsets(
-                    request.topic, (plan.table, plan.dead_letter_table), plan.reset_offsets, claim
-                )
+                self._resets.reset_offsets(request.topic, plan.tables, plan.reset_offsets, claim)
         finally:
             self._checkpoints.release_lease(claim)
         if plan.reset_offsets:
@@ -285,7 +298,8 @@ class ReplayService:
                 f"topic {topic!r} has no mapping in {self._config.source} (mapped topics: {mapped}); "
                 "only mapped topics are ingested, so there is nothing to replay"
             )
-        committed = dict(self._commits.reconciled_offsets(topic, mapping.table, lease=lease).offsets)
+        anchor = mapping.anchor_table
+        committed = dict(self._commits.reconciled_offsets(topic, anchor, lease=lease).offsets)
         present = self._segments.list_partitions(topic)
         partitions = self._partitions(request, present, committed)
         first = request.first_offset
@@ -313,25 +327,21 @@ class ReplayService:
             )
         plan = ReplayPlan(
             request=request,
-            table=mapping.table,
+            table=anchor,
             dead_letter_table=mapping.dead_letter_table,
             partitions=tuple(replays),
         )
         if not plan.reset_offsets:
             return plan
-        self._resets.check_reset(topic, (plan.table, plan.dead_letter_table), plan.reset_offsets)
+        more = tuple(t for t in self._tables_of(topic) if t not in (anchor, mapping.dead_letter_table))
+        plan = replace(plan, more_tables=more)
+        self._resets.check_reset(topic, plan.tables, plan.reset_offsets)
         offsets = plan.reset_offsets
         deletions = tuple(
             TableDeletion(table, offsets, self._resets.count_rows_after(table, offsets))
-            for table in (plan.table, plan.dead_letter_table)
+            for table in plan.tables
         )
-        return ReplayPlan(
-            request=request,
-            table=plan.table,
-            dead_letter_table=plan.dead_letter_table,
-            partitions=plan.partitions,
-            deletions=deletions,
-        )
+        return replace(plan, deletions=deletions)
 
     def _partitions(
         self, request: ReplayRequest, present: Sequence[int], committed: Mapping[int, int]

@@ -28,7 +28,7 @@ from kafscale_iceberg.config import RunsConfig
 from kafscale_iceberg.domain.field_ids import TopicFieldIds, field_id_mismatches, field_ids_uri
 from kafscale_iceberg.domain.jobs import JobState, JobStatus
 from kafscale_iceberg.domain.leases import LeaseGrant
-from kafscale_iceberg.domain.runs import FailureKind, RunPlan, RunResult
+from kafscale_iceberg.domain.runs import FailureKind, RunPlan, RunResult, TableRole
 from kafscale_iceberg.domain.tickets import OUTCOME_NAME, FailedAttempt, RunTicket, run_document_uri
 from kafscale_iceberg.exceptions import (
     DocumentMissingError,
@@ -193,12 +193,26 @@ class RunSteps:
     def _record_field_ids(self, plan: RunPlan, outcome: CommitOutcome | None = None) -> None:
         """Write `field-ids.json` for the plan's topic from its tables' schemas (those the commit just
         read or made, without loading them again). Idempotent."""
-        known = self._commit_service().field_ids(
-            (plan.table.identifier, plan.dead_letter_table.identifier),
-            None if outcome is None else outcome.states,
-        )
+        data = [t.identifier for m in plan.mappings for t, r in m.static_targets() if r is TableRole.DATA]
+        tables = list(dict.fromkeys([*data, *(m.dead_letter_table.identifier for m in plan.mappings)]))
+        if outcome is not None:  # tables a route's template named, as the commit step met them
+            tables += [name for name in outcome.states if name not in tables]
+        known = self._commit_service().field_ids(tuple(tables), None if outcome is None else outcome.states)
+        if any(m.route is not None and m.route.table_template for m in plan.mappings):
+            # A template's tables this run did not write keep their recorded ids (not loaded again).
+            kept = [t for t in self._recorded_field_ids(plan).tables if t.identifier not in tables]
+            known = TopicFieldIds(tables=(*known.tables, *kept))
         uri = field_ids_uri(self._runs.location, plan.topic)
         self._documents.write_text(uri, known.model_dump_json())
+
+    def _recorded_field_ids(self, plan: RunPlan) -> TopicFieldIds:
+        uri = field_ids_uri(self._runs.location, plan.topic)
+        if not self._documents.exists(uri):
+            return TopicFieldIds()
+        try:
+            return TopicFieldIds.model_validate_json(self._documents.read_text(uri))
+        except ValueError:  # unreadable: rewritten from the tables below
+            return TopicFieldIds()
 
     def _commit_service(self) -> CommitService:
         if self._commits is None:
@@ -221,7 +235,7 @@ class RunSteps:
             attempt=ticket.attempt,
             job_id=ticket.job_id,
             ended_at_ms=int(self._clock() * 1000),
-            written_under=() if plan is None else (plan.table.data_uri, plan.dead_letter_table.data_uri),
+            written_under=() if plan is None else _written_under(plan),
         )
         uri = run_document_uri(self._runs.location, ticket.topic, ticket.run_id, OUTCOME_NAME)
         self._documents.write_text(uri, outcome.model_dump_json())
@@ -314,16 +328,21 @@ class RunSteps:
             known = TopicFieldIds.model_validate_json(self._documents.read_text(uri))
         except (KafscaleIcebergError, ValidationError):
             return False
-        table = known.table(plan.table.identifier)
-        if table is None:
-            return False
-        if plan.conversion.infer_columns and plan.table.last_column_id != table.last_column_id:
-            return True
-        if plan.table.field_ids is None:
-            return False
-        # Only columns the document records: a mapping's new columns have planned ids it lacks.
-        recorded = {path: i for path, i in plan.table.field_ids.items() if path in table.field_ids}
-        return bool(field_id_mismatches(recorded, table.field_ids))
+        for mapping in plan.mappings:
+            for target, _role in mapping.static_targets():
+                recorded = known.table(target.identifier)
+                if recorded is None:
+                    continue
+                inferred = mapping.conversion.infer_columns and target is mapping.table
+                if inferred and target.last_column_id != recorded.last_column_id:
+                    return True
+                if target.field_ids is None:
+                    continue
+                # Only columns the document records: a mapping's new columns have planned ids it lacks.
+                shared = {path: i for path, i in target.field_ids.items() if path in recorded.field_ids}
+                if field_id_mismatches(shared, recorded.field_ids):
+                    return True
+        return False
 
     def _failed_partition(self, plan: RunPlan) -> int | None:
         """The partition a failed run's corrupt segment belongs to (policy `fail`), else None."""
@@ -354,3 +373,10 @@ def failure_reason(status: JobStatus, *, lease_lost: bool) -> str:
     if status.state is JobState.SUCCEEDED:
         return f"job {status.job_id} succeeded but its result could not be committed"
     return f"job {status.job_id} ended {status.runner_state}: {status.detail}".rstrip(": ")
+
+
+def _written_under(plan: RunPlan) -> tuple[str, ...]:
+    """The run folders of the plan's tables (data tables first, then dead letters; a route template's
+    tables are found by orphan cleanup under their own data prefixes)."""
+    data = [t.data_uri for m in plan.mappings for t, role in m.static_targets() if role is TableRole.DATA]
+    return tuple(dict.fromkeys([*data, *(m.dead_letter_table.data_uri for m in plan.mappings)]))

@@ -175,8 +175,33 @@ class PartitionStatus:
 
 
 @dataclass(frozen=True)
+class TableLine:
+    """One more table of a topic written to several (`TopicStatus.tables`): what it records."""
+
+    identifier: str
+    exists: bool
+    last_run_id: str | None = None
+    offsets: dict[int, int] | None = None
+    """Its `kafscale.offsets.<topic>`: tables before the anchor lag (they move only with rows)."""
+    last_commit_ms: int | None = None
+    conversion_failures: dict[str, int] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, object]:
+        """A JSON-ready dict."""
+        return {
+            "table": self.identifier,
+            "exists": self.exists,
+            "last_run_id": self.last_run_id,
+            "offsets": None if self.offsets is None else {str(p): o for p, o in sorted(self.offsets.items())},
+            "last_commit_ms": self.last_commit_ms,
+            "conversion_failures": dict(self.conversion_failures),
+        }
+
+
+@dataclass(frozen=True)
 class TopicStatus:
-    """One mapped topic."""
+    """One mapped topic. `table` is its anchor (the table holding its offsets); a topic written to
+    several tables (a route, several mappings) lists the others in `tables`."""
 
     topic: str
     table: str
@@ -197,6 +222,7 @@ class TopicStatus:
     quarantined: tuple[QuarantinedRange, ...] = ()
     """Segments skipped under `corrupt_segment_policy: quarantine` (`kafscale.quarantine.<topic>`);
     each comes back through an offset reset to its first offset once repaired."""
+    tables: tuple[TableLine, ...] = ()
 
     @property
     def run_in_flight(self) -> str | None:
@@ -225,6 +251,7 @@ class TopicStatus:
             "quarantined": [r.to_json() for r in self.quarantined],
             "partitions": [p.to_json() for p in self.partitions],
             "table_health": _health_json(self.health),
+            "tables": [t.to_json() for t in self.tables],
         }
 
 
@@ -253,7 +280,11 @@ class StatusService:
         *,
         clock: Callable[[], float] = time.time,
         health: TableHealthReader | None = None,
+        tables_of: Callable[[str], tuple[str, ...]] | None = None,
     ) -> None:
+        """`tables_of(topic)`: every table of the topic, a route template's included (default: the
+        tables the config names)."""
+        self._tables_of = tables_of or config.topic_tables
         self._health = health
         self._config = config
         self._checkpoints = checkpoints
@@ -279,11 +310,12 @@ class StatusService:
         mapping = self._config.mapping_for(topic)
         if mapping is None:
             raise UnmappedTopicError(f"topic {topic!r} has no mapping in {self._config.source}")
+        anchor = mapping.anchor_table
         try:
-            state: TableState | None = self._tables.read_state(mapping.table, topic)
-            table_commit_ms = self._tables.last_commit_ms(mapping.table, topic)
-            conversion_failures = self._tables.conversion_failures(mapping.table, topic)
-            anomalies = self._tables.offset_anomalies(mapping.table, topic)
+            state: TableState | None = self._tables.read_state(anchor, topic)
+            table_commit_ms = self._tables.last_commit_ms(anchor, topic)
+            conversion_failures = self._tables.conversion_failures(anchor, topic)
+            anomalies = self._tables.offset_anomalies(anchor, topic)
         except TableMissingError:
             state, table_commit_ms, conversion_failures, anomalies = None, None, {}, OffsetAnomalies()
         table_offsets = state.marker.offsets if state is not None else None
@@ -316,9 +348,10 @@ class StatusService:
             updated = [s.updated_at_ms for s in store.states.values()]
             if updated:
                 last_commit_ms, source = max(updated), "checkpoints"
+        several = len(self._config.mappings_for(topic)) > 1 or mapping.route is not None
         return TopicStatus(
             topic=topic,
-            table=mapping.table,
+            table=anchor,
             table_exists=state is not None,
             last_commit_ms=last_commit_ms,
             last_commit_source=source,
@@ -326,9 +359,28 @@ class StatusService:
             lease=LeaseStatus.of(holder) if holder is not None else None,
             consecutive_failures=failures,
             partitions=partitions,
-            health=self._table_health(mapping.table) if state is not None else None,
+            health=self._table_health(anchor) if state is not None else None,
             conversion_failures=conversion_failures,
             quarantined=state.marker.quarantined if state is not None else (),
+            tables=tuple(
+                self._table_line(table, topic)
+                for table in (self._tables_of(topic) if several else ())
+                if table != anchor
+            ),
+        )
+
+    def _table_line(self, table: str, topic: str) -> TableLine:
+        try:
+            state = self._tables.read_state(table, topic)
+        except TableMissingError:
+            return TableLine(identifier=table, exists=False)
+        return TableLine(
+            identifier=table,
+            exists=True,
+            last_run_id=state.marker.run_id,
+            offsets=None if state.marker.offsets is None else dict(state.marker.offsets),
+            last_commit_ms=self._tables.last_commit_ms(table, topic),
+            conversion_failures=self._tables.conversion_failures(table, topic),
         )
 
     def _table_health(self, table: str) -> TableHealth | None:
