@@ -54,6 +54,8 @@ def world(tmp_path: Path) -> World:
 
 def _abort(world: World, plan: RunPlan, tmp_path: Path) -> int:
     """Abort a run of `plan` after its commit was refused; the seconds before it is re-signalled."""
+    plan = plan.model_copy(update={"result_uri": str(tmp_path / "result.json")})  # none: never written
+    assert plan.table is not None
     table = plan.table.identifier
     recorded = TopicFieldIds(tables=(TableFieldIds(identifier=table, field_ids=RECORDED, last_column_id=10),))
     world.documents.write_text(field_ids_uri(world.runs.location, plan.topic), recorded.model_dump_json())
