@@ -29,6 +29,12 @@ its `status` into 3 tables (`placed` and `delivered` to their own tables, the ot
 the default table; `mappings[].route`), against the 1-table plan on the same segments: the ratio is
 the cost of routing (reading the route field, the split, three file series instead of one).
 
+With `--schema infer` it measures instead what inferring the columns costs (`schema.source: infer`):
+spark local[2] runs of the same segments with an inferred table (the observation stage, then the
+conversion) and with the columns the inference decided given as a mapping (the conversion alone: same
+columns, field ids and output, no partitioning in either), sampled interleaved; the ratio of the two
+is the observation stage's cost.
+
 MB are segment (`.kfs`) bytes. The last line is one JSON object with the headline figures.
 """
 
@@ -54,7 +60,7 @@ from kafscale_iceberg.adapters.documents import DocumentStore
 from kafscale_iceberg.adapters.s3_segments import S3Settings, make_s3_client
 from kafscale_iceberg.dataplane.parquet_files import RollingParquetWriter
 from kafscale_iceberg.dataplane.storage import segment_uri
-from kafscale_iceberg.dataplane.tasks import plan_tasks, run_task
+from kafscale_iceberg.dataplane.tasks import observe_task, plan_tasks, run_task
 from kafscale_iceberg.domain.runs import (
     ColumnSpec,
     ColumnType,
@@ -374,6 +380,105 @@ def measure(
     return measures
 
 
+def measure_inference(workload: Workload, *, rounds: int, repeats: int) -> dict[str, object]:
+    """Best local[2] wall times of the inferred plan and of the same run with the inferred columns
+    given as a mapping, interleaved (see the module docstring); the headline figures."""
+    from spark_app.job import build_session, run_job
+
+    base = workload.plan
+    assert base.table is not None
+    out = workload.root / "out"
+    plans: dict[str, RunPlan] = {}
+    for name in ("infer", "mapped"):
+        plans[name] = base.model_copy(
+            update={
+                "conversion": ConversionSettings(infer_columns=name == "infer"),
+                "table": base.table.model_copy(update={"data_uri": str(out / name / "data")}),
+                "dead_letter_table": base.dead_letter_table.model_copy(
+                    update={"data_uri": str(out / name / "dead_letters")}
+                ),
+                "result_uri": str(out / name / "runs" / TOPIC / base.run_id / "result.json"),
+            }
+        )
+    seconds: dict[str, list[float]] = {"infer": [], "mapped": []}
+    columns: tuple[ColumnSpec, ...] = ()
+    for number in range(1, rounds + 1):
+        spark = build_session(
+            master="local[2]",
+            app_name="bench-infer",
+            conf={"spark.ui.enabled": "false", "spark.default.parallelism": "2"},
+        )
+        spark.sparkContext.setLogLevel("ERROR")
+        try:
+            for run in range(repeats + 1):
+                for name in ("infer", "mapped"):
+                    plan = plans[name]
+                    uri = plan.result_uri.rsplit("/", 1)[0] + "/plan.json"
+                    Path(uri).parent.mkdir(parents=True, exist_ok=True)
+                    Path(uri).write_text(plan.model_dump_json())
+                    shutil.rmtree(plan.table.data_uri, ignore_errors=True)
+                    started = time.perf_counter()
+                    result = run_job(spark, uri)
+                    elapsed = time.perf_counter() - started
+                    assert result.status.value == "succeeded", result.failure
+                    if name == "infer" and result.columns is not None:
+                        columns = result.columns
+                        mapped = plans["mapped"]
+                        plans["mapped"] = mapped.model_copy(
+                            update={
+                                "conversion": mapped.conversion.model_copy(update={"columns": columns}),
+                                "table": mapped.table.model_copy(update={"field_ids": result.field_ids}),
+                            }
+                        )
+                    if run > 0:  # the first run of a session is cold (Python workers start)
+                        seconds[name].append(elapsed)
+        finally:
+            spark.stop()
+        print(
+            f"  after round {number}, best: infer {min(seconds['infer']):.2f} s, "
+            f"mapped {min(seconds['mapped']):.2f} s",
+            flush=True,
+        )
+    # The same two stages without Spark, in this process (less exposed to other load): the
+    # observation of every segment, against the conversion of every segment with those columns.
+    mapped_plan = plans["mapped"]
+    (task,) = plan_tasks(mapped_plan, max_tasks=1, min_task_bytes=1, max_task_bytes=2**62)
+    reader = DocumentStore(workload.s3)
+    observe_s: list[float] = []
+    convert_s: list[float] = []
+
+    def observe() -> None:
+        observe_task(plans["infer"], task, reader=reader)
+
+    def convert() -> None:
+        report = run_task(mapped_plan, task, reader=reader, sink=StagedFileStore())
+        assert report.failure is None, report.failure
+
+    for _ in range(rounds * repeats):
+        observe_s.append(timed(observe))
+        convert_s.append(
+            timed(convert, lambda: shutil.rmtree(mapped_plan.table.data_uri, ignore_errors=True))
+        )
+    observe_best, convert_best = min(observe_s), min(convert_s)
+    infer, mapped_s = min(seconds["infer"]), min(seconds["mapped"])
+    print(f"inferred columns: {', '.join(f'{c.name} {c.type_name}' for c in columns)}")
+    print(f"{'spark local[2], schema infer':34s} {infer:7.2f} s {workload.megabytes / infer:7.1f} MB/s")
+    print(
+        f"{'spark local[2], mapped columns':34s} {mapped_s:7.2f} s {workload.megabytes / mapped_s:7.1f} MB/s"
+    )
+    print(f"pyarrow, observation stage          {observe_best:7.2f} s")
+    print(f"pyarrow, conversion stage (mapped)  {convert_best:7.2f} s")
+    return {
+        "infer_s": round(infer, 2),
+        "mapped_s": round(mapped_s, 2),
+        "infer_vs_mapped": round(infer / mapped_s, 2),
+        "pyarrow_observe_s": round(observe_best, 2),
+        "pyarrow_convert_s": round(convert_best, 2),
+        "pyarrow_infer_vs_mapped": round((observe_best + convert_best) / convert_best, 2),
+        "columns": len(columns),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--partitions", type=int, default=4)
@@ -403,6 +508,12 @@ def main(argv: list[str] | None = None) -> int:
         "--route",
         action="store_true",
         help="also measure the pipeline routing each event by status into 3 tables (vs 1 table)",
+    )
+    parser.add_argument(
+        "--schema",
+        choices=["mapping", "infer"],
+        default="mapping",
+        help="infer: measure an inferred table against the same columns given as a mapping",
     )
     parser.add_argument("--workdir", help="keep data here (default: a temporary folder, removed after)")
     parser.add_argument(
@@ -448,6 +559,9 @@ def main(argv: list[str] | None = None) -> int:
             f"{os.cpu_count()} cores",
             flush=True,
         )
+        if args.schema == "infer":
+            print(json.dumps(measure_inference(workload, rounds=args.rounds, repeats=args.repeats)))
+            return 0
         convert: dict[str, list[float]] = {}
         routed = routed_workload(workload) if args.route else None
         measures = measure(

@@ -330,6 +330,27 @@ class FieldIdMismatchError(DataFileRejectedError):
         )
 
 
+class InferredColumnChangedError(FieldIdMismatchError):
+    """An inferred column the run wrote has another type in the table than in the run's files (the
+    table gained it meanwhile, from another run). Terminal for this run; the next attempt is planned
+    with the table's columns, and is refused before any write like a field-id mismatch."""
+
+    def __init__(self, table: str, run_id: str, conflicts: Mapping[str, tuple[str, str]]) -> None:
+        self.mismatches = {}
+        self.conflicts = dict(conflicts)
+        described = ", ".join(
+            f"{name}: files {written}, table {found}" for name, (written, found) in sorted(conflicts.items())
+        )
+        DataFileRejectedError.__init__(
+            self,
+            table,
+            run_id,
+            f"inferred columns have another type in the table than in the files ({described}); the "
+            "table's schema changed after the run was planned. Abort the run: the next attempt is "
+            "planned with the table's columns",
+        )
+
+
 class RunNotCommittableError(KafscaleIcebergError):
     """The run result can never be committed (a failed run, or a result of another plan). Terminal."""
 

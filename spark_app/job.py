@@ -16,6 +16,11 @@ Spark's own Parquet writer is not used: it names files with a per-job UUID (a re
 add files instead of replacing them) and moves partition columns out of the files into directory
 names (pyiceberg's `add_files` needs them inside to infer each file's partition).
 
+For an inferred table (`schema.source: infer`) a first stage runs over the same tasks: each task
+observes what its records' fields hold (no file written), the driver merges the observations and
+decides the columns and their field ids (`observe_columns`), and the conversion stage runs with them;
+the result carries them (`RunResult.columns`, `.field_ids`) for the commit step.
+
 Every run ends with a result at the plan's `result_uri`: succeeded with its files, or failed with
 a typed reason and no files. A failed run's already-written files stay under its run-scoped
 prefixes and are never listed.
@@ -44,16 +49,25 @@ from kafscale_iceberg.adapters.documents import DocumentStore, join_uri
 from kafscale_iceberg.adapters.lfs_blobs import LocalBlobReader, S3BlobReader, blob_reader_for
 from kafscale_iceberg.adapters.s3_segments import S3Settings
 from kafscale_iceberg.dataplane.conversion import RecordConverter
+from kafscale_iceberg.dataplane.inference import with_inferred_columns
 from kafscale_iceberg.dataplane.partitioning import check_partitioning
 from kafscale_iceberg.dataplane.prefetch import PrefetchLimits
-from kafscale_iceberg.dataplane.reports import TaskAssignment, TaskReport, build_run_result, failed_result
+from kafscale_iceberg.dataplane.reports import (
+    TaskAssignment,
+    TaskObservation,
+    TaskReport,
+    build_run_result,
+    failed_result,
+)
 from kafscale_iceberg.dataplane.schemas import DEAD_LETTER_SCHEMA, with_field_ids
 from kafscale_iceberg.dataplane.tasks import (
     DEFAULT_MAX_TASK_BYTES,
     DEFAULT_MIN_TASK_BYTES,
+    observe_task,
     plan_tasks,
     run_task,
 )
+from kafscale_iceberg.domain.inference import merge_observations
 from kafscale_iceberg.domain.runs import (
     FailureKind,
     RunFailure,
@@ -134,6 +148,41 @@ class TaskRunner:
                 plan, self.tasks[task_index], reader=reader, sink=sink, blobs=blobs, prefetch=self.prefetch
             )
             yield report.model_dump_json()
+
+
+@dataclass(frozen=True)
+class ObservationRunner:
+    """The function each Spark task of an inferred table's first stage runs: task ids in, one JSON
+    `TaskObservation` per task out (what its records' fields hold; nothing is written)."""
+
+    plan_json: str
+    tasks: tuple[TaskAssignment, ...]
+    s3: S3Settings
+    prefetch: PrefetchLimits = field(default_factory=PrefetchLimits)
+
+    def __call__(self, task_indexes: Iterable[int]) -> Iterator[str]:
+        prepare_worker()
+        plan = RunPlan.model_validate_json(self.plan_json)
+        reader, _sink = _worker_stores(self.s3)
+        for task_index in task_indexes:
+            yield observe_task(
+                plan, self.tasks[task_index], reader=reader, prefetch=self.prefetch
+            ).model_dump_json()
+
+
+def observe_columns(spark: SparkSession, runner: ObservationRunner) -> tuple[RunPlan, float]:
+    """The first stage of an inferred table: every task observes its records' fields, the driver
+    merges the observations (per destination table) and decides the columns and their field ids;
+    the plan the conversion stage then runs (`dataplane/inference.with_inferred_columns`), and the
+    tasks' seconds summed."""
+    count = len(runner.tasks)
+    reports = spark.sparkContext.parallelize(range(count), count).mapPartitions(runner).collect()
+    observations = sorted(
+        (TaskObservation.model_validate_json(r) for r in reports), key=lambda o: o.task_index
+    )
+    merged = merge_observations(o.tables for o in observations)
+    plan = with_inferred_columns(RunPlan.model_validate_json(runner.plan_json), merged)
+    return plan, sum(o.seconds for o in observations)
 
 
 @functools.cache
@@ -233,12 +282,35 @@ def run_job(
             multiple_of=cores,
         )
         reports: list[TaskReport] = []
+        observe_s = 0.0
+        if plan.conversion.infer_columns:
+            observing = time.perf_counter()
+            if tasks:
+                observer = ObservationRunner(
+                    plan_json=plan.model_dump_json(), tasks=tasks, s3=settings, prefetch=sizing.prefetch
+                )
+                plan, observe_s = observe_columns(spark, observer)
+            _check_plan(plan)
+            logger.info(
+                "columns inferred: run_id=%s columns=%s seconds=%.3f",
+                plan.run_id,
+                ", ".join(f"{c.name} {c.type_name}" for c in plan.conversion.columns),
+                time.perf_counter() - observing,
+            )
         if tasks:
             runner = TaskRunner(
                 plan_json=plan.model_dump_json(), tasks=tasks, s3=settings, prefetch=sizing.prefetch
             )
             reports = run_tasks(spark, runner)
         result = build_run_result(plan, reports, _timings(started_ms, clock, session_start_s))
+        if plan.conversion.infer_columns and result.failure is None:
+            result = result.model_copy(
+                update={
+                    "columns": plan.conversion.columns,
+                    "field_ids": plan.table.field_ids if plan.table is not None else None,
+                    "timings": result.timings.model_copy(update={"task_observe_s": observe_s}),
+                }
+            )
     except _InvalidPlanError as exc:
         result = failed_result(
             plan.run_id,

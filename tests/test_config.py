@@ -618,7 +618,7 @@ def test_mapping_source_without_columns_is_rejected() -> None:
 def test_unknown_schema_source_is_rejected() -> None:
     data = minimal()
     data["mappings"][0]["schema"] = {"source": "avro"}
-    assert "'mapping', 'registry' or 'none'" in problems_of(data)["mappings[0].schema.source"]
+    assert "'mapping', 'registry', 'none' or 'infer'" in problems_of(data)["mappings[0].schema.source"]
 
 
 def test_column_types_are_case_insensitive() -> None:

@@ -12,6 +12,8 @@
   accepted as it is (Iceberg reads the narrower files promoted); a required table column the mapping
   declares optional is made optional; every other difference is a `SchemaChangeError`. Columns the
   mapping no longer lists are kept. A table created by the KafScale Go processor needs no change.
+  An inferred table (`schema.source: infer`) is not evolved here: `commit` stages its new columns
+  (`TableCommit.columns`) in the transaction that adds the files, so both are one Iceberg commit.
 - **Commit**: one Iceberg transaction = the data files (`add_files`) + the marker properties + the
   snapshot summary, built on exactly the snapshot the caller verified (see `commit`). pyiceberg's own
   commit retries are switched off for it: they re-apply a commit on top of a concurrent one without
@@ -95,15 +97,16 @@ from kafscale_iceberg.domain.commits import (
     partition_field_name,
     read_marker,
 )
-from kafscale_iceberg.domain.field_ids import TableFieldIds, field_id_mismatches
+from kafscale_iceberg.domain.field_ids import TableFieldIds, field_id_mismatches, missing_parts
 from kafscale_iceberg.domain.maintenance import files_baseline, total_data_files
 from kafscale_iceberg.domain.runs import ColumnSpec, ColumnType, PartitionTransform
-from kafscale_iceberg.domain.schema import FieldSpec
+from kafscale_iceberg.domain.schema import BASE_FIELD_NAMES, FieldSpec
 from kafscale_iceberg.exceptions import (
     CatalogUnavailableError,
     CommitOutcomeUnknownError,
     DataFileRejectedError,
     FieldIdMismatchError,
+    InferredColumnChangedError,
     KafscaleIcebergError,
     PartitionSpecMismatchError,
     SchemaChangeError,
@@ -285,6 +288,8 @@ class IcebergTableCommitter(CatalogTableAccess):
                     logger.info("table created", extra={"table": spec.identifier})
                     return SchemaChanges(created=True)
             _check_partitioning(spec, table)
+            if not spec.evolve:
+                return SchemaChanges()  # an inferred table: its commit adds the new columns
             for attempt in range(1, _SCHEMA_ATTEMPTS + 1):
                 changes = plan_schema_changes(spec.identifier, table.schema(), spec)
                 if not changes:
@@ -431,11 +436,16 @@ class IcebergTableCommitter(CatalogTableAccess):
                 f"expected snapshot {expected.snapshot_id} with {expected.marker}, "
                 f"found snapshot {now.snapshot_id} with {now.marker}",
             )
+        transaction = _single_attempt(table).transaction()
+        if commit.columns is not None and commit.file_uris:
+            # An inferred table's new columns: staged in this transaction, so they land in the same
+            # Iceberg commit as the files (ids as Iceberg assigns them; checked just below).
+            _stage_new_columns(transaction, expected.table, commit)
         if commit.field_ids is not None and commit.file_uris:
-            mismatches = field_id_mismatches(commit.field_ids, field_ids_by_path(table.schema()))
+            schema = transaction.table_metadata.schema()
+            mismatches = field_id_mismatches(commit.field_ids, field_ids_by_path(schema))
             if mismatches:
                 raise FieldIdMismatchError(expected.table, commit.run_id, mismatches)
-        transaction = _single_attempt(table).transaction()
         updates, removals = marker_properties(commit.topic, commit.marker_after)
         try:
             transaction.set_properties(updates)
@@ -491,6 +501,7 @@ class IcebergTableCommitter(CatalogTableAccess):
             identifier=table,
             field_ids=field_ids_by_path(metadata.schema()),
             last_column_id=metadata.last_column_id,
+            columns=table_columns(metadata.schema()),
         )
 
     def count_rows(self, table: str, after: Mapping[int, int]) -> int:
@@ -508,6 +519,98 @@ class IcebergTableCommitter(CatalogTableAccess):
             raise CatalogUnavailableError(self._describe, f"count rows of {table!r}", str(exc)) from exc
         except Exception as exc:
             raise self._translate(f"count rows of {table!r}", exc) from exc
+
+
+def _stage_new_columns(transaction: Transaction, table: str, commit: TableCommit) -> None:
+    """Add what the table lacks of an inferred table's columns to `transaction`: new columns, and new
+    fields inside existing struct columns, optional, in the order the run planned their ids
+    (`domain.field_ids.planned_field_ids(new_parts=True)`). Raises `InferredColumnChangedError`
+    (nothing staged) when a column or part the table has is of another type in the run's files."""
+    schema = transaction.table_metadata.schema()
+    by_name = {f.name: f for f in schema.fields}
+    known = field_ids_by_path(schema)
+    counter = itertools.count(10_000)
+    additions: list[tuple[tuple[str, ...], IcebergType]] = []
+    conflicts: dict[str, tuple[str, str]] = {}
+    for column in commit.columns or ():
+        existing = by_name.get(column.name)
+        if existing is None:
+            additions.append(((column.name,), column_iceberg_type(column, lambda: next(counter))))
+            continue
+        missing = missing_parts(column, known)
+        written = column_iceberg_type(
+            _without(column, {parts for parts, _ in missing}), lambda: next(counter)
+        )
+        if type_text(existing.field_type) != type_text(written):
+            conflicts[column.name] = (type_text(written), type_text(existing.field_type))
+            continue
+        additions.extend((parts, column_iceberg_type(spec, lambda: next(counter))) for parts, spec in missing)
+    if conflicts:
+        raise InferredColumnChangedError(table, commit.run_id, conflicts)
+    if additions:
+        with transaction.update_schema() as update:
+            for parts, field_type in additions:
+                update.add_column(parts, field_type, required=False)
+        logger.info(
+            "inferred columns added with the run's files",
+            extra={"table": table, "run_id": commit.run_id, "added": [".".join(p) for p, _ in additions]},
+        )
+
+
+def _without(column: ColumnSpec, paths: set[tuple[str, ...]], at: tuple[str, ...] = ()) -> ColumnSpec:
+    """`column` less the parts at `paths` (path parts from the top-level column's name)."""
+    here = (*at, column.name)
+    if column.type is ColumnType.STRUCT:
+        fields = tuple(_without(f, paths, here) for f in column.fields if (*here, f.name) not in paths)
+        return column.model_copy(update={"fields": fields})
+    if column.type is ColumnType.LIST and column.element is not None:
+        return column.model_copy(update={"element": _without(column.element, paths, here)})
+    return column
+
+
+def column_spec_of(field: NestedField) -> ColumnSpec | None:
+    """A table column as a mapping column (type and parts), None for a type mappings cannot name."""
+    field_type = field.field_type
+    name, required = field.name, field.required
+    if isinstance(field_type, DecimalType):
+        return ColumnSpec(
+            name=name,
+            type=ColumnType.DECIMAL,
+            required=required,
+            precision=field_type.precision,
+            scale=field_type.scale,
+        )
+    if isinstance(field_type, StructType):
+        fields = [column_spec_of(f) for f in field_type.fields]
+        if not fields or any(f is None for f in fields):
+            return None
+        return ColumnSpec(
+            name=name, type=ColumnType.STRUCT, required=required, fields=tuple(f for f in fields if f)
+        )
+    if isinstance(field_type, ListType):
+        element = column_spec_of(field_type.element_field)
+        if element is None:
+            return None
+        return ColumnSpec(name=name, type=ColumnType.LIST, required=required, element=element)
+    if isinstance(field_type, MapType):
+        value = column_spec_of(field_type.value_field)
+        if value is None or not isinstance(field_type.key_type, StringType):
+            return None
+        return ColumnSpec(name=name, type=ColumnType.MAP, required=required, value=value)
+    for column_type in ColumnType:
+        if column_type not in _NOT_PRIMITIVE and iceberg_type(column_type) == field_type:
+            return ColumnSpec(name=name, type=column_type, required=required)
+    return None
+
+
+_NOT_PRIMITIVE = frozenset({ColumnType.DECIMAL, ColumnType.STRUCT, ColumnType.LIST, ColumnType.MAP})
+
+
+def table_columns(schema: Schema) -> tuple[ColumnSpec, ...]:
+    """The columns of `schema` after the base fields, as mapping columns (those of a type a mapping
+    cannot name left out)."""
+    columns = (column_spec_of(f) for f in schema.fields if f.name not in BASE_FIELD_NAMES)
+    return tuple(c for c in columns if c is not None)
 
 
 def _append_files(transaction: Transaction, table: Table, commit: TableCommit) -> None:

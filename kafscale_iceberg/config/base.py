@@ -17,7 +17,7 @@ from pydantic_core import PydanticCustomError
 CatalogType = Literal["rest", "glue", "sql"]
 DiscoveryMode = Literal["auto", "etcd", "s3"]
 OffsetsBackend = Literal["etcd", "sqlite"]
-SchemaSource = Literal["mapping", "registry", "none"]
+SchemaSource = Literal["mapping", "registry", "none", "infer"]
 LfsMode = Literal["off", "resolve", "reference", "skip", "hybrid"]
 RunnerType = Literal["local", "emr_serverless"]
 

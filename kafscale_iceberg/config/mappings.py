@@ -146,6 +146,12 @@ class MappingSchemaConfig(_Section):
         problems = _Problems()
         if self.source == "mapping" and not self.columns:
             problems.add("columns", "is required when schema.source is 'mapping' (list {name, type})")
+        if self.source == "infer" and self.columns:
+            problems.add(
+                "columns",
+                "must be left out when schema.source is 'infer' (the columns come from the records); "
+                "use schema.source: mapping to list them yourself",
+            )
         seen: set[str] = set()
         for index, column in enumerate(self.columns):
             if not column.name:
@@ -386,6 +392,14 @@ class MappingConfig(_Section):
             if column_type is None:
                 if self.schema_.source == "registry":
                     continue  # registry columns are only known at planning time; checked there
+                if self.schema_.source == "infer":
+                    problems.add(
+                        key,
+                        f"column {field.column!r} is not a base field ({', '.join(_BASE_FIELD_TYPES)}); "
+                        "with schema.source: infer the other columns only exist once records show them, "
+                        "so a table can be partitioned by base fields only",
+                    )
+                    continue
                 problems.add(
                     key,
                     f"column {field.column!r} is neither a base field ({', '.join(_BASE_FIELD_TYPES)}) "
@@ -405,6 +419,26 @@ class MappingConfig(_Section):
                     f"{column_type.value}"
                     + (" (milliseconds as a number)" if field.column == "timestamp_ms" else ""),
                 )
+        problems.raise_if_any()
+        return self
+
+    @model_validator(mode="after")
+    def _infer_reads_plain_values(self) -> MappingConfig:
+        if self.schema_.source != "infer":
+            return self
+        problems = _Problems()
+        if self.lfs.mode != "off":
+            problems.add(
+                "lfs.mode",
+                f"must be off when schema.source is 'infer' (got {self.lfs.mode!r}): columns are inferred "
+                "from the record values as they are in the segments, not from LFS blobs",
+            )
+        if self.route is not None:
+            problems.add(
+                "route",
+                "is not offered with schema.source: infer yet (columns are inferred for one fixed "
+                "table); give the mapping a table, or list its columns (schema.source: mapping)",
+            )
         problems.raise_if_any()
         return self
 

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from kafscale_iceberg.domain.inference import TableObservation
 from kafscale_iceberg.domain.runs import (
     DataFile,
     LfsCounts,
@@ -61,6 +62,15 @@ class TaskAssignment(_Model):
     def size_bytes(self) -> int:
         """Planned bytes of the task's segments."""
         return sum(s.size_bytes for s in self.segments)
+
+
+class TaskObservation(_Model):
+    """What one task's records held, per destination table (the observation stage of an inferred
+    table, `domain/inference.py`); nothing was written."""
+
+    task_index: int = Field(ge=0)
+    tables: dict[str, TableObservation] = Field(default_factory=dict)
+    seconds: float = 0.0
 
 
 class SegmentOutcome(_Model):

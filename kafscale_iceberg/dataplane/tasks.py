@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kafscale_iceberg.dataplane.conversion import ConvertedRecords, RecordConverter, corrupt_segment_row
+from kafscale_iceberg.dataplane.inference import ValueObserver
 from kafscale_iceberg.dataplane.lfs import LfsStage
 from kafscale_iceberg.dataplane.parquet_files import RollingParquetWriter
 from kafscale_iceberg.dataplane.partitioning import split_by_partition
@@ -35,6 +36,7 @@ from kafscale_iceberg.dataplane.reports import (
     SegmentOutcome,
     SegmentWindow,
     TaskAssignment,
+    TaskObservation,
     TaskReport,
     TaskTimings,
 )
@@ -315,6 +317,48 @@ def run_task(
         data_files=by_table.get(plan.table.identifier, ()),
         dead_letter_files=by_table.get(plan.dead_letter_table.identifier, ()),
         timings=TaskTimings(**clock.timings),
+    )
+
+
+def observe_task(
+    plan: RunPlan, task: TaskAssignment, *, reader: ObjectReader, prefetch: PrefetchLimits | None = None
+) -> TaskObservation:
+    """The observation stage of an inferred table: fetch and decode one task's segments and note what
+    the fields of the records it owns hold (`dataplane/inference.py`); nothing is written.
+
+    A segment that cannot be read or decoded is passed over here: the conversion stage that follows
+    meets it again and applies the run's rules (fail, quarantine) with the error named.
+    """
+    started = time.perf_counter()
+    observer = ValueObserver()
+    requests = [ObjectRequest(segment_uri(plan.source, w.key), w.size_bytes) for w in task.segments]
+    fetched = prefetch_objects(reader, requests, prefetch)
+    try:
+        for window, item in zip(task.segments, fetched, strict=True):
+            if item.data is None:
+                continue
+            try:
+                decoded = decode_segment(
+                    item.data,
+                    source=window.key,
+                    partition=window.partition,
+                    verify_crc=plan.conversion.verify_crc,
+                )
+            except SegmentFormatError:
+                continue
+            kept = _in_window(decoded.records, window)
+            if kept.num_rows:
+                observer.observe(
+                    kept.column("value").combine_chunks(),
+                    kept.column("offset").combine_chunks(),
+                    partition=window.partition,
+                )
+    finally:
+        fetched.close()
+    return TaskObservation(
+        task_index=task.index,
+        tables={(plan.table or plan.anchor).identifier: observer.observation()},
+        seconds=time.perf_counter() - started,
     )
 
 

@@ -28,7 +28,7 @@ from enum import StrEnum
 from types import MappingProxyType
 
 from kafscale_iceberg.domain.anomalies import OffsetAnomalies
-from kafscale_iceberg.domain.runs import NO_OFFSET, DataFile, PartitionField, PartitionTransform
+from kafscale_iceberg.domain.runs import NO_OFFSET, ColumnSpec, DataFile, PartitionField, PartitionTransform
 from kafscale_iceberg.domain.schema import FieldSpec
 from kafscale_iceberg.exceptions import TableMarkerError
 
@@ -248,6 +248,9 @@ class TableCommit:
     rewrite_location: str | None = None
     """Where files `delete_after` rewrites are written (None: the table's data location). A reset
     writes them under its own run folder of the product's data prefix, where orphan cleanup looks."""
+    columns: tuple[ColumnSpec, ...] | None = None
+    """An inferred table's columns (after the base fields) the files were written with: those the
+    table lacks are added, optional, in this same commit (None: the table's schema is not touched)."""
 
     def summary(self) -> dict[str, str]:
         """The snapshot summary keys: what this snapshot added, for audit and recovery."""
@@ -416,6 +419,9 @@ class TableSpec:
     partition_by: tuple[PartitionField, ...] = ()
     create_if_missing: bool = False
     allow_type_widening: bool = False
+    evolve: bool = True
+    """False for an inferred table: `ensure_table` only creates it; its new columns are added by the
+    commit of the run's files, in the same Iceberg commit (`TableCommit.columns`)."""
 
     @property
     def namespace(self) -> tuple[str, ...]:

@@ -9,12 +9,17 @@ as the commit step adds them); with no document, the ids a table created by this
 (1, 2, … in field order). The commit step checks the plan's ids against the table before adding a
 file: a wrong guess (the table changed meanwhile) refuses the run, writing nothing, and the
 rewritten document makes the next attempt right.
+
+The document also records each table's columns with their types (`TableFieldIds.columns`): an
+inferred table's run starts from them, and its job gives the new columns the ids after
+`last_column_id` (`dataplane/inference.with_inferred_columns`). Documents written before carry no
+columns and still read (version 1).
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -40,6 +45,10 @@ class TableFieldIds(BaseModel):
     identifier: str
     field_ids: dict[str, int]
     last_column_id: int
+    columns: tuple[ColumnSpec, ...] | None = None
+    """The table's columns after the base fields, with their types (what a run of an inferred table
+    starts from); None in documents written before they were recorded. Columns of a type a mapping
+    cannot name are left out (they keep their ids above)."""
 
 
 class TopicFieldIds(BaseModel):
@@ -100,7 +109,27 @@ def _assign_parts(
         _assign_parts(f"{path}.{part}", spec, next_id, ids, order)
 
 
-def planned_field_ids(fields: Sequence[FieldSpec], known: TableFieldIds | None) -> dict[str, int] | None:
+def missing_parts(column: ColumnSpec, known: Collection[str]) -> list[tuple[tuple[str, ...], ColumnSpec]]:
+    """The parts of an existing nested column whose paths are not in `known`, as `(path parts,
+    spec)`, in the order evolution adds them (and Iceberg gives them ids): depth-first through the
+    known parts, a missing part whole (its own parts get ids right after it)."""
+    found: list[tuple[tuple[str, ...], ColumnSpec]] = []
+
+    def walk(path: tuple[str, ...], spec: ColumnSpec | None) -> None:
+        for part, part_spec in column_parts(spec):
+            full = (*path, part)
+            if ".".join(full) in known:
+                walk(full, part_spec)
+            elif part_spec is not None:
+                found.append((full, part_spec))
+
+    walk((column.name,), column)
+    return found
+
+
+def planned_field_ids(
+    fields: Sequence[FieldSpec], known: TableFieldIds | None, *, new_parts: bool = False
+) -> dict[str, int] | None:
     """The field id of each of `fields` and of each part of a nested one, once the table holds them
     (see the module docstring), keyed by path: `customer`, `customer.name`, `tags.element`, ...
 
@@ -109,6 +138,8 @@ def planned_field_ids(fields: Sequence[FieldSpec], known: TableFieldIds | None) 
     it. None (files without ids, read through the name mapping) when a known nested column's parts
     are not all recorded (a `field-ids.json` written before parts were recorded): a file with ids on
     a column but not on its parts would be read with those parts missing by id-trusting engines.
+    With `new_parts` (an inferred table, whose known struct columns may gain fields) those parts are
+    new ones instead, with the ids evolution gives them (`missing_parts` order).
     """
     if known is None:
         ids = {f.name: index for index, f in enumerate(fields, start=1)}
@@ -122,9 +153,15 @@ def planned_field_ids(fields: Sequence[FieldSpec], known: TableFieldIds | None) 
         if f.name in known.field_ids:
             ids[f.name] = known.field_ids[f.name]
             paths = part_paths(f.name, f.column)
-            if any(path not in known.field_ids for path in paths):
+            missing = [path for path in paths if path not in known.field_ids]
+            if missing and not new_parts:
                 return None
-            ids.update({path: known.field_ids[path] for path in paths})
+            ids.update({path: known.field_ids[path] for path in paths if path in known.field_ids})
+            if missing and f.column is not None:
+                for parts, spec in missing_parts(f.column, known.field_ids):
+                    path = ".".join(parts)
+                    ids[path] = next(next_id)
+                    _assign_parts(path, spec, lambda: next(next_id), ids)
         else:
             ids[f.name] = next(next_id)
             _assign_parts(f.name, f.column, lambda: next(next_id), ids)

@@ -233,6 +233,9 @@ class TableTarget(_Model):
     identifier: str
     data_uri: str
     field_ids: dict[str, int] | None = None
+    last_column_id: int | None = None
+    """The table's `last-column-id` as the launcher knew it (None: unknown, or the table does not
+    exist yet). An inferred table's new columns take the ids after it (`domain/field_ids.py`)."""
 
 
 class TableRole(StrEnum):
@@ -348,6 +351,12 @@ class ConversionSettings(_Model):
     partition_file_min_bytes: int = Field(default=DEFAULT_PARTITION_FILE_MIN_BYTES, ge=0)
     """A Kafka partition's rows in one task get files of their own (in offset order) from this many
     bytes of Arrow data; smaller shares of a task are written together in one shared file."""
+    infer_columns: bool = False
+    """`schema.source: infer`: `columns` are the table's current ones; the job observes the records
+    first and adds a column for each new field with a type (`domain/inference.py`)."""
+    allow_type_widening: bool = False
+    """With `infer_columns`: a new field holding integers and other numbers becomes `double`
+    (else `long`)."""
 
     @model_validator(mode="after")
     def _schema_present_when_validating(self) -> ConversionSettings:
@@ -661,6 +670,8 @@ class RunTimings(_Model):
     task_convert_s: float = 0.0
     task_write_s: float = 0.0
     task_lfs_s: float = 0.0
+    task_observe_s: float = 0.0
+    """An inferred table's observation stage, summed over its tasks (0 for mapped columns)."""
 
 
 class TableOutput(_Model):
@@ -698,6 +709,13 @@ class RunResult(_Model):
     counts: RunCounts = RunCounts()
     timings: RunTimings
     tables: tuple[TableOutput, ...] = ()
+    columns: tuple[ColumnSpec, ...] | None = None
+    """An inferred table's columns (after the base fields) the data files were written with: the
+    table's, then the new ones the commit step adds in the same Iceberg commit as the files. None
+    for a mapping whose columns are not inferred."""
+    field_ids: dict[str, int] | None = None
+    """With `columns`: the field ids the data files carry (the plan's, and those the job gave the
+    new columns); the commit step checks these against the table."""
 
     @model_validator(mode="after")
     def _failure_matches_status(self) -> RunResult:
@@ -711,6 +729,19 @@ class RunResult(_Model):
         if len(set(names)) != len(names):
             raise ValueError("a result lists each table once")
         return self
+
+
+def plan_as_written(plan: RunPlan, result: RunResult) -> RunPlan:
+    """`plan` with the columns and field ids its data files were written with: an inferred table's
+    (`RunResult.columns`, `.field_ids`, decided by the job), else `plan` itself."""
+    if not plan.conversion.infer_columns or result.columns is None:
+        return plan
+    return plan.model_copy(
+        update={
+            "conversion": plan.conversion.model_copy(update={"columns": result.columns}),
+            "table": plan.table.model_copy(update={"field_ids": result.field_ids}) if plan.table else None,
+        }
+    )
 
 
 def table_outputs(plan: RunPlan, result: RunResult) -> tuple[TableOutput, ...]:

@@ -36,6 +36,7 @@ from kafscale_iceberg.domain.runs import RunPlan
 from kafscale_iceberg.domain.tickets import RunTicket
 from kafscale_iceberg.exceptions import (
     ConfigError,
+    FieldIdMismatchError,
     KafscaleIcebergError,
     OffsetMismatchError,
     RunAttemptEndedError,
@@ -547,9 +548,10 @@ class Pipeline:
             except RunNotCommittableError as exc:
                 self._error(ErrorStage.SINK, ticket.topic, exc)
                 return self._abort(ticket, plan, start, str(exc))
-            except OffsetMismatchError as exc:
-                # A stale plan: the store was repaired from the table, so the topic is re-planned at
-                # once (one wasted run, not a failure to back off from).
+            except (OffsetMismatchError, FieldIdMismatchError) as exc:
+                # A stale plan: the store was repaired from the table (or `field-ids.json` rewritten
+                # from its schema), so the topic is re-planned at once (one wasted run, not a failure
+                # to back off from).
                 self._error(ErrorStage.SINK, ticket.topic, exc)
                 return replace(self._abort(ticket, plan, start, str(exc)), retry_after_seconds=0, replan=True)
             except KafscaleIcebergError as exc:

@@ -49,6 +49,7 @@ from kafscale_iceberg.domain.offsets import CommittedOffsets, OffsetUpdate
 from kafscale_iceberg.domain.routing import matches_template
 from kafscale_iceberg.domain.runs import (
     NO_OFFSET,
+    ColumnSpec,
     DataFile,
     RunPlan,
     RunResult,
@@ -56,6 +57,7 @@ from kafscale_iceberg.domain.runs import (
     TableOutput,
     TableRole,
     TableTarget,
+    plan_as_written,
     table_outputs,
 )
 from kafscale_iceberg.domain.schema import DEAD_LETTER_FIELDS, table_fields
@@ -141,6 +143,8 @@ class RunFilesWrite(TableWrite):
     conversion_failures: Mapping[str, int] = field(default_factory=dict)
     anomalies: OffsetAnomalies = field(default_factory=OffsetAnomalies)
     """The run's offset gaps and overlapped records (the data table's summary, for `status`)."""
+    columns: tuple[ColumnSpec, ...] | None = None
+    """An inferred table's columns the files were written with (added in the same commit when new)."""
 
     def baseline(self, state: TableState) -> Mapping[int, int]:
         """The topic's committed offsets in this table before the run."""
@@ -163,6 +167,7 @@ class RunFilesWrite(TableWrite):
             field_ids=self.field_ids,
             conversion_failures=dict(self.conversion_failures),
             anomalies=self.anomalies,
+            columns=self.columns,
         )
 
     @classmethod
@@ -347,6 +352,7 @@ class CommitService(TableWriter):
         *,
         release: bool = True,
     ) -> CommitOutcome:
+        plan = plan_as_written(plan, result)  # an inferred table: the columns and ids the job decided
         topic, run_id = plan.topic, plan.run_id
         starts = plan.start_offsets()
         quarantined = quarantined_ranges(result)
@@ -361,6 +367,7 @@ class CommitService(TableWriter):
             conversion_failures=anchor.conversion_failures,
             anomalies=offset_anomalies(result),
             adopted=store,
+            columns=inferred_columns(plan, anchor),
         )
         main = read_state_or_empty(self._tables, data.table, topic)
         standing = data.verify(main)
@@ -619,10 +626,22 @@ def plan_target(plan: RunPlan, output: TableOutput) -> TableTarget:
     return route.template_target(output.identifier)
 
 
+def inferred_columns(plan: RunPlan, output: TableOutput) -> tuple[ColumnSpec, ...] | None:
+    """The columns an inferred table's files were written with (the commit adds those it lacks);
+    None for every other table (its schema is not touched by the commit)."""
+    mapping = plan.mappings[output.mapping]
+    inferred = output.role is TableRole.DATA and mapping.conversion.infer_columns
+    if inferred and mapping.table is not None and output.identifier == mapping.table.identifier:
+        return mapping.conversion.table_columns
+    return None
+
+
 def output_spec(plan: RunPlan, output: TableOutput, policy: TablePolicy) -> TableSpec:
     """How a table of the run is created or evolved: a dead-letter table (always created when
     missing), or a mapping's table under its mapping's policy (a template's tables are created as
-    values appear)."""
+    values appear). An inferred table (give the plan as written, `plan_as_written`) is created from
+    the columns its files were written with and never evolved here: the commit of its files adds
+    the new columns, in the same Iceberg commit."""
     if output.role is TableRole.DEAD_LETTER:
         return TableSpec(identifier=output.identifier, fields=DEAD_LETTER_FIELDS, create_if_missing=True)
     mapping = plan.mappings[output.mapping]
@@ -634,6 +653,7 @@ def output_spec(plan: RunPlan, output: TableOutput, policy: TablePolicy) -> Tabl
         partition_by=mapping.conversion.partition_by,
         create_if_missing=chosen.create_table_if_missing or output.identifier not in static,
         allow_type_widening=chosen.allow_type_widening,
+        evolve=not mapping.conversion.infer_columns,
     )
 
 

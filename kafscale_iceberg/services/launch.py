@@ -506,6 +506,11 @@ class Launcher:
         columns = mapping.column_specs()
         if json_schema is not None and mapping.schema_.source == "registry":
             columns = columns_from_json_schema(json_schema)
+        infer = mapping.schema_.source == "infer"
+        table_known = known.table(mapping.table) if mapping.table else None
+        if infer:
+            # The table's current columns as the commit step recorded them; the job adds new ones.
+            columns = (table_known.columns or ()) if table_known is not None else ()
         validating = json_schema is not None and (
             mapping.schema_.source == "registry" or config.schema_.mode != SchemaMode.OFF
         )
@@ -518,6 +523,8 @@ class Launcher:
             verify_crc=config.runs.verify_crc,
             target_file_size_bytes=config.target_file_size_for(mapping),
             lfs=mapping.lfs_settings(config.s3.bucket),
+            infer_columns=infer,
+            allow_type_widening=infer and mapping.schema_.allow_type_widening,
         )
         # The table's columns include the `lfs_*` ones `store_metadata` adds.
         fields = table_fields(conversion.table_columns)
@@ -551,8 +558,12 @@ class Launcher:
                 new_field_ids=None if template is None else planned_field_ids(fields, None),
                 reserved=tuple(sorted(config.named_tables - set(mapping.data_tables))),
             )
+        table = target(mapping.table) if mapping.table else None
+        if table is not None and infer and table_known is not None:
+            # An inferred table's new columns take the ids after it (`dataplane/inference.py`).
+            table = table.model_copy(update={"last_column_id": table_known.last_column_id})
         return MappingPlan(
-            table=target(mapping.table) if mapping.table else None,
+            table=table,
             dead_letter_table=target(mapping.dead_letter_table, DEAD_LETTER_FIELDS),
             conversion=conversion,
             route=route,

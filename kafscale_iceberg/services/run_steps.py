@@ -22,8 +22,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from pydantic import ValidationError
+
 from kafscale_iceberg.config import RunsConfig
-from kafscale_iceberg.domain.field_ids import TopicFieldIds, field_ids_uri
+from kafscale_iceberg.domain.field_ids import TopicFieldIds, field_id_mismatches, field_ids_uri
 from kafscale_iceberg.domain.jobs import JobState, JobStatus
 from kafscale_iceberg.domain.leases import LeaseGrant
 from kafscale_iceberg.domain.runs import FailureKind, RunPlan, RunResult, TableRole
@@ -305,12 +307,42 @@ class RunSteps:
         return backoff.failures, self._runs.retry_delay_seconds(backoff.failures)
 
     def _is_stale(self, topic: str, plan: RunPlan) -> bool:
-        """True when the store's committed offsets are no longer the plan's starts (best effort)."""
+        """True when the store's committed offsets are no longer the plan's starts, or the table's
+        schema moved since the plan was made (best effort)."""
         try:
             committed = self._checkpoints.load_committed_offsets(topic)
         except KafscaleIcebergError:
             return False
-        return any(committed.offset(p) != start for p, start in plan.start_offsets().items())
+        if any(committed.offset(p) != start for p, start in plan.start_offsets().items()):
+            return True
+        return self._schema_moved(plan)
+
+    def _schema_moved(self, plan: RunPlan) -> bool:
+        """True when `field-ids.json` (rewritten by a commit refused for its field ids) no longer says
+        what the plan was made from: the plan's ids differ, or, for an inferred table, the table's
+        `last_column_id` moved (a race with another run adding columns: not the topic's failure)."""
+        uri = field_ids_uri(self._runs.location, plan.topic)
+        try:
+            if not self._documents.exists(uri):
+                return False
+            known = TopicFieldIds.model_validate_json(self._documents.read_text(uri))
+        except (KafscaleIcebergError, ValidationError):
+            return False
+        for mapping in plan.mappings:
+            for target, _role in mapping.static_targets():
+                recorded = known.table(target.identifier)
+                if recorded is None:
+                    continue
+                inferred = mapping.conversion.infer_columns and target is mapping.table
+                if inferred and target.last_column_id != recorded.last_column_id:
+                    return True
+                if target.field_ids is None:
+                    continue
+                # Only columns the document records: a mapping's new columns have planned ids it lacks.
+                shared = {path: i for path, i in target.field_ids.items() if path in recorded.field_ids}
+                if field_id_mismatches(shared, recorded.field_ids):
+                    return True
+        return False
 
     def _failed_partition(self, plan: RunPlan) -> int | None:
         """The partition a failed run's corrupt segment belongs to (policy `fail`), else None."""

@@ -1,0 +1,93 @@
+"""The abort step after a schema race: a plan whose field ids the table's schema moved away from
+(`field-ids.json` rewritten by the refused commit) is re-signalled at once; any other failure keeps
+its backoff, also while a mapping's new columns have planned ids the document does not record.
+
+Real parts: the SQLite checkpoint store and the local document store; the EMR job runner is called
+not at all (the runs have no job to cancel).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import boto3
+import pytest
+
+from kafscale_iceberg.adapters.documents import DocumentStore
+from kafscale_iceberg.adapters.emr_serverless import EmrServerlessJobRunner
+from kafscale_iceberg.adapters.sqlite_checkpoints import SqliteCheckpointStore
+from kafscale_iceberg.config import EmrServerlessRunnerConfig, RunsConfig
+from kafscale_iceberg.domain.field_ids import TableFieldIds, TopicFieldIds, field_ids_uri
+from kafscale_iceberg.domain.leases import LeaseGrant
+from kafscale_iceberg.domain.runs import RunPlan
+from kafscale_iceberg.domain.tickets import RunTicket
+from kafscale_iceberg.services.run_steps import RunSteps
+from tests.support.plans import sample_plan
+
+ROLE = "arn:aws:iam::123456789012:role/job"
+RECORDED = {"record_id": 1, "order_id": 9, "tip": 10}
+
+
+@dataclass
+class World:
+    steps: RunSteps
+    checkpoints: SqliteCheckpointStore
+    documents: DocumentStore
+    runs: RunsConfig
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> World:
+    checkpoints = SqliteCheckpointStore(tmp_path / "o.sqlite", lease_ttl_seconds=30)
+    settings = EmrServerlessRunnerConfig(
+        application_id="00abc", execution_role_arn=ROLE, entry_point="s3://a/main.py", image="x"
+    )
+    client = boto3.client("emr-serverless", region_name="us-east-1")  # no call: the run has no job
+    runner = EmrServerlessJobRunner(settings, client, timeout_minutes=5)
+    runs = RunsConfig(location=str(tmp_path / "runs"), retry_backoff_seconds=60)
+    documents = DocumentStore()
+    return World(
+        RunSteps(runs, checkpoints, runner, documents, clock=lambda: 5.0), checkpoints, documents, runs
+    )
+
+
+def _abort(world: World, plan: RunPlan, tmp_path: Path) -> int:
+    """Abort a run of `plan` after its commit was refused; the seconds before it is re-signalled."""
+    plan = plan.model_copy(update={"result_uri": str(tmp_path / "result.json")})  # none: never written
+    assert plan.table is not None
+    table = plan.table.identifier
+    recorded = TopicFieldIds(tables=(TableFieldIds(identifier=table, field_ids=RECORDED, last_column_id=10),))
+    world.documents.write_text(field_ids_uri(world.runs.location, plan.topic), recorded.model_dump_json())
+    plan_uri = str(tmp_path / "plan.json")
+    world.documents.write_text(plan_uri, plan.model_dump_json())
+    grant = world.checkpoints.claim_lease(plan.topic, owner_id="launcher", run_id=plan.run_id)
+    assert isinstance(grant, LeaseGrant)
+    ticket = RunTicket(topic=plan.topic, run_id=plan.run_id, plan_uri=plan_uri, grant=grant, attempt=0)
+    return world.steps.abort(ticket, "commit failed: ...").resignal_after_seconds
+
+
+def _with_table(plan: RunPlan, **table: object) -> RunPlan:
+    return plan.model_copy(update={"table": plan.table.model_copy(update=table)})
+
+
+def test_an_inferred_plan_made_before_the_table_gained_columns_is_resignalled_at_once(
+    world, tmp_path: Path
+) -> None:
+    plan = sample_plan()
+    inferred = plan.model_copy(
+        update={"conversion": plan.conversion.model_copy(update={"infer_columns": True})}
+    )
+    assert _abort(world, _with_table(inferred, last_column_id=9, field_ids={"record_id": 1}), tmp_path) == 0
+
+
+def test_a_plan_whose_ids_the_table_no_longer_has_is_resignalled_at_once(
+    world: World, tmp_path: Path
+) -> None:
+    assert _abort(world, _with_table(sample_plan(), field_ids={"record_id": 1, "tip": 11}), tmp_path) == 0
+
+
+def test_a_failed_run_planning_a_mappings_new_column_still_backs_off(world: World, tmp_path: Path) -> None:
+    """The new column's planned id is not in the document (it is not in the table yet): not a race."""
+    plan = _with_table(sample_plan(), field_ids={**RECORDED, "new_column": 11})
+    assert _abort(world, plan, tmp_path) == 60
