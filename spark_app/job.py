@@ -59,7 +59,7 @@ from kafscale_iceberg.dataplane.reports import (
     build_run_result,
     failed_result,
 )
-from kafscale_iceberg.dataplane.schemas import DEAD_LETTER_SCHEMA, with_field_ids
+from kafscale_iceberg.dataplane.schemas import DEAD_LETTER_SCHEMA, data_schema, with_field_ids
 from kafscale_iceberg.dataplane.tasks import (
     DEFAULT_MAX_TASK_BYTES,
     DEFAULT_MIN_TASK_BYTES,
@@ -283,7 +283,7 @@ def run_job(
         )
         reports: list[TaskReport] = []
         observe_s = 0.0
-        if plan.conversion.infer_columns:
+        if plan.infers:
             observing = time.perf_counter()
             if tasks:
                 observer = ObservationRunner(
@@ -294,7 +294,7 @@ def run_job(
             logger.info(
                 "columns inferred: run_id=%s columns=%s seconds=%.3f",
                 plan.run_id,
-                ", ".join(f"{c.name} {c.type_name}" for c in plan.conversion.columns),
+                "; ".join(_inferred_columns_text(plan)),
                 time.perf_counter() - observing,
             )
         if tasks:
@@ -303,13 +303,9 @@ def run_job(
             )
             reports = run_tasks(spark, runner)
         result = build_run_result(plan, reports, _timings(started_ms, clock, session_start_s))
-        if plan.conversion.infer_columns and result.failure is None:
-            result = result.model_copy(
-                update={
-                    "columns": plan.conversion.columns,
-                    "field_ids": plan.table.field_ids if plan.table is not None else None,
-                    "timings": result.timings.model_copy(update={"task_observe_s": observe_s}),
-                }
+        if plan.infers and result.failure is None:
+            result = with_written_columns(plan, result).model_copy(
+                update={"timings": result.timings.model_copy(update={"task_observe_s": observe_s})}
             )
     except _InvalidPlanError as exc:
         result = failed_result(
@@ -357,9 +353,54 @@ def _check_plan(plan: RunPlan) -> None:
             converter = RecordConverter(topic=plan.topic, run_id=plan.run_id, settings=mapping.conversion)
             for target, role in mapping.static_targets():
                 schema = DEAD_LETTER_SCHEMA if role is TableRole.DEAD_LETTER else converter.schema
+                if role is TableRole.DATA and target.columns is not None:  # a routed inferred table
+                    schema = data_schema(mapping.conversion_for(target).table_columns)
                 with_field_ids(schema, target.field_ids, table=target.identifier)
     except (PartitioningError, InvalidJsonSchemaError, ValueError) as exc:
         raise _InvalidPlanError(f"plan {plan.run_id}: {exc}") from exc
+
+
+def with_written_columns(plan: RunPlan, result: RunResult) -> RunResult:
+    """`result` with the columns and field ids of each inferred table as `plan` (the one the conversion
+    stage ran) wrote its files: `RunResult.columns` for a run of one table, else on each inferred
+    table's `TableOutput`."""
+    if not plan.multi_table:
+        if not plan.conversion.infer_columns:
+            return result
+        return result.model_copy(
+            update={
+                "columns": plan.conversion.columns,
+                "field_ids": plan.table.field_ids if plan.table is not None else None,
+            }
+        )
+    outputs = []
+    for output in result.tables:
+        mapping = plan.mappings[output.mapping] if output.mapping < len(plan.mappings) else None
+        target = None if mapping is None else mapping.target(output.identifier)
+        if mapping is None or target is None or output.role is not TableRole.DATA:
+            outputs.append(output)
+            continue
+        if not mapping.conversion.infer_columns:
+            outputs.append(output)
+            continue
+        written = mapping.conversion_for(target)
+        outputs.append(output.model_copy(update={"columns": written.columns, "field_ids": target.field_ids}))
+    return result.model_copy(update={"tables": tuple(outputs)})
+
+
+def _inferred_columns_text(plan: RunPlan) -> list[str]:
+    """Per inferred table `table: name type, ...` (for the log)."""
+    texts = []
+    for mapping in plan.mappings:
+        if not mapping.conversion.infer_columns:
+            continue
+        targets = [t for t, role in mapping.static_targets() if role is TableRole.DATA]
+        if mapping.route is not None:
+            targets += [mapping.route.template_target(i) for i in sorted(mapping.route.known_columns)]
+        for target in targets:
+            columns = mapping.conversion_for(target).columns
+            texts.append(f"{target.identifier}: " + ", ".join(f"{c.name} {c.type_name}" for c in columns))
+    return texts
 
 
 def _storage_settings(plan: RunPlan, s3: S3Settings | None) -> S3Settings:

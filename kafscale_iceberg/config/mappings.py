@@ -433,12 +433,6 @@ class MappingConfig(_Section):
                 f"must be off when schema.source is 'infer' (got {self.lfs.mode!r}): columns are inferred "
                 "from the record values as they are in the segments, not from LFS blobs",
             )
-        if self.route is not None:
-            problems.add(
-                "route",
-                "is not offered with schema.source: infer yet (columns are inferred for one fixed "
-                "table); give the mapping a table, or list its columns (schema.source: mapping)",
-            )
         problems.raise_if_any()
         return self
 

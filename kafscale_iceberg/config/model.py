@@ -136,13 +136,6 @@ class KafscaleConfig(_Section):
                         f"differs from mappings[{first}]: a run reads a topic's segments once for all of "
                         "its mappings; give them the same policy",
                     )
-            if mapping.schema_.source == "infer" and len(self.mappings_for(mapping.topic)) > 1:
-                problems.add(
-                    f"{key}.schema.source",
-                    f"'infer' is offered for a topic's only mapping (topic {mapping.topic!r} has "
-                    f"{len(self.mappings_for(mapping.topic))}); list this mapping's columns "
-                    "(schema.source: mapping), or give the topic one mapping",
-                )
             if mapping.schema_.source == "registry" and not self.schema_.registry.base_url:
                 problems.add(f"{key}.schema.source", "'registry' needs schema.registry.base_url")
             for field, identifier in _named_tables(mapping):

@@ -17,7 +17,14 @@ import pyarrow as pa
 
 from kafscale_iceberg.domain.field_ids import TableFieldIds, planned_field_ids
 from kafscale_iceberg.domain.inference import MAX_DEPTH, FieldObservation, TableObservation, resolve_columns
-from kafscale_iceberg.domain.runs import LFS_METADATA_COLUMNS, RunPlan
+from kafscale_iceberg.domain.runs import (
+    LFS_METADATA_COLUMNS,
+    ColumnSpec,
+    ConversionSettings,
+    MappingPlan,
+    RunPlan,
+    TableTarget,
+)
 from kafscale_iceberg.domain.schema import BASE_FIELD_NAMES, table_fields
 
 # The JSON kind of a scalar Python value as msgspec decodes it (bool before int: exact types).
@@ -118,20 +125,80 @@ class ValueObserver:
 
 
 def with_inferred_columns(plan: RunPlan, observations: Mapping[str, TableObservation]) -> RunPlan:
-    """`plan` with its inferred table's columns decided from the merged `observations` (by table
+    """`plan` with each inferred table's columns decided from the merged `observations` (by table
     identifier) and their field ids planned: the plan the conversion stage runs.
 
-    The table's current columns (the plan's) keep their ids; new ones take Iceberg's ids after the
-    table's `last_column_id`, keyed by path (`domain/field_ids.py`); a table that does not exist yet
-    gets the ids its creation from these columns assigns. Unchanged for a plan that does not infer.
+    Every mapping with `schema.source: infer` is resolved: its fixed table (`conversion.columns`), or,
+    routed, each of its tables on its own (`TableTarget.columns`): the route's tables and default
+    table, and every table its template named in the observations (`RoutePlan.known_columns`; a
+    table the launcher did not know starts from the base fields). A table's current columns keep
+    their ids; new ones take Iceberg's ids after the table's `last_column_id`, keyed by path
+    (`domain/field_ids.py`); a table that does not exist yet gets the ids its creation from these
+    columns assigns. Unchanged for a plan that does not infer.
     """
-    conversion = plan.conversion
-    target = plan.table
-    if not conversion.infer_columns or target is None:  # config: infer has one fixed table
+    if not plan.infers:
         return plan
+    mappings = [_resolved_mapping(m, observations) for m in plan.mappings]
+    first = mappings[0]
+    return plan.model_copy(
+        update={
+            "table": first.table,
+            "conversion": first.conversion,
+            "route": first.route,
+            "more_mappings": tuple(mappings[1:]),
+        }
+    )
+
+
+def _resolved_mapping(mapping: MappingPlan, observations: Mapping[str, TableObservation]) -> MappingPlan:
+    conversion = mapping.conversion
+    if not conversion.infer_columns:
+        return mapping
+    if mapping.table is not None:
+        resolved, table = _resolved_table(conversion, mapping.table, conversion.columns, observations)
+        return mapping.model_copy(update={"conversion": resolved, "table": table})
+    route = mapping.route
+    assert route is not None
+
+    def routed(target: TableTarget) -> TableTarget:
+        current = target.columns if target.columns is not None else conversion.columns
+        resolved, written = _resolved_table(conversion, target, current, observations)
+        return written.model_copy(update={"columns": resolved.columns})
+
+    tables = {value: routed(t) for value, t in route.tables.items()}
+    default = None if route.default_table is None else routed(route.default_table)
+    static = {t.identifier for t in route.static_targets()}
+    known_columns = dict(route.known_columns)
+    known_ids = dict(route.known_field_ids)
+    if route.table_template is not None:
+        for identifier in sorted(observations):
+            if identifier in static or mapping.target(identifier) is None:
+                continue
+            written = routed(route.template_target(identifier))
+            known_columns[identifier] = written.columns or ()
+            if written.field_ids is not None:
+                known_ids[identifier] = written.field_ids
+    resolved_route = route.model_copy(
+        update={
+            "tables": tables,
+            "default_table": default,
+            "known_columns": known_columns,
+            "known_field_ids": known_ids,
+        }
+    )
+    return mapping.model_copy(update={"route": resolved_route})
+
+
+def _resolved_table(
+    conversion: ConversionSettings,
+    target: TableTarget,
+    current: tuple[ColumnSpec, ...],
+    observations: Mapping[str, TableObservation],
+) -> tuple[ConversionSettings, TableTarget]:
+    """One inferred table's conversion (its columns decided) and target (its field ids planned)."""
     reserved = {*BASE_FIELD_NAMES, *(c.name for c in LFS_METADATA_COLUMNS if conversion.lfs.store_metadata)}
     columns = resolve_columns(
-        conversion.columns,
+        current,
         observations.get(target.identifier),
         allow_type_widening=conversion.allow_type_widening,
         reserved=reserved,
@@ -146,6 +213,4 @@ def with_inferred_columns(plan: RunPlan, observations: Mapping[str, TableObserva
         )
         field_ids = planned_field_ids(table_fields(resolved.table_columns), known, new_parts=True)
     # Else the launcher could not plan the table's ids: files without ids (read by name), as then.
-    return plan.model_copy(
-        update={"conversion": resolved, "table": target.model_copy(update={"field_ids": field_ids})}
-    )
+    return resolved, target.model_copy(update={"field_ids": field_ids})

@@ -70,6 +70,49 @@ class RecordRouter:
         `column` (when `reuses` says so): the mapping's converted column of the route field, with
         `not_string` the positions whose present value did not convert (the conversion's failures)."""
         count = rows.num_rows
+        destination, reasons, leaf = self._destinations(
+            count, None if column is not None else rows.column("value").combine_chunks(), column, not_string
+        )
+        default = self._route.default_table
+        if default is None:
+            for row in np.flatnonzero(destination == UNROUTED).tolist():
+                reasons[row] = (ErrorKind.UNROUTED.value, self._unrouted_reason(leaf, row))
+        tables = []
+        for index, target in enumerate(self._targets):
+            positions = np.flatnonzero(destination == index)
+            if positions.size:
+                tables.append((target, rows.take(pa.array(positions)), positions))
+        dead = np.fromiter(sorted(reasons), np.int64, len(reasons))
+        dead_letters = dead_letter_rows(
+            rows,
+            dead,
+            [reasons[i][0] for i in dead.tolist()],
+            [reasons[i][1] for i in dead.tolist()],
+            run_id=self._run_id,
+            segment_key=segment_key,
+        )
+        return RoutedRows(tuple(tables), dead_letters)
+
+    def assign(self, values: pa.Array) -> tuple[tuple[TableTarget, np.ndarray], ...]:
+        """Each record value's table by the same rules as `split`, without building rows: per table,
+        the positions of `values` (binary) routed to it (the others are `split`'s dead letters)."""
+        destination, _reasons, _leaf = self._destinations(len(values), values, None, None)
+        found = []
+        for index, target in enumerate(self._targets):
+            positions = np.flatnonzero(destination == index)
+            if positions.size:
+                found.append((target, positions))
+        return tuple(found)
+
+    def _destinations(
+        self,
+        count: int,
+        values: pa.Array | None,
+        column: pa.Array | None,
+        not_string: np.ndarray | None,
+    ) -> tuple[np.ndarray, dict[int, tuple[str, str]], pa.Array]:
+        """Per row its table index (`UNROUTED` rows left without a default), the dead-letter reasons
+        of the invalid rows, and the route value column."""
         errors: dict[int, str] = {}
         if column is not None:
             leaf = column
@@ -78,7 +121,7 @@ class RecordRouter:
                 failed[not_string] = True
             describe = None
         else:
-            values = rows.column("value").combine_chunks()
+            assert values is not None
             extracted: ExtractedColumns = (
                 self._scanner.scan(values)
                 if self._scanner is not None
@@ -116,24 +159,7 @@ class RecordRouter:
         default = self._route.default_table
         if default is not None:
             destination[destination == UNROUTED] = self._table_index(default)
-        else:
-            for row in np.flatnonzero(destination == UNROUTED).tolist():
-                reasons[row] = (ErrorKind.UNROUTED.value, self._unrouted_reason(leaf, row))
-        tables = []
-        for index, target in enumerate(self._targets):
-            positions = np.flatnonzero(destination == index)
-            if positions.size:
-                tables.append((target, rows.take(pa.array(positions)), positions))
-        dead = np.fromiter(sorted(reasons), np.int64, len(reasons))
-        dead_letters = dead_letter_rows(
-            rows,
-            dead,
-            [reasons[i][0] for i in dead.tolist()],
-            [reasons[i][1] for i in dead.tolist()],
-            run_id=self._run_id,
-            segment_key=segment_key,
-        )
-        return RoutedRows(tuple(tables), dead_letters)
+        return destination, reasons, leaf
 
     def _unrouted_reason(self, leaf: pa.Array, row: int) -> str:
         value = leaf[row].as_py()

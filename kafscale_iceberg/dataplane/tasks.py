@@ -220,7 +220,7 @@ def run_task(
                 for part in lfs.parts(kept):
                     clock.lap("lfs")
                     for stage in stages:
-                        converted = stage.converter.convert(
+                        converted, routed = stage.convert(
                             part.records,
                             partition=window.partition,
                             segment_key=window.key,
@@ -232,12 +232,15 @@ def run_task(
                             invalid = converted.first_invalid
                             break
                         rows, dead = stage.write(
-                            converted, partition=window.partition, segment_key=window.key
+                            converted, partition=window.partition, segment_key=window.key, routed=routed
                         )
                         written += rows
                         dead_lettered += dead
                         for column, count in converted.conversion_failures.items():
                             conversion_failures[column] = conversion_failures.get(column, 0) + count
+                        for _target, table_rows in routed:
+                            for column, count in table_rows.conversion_failures.items():
+                                conversion_failures[column] = conversion_failures.get(column, 0) + count
                         clock.lap("write")
                     if invalid is not None:
                         break
@@ -330,7 +333,9 @@ def observe_task(
     meets it again and applies the run's rules (fail, quarantine) with the error named.
     """
     started = time.perf_counter()
-    observer = ValueObserver()
+    observers: dict[str, ValueObserver] = {}
+    inferred = [m for m in plan.mappings if m.conversion.infer_columns]
+    routers = [RecordRouter(m.route, run_id=plan.run_id) if m.route is not None else None for m in inferred]
     requests = [ObjectRequest(segment_uri(plan.source, w.key), w.size_bytes) for w in task.segments]
     fetched = prefetch_objects(reader, requests, prefetch)
     try:
@@ -347,17 +352,30 @@ def observe_task(
             except SegmentFormatError:
                 continue
             kept = _in_window(decoded.records, window)
-            if kept.num_rows:
-                observer.observe(
-                    kept.column("value").combine_chunks(),
-                    kept.column("offset").combine_chunks(),
-                    partition=window.partition,
-                )
+            if not kept.num_rows:
+                continue
+            values = kept.column("value").combine_chunks()
+            offsets = kept.column("offset").combine_chunks()
+            for mapping, router in zip(inferred, routers, strict=True):
+                if router is None:
+                    assert mapping.table is not None
+                    parts: tuple[tuple[TableTarget, np.ndarray | None], ...] = ((mapping.table, None),)
+                else:  # each record observed for the table it is routed to (`split`'s rules)
+                    parts = router.assign(values)
+                for target, positions in parts:
+                    observer = observers.get(target.identifier)
+                    if observer is None:
+                        observer = observers[target.identifier] = ValueObserver()
+                    if positions is None:
+                        observer.observe(values, offsets, partition=window.partition)
+                    else:
+                        at = pa.array(positions)
+                        observer.observe(values.take(at), offsets.take(at), partition=window.partition)
     finally:
         fetched.close()
     return TaskObservation(
         task_index=task.index,
-        tables={(plan.table or plan.anchor).identifier: observer.observation()},
+        tables={identifier: observer.observation() for identifier, observer in observers.items()},
         seconds=time.perf_counter() - started,
     )
 
@@ -435,39 +453,135 @@ class _MappingStage:
     def __init__(self, plan: RunPlan, index: int, mapping: MappingPlan, files: _TableFiles) -> None:
         self.index = index
         self.mapping = mapping
-        self.converter = RecordConverter(topic=plan.topic, run_id=plan.run_id, settings=mapping.conversion)
         self.strict = mapping.conversion.schema_mode is SchemaMode.STRICT
         self.router = None if mapping.route is None else RecordRouter(mapping.route, run_id=plan.run_id)
         self._files = files
+        self._plan = plan
+        self._converters: dict[str, RecordConverter] = {}
+        # A routed inferred mapping converts each table's records with that table's own columns: the
+        # records are first made base rows only (no column read, no validation) and routed, then
+        # each table's share is converted (`convert_routed`).
+        settings = mapping.conversion
+        if mapping.routed_inference:
+            settings = settings.model_copy(
+                update={"columns": (), "schema_mode": SchemaMode.OFF, "json_schema": None}
+            )
+        self.converter = RecordConverter(topic=plan.topic, run_id=plan.run_id, settings=settings)
 
-    def write(self, converted: ConvertedRecords, *, partition: int, segment_key: str) -> tuple[int, int]:
-        """Write a converted batch; `(rows written, dead letters)`."""
+    def convert(
+        self,
+        records: pa.Table,
+        *,
+        partition: int,
+        segment_key: str,
+        rejected: Mapping[int, tuple[str, str]] | None,
+        lfs_metadata: Mapping[str, pa.Array] | None,
+    ) -> tuple[ConvertedRecords, tuple[tuple[TableTarget, ConvertedRecords], ...]]:
+        """A batch converted: the mapping's rows (for a routed inferred mapping: routed, its dead
+        letters only, and per table its records converted with the table's columns)."""
+        converted = self.converter.convert(
+            records,
+            partition=partition,
+            segment_key=segment_key,
+            rejected=rejected,
+            lfs_metadata=lfs_metadata,
+        )
+        if not self.mapping.routed_inference or self.router is None:
+            return converted, ()
+        routed = self.router.split(converted.rows, segment_key=segment_key)
+        dead_letters = converted.dead_letters
+        if routed.dead_letters.num_rows:
+            dead_letters = (
+                pa.concat_tables([dead_letters, routed.dead_letters])
+                if dead_letters.num_rows
+                else routed.dead_letters
+            )
+        kept = records
+        if converted.rows.num_rows != records.num_rows:  # rejected records are dead letters already
+            kept = records.filter(
+                pc.is_in(records.column("offset"), value_set=converted.rows.column("offset"))
+            )
+        tables = []
+        for target, _rows, positions in routed.tables:
+            converter = self._converters.get(target.identifier)
+            if converter is None:
+                converter = self._converters[target.identifier] = RecordConverter(
+                    topic=self._plan.topic,
+                    run_id=self._plan.run_id,
+                    settings=self.mapping.conversion_for(target),
+                )
+            tables.append(
+                (
+                    target,
+                    converter.convert(
+                        kept.take(pa.array(positions)), partition=partition, segment_key=segment_key
+                    ),
+                )
+            )
+        first_invalid = min(
+            (c.first_invalid for _t, c in tables if c.first_invalid is not None),
+            key=lambda invalid: invalid.offset,
+            default=None,
+        )
+        return (
+            ConvertedRecords(converted.rows.slice(0, 0), dead_letters, first_invalid),
+            tuple(tables),
+        )
+
+    def write(
+        self,
+        converted: ConvertedRecords,
+        *,
+        partition: int,
+        segment_key: str,
+        routed: tuple[tuple[TableTarget, ConvertedRecords], ...] = (),
+    ) -> tuple[int, int]:
+        """Write a converted batch (`routed`: a routed inferred mapping's tables, each converted with
+        its own columns); `(rows written, dead letters)`."""
         mapping = self.mapping
         settings = mapping.conversion
         dead_letters = converted.dead_letters
         written = 0
-        if self.router is None:
+        if mapping.routed_inference:
+            for target, table_rows in routed:
+                if table_rows.dead_letters.num_rows:
+                    dead_letters = pa.concat_tables([dead_letters, table_rows.dead_letters])
+                rows = table_rows.rows
+                if not rows.num_rows:
+                    continue
+                writer = self._files.writer(
+                    target,
+                    self._converters[target.identifier].schema,
+                    TableRole.DATA,
+                    self.index,
+                    settings,
+                    partition_file_min_bytes=True,
+                )
+                for values, part in split_by_partition(rows, settings.partition_by):
+                    writer.write(values, part, kafka_partition=partition)
+                self._files.count(target.identifier, rows.num_rows, table_rows.conversion_failures)
+                written += rows.num_rows
+            placed: tuple[tuple[TableTarget, pa.Table, np.ndarray | None], ...] = ()
+        elif self.router is None:
             assert mapping.table is not None
-            placed: tuple[tuple[TableTarget, pa.Table, np.ndarray | None], ...] = (
-                (mapping.table, converted.rows, None),
-            )
+            placed = ((mapping.table, converted.rows, None),)
         else:
             field = mapping.route.field if mapping.route is not None else ""
             if self.router.reuses(settings.columns):  # the route field is a string column: not read again
-                routed = self.router.split(
+                split_rows = self.router.split(
                     converted.rows,
                     segment_key=segment_key,
                     column=converted.rows.column(field).combine_chunks(),
                     not_string=converted.failed_rows.get(field),
                 )
             else:
-                routed = self.router.split(converted.rows, segment_key=segment_key)
-            placed = routed.tables
-            if routed.dead_letters.num_rows:
+                split_rows = self.router.split(converted.rows, segment_key=segment_key)
+            placed = split_rows.tables
+            if split_rows.dead_letters.num_rows:
                 dead_letters = (
-                    pa.concat_tables([dead_letters, routed.dead_letters])
+                    pa.concat_tables([dead_letters, split_rows.dead_letters])
                     if dead_letters.num_rows
-                    else routed.dead_letters
+                    else split_rows.dead_letters
                 )
         for target, rows, positions in placed:
             if not rows.num_rows:

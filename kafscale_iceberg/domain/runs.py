@@ -18,6 +18,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from kafscale_iceberg.domain.routing import matches_template
+
 PLAN_VERSION: Literal[1] = 1
 RESULT_VERSION: Literal[1] = 1
 RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9._-]{1,64}")
@@ -236,6 +238,10 @@ class TableTarget(_Model):
     last_column_id: int | None = None
     """The table's `last-column-id` as the launcher knew it (None: unknown, or the table does not
     exist yet). An inferred table's new columns take the ids after it (`domain/field_ids.py`)."""
+    columns: tuple[ColumnSpec, ...] | None = None
+    """A routed inferred mapping's table (`schema.source: infer` with `route`): its own columns after
+    the base fields (the launcher's: the table's current ones; the job's: those its files are written
+    with). None: the mapping's `conversion.columns` (every other table)."""
 
 
 class TableRole(StrEnum):
@@ -253,7 +259,9 @@ class RoutePlan(_Model):
     value. A template table's files go to `data_uri_template` with `{path}` filled in
     (`routing.data_uri_for`); `known_field_ids` are the ids of template tables the commit step has
     recorded, `new_field_ids` the ids a table this run creates gets. `reserved`: every other table of
-    the config, which a template value may not name.
+    the config, which a template value may not name. An inferred mapping's template tables also carry
+    their own columns and `last-column-id` (`known_columns`, `known_last_column_ids`; a table not
+    listed starts from the base fields).
     """
 
     field: str
@@ -264,6 +272,8 @@ class RoutePlan(_Model):
     known_field_ids: dict[str, dict[str, int]] = Field(default_factory=dict)
     new_field_ids: dict[str, int] | None = None
     reserved: tuple[str, ...] = ()
+    known_columns: dict[str, tuple[ColumnSpec, ...]] = Field(default_factory=dict)
+    known_last_column_ids: dict[str, int] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _names_a_table(self) -> RoutePlan:
@@ -287,6 +297,8 @@ class RoutePlan(_Model):
             identifier=identifier,
             data_uri=self.data_uri_template.replace("{path}", "/".join(identifier.split("."))),
             field_ids=self.known_field_ids.get(identifier, self.new_field_ids),
+            last_column_id=self.known_last_column_ids.get(identifier),
+            columns=self.known_columns.get(identifier),
         )
 
 
@@ -401,6 +413,33 @@ class MappingPlan(_Model):
             targets.append((self.table, TableRole.DATA))
         return tuple(targets)
 
+    @property
+    def routed_inference(self) -> bool:
+        """Whether each of its tables has its own inferred columns (`route` with `schema.source: infer`)."""
+        return self.conversion.infer_columns and self.route is not None
+
+    def target(self, identifier: str) -> TableTarget | None:
+        """Its table `identifier` (a template's too, when its route's template names it), else None."""
+        for target, _role in self.static_targets():
+            if target.identifier == identifier:
+                return target
+        route = self.route
+        if (
+            route is not None
+            and route.table_template is not None
+            and identifier not in route.reserved
+            and matches_template(route.table_template, identifier)
+        ):
+            return route.template_target(identifier)
+        return None
+
+    def conversion_for(self, target: TableTarget) -> ConversionSettings:
+        """How its rows for `target` are converted: a routed inferred table's own columns, else the
+        mapping's conversion."""
+        if target.columns is None:
+            return self.conversion
+        return self.conversion.model_copy(update={"columns": target.columns})
+
 
 class RunPlan(_Model):
     """Everything the Spark job needs to turn one topic's segment range into data files.
@@ -449,6 +488,11 @@ class RunPlan(_Model):
         """Whether the anchor holds mapped rows or dead letters."""
         dead_letters = self.anchor.identifier == self.dead_letter_table.identifier
         return TableRole.DEAD_LETTER if dead_letters else TableRole.DATA
+
+    @property
+    def infers(self) -> bool:
+        """Whether any of its mappings infers its columns (the job then observes the records first)."""
+        return any(m.conversion.infer_columns for m in self.mappings)
 
     @property
     def multi_table(self) -> bool:
@@ -688,6 +732,12 @@ class TableOutput(_Model):
     files: tuple[DataFile, ...] = ()
     records: int = Field(default=0, ge=0)
     conversion_failures: dict[str, int] = Field(default_factory=dict)
+    columns: tuple[ColumnSpec, ...] | None = None
+    """An inferred mapping's table (in a run of several tables): the columns after the base fields its
+    files were written with (the commit adds those the table lacks, in the same Iceberg commit as the
+    files). None for every other table."""
+    field_ids: dict[str, int] | None = None
+    """With `columns`: the field ids its files carry (checked against the table by the commit step)."""
 
 
 class RunResult(_Model):
@@ -733,15 +783,74 @@ class RunResult(_Model):
 
 def plan_as_written(plan: RunPlan, result: RunResult) -> RunPlan:
     """`plan` with the columns and field ids its data files were written with: an inferred table's
-    (`RunResult.columns`, `.field_ids`, decided by the job), else `plan` itself."""
-    if not plan.conversion.infer_columns or result.columns is None:
+    (`RunResult.columns`, `.field_ids` for a run of one table; each `TableOutput`'s in a run of
+    several), decided by the job; `plan` itself when nothing is inferred."""
+    if not plan.infers:
         return plan
+    if not plan.multi_table:
+        if result.columns is None:
+            return plan
+        return plan.model_copy(
+            update={
+                "conversion": plan.conversion.model_copy(update={"columns": result.columns}),
+                "table": plan.table.model_copy(update={"field_ids": result.field_ids})
+                if plan.table
+                else None,
+            }
+        )
+    mappings = list(plan.mappings)
+    for output in result.tables:
+        if output.columns is None or output.mapping >= len(mappings):
+            continue
+        mappings[output.mapping] = written_mapping(mappings[output.mapping], output)
+    first = mappings[0]
     return plan.model_copy(
         update={
-            "conversion": plan.conversion.model_copy(update={"columns": result.columns}),
-            "table": plan.table.model_copy(update={"field_ids": result.field_ids}) if plan.table else None,
+            "table": first.table,
+            "conversion": first.conversion,
+            "route": first.route,
+            "more_mappings": tuple(mappings[1:]),
         }
     )
+
+
+def written_mapping(mapping: MappingPlan, output: TableOutput) -> MappingPlan:
+    """`mapping` with `output`'s table as the job wrote it (its columns and field ids)."""
+    if not mapping.conversion.infer_columns or output.columns is None:
+        return mapping
+    ids = output.field_ids
+    if mapping.table is not None and mapping.table.identifier == output.identifier:
+        return mapping.model_copy(
+            update={
+                "conversion": mapping.conversion.model_copy(update={"columns": output.columns}),
+                "table": mapping.table.model_copy(update={"field_ids": ids}),
+            }
+        )
+    route = mapping.route
+    if route is None:
+        return mapping
+    update = {"columns": output.columns, "field_ids": ids}
+    tables = {
+        value: t.model_copy(update=update) if t.identifier == output.identifier else t
+        for value, t in route.tables.items()
+    }
+    default = route.default_table
+    if default is not None and default.identifier == output.identifier:
+        default = default.model_copy(update=update)
+    known_columns, known_ids = dict(route.known_columns), dict(route.known_field_ids)
+    if output.identifier not in {t.identifier for t in route.static_targets()}:
+        known_columns[output.identifier] = output.columns
+        if ids is not None:
+            known_ids[output.identifier] = ids
+    routed = route.model_copy(
+        update={
+            "tables": tables,
+            "default_table": default,
+            "known_columns": known_columns,
+            "known_field_ids": known_ids,
+        }
+    )
+    return mapping.model_copy(update={"route": routed})
 
 
 def table_outputs(plan: RunPlan, result: RunResult) -> tuple[TableOutput, ...]:

@@ -43,7 +43,12 @@ from kafscale_iceberg.domain.commits import (
     stand_dead_letters,
     stand_run,
 )
-from kafscale_iceberg.domain.field_ids import TableFieldIds, TopicFieldIds
+from kafscale_iceberg.domain.field_ids import (
+    TableFieldIds,
+    TopicFieldIds,
+    field_id_mismatches,
+    planned_field_ids,
+)
 from kafscale_iceberg.domain.leases import LeaseGrant
 from kafscale_iceberg.domain.offsets import CommittedOffsets, OffsetUpdate
 from kafscale_iceberg.domain.routing import matches_template
@@ -63,6 +68,8 @@ from kafscale_iceberg.domain.runs import (
 from kafscale_iceberg.domain.schema import DEAD_LETTER_FIELDS, table_fields
 from kafscale_iceberg.exceptions import (
     DeadLetterAheadError,
+    FieldIdMismatchError,
+    InferredColumnChangedError,
     KafscaleIcebergError,
     OffsetMismatchError,
     RunNotCommittableError,
@@ -381,6 +388,10 @@ class CommitService(TableWriter):
             self._tables.ensure_table(output_spec(plan, anchor, policy), current=main)
             for _write, state, output in lagging:
                 self._tables.ensure_table(output_spec(plan, output, policy), current=state)
+            # An inferred table that moved since the plan (a race adding columns) is refused here,
+            # before the first table's commit, not between two tables' commits.
+            for write, state in [(w, s) for w, s, _o in lagging] + [(data, main)]:
+                self._check_inferred_ids(write, state)
             # Tables before the anchor, in the plan's fixed order; each verified COMMITTED is skipped.
             # Quarantined ranges go to the dead-letter table's marker even without files, so both
             # tables list them (an offset reset to before a range drops it from both).
@@ -425,6 +436,31 @@ class CommitService(TableWriter):
             states={**states, main.table: main},
         )
 
+    def _check_inferred_ids(self, write: RunFilesWrite, state: TableState | None) -> None:
+        """Refuse (`FieldIdMismatchError`, `InferredColumnChangedError`) an inferred table's write whose
+        files' field ids are not those its commit would give the columns, or whose column is of
+        another type in the table: the table gained columns from another run since the plan."""
+        if write.columns is None or write.field_ids is None or not write.files or state is None:
+            return
+        try:
+            table = self._tables.field_ids(write.table, state)
+        except TableMissingError:
+            return
+        written = {c.name: c for c in write.columns}
+        conflicts = {
+            c.name: (written[c.name].type_name, c.type_name)
+            for c in table.columns or ()
+            if c.name in written and written[c.name].type is not c.type
+        }
+        if conflicts:
+            raise InferredColumnChangedError(write.table, write.run_id, conflicts)
+        expected = planned_field_ids(table_fields(write.columns), table, new_parts=True)
+        if expected is None:
+            return
+        mismatches = field_id_mismatches(dict(write.field_ids), expected)
+        if mismatches:
+            raise FieldIdMismatchError(write.table, write.run_id, mismatches)
+
     def _check_lagging(
         self, plan: RunPlan, outputs: Sequence[TableOutput], quarantined: tuple[QuarantinedRange, ...]
     ) -> list[tuple[DeadLetterTableWrite, TableState | None, TableOutput]]:
@@ -442,6 +478,7 @@ class CommitService(TableWriter):
                 output.files,
                 ranges,
                 conversion_failures=output.conversion_failures,
+                columns=inferred_columns(plan, output),
             )
             state = read_state_if_exists(self._tables, write.table, plan.topic)
             if state is not None:
@@ -630,26 +667,30 @@ def inferred_columns(plan: RunPlan, output: TableOutput) -> tuple[ColumnSpec, ..
     """The columns an inferred table's files were written with (the commit adds those it lacks);
     None for every other table (its schema is not touched by the commit)."""
     mapping = plan.mappings[output.mapping]
-    inferred = output.role is TableRole.DATA and mapping.conversion.infer_columns
-    if inferred and mapping.table is not None and output.identifier == mapping.table.identifier:
-        return mapping.conversion.table_columns
-    return None
+    if output.role is not TableRole.DATA or not mapping.conversion.infer_columns:
+        return None
+    target = mapping.target(output.identifier)
+    if target is None:
+        return None
+    return mapping.conversion_for(target).table_columns
 
 
 def output_spec(plan: RunPlan, output: TableOutput, policy: TablePolicy) -> TableSpec:
     """How a table of the run is created or evolved: a dead-letter table (always created when
     missing), or a mapping's table under its mapping's policy (a template's tables are created as
     values appear). An inferred table (give the plan as written, `plan_as_written`) is created from
-    the columns its files were written with and never evolved here: the commit of its files adds
-    the new columns, in the same Iceberg commit."""
+    the columns its files were written with (a routed one: its own) and never evolved here: the
+    commit of its files adds the new columns, in the same Iceberg commit."""
     if output.role is TableRole.DEAD_LETTER:
         return TableSpec(identifier=output.identifier, fields=DEAD_LETTER_FIELDS, create_if_missing=True)
     mapping = plan.mappings[output.mapping]
     chosen = policy.for_mapping(output.mapping)
     static = {t.identifier for t, _ in mapping.static_targets()}
+    target = mapping.target(output.identifier)
+    conversion = mapping.conversion if target is None else mapping.conversion_for(target)
     return TableSpec(
         identifier=output.identifier,
-        fields=table_fields(mapping.conversion.table_columns),
+        fields=table_fields(conversion.table_columns),
         partition_by=mapping.conversion.partition_by,
         create_if_missing=chosen.create_table_if_missing or output.identifier not in static,
         allow_type_widening=chosen.allow_type_widening,

@@ -536,13 +536,32 @@ class Launcher:
                 field_ids=planned_field_ids(fields, known.table(identifier)),
             )
 
+        def routed(identifier: str) -> TableTarget:
+            """A routed table: an inferred mapping's has its own columns (a new one: the base fields)."""
+            if not infer:
+                return target(identifier)
+            recorded = known.table(identifier)
+            own = (recorded.columns or ()) if recorded is not None else ()
+            planned = target(
+                identifier, table_fields(conversion.model_copy(update={"columns": own}).table_columns)
+            )
+            return planned.model_copy(
+                update={
+                    "columns": own,
+                    "last_column_id": None if recorded is None else recorded.last_column_id,
+                }
+            )
+
+        def known_template_tables(template: str) -> list[TableTarget]:
+            return [routed(t.identifier) for t in known.tables if matches_template(template, t.identifier)]
+
         route = None
         if mapping.route is not None:
             template = mapping.route.table_template or None
             route = RoutePlan(
                 field=mapping.route.field,
-                tables={value: target(table) for value, table in mapping.route.tables.items()},
-                default_table=target(mapping.route.default_table) if mapping.route.default_table else None,
+                tables={value: routed(table) for value, table in mapping.route.tables.items()},
+                default_table=routed(mapping.route.default_table) if mapping.route.default_table else None,
                 table_template=template,
                 data_uri_template=None
                 if template is None
@@ -550,13 +569,22 @@ class Launcher:
                 known_field_ids={}
                 if template is None
                 else {
-                    t.identifier: ids
-                    for t in known.tables
-                    if matches_template(template, t.identifier)
-                    and (ids := planned_field_ids(fields, t)) is not None
+                    t.identifier: t.field_ids
+                    for t in known_template_tables(template)
+                    if t.field_ids is not None
                 },
                 new_field_ids=None if template is None else planned_field_ids(fields, None),
                 reserved=tuple(sorted(config.named_tables - set(mapping.data_tables))),
+                known_columns={}
+                if template is None or not infer
+                else {t.identifier: t.columns or () for t in known_template_tables(template)},
+                known_last_column_ids={}
+                if template is None or not infer
+                else {
+                    t.identifier: t.last_column_id
+                    for t in known_template_tables(template)
+                    if t.last_column_id is not None
+                },
             )
         table = target(mapping.table) if mapping.table else None
         if table is not None and infer and table_known is not None:

@@ -152,7 +152,8 @@ class RunSteps:
         try:
             outcome = self._commit_service().commit_run(plan, result, grant, policy)
         except FieldIdMismatchError:
-            self._record_field_ids(plan)  # so the next attempt is planned with the table's ids
+            # So the next attempt is planned with the tables' ids (a template's the run wrote too).
+            self._record_field_ids(plan, written=tuple(t.identifier for t in result.tables))
             raise
         if outcome.table_committed or outcome.dead_letter_committed or not self._field_ids_recorded(plan):
             self._record_field_ids(plan, outcome)
@@ -190,13 +191,17 @@ class RunSteps:
             return claimed
         return ticket.grant
 
-    def _record_field_ids(self, plan: RunPlan, outcome: CommitOutcome | None = None) -> None:
+    def _record_field_ids(
+        self, plan: RunPlan, outcome: CommitOutcome | None = None, *, written: tuple[str, ...] = ()
+    ) -> None:
         """Write `field-ids.json` for the plan's topic from its tables' schemas (those the commit just
-        read or made, without loading them again). Idempotent."""
+        read or made, without loading them again; `written`: more tables of the run, e.g. a template's
+        after a refused commit). Idempotent."""
         data = [t.identifier for m in plan.mappings for t, r in m.static_targets() if r is TableRole.DATA]
         tables = list(dict.fromkeys([*data, *(m.dead_letter_table.identifier for m in plan.mappings)]))
         if outcome is not None:  # tables a route's template named, as the commit step met them
             tables += [name for name in outcome.states if name not in tables]
+        tables += [name for name in written if name not in tables]
         known = self._commit_service().field_ids(tuple(tables), None if outcome is None else outcome.states)
         if any(m.route is not None and m.route.table_template for m in plan.mappings):
             # A template's tables this run did not write keep their recorded ids (not loaded again).
@@ -329,11 +334,18 @@ class RunSteps:
         except (KafscaleIcebergError, ValidationError):
             return False
         for mapping in plan.mappings:
-            for target, _role in mapping.static_targets():
+            targets = list(mapping.static_targets())
+            if mapping.route is not None and mapping.route.table_template is not None:
+                # A template's tables the plan knew (an inferred one's columns race per table too).
+                targets += [
+                    (mapping.route.template_target(identifier), TableRole.DATA)
+                    for identifier in sorted(mapping.route.known_field_ids)
+                ]
+            for target, role in targets:
                 recorded = known.table(target.identifier)
                 if recorded is None:
                     continue
-                inferred = mapping.conversion.infer_columns and target is mapping.table
+                inferred = mapping.conversion.infer_columns and role is TableRole.DATA
                 if inferred and target.last_column_id != recorded.last_column_id:
                     return True
                 if target.field_ids is None:
