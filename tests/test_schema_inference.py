@@ -504,14 +504,12 @@ def test_a_table_whose_ids_the_launcher_could_not_plan_gets_files_without_ids(tm
     assert (created["record_id"], created["order_id"]) == (1, 9)
 
 
-def test_config_refuses_infer_with_a_route_or_beside_another_mapping_of_the_topic() -> None:
-    route = {"field": "kind", "tables": {"a": "prod.a"}, "default_table": TABLE}
+def test_config_accepts_infer_with_a_route_and_beside_another_mapping_of_the_topic() -> None:
+    route = {"field": "kind", "table_template": "prod.kind_{value}", "default_table": TABLE}
     routed = {"table": "", "route": route, "schema": {"source": "infer"}}
-    with pytest.raises(ConfigError, match=r"mappings\[0\]\.route: is not offered with schema.source: infer"):
-        parse_config(_config(routed), source="test.yaml", environ={})
+    config = parse_config(_config(routed), source="test.yaml", environ={})
+    assert config.mappings[0].schema_.source == "infer"
     text = yaml.safe_load(_config({"schema": {"source": "infer"}}))
     text["mappings"].append({"topic": "orders", "table": "prod.orders_raw"})
-    with pytest.raises(
-        ConfigError, match=r"mappings\[0\]\.schema\.source: 'infer' is offered for a topic's only"
-    ):
-        parse_config(yaml.safe_dump(text), source="test.yaml", environ={})
+    both = parse_config(yaml.safe_dump(text), source="test.yaml", environ={})
+    assert [m.schema_.source for m in both.mappings_for("orders")] == ["infer", "none"]
