@@ -6,7 +6,8 @@
 2. Produce realistic events for four topics as KafScale segments, mixed codecs, arriving in rounds
    the way brokers flush - with a duplicate notification, a segment whose `.index` lands a round
    late, and a few invalid records. `payments` also feeds a second mapping, routed by `method`
-   (cards to a fixed table, the other methods to a table per value, created as they appear).
+   (cards to a fixed table, the other methods to a table per value, created as they appear), whose
+   tables' columns are inferred from their own records (`schema.source: infer`).
 3. Ingest them automatically as they arrive (`Pipeline.run_forever`, driven by the notifications).
 4. Print per table: rows, snapshots, files; a "top stores" query; the dead-letter rows.
 5. Check that every produced record is in its table (or, if invalid, its dead-letter table) exactly
@@ -59,7 +60,8 @@ BUCKET = "kafscale-demo"
 PAYMENT_METHODS = ("card", "cash", "voucher")
 ROUTED_PAYMENTS: dict[str, Any] = {
     # A second mapping of `payments`, routed by `method`: cards to a fixed table, the other methods to a
-    # table per value, created as the values appear (`mappings[].route`).
+    # table per value, created as the values appear (`mappings[].route`); each table's columns are
+    # inferred from its own records (`schema.source: infer`), so each method's fields are its table's.
     "topic": "payments",
     "route": {
         "field": "method",
@@ -68,13 +70,16 @@ ROUTED_PAYMENTS: dict[str, Any] = {
     },
     "dead_letter_table": "shop.payments_routed__dlq",
     "create_table_if_missing": True,
-    "schema": {
-        "columns": [
-            {"name": "payment_id", "type": "long", "required": True},
-            {"name": "method", "type": "string"},
-            {"name": "amount", "type": "long"},
-        ]
-    },
+    "schema": {"source": "infer"},
+}
+PAYMENT_FIELDS: dict[str, dict[str, str]] = {
+    # The columns each routed payment table infers: the common fields, then its method's own.
+    method: {"payment_id": "long", "method": "string", "amount": "long", **own}
+    for method, own in (
+        ("card", {"card_last4": "string"}),
+        ("cash", {"change_due": "long"}),
+        ("voucher", {"voucher": "struct<code: string, percent: double>"}),
+    )
 }
 START_MS = 1_795_132_800_000  # 2026-11-20T00:00:00Z
 CODECS = (Codec.NONE, Codec.GZIP, Codec.SNAPPY, Codec.LZ4, Codec.ZSTD)
@@ -105,11 +110,15 @@ def _order(rng: random.Random, offset: int, at_ms: int) -> dict[str, Any]:
 
 
 def _payment(rng: random.Random, offset: int, at_ms: int) -> dict[str, Any]:
-    return {
-        "payment_id": offset,
-        "method": rng.choice(PAYMENT_METHODS),
-        "amount": rng.randint(4, 60),
-    }
+    method = rng.choice(PAYMENT_METHODS)
+    payment: dict[str, Any] = {"payment_id": offset, "method": method, "amount": rng.randint(4, 60)}
+    if method == "card":
+        payment["card_last4"] = f"{rng.randint(0, 9999):04d}"
+    elif method == "cash":
+        payment["change_due"] = rng.randint(0, 20)
+    else:
+        payment["voucher"] = {"code": f"V{rng.randint(100, 999)}", "percent": rng.choice((5.0, 12.5))}
+    return payment
 
 
 def _receipt(rng: random.Random, offset: int, at_ms: int) -> dict[str, Any]:
@@ -459,6 +468,21 @@ class Demo:
             all(r["method"] == m for m, rows in routed.items() for r in rows),
             "payments: each routed row is in its method's table",
         )
+        inferred = {method: tables.columns(f"shop.payments_{method}") for method in PAYMENT_METHODS}
+        for method, columns in inferred.items():
+            self.say(
+                f"   shop.payments_{method} inferred: " + ", ".join(f"{n} {t}" for n, t in columns.items())
+            )
+        self.check(
+            inferred == PAYMENT_FIELDS,
+            "payments: each routed table's columns are inferred from its own records (its method's fields)",
+        )
+        self.check(
+            all(
+                r[name] is not None for m, rows in routed.items() for r in rows for name in PAYMENT_FIELDS[m]
+            ),
+            "payments: every routed row has a value in each of its table's inferred columns",
+        )
 
     def _report_lfs(self, tables: _Tables, produced: Produced) -> None:
         receipts = tables.rows("shop.receipts")
@@ -522,6 +546,18 @@ class _Tables:
             raise
         rows: list[dict[str, Any]] = table.scan().to_arrow().to_pylist()
         return rows
+
+    def columns(self, identifier: str) -> dict[str, str]:
+        """The table's columns after the base fields, by name with their types (`{}` when missing)."""
+        from pyiceberg.exceptions import NoSuchTableError  # noqa: PLC0415
+
+        from kafscale_iceberg.adapters.iceberg_tables import table_columns  # noqa: PLC0415
+
+        try:
+            schema = self._catalog.load_table(identifier).schema()
+        except NoSuchTableError:
+            return {}
+        return {c.name: c.type_name for c in table_columns(schema)}
 
     def shape(self, identifier: str) -> tuple[int, int]:
         table = self._catalog.load_table(identifier)
