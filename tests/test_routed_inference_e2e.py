@@ -24,7 +24,7 @@ from kafscale_iceberg.adapters.iceberg_tables import table_columns
 from kafscale_iceberg.assembly import Assembly
 from kafscale_iceberg.config import config_from_mapping
 from kafscale_iceberg.domain.field_ids import TopicFieldIds, field_ids_uri
-from kafscale_iceberg.local.pipeline import Pipeline, OnceSummary, RunEnd
+from kafscale_iceberg.local.pipeline import OnceSummary, Pipeline, RunEnd
 from kafscale_iceberg.local.spark_runner import LocalSparkJobRunner
 from tests.support.config_documents import local_document
 from tests.support.moto import MotoEndpoint
@@ -124,7 +124,8 @@ def test_mixed_events_get_a_table_per_type_each_with_its_own_evolving_inferred_s
     recorded = world.recorded()
     for table in (CLICKS, ORDERS):
         known = recorded.table(table)
-        assert known is not None and [c.name for c in known.columns or ()] == list(world.columns(table))
+        assert known is not None
+        assert [c.name for c in known.columns or ()] == list(world.columns(table))
 
     # A later order adds a field: the orders table evolves in the commit of its files; clicks, which
     # gets rows in the same run, keeps its schema.
