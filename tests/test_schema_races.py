@@ -20,7 +20,7 @@ from kafscale_iceberg.adapters.sqlite_checkpoints import SqliteCheckpointStore
 from kafscale_iceberg.config import EmrServerlessRunnerConfig, RunsConfig
 from kafscale_iceberg.domain.field_ids import TableFieldIds, TopicFieldIds, field_ids_uri
 from kafscale_iceberg.domain.leases import LeaseGrant
-from kafscale_iceberg.domain.runs import RunPlan
+from kafscale_iceberg.domain.runs import RoutePlan, RunPlan
 from kafscale_iceberg.domain.tickets import RunTicket
 from kafscale_iceberg.services.run_steps import RunSteps
 from tests.support.plans import sample_plan
@@ -91,3 +91,48 @@ def test_a_failed_run_planning_a_mappings_new_column_still_backs_off(world: Worl
     """The new column's planned id is not in the document (it is not in the table yet): not a race."""
     plan = _with_table(sample_plan(), field_ids={**RECORDED, "new_column": 11})
     assert _abort(world, plan, tmp_path) == 60
+
+
+def _abort_routed(world: World, tmp_path: Path, *, planned_last_column_id: int) -> int:
+    """Abort a run of a routed inferred plan whose template table `shop.kind_a` was planned with
+    `planned_last_column_id`; `field-ids.json` records the table with last-column-id 10."""
+    plan = sample_plan()
+    assert plan.table is not None
+    route = RoutePlan(
+        field="kind",
+        table_template="shop.kind_{value}",
+        data_uri_template=str(tmp_path / "w" / "{path}"),
+        known_field_ids={"shop.kind_a": RECORDED},
+        known_columns={"shop.kind_a": ()},
+        known_last_column_ids={"shop.kind_a": planned_last_column_id},
+    )
+    routed = plan.model_copy(
+        update={
+            "table": None,
+            "route": route,
+            "conversion": plan.conversion.model_copy(update={"infer_columns": True, "columns": ()}),
+            "result_uri": str(tmp_path / "result.json"),
+        }
+    )
+    recorded = TopicFieldIds(
+        tables=(TableFieldIds(identifier="shop.kind_a", field_ids=RECORDED, last_column_id=10),)
+    )
+    world.documents.write_text(field_ids_uri(world.runs.location, plan.topic), recorded.model_dump_json())
+    plan_uri = str(tmp_path / "plan.json")
+    world.documents.write_text(plan_uri, routed.model_dump_json())
+    grant = world.checkpoints.claim_lease(plan.topic, owner_id="launcher", run_id=plan.run_id)
+    assert isinstance(grant, LeaseGrant)
+    ticket = RunTicket(topic=plan.topic, run_id=plan.run_id, plan_uri=plan_uri, grant=grant, attempt=0)
+    return world.steps.abort(ticket, "commit failed: ...").resignal_after_seconds
+
+
+def test_a_routed_inferred_plan_made_before_a_template_table_gained_columns_is_resignalled_at_once(
+    world: World, tmp_path: Path
+) -> None:
+    assert _abort_routed(world, tmp_path, planned_last_column_id=9) == 0
+
+
+def test_a_failed_routed_inferred_run_whose_template_table_did_not_move_still_backs_off(
+    world: World, tmp_path: Path
+) -> None:
+    assert _abort_routed(world, tmp_path, planned_last_column_id=10) == 60
