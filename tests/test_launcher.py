@@ -16,7 +16,7 @@ from kafscale_iceberg.config import KafscaleConfig, config_from_mapping
 from kafscale_iceberg.domain.field_ids import TableFieldIds, TopicFieldIds, field_ids_uri
 from kafscale_iceberg.domain.leases import LeaseGrant
 from kafscale_iceberg.domain.offsets import OffsetUpdate
-from kafscale_iceberg.domain.runs import RunPlan, make_run_id
+from kafscale_iceberg.domain.runs import ColumnSpec, ColumnType, RunPlan, make_run_id
 from kafscale_iceberg.domain.schema import BASE_FIELDS, DEAD_LETTER_FIELDS
 from kafscale_iceberg.domain.tickets import OUTCOME_NAME, RunTicket, run_document_uri
 from kafscale_iceberg.exceptions import TransientError, UnmappedTopicError
@@ -31,7 +31,9 @@ ROLE = "arn:aws:iam::123456789012:role/kafscale-iceberg-job"
 class World:
     """A KafScale bucket, a runs bucket, a state machine, a checkpoint store and a launcher."""
 
-    def __init__(self, moto: MotoEndpoint, tmp_path: Path, **runs: Any) -> None:
+    def __init__(
+        self, moto: MotoEndpoint, tmp_path: Path, *, mappings: list[dict[str, Any]] | None = None, **runs: Any
+    ) -> None:
         self.s3: Any = moto.client("s3")
         self.bucket = moto.new_bucket()
         runs_bucket = moto.new_bucket()
@@ -46,7 +48,7 @@ class World:
                 "s3": {"bucket": self.bucket, "namespace": "prod", "endpoint": moto.url, "path_style": True},
                 "iceberg": {"catalog": {"type": "glue"}, "warehouse": f"s3://{runs_bucket}/warehouse"},
                 "offsets": {"backend": "sqlite", "sqlite_path": str(tmp_path / "offsets.sqlite")},
-                "mappings": [{"topic": "orders", "table": "prod.orders"}],
+                "mappings": mappings or [{"topic": "orders", "table": "prod.orders"}],
                 "runs": {"location": f"s3://{runs_bucket}/runs", **runs},
             },
             source="test",
@@ -293,6 +295,54 @@ def test_plans_carry_the_field_ids_the_commit_step_recorded(world: World) -> Non
     assert plan.table.field_ids == recorded
     # Not recorded yet: the ids this product's create gives, 1..n in field order.
     assert plan.dead_letter_table.field_ids == {f.name: i for i, f in enumerate(DEAD_LETTER_FIELDS, start=1)}
+
+
+def test_a_routed_inferred_plan_carries_each_known_tables_own_columns(
+    moto_server: MotoEndpoint, tmp_path: Path
+) -> None:
+    """Each table of a routed inferred mapping is planned from its own recorded columns, ids and
+    last-column-id (a fixed route table and a template's); a new template table from the base fields."""
+    route = {"field": "kind", "tables": {"x": "shop.fixed_kind"}, "table_template": "shop.kind_{value}"}
+    world = World(
+        moto_server, tmp_path, mappings=[{"topic": "orders", "route": route, "schema": {"source": "infer"}}]
+    )
+    world.put(0, 0, 10)
+    base = {f.name: i for i, f in enumerate(BASE_FIELDS, start=1)}
+    fixed_columns = (ColumnSpec(name="a", type=ColumnType.LONG),)
+    template_columns = (ColumnSpec(name="b", type=ColumnType.STRING),)
+    document = TopicFieldIds(
+        tables=(
+            TableFieldIds(
+                identifier="shop.fixed_kind",
+                field_ids={**base, "a": 9},
+                last_column_id=9,
+                columns=fixed_columns,
+            ),
+            TableFieldIds(
+                identifier="shop.kind_a",
+                field_ids={**base, "b": 12},
+                last_column_id=12,
+                columns=template_columns,
+            ),
+        )
+    )
+    world.documents.write_text(
+        field_ids_uri(world.config.runs.location, "orders"), document.model_dump_json()
+    )
+
+    plan = RunPlan.model_validate_json(world.documents.read_text(_plan_uri(world.launcher.launch("orders"))))
+
+    assert plan.route is not None
+    assert plan.conversion.infer_columns
+    assert plan.conversion.columns == ()
+    fixed = plan.route.tables["x"]
+    assert (fixed.columns, fixed.last_column_id, fixed.field_ids) == (fixed_columns, 9, {**base, "a": 9})
+    assert plan.route.known_columns == {"shop.kind_a": template_columns}
+    assert plan.route.known_last_column_ids == {"shop.kind_a": 12}
+    assert plan.route.known_field_ids == {"shop.kind_a": {**base, "b": 12}}
+    assert plan.route.new_field_ids == base
+    new = plan.route.template_target("shop.kind_new")
+    assert (new.columns, new.last_column_id, new.field_ids) == (None, None, base)
 
 
 def _abort(world: World, outcome: LaunchOutcome, now: float) -> int:
