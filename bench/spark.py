@@ -33,7 +33,10 @@ With `--schema infer` it measures instead what inferring the columns costs (`sch
 spark local[2] runs of the same segments with an inferred table (the observation stage, then the
 conversion) and with the columns the inference decided given as a mapping (the conversion alone: same
 columns, field ids and output, no partitioning in either), sampled interleaved; the ratio of the two
-is the observation stage's cost.
+is the observation stage's cost. With both `--schema infer --route`: the pyarrow pipeline (one task,
+no Spark) over the `--route` plan with each table's columns inferred (observation routing every
+record, conversion per table with its own columns) against the same route with those columns given
+as a mapping: the ratio is the cost of per-table inference in a routed mapping.
 
 MB are segment (`.kfs`) bytes. The last line is one JSON object with the headline figures.
 """
@@ -479,6 +482,61 @@ def measure_inference(workload: Workload, *, rounds: int, repeats: int) -> dict[
     }
 
 
+def measure_routed_inference(workload: Workload, *, rounds: int, repeats: int) -> dict[str, object]:
+    """The pyarrow pipeline (no Spark, one task in this process) over the `--route` plan with each
+    table's columns inferred (the observation stage routing every record, then the conversion
+    routing base rows and converting each table's share with its own columns) against the same
+    route with those columns given as a mapping (convert, then route); interleaved, best of each."""
+    from kafscale_iceberg.dataplane.inference import with_inferred_columns
+    from kafscale_iceberg.domain.inference import merge_observations
+
+    routed = routed_workload(workload).plan
+    inferred = routed.model_copy(update={"conversion": ConversionSettings(infer_columns=True)})
+    (task,) = plan_tasks(inferred, max_tasks=1, min_task_bytes=1, max_task_bytes=2**62)
+    reader = DocumentStore(workload.s3)
+    decided = with_inferred_columns(inferred, observe_task(inferred, task, reader=reader).tables)
+    route = decided.route
+    assert route is not None
+    assert route.default_table is not None
+    columns = route.default_table.columns or ()
+    mapped = routed.model_copy(update={"conversion": ConversionSettings(columns=columns)})
+
+    def clear(plan: RunPlan) -> None:
+        for mapping in plan.mappings:
+            for target, _role in mapping.static_targets():
+                shutil.rmtree(target.data_uri, ignore_errors=True)
+
+    def run_inferred() -> None:
+        observed = merge_observations([observe_task(inferred, task, reader=reader).tables])
+        report = run_task(
+            with_inferred_columns(inferred, observed), task, reader=reader, sink=StagedFileStore()
+        )
+        assert report.failure is None, report.failure
+
+    def run_mapped() -> None:
+        report = run_task(mapped, task, reader=reader, sink=StagedFileStore())
+        assert report.failure is None, report.failure
+
+    seconds: dict[str, list[float]] = {"infer": [], "mapped": []}
+    for _ in range(rounds * repeats):
+        seconds["infer"].append(timed(run_inferred, lambda: clear(inferred)))
+        seconds["mapped"].append(timed(run_mapped, lambda: clear(mapped)))
+    infer, mapped_s = min(seconds["infer"]), min(seconds["mapped"])
+    print(f"inferred columns per table: {', '.join(f'{c.name} {c.type_name}' for c in columns)}")
+    print(
+        f"{'pyarrow, routed, inferred per table':38s} {infer:7.2f} s {workload.megabytes / infer:7.1f} MB/s"
+    )
+    print(
+        f"{'pyarrow, routed, mapped columns':38s} {mapped_s:7.2f} s {workload.megabytes / mapped_s:7.1f} MB/s"
+    )
+    return {
+        "routed_infer_s": round(infer, 2),
+        "routed_mapped_s": round(mapped_s, 2),
+        "routed_infer_vs_mapped": round(infer / mapped_s, 2),
+        "columns": len(columns),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--partitions", type=int, default=4)
@@ -559,6 +617,9 @@ def main(argv: list[str] | None = None) -> int:
             f"{os.cpu_count()} cores",
             flush=True,
         )
+        if args.schema == "infer" and args.route:
+            print(json.dumps(measure_routed_inference(workload, rounds=args.rounds, repeats=args.repeats)))
+            return 0
         if args.schema == "infer":
             print(json.dumps(measure_inference(workload, rounds=args.rounds, repeats=args.repeats)))
             return 0

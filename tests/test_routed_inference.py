@@ -175,3 +175,37 @@ def test_the_routers_assignment_follows_the_route_rules_without_building_rows(tm
         (VOUCHERS, [2]),
     ]  # offsets 4 (no route value) and 5 (not JSON) go nowhere: the conversion dead-letters them
     assert {t.identifier: t.columns for t, _p in assigned} == {CARDS: (), CASH: KNOWN_CASH, VOUCHERS: None}
+
+
+def test_a_fixed_inferred_table_beside_a_raw_mapping_reports_its_columns_on_its_output(
+    tmp_path: Path,
+) -> None:
+    """A topic's inferred mapping with a fixed table, and a second (raw) mapping: a run of several
+    tables, so the inferred table's columns and ids travel on its `TableOutput`; the commit step's
+    plan as written has them."""
+    plan = routed_plan(tmp_path)
+    fixed = plan.model_copy(
+        update={"table": TableTarget(identifier="shop.pay", data_uri=f"{tmp_path}/w/pay"), "route": None}
+    )
+    raw = MappingPlan(
+        table=TableTarget(identifier=RAW, data_uri=f"{tmp_path}/w/raw"),
+        dead_letter_table=TableTarget(identifier="shop.pay_raw__dlq", data_uri=f"{tmp_path}/w/raw_dlq"),
+        conversion=plan.conversion.model_copy(update={"infer_columns": False}),
+    )
+    fixed = fixed.model_copy(update={"more_mappings": (raw,)})
+    _decided, result = run(fixed)
+    by_table = {t.identifier: t for t in result.tables}
+    assert [c.name for c in by_table["shop.pay"].columns or ()] == [
+        "method",
+        "amount",
+        "last4",
+        "change",
+        "voucher",
+        "wallet",
+    ]
+    assert by_table[RAW].columns is None
+    written = plan_as_written(fixed, result)
+    assert written.conversion.columns == by_table["shop.pay"].columns
+    assert written.table is not None
+    assert written.table.field_ids == by_table["shop.pay"].field_ids
+    assert written.more_mappings[0].conversion.columns == ()
