@@ -460,7 +460,7 @@ class _MappingStage:
         self._converters: dict[str, RecordConverter] = {}
         # A routed inferred mapping converts each table's records with that table's own columns: the
         # records are first made base rows only (no column read, no validation) and routed, then
-        # each table's share is converted (`convert_routed`).
+        # each table's share is converted (`convert`).
         settings = mapping.conversion
         if mapping.routed_inference:
             settings = settings.model_copy(
