@@ -280,3 +280,23 @@ def test_a_routed_commit_counts_rows_per_table(tmp_path: Path) -> None:
     record_commit(Sink(), plan, result, outcome, started_at=0.0, ended_at=1.0)
     per_table = {(s.labels["table"], s.labels["role"]): s.value for s in samples if s.metric is TABLE_RECORDS}
     assert per_table == {(EU, "data"): 1, (ANCHOR, "data"): 2, (DLQ, "dead_letter"): 1}
+
+
+def test_values_sharing_a_table_and_the_default_give_each_table_once(tmp_path: Path) -> None:
+    plan = routed_plan(
+        tmp_path,
+        [region("eu"), region("EU"), region("us"), region("apac")],
+        {
+            "field": "region",
+            "tables": {
+                "eu": target(tmp_path, EU),
+                "EU": target(tmp_path, EU),
+                "us": target(tmp_path, ANCHOR),
+            },
+            "default_table": target(tmp_path, ANCHOR),
+        },
+    )
+    result, rows = run(plan)
+    assert [o.identifier for o in table_outputs(plan, result)] == [DLQ, EU, ANCHOR]
+    assert offsets(rows[EU]) == [0, 1]
+    assert offsets(rows[ANCHOR]) == [2, 3]
