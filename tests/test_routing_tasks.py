@@ -202,6 +202,17 @@ def test_conversion_failures_are_counted_per_table(tmp_path: Path) -> None:
     assert result.counts.conversion_failures == {"order_id": 3}
 
 
+def test_a_route_value_that_is_not_a_string_is_a_dead_letter_not_a_conversion_failure(tmp_path: Path) -> None:
+    """The route field is a `string` column of the mapping: a number there is a `route_invalid` dead
+    letter, and not also counted as a conversion failure of a row that was never written."""
+    plan = routed_plan(
+        tmp_path, [region("eu"), region(7)], {"field": "region", "tables": {"eu": target(tmp_path, EU)}}
+    )
+    result, rows = run(plan)
+    assert reasons(rows[DLQ]) == {1: "route_invalid"}
+    assert result.counts.conversion_failures == {}
+
+
 def test_several_mappings_of_one_topic_each_get_every_record(tmp_path: Path) -> None:
     """The raw table (no columns: nothing parsed, a non-JSON value is kept) beside a parsed, routed one."""
     values = [region("eu"), b"not json", region("us")]
