@@ -231,12 +231,12 @@ def run_task(
                         if converted.first_invalid is not None and stage.strict:
                             invalid = converted.first_invalid
                             break
-                        rows, dead = stage.write(
+                        rows, dead, failed = stage.write(
                             converted, partition=window.partition, segment_key=window.key
                         )
                         written += rows
                         dead_lettered += dead
-                        for column, count in converted.conversion_failures.items():
+                        for column, count in failed.items():
                             conversion_failures[column] = conversion_failures.get(column, 0) + count
                         clock.lap("write")
                     if invalid is not None:
@@ -440,12 +440,16 @@ class _MappingStage:
         self.router = None if mapping.route is None else RecordRouter(mapping.route, run_id=plan.run_id)
         self._files = files
 
-    def write(self, converted: ConvertedRecords, *, partition: int, segment_key: str) -> tuple[int, int]:
-        """Write a converted batch; `(rows written, dead letters)`."""
+    def write(
+        self, converted: ConvertedRecords, *, partition: int, segment_key: str
+    ) -> tuple[int, int, dict[str, int]]:
+        """Write a converted batch; `(rows written, dead letters, conversion failures of the rows
+        written)` (a routed batch's records dead-lettered by the route are not counted as written)."""
         mapping = self.mapping
         settings = mapping.conversion
         dead_letters = converted.dead_letters
         written = 0
+        counted: dict[str, int] = {} if self.router is not None else dict(converted.conversion_failures)
         if self.router is None:
             assert mapping.table is not None
             placed: tuple[tuple[TableTarget, pa.Table, np.ndarray | None], ...] = (
@@ -490,13 +494,17 @@ class _MappingStage:
                 }
             )
             self._files.count(target.identifier, rows.num_rows, failures)
+            if positions is not None:
+                for column, count in failures.items():
+                    if count:
+                        counted[column] = counted.get(column, 0) + count
             written += rows.num_rows
         if dead_letters.num_rows:
             self._files.writer(
                 mapping.dead_letter_table, DEAD_LETTER_SCHEMA, TableRole.DEAD_LETTER, self.index, settings
             ).write({}, dead_letters)
             self._files.count(mapping.dead_letter_table.identifier, dead_letters.num_rows)
-        return written, dead_letters.num_rows
+        return written, dead_letters.num_rows, counted
 
 
 def _in_window(records: pa.Table, window: SegmentWindow) -> pa.Table:
