@@ -565,3 +565,35 @@ def test_a_routed_topic_lands_once_in_each_table_with_every_call_allowed(routed_
     check()
     assert box.recorder.count("glue:CreateTable", "CommitRole") >= 5
     _assert_iam(box)
+
+
+def test_a_commit_step_failing_between_two_tables_is_retried_and_lands_once(
+    routed_box: Box, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The commit function fails right after a table before the anchor landed (a transient catalog
+    error): the state machine retries the commit step, which finds that table COMMITTED, skips it and
+    commits the rest - every record once, offsets after the anchor."""
+    from kafscale_iceberg.adapters.iceberg_tables import IcebergTableCommitter
+    from kafscale_iceberg.exceptions import CatalogUnavailableError
+
+    real_commit = IcebergTableCommitter.commit
+    failed: list[str] = []
+
+    def commit_then_fail_once(self: IcebergTableCommitter, expected: Any, commit: Any) -> Any:
+        after = real_commit(self, expected, commit)
+        if expected.table == "shop.orders_s0" and not failed:
+            failed.append(expected.table)
+            raise CatalogUnavailableError("glue", "commit to 'shop.orders_s0'", "connection reset (fault)")
+        return after
+
+    monkeypatch.setattr(IcebergTableCommitter, "commit", commit_then_fail_once)
+    box = routed_box
+    put_segment(box.s3, box.segment_bucket, box.namespace, TOPIC, 0, 0, 10)
+    box.pump()
+    assert failed == ["shop.orders_s0"]
+    assert box.fleet.count("CommitFunction") >= 2  # the retry
+    assert sorted(r["offset"] for r in box.rows("shop.orders_s0")) == [0, 5], box.describe()
+    assert sorted(r["offset"] for r in box.rows(TABLE)) == [1, 2, 3, 4, 6, 7, 8, 9]
+    assert box.committed_offsets(TOPIC) == {0: 9}
+    assert _statuses(box) == ["SUCCEEDED"]
+    _assert_iam(box)

@@ -5,6 +5,7 @@ nothing."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pyiceberg.catalog import Catalog
@@ -12,7 +13,9 @@ from pyiceberg.catalog import Catalog
 from kafscale_iceberg.adapters.iceberg_catalog import load_iceberg_catalog
 from kafscale_iceberg.adapters.iceberg_tables import IcebergTableCommitter
 from kafscale_iceberg.adapters.sqlite_checkpoints import SqliteCheckpointStore
+from kafscale_iceberg.domain.commits import TableCommit, TableState
 from kafscale_iceberg.domain.runs import RoutePlan, RunPlan, RunResult, TableOutput, TableRole, TableTarget
+from kafscale_iceberg.exceptions import CatalogUnavailableError, OffsetMismatchError
 from kafscale_iceberg.ports import CheckpointStore
 from kafscale_iceberg.services.commit import CommitService, TablePolicy
 from tests.support.iceberg_runs import RunFactory, sql_settings
@@ -100,3 +103,62 @@ def test_only_tables_with_rows_commit_and_the_anchor_always_does(
     assert not again.table_committed
     assert _snapshots(catalog, ROUTED) == 2
     assert _store_offsets(sqlite_store) == {0: 24}
+
+
+class FailingAfter:
+    """The real table committer; fails (as `error` says) once, right after a commit to `table`."""
+
+    def __init__(self, inner: IcebergTableCommitter, table: str, error: Exception) -> None:
+        self._inner, self._table, self._error = inner, table, error
+        self.armed = True
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._inner, name)
+
+    def commit(self, expected: TableState, commit: TableCommit) -> TableState:
+        after = self._inner.commit(expected, commit)
+        if self.armed and expected.table == self._table:
+            self.armed = False
+            raise self._error
+        return after
+
+
+def test_a_stranded_run_is_finished_by_the_next_run_and_a_transient_failure_meanwhile_stays_transient(
+    catalog: Catalog, tables: IcebergTableCommitter, sqlite_store: CheckpointStore, runs: RunFactory
+) -> None:
+    """Run 1 dies after its routed table's commit, before the anchor's; run 2 (a longer range) meets it.
+    Finishing run 1 first fails on a catalog outage: run 2's commit raises that transient error (not
+    the terminal refusal); retried, it finishes run 1, then refuses run 2 as stale (its plan predates
+    run 1's offsets), and a re-planned run lands every record once."""
+    first = runs.plan({0: (-1, 9)})
+    plan1, result1 = routed(first, runs.result(first), to_routed=True)
+    dying: Any = FailingAfter(tables, ROUTED, KeyboardInterrupt())  # the process dies there
+    first_grant = _claim(sqlite_store, plan1.run_id)
+    with pytest.raises(KeyboardInterrupt):
+        CommitService(dying, sqlite_store).commit_run(plan1, result1, first_grant, CREATE)
+    sqlite_store.release_lease(first_grant)  # (its lease lapsed; the next run claims the topic)
+
+    second = runs.plan({0: (-1, 19)})
+    plan2, result2 = routed(second, runs.result(second), to_routed=True)
+    calls = {"n": 0}
+
+    def stranded(topic: str, run_id: str) -> tuple[RunPlan, RunResult] | None:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise CatalogUnavailableError("sql", "load table 'lake.orders'", "connection refused (fault)")
+        return (plan1, result1) if run_id == plan1.run_id else None
+
+    service = CommitService(tables, sqlite_store, stranded_runs=stranded)
+    grant = _claim(sqlite_store, plan2.run_id)
+    with pytest.raises(CatalogUnavailableError):
+        service.commit_run(plan2, result2, grant, CREATE)
+    with pytest.raises(OffsetMismatchError):  # run 1 finished; run 2's plan is stale now
+        service.commit_run(plan2, result2, grant, CREATE)
+    assert _rows(catalog, ROUTED) == [(0, o) for o in range(10)]
+    assert _store_offsets(sqlite_store) == {0: 9}
+    sqlite_store.release_lease(grant)
+    third = runs.plan({0: (9, 19)})
+    plan3, result3 = routed(third, runs.result(third), to_routed=True)
+    service.commit_run(plan3, result3, _claim(sqlite_store, plan3.run_id), CREATE)
+    assert _rows(catalog, ROUTED) == [(0, o) for o in range(20)]
+    assert tables.read_state(TABLE, "orders").marker.offsets == {0: 19}

@@ -6,7 +6,9 @@ from typing import Any
 
 import pytest
 
+from kafscale_iceberg.domain.commits import TableMarker, TableState
 from kafscale_iceberg.domain.routing import matches_template, template_identifier
+from kafscale_iceberg.services.compaction_trigger import SmallFileTrigger
 from tests.test_config import load, minimal, problems_of
 
 
@@ -161,3 +163,19 @@ def test_two_templates_that_could_name_the_same_table_are_refused() -> None:
     assert "can name the same tables" in problems_of(data)["mappings[1].route.table_template"]
     data["mappings"][1]["route"]["table_template"] = "lake.payments_{value}"
     assert load(data).mappings[1].route is not None
+
+
+def test_the_small_file_trigger_checks_every_data_table_of_a_routed_topic() -> None:
+    data = routed(
+        tables={"eu": "shop.orders_eu"}, table_template="shop.orders_{value}", default_table="shop.orders"
+    )
+    data["maintenance"] = {"trigger_small_files": 10}
+    trigger = SmallFileTrigger(load(data))
+
+    def state(table: str, files: int) -> TableState:
+        return TableState(table, "orders", 1, TableMarker(offsets={0: 1}), data_files=files, files_baseline=0)
+
+    assert trigger.due("orders", {"shop.orders_eu": state("shop.orders_eu", 11)})
+    assert trigger.due("orders", {"shop.orders_apac": state("shop.orders_apac", 11)})  # a template's
+    assert not trigger.due("orders", {"shop.orders": state("shop.orders", 10)})
+    assert not trigger.due("orders", {"shop.orders__dlq": state("shop.orders__dlq", 50)})  # dead letters

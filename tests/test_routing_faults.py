@@ -25,6 +25,7 @@ from kafscale_iceberg.config import config_from_mapping
 from kafscale_iceberg.domain.commits import TableCommit, TableState
 from kafscale_iceberg.local.pipeline import Pipeline
 from kafscale_iceberg.local.spark_runner import LocalSparkJobRunner
+from kafscale_iceberg.services.status import StatusService
 from tests.support.etcd import EtcdServer
 from tests.support.moto import MotoEndpoint
 from tests.test_faults import BAD, TOPIC, DyingCheckpoints, DyingRunner, Point, ProcessDied, World
@@ -151,6 +152,12 @@ def test_a_crash_between_table_commits_loses_and_duplicates_nothing(
     world.put(1, 8)
     with pytest.raises(ProcessDied):
         world.process(point).run_once()
+    stopped_at = next((t for t in (DLQ, S0, S1, RAW) if point == after(t)), None)
+    if stopped_at is not None:  # `status` shows the table ahead of the anchor, and why
+        look = Assembly(world.config, owner_id="look")
+        report = StatusService(world.config, look.checkpoints, look.segments, look.tables, look.documents)
+        (topic,) = report.report().topics
+        assert {line.identifier: line.ahead_of_anchor for line in topic.tables}[stopped_at] == (0, 1)
     if new_segments:
         world.put(0, 6, bad_at=15)
     summary = world.process().run_once()

@@ -25,6 +25,7 @@ from kafscale_iceberg.domain.replay import ReplayRequest
 from kafscale_iceberg.local.pipeline import Pipeline
 from kafscale_iceberg.local.spark_runner import LocalSparkJobRunner
 from kafscale_iceberg.services.status import StatusService
+from tests.support.config_documents import local_document
 from tests.support.moto import MotoEndpoint
 from tests.support.segments import put_segment
 
@@ -48,20 +49,13 @@ class World:
         self.bucket = moto.new_bucket()
         columns = [{"name": "order_id", "type": "long"}, {"name": "region", "type": "string"}]
         self.config = config_from_mapping(
-            {
-                "s3": {
-                    "bucket": self.bucket,
-                    "namespace": NAMESPACE,
-                    "endpoint": moto.url,
-                    "region": moto.region,
-                    "path_style": True,
-                },
-                "iceberg": {
-                    "catalog": {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db"},
-                    "warehouse": f"file://{tmp_path}/warehouse",
-                },
-                "offsets": {"backend": "sqlite", "sqlite_path": str(tmp_path / "offsets.db")},
-                "mappings": [
+            local_document(
+                tmp_path,
+                moto,
+                bucket=self.bucket,
+                namespace=NAMESPACE,
+                runs={"retry_backoff_seconds": 0},
+                mappings=[
                     {
                         "topic": TOPIC,
                         "route": {"field": "region", "tables": {"eu": EU}, "default_table": ANCHOR},
@@ -75,8 +69,7 @@ class World:
                         "schema": {"columns": columns},
                     },
                 ],
-                "runs": {"retry_backoff_seconds": 0},
-            },
+            ),
             source="test",
         )
         self.produced: dict[int, int] = {}
@@ -168,6 +161,11 @@ def test_routed_topic_end_to_end_with_status_and_a_reset_of_every_table(world: W
     assert f"orders -> {ANCHOR}" in text
     assert "also -> shop.region_us: offsets 0:13, 1:8" in text
     assert status.to_json()["topics"][0]["tables"]  # type: ignore[index]
+
+    maintained = assembly.make_maintenance(None).maintain(topics=[TOPIC], dry_run=True)
+    assert sorted(t.table for t in maintained.tables) == sorted(
+        [ANCHOR, EU, DLQ, REGION_DLQ, "shop.region_eu", "shop.region_us", "shop.region_apac"]
+    )  # every table once, a template's included
 
     outcome = assembly.replay.replay(
         ReplayRequest(topic=TOPIC, partitions=(0,), from_offset=6, reset_offsets=True)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Any
-from uuid import uuid4
 
 import pytest
 from pyiceberg.types import StringType
@@ -23,6 +22,7 @@ from kafscale_iceberg.assembly import Assembly
 from kafscale_iceberg.config import config_from_mapping
 from kafscale_iceberg.local.pipeline import Pipeline, RunEnd
 from kafscale_iceberg.local.spark_runner import LocalSparkJobRunner
+from tests.support.config_documents import local_document
 from tests.support.etcd import EtcdServer
 from tests.support.moto import MotoEndpoint
 from tests.support.segments import put_segment
@@ -56,21 +56,15 @@ class World:
         self.s3: Any = moto_server.client("s3")
         self.bucket = bucket = moto_server.new_bucket()
         config = config_from_mapping(
-            {
-                "s3": {
-                    "bucket": bucket,
-                    "namespace": NAMESPACE,
-                    "endpoint": moto_server.url,
-                    "region": moto_server.region,
-                    "path_style": True,
-                },
-                "iceberg": {
-                    "catalog": {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db"},
-                    "warehouse": f"file://{tmp_path}/warehouse",
-                },
-                "etcd": {"endpoints": [etcd_server.url]},
-                "offsets": {"key_prefix": f"t-{uuid4().hex[:8]}", "lease_ttl_seconds": 5},
-                "mappings": [
+            local_document(
+                tmp_path,
+                moto_server,
+                bucket=bucket,
+                namespace=NAMESPACE,
+                etcd_url=etcd_server.url,
+                offsets={"lease_ttl_seconds": 5},
+                runs={"retry_backoff_seconds": 0},
+                mappings=[
                     {
                         "topic": TOPIC,
                         "table": TABLE,
@@ -78,8 +72,7 @@ class World:
                         "schema": {"source": "infer", "allow_type_widening": True},
                     }
                 ],
-                "runs": {"retry_backoff_seconds": 0},
-            },
+            ),
             source="test",
         )
         self.assembly = Assembly(config, owner_id="test-pipeline")

@@ -109,6 +109,12 @@ def _render_topic(topic: TopicStatus) -> str:
         lines.append(
             f"  also -> {line.identifier}: offsets {offsets} (last commit {_time(line.last_commit_ms)}{run})"
             + (f"; not converted {failures}" if failures else "")
+            + (
+                f"; AHEAD of the anchor on partitions {list(line.ahead_of_anchor)}: a run stopped between "
+                "its tables' commits (the topic's next commit finishes it)"
+                if line.ahead_of_anchor
+                else ""
+            )
         )
     rows: list[Sequence[str]] = [
         ("partition", "committed", "table", "store", "newest", "lag", "lag_s", "pending", "store updated")

@@ -305,12 +305,20 @@ class CommitService(TableWriter):
             plan, result = loaded
             check_committable(plan, result, lease)
             self._commit_run(plan, result, lease, policy, release=False)
-        except KafscaleIcebergError as exc:
+        except (DeadLetterAheadError, OffsetMismatchError, RunNotCommittableError) as exc:
             logger.warning(
                 "could not finish the run stranded between its dead-letter and table commits",
                 extra={"topic": refusal.topic, "stranded_run_id": refusal.other_run_id, "problem": str(exc)},
             )
-            return False
+            return False  # it may not be committed: the refusal stands
+        except KafscaleIcebergError as exc:
+            # Anything else (the catalog unavailable, a table that may not be created) says what to do,
+            # and whether a retry can help, better than the refusal: raised in its place.
+            logger.warning(
+                "finishing the run stranded between its tables' commits failed",
+                extra={"topic": refusal.topic, "stranded_run_id": refusal.other_run_id, "problem": str(exc)},
+            )
+            raise exc from refusal
         logger.warning(
             "finished a run stranded between its dead-letter and table commits",
             extra={"topic": refusal.topic, "stranded_run_id": refusal.other_run_id, "run_id": refusal.run_id},

@@ -42,10 +42,17 @@ class SmallFileTrigger:
         templates = [
             m.route.table_template for m in mappings if m.route is not None and m.route.table_template
         ]
+        others = self._config.named_tables - named  # dead letters, other mappings' tables
+
+        def data_table(table: str) -> bool:
+            if table in named:
+                return True
+            return table not in others and any(matches_template(t, table) for t in templates)
+
         return any(
             state.data_files - state.files_baseline > threshold
             for table, state in states.items()
-            if table in named or any(matches_template(template, table) for template in templates)
+            if data_table(table)
         )
 
 

@@ -146,7 +146,10 @@ class MaintenanceService:
         template = mapping.route.table_template if mapping.route is not None else ""
         if not template or self._tables_of is None:
             return (*mapping.data_tables, mapping.dead_letter_table)
-        made = tuple(t for t in self._tables_of(mapping.topic) if matches_template(template, t))
+        named = self._config.named_tables  # dead letters, other mappings' tables: not the template's
+        made = tuple(
+            t for t in self._tables_of(mapping.topic) if t not in named and matches_template(template, t)
+        )
         return tuple(dict.fromkeys((*mapping.data_tables, *made, mapping.dead_letter_table)))
 
     def maintain_table(

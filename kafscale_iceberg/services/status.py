@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from kafscale_iceberg.config import KafscaleConfig
@@ -185,11 +185,15 @@ class TableLine:
     """Its `kafscale.offsets.<topic>`: tables before the anchor lag (they move only with rows)."""
     last_commit_ms: int | None = None
     conversion_failures: dict[str, int] = field(default_factory=dict)
+    ahead_of_anchor: tuple[int, ...] = ()
+    """Partitions where it records more than the anchor: a run stopped between its tables' commits
+    (the next commit of the topic finishes it from its plan and result)."""
 
     def to_json(self) -> dict[str, object]:
         """A JSON-ready dict."""
         return {
             "table": self.identifier,
+            "ahead_of_anchor": list(self.ahead_of_anchor),
             "exists": self.exists,
             "last_run_id": self.last_run_id,
             "offsets": None if self.offsets is None else {str(p): o for p, o in sorted(self.offsets.items())},
@@ -363,13 +367,13 @@ class StatusService:
             conversion_failures=conversion_failures,
             quarantined=state.marker.quarantined if state is not None else (),
             tables=tuple(
-                self._table_line(table, topic)
+                self._table_line(table, topic, table_offsets)
                 for table in (self._tables_of(topic) if several else ())
                 if table != anchor
             ),
         )
 
-    def _table_line(self, table: str, topic: str) -> TableLine:
+    def _table_line(self, table: str, topic: str, anchor: Mapping[int, int] | None) -> TableLine:
         try:
             state = self._tables.read_state(table, topic)
         except TableMissingError:
@@ -379,6 +383,11 @@ class StatusService:
             exists=True,
             last_run_id=state.marker.run_id,
             offsets=None if state.marker.offsets is None else dict(state.marker.offsets),
+            ahead_of_anchor=tuple(
+                p
+                for p, o in sorted((state.marker.offsets or {}).items())
+                if o > (anchor or {}).get(p, NO_OFFSET)
+            ),
             last_commit_ms=self._tables.last_commit_ms(table, topic),
             conversion_failures=self._tables.conversion_failures(table, topic),
         )
