@@ -179,3 +179,24 @@ def test_the_small_file_trigger_checks_every_data_table_of_a_routed_topic() -> N
     assert trigger.due("orders", {"shop.orders_apac": state("shop.orders_apac", 11)})  # a template's
     assert not trigger.due("orders", {"shop.orders": state("shop.orders", 10)})
     assert not trigger.due("orders", {"shop.orders__dlq": state("shop.orders__dlq", 50)})  # dead letters
+
+
+def test_the_routing_examples_of_the_configuration_docs_load() -> None:
+    """docs/configuration.md, "One topic into several tables": each YAML example is a valid config."""
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    text = Path(__file__).parent.parent.joinpath("docs", "configuration.md").read_text()
+    section = text.split("## One topic into several tables", 1)[1].split("\n## ", 1)[0]
+    examples = re.findall(r"```yaml\n(.*?)```", section, re.S)
+    assert len(examples) == 2
+    for example in examples:
+        data = minimal()
+        data["mappings"] = yaml.safe_load(example)["mappings"]
+        config = load(data)
+        assert config.mappings
+    assert load({**minimal(), "mappings": yaml.safe_load(examples[0])["mappings"]}).anchor_table(
+        "orders"
+    ) == ("shop.orders")

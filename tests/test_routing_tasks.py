@@ -202,6 +202,17 @@ def test_conversion_failures_are_counted_per_table(tmp_path: Path) -> None:
     assert result.counts.conversion_failures == {"order_id": 3}
 
 
+def test_a_route_value_that_is_not_a_string_is_a_dead_letter_not_a_conversion_failure(tmp_path: Path) -> None:
+    """The route field is a `string` column of the mapping: a number there is a `route_invalid` dead
+    letter, and not also counted as a conversion failure of a row that was never written."""
+    plan = routed_plan(
+        tmp_path, [region("eu"), region(7)], {"field": "region", "tables": {"eu": target(tmp_path, EU)}}
+    )
+    result, rows = run(plan)
+    assert reasons(rows[DLQ]) == {1: "route_invalid"}
+    assert result.counts.conversion_failures == {}
+
+
 def test_several_mappings_of_one_topic_each_get_every_record(tmp_path: Path) -> None:
     """The raw table (no columns: nothing parsed, a non-JSON value is kept) beside a parsed, routed one."""
     values = [region("eu"), b"not json", region("us")]
@@ -280,3 +291,23 @@ def test_a_routed_commit_counts_rows_per_table(tmp_path: Path) -> None:
     record_commit(Sink(), plan, result, outcome, started_at=0.0, ended_at=1.0)
     per_table = {(s.labels["table"], s.labels["role"]): s.value for s in samples if s.metric is TABLE_RECORDS}
     assert per_table == {(EU, "data"): 1, (ANCHOR, "data"): 2, (DLQ, "dead_letter"): 1}
+
+
+def test_values_sharing_a_table_and_the_default_give_each_table_once(tmp_path: Path) -> None:
+    plan = routed_plan(
+        tmp_path,
+        [region("eu"), region("EU"), region("us"), region("apac")],
+        {
+            "field": "region",
+            "tables": {
+                "eu": target(tmp_path, EU),
+                "EU": target(tmp_path, EU),
+                "us": target(tmp_path, ANCHOR),
+            },
+            "default_table": target(tmp_path, ANCHOR),
+        },
+    )
+    result, rows = run(plan)
+    assert [o.identifier for o in table_outputs(plan, result)] == [DLQ, EU, ANCHOR]
+    assert offsets(rows[EU]) == [0, 1]
+    assert offsets(rows[ANCHOR]) == [2, 3]

@@ -50,7 +50,7 @@ class Tickets:
 
 
 def _world(moto: MotoEndpoint, tmp_path: Path) -> World:
-    return World(moto, tmp_path, {"offsets": {"backend": "sqlite", "sqlite_path": str(tmp_path / "ck.db")}})
+    return World(moto, tmp_path)  # without etcd: the SQLite store
 
 
 def _status(world: World) -> StatusService:

@@ -207,6 +207,7 @@ def test_the_demo_passes_its_own_checks(tmp_path: Path, spark: SparkSession) -> 
     assert "present exactly once" in text
     assert "replaying a committed range wrote no snapshot" in text
     assert "payments: every record once across the routed tables" in text
+    assert "clicks: the columns were inferred from the records" in text
     assert (tmp_path / "demo" / "config.yaml").exists()
 
 

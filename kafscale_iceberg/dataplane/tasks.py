@@ -231,16 +231,13 @@ def run_task(
                         if converted.first_invalid is not None and stage.strict:
                             invalid = converted.first_invalid
                             break
-                        rows, dead = stage.write(
+                        rows, dead, failed = stage.write(
                             converted, partition=window.partition, segment_key=window.key, routed=routed
                         )
                         written += rows
                         dead_lettered += dead
-                        for column, count in converted.conversion_failures.items():
+                        for column, count in failed.items():
                             conversion_failures[column] = conversion_failures.get(column, 0) + count
-                        for _target, table_rows in routed:
-                            for column, count in table_rows.conversion_failures.items():
-                                conversion_failures[column] = conversion_failures.get(column, 0) + count
                         clock.lap("write")
                     if invalid is not None:
                         break
@@ -535,13 +532,15 @@ class _MappingStage:
         partition: int,
         segment_key: str,
         routed: tuple[tuple[TableTarget, ConvertedRecords], ...] = (),
-    ) -> tuple[int, int]:
+    ) -> tuple[int, int, dict[str, int]]:
         """Write a converted batch (`routed`: a routed inferred mapping's tables, each converted with
-        its own columns); `(rows written, dead letters)`."""
+        its own columns); `(rows written, dead letters, conversion failures of the rows written)` (a
+        routed batch's records dead-lettered by the route are not counted as written)."""
         mapping = self.mapping
         settings = mapping.conversion
         dead_letters = converted.dead_letters
         written = 0
+        counted: dict[str, int] = {} if self.router is not None else dict(converted.conversion_failures)
         if mapping.routed_inference:
             for target, table_rows in routed:
                 if table_rows.dead_letters.num_rows:
@@ -560,6 +559,9 @@ class _MappingStage:
                 for values, part in split_by_partition(rows, settings.partition_by):
                     writer.write(values, part, kafka_partition=partition)
                 self._files.count(target.identifier, rows.num_rows, table_rows.conversion_failures)
+                for column, count in table_rows.conversion_failures.items():
+                    if count:
+                        counted[column] = counted.get(column, 0) + count
                 written += rows.num_rows
             placed: tuple[tuple[TableTarget, pa.Table, np.ndarray | None], ...] = ()
         elif self.router is None:
@@ -604,13 +606,17 @@ class _MappingStage:
                 }
             )
             self._files.count(target.identifier, rows.num_rows, failures)
+            if positions is not None:
+                for column, count in failures.items():
+                    if count:
+                        counted[column] = counted.get(column, 0) + count
             written += rows.num_rows
         if dead_letters.num_rows:
             self._files.writer(
                 mapping.dead_letter_table, DEAD_LETTER_SCHEMA, TableRole.DEAD_LETTER, self.index, settings
             ).write({}, dead_letters)
             self._files.count(mapping.dead_letter_table.identifier, dead_letters.num_rows)
-        return written, dead_letters.num_rows
+        return written, dead_letters.num_rows, counted
 
 
 def _in_window(records: pa.Table, window: SegmentWindow) -> pa.Table:

@@ -285,10 +285,9 @@ class RoutePlan(_Model):
 
     def static_targets(self) -> tuple[TableTarget, ...]:
         """The tables the route names in advance: `tables` in order, then `default_table`."""
-        targets = list(self.tables.values())
-        if self.default_table is not None:
-            targets.append(self.default_table)
-        return tuple(targets)
+        targets = [*self.tables.values(), *((self.default_table,) if self.default_table else ())]
+        unique = {t.identifier: t for t in reversed(targets)}  # each table once, at its first place
+        return tuple(unique[i] for i in dict.fromkeys(t.identifier for t in targets))
 
     def template_target(self, identifier: str) -> TableTarget:
         """The target of a table the template named (its ids: recorded ones, else a new table's)."""

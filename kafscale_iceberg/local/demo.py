@@ -7,7 +7,8 @@
    the way brokers flush - with a duplicate notification, a segment whose `.index` lands a round
    late, and a few invalid records. `payments` also feeds a second mapping, routed by `method`
    (cards to a fixed table, the other methods to a table per value, created as they appear), whose
-   tables' columns are inferred from their own records (`schema.source: infer`).
+   tables' columns are inferred from their own records (`schema.source: infer`); `clicks` has no
+   column list either (`schema.source: infer`), and gains a `device` field on the way.
 3. Ingest them automatically as they arrive (`Pipeline.run_forever`, driven by the notifications).
 4. Print per table: rows, snapshots, files; a "top stores" query; the dead-letter rows.
 5. Check that every produced record is in its table (or, if invalid, its dead-letter table) exactly
@@ -98,6 +99,8 @@ class DemoTopic:
     partition_by: tuple[str, ...] = ()
     lfs: dict[str, Any] | None = None
     """`mappings[].lfs`; when set, every value goes through KafScale's LFS proxy (a blob + an envelope)."""
+    infer: bool = False
+    """`schema.source: infer`: no `columns`, the table's columns come from the records."""
 
 
 def _order(rng: random.Random, offset: int, at_ms: int) -> dict[str, Any]:
@@ -132,8 +135,18 @@ def _receipt(rng: random.Random, offset: int, at_ms: int) -> dict[str, Any]:
     }
 
 
+CLICK_DEVICE_FROM = 300
+"""Clicks from this offset on carry a `device` field: the inferred table gains the column then."""
+
+
 def _click(rng: random.Random, offset: int, at_ms: int) -> dict[str, Any]:
-    return {"session": f"s-{rng.randint(1, 40)}", "page": rng.choice(("/", "/menu", "/cart", "/pay"))}
+    click: dict[str, Any] = {
+        "session": f"s-{rng.randint(1, 40)}",
+        "page": rng.choice(("/", "/menu", "/cart", "/pay")),
+    }
+    if offset >= CLICK_DEVICE_FROM:
+        click["device"] = rng.choice(("mobile", "desktop"))
+    return click
 
 
 TOPICS = (
@@ -161,13 +174,7 @@ TOPICS = (
         ),
         _payment,
     ),
-    DemoTopic(
-        "clicks",
-        2,
-        "web.clicks",
-        ({"name": "session", "type": "string"}, {"name": "page", "type": "string"}),
-        _click,
-    ),
+    DemoTopic("clicks", 2, "web.clicks", (), _click, infer=True),
     DemoTopic(
         "receipts",
         1,
@@ -327,7 +334,7 @@ class Demo:
                     "topic": t.name,
                     "table": t.table,
                     "create_table_if_missing": True,
-                    "schema": {"columns": list(t.columns)},
+                    "schema": {"source": "infer"} if t.infer else {"columns": list(t.columns)},
                     **({"partition_by": list(t.partition_by)} if t.partition_by else {}),
                     **({"lfs": t.lfs} if t.lfs else {}),
                 }
@@ -446,6 +453,27 @@ class Demo:
             self.say(f"   dead letter p{row['partition']}@{row['offset']}: {row['error_kind']}: {value!r}")
         self._report_lfs(tables, produced)
         self._report_routing(tables, produced)
+        self._report_inference(tables, produced)
+
+    def _report_inference(self, tables: _Tables, produced: Produced) -> None:
+        columns = tables.columns("web.clicks")
+        self.say(
+            "   web.clicks (schema.source: infer): "
+            + ", ".join(f"{name} {kind}" for name, kind in columns.items())
+            + f"; clicks carry a `device` from offset {CLICK_DEVICE_FROM} on"
+        )
+        clicks = produced.offsets.get("clicks", set())
+        with_device = sum(1 for _, offset in clicks if offset >= CLICK_DEVICE_FROM)
+        wanted = {"session": "string", "page": "string", **({"device": "string"} if with_device else {})}
+        self.check(
+            columns == wanted,
+            "clicks: the columns were inferred from the records (`device` added when it appeared)",
+        )
+        rows = tables.rows("web.clicks")
+        self.check(
+            sum(1 for r in rows if r.get("device") is not None) == with_device,
+            f"clicks: the {with_device} clicks with a device have it in their column",
+        )
 
     def _report_routing(self, tables: _Tables, produced: Produced) -> None:
         routed = {
