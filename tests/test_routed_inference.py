@@ -209,3 +209,24 @@ def test_a_fixed_inferred_table_beside_a_raw_mapping_reports_its_columns_on_its_
     assert written.table is not None
     assert written.table.field_ids == by_table["shop.pay"].field_ids
     assert written.more_mappings[0].conversion.columns == ()
+
+
+def test_the_docs_example_of_routed_inferred_tables_loads() -> None:
+    """docs/configuration.md, "Routed tables with inferred columns": the YAML example is a valid config."""
+    import re
+
+    import yaml
+
+    from kafscale_iceberg.config import parse_config
+
+    text = (Path(__file__).parent.parent / "docs" / "configuration.md").read_text()
+    section = text.split("### Routed tables with inferred columns", 1)[1].split("\n## ", 1)[0]
+    (example,) = re.findall(r"```yaml\n(.*?)```", section, re.S)
+    document = {
+        "s3": {"bucket": "b", "namespace": "ns"},
+        "iceberg": {"catalog": {"type": "sql", "uri": "sqlite:///x.db"}, "warehouse": "file:///w"},
+        "offsets": {"backend": "sqlite"},
+        "mappings": yaml.safe_load(example)["mappings"],
+    }
+    config = parse_config(yaml.safe_dump(document), source="configuration.md", environ={})
+    assert [m.schema_.source for m in config.mappings_for("events")] == ["infer", "none"]
