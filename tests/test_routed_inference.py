@@ -230,3 +230,16 @@ def test_the_docs_example_of_routed_inferred_tables_loads() -> None:
     }
     config = parse_config(yaml.safe_dump(document), source="configuration.md", environ={})
     assert [m.schema_.source for m in config.mappings_for("events")] == ["infer", "none"]
+
+
+def test_the_default_table_of_a_routed_inferred_mapping_infers_its_own_columns(tmp_path: Path) -> None:
+    plan = routed_plan(tmp_path)
+    assert plan.route is not None
+    default = TableTarget(identifier="shop.pay_other", data_uri=f"{tmp_path}/w/other", columns=())
+    with_default = plan.model_copy(update={"route": plan.route.model_copy(update={"default_table": default})})
+    _decided, result = run(with_default)
+    by_table = {t.identifier: t for t in result.tables}
+    assert [(c.name, c.type_name) for c in by_table["shop.pay_other"].columns or ()] == [("amount", "long")]
+    assert by_table["shop.pay_other"].records == 1  # the record without a method
+    rows = [r for f in by_table[DLQ].files for r in pq.read_table(f.uri).to_pylist()]
+    assert [(r["offset"], r["error_kind"]) for r in rows] == [(5, "invalid_json")]
