@@ -29,6 +29,7 @@ from kafscale_iceberg.domain.field_ids import planned_field_ids
 from kafscale_iceberg.domain.inference import (
     FieldObservation,
     TableObservation,
+    case_clashes,
     inferred_column,
     merge_observations,
     resolve_columns,
@@ -132,6 +133,18 @@ def test_kinds_that_do_not_mix_take_the_kind_seen_most_ties_in_a_fixed_order() -
 def test_base_field_names_never_become_columns() -> None:
     value = dict.fromkeys(BASE_FIELD_NAMES, "shadow") | {"kept": 1}
     assert columns_of(value) == {"kept": "long"}
+
+
+def test_names_differing_only_in_case_give_one_column_the_first_seen() -> None:
+    """Engines that fold case (Glue, Athena, Spark by default) could not tell `Tip` from `tip`."""
+    first, later = {"tip": 2.5, "Key": "k"}, {"TIP": 3.0, "Tip": 1.5, "order": {"a": 1, "A": 2}}
+    # Top level: the first to appear wins; inside a struct (fields ordered by name): "A" before "a".
+    assert columns_of(first, later) == {"tip": "double", "order": "struct<A: long>"}
+    current = (ColumnSpec(name="Store", type=ColumnType.STRING),)
+    assert columns_of({"store": "x", "other": 1}, current=current) == {"Store": "string", "other": "long"}
+    observed = observe(first, later)
+    resolved = resolve_columns((), observed, allow_type_widening=False, reserved=BASE_FIELD_NAMES)
+    assert case_clashes(resolved, observed, BASE_FIELD_NAMES) == ("Key", "TIP", "Tip")
 
 
 def test_the_tables_columns_keep_their_types_and_new_ones_follow_in_order_of_appearance() -> None:

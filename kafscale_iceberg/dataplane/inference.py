@@ -9,6 +9,7 @@ own rules). The rules that turn observations into columns are in `domain/inferen
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -16,7 +17,13 @@ import msgspec
 import pyarrow as pa
 
 from kafscale_iceberg.domain.field_ids import TableFieldIds, planned_field_ids
-from kafscale_iceberg.domain.inference import MAX_DEPTH, FieldObservation, TableObservation, resolve_columns
+from kafscale_iceberg.domain.inference import (
+    MAX_DEPTH,
+    FieldObservation,
+    TableObservation,
+    case_clashes,
+    resolve_columns,
+)
 from kafscale_iceberg.domain.runs import (
     LFS_METADATA_COLUMNS,
     ColumnSpec,
@@ -26,6 +33,8 @@ from kafscale_iceberg.domain.runs import (
     TableTarget,
 )
 from kafscale_iceberg.domain.schema import BASE_FIELD_NAMES, table_fields
+
+logger = logging.getLogger(__name__)
 
 # The JSON kind of a scalar Python value as msgspec decodes it (bool before int: exact types).
 _SCALAR_KINDS: dict[type, str] = {bool: "boolean", int: "integer", float: "number", str: "string"}
@@ -203,6 +212,14 @@ def _resolved_table(
         allow_type_widening=conversion.allow_type_widening,
         reserved=reserved,
     )
+    clashes = case_clashes(columns, observations.get(target.identifier), reserved)
+    if clashes:
+        logger.warning(
+            "fields not made columns of %s: another column has the same name in another case "
+            "(engines that fold case could not tell them apart); their values stay in `value`: %s",
+            target.identifier,
+            ", ".join(clashes),
+        )
     resolved = conversion.model_copy(update={"columns": columns})
     field_ids: dict[str, int] | None = None
     if target.last_column_id is None:  # a table to be created: the ids its creation assigns

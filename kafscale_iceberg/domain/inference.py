@@ -24,6 +24,10 @@ Type rules (`inferred_column`):
   `key`, `value`, `headers`) never becomes a column: the base field keeps its meaning, and the
   field stays in the `value` bytes. So do the `lfs_*` names when `lfs.store_metadata` adds them,
   and a field whose name is empty (`""`), at any depth.
+- Names are compared ignoring case: a field whose name equals a column's, a base field's or an
+  earlier field's in another case (`Tip` beside `tip`, `Key`) never becomes a column (nor a struct
+  field beside its twin), because engines that fold case (Glue, Athena, Spark by default) could not
+  tell the two apart; it stays in the `value` bytes and the job logs it (`case_clashes`).
 - A column the table already has keeps its type; values of other kinds are conversion failures.
   A struct column (also as a list's element, at any depth) gains the fields new inside it as new
   optional fields (`extended_column`), its existing parts keeping their types.
@@ -147,20 +151,10 @@ def _column_of_kind(
             return ColumnSpec(name=name, type=ColumnType.DOUBLE)
         return ColumnSpec(name=name, type=ColumnType.LONG)
     if kind == "object":
-        fields = [
-            column
-            for field_name, field_observed in sorted(
-                observed.fields.items(), key=lambda item: _order_key(item[0], item[1])
-            )
-            if field_name
-            and (
-                column := inferred_column(
-                    field_name, field_observed, allow_type_widening=allow_type_widening, depth=depth + 1
-                )
-            )
-            is not None
-        ]
-        return ColumnSpec(name=name, type=ColumnType.STRUCT, fields=tuple(fields)) if fields else None
+        fields = _new_columns(
+            observed.fields, set(), allow_type_widening=allow_type_widening, depth=depth + 1
+        )
+        return ColumnSpec(name=name, type=ColumnType.STRUCT, fields=fields) if fields else None
     if kind == "array":
         if observed.element is None:
             return None
@@ -185,7 +179,6 @@ def extended_column(
     if depth > MAX_DEPTH:
         return column
     if column.type is ColumnType.STRUCT:
-        have = {f.name for f in column.fields}
         fields = [
             extended_column(
                 f, observed.fields[f.name], allow_type_widening=allow_type_widening, depth=depth + 1
@@ -194,12 +187,10 @@ def extended_column(
             else f
             for f in column.fields
         ]
-        for name, field in sorted(observed.fields.items(), key=lambda item: _order_key(item[0], item[1])):
-            if name in have or not name:
-                continue
-            added = inferred_column(name, field, allow_type_widening=allow_type_widening, depth=depth + 1)
-            if added is not None:
-                fields.append(added)
+        taken = {f.name for f in column.fields}
+        fields += _new_columns(
+            observed.fields, taken, allow_type_widening=allow_type_widening, depth=depth + 1
+        )
         return column.model_copy(update={"fields": tuple(fields)})
     if column.type is ColumnType.LIST and column.element is not None and observed.element is not None:
         element = extended_column(
@@ -228,11 +219,33 @@ def resolve_columns(
         for c in current
     )
     taken = {c.name for c in current} | set(reserved)
-    new = []
-    for name, field in sorted(observed.fields.items(), key=lambda item: _order_key(item[0], item[1])):
-        if name in taken or not name:
+    return (*current, *_new_columns(observed.fields, taken, allow_type_widening=allow_type_widening))
+
+
+def _new_columns(
+    observed: Mapping[str, FieldObservation], taken: set[str], *, allow_type_widening: bool, depth: int = 0
+) -> tuple[ColumnSpec, ...]:
+    """A column (or struct field) per observed field with a type, in the order the fields first
+    appeared, except those whose name is empty or equals one of `taken` ignoring case (`case_clash`)."""
+    folded = {name.casefold() for name in taken}
+    new: list[ColumnSpec] = []
+    for name, field in sorted(observed.items(), key=lambda item: _order_key(item[0], item[1])):
+        if not name or name.casefold() in folded:
             continue
-        column = inferred_column(name, field, allow_type_widening=allow_type_widening)
+        column = inferred_column(name, field, allow_type_widening=allow_type_widening, depth=depth)
         if column is not None:
             new.append(column)
-    return (*current, *new)
+            folded.add(name.casefold())
+    return tuple(new)
+
+
+def case_clashes(
+    columns: Sequence[ColumnSpec], observed: TableObservation | None, reserved: Iterable[str] = ()
+) -> tuple[str, ...]:
+    """The observed top-level fields left out of `columns` because a column or a `reserved` name has
+    their name in another case (`Tip` beside `tip`), sorted (to be logged)."""
+    if observed is None:
+        return ()
+    names = {c.name for c in columns} | set(reserved)
+    folded = {name.casefold() for name in names}
+    return tuple(sorted(n for n in observed.fields if n not in names and n.casefold() in folded))
