@@ -210,10 +210,15 @@ class World:
         if bad:
             dead = catalog.load_table(DLQ).scan().to_arrow().to_pylist()
             assert sorted((r["partition"], r["offset"]) for r in dead) == bad
+        self.check_offsets_and_lease(assembly, TABLE)
+
+    def check_offsets_and_lease(self, assembly: Assembly, anchor: str) -> None:
+        """The checkpoint store and `anchor`'s marker both at the last produced offsets, agreeing; no
+        lease held."""
         last = {p: len(vs) - 1 for p, vs in self.produced.items()}
         stored = assembly.checkpoints.load_committed_offsets(TOPIC)
         assert {p: stored.offset(p) for p in last} == last
-        table = assembly.commits.reconciled_offsets(TOPIC, TABLE)
+        table = assembly.commits.reconciled_offsets(TOPIC, anchor)
         assert table.from_table
         assert {p: table.offset(p) for p in last} == last
         assert (dict(table.store_behind), dict(table.store_ahead)) == ({}, {})

@@ -109,14 +109,7 @@ class RoutedWorld(World):
         bad = sorted((p, o) for p, o, v in produced if v == BAD)
         if bad:
             assert rows(DLQ) == bad
-        last = {p: len(vs) - 1 for p, vs in self.produced.items()}
-        stored = assembly.checkpoints.load_committed_offsets(TOPIC)
-        assert {p: stored.offset(p) for p in last} == last
-        anchor = assembly.commits.reconciled_offsets(TOPIC, ANCHOR)
-        assert anchor.from_table
-        assert {p: anchor.offset(p) for p in last} == last
-        assert (dict(anchor.store_behind), dict(anchor.store_ahead)) == ({}, {})
-        assert assembly.checkpoints.read_lease_holder(TOPIC) is None
+        self.check_offsets_and_lease(assembly, ANCHOR)
 
 
 @pytest.fixture(params=["etcd", "sqlite"])
