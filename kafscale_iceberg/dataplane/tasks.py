@@ -486,13 +486,7 @@ class _MappingStage:
         if not self.mapping.routed_inference or self.router is None:
             return converted, ()
         routed = self.router.split(converted.rows, segment_key=segment_key)
-        dead_letters = converted.dead_letters
-        if routed.dead_letters.num_rows:
-            dead_letters = (
-                pa.concat_tables([dead_letters, routed.dead_letters])
-                if dead_letters.num_rows
-                else routed.dead_letters
-            )
+        dead_letters = _joined(converted.dead_letters, routed.dead_letters)
         kept = records
         if converted.rows.num_rows != records.num_rows:  # rejected records are dead letters already
             kept = records.filter(
@@ -579,12 +573,7 @@ class _MappingStage:
             else:
                 split_rows = self.router.split(converted.rows, segment_key=segment_key)
             placed = split_rows.tables
-            if split_rows.dead_letters.num_rows:
-                dead_letters = (
-                    pa.concat_tables([dead_letters, split_rows.dead_letters])
-                    if dead_letters.num_rows
-                    else split_rows.dead_letters
-                )
+            dead_letters = _joined(dead_letters, split_rows.dead_letters)
         for target, rows, positions in placed:
             if not rows.num_rows:
                 continue
@@ -617,6 +606,13 @@ class _MappingStage:
             ).write({}, dead_letters)
             self._files.count(mapping.dead_letter_table.identifier, dead_letters.num_rows)
         return written, dead_letters.num_rows, counted
+
+
+def _joined(first: pa.Table, second: pa.Table) -> pa.Table:
+    """Two tables of dead letters as one (either alone when the other is empty)."""
+    if not second.num_rows:
+        return first
+    return pa.concat_tables([first, second]) if first.num_rows else second
 
 
 def _in_window(records: pa.Table, window: SegmentWindow) -> pa.Table:
