@@ -719,10 +719,8 @@ class RunTimings(_Model):
 
 class TableOutput(_Model):
     """What a run wrote to one table besides the first mapping's `table` and `dead_letter_table` (see
-    `RunResult.tables`): its files, rows, and per column the values that did not convert.
-
-    (Room for more per table, e.g. the columns an inferred schema wrote the files with.)
-    """
+    `RunResult.tables`): its files, rows, per column the values that did not convert, and for an
+    inferred table the columns and field ids its files were written with."""
 
     identifier: str
     role: TableRole
