@@ -3,7 +3,8 @@ hand the rows and dead letters to the task's writers.
 
 A routed inferred mapping converts each table's records with that table's own columns: the records
 are first made base rows only (no column read, no validation) and routed, then each table's share is
-converted with its table's columns.
+converted with its table's columns. The task's writers per table are `TableFiles` (`table_files.py`,
+importable from here too).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from kafscale_iceberg.dataplane.routing import RecordRouter
 from kafscale_iceberg.dataplane.schemas import DEAD_LETTER_SCHEMA
 from kafscale_iceberg.dataplane.table_files import TableFiles
 from kafscale_iceberg.domain.runs import MappingPlan, RunPlan, SchemaMode, TableRole, TableTarget
+
+__all__ = ["MappingStage", "TableFiles"]
 
 
 class MappingStage:
@@ -64,7 +67,7 @@ class MappingStage:
         if not self.mapping.routed_inference or self.router is None:
             return converted, ()
         routed = self.router.split(converted.rows, segment_key=segment_key)
-        dead_letters = joined(converted.dead_letters, routed.dead_letters)
+        dead_letters = _joined(converted.dead_letters, routed.dead_letters)
         kept = records
         if converted.rows.num_rows != records.num_rows:  # rejected records are dead letters already
             kept = records.filter(
@@ -151,7 +154,7 @@ class MappingStage:
             else:
                 split_rows = self.router.split(converted.rows, segment_key=segment_key)
             placed = split_rows.tables
-            dead_letters = joined(dead_letters, split_rows.dead_letters)
+            dead_letters = _joined(dead_letters, split_rows.dead_letters)
         for target, rows, positions in placed:
             if not rows.num_rows:
                 continue
@@ -186,7 +189,7 @@ class MappingStage:
         return written, dead_letters.num_rows, counted
 
 
-def joined(first: pa.Table, second: pa.Table) -> pa.Table:
+def _joined(first: pa.Table, second: pa.Table) -> pa.Table:
     """Two tables of dead letters as one (either alone when the other is empty)."""
     if not second.num_rows:
         return first
