@@ -603,6 +603,17 @@ class SchemaNotFoundError(KafscaleIcebergError):
     """
 
 
+class RegistryAuthError(KafscaleIcebergError):
+    """The schema registry refused the credentials (401/403): fix `schema_registry.username`/`password`
+    or `token` (or the secret they come from)."""
+
+
+class RecordSchemaError(KafscaleIcebergError, ValueError):
+    """A record schema (Avro, Protobuf, JSON Schema, a Kafka Connect envelope's) cannot be turned into
+    columns: a recursive type, a decimal wider than 38 digits, a schema that does not parse. The
+    message names the schema (id or subject) and the part at fault."""
+
+
 # -- Jobs ------------------------------------------------------------------------------------------------
 
 

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from kafscale_iceberg.domain.maintenance import CompactionOutcome, ExpiryOutcome, OrphanFile, TableHealth
     from kafscale_iceberg.domain.offsets import CommittedOffsets, OffsetState, OffsetUpdate
     from kafscale_iceberg.domain.planning import ListedSegment
+    from kafscale_iceberg.domain.record_schemas import RegisteredSchema
     from kafscale_iceberg.domain.runs import RunPlan
     from kafscale_iceberg.domain.tickets import RunTicket
     from kafscale_iceberg.metrics.definitions import Sample
@@ -240,6 +241,23 @@ class SchemaRegistry(Protocol):
     """Topic JSON schemas (`{base_url}/{topic}.json`)."""
 
     def schema_for(self, topic: str) -> dict[str, object]: ...
+
+
+class RecordSchemaRegistry(Protocol):
+    """Record schemas by id and subject (a Confluent-compatible registry: `adapters/confluent_registry`).
+
+    Errors: the registry has no such schema (404) -> `SchemaNotFoundError`; it is unreachable, times
+    out or answers 5xx -> `RegistryUnavailableError` (transient: the run is retried, nothing is
+    dead-lettered for it); it refuses the credentials (401/403) -> `RegistryAuthError`.
+    """
+
+    def schema_by_id(self, schema_id: int) -> RegisteredSchema:
+        """The schema registered under `schema_id` (immutable: callers may cache it for ever)."""
+        ...
+
+    def latest_schema(self, subject: str) -> RegisteredSchema:
+        """The subject's latest version (cached by the adapter for `cache_seconds`)."""
+        ...
 
 
 class JobRunner(Protocol):

@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kafscale_iceberg.dataplane.conversion import ConvertedRecords, RecordConverter
+from kafscale_iceberg.dataplane.formats.schema_cache import SchemaCache
 from kafscale_iceberg.dataplane.partitioning import split_by_partition
 from kafscale_iceberg.dataplane.routing import RecordRouter
 from kafscale_iceberg.dataplane.schemas import DEAD_LETTER_SCHEMA
@@ -28,7 +29,15 @@ __all__ = ["MappingStage", "TableFiles"]
 class MappingStage:
     """One mapping's work in a task: convert, route (when it is routed) and hand rows to the writers."""
 
-    def __init__(self, plan: RunPlan, index: int, mapping: MappingPlan, files: TableFiles) -> None:
+    def __init__(
+        self,
+        plan: RunPlan,
+        index: int,
+        mapping: MappingPlan,
+        files: TableFiles,
+        schemas: SchemaCache | None = None,
+    ) -> None:
+        """`schemas`: the task's record schemas (a registered `value_format` reads through them)."""
         self.index = index
         self.mapping = mapping
         self.strict = mapping.conversion.schema_mode is SchemaMode.STRICT
@@ -44,7 +53,10 @@ class MappingStage:
             settings = settings.model_copy(
                 update={"columns": (), "schema_mode": SchemaMode.OFF, "json_schema": None}
             )
-        self.converter = RecordConverter(topic=plan.topic, run_id=plan.run_id, settings=settings)
+        self._schemas = schemas
+        self.converter = RecordConverter(
+            topic=plan.topic, run_id=plan.run_id, settings=settings, schemas=schemas
+        )
 
     def convert(
         self,
@@ -81,6 +93,7 @@ class MappingStage:
                     topic=self._plan.topic,
                     run_id=self._plan.run_id,
                     settings=self.mapping.conversion_for(target),
+                    schemas=self._schemas,
                 )
             tables.append(
                 (

@@ -19,6 +19,7 @@ from kafscale_iceberg.dataplane.assignments import (
     plan_tasks,
     segment_windows,
 )
+from kafscale_iceberg.dataplane.formats.schema_cache import SchemaCache
 from kafscale_iceberg.dataplane.lfs import LfsStage
 from kafscale_iceberg.dataplane.mapping_stage import MappingStage
 from kafscale_iceberg.dataplane.observation import observe_task
@@ -30,8 +31,8 @@ from kafscale_iceberg.dataplane.segment_windows import in_window, overlapped, qu
 from kafscale_iceberg.dataplane.storage import segment_uri
 from kafscale_iceberg.dataplane.table_files import TableFiles
 from kafscale_iceberg.domain.runs import CorruptSegmentPolicy, FailureKind, RunFailure, RunPlan, TableRole
-from kafscale_iceberg.exceptions import LfsBlobUnavailableError, SegmentFormatError
-from kafscale_iceberg.ports import BlobReader, FileSink, ObjectReader
+from kafscale_iceberg.exceptions import LfsBlobUnavailableError, RegistryUnavailableError, SegmentFormatError
+from kafscale_iceberg.ports import BlobReader, FileSink, ObjectReader, RecordSchemaRegistry
 from kafscale_iceberg.segments.decode import decode_segment
 
 __all__ = [
@@ -65,6 +66,7 @@ def run_task(
     sink: FileSink,
     blobs: BlobReader | None = None,
     prefetch: PrefetchLimits | None = None,
+    registry: RecordSchemaRegistry | None = None,
 ) -> TaskReport:
     """Fetch, decode, filter, resolve LFS envelopes, convert and write one task's segments; never
     raises for bad data.
@@ -75,13 +77,18 @@ def run_task(
     (strict mode) an invalid record stops the task with a failure in the report, exactly where a
     sequential read would have stopped; files it already published stay under the run's prefix and
     are not listed. Unexpected errors (bugs, a full disk, a failed upload) propagate.
-    `blobs` reads LFS blobs (needed when the plan's `lfs.mode` is resolve or hybrid).
+    `blobs` reads LFS blobs (needed when the plan's `lfs.mode` is resolve or hybrid); `registry`
+    record schemas (a registered `value_format`), through one `SchemaCache` per task. A registry
+    outage stops the task with a `registry_unavailable` failure (retried; nothing dead-lettered).
     """
     conversion = plan.conversion
     lfs = LfsStage(conversion.lfs, reader=blobs)
     publisher = ConcurrentPublisher(sink)
     files = TableFiles(publisher, task.index)
-    stages = [MappingStage(plan, index, mapping, files) for index, mapping in enumerate(plan.mappings)]
+    schemas = SchemaCache(registry) if registry is not None else None
+    stages = [
+        MappingStage(plan, index, mapping, files, schemas) for index, mapping in enumerate(plan.mappings)
+    ]
     dead_writer = files.writer(
         plan.dead_letter_table, DEAD_LETTER_SCHEMA, TableRole.DEAD_LETTER, 0, conversion
     )
@@ -157,6 +164,13 @@ def run_task(
                 clock.lap("lfs")
                 failure = RunFailure(
                     kind=FailureKind.BLOB_UNAVAILABLE, message=str(exc), segment_key=window.key
+                )
+                failure_at = (window.partition, window.base_offset)
+                break
+            except RegistryUnavailableError as exc:
+                clock.lap("convert")
+                failure = RunFailure(
+                    kind=FailureKind.REGISTRY_UNAVAILABLE, message=str(exc), segment_key=window.key
                 )
                 failure_at = (window.partition, window.base_offset)
                 break

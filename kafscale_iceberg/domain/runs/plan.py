@@ -17,6 +17,7 @@ from pydantic import Field, field_validator, model_validator
 from kafscale_iceberg.domain.routing import matches_template
 from kafscale_iceberg.domain.runs.columns import ColumnSpec, ColumnType, PartitionField
 from kafscale_iceberg.domain.runs.documents import DocumentModel, Offset, PartitionNumber
+from kafscale_iceberg.domain.runs.formats import KeyFormat, RegistrySettings, ValueFormat
 
 PLAN_VERSION: Literal[1] = 1
 RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9._-]{1,64}")
@@ -239,9 +240,20 @@ class ConversionSettings(DocumentModel):
     allow_type_widening: bool = False
     """With `infer_columns`: a new field holding integers and other numbers becomes `double`
     (else `long`)."""
+    value_format: ValueFormat = ValueFormat.JSON
+    """How the values are written (`domain/runs/formats.py`); with a format other than `json` and
+    `infer_columns`, the columns come from the records' own schemas and evolve with them."""
+    value_subject: str | None = None
+    """Registered formats: the subject whose latest schema reads values without the wire prefix."""
+    value_message: str | None = None
+    """Protobuf: the message type of values without the wire prefix."""
+    key_format: KeyFormat = KeyFormat.RAW
 
     @model_validator(mode="after")
     def _schema_present_when_validating(self) -> ConversionSettings:
+        # A self-described format's records are checked against their own schemas.
+        if self.value_format.self_described:
+            return self
         if self.schema_mode is not SchemaMode.OFF and self.json_schema is None:
             raise ValueError(f"schema_mode {self.schema_mode.value!r} needs json_schema")
         return self
@@ -332,6 +344,8 @@ class RunPlan(DocumentModel):
     result_uri: str
     route: RoutePlan | None = None
     more_mappings: tuple[MappingPlan, ...] = ()
+    schema_registry: RegistrySettings | None = None
+    """The registry the records' schemas are read from (a mapping with a registered value format)."""
 
     @property
     def mappings(self) -> tuple[MappingPlan, ...]:
