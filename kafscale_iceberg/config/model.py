@@ -113,12 +113,12 @@ class KafscaleConfig(_Section):
                 "is required when iceberg.catalog.type is 'sql': tables are created under it "
                 "(e.g. file:///var/lib/kafscale/warehouse or s3://bucket/warehouse)",
             )
+        # JSON values are validated against that registry; other value formats against their own schemas.
         json_mappings = [m for m in self.mappings if not m.value_format.self_described]
         if self.schema_.mode != "off" and not self.schema_.registry.base_url and json_mappings:
             problems.add(
                 "schema.registry.base_url",
-                f"is required when schema.mode is '{self.schema_.mode.value}' (JSON values are validated "
-                "against it; mappings with another value_format are checked against their own schemas)",
+                f"is required when schema.mode is '{self.schema_.mode.value}'",
             )
         for index, mapping in enumerate(self.mappings):
             if mapping.value_format.registered and self.schema_registry is None:

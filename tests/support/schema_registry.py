@@ -35,7 +35,9 @@ class StandInRegistry:
     failing: bool = False
     requests: list[str] = field(default_factory=list)
 
-    def register(self, subject: str, schema: str, *, schema_type: str = "AVRO", schema_id: int | None = None) -> int:
+    def register(
+        self, subject: str, schema: str, *, schema_type: str = "AVRO", schema_id: int | None = None
+    ) -> int:
         """Register `schema` under `subject` (a new version); its id."""
         for known_id, known in self.schemas.items():
             if known["schema"] == schema and known["schemaType"] == schema_type:
@@ -54,14 +56,17 @@ class StandInRegistry:
             registered = client.get_version(subject, version)
             schema = registered.schema
             self.register(
-                subject, schema.schema_str, schema_type=schema.schema_type or "AVRO", schema_id=registered.schema_id
+                subject,
+                schema.schema_str,
+                schema_type=schema.schema_type or "AVRO",
+                schema_id=registered.schema_id,
             )
 
 
 class _Handler(BaseHTTPRequestHandler):
     registry: StandInRegistry
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - quiet test output
+    def log_message(self, format: str, *args: object) -> None:
         return
 
     def do_GET(self) -> None:
@@ -88,7 +93,13 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             schema_id = versions[-1]
             self._answer(
-                200, {"subject": parts[1], "version": len(versions), "id": schema_id, **registry.schemas[schema_id]}
+                200,
+                {
+                    "subject": parts[1],
+                    "version": len(versions),
+                    "id": schema_id,
+                    **registry.schemas[schema_id],
+                },
             )
             return
         self._answer(404, {"error_code": 404, "message": "not a stand-in endpoint"})

@@ -169,7 +169,7 @@ def compile_avro_schema(registered: RegisteredSchema) -> AvroSchema:
         raise RecordSchemaError(f"{label} is a {registered.schema_type} schema; the mapping reads avro")
     if registered.references:
         raise RecordSchemaError(f"{label} references other schemas, which avro mappings do not read yet")
-    document = parse_avro_schema(registered.text, schema_name=label)
+    document: Any = parse_avro_schema(registered.text, schema_name=label)
     columns = avro_columns(document, schema_name=label)
     try:
         parsed = fastavro.parse_schema(document)
