@@ -64,6 +64,7 @@ from kafscale_iceberg.domain.runs.result import (
     RunTimings,
     TableOutput,
 )
+from kafscale_iceberg.domain.runs.upsert import CdcFormat, UpsertSettings
 from kafscale_iceberg.domain.runs.written import (
     plan_as_written,
     table_outputs,
@@ -71,6 +72,8 @@ from kafscale_iceberg.domain.runs.written import (
 )
 
 __all__ = [
+    "CdcFormat",
+    "UpsertSettings",
     "DECIMAL_MAX_PRECISION",
     "DEFAULT_PARTITION_FILE_MIN_BYTES",
     "LFS_METADATA_COLUMNS",

@@ -17,6 +17,7 @@ from pydantic import Field, field_validator, model_validator
 from kafscale_iceberg.domain.routing import matches_template
 from kafscale_iceberg.domain.runs.columns import ColumnSpec, ColumnType, PartitionField
 from kafscale_iceberg.domain.runs.documents import DocumentModel, Offset, PartitionNumber
+from kafscale_iceberg.domain.runs.upsert import UpsertSettings
 
 PLAN_VERSION: Literal[1] = 1
 RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9._-]{1,64}")
@@ -239,6 +240,8 @@ class ConversionSettings(DocumentModel):
     allow_type_widening: bool = False
     """With `infer_columns`: a new field holding integers and other numbers becomes `double`
     (else `long`)."""
+    upsert: UpsertSettings | None = None
+    """`mode: upsert`: the table holds each key's latest row (None: rows are appended)."""
 
     @model_validator(mode="after")
     def _schema_present_when_validating(self) -> ConversionSettings:
