@@ -662,7 +662,8 @@ def test_mapping_mode_must_be_append_or_upsert() -> None:
     data = minimal()
     data["mappings"][0]["mode"] = "merge"
     assert (
-        problems_of(data)["mappings[0].mode"] == "'merge' is not allowed; allowed values: 'append' or 'upsert'"
+        problems_of(data)["mappings[0].mode"]
+        == "'merge' is not allowed; allowed values: 'append' or 'upsert'"
     )
 
 

@@ -64,7 +64,9 @@ def test_an_upsert_section_without_upsert_mode_is_refused_not_ignored() -> None:
 
 def test_unknown_cdc_format_is_refused() -> None:
     problems = problems_of(upsert_mapping(upsert={"key": ["id"], "cdc": "maxwell"}))
-    assert problems["mappings[0].upsert.cdc"] == "'maxwell' is not allowed; allowed values: 'none' or 'debezium'"
+    assert (
+        problems["mappings[0].upsert.cdc"] == "'maxwell' is not allowed; allowed values: 'none' or 'debezium'"
+    )
 
 
 @pytest.mark.parametrize(
@@ -86,8 +88,13 @@ def test_a_key_column_listed_twice_is_refused() -> None:
 
 
 def test_partition_fields_of_an_upsert_table_derive_from_the_key() -> None:
-    problems = problems_of(upsert_mapping(upsert={"key": ["id", "region"]}, partition_by=["region", "partition"]))
-    assert "partitions 'partition', which is not a key column (id, region)" in problems["mappings[0].partition_by[1]"]
+    problems = problems_of(
+        upsert_mapping(upsert={"key": ["id", "region"]}, partition_by=["region", "partition"])
+    )
+    assert (
+        "partitions 'partition', which is not a key column (id, region)"
+        in problems["mappings[0].partition_by[1]"]
+    )
     assert "mappings[0].partition_by[0]" not in problems
 
 

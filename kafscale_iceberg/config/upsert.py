@@ -59,7 +59,9 @@ def upsert_problems(mapping: MappingConfig) -> list[tuple[str, str]]:
     if mapping.route is not None:
         problems.append(("route", "is not supported with mode: upsert yet: give the mapping one table"))
     if mapping.lfs.mode != "off":
-        problems.append(("lfs.mode", "must be off with mode: upsert (LFS values are not supported for upsert yet)"))
+        problems.append(
+            ("lfs.mode", "must be off with mode: upsert (LFS values are not supported for upsert yet)")
+        )
     if mapping.schema_.source != "mapping":
         problems.append(
             (
@@ -96,4 +98,3 @@ def upsert_problems(mapping: MappingConfig) -> list[tuple[str, str]]:
                 )
             )
     return problems
-

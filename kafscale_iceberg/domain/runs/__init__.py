@@ -72,8 +72,6 @@ from kafscale_iceberg.domain.runs.written import (
 )
 
 __all__ = [
-    "CdcFormat",
-    "UpsertSettings",
     "DECIMAL_MAX_PRECISION",
     "DEFAULT_PARTITION_FILE_MIN_BYTES",
     "LFS_METADATA_COLUMNS",
@@ -82,6 +80,7 @@ __all__ = [
     "PLAN_VERSION",
     "RESULT_VERSION",
     "RUN_ID_PATTERN",
+    "CdcFormat",
     "ColumnSpec",
     "ColumnStats",
     "ColumnType",
@@ -116,6 +115,7 @@ __all__ = [
     "TableOutput",
     "TableRole",
     "TableTarget",
+    "UpsertSettings",
     "make_run_id",
     "plan_as_written",
     "table_outputs",
