@@ -51,6 +51,7 @@ from kafscale_iceberg.domain.runs import (
     RunPlan,
     TableRole,
     TableTarget,
+    deleted_keys_target,
 )
 from kafscale_iceberg.exceptions import LfsBlobUnavailableError, SegmentFormatError
 from kafscale_iceberg.ports import BlobReader, FileSink, ObjectReader
@@ -312,6 +313,7 @@ def run_task(
         segments=tuple(outcomes),
         data_files=by_table.get(plan.table.identifier, ()),
         dead_letter_files=by_table.get(plan.dead_letter_table.identifier, ()),
+        deleted_key_files=by_table.get(deleted_keys_target(plan.table).identifier, ()),
         timings=TaskTimings(**clock.timings),
     )
 

@@ -44,6 +44,7 @@ from kafscale_iceberg.domain.runs.plan import (
     SegmentSource,
     TableRole,
     TableTarget,
+    deleted_keys_target,
     make_run_id,
     validate_run_id,
 )
@@ -116,6 +117,7 @@ __all__ = [
     "TableRole",
     "TableTarget",
     "UpsertSettings",
+    "deleted_keys_target",
     "make_run_id",
     "plan_as_written",
     "table_outputs",

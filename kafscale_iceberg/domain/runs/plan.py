@@ -116,11 +116,23 @@ class TableTarget(DocumentModel):
     with). None: the mapping's `conversion.columns` (every other table)."""
 
 
+def deleted_keys_target(table: TableTarget) -> TableTarget:
+    """Where a run writes the keys it deletes from `table`: a folder of the table's run prefix, under
+    a name no table has (these files are read by the commit step, never added to a table)."""
+    return TableTarget(
+        identifier=f"{table.identifier}#deleted_keys",
+        data_uri=f"{table.data_uri.rstrip('/')}/deleted_keys",
+        field_ids=None,
+    )
+
+
 class TableRole(StrEnum):
-    """What a table of a run holds: mapped rows, or dead letters."""
+    """What a table of a run holds: mapped rows, or dead letters (or, for an upsert table, the keys
+    the run deletes: files of the run only, never a table's)."""
 
     DATA = "data"
     DEAD_LETTER = "dead_letter"
+    DELETED_KEYS = "deleted_keys"
 
 
 class RoutePlan(DocumentModel):
