@@ -4,7 +4,11 @@ only files holding a changed key are rewritten, and the run is one Iceberg commi
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+from kafscale_iceberg.adapters.data_files import StagedFileStore
+from kafscale_iceberg.adapters.iceberg_maintenance import IcebergTableMaintainer
+from kafscale_iceberg.domain.commits import TableCommit, TableState
 from kafscale_iceberg.domain.upsert import (
     SUMMARY_UPSERT_DELETED,
     SUMMARY_UPSERT_FILES_REWRITTEN,
@@ -104,3 +108,46 @@ def test_a_replayed_commit_of_a_committed_run_changes_nothing(tmp_path: Path) ->
     assert not outcome.table_committed
     assert len(world.catalog.load_table(TABLE).snapshots()) == snapshots
     assert world.names() == {1: "c", 2: "b"}
+
+
+class CompactingFirst:
+    """The real table committer; a `maintain` compaction of the same files lands just before the first
+    commit to the table (after the upsert located and rewrote on the state before it)."""
+
+    def __init__(self, world: UpsertWorld) -> None:
+        self._world = world
+        self._inner = world.tables
+        self.compacted = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def commit(self, expected: TableState, commit: TableCommit) -> TableState:
+        if expected.table == TABLE and not self.compacted:
+            self.compacted = True
+            maintainer = IcebergTableMaintainer(self._world.catalog, StagedFileStore())
+            plan = maintainer.plan_compaction(
+                TABLE, small_file_bytes=1 << 30, min_small_files=2, max_bytes=1 << 30
+            )
+            written = maintainer.write_compaction(
+                plan, data_prefix=str(self._world.root / "compacted"), target_file_size_bytes=1 << 30
+            )
+            assert maintainer.commit_compaction(written, now_ms=0).committed
+        return self._inner.commit(expected, commit)
+
+
+def test_a_compaction_landing_during_the_commit_is_a_conflict_rebuilt_on_the_compacted_files(
+    tmp_path: Path,
+) -> None:
+    world = UpsertWorld(tmp_path)
+    for first in (0, 10):
+        world.write(0, [row(k, "old") for k in range(first, first + 10)])
+        world.run()
+    world.write(0, [row(3, "new"), ({"id": 12}, None)])
+    tables = CompactingFirst(world)
+    plan = world.plan()
+    outcome = world.commit(plan, world.execute(plan), tables=tables)
+    assert tables.compacted
+    assert outcome.table_committed
+    expected = {k: "old" for k in range(20) if k != 12}
+    assert world.names() == {**expected, 3: "new"}

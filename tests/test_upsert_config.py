@@ -119,3 +119,20 @@ def test_an_upsert_topic_with_a_second_mapping_is_refused_until_it_is_supported(
     data = upsert_mapping()
     data["mappings"].append({"topic": "customers", "table": "crm.customers_log"})
     assert "not supported yet for a topic with several mappings" in problems_of(data)["mappings[1].mode"]
+
+
+def test_the_docs_example_of_an_upsert_mapping_loads() -> None:
+    """docs/configuration.md, "Keyed upsert and CDC": the YAML example is a valid mapping."""
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    text = (Path(__file__).parent.parent / "docs" / "configuration.md").read_text()
+    section = text.split("## Keyed upsert and CDC", 1)[1].split("\n## ", 1)[0]
+    (example,) = re.findall(r"```yaml\n(.*?)```", section, re.S)
+    data = minimal()
+    data["mappings"] = yaml.safe_load(example)["mappings"]
+    mapping = load(data).mappings[0]
+    assert mapping.upsert is not None
+    assert mapping.upsert.to_settings() == UpsertSettings(key=("id",), cdc=CdcFormat.DEBEZIUM)

@@ -148,7 +148,9 @@ def test_a_record_without_its_key_column_is_a_dead_letter(tmp_path: Path) -> Non
         ({"other": 1}, "a tombstone whose record key names no key: the record key '{\"other\": 1}' lacks"),
     ],
 )
-def test_a_tombstone_whose_key_names_no_key_is_a_dead_letter(tmp_path: Path, key: object, reason: str) -> None:
+def test_a_tombstone_whose_key_names_no_key_is_a_dead_letter(
+    tmp_path: Path, key: object, reason: str
+) -> None:
     result = run(tmp_path, [record(0, key, None)])
     [(offset, kind, error)] = dead_letters(result)
     assert (offset, kind) == (0, "tombstone")

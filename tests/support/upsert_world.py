@@ -98,9 +98,7 @@ class UpsertWorld:
             for p, end in self.ends.items()
             if end > self.committed.get(p, NO_OFFSET)
         }
-        segments = {
-            p: [s for s in self.folder.written[p] if s.last_offset > ranges[p][0]] for p in ranges
-        }
+        segments = {p: [s for s in self.folder.written[p] if s.last_offset > ranges[p][0]] for p in ranges}
         return make_plan(
             self.folder,
             str(self.root),
