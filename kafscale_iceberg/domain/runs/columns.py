@@ -1,0 +1,125 @@
+"""The columns a run writes after the base fields, and the table's partition fields."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import Field, model_validator
+
+from kafscale_iceberg.domain.runs.documents import DocumentModel
+
+
+class ColumnType(StrEnum):
+    """Mapping column types, as the KafScale processor config names them."""
+
+    BOOLEAN = "boolean"
+    INT = "int"
+    LONG = "long"
+    FLOAT = "float"
+    DOUBLE = "double"
+    STRING = "string"
+    BINARY = "binary"
+    TIMESTAMP = "timestamp"
+    DATE = "date"
+    # Beyond the Go processor's types (what the Kafka Connect Iceberg sink writes):
+    TIMESTAMPTZ = "timestamptz"
+    UUID = "uuid"
+    DECIMAL = "decimal"
+    """`decimal(P,S)`: `ColumnSpec.precision` and `.scale`."""
+    STRUCT = "struct"
+    """`ColumnSpec.fields`."""
+    LIST = "list"
+    """`ColumnSpec.element`."""
+    MAP = "map"
+    """String keys; `ColumnSpec.value`."""
+
+
+NESTED_TYPES = frozenset({ColumnType.STRUCT, ColumnType.LIST, ColumnType.MAP})
+DECIMAL_MAX_PRECISION = 38
+
+
+class PartitionTransform(StrEnum):
+    """Iceberg partition transforms this product writes (one value per file for each)."""
+
+    IDENTITY = "identity"
+    YEAR = "year"
+    MONTH = "month"
+    DAY = "day"
+    HOUR = "hour"
+
+
+class ColumnSpec(DocumentModel):
+    """One column extracted from the JSON record value, after the eight base fields.
+
+    Nested and parametrized types carry their parts: `decimal` its `precision` and `scale`, `struct`
+    its `fields`, `list` its `element`, `map` its `value` (keys are strings). Inside a nested type
+    every part is optional (a missing or mistyped inner value is null, and counted).
+    """
+
+    name: str
+    type: ColumnType
+    required: bool = False
+    precision: int | None = Field(default=None, ge=1, le=DECIMAL_MAX_PRECISION)
+    scale: int | None = Field(default=None, ge=0)
+    fields: tuple[ColumnSpec, ...] = ()
+    element: ColumnSpec | None = None
+    value: ColumnSpec | None = None
+
+    @model_validator(mode="after")
+    def _parts_match_type(self) -> ColumnSpec:
+        kind = self.type
+        if (kind is ColumnType.DECIMAL) != (self.precision is not None):
+            raise ValueError(f"column {self.name!r}: precision is given exactly for decimal columns")
+        if self.scale is not None and (self.precision is None or self.scale > self.precision):
+            raise ValueError(f"column {self.name!r}: decimal scale must be between 0 and the precision")
+        if (kind is ColumnType.STRUCT) != bool(self.fields):
+            raise ValueError(f"column {self.name!r}: fields are given exactly for struct columns")
+        if (kind is ColumnType.LIST) != (self.element is not None):
+            raise ValueError(f"column {self.name!r}: element is given exactly for list columns")
+        if (kind is ColumnType.MAP) != (self.value is not None):
+            raise ValueError(f"column {self.name!r}: value is given exactly for map columns")
+        names = [f.name for f in self.fields]
+        if len(set(names)) != len(names):
+            raise ValueError(f"column {self.name!r}: a struct field is listed twice")
+        return self
+
+    @property
+    def type_name(self) -> str:
+        """The type as written in a mapping: `long`, `decimal(10,2)`, `list<string>`, `struct<a: long>`."""
+        if self.type is ColumnType.DECIMAL:
+            return f"decimal({self.precision},{self.scale or 0})"
+        if self.type is ColumnType.LIST and self.element is not None:
+            return f"list<{self.element.type_name}>"
+        if self.type is ColumnType.MAP and self.value is not None:
+            return f"map<string, {self.value.type_name}>"
+        if self.type is ColumnType.STRUCT:
+            return "struct<" + ", ".join(f"{f.name}: {f.type_name}" for f in self.fields) + ">"
+        return self.type.value
+
+    @property
+    def scannable(self) -> bool:
+        """Whether the compiled scanner builds this column (the Go processor's scalar types)."""
+        return self.type in _SCANNED_TYPES
+
+
+_SCANNED_TYPES = frozenset(
+    {
+        ColumnType.BOOLEAN,
+        ColumnType.INT,
+        ColumnType.LONG,
+        ColumnType.FLOAT,
+        ColumnType.DOUBLE,
+        ColumnType.STRING,
+        ColumnType.BINARY,
+        ColumnType.TIMESTAMP,
+        ColumnType.DATE,
+        ColumnType.TIMESTAMPTZ,
+    }
+)
+
+
+class PartitionField(DocumentModel):
+    """One partition field of the target table: `transform(column)`."""
+
+    column: str
+    transform: PartitionTransform = PartitionTransform.IDENTITY
