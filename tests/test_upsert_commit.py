@@ -185,13 +185,8 @@ def test_the_commit_outcome_and_the_metrics_say_what_the_run_did_to_the_table(tm
     sink = Samples()
     record_commit(sink, plan, result, outcome, started_at=0.0, ended_at=1.0)
     labels = {"topic": plan.topic, "table": TABLE}
-    assert [
-        sink.value("upsert_rows_total", **labels, change=c) for c in ("inserted", "updated", "deleted")
-    ] == [
-        1,
-        2,
-        1,
-    ]
+    changes = ("inserted", "updated", "deleted")
+    assert [sink.value("upsert_rows_total", **labels, change=c) for c in changes] == [1, 2, 1]
     assert sink.value("upsert_files_rewritten_total", **labels) == 1
     assert sink.value("upsert_bytes_rewritten_total", **labels) == outcome.upsert.bytes_rewritten
 
