@@ -1,10 +1,14 @@
-"""Iceberg schemas and this product's columns, both ways, and the schema changes a run brings.
+"""Mapping columns as Iceberg types, and a table's schema and partitioning against what a run writes.
 
-The types (`iceberg_type`, `column_iceberg_type`, `field_iceberg_type`, `column_spec_of`,
-`table_columns`, `type_text`, `field_ids_by_path`), what `ensure_table` changes in a mapped table
-(`plan_schema_changes`, applied by `apply_schema_changes`), and what a run of an inferred or
-self-described table stages in its commit (`stage_new_columns`: new columns and struct fields, and
-the promotions a record schema brought). Used by `iceberg_tables.py`, which re-exports the names.
+- `iceberg_type`, `column_iceberg_type`, `field_iceberg_type`: the one place a mapping column's Iceberg
+  type is decided; `column_spec_of` / `table_columns` read a table's columns back as mapping columns.
+- `plan_schema_changes` (pure) and `apply_schema_changes`: the evolution `ensure_table` makes before any
+  file is added (optional columns added, int->long / float->double widened when allowed, required
+  columns relaxed; anything else a `SchemaChangeError`).
+- `stage_new_columns`: an inferred table's new columns, staged in the transaction that adds its files.
+- `field_ids_by_path`: a schema's field ids as `domain.field_ids` plans them.
+- `iceberg_transform`, `check_partitioning`: partition transforms, and a table's spec checked against
+  the run's.
 """
 
 from __future__ import annotations
@@ -13,9 +17,20 @@ import itertools
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
 
+from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table, Transaction
+from pyiceberg.transforms import (
+    DayTransform,
+    HourTransform,
+    IdentityTransform,
+    MonthTransform,
+    Transform,
+    YearTransform,
+)
 from pyiceberg.types import (
     BinaryType,
     BooleanType,
@@ -40,17 +55,22 @@ from pyiceberg.types import (
 from kafscale_iceberg.domain.commits import (
     TableCommit,
     TableSpec,
+    describe_partitioning,
 )
 from kafscale_iceberg.domain.field_ids import missing_parts
-from kafscale_iceberg.domain.runs import ColumnSpec, ColumnType
+from kafscale_iceberg.domain.runs import ColumnSpec, ColumnType, PartitionTransform
 from kafscale_iceberg.domain.schema import BASE_FIELD_NAMES, FieldSpec
 from kafscale_iceberg.domain.schema_evolution import merged_column, widened_parts
 from kafscale_iceberg.exceptions import (
     InferredColumnChangedError,
+    PartitionSpecMismatchError,
     SchemaChangeError,
 )
 
 logger = logging.getLogger(__name__)
+
+NAME_MAPPING = "schema.name-mapping.default"
+"""The table property mapping the Spark job's Parquet files (no field ids) to the columns by name."""
 
 
 def iceberg_type(column_type: ColumnType) -> PrimitiveType:
@@ -182,6 +202,17 @@ def plan_schema_changes(table: str, schema: Schema, spec: TableSpec) -> SchemaCh
         if existing.required and not wanted.required:
             relaxed.append(wanted.name)
     return SchemaChanges(added=tuple(added), widened=tuple(widened), relaxed=tuple(relaxed))
+
+
+def apply_schema_changes(table: Table, spec: TableSpec, changes: SchemaChanges) -> None:
+    types = {f.name: field_iceberg_type(f) for f in spec.fields}
+    with table.update_schema() as update:
+        for name in changes.added:
+            update.add_column(name, types[name], required=False)
+        for name, _old, _new in changes.widened:
+            update.update_column(name, field_type=types[name])
+        for name in changes.relaxed:
+            update.update_column(name, required=False)
 
 
 def stage_new_columns(transaction: Transaction, table: str, commit: TableCommit) -> None:
@@ -317,12 +348,54 @@ def field_ids_by_path(schema: Schema) -> dict[str, int]:
     return ids
 
 
-def apply_schema_changes(table: Table, spec: TableSpec, changes: SchemaChanges) -> None:
-    types = {f.name: field_iceberg_type(f) for f in spec.fields}
+def iceberg_transform(transform: PartitionTransform) -> Transform[Any, Any]:
+    transforms: Mapping[PartitionTransform, Transform[Any, Any]] = MappingProxyType(
+        {
+            PartitionTransform.IDENTITY: IdentityTransform(),
+            PartitionTransform.YEAR: YearTransform(),
+            PartitionTransform.MONTH: MonthTransform(),
+            PartitionTransform.DAY: DayTransform(),
+            PartitionTransform.HOUR: HourTransform(),
+        }
+    )
+    return transforms[transform]
+
+
+def check_partitioning(spec: TableSpec, table: Table) -> None:
+    """Every partition field of the table must be one the run's files are split by (one value per file)."""
+    table_fields = _table_partitioning(table.spec(), table.schema())
+    mapped = [(field.transform.value, field.column) for field in spec.partition_by]
+    if not set(table_fields) <= set(mapped):
+        raise PartitionSpecMismatchError(
+            spec.identifier, describe_partitioning(table_fields), describe_partitioning(mapped)
+        )
+
+
+def _table_partitioning(partition_spec: PartitionSpec, schema: Schema) -> list[tuple[str, str]]:
+    return [
+        (str(field.transform), schema.find_column_name(field.source_id) or "?")
+        for field in partition_spec.fields
+    ]
+
+
+def set_identifier_fields(table: Table, spec: TableSpec) -> bool:
+    """Declare `spec.identifier_fields` (an upsert table's key) as the table's identifier fields when
+    they differ (one schema commit); True when changed. Raises `SchemaChangeError` when a key column
+    is optional in the table (Iceberg identifier fields are required)."""
+    wanted = set(spec.identifier_fields)
+    if not wanted or set(table.schema().identifier_field_names()) == wanted:
+        return False
+    for name in spec.identifier_fields:
+        field = table.schema().find_field(name)
+        if not field.required:
+            raise SchemaChangeError(
+                spec.identifier,
+                name,
+                f"optional {type_text(field.field_type)}",
+                f"required {type_text(field.field_type)} (an upsert key column)",
+                "an upsert table's key columns are required; upsert into a new table, or rewrite this one "
+                "with the column required",
+            )
     with table.update_schema() as update:
-        for name in changes.added:
-            update.add_column(name, types[name], required=False)
-        for name, _old, _new in changes.widened:
-            update.update_column(name, field_type=types[name])
-        for name in changes.relaxed:
-            update.update_column(name, required=False)
+        update.set_identifier_fields(*spec.identifier_fields)
+    return True

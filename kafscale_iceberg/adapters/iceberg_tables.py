@@ -23,17 +23,17 @@
   dropped (a `delete` snapshot), files with some matching rows are rewritten without them (an
   `overwrite` snapshot); one commit carries both, asserting the branch still points at the snapshot
   verified. A delete matching nothing writes no snapshot: an empty append then carries the marker.
+
+Column types, schema evolution and partitioning: `iceberg_schemas.py`; what a commit writes in its
+transaction (files appended, rows deleted): `iceberg_writes.py`. This module loads the tables, reads
+their state and makes the one commit.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
-import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
-from types import MappingProxyType
-from typing import Any
 
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import (
@@ -42,43 +42,32 @@ from pyiceberg.exceptions import (
     TableAlreadyExistsError,
     ValidationException,
 )
-from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, EqualTo, GreaterThan, Or, Reference
-from pyiceberg.expressions.literals import literal
-from pyiceberg.expressions.visitors import bind
-from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files, _expression_to_complementary_pyarrow
-from pyiceberg.manifest import DataFile as IcebergDataFile
 from pyiceberg.partitioning import PartitionField as IcebergPartitionField
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
-from pyiceberg.table import Table, TableProperties, Transaction
-from pyiceberg.table.metadata import TableMetadata
-from pyiceberg.transforms import (
-    DayTransform,
-    HourTransform,
-    IdentityTransform,
-    MonthTransform,
-    Transform,
-    YearTransform,
-)
-from pyiceberg.types import (
-    NestedField,
-)
-from pyiceberg.utils.properties import property_as_bool
+from pyiceberg.table import Table
+from pyiceberg.types import NestedField
 
 from kafscale_iceberg.adapters.iceberg_catalog import CatalogTableAccess
-from kafscale_iceberg.adapters.iceberg_data_files import data_files_to_add
 from kafscale_iceberg.adapters.iceberg_schemas import (
+    NAME_MAPPING,
     SchemaChanges,
     apply_schema_changes,
-    column_iceberg_type,
-    column_spec_of,
+    check_partitioning,
     field_iceberg_type,
     field_ids_by_path,
-    iceberg_type,
+    iceberg_transform,
     plan_schema_changes,
+    set_identifier_fields,
     stage_new_columns,
     table_columns,
-    type_text,
+)
+from kafscale_iceberg.adapters.iceberg_writes import (
+    append_files,
+    delete_rows,
+    replace_files,
+    rows_after,
+    single_attempt,
 )
 from kafscale_iceberg.domain.anomalies import OffsetAnomalies
 from kafscale_iceberg.domain.commits import (
@@ -88,46 +77,25 @@ from kafscale_iceberg.domain.commits import (
     TableSpec,
     TableState,
     decode_conversion_failures,
-    describe_partitioning,
     marker_properties,
     partition_field_name,
     read_marker,
 )
 from kafscale_iceberg.domain.field_ids import TableFieldIds, field_id_mismatches
 from kafscale_iceberg.domain.maintenance import files_baseline, total_data_files
-from kafscale_iceberg.domain.runs import PartitionTransform
 from kafscale_iceberg.exceptions import (
     CatalogUnavailableError,
     CommitOutcomeUnknownError,
     DataFileRejectedError,
     FieldIdMismatchError,
     KafscaleIcebergError,
-    PartitionSpecMismatchError,
     TableChangedError,
     TableMissingError,
 )
 
 logger = logging.getLogger(__name__)
 
-__all__ = [
-    "IcebergTableCommitter",
-    "RowDeletion",
-    "SchemaChanges",
-    "column_iceberg_type",
-    "column_spec_of",
-    "delete_rows",
-    "field_iceberg_type",
-    "field_ids_by_path",
-    "iceberg_type",
-    "plan_schema_changes",
-    "rows_after",
-    "table_columns",
-    "type_text",
-]
-
 _SCHEMA_ATTEMPTS = 3
-_NAME_MAPPING = "schema.name-mapping.default"
-_COMMIT_RETRIES = "commit.retry.num-retries"
 
 
 class IcebergTableCommitter(CatalogTableAccess):
@@ -165,7 +133,9 @@ class IcebergTableCommitter(CatalogTableAccess):
                 else:
                     logger.info("table created", extra={"table": spec.identifier})
                     return SchemaChanges(created=True)
-            _check_partitioning(spec, table)
+            check_partitioning(spec, table)
+            if set_identifier_fields(table, spec):
+                logger.info("table identifier fields set", extra={"table": spec.identifier})
             if not spec.evolve:
                 return SchemaChanges()  # an inferred table: its commit adds the new columns
             for attempt in range(1, _SCHEMA_ATTEMPTS + 1):
@@ -208,7 +178,12 @@ class IcebergTableCommitter(CatalogTableAccess):
                     required=field.required,
                 )
                 for index, field in enumerate(spec.fields, start=1)
-            )
+            ),
+            identifier_field_ids=[
+                field.field_id or index
+                for index, field in enumerate(spec.fields, start=1)
+                if field.name in spec.identifier_fields
+            ],
         )
         partition_fields = []
         for index, field in enumerate(spec.partition_by):
@@ -217,7 +192,7 @@ class IcebergTableCommitter(CatalogTableAccess):
                 IcebergPartitionField(
                     source_id=source.field_id,
                     field_id=1000 + index,
-                    transform=_transform(field.transform),
+                    transform=iceberg_transform(field.transform),
                     name=partition_field_name(field.column, field.transform),
                 )
             )
@@ -231,7 +206,7 @@ class IcebergTableCommitter(CatalogTableAccess):
         ) as transaction:
             # Ids are assigned by the catalog; the name mapping is computed from the assigned ones.
             mapping = transaction.table_metadata.schema().name_mapping
-            transaction.set_properties({_NAME_MAPPING: mapping.model_dump_json()})
+            transaction.set_properties({NAME_MAPPING: mapping.model_dump_json()})
 
     # -- commit state -----------------------------------------------------------------------------
 
@@ -314,7 +289,7 @@ class IcebergTableCommitter(CatalogTableAccess):
                 f"expected snapshot {expected.snapshot_id} with {expected.marker}, "
                 f"found snapshot {now.snapshot_id} with {now.marker}",
             )
-        transaction = _single_attempt(table).transaction()
+        transaction = single_attempt(table).transaction()
         if commit.columns is not None and commit.file_uris:
             # An inferred table's new columns: staged in this transaction, so they land in the same
             # Iceberg commit as the files (ids as Iceberg assigns them; checked just below).
@@ -337,11 +312,13 @@ class IcebergTableCommitter(CatalogTableAccess):
                     commit.summary(),
                     data_location=commit.rewrite_location,
                 )
-            if commit.file_uris:
+            if commit.removed_files:
+                replace_files(transaction, table, commit)
+            elif commit.file_uris:
                 # What `add_files` does, from the metrics the run carried instead of one footer read
                 # per file (`iceberg_data_files`). Duplicate paths are ruled out by the offsets
                 # marker; pyiceberg's own check would read every manifest of the table on each commit.
-                _append_files(transaction, table, commit)
+                append_files(transaction, table, commit)
             elif transaction.table_metadata.current_snapshot_id == expected.snapshot_id:
                 # A run with no rows still moves the offsets (and a delete that matched nothing wrote
                 # no snapshot): an empty append snapshot carries the marker.
@@ -399,129 +376,6 @@ class IcebergTableCommitter(CatalogTableAccess):
             raise self._translate(f"count rows of {table!r}", exc) from exc
 
 
-def _append_files(transaction: Transaction, table: Table, commit: TableCommit) -> None:
-    metadata = transaction.table_metadata
-    files = data_files_to_add(metadata, table.io, commit.file_uris, {f.uri: f for f in commit.files})
-    if metadata.name_mapping() is None:
-        transaction.set_properties({_NAME_MAPPING: metadata.schema().name_mapping.model_dump_json()})
-    # As `add_files`: a merge append when the table enables manifest merging, else a fast append.
-    snapshot = transaction.update_snapshot(snapshot_properties=commit.summary())
-    merge = property_as_bool(
-        metadata.properties,
-        TableProperties.MANIFEST_MERGE_ENABLED,
-        TableProperties.MANIFEST_MERGE_ENABLED_DEFAULT,
-    )
-    with snapshot.merge_append() if merge else snapshot.fast_append() as append:
-        for data_file in files:
-            append.append_data_file(data_file)
-
-
-@dataclass(frozen=True)
-class RowDeletion:
-    """What `delete_rows` did: files dropped whole, files rewritten, rows removed and rows rewritten."""
-
-    files_dropped: int = 0
-    files_rewritten: int = 0
-    rows_removed: int = 0
-    rows_rewritten: int = 0
-
-
-def delete_rows(
-    transaction: Transaction,
-    delete_filter: BooleanExpression,
-    summary: dict[str, str],
-    *,
-    data_location: str | None = None,
-) -> RowDeletion:
-    """Delete the rows matching `delete_filter` copy-on-write, as ONE `overwrite` snapshot of `transaction`.
-
-    Only files whose statistics (partition values, column bounds) say they may hold matching rows are
-    read (pyiceberg's scan planning); a file all of whose rows match is dropped, a file with some is
-    rewritten without them (pyiceberg's writer: the table's field ids, into the table's data
-    location), a file with none is left alone. pyiceberg's own `Transaction.delete` writes a
-    `delete` and then an `overwrite` snapshot, so time travel could land between them; here both
-    changes are one snapshot. Nothing matching: no snapshot (the caller decides).
-
-    `data_location` puts the rewritten files in that folder instead of the table's data location
-    (a reset writes under its run folder, so orphan cleanup finds the files of an interrupted one).
-    """
-    schema = transaction.table_metadata.schema()
-    write_metadata = _writing_to(transaction.table_metadata, data_location)
-    keep = _expression_to_complementary_pyarrow(bind(schema, delete_filter, case_sensitive=True), schema)
-    io = transaction._table.io
-    commit_uuid = uuid.uuid4()
-    counter = itertools.count(0)
-    removed: list[IcebergDataFile] = []
-    added: list[IcebergDataFile] = []
-    rows_removed = rows_rewritten = rewritten = 0
-    for task in transaction._scan(row_filter=delete_filter).plan_files():
-        rows = ArrowScan(
-            table_metadata=transaction.table_metadata, io=io, projected_schema=schema, row_filter=AlwaysTrue()
-        ).to_table(tasks=[task])
-        kept = rows.filter(keep)
-        if kept.num_rows == rows.num_rows:
-            continue
-        removed.append(task.file)
-        rows_removed += rows.num_rows - kept.num_rows
-        if kept.num_rows:
-            rewritten += 1
-            rows_rewritten += kept.num_rows
-            added.extend(
-                _dataframe_to_data_files(
-                    io=io,
-                    df=kept,
-                    table_metadata=write_metadata,
-                    write_uuid=commit_uuid,
-                    counter=counter,
-                )
-            )
-    if removed:
-        overwrite = transaction.update_snapshot(snapshot_properties=summary).overwrite(
-            commit_uuid=commit_uuid
-        )
-        with overwrite:
-            for data_file in removed:
-                overwrite.delete_data_file(data_file)
-            for data_file in added:
-                overwrite.append_data_file(data_file)
-    return RowDeletion(
-        files_dropped=len(removed) - rewritten,
-        files_rewritten=rewritten,
-        rows_removed=rows_removed,
-        rows_rewritten=rows_rewritten,
-    )
-
-
-def _writing_to(metadata: TableMetadata, data_location: str | None) -> TableMetadata:
-    """`metadata` whose location provider writes data files straight into `data_location` (only this
-    in-memory view: a commit sends updates, never these properties)."""
-    if data_location is None:
-        return metadata
-    properties = {
-        **metadata.properties,
-        TableProperties.WRITE_DATA_PATH: data_location.rstrip("/"),
-        TableProperties.OBJECT_STORE_ENABLED: "false",
-    }
-    return metadata.model_copy(update={"properties": properties})
-
-
-def rows_after(offsets: Mapping[int, int]) -> BooleanExpression:
-    """`(partition == P1 and offset > N1) or ...`: the rows after each partition's offset (base fields)."""
-    terms = [
-        And(
-            EqualTo(term=Reference("partition"), value=literal(p)),
-            GreaterThan(term=Reference("offset"), value=literal(o)),
-        )
-        for p, o in sorted(offsets.items())
-    ]
-    if not terms:
-        raise ValueError("rows_after needs at least one partition")
-    expression: BooleanExpression = terms[0]
-    for term in terms[1:]:
-        expression = Or(expression, term)
-    return expression
-
-
 def _state_of(table: Table, identifier: str, topic: str) -> TableState:
     metadata = table.metadata
     snapshot = metadata.current_snapshot()
@@ -535,47 +389,6 @@ def _state_of(table: Table, identifier: str, topic: str) -> TableState:
         data_files=total_data_files(snapshot.summary if snapshot is not None else None),
         files_baseline=files_baseline(metadata.properties),
     )
-
-
-def _single_attempt(table: Table) -> Table:
-    """The same table, with pyiceberg's commit retries off for transactions started from it.
-
-    pyiceberg reads the retry count from the loaded metadata's properties; only this in-memory view
-    changes - the commit sends updates, never these properties, so the table keeps its own setting.
-    """
-    properties = {**table.metadata.properties, _COMMIT_RETRIES: "0"}
-    metadata = table.metadata.model_copy(update={"properties": properties})
-    return Table(table.name(), metadata, table.metadata_location, table.io, table.catalog)
-
-
-def _transform(transform: PartitionTransform) -> Transform[Any, Any]:
-    transforms: Mapping[PartitionTransform, Transform[Any, Any]] = MappingProxyType(
-        {
-            PartitionTransform.IDENTITY: IdentityTransform(),
-            PartitionTransform.YEAR: YearTransform(),
-            PartitionTransform.MONTH: MonthTransform(),
-            PartitionTransform.DAY: DayTransform(),
-            PartitionTransform.HOUR: HourTransform(),
-        }
-    )
-    return transforms[transform]
-
-
-def _check_partitioning(spec: TableSpec, table: Table) -> None:
-    """Every partition field of the table must be one the run's files are split by (one value per file)."""
-    table_fields = _table_partitioning(table.spec(), table.schema())
-    mapped = [(field.transform.value, field.column) for field in spec.partition_by]
-    if not set(table_fields) <= set(mapped):
-        raise PartitionSpecMismatchError(
-            spec.identifier, describe_partitioning(table_fields), describe_partitioning(mapped)
-        )
-
-
-def _table_partitioning(partition_spec: PartitionSpec, schema: Schema) -> list[tuple[str, str]]:
-    return [
-        (str(field.transform), schema.find_column_name(field.source_id) or "?")
-        for field in partition_spec.fields
-    ]
 
 
 def _topic_summaries(table: Table, topic: str) -> list[Mapping[str, str]]:
