@@ -14,6 +14,7 @@ import decimal
 import io
 import json
 import struct
+import uuid
 from typing import Any
 
 import fastavro
@@ -142,7 +143,7 @@ def test_records_of_two_schema_versions_in_one_batch_share_the_evolved_columns(
     assert [a.to_pylist() for a in got.arrays] == [
         [2**40, 1],
         [2.5, None],
-        [bytes.fromhex("8c8e1f0a3b6c4f4e9b1a2f1d3c4b5a69"), None],
+        [uuid.UUID("8c8e1f0a-3b6c-4f4e-9b1a-2f1d3c4b5a69"), None],
     ]
     assert not got.failed(0).any()
 

@@ -175,7 +175,7 @@ def compile_avro_schema(registered: RegisteredSchema) -> AvroSchema:
         parsed = fastavro.parse_schema(document)
     except Exception as exc:  # fastavro raises several classes for a bad schema
         raise RecordSchemaError(f"{label} is not a valid Avro schema: {exc}") from None
-    struct_type = pa.struct([pa.field(c.name, column_arrow_type(c)) for c in columns])
+    struct_type = pa.struct([pa.field(c.name, column_arrow_type(c, storage=True)) for c in columns])
     header = None
     sync = bytes(range(16))
     if columns and _fast_readable(document, set()):
