@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from kafscale_iceberg.dataplane.formats.decoding import ValueDecoder
 from kafscale_iceberg.dataplane.formats.schema_cache import SchemaCache, no_registry
 from kafscale_iceberg.domain.runs import ConversionSettings, ValueFormat
 from kafscale_iceberg.exceptions import ConfigError
+from kafscale_iceberg.ports import ValueDecoder
 
 
 def decoder_for(settings: ConversionSettings, schemas: SchemaCache | None) -> ValueDecoder | None:
