@@ -23,11 +23,6 @@ def decoder_for(settings: ConversionSettings, schemas: SchemaCache | None) -> Va
         from kafscale_iceberg.dataplane.formats.connect_json import ConnectJsonDecoder  # noqa: PLC0415
 
         return ConnectJsonDecoder()
-    if schemas is None:
-        raise ConfigError(
-            "schema_registry",
-            f"value_format {value_format.value} reads schemas from a registry: set schema_registry.url",
-        )
     if value_format is ValueFormat.AVRO:
         from kafscale_iceberg.dataplane.formats.avro import AvroDecoder  # noqa: PLC0415
 
