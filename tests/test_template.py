@@ -101,6 +101,11 @@ NOT_SET_BY_THE_TEMPLATE = {
     "KAFSCALE_ICEBERG_LFS_RESOLVE_CONCURRENCY",
     # `kafscale-iceberg run` (one machine) serves /metrics; Lambda functions emit EMF instead.
     "KAFSCALE_METRICS_ADDR",
+    # The one-machine runner hands a spark-submit run the schema registry's credentials this way; on
+    # AWS the job reads them from schema_registry.credentials_secret (SchemaRegistrySecretArn).
+    "KAFSCALE_ICEBERG_REGISTRY_USERNAME",
+    "KAFSCALE_ICEBERG_REGISTRY_PASSWORD",
+    "KAFSCALE_ICEBERG_REGISTRY_TOKEN",
     # Set by the Lambda runtime.
     "AWS_LAMBDA_FUNCTION_NAME",
     "AWS_LAMBDA_LOG_STREAM_NAME",
