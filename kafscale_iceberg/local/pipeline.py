@@ -340,7 +340,9 @@ class Pipeline:
                 if self._clock() - busy_since > busy_wait_s:
                     summary.failed[topic] = f"busy for {busy_wait_s:.0f} s: {outcome.detail}"
                     return
-                self.stopping.wait(1.0)
+                # A fraction of the lease TTL (at most 1 s): a dead holder's lease is noticed soon after
+                # it expires, however short the TTL.
+                self.stopping.wait(min(1.0, self.assembly.config.offsets.lease_ttl_seconds / 8))
                 continue
             if outcome.status is LaunchStatus.BLOCKED:
                 summary.blocked[topic] = outcome.detail
