@@ -225,7 +225,11 @@ class CommitService(TableWriter):
         upsert = (
             {}
             if plan.conversion.upsert is None
-            else {"change": upsert_change(plan, result, target), "upsert_files": self._upsert_files}
+            else {
+                "change": upsert_change(plan, result, target),
+                "upsert_files": self._upsert_files,
+                "renew_lease": lambda: self._checkpoints.renew_lease(lease),
+            }
         )
         data = (DataTableWrite if not upsert else UpsertTableWrite).for_run(
             plan,
