@@ -1076,7 +1076,7 @@ def build_box(
         "etcd": {"endpoints": [etcd.url]},
         "offsets": {"key_prefix": key_prefix},
         # No backoff: the state machine's Backoff wait is scaled, the launcher's check of it is wall time.
-        "runs": {"retry_backoff_seconds": 0, **(runs or {})},
+        "runs": {"retry_backoff_seconds": 0, "min_bytes_per_run": 0, **(runs or {})},
         "mappings": mappings,
         **({"maintenance": maintenance} if maintenance else {}),
     }
