@@ -223,9 +223,9 @@ def test_a_small_run_gets_a_small_job_with_a_fixed_executor_count(moto_server: M
     parameters = _submitted(emr, app_id, runner.start(_plan_of(40 * 1024**2), PLAN_URI))
     for conf in (
         "spark.driver.cores=1",
-        "spark.driver.memory=2g",
-        "spark.executor.cores=2",
-        "spark.executor.memory=4g",
+        "spark.driver.memory=1g",
+        "spark.executor.cores=1",
+        "spark.executor.memory=2g",
         "spark.executor.instances=1",
         "spark.dynamicAllocation.enabled=false",
     ):
@@ -233,7 +233,11 @@ def test_a_small_run_gets_a_small_job_with_a_fixed_executor_count(moto_server: M
 
 
 def test_the_executor_count_grows_with_the_planned_bytes_and_a_big_run_keeps_emr_defaults() -> None:
-    assert job_size(1) == job_size(GIB)
+    tiny, small = job_size(1), job_size(GIB)
+    assert tiny is not None
+    assert small is not None
+    assert (tiny.vcpu, tiny.billed_memory_gb) == (2, 5)  # a 2 GB driver and a 3 GB executor worker
+    assert (small.vcpu, small.executors) == (3, 1)
     assert [job_size(n * GIB + 1).executors for n in (1, 2, 3)] == [2, 3, 4]  # type: ignore[union-attr]
     assert job_size(4 * GIB + 1) is None
     assert sizing_conf(5 * GIB) == {}
@@ -247,8 +251,8 @@ def test_the_users_spark_submit_parameters_win_over_the_sizing(moto_server: Moto
     )
     runner = EmrServerlessJobRunner(settings, emr, timeout_minutes=60)
     parameters = _submitted(emr, app_id, runner.start(_plan_of(1024), PLAN_URI))
-    assert "spark.executor.memory=4g" not in parameters
-    assert "spark.driver.memory=2g" not in parameters
+    assert "spark.executor.memory=2g" not in parameters
+    assert "spark.driver.memory=1g" not in parameters
     assert "--conf spark.executor.memory=8g" in parameters
     assert "--driver-memory 6g" in parameters
     assert "--conf spark.executor.instances=1" in parameters  # what the user left alone is still sized

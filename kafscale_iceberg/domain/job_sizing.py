@@ -5,10 +5,12 @@ three initial executors of 4 vCPU / 16 GB, dynamic allocation) cost the same for
 for one of 3 GB. A run of a live topic is a minute or so of data, tens of MB, which one small
 executor processes in seconds. So:
 
-- up to `SMALL_JOB_MAX_BYTES` (a few GB): a 1 vCPU / 2 GB driver (it only reads the plan and folds
-  the task reports) and one 2 vCPU / 4 GB executor per `BYTES_PER_EXECUTOR` planned, dynamic
-  allocation off so the count is what is billed (at most 4 + 1 workers, 9 vCPU: inside a new
-  account's 16 vCPU quota);
+- up to `TINY_JOB_MAX_BYTES` (the runs of a live topic): a 1 vCPU driver with 1 GB of heap (it only
+  reads the plan and folds the task reports; EMR's smallest worker, 2 GB) and one 1 vCPU executor
+  with 2 GB of heap (a 3 GB worker): 2 vCPU billed instead of 16;
+- up to `SMALL_JOB_MAX_BYTES` (a few GB): the same driver and one 2 vCPU / 4 GB executor per
+  `BYTES_PER_EXECUTOR` planned (at most 4 + 1 workers, 9 vCPU: inside a new account's 16 vCPU quota);
+- dynamic allocation off in both, so the count is what is billed;
 - beyond: nothing is set, EMR's defaults apply (today's jobs, sized for backlogs and replays).
 
 A user's `runner.emr_serverless.spark_submit_parameters` win: a key they set (as `--conf key=value`
@@ -22,6 +24,7 @@ import re
 from dataclasses import dataclass
 
 GIB = 1024**3
+TINY_JOB_MAX_BYTES = 256 * 1024**2
 SMALL_JOB_MAX_BYTES = 4 * GIB
 BYTES_PER_EXECUTOR = GIB
 """A 2-vCPU executor's share of a small job: about half a minute of work at the data plane's
@@ -74,9 +77,11 @@ def job_size(planned_bytes: int) -> JobSize | None:
     defaults)."""
     if planned_bytes > SMALL_JOB_MAX_BYTES:
         return None
+    if planned_bytes <= TINY_JOB_MAX_BYTES:
+        return JobSize(driver_vcpu=1, driver_memory_gb=1, executor_vcpu=1, executor_memory_gb=2, executors=1)
     executors = max(1, math.ceil(planned_bytes / BYTES_PER_EXECUTOR))
     return JobSize(
-        driver_vcpu=1, driver_memory_gb=2, executor_vcpu=2, executor_memory_gb=4, executors=executors
+        driver_vcpu=1, driver_memory_gb=1, executor_vcpu=2, executor_memory_gb=4, executors=executors
     )
 
 
