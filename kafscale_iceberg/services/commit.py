@@ -51,14 +51,16 @@ from kafscale_iceberg.domain.runs import (
     table_outputs,
 )
 from kafscale_iceberg.domain.schema import table_fields
+from kafscale_iceberg.domain.upsert import UpsertCounts
 from kafscale_iceberg.exceptions import (
     DeadLetterAheadError,
     FieldIdMismatchError,
     InferredColumnChangedError,
     OffsetMismatchError,
+    RunNotCommittableError,
     TableMissingError,
 )
-from kafscale_iceberg.ports import CheckpointStore, TableCommitter
+from kafscale_iceberg.ports import CheckpointStore, TableCommitter, UpsertFiles
 from kafscale_iceberg.services.checkpoint_sync import (
     advance_store,
     offsets_of,
@@ -79,6 +81,7 @@ from kafscale_iceberg.services.run_writes import (
     quarantined_ranges,
 )
 from kafscale_iceberg.services.stranded_runs import StrandedRunLoader, finish_stranded
+from kafscale_iceberg.services.upsert_commit import UpsertTableWrite, check_upsert_committable, upsert_change
 from kafscale_iceberg.services.verified_commit import (
     DEFAULT_COMMIT_ATTEMPTS,
     TableWriter,
@@ -106,6 +109,9 @@ class CommitOutcome:
     """What this call wrote to the checkpoint store (empty when it already agreed)."""
     lease_released: bool = False
     states: Mapping[str, TableState] = field(default_factory=dict)
+    upsert: UpsertCounts | None = None
+    """An upsert run's counts, when this call's commit landed (None otherwise)."""
+    upsert_table: str = ""
     """The states this call read or committed last, by table (what `field_ids` may use)."""
 
 
@@ -126,12 +132,15 @@ class CommitService(TableWriter):
         backoff_s: float = 0.2,
         sleep: Callable[[float], None] = time.sleep,
         stranded_runs: StrandedRunLoader | None = None,
+        upsert_files: UpsertFiles | None = None,
     ) -> None:
         """`stranded_runs(topic, run_id)` loads a run's plan and result (None when they are gone): with
         it, a run whose dead-letter commit landed and whose table commit never did is finished from
-        its result when a later plan runs into it, instead of refusing that plan forever."""
+        its result when a later plan runs into it, instead of refusing that plan forever.
+        `upsert_files` locates and rewrites the files of an upsert run (`services.upsert_commit`)."""
         super().__init__(tables, checkpoints, attempts=attempts, backoff_s=backoff_s, sleep=sleep)
         self._stranded_runs = stranded_runs
+        self._upsert_files = upsert_files
 
     # -- the commit step ---------------------------------------------------------------------------
 
@@ -147,6 +156,9 @@ class CommitService(TableWriter):
         """
         policy = policy or TablePolicy()
         check_committable(plan, result, lease)
+        check_upsert_committable(plan, result)
+        if plan.conversion.upsert is not None and self._upsert_files is None:
+            raise RunNotCommittableError(plan.run_id, "an upsert run needs the commit step's upsert files")
         self._checkpoints.renew_lease(lease)
         try:
             try:
@@ -187,15 +199,22 @@ class CommitService(TableWriter):
         store = offsets_of(self._checkpoints.load_committed_offsets(topic))
         outputs = table_outputs(plan, result)
         anchor = outputs[-1]
-        data = DataTableWrite.for_run(
+        target = plan_target(plan, anchor)
+        upsert = (
+            {}
+            if plan.conversion.upsert is None
+            else {"change": upsert_change(plan, result, target), "upsert_files": self._upsert_files}
+        )
+        data = (DataTableWrite if not upsert else UpsertTableWrite).for_run(
             plan,
-            plan_target(plan, anchor),
+            target,
             anchor.files,
             quarantined,
             conversion_failures=anchor.conversion_failures,
             anomalies=offset_anomalies(result),
             adopted=store,
             columns=inferred_columns(plan, anchor),
+            **upsert,
         )
         main = read_state_or_empty(self._tables, data.table, topic)
         standing = data.verify(main)
@@ -255,6 +274,8 @@ class CommitService(TableWriter):
             offsets_written=written_offsets,
             lease_released=released,
             states={**states, main.table: main},
+            upsert=data.landed_counts() if isinstance(data, UpsertTableWrite) and table_committed else None,
+            upsert_table=data.table if isinstance(data, UpsertTableWrite) else "",
         )
 
     def _check_inferred_ids(self, write: RunFilesWrite, state: TableState | None) -> None:
