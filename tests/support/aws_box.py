@@ -230,8 +230,8 @@ class CallRecorder:
         # Requests as AWS bills them (one per API call, whatever IAM authorizes per item):
         # `service:Operation` of every recorded call, the event sources' receives and deletes included.
         self.requests: Counter[str] = Counter()
-        # Every S3 request moto received, by price class (`s3_price_class`), whoever signed it (the harness's own too:
-        # read it around `Box.pump`, during which only the stack touches S3). It includes what no
+        # Every S3 request moto received, by price class (`s3_price_class`), whoever signed it (the
+        # harness's own too: read it around `Box.pump`, during which only the stack touches S3). It includes what no
         # botocore hook sees: pyiceberg's table metadata through pyarrow, the job's Python workers.
         self.s3_requests_seen: Counter[str] = Counter()
         self._lock = threading.Lock()
@@ -278,9 +278,8 @@ class CallRecorder:
 
         authorization = environ.get("HTTP_AUTHORIZATION", "")
         if "/s3/aws4_request" in authorization:
-            kind = s3_price_class(
-                str(environ.get("REQUEST_METHOD")), environ.get("PATH_INFO", ""), environ.get("QUERY_STRING", "")
-            )
+            method, path = str(environ.get("REQUEST_METHOD")), environ.get("PATH_INFO", "")
+            kind = s3_price_class(method, path, environ.get("QUERY_STRING", ""))
             with self._lock:
                 self.s3_requests_seen[kind] += 1
         if f"Credential={EMR_JOB_ACCESS_KEY}/" not in authorization:
