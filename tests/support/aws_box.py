@@ -231,8 +231,9 @@ class CallRecorder:
         # `service:Operation` of every recorded call, the event sources' receives and deletes included.
         self.requests: Counter[str] = Counter()
         # Every S3 request moto received, by price class (`s3_price_class`), whoever signed it (the
-        # harness's own too: read it around `Box.pump`, during which only the stack touches S3). It includes what no
-        # botocore hook sees: pyiceberg's table metadata through pyarrow, the job's Python workers.
+        # harness's own too: read it around `Box.pump`, during which only the stack touches S3). It
+        # includes what no botocore hook sees: pyiceberg's table metadata through pyarrow, the job's
+        # Python workers.
         self.s3_requests_seen: Counter[str] = Counter()
         self._lock = threading.Lock()
 
