@@ -151,7 +151,7 @@ def test_a_topic_below_its_minimum_batch_is_launched_when_its_wait_ends(
         spark_runner,
         tmp_path,
         monkeypatch,
-        runs={"min_bytes_per_run": "1MiB", "max_wait_seconds": 2},
+        runs={"min_bytes_per_run": "1MiB", "max_wait_seconds": 10},  # routed well within it
     ):
         put_segment(box.s3, box.segment_bucket, box.namespace, TOPIC, 0, 0, 5)
         box.pump()
