@@ -18,18 +18,18 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kafscale_iceberg.dataplane.conversion import ConvertedRecords, RecordConverter, corrupt_segment_row
+from kafscale_iceberg.dataplane.conversion import corrupt_segment_row
 from kafscale_iceberg.dataplane.inference import ValueObserver
 from kafscale_iceberg.dataplane.lfs import LfsStage
+from kafscale_iceberg.dataplane.mapping_stage import MappingStage, TableFiles
 from kafscale_iceberg.dataplane.parquet_files import RollingParquetWriter
-from kafscale_iceberg.dataplane.partitioning import split_by_partition
 from kafscale_iceberg.dataplane.prefetch import ObjectRequest, PrefetchLimits, prefetch_objects
 from kafscale_iceberg.dataplane.publishing import ConcurrentPublisher
 from kafscale_iceberg.dataplane.reports import (
@@ -41,18 +41,14 @@ from kafscale_iceberg.dataplane.reports import (
     TaskTimings,
 )
 from kafscale_iceberg.dataplane.routing import RecordRouter
-from kafscale_iceberg.dataplane.schemas import DEAD_LETTER_SCHEMA, with_field_ids
+from kafscale_iceberg.dataplane.schemas import DEAD_LETTER_SCHEMA
 from kafscale_iceberg.dataplane.storage import segment_uri
 from kafscale_iceberg.domain.runs import (
-    ConversionSettings,
     CorruptSegmentPolicy,
     FailureKind,
-    MappingPlan,
     QuarantinedSegment,
     RunFailure,
     RunPlan,
-    SchemaMode,
-    TableOutput,
     TableRole,
     TableTarget,
 )
@@ -168,8 +164,8 @@ def run_task(
     conversion = plan.conversion
     lfs = LfsStage(conversion.lfs, reader=blobs)
     publisher = ConcurrentPublisher(sink)
-    files = _TableFiles(publisher, task.index)
-    stages = [_MappingStage(plan, index, mapping, files) for index, mapping in enumerate(plan.mappings)]
+    files = TableFiles(publisher, task.index)
+    stages = [MappingStage(plan, index, mapping, files) for index, mapping in enumerate(plan.mappings)]
     dead_writer = files.writer(
         plan.dead_letter_table, DEAD_LETTER_SCHEMA, TableRole.DEAD_LETTER, 0, conversion
     )
@@ -375,244 +371,6 @@ def observe_task(
         tables={identifier: observer.observation() for identifier, observer in observers.items()},
         seconds=time.perf_counter() - started,
     )
-
-
-class _TableFiles:
-    """The task's file writers, one per table, opened when the table's first rows arrive; what each
-    table got (rows, conversion failures)."""
-
-    def __init__(self, sink: FileSink, task_index: int) -> None:
-        self._sink = sink
-        self._task_index = task_index
-        self._writers: dict[str, RollingParquetWriter] = {}
-        self._roles: dict[str, tuple[TableRole, int]] = {}
-        self._records: dict[str, int] = {}
-        self._failures: dict[str, dict[str, int]] = {}
-
-    def writer(
-        self,
-        target: TableTarget,
-        schema: pa.Schema,
-        role: TableRole,
-        mapping: int,
-        settings: ConversionSettings,
-        partition_file_min_bytes: bool = False,
-    ) -> RollingParquetWriter:
-        writer = self._writers.get(target.identifier)
-        if writer is None:
-            writer = self._writers[target.identifier] = RollingParquetWriter(
-                sink=self._sink,
-                data_uri=target.data_uri,
-                schema=with_field_ids(schema, target.field_ids, table=target.identifier),
-                task_index=self._task_index,
-                target_file_size_bytes=settings.target_file_size_bytes,
-                **(
-                    {"partition_file_min_bytes": settings.partition_file_min_bytes}
-                    if partition_file_min_bytes
-                    else {}
-                ),
-            )
-            self._roles[target.identifier] = (role, mapping)
-        return writer
-
-    def count(self, identifier: str, records: int, failures: Mapping[str, int] | None = None) -> None:
-        self._records[identifier] = self._records.get(identifier, 0) + records
-        if failures:
-            table = self._failures.setdefault(identifier, {})
-            for column, count in failures.items():
-                if count:
-                    table[column] = table.get(column, 0) + count
-
-    def close(self) -> tuple[TableOutput, ...]:
-        outputs = []
-        for identifier, writer in self._writers.items():
-            role, mapping = self._roles[identifier]
-            outputs.append(
-                TableOutput(
-                    identifier=identifier,
-                    role=role,
-                    mapping=mapping,
-                    files=tuple(writer.close()),
-                    records=self._records.get(identifier, 0),
-                    conversion_failures=dict(sorted(self._failures.get(identifier, {}).items())),
-                )
-            )
-        return tuple(outputs)
-
-    def abort(self) -> None:
-        for writer in self._writers.values():
-            writer.abort()
-
-
-class _MappingStage:
-    """One mapping's work in a task: convert, route (when it is routed) and hand rows to the writers."""
-
-    def __init__(self, plan: RunPlan, index: int, mapping: MappingPlan, files: _TableFiles) -> None:
-        self.index = index
-        self.mapping = mapping
-        self.strict = mapping.conversion.schema_mode is SchemaMode.STRICT
-        self.router = None if mapping.route is None else RecordRouter(mapping.route, run_id=plan.run_id)
-        self._files = files
-        self._plan = plan
-        self._converters: dict[str, RecordConverter] = {}
-        # A routed inferred mapping converts each table's records with that table's own columns: the
-        # records are first made base rows only (no column read, no validation) and routed, then
-        # each table's share is converted (`convert`).
-        settings = mapping.conversion
-        if mapping.routed_inference:
-            settings = settings.model_copy(
-                update={"columns": (), "schema_mode": SchemaMode.OFF, "json_schema": None}
-            )
-        self.converter = RecordConverter(topic=plan.topic, run_id=plan.run_id, settings=settings)
-
-    def convert(
-        self,
-        records: pa.Table,
-        *,
-        partition: int,
-        segment_key: str,
-        rejected: Mapping[int, tuple[str, str]] | None,
-        lfs_metadata: Mapping[str, pa.Array] | None,
-    ) -> tuple[ConvertedRecords, tuple[tuple[TableTarget, ConvertedRecords], ...]]:
-        """A batch converted: the mapping's rows (for a routed inferred mapping: routed, its dead
-        letters only, and per table its records converted with the table's columns)."""
-        converted = self.converter.convert(
-            records,
-            partition=partition,
-            segment_key=segment_key,
-            rejected=rejected,
-            lfs_metadata=lfs_metadata,
-        )
-        if not self.mapping.routed_inference or self.router is None:
-            return converted, ()
-        routed = self.router.split(converted.rows, segment_key=segment_key)
-        dead_letters = _joined(converted.dead_letters, routed.dead_letters)
-        kept = records
-        if converted.rows.num_rows != records.num_rows:  # rejected records are dead letters already
-            kept = records.filter(
-                pc.is_in(records.column("offset"), value_set=converted.rows.column("offset"))
-            )
-        tables = []
-        for target, _rows, positions in routed.tables:
-            converter = self._converters.get(target.identifier)
-            if converter is None:
-                converter = self._converters[target.identifier] = RecordConverter(
-                    topic=self._plan.topic,
-                    run_id=self._plan.run_id,
-                    settings=self.mapping.conversion_for(target),
-                )
-            tables.append(
-                (
-                    target,
-                    converter.convert(
-                        kept.take(pa.array(positions)), partition=partition, segment_key=segment_key
-                    ),
-                )
-            )
-        first_invalid = min(
-            (c.first_invalid for _t, c in tables if c.first_invalid is not None),
-            key=lambda invalid: invalid.offset,
-            default=None,
-        )
-        return (
-            ConvertedRecords(converted.rows.slice(0, 0), dead_letters, first_invalid),
-            tuple(tables),
-        )
-
-    def write(
-        self,
-        converted: ConvertedRecords,
-        *,
-        partition: int,
-        segment_key: str,
-        routed: tuple[tuple[TableTarget, ConvertedRecords], ...] = (),
-    ) -> tuple[int, int, dict[str, int]]:
-        """Write a converted batch (`routed`: a routed inferred mapping's tables, each converted with
-        its own columns); `(rows written, dead letters, conversion failures of the rows written)` (a
-        routed batch's records dead-lettered by the route are not counted as written)."""
-        mapping = self.mapping
-        settings = mapping.conversion
-        dead_letters = converted.dead_letters
-        written = 0
-        counted: dict[str, int] = {} if self.router is not None else dict(converted.conversion_failures)
-        if mapping.routed_inference:
-            for target, table_rows in routed:
-                if table_rows.dead_letters.num_rows:
-                    dead_letters = pa.concat_tables([dead_letters, table_rows.dead_letters])
-                rows = table_rows.rows
-                if not rows.num_rows:
-                    continue
-                writer = self._files.writer(
-                    target,
-                    self._converters[target.identifier].schema,
-                    TableRole.DATA,
-                    self.index,
-                    settings,
-                    partition_file_min_bytes=True,
-                )
-                for values, part in split_by_partition(rows, settings.partition_by):
-                    writer.write(values, part, kafka_partition=partition)
-                self._files.count(target.identifier, rows.num_rows, table_rows.conversion_failures)
-                for column, count in table_rows.conversion_failures.items():
-                    if count:
-                        counted[column] = counted.get(column, 0) + count
-                written += rows.num_rows
-            placed: tuple[tuple[TableTarget, pa.Table, np.ndarray | None], ...] = ()
-        elif self.router is None:
-            assert mapping.table is not None
-            placed = ((mapping.table, converted.rows, None),)
-        else:
-            field = mapping.route.field if mapping.route is not None else ""
-            if self.router.reuses(settings.columns):  # the route field is a string column: not read again
-                split_rows = self.router.split(
-                    converted.rows,
-                    segment_key=segment_key,
-                    column=converted.rows.column(field).combine_chunks(),
-                    not_string=converted.failed_rows.get(field),
-                )
-            else:
-                split_rows = self.router.split(converted.rows, segment_key=segment_key)
-            placed = split_rows.tables
-            dead_letters = _joined(dead_letters, split_rows.dead_letters)
-        for target, rows, positions in placed:
-            if not rows.num_rows:
-                continue
-            writer = self._files.writer(
-                target,
-                self.converter.schema,
-                TableRole.DATA,
-                self.index,
-                settings,
-                partition_file_min_bytes=True,
-            )
-            for values, part in split_by_partition(rows, settings.partition_by):
-                writer.write(values, part, kafka_partition=partition)
-            failures = (
-                converted.conversion_failures
-                if positions is None
-                else {
-                    column: int(np.isin(at, positions).sum()) for column, at in converted.failed_rows.items()
-                }
-            )
-            self._files.count(target.identifier, rows.num_rows, failures)
-            if positions is not None:
-                for column, count in failures.items():
-                    if count:
-                        counted[column] = counted.get(column, 0) + count
-            written += rows.num_rows
-        if dead_letters.num_rows:
-            self._files.writer(
-                mapping.dead_letter_table, DEAD_LETTER_SCHEMA, TableRole.DEAD_LETTER, self.index, settings
-            ).write({}, dead_letters)
-            self._files.count(mapping.dead_letter_table.identifier, dead_letters.num_rows)
-        return written, dead_letters.num_rows, counted
-
-
-def _joined(first: pa.Table, second: pa.Table) -> pa.Table:
-    """Two tables of dead letters as one (either alone when the other is empty)."""
-    if not second.num_rows:
-        return first
-    return pa.concat_tables([first, second]) if first.num_rows else second
 
 
 def _in_window(records: pa.Table, window: SegmentWindow) -> pa.Table:
