@@ -3,9 +3,10 @@
 `IcebergTableCommitter` is the `TableCommitter` port's adapter. Rules it applies:
 
 - **Creation** (`create_table_if_missing`, namespace too): KafScale's eight base fields with field ids
-  1-8, then the mapping's columns; the mapping's partition fields (identity, year, month, day, hour);
-  `write.format.default=parquet` and `schema.name-mapping.default`, which maps the Spark job's Parquet
-  files (they carry no field ids) to the columns by name. A create race ends in loading the winner.
+  1-8, then the mapping's columns; the mapping's partition fields (identity, year, month, day, hour,
+  bucket[N], truncate[W]); `write.format.default=parquet` and `schema.name-mapping.default`, which
+  maps the Spark job's Parquet files (they carry no field ids) to the columns by name. A create race
+  ends in loading the winner.
 - **Evolution** before any file is added: a missing column is added *optional* - Iceberg cannot add a
   required column to a table that already holds rows (they would have no value); int->long and
   float->double only with `allow_type_widening`; a table column already wider than the mapping's is
@@ -53,11 +54,13 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table, TableProperties, Transaction
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.transforms import (
+    BucketTransform,
     DayTransform,
     HourTransform,
     IdentityTransform,
     MonthTransform,
     Transform,
+    TruncateTransform,
     YearTransform,
 )
 from pyiceberg.types import (
@@ -94,12 +97,12 @@ from kafscale_iceberg.domain.commits import (
     decode_conversion_failures,
     describe_partitioning,
     marker_properties,
-    partition_field_name,
     read_marker,
 )
 from kafscale_iceberg.domain.field_ids import TableFieldIds, field_id_mismatches, missing_parts
 from kafscale_iceberg.domain.maintenance import files_baseline, total_data_files
-from kafscale_iceberg.domain.runs import ColumnSpec, ColumnType, PartitionTransform
+from kafscale_iceberg.domain.partitioning import partition_field_name
+from kafscale_iceberg.domain.runs import ColumnSpec, ColumnType, PartitionField, PartitionTransform
 from kafscale_iceberg.domain.schema import BASE_FIELD_NAMES, FieldSpec
 from kafscale_iceberg.exceptions import (
     CatalogUnavailableError,
@@ -339,8 +342,8 @@ class IcebergTableCommitter(CatalogTableAccess):
                 IcebergPartitionField(
                     source_id=source.field_id,
                     field_id=1000 + index,
-                    transform=_transform(field.transform),
-                    name=partition_field_name(field.column, field.transform),
+                    transform=_transform(field),
+                    name=partition_field_name(field),
                 )
             )
         if spec.namespace:
@@ -786,7 +789,11 @@ def _single_attempt(table: Table) -> Table:
     return Table(table.name(), metadata, table.metadata_location, table.io, table.catalog)
 
 
-def _transform(transform: PartitionTransform) -> Transform[Any, Any]:
+def _transform(field: PartitionField) -> Transform[Any, Any]:
+    if field.transform is PartitionTransform.BUCKET and field.parameter is not None:
+        return BucketTransform(field.parameter)
+    if field.transform is PartitionTransform.TRUNCATE and field.parameter is not None:
+        return TruncateTransform(field.parameter)
     transforms: Mapping[PartitionTransform, Transform[Any, Any]] = MappingProxyType(
         {
             PartitionTransform.IDENTITY: IdentityTransform(),
@@ -796,13 +803,13 @@ def _transform(transform: PartitionTransform) -> Transform[Any, Any]:
             PartitionTransform.HOUR: HourTransform(),
         }
     )
-    return transforms[transform]
+    return transforms[field.transform]
 
 
 def _check_partitioning(spec: TableSpec, table: Table) -> None:
     """Every partition field of the table must be one the run's files are split by (one value per file)."""
     table_fields = _table_partitioning(table.spec(), table.schema())
-    mapped = [(field.transform.value, field.column) for field in spec.partition_by]
+    mapped = [(field.iceberg_transform, field.column) for field in spec.partition_by]
     if not set(table_fields) <= set(mapped):
         raise PartitionSpecMismatchError(
             spec.identifier, describe_partitioning(table_fields), describe_partitioning(mapped)

@@ -246,7 +246,8 @@ def _parse_partition_field(value: object) -> object:
     transform = _TRANSFORMS.get(name)
     if transform is None:
         raise _invalid(
-            f"transform {match['transform']!r} in {value!r} is not supported; allowed forms: {_PARTITION_FORMS}"
+            f"transform {match['transform']!r} in {value!r} is not supported; allowed forms: "
+            + _PARTITION_FORMS
         )
     wanted = _PARAMETER_NAMES.get(transform)
     text = match["parameter"]

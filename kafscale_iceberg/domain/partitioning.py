@@ -82,11 +82,6 @@ def describe_partition_field(field: PartitionField) -> str:
     return f"{field.transform.value}({field.parameter}, {field.column})"
 
 
-def describe_partitioning(fields: Iterable[PartitionField]) -> str:
-    """`day(ts), bucket(16, id)`: the partition fields in their config spelling."""
-    return ", ".join(describe_partition_field(f) for f in fields)
-
-
 def source_type_problem(field: PartitionField, column_type: ColumnType) -> str | None:
     """Why `field` cannot be written on a column of `column_type`, or None when it can."""
     allowed = SOURCE_TYPES[field.transform]
