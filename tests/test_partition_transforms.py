@@ -10,6 +10,8 @@ two implementations together.
 from __future__ import annotations
 
 import datetime as dt
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable
 from decimal import Decimal
@@ -194,3 +196,17 @@ def test_a_spec_is_partitioned_by_keys_when_every_field_comes_from_a_key_column(
     assert partitioned_by_keys((), ["id"])
     assert not partitioned_by_keys((by_id, by_day), ["id"])
     assert not partitioned_by_keys((by_day,), ["id"])
+
+
+@pytest.mark.slow
+def test_the_data_plane_computes_bucket_values_without_loading_pyiceberg() -> None:
+    code = (
+        "import sys, pyarrow as pa, spark_app.job\n"
+        "from kafscale_iceberg.dataplane.partitioning import transform_values\n"
+        "from kafscale_iceberg.domain.runs import PartitionField\n"
+        "field = PartitionField(column='c', transform='bucket', parameter=16)\n"
+        "assert transform_values(pa.array([34], pa.int64()), field).to_pylist() == [3]\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'pyiceberg'))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
