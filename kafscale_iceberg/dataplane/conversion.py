@@ -36,7 +36,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kafscale_iceberg.dataplane.columns import ColumnScanner, ExtractedColumns, parse_columns
+from kafscale_iceberg.dataplane.columns import ColumnScanner, ExtractedColumns, parse_columns, scannable
 from kafscale_iceberg.dataplane.headers import go_headers_json
 from kafscale_iceberg.dataplane.schemas import DEAD_LETTER_SCHEMA, data_schema
 from kafscale_iceberg.dataplane.values import NO_VALUE
@@ -121,11 +121,11 @@ class RecordConverter:
                     f"topic {topic}: the plan's json_schema is invalid: {exc.message}"
                 ) from exc
             self._validator = validator_class(settings.json_schema)
-        # The compiled scanner builds the Go processor's scalar types (the fast path); a mapping with
-        # nested, decimal or uuid columns takes the per-record path for all its columns.
-        scannable = all(c.scannable for c in self.columns)
+        # The compiled scanner builds the Go processor's scalar types and decimals (the fast path); a
+        # mapping with nested or uuid columns takes the per-record path for all its columns.
+        scanned = all(scannable(c) for c in self.columns)
         self._scanner = (
-            ColumnScanner(self.columns) if self.columns and self._validator is None and scannable else None
+            ColumnScanner(self.columns) if self.columns and self._validator is None and scanned else None
         )
         self._parse = bool(self.columns) and self._scanner is None
         self._failure_rows: dict[str, np.ndarray] = {}
