@@ -65,7 +65,7 @@ SPEC_HASHES = [
     ([dt.datetime(2017, 11, 16, 22, 31, 8)], pa.timestamp("us"), -2047944441),
     ([dt.datetime(2017, 11, 16, 22, 31, 8, tzinfo=dt.UTC)], pa.timestamp("us", "UTC"), -2047944441),
     (["iceberg"], pa.string(), 1210000089),
-    ([uuid.UUID("f79c3e09-677c-4bbd-a479-3f349cb785e7").bytes], pa.binary(16), 1488055340),
+    ([uuid.UUID("f79c3e09-677c-4bbd-a479-3f349cb785e7").bytes], pa.uuid(), 1488055340),
     ([b"\x00\x01\x02\x03"], pa.binary(), -188683207),
 ]
 
@@ -128,7 +128,7 @@ CASES: dict[str, tuple[st.SearchStrategy[Any], pa.DataType, IcebergType, Callabl
         micros,
     ),
     "string": (st.text(max_size=40), pa.string(), StringType(), lambda v: v),
-    "uuid": (st.uuids(), pa.binary(16), UUIDType(), lambda v: v),
+    "uuid": (st.uuids(), pa.uuid(), UUIDType(), lambda v: v),
     "binary": (st.binary(max_size=40), pa.binary(), BinaryType(), lambda v: v),
 }
 TRUNCATED = ("int", "long", "decimal", "string", "binary")
