@@ -28,6 +28,8 @@ from kafscale_iceberg.domain.leases import LeaseGrant
 from kafscale_iceberg.domain.runs import PartitionField, PartitionTransform, RunPlan
 from kafscale_iceberg.services.offset_reset import OffsetReset
 from tests.support.spark_job import order_value
+from tests.support.upsert_world import TABLE as UPSERT_TABLE
+from tests.support.upsert_world import UpsertWorld
 from tests.test_maintenance import DLQ, PARTITIONS, PER_RUN, TABLE, TOPIC, World
 
 BUCKETS, WIDTH = 4, 11
@@ -188,3 +190,27 @@ def test_duckdb_reads_a_bucket_table_and_its_filtered_rows_as_pyiceberg_does(wor
 
     assert total == (table.scan().count(),)
     assert found == [(0, 13)]
+
+
+def test_an_upsert_table_bucketed_by_its_key_takes_updates_and_deletes_in_each_keys_bucket(
+    tmp_path: Path,
+) -> None:
+    world = UpsertWorld(
+        tmp_path,
+        partition_by=(PartitionField(column="id", transform=PartitionTransform.BUCKET, parameter=4),),
+    )
+    world.write(0, [({"id": k}, {"id": k, "name": f"v{k}"}) for k in range(20)])
+    world.write(1, [({"id": k}, {"id": k, "name": f"w{k}"}) for k in range(20, 30)])
+    world.run()
+    world.write(0, [({"id": 3}, {"id": 3, "name": "new3"}), ({"id": 25}, None)])
+    world.write(1, [({"id": 7}, {"id": 7, "name": "new7"})])
+
+    world.run()
+
+    expected = {k: f"v{k}" for k in range(20)} | {k: f"w{k}" for k in range(20, 30)}
+    assert world.names() == {**{k: v for k, v in expected.items() if k != 25}, 3: "new3", 7: "new7"}
+    table = world.catalog.load_table(UPSERT_TABLE)
+    id_bucket = BucketTransform(4).transform(LongType())
+    for task in table.scan().plan_files():
+        ids = pq.read_table(task.file.file_path.removeprefix("file://"), columns=["id"]).column("id")
+        assert {id_bucket(i) for i in ids.to_pylist()} == {task.file.partition[0]}, task.file.file_path

@@ -191,6 +191,14 @@ def file_partition(
     return Record(*values)
 
 
+def bucket_values(spec: PartitionSpec, data_file: IcebergDataFile) -> dict[str, Any]:
+    """`data_file`'s values of the bucket fields of `spec` (its own spec), by partition field name: what
+    a file written from some of its rows must be given (`given`), since its bounds cannot give them."""
+    return {
+        f.name: data_file.partition[i] for i, f in enumerate(spec.fields) if not f.transform.preserves_order
+    }
+
+
 def _carried_values(file: DataFile | None, metadata: TableMetadata) -> dict[str, Any]:
     """The bucket values the task carried for the table's bucket fields (ints; others left out)."""
     if file is None:

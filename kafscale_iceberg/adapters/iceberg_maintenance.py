@@ -28,7 +28,6 @@ import time
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -45,7 +44,7 @@ from pyiceberg.table.update.snapshot import ExpireSnapshots
 
 from kafscale_iceberg.adapters.data_files import StagedFileStore
 from kafscale_iceberg.adapters.iceberg_catalog import CatalogTableAccess
-from kafscale_iceberg.adapters.iceberg_data_files import data_file_from_footer
+from kafscale_iceberg.adapters.iceberg_data_files import bucket_values, data_file_from_footer
 from kafscale_iceberg.dataplane.schemas import statistics_columns
 from kafscale_iceberg.dataplane.storage import join_uri
 from kafscale_iceberg.domain.commits import SUMMARY_TOPIC
@@ -312,7 +311,9 @@ class IcebergTableMaintainer(CatalogTableAccess):
         loaded = plan.base or self._load(plan.table)
         # A group is one Iceberg partition: its files take the group's (bucket values are not in bounds).
         new_files = [
-            data_file_from_footer(loaded.io, loaded.metadata, uri, _partition_by_name(loaded, group.files[0]))
+            data_file_from_footer(
+                loaded.io, loaded.metadata, uri, bucket_values(loaded.spec(), group.files[0])
+            )
             for group, files in zip(plan.groups, write.files_by_group, strict=True)
             for uri in files
         ]
@@ -491,11 +492,6 @@ def _partition_field_id(table: Table) -> int | None:
         return table.schema().find_field("partition").field_id
     except ValueError:
         return None
-
-
-def _partition_by_name(table: Table, data_file: IcebergDataFile) -> dict[str, Any]:
-    """`data_file`'s partition values by partition field name (the table's current spec)."""
-    return {f.name: data_file.partition[i] for i, f in enumerate(table.spec().fields)}
 
 
 def _worth_rewriting(files: Sequence[IcebergDataFile], field_id: int | None) -> list[IcebergDataFile]:
