@@ -51,6 +51,7 @@ from kafscale_iceberg.domain.runs import (
     table_outputs,
 )
 from kafscale_iceberg.domain.schema import table_fields
+from kafscale_iceberg.domain.upsert import UpsertCounts
 from kafscale_iceberg.exceptions import (
     DeadLetterAheadError,
     FieldIdMismatchError,
@@ -108,6 +109,9 @@ class CommitOutcome:
     """What this call wrote to the checkpoint store (empty when it already agreed)."""
     lease_released: bool = False
     states: Mapping[str, TableState] = field(default_factory=dict)
+    upsert: UpsertCounts | None = None
+    """An upsert run's counts, when this call's commit landed (None otherwise)."""
+    upsert_table: str = ""
     """The states this call read or committed last, by table (what `field_ids` may use)."""
 
 
@@ -270,6 +274,8 @@ class CommitService(TableWriter):
             offsets_written=written_offsets,
             lease_released=released,
             states={**states, main.table: main},
+            upsert=data.landed_counts() if isinstance(data, UpsertTableWrite) and table_committed else None,
+            upsert_table=data.table if isinstance(data, UpsertTableWrite) else "",
         )
 
     def _check_inferred_ids(self, write: RunFilesWrite, state: TableState | None) -> None:

@@ -11,15 +11,18 @@ twice. A replayed commit of a run already in the table verifies COMMITTED and re
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
 from kafscale_iceberg.domain.commits import TableCommit, TableState
 from kafscale_iceberg.domain.runs import RunPlan, RunResult, TableTarget
-from kafscale_iceberg.domain.upsert import UpsertChange
+from kafscale_iceberg.domain.upsert import UpsertChange, UpsertCounts
 from kafscale_iceberg.exceptions import RunNotCommittableError
 from kafscale_iceberg.ports import UpsertFiles
 from kafscale_iceberg.services.run_writes import DataTableWrite
+
+logger = logging.getLogger(__name__)
 
 REWRITE_FOLDER = "upsert"
 """The folder of a run's data prefix its rewritten files go to."""
@@ -33,6 +36,33 @@ class UpsertTableWrite(DataTableWrite):
     action: ClassVar[str] = "upsert commit"
     change: UpsertChange | None = None
     upsert_files: UpsertFiles | None = field(default=None, compare=False, repr=False)
+    _landed: list[UpsertCounts] = field(default_factory=list, compare=False, repr=False)
+    """The counts of the commit that landed through this write (`landed`)."""
+
+    def landed(self, commit: TableCommit, after: TableState) -> None:
+        """Log what the run did to the table, and keep its counts for the outcome."""
+        if commit.upsert is not None:
+            self._landed.append(commit.upsert)
+            logger.info(
+                "upsert landed",
+                extra={
+                    "table": self.table,
+                    "topic": self.topic,
+                    "run_id": self.run_id,
+                    "inserted": commit.upsert.inserted,
+                    "updated": commit.upsert.updated,
+                    "deleted": commit.upsert.deleted,
+                    "files_rewritten": commit.upsert.files_rewritten,
+                    "bytes_rewritten": commit.upsert.bytes_rewritten,
+                    "snapshot_id": after.snapshot_id,
+                },
+            )
+        super().landed(commit, after)
+
+    def landed_counts(self) -> UpsertCounts | None:
+        """The counts of the commit that landed through this write; None when none was confirmed (it
+        was in already, or found in after an attempt whose outcome was unknown)."""
+        return self._landed[-1] if self._landed else None
 
     def build(self, state: TableState) -> TableCommit:
         """The ONE commit: the run's files (superseded rows dropped) and the table's files rewritten
