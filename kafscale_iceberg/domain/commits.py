@@ -28,7 +28,7 @@ from enum import StrEnum
 from types import MappingProxyType
 
 from kafscale_iceberg.domain.anomalies import OffsetAnomalies
-from kafscale_iceberg.domain.runs import NO_OFFSET, ColumnSpec, DataFile, PartitionField, PartitionTransform
+from kafscale_iceberg.domain.runs import NO_OFFSET, ColumnSpec, DataFile, PartitionField
 from kafscale_iceberg.domain.schema import FieldSpec
 from kafscale_iceberg.domain.upsert import UpsertCounts
 from kafscale_iceberg.exceptions import TableMarkerError
@@ -472,11 +472,7 @@ class TableSpec:
         return tuple(self.identifier.split("."))[:-1]
 
 
-def partition_field_name(column: str, transform: PartitionTransform) -> str:
-    """The partition field's name as Iceberg's Java API names it: `col` or `col_day`."""
-    return column if transform is PartitionTransform.IDENTITY else f"{column}_{transform.value}"
-
-
 def describe_partitioning(fields: Sequence[tuple[str, str]]) -> str:
-    """`day(ts), identity(partition)` from `(transform, column)` pairs."""
+    """`day(ts), identity(partition), bucket[16](id)` from `(transform, column)` pairs (Iceberg's
+    transform names)."""
     return ", ".join(f"{transform}({column})" for transform, column in fields)

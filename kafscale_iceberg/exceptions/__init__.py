@@ -67,6 +67,7 @@ from kafscale_iceberg.exceptions.control_plane import (
     ReplayRequestError,
     SchemaNotFoundError,
     SegmentIncompleteError,
+    TopicBatchingError,
     UnknownJobError,
     UnmappedTopicError,
 )
@@ -174,6 +175,7 @@ __all__ = [
     "TableChangedError",
     "TableMarkerError",
     "TableMissingError",
+    "TopicBatchingError",
     "TransientError",
     "TruncatedSegmentError",
     "UnknownJobError",
