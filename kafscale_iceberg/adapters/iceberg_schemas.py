@@ -358,3 +358,26 @@ def _table_partitioning(partition_spec: PartitionSpec, schema: Schema) -> list[t
         (str(field.transform), schema.find_column_name(field.source_id) or "?")
         for field in partition_spec.fields
     ]
+
+
+def set_identifier_fields(table: Table, spec: TableSpec) -> bool:
+    """Declare `spec.identifier_fields` (an upsert table's key) as the table's identifier fields when
+    they differ (one schema commit); True when changed. Raises `SchemaChangeError` when a key column
+    is optional in the table (Iceberg identifier fields are required)."""
+    wanted = set(spec.identifier_fields)
+    if not wanted or set(table.schema().identifier_field_names()) == wanted:
+        return False
+    for name in spec.identifier_fields:
+        field = table.schema().find_field(name)
+        if not field.required:
+            raise SchemaChangeError(
+                spec.identifier,
+                name,
+                f"optional {type_text(field.field_type)}",
+                f"required {type_text(field.field_type)} (an upsert key column)",
+                "an upsert table's key columns are required; upsert into a new table, or rewrite this one "
+                "with the column required",
+            )
+    with table.update_schema() as update:
+        update.set_identifier_fields(*spec.identifier_fields)
+    return True

@@ -58,10 +58,17 @@ from kafscale_iceberg.adapters.iceberg_schemas import (
     field_ids_by_path,
     iceberg_transform,
     plan_schema_changes,
+    set_identifier_fields,
     stage_new_columns,
     table_columns,
 )
-from kafscale_iceberg.adapters.iceberg_writes import append_files, delete_rows, rows_after, single_attempt
+from kafscale_iceberg.adapters.iceberg_writes import (
+    append_files,
+    delete_rows,
+    replace_files,
+    rows_after,
+    single_attempt,
+)
 from kafscale_iceberg.domain.anomalies import OffsetAnomalies
 from kafscale_iceberg.domain.commits import (
     SUMMARY_CONVERSION_FAILURES,
@@ -127,6 +134,8 @@ class IcebergTableCommitter(CatalogTableAccess):
                     logger.info("table created", extra={"table": spec.identifier})
                     return SchemaChanges(created=True)
             check_partitioning(spec, table)
+            if set_identifier_fields(table, spec):
+                logger.info("table identifier fields set", extra={"table": spec.identifier})
             if not spec.evolve:
                 return SchemaChanges()  # an inferred table: its commit adds the new columns
             for attempt in range(1, _SCHEMA_ATTEMPTS + 1):
@@ -169,7 +178,12 @@ class IcebergTableCommitter(CatalogTableAccess):
                     required=field.required,
                 )
                 for index, field in enumerate(spec.fields, start=1)
-            )
+            ),
+            identifier_field_ids=[
+                field.field_id or index
+                for index, field in enumerate(spec.fields, start=1)
+                if field.name in spec.identifier_fields
+            ],
         )
         partition_fields = []
         for index, field in enumerate(spec.partition_by):
@@ -298,7 +312,9 @@ class IcebergTableCommitter(CatalogTableAccess):
                     commit.summary(),
                     data_location=commit.rewrite_location,
                 )
-            if commit.file_uris:
+            if commit.removed_files:
+                replace_files(transaction, table, commit)
+            elif commit.file_uris:
                 # What `add_files` does, from the metrics the run carried instead of one footer read
                 # per file (`iceberg_data_files`). Duplicate paths are ruled out by the offsets
                 # marker; pyiceberg's own check would read every manifest of the table on each commit.

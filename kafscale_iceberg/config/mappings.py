@@ -1,7 +1,8 @@
 """`mappings[]`: one topic into one table (or several: `route`, and several mappings per topic) —
 the Go processor's keys (`topic`, `table`, `mode`,
 `create_table_if_missing`, `schema`, `lfs`) plus ours (`dead_letter_table`, `partition_by`,
-`corrupt_segment_policy`, `target_file_size_bytes`), with the column, schema and LFS sub-sections.
+`corrupt_segment_policy`, `target_file_size_bytes`, `upsert` with `mode: upsert`, see
+`config.upsert`), with the column, schema and LFS sub-sections.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from kafscale_iceberg.config.base import (
     _Section,
     _zero_means,
 )
+from kafscale_iceberg.config.upsert import UpsertConfig, upsert_problems
 from kafscale_iceberg.domain.routing import check_route_field, check_template
 from kafscale_iceberg.domain.runs import (
     DECIMAL_MAX_PRECISION,
@@ -324,7 +326,7 @@ class MappingConfig(_Section):
     topic: Annotated[str, AfterValidator(_check_topic)]
     table: Annotated[str, AfterValidator(_check_optional_identifier)] = ""
     route: RouteConfig | None = None
-    mode: Annotated[Literal["append"], BeforeValidator(_lowercase)] = "append"
+    mode: Annotated[Literal["append", "upsert"], BeforeValidator(_lowercase)] = "append"
     create_table_if_missing: bool = False
     schema_: MappingSchemaConfig = Field(default_factory=MappingSchemaConfig, alias="schema")
     lfs: LfsConfig = Field(default_factory=LfsConfig)
@@ -333,6 +335,7 @@ class MappingConfig(_Section):
     partition_by: tuple[Annotated[PartitionField, BeforeValidator(_parse_partition_field)], ...] = ()
     corrupt_segment_policy: Annotated[CorruptSegmentPolicy | None, BeforeValidator(_lowercase)] = None
     target_file_size_bytes: PositiveByteSize | None = None
+    upsert: UpsertConfig | None = None
 
     @field_validator("partition_by", mode="before")
     @classmethod
@@ -419,6 +422,14 @@ class MappingConfig(_Section):
                     f"{column_type.value}"
                     + (" (milliseconds as a number)" if field.column == "timestamp_ms" else ""),
                 )
+        problems.raise_if_any()
+        return self
+
+    @model_validator(mode="after")
+    def _check_upsert(self) -> MappingConfig:
+        problems = _Problems()
+        for key, problem in upsert_problems(self):
+            problems.add(key, problem)
         problems.raise_if_any()
         return self
 

@@ -62,6 +62,11 @@ class ErrorKind(StrEnum):
     """A routed mapping: the route field is missing or null, or no value matched, and no default table."""
     ROUTE_INVALID = "route_invalid"
     """A routed mapping: the route field is not a string, or its value is not a valid table name."""
+    CDC_ENVELOPE = "cdc_envelope"
+    """An upsert mapping: the value is not a change event of its `upsert.cdc` (`upsert_changes.py`)."""
+    TOMBSTONE = "tombstone"
+    """An upsert mapping: a tombstone that deletes nothing (tombstones do not delete, or its record key
+    names no key)."""
 
 
 # Records the LFS stage could not use: dead-lettered in every schema mode, never a strict-mode failure.
@@ -96,6 +101,8 @@ class ConvertedRecords:
     failed_rows: Mapping[str, np.ndarray] = field(default_factory=dict)
     """Per column counted in `conversion_failures`: the positions in `rows` of those records (to
     count them per table when a route splits the rows)."""
+    deleted_keys: pa.Table | None = None
+    """An upsert mapping: the records deleting their key (base fields and key columns)."""
 
 
 class RecordConverter:

@@ -525,6 +525,7 @@ class Launcher:
             lfs=mapping.lfs_settings(config.s3.bucket),
             infer_columns=infer,
             allow_type_widening=infer and mapping.schema_.allow_type_widening,
+            upsert=mapping.upsert.to_settings() if mapping.upsert is not None else None,
         )
         # The table's columns include the `lfs_*` ones `store_metadata` adds.
         fields = table_fields(conversion.table_columns)
