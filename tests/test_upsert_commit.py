@@ -3,6 +3,7 @@ only files holding a changed key are rewritten, and the run is one Iceberg commi
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,8 @@ from kafscale_iceberg.domain.upsert import (
     SUMMARY_UPSERT_INSERTED,
     SUMMARY_UPSERT_UPDATED,
 )
+from kafscale_iceberg.metrics import record_commit
+from kafscale_iceberg.metrics.definitions import Sample
 from tests.support.upsert_world import TABLE, UpsertWorld
 
 
@@ -151,3 +154,51 @@ def test_a_compaction_landing_during_the_commit_is_a_conflict_rebuilt_on_the_com
     assert outcome.table_committed
     expected = {k: "old" for k in range(20) if k != 12}
     assert world.names() == {**expected, 3: "new"}
+
+
+class Samples:
+    """A metrics sink keeping what it is given (a port: what Prometheus or EMF would receive)."""
+
+    def __init__(self) -> None:
+        self.samples: list[Sample] = []
+
+    def emit(self, samples: Sequence[Sample]) -> None:
+        self.samples.extend(samples)
+
+    def value(self, name: str, **labels: str) -> float:
+        return sum(s.value for s in self.samples if s.metric.name == name and s.labels == labels)
+
+
+def test_the_commit_outcome_and_the_metrics_say_what_the_run_did_to_the_table(tmp_path: Path) -> None:
+    world = UpsertWorld(tmp_path)
+    world.write(0, [row(k, "a") for k in range(6)])
+    world.run()
+    world.write(0, [row(1, "b"), row(2, "b"), ({"id": 3}, None), row(7, "new")])
+    plan = world.plan()
+    result = world.execute(plan)
+    outcome = world.commit(plan, result)
+    assert outcome.upsert is not None
+    assert (outcome.upsert.inserted, outcome.upsert.updated, outcome.upsert.deleted) == (1, 2, 1)
+    assert outcome.upsert.files_rewritten == 1
+    assert outcome.upsert.bytes_rewritten > 0
+
+    sink = Samples()
+    record_commit(sink, plan, result, outcome, started_at=0.0, ended_at=1.0)
+    labels = {"topic": plan.topic, "table": TABLE}
+    changes = ("inserted", "updated", "deleted")
+    assert [sink.value("upsert_rows_total", **labels, change=c) for c in changes] == [1, 2, 1]
+    assert sink.value("upsert_files_rewritten_total", **labels) == 1
+    assert sink.value("upsert_bytes_rewritten_total", **labels) == outcome.upsert.bytes_rewritten
+
+
+def test_a_replayed_commit_counts_nothing_again(tmp_path: Path) -> None:
+    world = UpsertWorld(tmp_path)
+    world.write(0, [row(1, "a")])
+    plan = world.plan()
+    result = world.execute(plan)
+    world.commit(plan, result)
+    again = world.commit(plan, result)
+    assert again.upsert is None
+    sink = Samples()
+    record_commit(sink, plan, result, again, started_at=0.0, ended_at=1.0)
+    assert not [s for s in sink.samples if s.metric.name.startswith("upsert_")]

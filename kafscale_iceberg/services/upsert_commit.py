@@ -11,15 +11,19 @@ twice. A replayed commit of a run already in the table verifies COMMITTED and re
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
 from kafscale_iceberg.domain.commits import TableCommit, TableState
 from kafscale_iceberg.domain.runs import RunPlan, RunResult, TableTarget
-from kafscale_iceberg.domain.upsert import UpsertChange
+from kafscale_iceberg.domain.upsert import UpsertChange, UpsertCounts
 from kafscale_iceberg.exceptions import RunNotCommittableError
 from kafscale_iceberg.ports import UpsertFiles
 from kafscale_iceberg.services.run_writes import DataTableWrite
+
+logger = logging.getLogger(__name__)
 
 REWRITE_FOLDER = "upsert"
 """The folder of a run's data prefix its rewritten files go to."""
@@ -33,6 +37,36 @@ class UpsertTableWrite(DataTableWrite):
     action: ClassVar[str] = "upsert commit"
     change: UpsertChange | None = None
     upsert_files: UpsertFiles | None = field(default=None, compare=False, repr=False)
+    renew_lease: Callable[[], object] | None = field(default=None, compare=False, repr=False)
+    """Renews the run's lease once the rewrite is written (it may take a while): the commit and the
+    offset write that follow get a whole TTL; a lease lost meanwhile stops the run before its commit."""
+    _landed: list[UpsertCounts] = field(default_factory=list, compare=False, repr=False)
+    """The counts of the commit that landed through this write (`landed`)."""
+
+    def landed(self, commit: TableCommit, after: TableState) -> None:
+        """Log what the run did to the table, and keep its counts for the outcome."""
+        if commit.upsert is not None:
+            self._landed.append(commit.upsert)
+            logger.info(
+                "upsert landed",
+                extra={
+                    "table": self.table,
+                    "topic": self.topic,
+                    "run_id": self.run_id,
+                    "inserted": commit.upsert.inserted,
+                    "updated": commit.upsert.updated,
+                    "deleted": commit.upsert.deleted,
+                    "files_rewritten": commit.upsert.files_rewritten,
+                    "bytes_rewritten": commit.upsert.bytes_rewritten,
+                    "snapshot_id": after.snapshot_id,
+                },
+            )
+        super().landed(commit, after)
+
+    def landed_counts(self) -> UpsertCounts | None:
+        """The counts of the commit that landed through this write; None when none was confirmed (it
+        was in already, or found in after an attempt whose outcome was unknown)."""
+        return self._landed[-1] if self._landed else None
 
     def build(self, state: TableState) -> TableCommit:
         """The ONE commit: the run's files (superseded rows dropped) and the table's files rewritten
@@ -40,6 +74,8 @@ class UpsertTableWrite(DataTableWrite):
         assert self.change is not None
         assert self.upsert_files is not None
         rewrite = self.upsert_files.rewrite(self.table, state, self.change)
+        if self.renew_lease is not None:
+            self.renew_lease()
         return replace(
             super().build(state),
             file_uris=tuple(f.uri for f in rewrite.added),
