@@ -326,13 +326,19 @@ def test_go_processor_defaults() -> None:
     assert (lfs.validate_checksum, lfs.resolve_concurrency) == (True, 4)
 
 
+def test_the_default_minimum_batch_never_exceeds_a_smaller_run_limit() -> None:
+    data = minimal()
+    data["runs"] = {**data.get("runs", {}), "max_bytes_per_run": "64MiB"}
+    assert load(data).runs.min_bytes_per_run == 64 * 1024**2
+
+
 def test_product_defaults() -> None:
     config = load(minimal())
     runs = config.runs
     assert runs.max_bytes_per_run == 1024**3
     assert runs.max_segments_per_run == 5000
-    assert runs.min_bytes_per_run == 0
-    assert runs.max_wait_seconds == 60
+    assert runs.min_bytes_per_run == 256 * 1024**2
+    assert runs.max_wait_seconds == 30
     assert runs.target_file_size_bytes == 128 * 1024**2
     assert runs.corrupt_segment_policy == "fail"
     assert runs.verify_crc is True

@@ -496,15 +496,37 @@ def _partition_field_id(table: Table) -> int | None:
 
 def _worth_rewriting(files: Sequence[IcebergDataFile], field_id: int | None) -> list[IcebergDataFile]:
     """The files whose rewrite lowers the file count: every file mixing Kafka partitions, and the
-    partition-pure files of Kafka partitions with more than one (a lone pure file stays as it is)."""
+    partition-pure files of Kafka partitions with more than one, or whose rows the mixed files may
+    hold too (its compacted output joins them). A lone pure file no mixed file may add to stays."""
     mixed = [f for f in files if _mixes_partitions(f, field_id)]
-    pure: dict[bytes, list[IcebergDataFile]] = {}
+    pure: dict[int, list[IcebergDataFile]] = {}
     for data_file in files:
         if field_id is not None and not _mixes_partitions(data_file, field_id):
-            pure.setdefault(data_file.lower_bounds[field_id], []).append(data_file)
-    several = [f for group in pure.values() if len(group) > 1 for f in group]
-    chosen = sorted([*mixed, *several], key=lambda f: f.file_path)
+            pure.setdefault(_bound(data_file.lower_bounds[field_id]), []).append(data_file)
+    spans = [_partition_span(f, field_id) for f in mixed]
+    joined = [
+        f
+        for partition, group in pure.items()
+        if len(group) > 1 or any(low <= partition <= high for low, high in spans)
+        for f in group
+    ]
+    chosen = sorted([*mixed, *joined], key=lambda f: f.file_path)
     return chosen if len(chosen) > 1 or mixed else []
+
+
+def _partition_span(data_file: IcebergDataFile, field_id: int | None) -> tuple[float, float]:
+    """The Kafka partitions a file's statistics say it may hold (any, without statistics)."""
+    lower = (data_file.lower_bounds or {}).get(field_id) if field_id is not None else None
+    upper = (data_file.upper_bounds or {}).get(field_id) if field_id is not None else None
+    return (
+        float("-inf") if lower is None else _bound(lower),
+        float("inf") if upper is None else _bound(upper),
+    )
+
+
+def _bound(value: bytes) -> int:
+    """An `int` column's bound as Iceberg serializes it (4 bytes, little-endian, signed)."""
+    return int.from_bytes(value, "little", signed=True)
 
 
 def _mixes_partitions(data_file: IcebergDataFile, field_id: int | None) -> bool:

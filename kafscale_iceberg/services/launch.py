@@ -236,6 +236,9 @@ class LaunchOutcome:
     wait_seconds: float = 0.0
     replan: bool = False
     """The committed offsets moved under the claimed lease: plan again from them."""
+    batching: bool = False
+    """WAITING for a larger batch (`runs.min_bytes_per_run`, at most `max_wait_seconds`): nothing
+    re-signals the topic, so the caller looks again after `wait_seconds`."""
     held: Mapping[int, str] = field(default_factory=dict)
     """Partitions left out (a malformed or corrupt segment in their way, or a partition failing on
     one): they wait, with why; the others ran (or were idle)."""
@@ -625,6 +628,7 @@ class Launcher:
                 LaunchStatus.WAITING,
                 detail=f"{selection.pending_bytes} bytes pending, below runs.min_bytes_per_run",
                 wait_seconds=selection.wait_seconds,
+                batching=True,
             )
         if selection.blocked:
             keys = ", ".join(s.key for s in selection.blocked)
