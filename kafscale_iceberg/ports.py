@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from kafscale_iceberg.domain.planning import ListedSegment
     from kafscale_iceberg.domain.runs import RunPlan
     from kafscale_iceberg.domain.tickets import RunTicket
-    from kafscale_iceberg.domain.upsert import UpsertChange, UpsertRewrite
+    from kafscale_iceberg.domain.upsert import UpsertChange, UpsertCounts, UpsertRewrite
     from kafscale_iceberg.metrics.definitions import Sample
     from kafscale_iceberg.segments.layout import SegmentFooter
 
@@ -286,6 +286,8 @@ class TableStatusReader(Protocol):
     def conversion_failures(self, table: str, topic: str) -> dict[str, int]: ...
 
     def offset_anomalies(self, table: str, topic: str) -> OffsetAnomalies: ...
+
+    def upsert_counts(self, table: str, topic: str) -> UpsertCounts: ...
 
 
 class TableHealthReader(Protocol):

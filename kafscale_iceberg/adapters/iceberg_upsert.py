@@ -85,9 +85,16 @@ class IcebergUpsertFiles(CatalogTableAccess):
         removed = []
         updated = deleted = rewritten_bytes = 0
         specs: dict[int, PartitionSpec] = {}
-        for candidate in self.locate(table, state, changes):
+        located, specs = self._locate(table, state, changes)
+        for candidate in located:
             outcome = rewrite_without(
-                self._reader, self._sink, candidate.file_path, changes, folder=change.rewrite_uri, own=False
+                self._reader,
+                self._sink,
+                candidate.file_path,
+                changes,
+                folder=change.rewrite_uri,
+                own=False,
+                partition_values=bucket_values(specs[candidate.spec_id], candidate),
             )
             if not outcome.dropped:
                 continue
@@ -103,7 +110,13 @@ class IcebergUpsertFiles(CatalogTableAccess):
                 added.append(outcome.written.model_copy(update={"partition_values": values}))
         for own in change.row_files:
             outcome = rewrite_without(
-                self._reader, self._sink, own.uri, changes, folder=change.rewrite_uri, own=True
+                self._reader,
+                self._sink,
+                own.uri,
+                changes,
+                folder=change.rewrite_uri,
+                own=True,
+                partition_values=own.partition_values,
             )
             if not outcome.dropped:
                 added.append(own)
@@ -122,8 +135,13 @@ class IcebergUpsertFiles(CatalogTableAccess):
     def locate(self, table: str, state: TableState, changes: KeyChanges) -> list[IcebergDataFile]:
         """The data files of `table` at `state`'s snapshot that may hold a changed key (pruned by
         partition and by the key columns' bounds); none for a table without a snapshot."""
+        return self._locate(table, state, changes)[0]
+
+    def _locate(
+        self, table: str, state: TableState, changes: KeyChanges
+    ) -> tuple[list[IcebergDataFile], dict[int, PartitionSpec]]:
         if state.snapshot_id is None or not changes.count:
-            return []
+            return [], {}
         loaded = self._load(table)
         schema = loaded.schema()
         fields = [schema.find_field(name) for name in changes.key]
@@ -135,7 +153,8 @@ class IcebergUpsertFiles(CatalogTableAccess):
             raise CatalogError(
                 self._describe, f"read the manifests of {table!r} at snapshot {state.snapshot_id}", str(exc)
             ) from exc
-        return [f for f in files if all(_may_hold(f, field, keys[field.name]) for field in fields)]
+        located = [f for f in files if all(_may_hold(f, field, keys[field.name]) for field in fields)]
+        return located, loaded.specs()
 
 
 def _comparable(field: NestedField, values: pa.Array) -> list[Any]:

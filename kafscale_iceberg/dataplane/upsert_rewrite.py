@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kafscale_iceberg.dataplane.storage import join_uri
-from kafscale_iceberg.domain.runs import DataFile
+from kafscale_iceberg.domain.runs import DataFile, PartitionValue
 from kafscale_iceberg.ports import FileSink, ObjectReader
 
 _POSITION = "__kafscale_position"
@@ -125,10 +125,13 @@ def rewrite_without(
     *,
     folder: str,
     own: bool,
+    partition_values: Mapping[str, PartitionValue] | None = None,
 ) -> FileRewrite:
     """`source` written again under `folder` without the rows `changes` replace (a table file: rows of
     a changed key; `own`, a file of the run: rows a later change superseded). Only the key columns
-    are decoded unless a row must go. Idempotent: the new file's name derives from `source`."""
+    are decoded unless a row must go. `partition_values`: what the new file carries (the source's
+    values of partition fields its bounds cannot give, e.g. a bucket's). Idempotent: the new file's
+    name derives from `source`."""
     data = reader.read_bytes(source)
     columns = [*changes.key, "partition", "offset"] if own else list(changes.key)
     probe = pq.read_table(io.BytesIO(data), columns=columns)
@@ -151,7 +154,12 @@ def rewrite_without(
     sink.publish(staging, uri)
     return FileRewrite(
         source=source,
-        written=DataFile(uri=uri, record_count=rows.num_rows, size_bytes=size),
+        written=DataFile(
+            uri=uri,
+            record_count=rows.num_rows,
+            size_bytes=size,
+            partition_values=dict(partition_values or {}),
+        ),
         dropped=dropped,
         deleted=deletes,
     )
