@@ -14,6 +14,7 @@ and, for error text, what a record's value of a column was.
 
 from __future__ import annotations
 
+import decimal
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -37,6 +38,7 @@ from kafscale_iceberg.dataplane.values import (
     millis_to_micros,
     parse_datetimes,
 )
+from kafscale_iceberg.domain.decimals import fit_decimal
 from kafscale_iceberg.domain.runs import ColumnSpec, ColumnType
 
 _INT32 = (-(2**31), 2**31 - 1)
@@ -328,11 +330,17 @@ def _decimals(tokens: _Tokens, column: ColumnSpec) -> pa.Array:
     """A `decimal(P,S)` column from the number tokens' exact text and numeric strings (no float)."""
     kinds = tokens.kinds
     numbers = _texts(tokens.buffer, tokens.starts, tokens.ends, (kinds == js.INTEGER) | (kinds == js.NUMBER))
-    texts = pc.coalesce(tokens.strings(), numbers).to_pylist()
+    strings = tokens.strings()
     precision, scale = column.precision or 1, column.scale or 0
-    return pa.array(
-        [None if t is None else decimal_of(t, precision, scale) for t in texts], column_arrow_type(column)
-    )
+    fit = fit_decimal
+    exact = decimal.Decimal  # a number token's text is JSON number grammar: Decimal reads it exactly
+    values = [
+        fit(exact(n), precision, scale)
+        if n is not None
+        else (None if t is None else decimal_of(t, precision, scale))
+        for n, t in zip(numbers.to_pylist(), strings.to_pylist(), strict=True)
+    ]
+    return pa.array(values, column_arrow_type(column))
 
 
 def _build(column_type: ColumnType, tokens: _Tokens, count: int) -> pa.Array:
