@@ -210,7 +210,7 @@ class LocalSparkJobRunner:
         error = future.exception()
         if error is not None:
             return JobStatus(job.run_id, JobState.FAILED, "FAILED", f"{type(error).__name__}: {error}")
-        return _result_status(job, future.result())
+        return job_status_of(job.run_id, future.result(), cancelled=job.cancelled)
 
     # -- spark-submit ------------------------------------------------------------------------------
 
@@ -260,18 +260,21 @@ class LocalSparkJobRunner:
             ) from None
 
 
-def _result_status(job: _Job, result: RunResult | CompactionJobResult) -> JobStatus:
-    if job.cancelled:
-        return JobStatus(job.run_id, JobState.CANCELLED, "CANCELLED", "cancelled")
+def job_status_of(
+    job_id: str, result: RunResult | CompactionJobResult, *, cancelled: bool = False
+) -> JobStatus:
+    """A finished job's status from the result document it wrote (a cancelled job is CANCELLED)."""
+    if cancelled:
+        return JobStatus(job_id, JobState.CANCELLED, "CANCELLED", "cancelled")
     if isinstance(result, CompactionJobResult):
         if result.succeeded:
-            return JobStatus(job.run_id, JobState.SUCCEEDED, "SUCCEEDED")
-        return JobStatus(job.run_id, JobState.FAILED, "FAILED", result.failure or "failed")
+            return JobStatus(job_id, JobState.SUCCEEDED, "SUCCEEDED")
+        return JobStatus(job_id, JobState.FAILED, "FAILED", result.failure or "failed")
     if result.status is RunStatus.SUCCEEDED:
-        return JobStatus(job.run_id, JobState.SUCCEEDED, "SUCCEEDED")
+        return JobStatus(job_id, JobState.SUCCEEDED, "SUCCEEDED")
     failure = result.failure
     detail = f"{failure.kind.value}: {failure.message}" if failure else "failed"
-    return JobStatus(job.run_id, JobState.FAILED, "FAILED", detail)
+    return JobStatus(job_id, JobState.FAILED, "FAILED", detail)
 
 
 def _tail(path: Path | None) -> str:
