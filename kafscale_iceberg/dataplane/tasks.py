@@ -1,135 +1,47 @@
-"""A run split into tasks, and one task executed: fetch, decode, keep the range, convert, write.
+"""One task executed: fetch, decode, keep each segment's window, resolve LFS, convert, write.
 
-`plan_tasks` bin-packs the plan's segments into tasks of roughly equal bytes (largest first onto the
-lightest task), so Spark can spread them over every core; `run_task` does one task's whole work in
-one process with pyarrow and returns a `TaskReport`. Spark only distributes `run_task`; the
-pyarrow-only benchmark pipeline calls it directly.
-
-Offset ownership: segment *i* of a partition owns the offsets from `max(start_exclusive + 1, base_i)`
-to `min(end_inclusive, base_{i+1} - 1)` (its window). A record outside its segment's window is not
-written, so overlapping segments can never write an offset twice; one inside the run's range (owned
-by the next segment: an overlap) is counted `out_of_range` (`records_total{result="overlapped"}`),
-while one at or before the committed offset (a segment read again from its start) or after the run's
-end is not counted - it is neither repeated nor lost.
+`run_task` does one task's whole work in one process with pyarrow and returns a `TaskReport`. Spark
+only distributes `run_task`; the pyarrow-only benchmark pipeline calls it directly. The parts:
+the run cut into tasks (`assignments.py`: `plan_tasks`, `segment_windows`), one segment's records
+against its window and its outcome (`segment_windows.py`), one mapping's conversion and routing
+(`mapping_stage.py`), the task's writers per table (`table_files.py`), and the observation stage of
+an inferred table (`observation.py`: `observe_task`). Those names are importable from here too.
 """
 
 from __future__ import annotations
 
-import heapq
-import math
 import time
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
-
-from kafscale_iceberg.dataplane.conversion import ConvertedRecords, RecordConverter, corrupt_segment_row
-from kafscale_iceberg.dataplane.inference import ValueObserver
+from kafscale_iceberg.dataplane.assignments import (
+    DEFAULT_MAX_TASK_BYTES,
+    DEFAULT_MIN_TASK_BYTES,
+    plan_tasks,
+    segment_windows,
+)
 from kafscale_iceberg.dataplane.lfs import LfsStage
-from kafscale_iceberg.dataplane.parquet_files import RollingParquetWriter
-from kafscale_iceberg.dataplane.partitioning import split_by_partition
+from kafscale_iceberg.dataplane.mapping_stage import MappingStage
+from kafscale_iceberg.dataplane.observation import observe_task
 from kafscale_iceberg.dataplane.prefetch import ObjectRequest, PrefetchLimits, prefetch_objects
 from kafscale_iceberg.dataplane.publishing import ConcurrentPublisher
-from kafscale_iceberg.dataplane.reports import (
-    SegmentOutcome,
-    SegmentWindow,
-    TaskAssignment,
-    TaskObservation,
-    TaskReport,
-    TaskTimings,
-)
-from kafscale_iceberg.dataplane.routing import RecordRouter
-from kafscale_iceberg.dataplane.schemas import DEAD_LETTER_SCHEMA, with_field_ids
+from kafscale_iceberg.dataplane.reports import SegmentOutcome, TaskAssignment, TaskReport, TaskTimings
+from kafscale_iceberg.dataplane.schemas import DEAD_LETTER_SCHEMA
+from kafscale_iceberg.dataplane.segment_windows import in_window, overlapped, quarantine, segment_outcome
 from kafscale_iceberg.dataplane.storage import segment_uri
-from kafscale_iceberg.domain.runs import (
-    ConversionSettings,
-    CorruptSegmentPolicy,
-    FailureKind,
-    MappingPlan,
-    QuarantinedSegment,
-    RunFailure,
-    RunPlan,
-    SchemaMode,
-    TableOutput,
-    TableRole,
-    TableTarget,
-)
+from kafscale_iceberg.dataplane.table_files import TableFiles
+from kafscale_iceberg.domain.runs import CorruptSegmentPolicy, FailureKind, RunFailure, RunPlan, TableRole
 from kafscale_iceberg.exceptions import LfsBlobUnavailableError, SegmentFormatError
 from kafscale_iceberg.ports import BlobReader, FileSink, ObjectReader
-from kafscale_iceberg.segments.decode import FramedBatch, decode_segment
+from kafscale_iceberg.segments.decode import decode_segment
 
-# A task smaller than this costs more in scheduling than it saves in parallelism.
-DEFAULT_MIN_TASK_BYTES = 8 * 1024 * 1024
-# A task larger than this holds too much in one executor's memory at once.
-DEFAULT_MAX_TASK_BYTES = 512 * 1024 * 1024
-
-
-def segment_windows(plan: RunPlan) -> list[SegmentWindow]:
-    """Every planned segment with the offsets it owns, in (partition, base offset) order."""
-    windows: list[SegmentWindow] = []
-    for partition in sorted(plan.partitions, key=lambda p: p.partition):
-        segments = partition.segments
-        for i, segment in enumerate(segments):
-            upper = partition.end_inclusive
-            if i + 1 < len(segments):
-                upper = min(upper, segments[i + 1].base_offset - 1)
-            windows.append(
-                SegmentWindow(
-                    partition=partition.partition,
-                    key=segment.key,
-                    base_offset=segment.base_offset,
-                    last_offset=segment.last_offset,
-                    size_bytes=segment.size_bytes,
-                    first_owned=max(partition.start_exclusive + 1, segment.base_offset),
-                    last_owned=upper,
-                    range_first=partition.start_exclusive + 1,
-                    range_last=partition.end_inclusive,
-                )
-            )
-    return windows
-
-
-def plan_tasks(
-    plan: RunPlan,
-    *,
-    max_tasks: int,
-    min_task_bytes: int = DEFAULT_MIN_TASK_BYTES,
-    max_task_bytes: int = DEFAULT_MAX_TASK_BYTES,
-    multiple_of: int = 1,
-) -> tuple[TaskAssignment, ...]:
-    """Bin-pack the plan's segments into tasks of roughly equal bytes.
-
-    The task count is at most `max_tasks` (e.g. 2 x the cores) and the number of segments, at most
-    one per `min_task_bytes`, and at least one per `max_task_bytes`; above `multiple_of` (the
-    cores) it is rounded down to a multiple of it, so no last round of tasks runs on a few cores.
-    Segments owning no offsets are left out. Deterministic: the same plan and limits give the same
-    tasks, largest task first.
-    """
-    windows = [w for w in segment_windows(plan) if w.first_owned <= w.last_owned]
-    if not windows:
-        return ()
-    total = sum(max(w.size_bytes, 1) for w in windows)
-    count = min(max_tasks, len(windows), max(1, math.ceil(total / min_task_bytes)))
-    at_least = math.ceil(total / max_task_bytes)
-    count = max(1, min(len(windows), max(count, at_least)))
-    if multiple_of > 1 and count > multiple_of and count - count % multiple_of >= at_least:
-        count -= count % multiple_of
-    bins: list[tuple[int, int]] = [(0, i) for i in range(count)]
-    members: list[list[SegmentWindow]] = [[] for _ in range(count)]
-    for window in sorted(windows, key=lambda w: (-w.size_bytes, w.partition, w.base_offset)):
-        size, index = heapq.heappop(bins)
-        members[index].append(window)
-        heapq.heappush(bins, (size + max(window.size_bytes, 1), index))
-    ordered = sorted(
-        members,
-        key=lambda ws: (-sum(w.size_bytes for w in ws), min((w.partition, w.base_offset) for w in ws)),
-    )
-    return tuple(
-        TaskAssignment(index=i, segments=tuple(sorted(ws, key=lambda w: (w.partition, w.base_offset))))
-        for i, ws in enumerate(ordered)
-    )
+__all__ = [
+    "DEFAULT_MAX_TASK_BYTES",
+    "DEFAULT_MIN_TASK_BYTES",
+    "observe_task",
+    "plan_tasks",
+    "run_task",
+    "segment_windows",
+]
 
 
 @dataclass
@@ -168,8 +80,8 @@ def run_task(
     conversion = plan.conversion
     lfs = LfsStage(conversion.lfs, reader=blobs)
     publisher = ConcurrentPublisher(sink)
-    files = _TableFiles(publisher, task.index)
-    stages = [_MappingStage(plan, index, mapping, files) for index, mapping in enumerate(plan.mappings)]
+    files = TableFiles(publisher, task.index)
+    stages = [MappingStage(plan, index, mapping, files) for index, mapping in enumerate(plan.mappings)]
     dead_writer = files.writer(
         plan.dead_letter_table, DEAD_LETTER_SCHEMA, TableRole.DEAD_LETTER, 0, conversion
     )
@@ -206,13 +118,13 @@ def run_task(
                     )
                     failure_at = (window.partition, window.base_offset)
                     break
-                outcomes.append(_quarantine(plan, window, exc, len(data), dead_writer))
+                outcomes.append(quarantine(plan, window, exc, len(data), dead_writer))
                 files.count(plan.dead_letter_table.identifier, 1)
                 clock.lap("write")
                 continue
             clock.lap("decode")
             records = decoded.records
-            kept = _in_window(records, window)
+            kept = in_window(records, window)
             written = dead_lettered = 0
             conversion_failures: dict[str, int] = {}
             invalid = None
@@ -262,13 +174,13 @@ def run_task(
                 failure_at = (window.partition, invalid.offset)
                 break
             skipped, lfs_counts = lfs.take_counts()
-            outcome = _outcome(
+            outcome = segment_outcome(
                 window,
                 batches=decoded.batches,
                 kept=kept,
                 written=written,
                 dead_lettered=dead_lettered,
-                out_of_range=_overlapped(records, window),
+                out_of_range=overlapped(records, window),
                 size=len(data),
                 header_keys_replaced=decoded.header_keys_replaced,
             )
@@ -317,406 +229,4 @@ def run_task(
         data_files=by_table.get(plan.table.identifier, ()),
         dead_letter_files=by_table.get(plan.dead_letter_table.identifier, ()),
         timings=TaskTimings(**clock.timings),
-    )
-
-
-def observe_task(
-    plan: RunPlan, task: TaskAssignment, *, reader: ObjectReader, prefetch: PrefetchLimits | None = None
-) -> TaskObservation:
-    """The observation stage of an inferred table: fetch and decode one task's segments and note what
-    the fields of the records it owns hold (`dataplane/inference.py`); nothing is written.
-
-    A segment that cannot be read or decoded is passed over here: the conversion stage that follows
-    meets it again and applies the run's rules (fail, quarantine) with the error named.
-    """
-    started = time.perf_counter()
-    observers: dict[str, ValueObserver] = {}
-    inferred = [m for m in plan.mappings if m.conversion.infer_columns]
-    routers = [RecordRouter(m.route, run_id=plan.run_id) if m.route is not None else None for m in inferred]
-    requests = [ObjectRequest(segment_uri(plan.source, w.key), w.size_bytes) for w in task.segments]
-    fetched = prefetch_objects(reader, requests, prefetch)
-    try:
-        for window, item in zip(task.segments, fetched, strict=True):
-            if item.data is None:
-                continue
-            try:
-                decoded = decode_segment(
-                    item.data,
-                    source=window.key,
-                    partition=window.partition,
-                    verify_crc=plan.conversion.verify_crc,
-                )
-            except SegmentFormatError:
-                continue
-            kept = _in_window(decoded.records, window)
-            if not kept.num_rows:
-                continue
-            values = kept.column("value").combine_chunks()
-            offsets = kept.column("offset").combine_chunks()
-            for mapping, router in zip(inferred, routers, strict=True):
-                if router is None:
-                    assert mapping.table is not None
-                    parts: tuple[tuple[TableTarget, np.ndarray | None], ...] = ((mapping.table, None),)
-                else:  # each record observed for the table it is routed to (`split`'s rules)
-                    parts = router.assign(values)
-                for target, positions in parts:
-                    observer = observers.get(target.identifier)
-                    if observer is None:
-                        observer = observers[target.identifier] = ValueObserver()
-                    if positions is None:
-                        observer.observe(values, offsets, partition=window.partition)
-                    else:
-                        at = pa.array(positions)
-                        observer.observe(values.take(at), offsets.take(at), partition=window.partition)
-    finally:
-        fetched.close()
-    return TaskObservation(
-        task_index=task.index,
-        tables={identifier: observer.observation() for identifier, observer in observers.items()},
-        seconds=time.perf_counter() - started,
-    )
-
-
-class _TableFiles:
-    """The task's file writers, one per table, opened when the table's first rows arrive; what each
-    table got (rows, conversion failures)."""
-
-    def __init__(self, sink: FileSink, task_index: int) -> None:
-        self._sink = sink
-        self._task_index = task_index
-        self._writers: dict[str, RollingParquetWriter] = {}
-        self._roles: dict[str, tuple[TableRole, int]] = {}
-        self._records: dict[str, int] = {}
-        self._failures: dict[str, dict[str, int]] = {}
-
-    def writer(
-        self,
-        target: TableTarget,
-        schema: pa.Schema,
-        role: TableRole,
-        mapping: int,
-        settings: ConversionSettings,
-        partition_file_min_bytes: bool = False,
-    ) -> RollingParquetWriter:
-        writer = self._writers.get(target.identifier)
-        if writer is None:
-            writer = self._writers[target.identifier] = RollingParquetWriter(
-                sink=self._sink,
-                data_uri=target.data_uri,
-                schema=with_field_ids(schema, target.field_ids, table=target.identifier),
-                task_index=self._task_index,
-                target_file_size_bytes=settings.target_file_size_bytes,
-                **(
-                    {"partition_file_min_bytes": settings.partition_file_min_bytes}
-                    if partition_file_min_bytes
-                    else {}
-                ),
-            )
-            self._roles[target.identifier] = (role, mapping)
-        return writer
-
-    def count(self, identifier: str, records: int, failures: Mapping[str, int] | None = None) -> None:
-        self._records[identifier] = self._records.get(identifier, 0) + records
-        if failures:
-            table = self._failures.setdefault(identifier, {})
-            for column, count in failures.items():
-                if count:
-                    table[column] = table.get(column, 0) + count
-
-    def close(self) -> tuple[TableOutput, ...]:
-        outputs = []
-        for identifier, writer in self._writers.items():
-            role, mapping = self._roles[identifier]
-            outputs.append(
-                TableOutput(
-                    identifier=identifier,
-                    role=role,
-                    mapping=mapping,
-                    files=tuple(writer.close()),
-                    records=self._records.get(identifier, 0),
-                    conversion_failures=dict(sorted(self._failures.get(identifier, {}).items())),
-                )
-            )
-        return tuple(outputs)
-
-    def abort(self) -> None:
-        for writer in self._writers.values():
-            writer.abort()
-
-
-class _MappingStage:
-    """One mapping's work in a task: convert, route (when it is routed) and hand rows to the writers."""
-
-    def __init__(self, plan: RunPlan, index: int, mapping: MappingPlan, files: _TableFiles) -> None:
-        self.index = index
-        self.mapping = mapping
-        self.strict = mapping.conversion.schema_mode is SchemaMode.STRICT
-        self.router = None if mapping.route is None else RecordRouter(mapping.route, run_id=plan.run_id)
-        self._files = files
-        self._plan = plan
-        self._converters: dict[str, RecordConverter] = {}
-        # A routed inferred mapping converts each table's records with that table's own columns: the
-        # records are first made base rows only (no column read, no validation) and routed, then
-        # each table's share is converted (`convert`).
-        settings = mapping.conversion
-        if mapping.routed_inference:
-            settings = settings.model_copy(
-                update={"columns": (), "schema_mode": SchemaMode.OFF, "json_schema": None}
-            )
-        self.converter = RecordConverter(topic=plan.topic, run_id=plan.run_id, settings=settings)
-
-    def convert(
-        self,
-        records: pa.Table,
-        *,
-        partition: int,
-        segment_key: str,
-        rejected: Mapping[int, tuple[str, str]] | None,
-        lfs_metadata: Mapping[str, pa.Array] | None,
-    ) -> tuple[ConvertedRecords, tuple[tuple[TableTarget, ConvertedRecords], ...]]:
-        """A batch converted: the mapping's rows (for a routed inferred mapping: routed, its dead
-        letters only, and per table its records converted with the table's columns)."""
-        converted = self.converter.convert(
-            records,
-            partition=partition,
-            segment_key=segment_key,
-            rejected=rejected,
-            lfs_metadata=lfs_metadata,
-        )
-        if not self.mapping.routed_inference or self.router is None:
-            return converted, ()
-        routed = self.router.split(converted.rows, segment_key=segment_key)
-        dead_letters = _joined(converted.dead_letters, routed.dead_letters)
-        kept = records
-        if converted.rows.num_rows != records.num_rows:  # rejected records are dead letters already
-            kept = records.filter(
-                pc.is_in(records.column("offset"), value_set=converted.rows.column("offset"))
-            )
-        tables = []
-        for target, _rows, positions in routed.tables:
-            converter = self._converters.get(target.identifier)
-            if converter is None:
-                converter = self._converters[target.identifier] = RecordConverter(
-                    topic=self._plan.topic,
-                    run_id=self._plan.run_id,
-                    settings=self.mapping.conversion_for(target),
-                )
-            tables.append(
-                (
-                    target,
-                    converter.convert(
-                        kept.take(pa.array(positions)), partition=partition, segment_key=segment_key
-                    ),
-                )
-            )
-        first_invalid = min(
-            (c.first_invalid for _t, c in tables if c.first_invalid is not None),
-            key=lambda invalid: invalid.offset,
-            default=None,
-        )
-        return (
-            ConvertedRecords(converted.rows.slice(0, 0), dead_letters, first_invalid),
-            tuple(tables),
-        )
-
-    def write(
-        self,
-        converted: ConvertedRecords,
-        *,
-        partition: int,
-        segment_key: str,
-        routed: tuple[tuple[TableTarget, ConvertedRecords], ...] = (),
-    ) -> tuple[int, int, dict[str, int]]:
-        """Write a converted batch (`routed`: a routed inferred mapping's tables, each converted with
-        its own columns); `(rows written, dead letters, conversion failures of the rows written)` (a
-        routed batch's records dead-lettered by the route are not counted as written)."""
-        mapping = self.mapping
-        settings = mapping.conversion
-        dead_letters = converted.dead_letters
-        written = 0
-        counted: dict[str, int] = {} if self.router is not None else dict(converted.conversion_failures)
-        if mapping.routed_inference:
-            for target, table_rows in routed:
-                if table_rows.dead_letters.num_rows:
-                    dead_letters = pa.concat_tables([dead_letters, table_rows.dead_letters])
-                rows = table_rows.rows
-                if not rows.num_rows:
-                    continue
-                writer = self._files.writer(
-                    target,
-                    self._converters[target.identifier].schema,
-                    TableRole.DATA,
-                    self.index,
-                    settings,
-                    partition_file_min_bytes=True,
-                )
-                for values, part in split_by_partition(rows, settings.partition_by):
-                    writer.write(values, part, kafka_partition=partition)
-                self._files.count(target.identifier, rows.num_rows, table_rows.conversion_failures)
-                for column, count in table_rows.conversion_failures.items():
-                    if count:
-                        counted[column] = counted.get(column, 0) + count
-                written += rows.num_rows
-            placed: tuple[tuple[TableTarget, pa.Table, np.ndarray | None], ...] = ()
-        elif self.router is None:
-            assert mapping.table is not None
-            placed = ((mapping.table, converted.rows, None),)
-        else:
-            field = mapping.route.field if mapping.route is not None else ""
-            if self.router.reuses(settings.columns):  # the route field is a string column: not read again
-                split_rows = self.router.split(
-                    converted.rows,
-                    segment_key=segment_key,
-                    column=converted.rows.column(field).combine_chunks(),
-                    not_string=converted.failed_rows.get(field),
-                )
-            else:
-                split_rows = self.router.split(converted.rows, segment_key=segment_key)
-            placed = split_rows.tables
-            dead_letters = _joined(dead_letters, split_rows.dead_letters)
-        for target, rows, positions in placed:
-            if not rows.num_rows:
-                continue
-            writer = self._files.writer(
-                target,
-                self.converter.schema,
-                TableRole.DATA,
-                self.index,
-                settings,
-                partition_file_min_bytes=True,
-            )
-            for values, part in split_by_partition(rows, settings.partition_by):
-                writer.write(values, part, kafka_partition=partition)
-            failures = (
-                converted.conversion_failures
-                if positions is None
-                else {
-                    column: int(np.isin(at, positions).sum()) for column, at in converted.failed_rows.items()
-                }
-            )
-            self._files.count(target.identifier, rows.num_rows, failures)
-            if positions is not None:
-                for column, count in failures.items():
-                    if count:
-                        counted[column] = counted.get(column, 0) + count
-            written += rows.num_rows
-        if dead_letters.num_rows:
-            self._files.writer(
-                mapping.dead_letter_table, DEAD_LETTER_SCHEMA, TableRole.DEAD_LETTER, self.index, settings
-            ).write({}, dead_letters)
-            self._files.count(mapping.dead_letter_table.identifier, dead_letters.num_rows)
-        return written, dead_letters.num_rows, counted
-
-
-def _joined(first: pa.Table, second: pa.Table) -> pa.Table:
-    """Two tables of dead letters as one (either alone when the other is empty)."""
-    if not second.num_rows:
-        return first
-    return pa.concat_tables([first, second]) if first.num_rows else second
-
-
-def _in_window(records: pa.Table, window: SegmentWindow) -> pa.Table:
-    """The records whose offset the segment owns (offsets increase, so usually all or a slice)."""
-    if records.num_rows == 0:
-        return records
-    offsets = records.column("offset")
-    first, last = offsets[0].as_py(), offsets[-1].as_py()
-    if first >= window.first_owned and last <= window.last_owned:
-        return records
-    inside = pc.and_(pc.greater_equal(offsets, window.first_owned), pc.less_equal(offsets, window.last_owned))
-    return records.filter(inside)
-
-
-def _overlapped(records: pa.Table, window: SegmentWindow) -> int:
-    """Records of the run's range that another segment owns (an overlap): not written here, counted.
-
-    Records at or before the committed offset (a segment read again from its start) and after the
-    run's end are not counted: they are neither repeated nor lost."""
-    if records.num_rows == 0:
-        return 0
-    offsets = records.column("offset")
-    first, last = offsets[0].as_py(), offsets[-1].as_py()
-    if first >= window.first_owned and last <= window.last_owned:
-        return 0
-    in_range = pc.and_(
-        pc.greater_equal(offsets, window.range_first), pc.less_equal(offsets, window.range_last)
-    )
-    owned = pc.and_(pc.greater_equal(offsets, window.first_owned), pc.less_equal(offsets, window.last_owned))
-    return int(pc.sum(pc.and_(in_range, pc.invert(owned)).cast(pa.int64())).as_py() or 0)
-
-
-def _outcome(
-    window: SegmentWindow,
-    *,
-    batches: Sequence[FramedBatch],
-    kept: pa.Table,
-    written: int,
-    dead_lettered: int,
-    out_of_range: int,
-    size: int,
-    header_keys_replaced: int = 0,
-) -> SegmentOutcome:
-    covered: list[tuple[int, int]] = []
-    control = 0
-    for batch in batches:
-        header = batch.header
-        control += int(header.is_control)
-        first = max(header.base_offset, window.first_owned)
-        last = min(header.base_offset + header.last_offset_delta, window.last_owned)
-        if first > last:
-            continue
-        if covered and first <= covered[-1][1] + 1:
-            covered[-1] = (covered[-1][0], max(covered[-1][1], last))
-        else:
-            covered.append((first, last))
-    first_offset = last_offset = max_timestamp = None
-    if kept.num_rows:
-        offsets = kept.column("offset").to_numpy()
-        first_offset, last_offset = int(offsets[0]), int(offsets[-1])
-        max_timestamp = int(np.max(kept.column("timestamp_ms").to_numpy()))
-    return SegmentOutcome(
-        partition=window.partition,
-        key=window.key,
-        size_bytes=size,
-        covered=tuple(covered),
-        records_written=written,
-        records_dead_lettered=dead_lettered,
-        out_of_range=out_of_range,
-        control_batches=control,
-        header_keys_replaced=header_keys_replaced,
-        first_offset=first_offset,
-        last_offset=last_offset,
-        max_timestamp_ms=max_timestamp,
-    )
-
-
-def _quarantine(
-    plan: RunPlan,
-    window: SegmentWindow,
-    error: SegmentFormatError,
-    size: int,
-    dead_writer: RollingParquetWriter,
-) -> SegmentOutcome:
-    # The offsets this run was to take from the segment: its window, cut at the planned last offset.
-    first = window.first_owned
-    last = min(window.last_owned, max(window.last_offset, first))
-    message = f"byte {error.position}: {error.problem}"
-    dead_writer.write(
-        {},
-        corrupt_segment_row(
-            topic=plan.topic,
-            partition=window.partition,
-            segment_key=window.key,
-            base_offset=first,
-            last_offset=last,
-            error=message,
-            run_id=plan.run_id,
-        ),
-    )
-    return SegmentOutcome(
-        partition=window.partition,
-        key=window.key,
-        size_bytes=size,
-        records_dead_lettered=1,
-        quarantined=QuarantinedSegment(key=window.key, base_offset=first, last_offset=last, error=message),
     )

@@ -1,7 +1,7 @@
 """The run driver: a run plan in, Iceberg-ready Parquet files and a run result out, whatever maps the tasks.
 
 `run_plan(plan_uri, executor)` is the whole job but for one step: read and check the plan, cut it into
-tasks of about equal bytes (`dataplane/tasks.plan_tasks`), for an inferred table run the observation
+tasks of about equal bytes (`dataplane/assignments.plan_tasks`), for an inferred table run the observation
 stage and decide the columns (`observe_columns`), map every task to its report, and fold the reports
 into `result.json` (`dataplane/reports.build_run_result`). Mapping the tasks is the `TaskExecutor`'s:
 Spark spreads them over its executors (`spark_app/job.SparkTaskExecutor`, on EMR Serverless and local
@@ -32,8 +32,10 @@ from kafscale_iceberg.adapters.data_files import StagedFileStore
 from kafscale_iceberg.adapters.documents import DocumentStore, join_uri
 from kafscale_iceberg.adapters.lfs_blobs import LocalBlobReader, S3BlobReader, blob_reader_for
 from kafscale_iceberg.adapters.s3_segments import S3Settings
+from kafscale_iceberg.dataplane.assignments import DEFAULT_MAX_TASK_BYTES, DEFAULT_MIN_TASK_BYTES, plan_tasks
 from kafscale_iceberg.dataplane.conversion import RecordConverter
 from kafscale_iceberg.dataplane.inference import with_inferred_columns
+from kafscale_iceberg.dataplane.observation import observe_task
 from kafscale_iceberg.dataplane.partitioning import check_partitioning
 from kafscale_iceberg.dataplane.prefetch import PrefetchLimits
 from kafscale_iceberg.dataplane.reports import (
@@ -44,13 +46,7 @@ from kafscale_iceberg.dataplane.reports import (
     failed_result,
 )
 from kafscale_iceberg.dataplane.schemas import DEAD_LETTER_SCHEMA, data_schema, with_field_ids
-from kafscale_iceberg.dataplane.tasks import (
-    DEFAULT_MAX_TASK_BYTES,
-    DEFAULT_MIN_TASK_BYTES,
-    observe_task,
-    plan_tasks,
-    run_task,
-)
+from kafscale_iceberg.dataplane.tasks import run_task
 from kafscale_iceberg.domain.inference import merge_observations
 from kafscale_iceberg.domain.runs import (
     FailureKind,

@@ -198,22 +198,22 @@ WORK_ITEMS = MetricDef(
     "work_items_total",
     MetricKind.COUNTER,
     ("topic",),
-    "Work items the router enqueued (one per complete segment notification).",
+    "Complete segments the router routed (one per segment notification; the router Lambda enqueues "
+    "one work item per topic per batch of them).",
     "Count",
 )
 NOTIFICATIONS_IGNORED = MetricDef(
     "notifications_ignored_total",
     MetricKind.COUNTER,
     ("reason",),
-    "S3 objects the router ignored by reason (other_bucket, malformed_key, not_a_segment, "
-    "unmapped_topic, index_object).",
+    "S3 objects the router ignored by reason (other_bucket, malformed_key, not_a_segment, unmapped_topic).",
     "Count",
 )
 NOTIFICATIONS_DEFERRED = MetricDef(
     "notifications_deferred_total",
     MetricKind.COUNTER,
     (),
-    "Segment notifications returned for redelivery because the .index had not landed yet.",
+    "Segment notifications returned for redelivery because the .kfs or its .index had not landed yet.",
     "Count",
 )
 CONVERSION_FAILURES = MetricDef(

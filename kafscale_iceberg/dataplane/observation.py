@@ -1,0 +1,76 @@
+"""The observation stage of an inferred table, one task's share: what the records' fields hold."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pyarrow as pa
+
+from kafscale_iceberg.dataplane.inference import ValueObserver
+from kafscale_iceberg.dataplane.prefetch import ObjectRequest, PrefetchLimits, prefetch_objects
+from kafscale_iceberg.dataplane.reports import TaskAssignment, TaskObservation
+from kafscale_iceberg.dataplane.routing import RecordRouter
+from kafscale_iceberg.dataplane.segment_windows import in_window
+from kafscale_iceberg.dataplane.storage import segment_uri
+from kafscale_iceberg.domain.runs import RunPlan, TableTarget
+from kafscale_iceberg.exceptions import SegmentFormatError
+from kafscale_iceberg.ports import ObjectReader
+from kafscale_iceberg.segments.decode import decode_segment
+
+
+def observe_task(
+    plan: RunPlan, task: TaskAssignment, *, reader: ObjectReader, prefetch: PrefetchLimits | None = None
+) -> TaskObservation:
+    """The observation stage of an inferred table: fetch and decode one task's segments and note what
+    the fields of the records it owns hold (`dataplane/inference.py`); nothing is written.
+
+    A segment that cannot be read or decoded is passed over here: the conversion stage that follows
+    meets it again and applies the run's rules (fail, quarantine) with the error named.
+    """
+    started = time.perf_counter()
+    observers: dict[str, ValueObserver] = {}
+    inferred = [m for m in plan.mappings if m.conversion.infer_columns]
+    routers = [RecordRouter(m.route, run_id=plan.run_id) if m.route is not None else None for m in inferred]
+    requests = [ObjectRequest(segment_uri(plan.source, w.key), w.size_bytes) for w in task.segments]
+    fetched = prefetch_objects(reader, requests, prefetch)
+    try:
+        for window, item in zip(task.segments, fetched, strict=True):
+            if item.data is None:
+                continue
+            try:
+                decoded = decode_segment(
+                    item.data,
+                    source=window.key,
+                    partition=window.partition,
+                    verify_crc=plan.conversion.verify_crc,
+                )
+            except SegmentFormatError:
+                continue
+            kept = in_window(decoded.records, window)
+            if not kept.num_rows:
+                continue
+            values = kept.column("value").combine_chunks()
+            offsets = kept.column("offset").combine_chunks()
+            for mapping, router in zip(inferred, routers, strict=True):
+                if router is None:
+                    assert mapping.table is not None
+                    parts: tuple[tuple[TableTarget, np.ndarray | None], ...] = ((mapping.table, None),)
+                else:  # each record observed for the table it is routed to (`split`'s rules)
+                    parts = router.assign(values)
+                for target, positions in parts:
+                    observer = observers.get(target.identifier)
+                    if observer is None:
+                        observer = observers[target.identifier] = ValueObserver()
+                    if positions is None:
+                        observer.observe(values, offsets, partition=window.partition)
+                    else:
+                        at = pa.array(positions)
+                        observer.observe(values.take(at), offsets.take(at), partition=window.partition)
+    finally:
+        fetched.close()
+    return TaskObservation(
+        task_index=task.index,
+        tables={identifier: observer.observation() for identifier, observer in observers.items()},
+        seconds=time.perf_counter() - started,
+    )
