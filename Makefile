@@ -170,6 +170,9 @@ lambda-requirements: $(STAMP)
 	$(BIN)/uv pip compile pyproject.toml --extra aws --extra iceberg --python-version 3.12 \
 		--python-platform x86_64-manylinux_2_17 -c build/tested-versions.txt \
 		--custom-compile-command "make lambda-requirements" --quiet -o infra/lambda/image/requirements.txt
+	$(BIN)/uv pip compile pyproject.toml --extra aws --extra runner --python-version 3.12 \
+		--python-platform aarch64-manylinux_2_28 -c build/tested-versions.txt \
+		--custom-compile-command "make lambda-requirements" --quiet -o infra/lambda/runner/requirements.txt
 
 # Builds what EMR Serverless runs (infra/emr/Dockerfile; needs Docker) and uploads it with the entry
 # point to SPARK_ARTIFACTS_URI, where the stack's functions point runner.emr_serverless.

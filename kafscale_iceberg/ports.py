@@ -263,6 +263,10 @@ class AwaitableJobRunner(Protocol):
         ...
 
 
+class WaitingJobRunner(JobRunner, AwaitableJobRunner, Protocol):
+    """A job runner a step waits on until its job ends (the in-process runner: the Lambda runner)."""
+
+
 # -- Tables: status and maintenance ------------------------------------------------------------------
 
 

@@ -7,6 +7,9 @@ with a real local Spark run), and fail the way the Spark job fails.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -22,7 +25,7 @@ from kafscale_iceberg.domain.jobs import JobState
 from kafscale_iceberg.domain.runs import FailureKind, RunPlan, RunResult, RunStatus
 from kafscale_iceberg.execution.driver import TaskSizing, run_plan
 from kafscale_iceberg.execution.in_process import InProcessTaskExecutor, run_plan_in_process
-from kafscale_iceberg.local.inline_runner import InlineJobRunner
+from kafscale_iceberg.execution.job_runner import InProcessJobRunner
 from kafscale_iceberg.local.pipeline import RunEnd
 from kafscale_iceberg.local.wiring import make_runner, open_pipeline
 from kafscale_iceberg.segments.layout import Codec
@@ -149,7 +152,7 @@ def test_the_inline_runner_runs_a_plan_once_per_run_id_and_reports_its_result(
 ) -> None:
     plan = make_plan(folder, str(tmp_path), ranges=RANGES)
     uri = write_plan(plan)
-    runner = InlineJobRunner(workers=2)
+    runner = InProcessJobRunner(workers=2)
     try:
         job_id = runner.start(plan, uri)
         assert runner.start(plan, uri) == job_id == plan.run_id
@@ -168,7 +171,7 @@ def test_the_inline_runner_reports_a_failed_run_with_its_reason(tmp_path: Path) 
     segment = folder.add_orders(0, 0, 10)
     (folder.root / segment.key).unlink()
     plan: RunPlan = make_plan(folder, str(tmp_path), ranges={0: (-1, 9)})
-    runner = InlineJobRunner(workers=1)
+    runner = InProcessJobRunner(workers=1)
     try:
         job_id = runner.start(plan, write_plan(plan))
         assert runner.wait(job_id, 60)
@@ -209,7 +212,7 @@ def test_run_with_the_inline_runner_commits_every_record_once(
     put_segment(s3, bucket, "prod", "orders", 0, 0, 30, codec=Codec.GZIP)
     put_segment(s3, bucket, "prod", "orders", 1, 0, 20, codec=Codec.ZSTD)
 
-    assert isinstance(make_runner(Assembly(config)), InlineJobRunner)
+    assert isinstance(make_runner(Assembly(config)), InProcessJobRunner)
     with open_pipeline(config) as pipeline:
         first = pipeline.run_once()
         put_segment(s3, bucket, "prod", "orders", 0, 30, 5)
@@ -220,3 +223,26 @@ def test_run_with_the_inline_runner_commits_every_record_once(
     table = load_iceberg_catalog(CatalogSettings.from_config(config)).load_table("shop.orders")
     rows = sorted((r["partition"], r["offset"]) for r in table.scan().to_arrow().to_pylist())
     assert rows == [(0, o) for o in range(35)] + [(1, o) for o in range(20)]
+
+
+@pytest.mark.slow
+def test_the_warm_cache_command_fills_the_numba_cache_a_cold_start_then_loads(tmp_path: Path) -> None:
+    """What the Lambda runner's image does at build time (infra/lambda/runner.Dockerfile)."""
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache"), "NUMBA_CPU_NAME": "generic"}
+    command = [sys.executable, "-m", "kafscale_iceberg.execution.warm_cache"]
+    built = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert built.returncode == 0, built.stderr
+    assert "run succeeded, 200 records" in built.stdout
+    assert list((tmp_path / "cache").rglob("*.nbi"))
+
+    cold = subprocess.run(
+        command,
+        env={**env, "NUMBA_DEBUG_CACHE": "1"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert cold.returncode == 0, cold.stderr
+    assert "data loaded from" in cold.stdout + cold.stderr
+    assert "data saved to" not in cold.stdout + cold.stderr

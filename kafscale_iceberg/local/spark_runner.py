@@ -33,8 +33,9 @@ from typing import TYPE_CHECKING
 from kafscale_iceberg.adapters.s3_segments import S3Settings
 from kafscale_iceberg.domain.compaction_jobs import CompactionJob, CompactionJobResult
 from kafscale_iceberg.domain.jobs import JobState, JobStatus
-from kafscale_iceberg.domain.runs import RunPlan, RunResult, RunStatus
+from kafscale_iceberg.domain.runs import RunPlan, RunResult
 from kafscale_iceberg.exceptions import KafscaleIcebergError, UnknownJobError
+from kafscale_iceberg.execution.job_runner import job_status_of
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -258,23 +259,6 @@ class LocalSparkJobRunner:
                 f"local job {job_id!r} is not known to this process (it was started by another, or "
                 "before a restart); the run is re-planned once its lease expires"
             ) from None
-
-
-def job_status_of(
-    job_id: str, result: RunResult | CompactionJobResult, *, cancelled: bool = False
-) -> JobStatus:
-    """A finished job's status from the result document it wrote (a cancelled job is CANCELLED)."""
-    if cancelled:
-        return JobStatus(job_id, JobState.CANCELLED, "CANCELLED", "cancelled")
-    if isinstance(result, CompactionJobResult):
-        if result.succeeded:
-            return JobStatus(job_id, JobState.SUCCEEDED, "SUCCEEDED")
-        return JobStatus(job_id, JobState.FAILED, "FAILED", result.failure or "failed")
-    if result.status is RunStatus.SUCCEEDED:
-        return JobStatus(job_id, JobState.SUCCEEDED, "SUCCEEDED")
-    failure = result.failure
-    detail = f"{failure.kind.value}: {failure.message}" if failure else "failed"
-    return JobStatus(job_id, JobState.FAILED, "FAILED", detail)
 
 
 def _tail(path: Path | None) -> str:

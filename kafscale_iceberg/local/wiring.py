@@ -22,7 +22,7 @@ from kafscale_iceberg.config import KafscaleConfig
 from kafscale_iceberg.domain.runs import RunPlan
 from kafscale_iceberg.domain.tickets import RunTicket
 from kafscale_iceberg.exceptions import JavaMissingError
-from kafscale_iceberg.local.inline_runner import InlineJobRunner
+from kafscale_iceberg.execution.job_runner import InProcessJobRunner
 from kafscale_iceberg.local.pipeline import Pipeline, PipelineObserver, RunEnd, RunReport
 from kafscale_iceberg.local.spark_runner import LocalSparkJobRunner
 from kafscale_iceberg.metrics import MetricsSink, record_abort, record_commit, record_error, record_status
@@ -61,7 +61,7 @@ def make_runner(assembly: Assembly) -> JobRunner:
     if config.runner.type == "emr_serverless":
         return assembly.emr_runner
     if config.runner.type == "inline":
-        return InlineJobRunner(workers=config.runner.inline.workers or None, s3=assembly.s3_settings)
+        return InProcessJobRunner(workers=config.runner.inline.workers or None, s3=assembly.s3_settings)
     ensure_java()
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     local = config.runner.local

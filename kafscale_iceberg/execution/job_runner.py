@@ -1,9 +1,10 @@
-"""The inline `JobRunner` (`runner.type: inline`): each run's tasks in this process, no JVM.
+"""The in-process `JobRunner`: each run's tasks in this process, no JVM (`runner.type: inline`, and
+the Lambda runner on AWS, `functions/plan_runner.py`).
 
 The same driver and task code as the Spark job (`execution/driver.py`), mapped by the in-process
-executor (`execution/in_process.py`): plan.json in, the same data files and result.json out. It is
-`kafscale-iceberg run` as one small process, for a user replacing KafScale's Go processor; the
-Lambda runner on AWS runs the same code (`functions/plan_runner.py`).
+executor (`execution/in_process.py`): plan.json in, the same data files and result.json out. With
+`runner.type: inline` it is `kafscale-iceberg run` as one small process, for a user replacing
+KafScale's Go processor.
 
 Runs execute one at a time on a background thread, as the warm local Spark session's do; the job id
 is the run id, so starting the same run twice finds the first job, and the job's verdict is its
@@ -21,11 +22,11 @@ from concurrent.futures import wait as futures_wait
 from dataclasses import dataclass, field
 
 from kafscale_iceberg.adapters.s3_segments import S3Settings
+from kafscale_iceberg.domain.compaction_jobs import CompactionJobResult
 from kafscale_iceberg.domain.jobs import JobState, JobStatus
-from kafscale_iceberg.domain.runs import RunPlan, RunResult
+from kafscale_iceberg.domain.runs import RunPlan, RunResult, RunStatus
 from kafscale_iceberg.exceptions import UnknownJobError
 from kafscale_iceberg.execution.in_process import InProcessTaskExecutor, run_plan_in_process
-from kafscale_iceberg.local.spark_runner import job_status_of
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +39,7 @@ class _Job:
     cancelled: bool = field(default=False)
 
 
-class InlineJobRunner:
+class InProcessJobRunner:
     """Runs plans in this process (see the module docstring); `workers` threads per run (default:
     the cores this process may use). Close it to wait for the run in flight."""
 
@@ -56,10 +57,12 @@ class InlineJobRunner:
                 return plan.run_id
             job = _Job(plan.run_id, InProcessTaskExecutor(self.workers))
             if self._pool is None:
-                self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kafscale-inline")
+                self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kafscale-in-process")
             job.future = self._pool.submit(run_plan_in_process, plan_uri, s3=self._s3, executor=job.executor)
             self._jobs[plan.run_id] = job
-        logger.info("inline job started", extra={"run_id": plan.run_id, "workers": job.executor.parallelism})
+        logger.info(
+            "in-process job started", extra={"run_id": plan.run_id, "workers": job.executor.parallelism}
+        )
         return plan.run_id
 
     def status(self, job_id: str) -> JobStatus:
@@ -106,6 +109,23 @@ class InlineJobRunner:
             return self._jobs[job_id]
         except KeyError:
             raise UnknownJobError(
-                f"inline job {job_id!r} is not known to this process (it was started before a "
+                f"in-process job {job_id!r} is not known to this process (it was started before a "
                 "restart); the run is re-planned once its lease expires"
             ) from None
+
+
+def job_status_of(
+    job_id: str, result: RunResult | CompactionJobResult, *, cancelled: bool = False
+) -> JobStatus:
+    """A finished job's status from the result document it wrote (a cancelled job is CANCELLED)."""
+    if cancelled:
+        return JobStatus(job_id, JobState.CANCELLED, "CANCELLED", "cancelled")
+    if isinstance(result, CompactionJobResult):
+        if result.succeeded:
+            return JobStatus(job_id, JobState.SUCCEEDED, "SUCCEEDED")
+        return JobStatus(job_id, JobState.FAILED, "FAILED", result.failure or "failed")
+    if result.status is RunStatus.SUCCEEDED:
+        return JobStatus(job_id, JobState.SUCCEEDED, "SUCCEEDED")
+    failure = result.failure
+    detail = f"{failure.kind.value}: {failure.message}" if failure else "failed"
+    return JobStatus(job_id, JobState.FAILED, "FAILED", detail)
