@@ -15,8 +15,8 @@ The fakes, each with what it does not cover:
   `Sandbox.Timedout`). Faults end an invocation as Lambda does when it kills one: before the handler
   runs (`timed_out`, `out_of_memory`: `Sandbox.Timedout`, `Runtime.OutOfMemory`) or after it did all
   its work and wrote its documents (`killed_after`: the answer is lost, the error reported instead).
-  The Lambda runner (`PlanRunnerFunction`) runs its plan's tasks on threads of this process: its
-  calls from those threads (`IN_PROCESS_THREADS`) are attributed to its role. A function's
+  A call from a thread a function started (the Lambda runner's task threads, boto3's transfer
+  threads) is attributed to the function being invoked (one invocation runs at a time). A function's
   asynchronous `Invoke` (`InvocationType=Event`) is answered 202 and run by the next `pump`. Not
   covered: cold-start latency, concurrency limits, memory limits (an out-of-memory kill is the fault
   above, not measured use), the layer/image packaging (tests/test_template_tools.py builds those).
@@ -96,10 +96,6 @@ TEMPLATE_APPLICATION_ID = "00fabcdefg123456"
 _principal: contextvars.ContextVar[str | None] = contextvars.ContextVar("aws_box_principal", default=None)
 STATE_MACHINE_ROLE = "RunStateMachineRole"
 SPARK_JOB_THREAD = "kafscale-spark"  # LocalSparkJobRunner's job thread: the EMR job's driver
-PLAN_RUNNER_ROLE = "PlanRunnerRole"
-# The in-process runner's threads (execution/): its job, its tasks, their prefetch, publish and LFS
-# pools. Only the Lambda runner starts them in this process (Spark's tasks run in worker processes).
-IN_PROCESS_THREADS = ("kafscale-in-process", "kafscale-task", "prefetch", "publish", "lfs-fetch")
 
 
 # -- IAM ----------------------------------------------------------------------------------------------
@@ -226,6 +222,7 @@ class CallRecorder:
         self.renames = renames  # moto's ids -> the template's (the EMR application id)
         self.calls: list[Call] = []
         self.worker_requests = 0  # requests of the EMR job's Python workers (server_hook)
+        self.invocation_role: str | None = None  # the role of the function being invoked (LambdaFleet)
         # Requests as AWS bills them (one per API call, whatever IAM authorizes per item):
         # `service:Operation` of every recorded call, the event sources' receives and deletes included.
         self.requests: Counter[str] = Counter()
@@ -244,16 +241,16 @@ class CallRecorder:
         the EMR job's driver: the local Spark runner's job thread)."""
         params = context.get("aws_box_params", {})
         role = _principal.get()
-        thread = threading.current_thread().name
-        if role is None and thread.startswith(SPARK_JOB_THREAD):
+        if role is None and threading.current_thread().name.startswith(SPARK_JOB_THREAD):
             role = EMR_JOB_ROLE
-        if role is None and thread.startswith(IN_PROCESS_THREADS):
-            role = PLAN_RUNNER_ROLE
         if role is None:
             credentials = getattr(request_signer, "_credentials", None)
-            if getattr(credentials, "access_key", None) != "ak":  # moto's interpreter signs with "ak"
+            if getattr(credentials, "access_key", None) == "ak":  # moto's interpreter signs with "ak"
+                role = STATE_MACHINE_ROLE
+            elif self.invocation_role is not None:  # a thread the function being invoked started
+                role = self.invocation_role
+            else:
                 return
-            role = STATE_MACHINE_ROLE
         service = model.service_model.endpoint_prefix
         if service == "elasticmapreduce" or model.service_model.signing_name == "emr-serverless":
             service = "emr-serverless"
@@ -335,8 +332,14 @@ class Invocation:
 class LambdaFleet:
     """The template's functions, invoked in this process under Lambda's contract."""
 
-    def __init__(self, deployment: Deployment, environment: dict[str, dict[str, str]]) -> None:
+    def __init__(
+        self,
+        deployment: Deployment,
+        environment: dict[str, dict[str, str]],
+        recorder: CallRecorder | None = None,
+    ) -> None:
         self.deployment = deployment
+        self.recorder = recorder
         self.functions = {f.logical_id: f for f in functions()}
         self.environment = environment
         self.by_name: dict[str, str] = {}
@@ -365,6 +368,8 @@ class LambdaFleet:
             saved = dict(os.environ)
             os.environ.update(self.environment[logical_id])
             token = _principal.set(function.role_id)
+            if self.recorder is not None:
+                self.recorder.invocation_role = function.role_id
             started = time.perf_counter()
             error: str | None = None
             try:
@@ -392,6 +397,8 @@ class LambdaFleet:
             finally:
                 self.invocations.append(Invocation(logical_id, time.perf_counter() - started, error))
                 _principal.reset(token)
+                if self.recorder is not None:
+                    self.recorder.invocation_role = None
                 os.environ.clear()
                 os.environ.update(saved)
 
@@ -1176,7 +1183,7 @@ def build_box(
     monkeypatch.setitem(spark_context.environment, "AWS_ACCESS_KEY_ID", EMR_JOB_ACCESS_KEY)
     monkeypatch.setitem(spark_context.environment, "AWS_SECRET_ACCESS_KEY", "emr-job-secret")
 
-    fleet = LambdaFleet(deployment, environment)
+    fleet = LambdaFleet(deployment, environment, recorder)
 
     def invoke_lambda_function(
         parameters: dict[str, Any], region: str, state_credentials: Any
