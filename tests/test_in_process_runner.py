@@ -11,8 +11,10 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
@@ -22,10 +24,11 @@ from kafscale_iceberg.adapters.iceberg_catalog import CatalogSettings, load_iceb
 from kafscale_iceberg.assembly import Assembly
 from kafscale_iceberg.config import config_from_mapping
 from kafscale_iceberg.domain.jobs import JobState
+from kafscale_iceberg.domain.runner_choice import RunnerKind
 from kafscale_iceberg.domain.runs import FailureKind, RunPlan, RunResult, RunStatus
 from kafscale_iceberg.execution.driver import TaskSizing, run_plan
 from kafscale_iceberg.execution.in_process import InProcessTaskExecutor, run_plan_in_process
-from kafscale_iceberg.execution.job_runner import InProcessJobRunner
+from kafscale_iceberg.execution.job_runner import ChosenJobRunner, InProcessJobRunner
 from kafscale_iceberg.local.pipeline import RunEnd
 from kafscale_iceberg.local.wiring import make_runner, open_pipeline
 from kafscale_iceberg.segments.layout import Codec
@@ -246,3 +249,35 @@ def test_the_warm_cache_command_fills_the_numba_cache_a_cold_start_then_loads(tm
     assert cold.returncode == 0, cold.stderr
     assert "data loaded from" in cold.stdout + cold.stderr
     assert "data saved to" not in cold.stdout + cold.stderr
+
+
+def test_run_on_emr_serverless_runs_the_lambda_sized_plans_in_process_and_the_others_on_emr(
+    folder: SegmentFolder, moto_server: MotoEndpoint, tmp_path: Path
+) -> None:
+    """`run` with `runner.type: emr_serverless` follows the launcher's choice as AWS does (EMR
+    Serverless is moto's: its job runs report SUCCESS at once and run nothing)."""
+    from kafscale_iceberg.adapters.emr_serverless import EmrServerlessJobRunner
+    from tests.test_emr_serverless import _settings
+
+    emr: Any = moto_server.client("emr-serverless")
+    app_id = emr.create_application(name="kafscale", releaseLabel="emr-7.2.0", type="SPARK")["applicationId"]
+    runner = ChosenJobRunner(
+        InProcessJobRunner(workers=1), EmrServerlessJobRunner(_settings(app_id), emr, timeout_minutes=5)
+    )
+    small = make_plan(folder, str(tmp_path / "small"), ranges={2: (-1, 9)})
+    small = small.model_copy(update={"runner": RunnerKind.LAMBDA})
+    big = make_plan(folder, str(tmp_path / "big"), ranges=RANGES)
+    try:
+        small_job = runner.start(small, write_plan(small))
+        big_job = runner.start(big, write_plan(big))
+        assert small_job == small.run_id  # the in-process runner's job id
+        assert big_job != big.run_id  # EMR's job run id
+        assert emr.get_job_run(applicationId=app_id, jobRunId=big_job)["jobRun"]["name"] == big.run_id
+        while not runner.status(small_job).state.is_final:
+            time.sleep(0.05)
+        assert runner.status(small_job).state is JobState.SUCCEEDED
+        assert runner.status(big_job).state is JobState.SUCCEEDED
+    finally:
+        runner.close()
+    assert Path(small.result_uri).exists()  # ran here
+    assert not Path(big.result_uri).exists()  # went to EMR

@@ -24,9 +24,11 @@ from dataclasses import dataclass, field
 from kafscale_iceberg.adapters.s3_segments import S3Settings
 from kafscale_iceberg.domain.compaction_jobs import CompactionJobResult
 from kafscale_iceberg.domain.jobs import JobState, JobStatus
+from kafscale_iceberg.domain.runner_choice import RunnerKind
 from kafscale_iceberg.domain.runs import RunPlan, RunResult, RunStatus
 from kafscale_iceberg.exceptions import UnknownJobError
 from kafscale_iceberg.execution.in_process import InProcessTaskExecutor, run_plan_in_process
+from kafscale_iceberg.ports import JobRunner
 
 logger = logging.getLogger(__name__)
 
@@ -129,3 +131,37 @@ def job_status_of(
     failure = result.failure
     detail = f"{failure.kind.value}: {failure.message}" if failure else "failed"
     return JobStatus(job_id, JobState.FAILED, "FAILED", detail)
+
+
+class ChosenJobRunner:
+    """Runs each plan on the runner the launcher chose for it (`RunPlan.runner`): the in-process runner
+    for a `lambda` run, `emr` for any other. `run` with `runner.type: emr_serverless` uses it, so a
+    small run costs what it does on AWS (no EMR job) there too."""
+
+    def __init__(self, in_process: InProcessJobRunner, emr: JobRunner) -> None:
+        self._in_process = in_process
+        self._emr = emr
+        self._owners: dict[str, JobRunner] = {}
+
+    def start(self, plan: RunPlan, plan_uri: str) -> str:
+        """Start the plan's job on its runner, or find the one already started; returns its id."""
+        runner: JobRunner = self._in_process if plan.runner is RunnerKind.LAMBDA else self._emr
+        job_id = runner.start(plan, plan_uri)
+        self._owners[job_id] = runner
+        return job_id
+
+    def status(self, job_id: str) -> JobStatus:
+        """The job's state, from the runner that started it."""
+        return self._owner(job_id).status(job_id)
+
+    def cancel(self, job_id: str) -> None:
+        """Cancel the job on the runner that started it. Idempotent."""
+        self._owner(job_id).cancel(job_id)
+
+    def close(self) -> None:
+        """Close the in-process runner (the EMR runner holds nothing)."""
+        self._in_process.close()
+
+    def _owner(self, job_id: str) -> JobRunner:
+        # A job id this process did not start (before a restart) is EMR's, as before the choice.
+        return self._owners.get(job_id, self._emr)

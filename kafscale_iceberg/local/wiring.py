@@ -22,7 +22,7 @@ from kafscale_iceberg.config import KafscaleConfig
 from kafscale_iceberg.domain.runs import RunPlan
 from kafscale_iceberg.domain.tickets import RunTicket
 from kafscale_iceberg.exceptions import JavaMissingError
-from kafscale_iceberg.execution.job_runner import InProcessJobRunner
+from kafscale_iceberg.execution.job_runner import ChosenJobRunner, InProcessJobRunner
 from kafscale_iceberg.local.pipeline import Pipeline, PipelineObserver, RunEnd, RunReport
 from kafscale_iceberg.local.spark_runner import LocalSparkJobRunner
 from kafscale_iceberg.metrics import MetricsSink, record_abort, record_commit, record_error, record_status
@@ -59,7 +59,10 @@ def make_runner(assembly: Assembly) -> JobRunner:
     (`inline`), or EMR Serverless."""
     config = assembly.config
     if config.runner.type == "emr_serverless":
-        return assembly.emr_runner
+        if config.runner.lambda_.max_bytes == 0:
+            return assembly.emr_runner
+        # The runs AWS would send to the Lambda runner run in this process, the others on EMR.
+        return ChosenJobRunner(assembly.in_process_runner, assembly.emr_runner)
     if config.runner.type == "inline":
         return InProcessJobRunner(workers=config.runner.inline.workers or None, s3=assembly.s3_settings)
     ensure_java()

@@ -15,8 +15,9 @@ The fakes, each with what it does not cover:
   `Sandbox.Timedout`). Faults end an invocation as Lambda does when it kills one: before the handler
   runs (`timed_out`, `out_of_memory`: `Sandbox.Timedout`, `Runtime.OutOfMemory`) or after it did all
   its work and wrote its documents (`killed_after`: the answer is lost, the error reported instead).
-  A call from a thread a function started (the Lambda runner's task threads, boto3's transfer
-  threads) is attributed to the function being invoked (one invocation runs at a time). A function's
+  A call from a thread pool's thread runs in the context of the code that submitted it (the box's
+  `ThreadPoolExecutor.submit` carries it, as Python does not), so the Lambda runner's task threads and
+  boto3's transfer threads are attributed to the function that started them. A function's
   asynchronous `Invoke` (`InvocationType=Event`) is answered 202 and run by the next `pump`. Not
   covered: cold-start latency, concurrency limits, memory limits (an out-of-memory kill is the fault
   above, not measured use), the layer/image packaging (tests/test_template_tools.py builds those).
@@ -222,7 +223,6 @@ class CallRecorder:
         self.renames = renames  # moto's ids -> the template's (the EMR application id)
         self.calls: list[Call] = []
         self.worker_requests = 0  # requests of the EMR job's Python workers (server_hook)
-        self.invocation_role: str | None = None  # the role of the function being invoked (LambdaFleet)
         # Requests as AWS bills them (one per API call, whatever IAM authorizes per item):
         # `service:Operation` of every recorded call, the event sources' receives and deletes included.
         self.requests: Counter[str] = Counter()
@@ -245,12 +245,9 @@ class CallRecorder:
             role = EMR_JOB_ROLE
         if role is None:
             credentials = getattr(request_signer, "_credentials", None)
-            if getattr(credentials, "access_key", None) == "ak":  # moto's interpreter signs with "ak"
-                role = STATE_MACHINE_ROLE
-            elif self.invocation_role is not None:  # a thread the function being invoked started
-                role = self.invocation_role
-            else:
+            if getattr(credentials, "access_key", None) != "ak":  # moto's interpreter signs with "ak"
                 return
+            role = STATE_MACHINE_ROLE
         service = model.service_model.endpoint_prefix
         if service == "elasticmapreduce" or model.service_model.signing_name == "emr-serverless":
             service = "emr-serverless"
@@ -332,14 +329,8 @@ class Invocation:
 class LambdaFleet:
     """The template's functions, invoked in this process under Lambda's contract."""
 
-    def __init__(
-        self,
-        deployment: Deployment,
-        environment: dict[str, dict[str, str]],
-        recorder: CallRecorder | None = None,
-    ) -> None:
+    def __init__(self, deployment: Deployment, environment: dict[str, dict[str, str]]) -> None:
         self.deployment = deployment
-        self.recorder = recorder
         self.functions = {f.logical_id: f for f in functions()}
         self.environment = environment
         self.by_name: dict[str, str] = {}
@@ -368,8 +359,6 @@ class LambdaFleet:
             saved = dict(os.environ)
             os.environ.update(self.environment[logical_id])
             token = _principal.set(function.role_id)
-            if self.recorder is not None:
-                self.recorder.invocation_role = function.role_id
             started = time.perf_counter()
             error: str | None = None
             try:
@@ -397,8 +386,6 @@ class LambdaFleet:
             finally:
                 self.invocations.append(Invocation(logical_id, time.perf_counter() - started, error))
                 _principal.reset(token)
-                if self.recorder is not None:
-                    self.recorder.invocation_role = None
                 os.environ.clear()
                 os.environ.update(saved)
 
@@ -1183,7 +1170,16 @@ def build_box(
     monkeypatch.setitem(spark_context.environment, "AWS_ACCESS_KEY_ID", EMR_JOB_ACCESS_KEY)
     monkeypatch.setitem(spark_context.environment, "AWS_SECRET_ACCESS_KEY", "emr-job-secret")
 
-    fleet = LambdaFleet(deployment, environment, recorder)
+    fleet = LambdaFleet(deployment, environment)
+    # A pool thread runs in its submitter's context (the function's principal, for IAM attribution).
+    from concurrent.futures import ThreadPoolExecutor
+
+    original_submit = ThreadPoolExecutor.submit
+
+    def submit_in_context(pool: Any, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        return original_submit(pool, contextvars.copy_context().run, fn, *args, **kwargs)
+
+    monkeypatch.setattr(ThreadPoolExecutor, "submit", submit_in_context)
 
     def invoke_lambda_function(
         parameters: dict[str, Any], region: str, state_credentials: Any
