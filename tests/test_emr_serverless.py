@@ -11,10 +11,12 @@ from botocore.stub import Stubber
 
 from kafscale_iceberg.adapters.emr_serverless import EmrServerlessJobRunner
 from kafscale_iceberg.config import EmrServerlessRunnerConfig
+from kafscale_iceberg.domain.job_sizing import GIB, job_size, sizing_conf
 from kafscale_iceberg.domain.jobs import JobState
+from kafscale_iceberg.domain.runs import RunPlan
 from kafscale_iceberg.exceptions import JobRunnerError, JobRunnerUnavailableError
 from tests.support.moto import MotoEndpoint
-from tests.support.plans import sample_plan
+from tests.support.plans import sample_plan, sample_plan_fields
 
 ROLE = "arn:aws:iam::123456789012:role/kafscale-iceberg-job"
 PLAN_URI = "s3://runs/orders/r/plan.json"
@@ -208,3 +210,57 @@ def stubber_any() -> Any:
     from botocore.stub import ANY
 
     return ANY
+
+
+def _plan_of(size_bytes: int) -> Any:
+    fields = sample_plan_fields()
+    fields["partitions"][0]["segments"][0]["size_bytes"] = size_bytes
+    return RunPlan.model_validate(fields)
+
+
+def _submitted(emr: Any, app_id: str, job_id: str) -> str:
+    job = emr.get_job_run(applicationId=app_id, jobRunId=job_id)["jobRun"]
+    parameters: str = job["jobDriver"]["sparkSubmit"]["sparkSubmitParameters"]
+    return parameters
+
+
+def test_a_small_run_gets_a_small_job_with_a_fixed_executor_count(moto_server: MotoEndpoint) -> None:
+    emr: Any = moto_server.client("emr-serverless")
+    app_id = emr.create_application(name="kafscale", releaseLabel="emr-7.2.0", type="SPARK")["applicationId"]
+    runner = EmrServerlessJobRunner(_settings(app_id), emr, timeout_minutes=60)
+    parameters = _submitted(emr, app_id, runner.start(_plan_of(40 * 1024**2), PLAN_URI))
+    for conf in (
+        "spark.driver.cores=1",
+        "spark.driver.memory=1g",
+        "spark.executor.cores=1",
+        "spark.executor.memory=2g",
+        "spark.executor.instances=1",
+        "spark.dynamicAllocation.enabled=false",
+    ):
+        assert f"--conf {conf}" in parameters, parameters
+
+
+def test_the_executor_count_grows_with_the_planned_bytes_and_a_big_run_keeps_emr_defaults() -> None:
+    tiny, small = job_size(1), job_size(GIB)
+    assert tiny is not None
+    assert small is not None
+    assert (tiny.vcpu, tiny.billed_memory_gb) == (2, 5)  # a 2 GB driver and a 3 GB executor worker
+    assert (small.vcpu, small.executors) == (3, 1)
+    assert [job_size(n * GIB + 1).executors for n in (1, 2, 3)] == [2, 3, 4]  # type: ignore[union-attr]
+    assert job_size(4 * GIB + 1) is None
+    assert sizing_conf(5 * GIB) == {}
+
+
+def test_the_users_spark_submit_parameters_win_over_the_sizing(moto_server: MotoEndpoint) -> None:
+    emr: Any = moto_server.client("emr-serverless")
+    app_id = emr.create_application(name="kafscale", releaseLabel="emr-7.2.0", type="SPARK")["applicationId"]
+    settings = _settings(app_id).model_copy(
+        update={"spark_submit_parameters": "--conf spark.executor.memory=8g --driver-memory 6g"}
+    )
+    runner = EmrServerlessJobRunner(settings, emr, timeout_minutes=60)
+    parameters = _submitted(emr, app_id, runner.start(_plan_of(1024), PLAN_URI))
+    assert "spark.executor.memory=2g" not in parameters
+    assert "spark.driver.memory=1g" not in parameters
+    assert "--conf spark.executor.memory=8g" in parameters
+    assert "--driver-memory 6g" in parameters
+    assert "--conf spark.executor.instances=1" in parameters  # what the user left alone is still sized

@@ -16,6 +16,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from kafscale_iceberg.config import EmrServerlessRunnerConfig
 from kafscale_iceberg.domain.compaction_jobs import CompactionJob
+from kafscale_iceberg.domain.job_sizing import sizing_conf
 from kafscale_iceberg.domain.jobs import JobState, JobStatus
 from kafscale_iceberg.domain.runs import RunPlan
 from kafscale_iceberg.exceptions import (
@@ -99,11 +100,18 @@ class EmrServerlessJobRunner:
         return request
 
     def _request(self, plan: RunPlan, plan_uri: str) -> dict[str, Any]:
+        """The run's job, sized to its planned bytes (`domain/job_sizing.py`)."""
+        sizing = sizing_conf(plan.total_bytes, self._settings.spark_submit_parameters)
         return self._job_request(
-            plan.run_id, ["--plan", plan_uri], {"kafscale:topic": plan.topic, "kafscale:run-id": plan.run_id}
+            plan.run_id,
+            ["--plan", plan_uri],
+            {"kafscale:topic": plan.topic, "kafscale:run-id": plan.run_id},
+            sizing=sizing,
         )
 
-    def _job_request(self, token: str, arguments: list[str], tags: dict[str, str]) -> dict[str, Any]:
+    def _job_request(
+        self, token: str, arguments: list[str], tags: dict[str, str], *, sizing: dict[str, str] | None = None
+    ) -> dict[str, Any]:
         request: dict[str, Any] = {
             "applicationId": self._settings.application_id,
             "clientToken": token,
@@ -113,7 +121,7 @@ class EmrServerlessJobRunner:
                 "sparkSubmit": {
                     "entryPoint": self._settings.entry_point,
                     "entryPointArguments": arguments,
-                    **self._spark_submit_parameters(),
+                    **self._spark_submit_parameters(sizing or {}),
                 }
             },
             "tags": tags,
@@ -154,7 +162,7 @@ class EmrServerlessJobRunner:
         except BotoCoreError as exc:
             raise JobRunnerUnavailableError(f"cancel job run {job_id}: {exc}") from exc
 
-    def _spark_submit_parameters(self) -> dict[str, str]:
+    def _spark_submit_parameters(self, sizing: dict[str, str]) -> dict[str, str]:
         # The job's S3 clients (boto3, pyarrow) take their region from the environment: without it they
         # use the global endpoint, which a VPC without NAT cannot reach (gateway endpoints are regional).
         region = self._emr.meta.region_name
@@ -170,6 +178,7 @@ class EmrServerlessJobRunner:
         params = " ".join(
             p
             for p in (
+                " ".join(f"--conf {key}={value}" for key, value in sizing.items()),
                 self._settings.job_spark_submit_parameters(),
                 region_env,
                 "--conf spark.sql.session.timeZone=UTC",

@@ -24,11 +24,13 @@ from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table, Transaction
 from pyiceberg.transforms import (
+    BucketTransform,
     DayTransform,
     HourTransform,
     IdentityTransform,
     MonthTransform,
     Transform,
+    TruncateTransform,
     YearTransform,
 )
 from pyiceberg.types import (
@@ -58,7 +60,7 @@ from kafscale_iceberg.domain.commits import (
     describe_partitioning,
 )
 from kafscale_iceberg.domain.field_ids import missing_parts
-from kafscale_iceberg.domain.runs import ColumnSpec, ColumnType, PartitionTransform
+from kafscale_iceberg.domain.runs import ColumnSpec, ColumnType, PartitionField, PartitionTransform
 from kafscale_iceberg.domain.schema import BASE_FIELD_NAMES, FieldSpec
 from kafscale_iceberg.exceptions import (
     InferredColumnChangedError,
@@ -330,7 +332,12 @@ def field_ids_by_path(schema: Schema) -> dict[str, int]:
     return ids
 
 
-def iceberg_transform(transform: PartitionTransform) -> Transform[Any, Any]:
+def iceberg_transform(field: PartitionField) -> Transform[Any, Any]:
+    """pyiceberg's transform of `field`: `BucketTransform(N)`, `TruncateTransform(W)`, `DayTransform()`…"""
+    if field.transform is PartitionTransform.BUCKET and field.parameter is not None:
+        return BucketTransform(field.parameter)
+    if field.transform is PartitionTransform.TRUNCATE and field.parameter is not None:
+        return TruncateTransform(field.parameter)
     transforms: Mapping[PartitionTransform, Transform[Any, Any]] = MappingProxyType(
         {
             PartitionTransform.IDENTITY: IdentityTransform(),
@@ -340,13 +347,13 @@ def iceberg_transform(transform: PartitionTransform) -> Transform[Any, Any]:
             PartitionTransform.HOUR: HourTransform(),
         }
     )
-    return transforms[transform]
+    return transforms[field.transform]
 
 
 def check_partitioning(spec: TableSpec, table: Table) -> None:
     """Every partition field of the table must be one the run's files are split by (one value per file)."""
     table_fields = _table_partitioning(table.spec(), table.schema())
-    mapped = [(field.transform.value, field.column) for field in spec.partition_by]
+    mapped = [(field.iceberg_transform, field.column) for field in spec.partition_by]
     if not set(table_fields) <= set(mapped):
         raise PartitionSpecMismatchError(
             spec.identifier, describe_partitioning(table_fields), describe_partitioning(mapped)
@@ -358,3 +365,26 @@ def _table_partitioning(partition_spec: PartitionSpec, schema: Schema) -> list[t
         (str(field.transform), schema.find_column_name(field.source_id) or "?")
         for field in partition_spec.fields
     ]
+
+
+def set_identifier_fields(table: Table, spec: TableSpec) -> bool:
+    """Declare `spec.identifier_fields` (an upsert table's key) as the table's identifier fields when
+    they differ (one schema commit); True when changed. Raises `SchemaChangeError` when a key column
+    is optional in the table (Iceberg identifier fields are required)."""
+    wanted = set(spec.identifier_fields)
+    if not wanted or set(table.schema().identifier_field_names()) == wanted:
+        return False
+    for name in spec.identifier_fields:
+        field = table.schema().find_field(name)
+        if not field.required:
+            raise SchemaChangeError(
+                spec.identifier,
+                name,
+                f"optional {type_text(field.field_type)}",
+                f"required {type_text(field.field_type)} (an upsert key column)",
+                "an upsert table's key columns are required; upsert into a new table, or rewrite this one "
+                "with the column required",
+            )
+    with table.update_schema() as update:
+        update.set_identifier_fields(*spec.identifier_fields)
+    return True

@@ -3,9 +3,10 @@
 `IcebergTableCommitter` is the `TableCommitter` port's adapter. Rules it applies:
 
 - **Creation** (`create_table_if_missing`, namespace too): KafScale's eight base fields with field ids
-  1-8, then the mapping's columns; the mapping's partition fields (identity, year, month, day, hour);
-  `write.format.default=parquet` and `schema.name-mapping.default`, which maps the Spark job's Parquet
-  files (they carry no field ids) to the columns by name. A create race ends in loading the winner.
+  1-8, then the mapping's columns; the mapping's partition fields (identity, year, month, day, hour,
+  bucket[N], truncate[W]); `write.format.default=parquet` and `schema.name-mapping.default`, which
+  maps the Spark job's Parquet files (they carry no field ids) to the columns by name. A create race
+  ends in loading the winner.
 - **Evolution** before any file is added: a missing column is added *optional* - Iceberg cannot add a
   required column to a table that already holds rows (they would have no value); int->long and
   float->double only with `allow_type_widening`; a table column already wider than the mapping's is
@@ -58,10 +59,17 @@ from kafscale_iceberg.adapters.iceberg_schemas import (
     field_ids_by_path,
     iceberg_transform,
     plan_schema_changes,
+    set_identifier_fields,
     stage_new_columns,
     table_columns,
 )
-from kafscale_iceberg.adapters.iceberg_writes import append_files, delete_rows, rows_after, single_attempt
+from kafscale_iceberg.adapters.iceberg_writes import (
+    append_files,
+    delete_rows,
+    replace_files,
+    rows_after,
+    single_attempt,
+)
 from kafscale_iceberg.domain.anomalies import OffsetAnomalies
 from kafscale_iceberg.domain.commits import (
     SUMMARY_CONVERSION_FAILURES,
@@ -71,11 +79,12 @@ from kafscale_iceberg.domain.commits import (
     TableState,
     decode_conversion_failures,
     marker_properties,
-    partition_field_name,
     read_marker,
 )
 from kafscale_iceberg.domain.field_ids import TableFieldIds, field_id_mismatches
 from kafscale_iceberg.domain.maintenance import files_baseline, total_data_files
+from kafscale_iceberg.domain.partitioning import partition_field_name
+from kafscale_iceberg.domain.upsert import UpsertCounts, upsert_counts_of
 from kafscale_iceberg.exceptions import (
     CatalogUnavailableError,
     CommitOutcomeUnknownError,
@@ -127,6 +136,8 @@ class IcebergTableCommitter(CatalogTableAccess):
                     logger.info("table created", extra={"table": spec.identifier})
                     return SchemaChanges(created=True)
             check_partitioning(spec, table)
+            if set_identifier_fields(table, spec):
+                logger.info("table identifier fields set", extra={"table": spec.identifier})
             if not spec.evolve:
                 return SchemaChanges()  # an inferred table: its commit adds the new columns
             for attempt in range(1, _SCHEMA_ATTEMPTS + 1):
@@ -169,7 +180,12 @@ class IcebergTableCommitter(CatalogTableAccess):
                     required=field.required,
                 )
                 for index, field in enumerate(spec.fields, start=1)
-            )
+            ),
+            identifier_field_ids=[
+                field.field_id or index
+                for index, field in enumerate(spec.fields, start=1)
+                if field.name in spec.identifier_fields
+            ],
         )
         partition_fields = []
         for index, field in enumerate(spec.partition_by):
@@ -178,8 +194,8 @@ class IcebergTableCommitter(CatalogTableAccess):
                 IcebergPartitionField(
                     source_id=source.field_id,
                     field_id=1000 + index,
-                    transform=iceberg_transform(field.transform),
-                    name=partition_field_name(field.column, field.transform),
+                    transform=iceberg_transform(field),
+                    name=partition_field_name(field),
                 )
             )
         if spec.namespace:
@@ -244,6 +260,16 @@ class IcebergTableCommitter(CatalogTableAccess):
                 totals[column] = totals.get(column, 0) + count
         return dict(sorted(totals.items()))
 
+    def upsert_counts(self, table: str, topic: str) -> UpsertCounts:
+        """What `topic`'s upsert runs did to `table`: the sum of the `kafscale.upsert.*` summaries on
+        the current lineage (snapshots still retained). Raises like `read_state`."""
+        total = UpsertCounts()
+        for summary in _topic_summaries(self._load(table), topic):
+            counts = upsert_counts_of(summary)
+            if counts is not None:
+                total = total.plus(counts)
+        return total
+
     def offset_anomalies(self, table: str, topic: str) -> OffsetAnomalies:
         """Per partition, the offset gaps and overlapped records of `topic`'s runs: the sum of the
         `kafscale.offset-gaps` / `kafscale.overlapped` summaries on the current lineage (snapshots
@@ -298,7 +324,9 @@ class IcebergTableCommitter(CatalogTableAccess):
                     commit.summary(),
                     data_location=commit.rewrite_location,
                 )
-            if commit.file_uris:
+            if commit.removed_files:
+                replace_files(transaction, table, commit)
+            elif commit.file_uris:
                 # What `add_files` does, from the metrics the run carried instead of one footer read
                 # per file (`iceberg_data_files`). Duplicate paths are ruled out by the offsets
                 # marker; pyiceberg's own check would read every manifest of the table on each commit.

@@ -2,6 +2,7 @@
 
 - `append_files`: a run's data files, from the metrics the run carried (no footer read), as
   `add_files` would (merge or fast append, as the table says).
+- `replace_files`: files removed and files added as ONE `overwrite` snapshot (an upsert run).
 - `delete_rows`: rows deleted copy-on-write as ONE `overwrite` snapshot (the offset reset).
 - `rows_after`: the rows after each partition's offset, as an Iceberg expression.
 - `single_attempt`: a table whose transactions pyiceberg never retries blindly.
@@ -49,6 +50,27 @@ def append_files(transaction: Transaction, table: Table, commit: TableCommit) ->
     with snapshot.merge_append() if merge else snapshot.fast_append() as append:
         for data_file in files:
             append.append_data_file(data_file)
+
+
+def replace_files(transaction: Transaction, table: Table, commit: TableCommit) -> None:
+    """Remove `commit.removed_files` and add its files as ONE `overwrite` snapshot carrying its summary
+    (an upsert run's copy-on-write). Raises ValueError naming a file to remove the table lacks."""
+    metadata = transaction.table_metadata
+    files = data_files_to_add(metadata, table.io, commit.file_uris, {f.uri: f for f in commit.files})
+    wanted = set(commit.removed_files)
+    snapshot_id = metadata.current_snapshot_id
+    live = [] if snapshot_id is None else table.scan(snapshot_id=snapshot_id).plan_files()
+    removed = [task.file for task in live if task.file.file_path in wanted]
+    if len(removed) != len(wanted):
+        missing = sorted(wanted - {f.file_path for f in removed})
+        raise ValueError(f"files to replace are not in snapshot {snapshot_id}: {', '.join(missing[:3])}")
+    if metadata.name_mapping() is None:
+        transaction.set_properties({NAME_MAPPING: metadata.schema().name_mapping.model_dump_json()})
+    with transaction.update_snapshot(snapshot_properties=commit.summary()).overwrite() as overwrite:
+        for data_file in removed:
+            overwrite.delete_data_file(data_file)
+        for data_file in files:
+            overwrite.append_data_file(data_file)
 
 
 @dataclass(frozen=True)

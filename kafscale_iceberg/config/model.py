@@ -124,6 +124,13 @@ class KafscaleConfig(_Section):
             first = first_index.setdefault(mapping.topic, index)
             if first != index:
                 first_mapping = self.mappings[first]
+                if "upsert" in (mapping.mode, first_mapping.mode):
+                    problems.add(
+                        f"{key}.mode",
+                        f"mode: upsert is not supported yet for a topic with several mappings "
+                        f"({mapping.topic!r} has mappings[{first}] and mappings[{index}]): give the "
+                        "upsert table a topic of its own",
+                    )
                 if mapping.lfs != first_mapping.lfs:
                     problems.add(
                         f"{key}.lfs",

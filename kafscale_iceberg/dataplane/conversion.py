@@ -36,7 +36,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kafscale_iceberg.dataplane.columns import ColumnScanner, ExtractedColumns, parse_columns
+from kafscale_iceberg.dataplane.columns import ColumnScanner, ExtractedColumns, parse_columns, scannable
 from kafscale_iceberg.dataplane.headers import go_headers_json
 from kafscale_iceberg.dataplane.schemas import DEAD_LETTER_SCHEMA, data_schema
 from kafscale_iceberg.dataplane.values import NO_VALUE
@@ -62,6 +62,11 @@ class ErrorKind(StrEnum):
     """A routed mapping: the route field is missing or null, or no value matched, and no default table."""
     ROUTE_INVALID = "route_invalid"
     """A routed mapping: the route field is not a string, or its value is not a valid table name."""
+    CDC_ENVELOPE = "cdc_envelope"
+    """An upsert mapping: the value is not a change event of its `upsert.cdc` (`upsert_changes.py`)."""
+    TOMBSTONE = "tombstone"
+    """An upsert mapping: a tombstone that deletes nothing (tombstones do not delete, or its record key
+    names no key)."""
 
 
 # Records the LFS stage could not use: dead-lettered in every schema mode, never a strict-mode failure.
@@ -96,6 +101,8 @@ class ConvertedRecords:
     failed_rows: Mapping[str, np.ndarray] = field(default_factory=dict)
     """Per column counted in `conversion_failures`: the positions in `rows` of those records (to
     count them per table when a route splits the rows)."""
+    deleted_keys: pa.Table | None = None
+    """An upsert mapping: the records deleting their key (base fields and key columns)."""
 
 
 class RecordConverter:
@@ -121,11 +128,11 @@ class RecordConverter:
                     f"topic {topic}: the plan's json_schema is invalid: {exc.message}"
                 ) from exc
             self._validator = validator_class(settings.json_schema)
-        # The compiled scanner builds the Go processor's scalar types (the fast path); a mapping with
-        # nested, decimal or uuid columns takes the per-record path for all its columns.
-        scannable = all(c.scannable for c in self.columns)
+        # The compiled scanner builds the Go processor's scalar types and decimals (the fast path); a
+        # mapping with nested or uuid columns takes the per-record path for all its columns.
+        scanned = all(scannable(c) for c in self.columns)
         self._scanner = (
-            ColumnScanner(self.columns) if self.columns and self._validator is None and scannable else None
+            ColumnScanner(self.columns) if self.columns and self._validator is None and scanned else None
         )
         self._parse = bool(self.columns) and self._scanner is None
         self._failure_rows: dict[str, np.ndarray] = {}

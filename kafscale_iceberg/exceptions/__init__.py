@@ -32,6 +32,7 @@ from kafscale_iceberg.exceptions.checkpoints import (
     ConcurrentOffsetUpdateError,
     LeaseLostError,
     OffsetRegressionError,
+    OffsetsNotRecordedError,
 )
 from kafscale_iceberg.exceptions.commits import (
     CommitConflictError,
@@ -41,6 +42,7 @@ from kafscale_iceberg.exceptions.commits import (
     OffsetResetRefusedError,
     RunAttemptEndedError,
     RunNotCommittableError,
+    RunSupersededError,
     TableChangedError,
 )
 from kafscale_iceberg.exceptions.configuration import (
@@ -65,6 +67,7 @@ from kafscale_iceberg.exceptions.control_plane import (
     ReplayRequestError,
     SchemaNotFoundError,
     SegmentIncompleteError,
+    TopicBatchingError,
     UnknownJobError,
     UnmappedTopicError,
 )
@@ -149,6 +152,7 @@ __all__ = [
     "OffsetMismatchError",
     "OffsetRegressionError",
     "OffsetResetRefusedError",
+    "OffsetsNotRecordedError",
     "PartitionSpecMismatchError",
     "PartitioningError",
     "QueueUnavailableError",
@@ -158,6 +162,7 @@ __all__ = [
     "ReplayRequestError",
     "RunAttemptEndedError",
     "RunNotCommittableError",
+    "RunSupersededError",
     "S3UnavailableError",
     "SchemaChangeError",
     "SchemaNotFoundError",
@@ -170,6 +175,7 @@ __all__ = [
     "TableChangedError",
     "TableMarkerError",
     "TableMissingError",
+    "TopicBatchingError",
     "TransientError",
     "TruncatedSegmentError",
     "UnknownJobError",

@@ -232,6 +232,28 @@ TABLE_RECORDS = MetricDef(
     "tables or feeding several mappings: where each record went.",
     "Count",
 )
+UPSERT_ROWS = MetricDef(
+    "upsert_rows_total",
+    MetricKind.COUNTER,
+    ("topic", "table", "change"),
+    "Keys an upsert table's committed runs changed: `inserted` (new), `updated` (a row replaced), "
+    "`deleted` (a row removed).",
+    "Count",
+)
+UPSERT_FILES_REWRITTEN = MetricDef(
+    "upsert_files_rewritten_total",
+    MetricKind.COUNTER,
+    ("topic", "table"),
+    "Data files an upsert table's committed runs rewrote without the rows of changed keys.",
+    "Count",
+)
+UPSERT_BYTES_REWRITTEN = MetricDef(
+    "upsert_bytes_rewritten_total",
+    MetricKind.COUNTER,
+    ("topic", "table"),
+    "Bytes of the data files an upsert table's committed runs rewrote (as the table knew them).",
+    "Bytes",
+)
 
 
 RECONCILER_SIGNALS = MetricDef(
@@ -317,6 +339,9 @@ ALL_METRICS: tuple[MetricDef, ...] = (
     OFFSET_GAPS,
     CONVERSION_FAILURES,
     TABLE_RECORDS,
+    UPSERT_ROWS,
+    UPSERT_FILES_REWRITTEN,
+    UPSERT_BYTES_REWRITTEN,
     RECONCILER_SIGNALS,
     RECONCILER_RELEASED_LEASES,
     REPLAY_SEGMENTS_ENQUEUED,

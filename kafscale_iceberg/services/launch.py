@@ -237,6 +237,9 @@ class LaunchOutcome:
     wait_seconds: float = 0.0
     replan: bool = False
     """The committed offsets moved under the claimed lease: plan again from them."""
+    batching: bool = False
+    """WAITING for a larger batch (`runs.min_bytes_per_run`, at most `max_wait_seconds`): nothing
+    re-signals the topic, so the caller looks again after `wait_seconds`."""
     held: Mapping[int, str] = field(default_factory=dict)
     """Partitions left out (a malformed or corrupt segment in their way, or a partition failing on
     one): they wait, with why; the others ran (or were idle)."""
@@ -538,6 +541,7 @@ class Launcher:
             lfs=mapping.lfs_settings(config.s3.bucket),
             infer_columns=infer,
             allow_type_widening=infer and mapping.schema_.allow_type_widening,
+            upsert=mapping.upsert.to_settings() if mapping.upsert is not None else None,
         )
         # The table's columns include the `lfs_*` ones `store_metadata` adds.
         fields = table_fields(conversion.table_columns)
@@ -637,6 +641,7 @@ class Launcher:
                 LaunchStatus.WAITING,
                 detail=f"{selection.pending_bytes} bytes pending, below runs.min_bytes_per_run",
                 wait_seconds=selection.wait_seconds,
+                batching=True,
             )
         if selection.blocked:
             keys = ", ".join(s.key for s in selection.blocked)

@@ -309,6 +309,7 @@ def output_spec(plan: RunPlan, output: TableOutput, policy: TablePolicy) -> Tabl
         create_if_missing=chosen.create_table_if_missing or output.identifier not in static,
         allow_type_widening=chosen.allow_type_widening,
         evolve=not mapping.conversion.infer_columns,
+        identifier_fields=mapping.conversion.upsert.key if mapping.conversion.upsert is not None else (),
     )
 
 

@@ -215,6 +215,17 @@ def s3_rest_requests(method: str, path: str, query: str, body: bytes) -> list[tu
     return [(f"unmapped:s3:{method}", obj)]
 
 
+def s3_price_class(method: str, path: str, query: str) -> str:
+    """How S3 bills a path-style REST request: `GET` (GET, HEAD), `PUT` (PUT, POST, COPY), `LIST`
+    (a bucket's GET), or `DELETE` (free)."""
+    _bucket, _, key = path.lstrip("/").partition("/")
+    if method == "DELETE" or (method == "POST" and "delete" in query.split("&")):
+        return "DELETE"
+    if method in {"GET", "HEAD"}:
+        return "GET" if key else "LIST"
+    return "PUT"
+
+
 class CallRecorder:
     """Records every AWS call of the box's functions and state machine (see the module docstring)."""
 
@@ -226,9 +237,10 @@ class CallRecorder:
         # Requests as AWS bills them (one per API call, whatever IAM authorizes per item):
         # `service:Operation` of every recorded call, the event sources' receives and deletes included.
         self.requests: Counter[str] = Counter()
-        # Every S3 request moto received, by HTTP method, whoever signed it (the harness's own too:
-        # read it around `Box.pump`, during which only the stack touches S3). It includes what no
-        # botocore hook sees: pyiceberg's table metadata through pyarrow, the job's Python workers.
+        # Every S3 request moto received, by price class (`s3_price_class`), whoever signed it (the
+        # harness's own too: read it around `Box.pump`, during which only the stack touches S3). It
+        # includes what no botocore hook sees: pyiceberg's table metadata through pyarrow, the job's
+        # Python workers.
         self.s3_requests_seen: Counter[str] = Counter()
         self._lock = threading.Lock()
 
@@ -274,8 +286,10 @@ class CallRecorder:
 
         authorization = environ.get("HTTP_AUTHORIZATION", "")
         if "/s3/aws4_request" in authorization:
+            method, path = str(environ.get("REQUEST_METHOD")), environ.get("PATH_INFO", "")
+            kind = s3_price_class(method, path, environ.get("QUERY_STRING", ""))
             with self._lock:
-                self.s3_requests_seen[str(environ.get("REQUEST_METHOD"))] += 1
+                self.s3_requests_seen[kind] += 1
         if f"Credential={EMR_JOB_ACCESS_KEY}/" not in authorization:
             return
         service = authorization.split("Credential=", 1)[1].split(",", 1)[0].split("/")[3]
@@ -1102,7 +1116,7 @@ def build_box(
         "etcd": {"endpoints": [etcd.url]},
         "offsets": {"key_prefix": key_prefix},
         # No backoff: the state machine's Backoff wait is scaled, the launcher's check of it is wall time.
-        "runs": {"retry_backoff_seconds": 0, **(runs or {})},
+        "runs": {"retry_backoff_seconds": 0, "min_bytes_per_run": 0, **(runs or {})},
         "mappings": mappings,
         # Every run on EMR unless a test gives the Lambda runner its runs (runner.lambda.max_bytes).
         "runner": runner or {"lambda": {"max_bytes": 0}},

@@ -44,6 +44,7 @@ from kafscale_iceberg.domain.runs.plan import (
     SegmentSource,
     TableRole,
     TableTarget,
+    deleted_keys_target,
     make_run_id,
     validate_run_id,
 )
@@ -64,6 +65,7 @@ from kafscale_iceberg.domain.runs.result import (
     RunTimings,
     TableOutput,
 )
+from kafscale_iceberg.domain.runs.upsert import CdcFormat, UpsertSettings
 from kafscale_iceberg.domain.runs.written import (
     plan_as_written,
     table_outputs,
@@ -79,6 +81,7 @@ __all__ = [
     "PLAN_VERSION",
     "RESULT_VERSION",
     "RUN_ID_PATTERN",
+    "CdcFormat",
     "ColumnSpec",
     "ColumnStats",
     "ColumnType",
@@ -113,6 +116,8 @@ __all__ = [
     "TableOutput",
     "TableRole",
     "TableTarget",
+    "UpsertSettings",
+    "deleted_keys_target",
     "make_run_id",
     "plan_as_written",
     "table_outputs",
