@@ -847,3 +847,21 @@ def test_the_maintenance_function_runs_on_its_schedule_with_the_commit_image() -
     assert event["Properties"]["Schedule"] == {"Ref": "MaintenanceSchedule"}
     assert template["Parameters"]["MaintenanceSchedule"]["Default"] == "rate(1 hour)"
     assert function["Timeout"] == 900
+
+
+def test_the_no_commit_alarm_cannot_ask_for_more_than_a_metrics_insights_alarm_evaluates() -> None:
+    """A Metrics Insights alarm evaluates at most 3 hours of data: a longer NoCommitAlarmMinutes
+    would fail the stack update (EvaluationPeriods x Period)."""
+    parameter = load_template()["Parameters"]["NoCommitAlarmMinutes"]
+    alarm = load_template()["Resources"]["NoCommitAlarm"]["Properties"]
+    (query,) = [m for m in alarm["Metrics"] if "Expression" in m]
+    assert parameter["MaxValue"] * query["Period"] <= 3 * 3600
+
+
+def test_every_traced_role_may_read_the_sampling_rules() -> None:
+    """A traced state machine (and the X-Ray SDK in the functions) reads the account's sampling rules
+    and targets: without `xray:GetSamplingRules` / `GetSamplingTargets` every trace is refused them."""
+    deployment = Deployment(INSTALLATIONS["existing-bucket"])
+    for role in ("RunStateMachineRole", "CommitRole", "RouterRole"):
+        for action in ("xray:GetSamplingRules", "xray:GetSamplingTargets", "xray:PutTraceSegments"):
+            assert deployment.role_allows(role, action, "*"), (role, action)
