@@ -3,9 +3,10 @@
 `IcebergTableCommitter` is the `TableCommitter` port's adapter. Rules it applies:
 
 - **Creation** (`create_table_if_missing`, namespace too): KafScale's eight base fields with field ids
-  1-8, then the mapping's columns; the mapping's partition fields (identity, year, month, day, hour);
-  `write.format.default=parquet` and `schema.name-mapping.default`, which maps the Spark job's Parquet
-  files (they carry no field ids) to the columns by name. A create race ends in loading the winner.
+  1-8, then the mapping's columns; the mapping's partition fields (identity, year, month, day, hour,
+  bucket[N], truncate[W]); `write.format.default=parquet` and `schema.name-mapping.default`, which
+  maps the Spark job's Parquet files (they carry no field ids) to the columns by name. A create race
+  ends in loading the winner.
 - **Evolution** before any file is added: a missing column is added *optional* - Iceberg cannot add a
   required column to a table that already holds rows (they would have no value); int->long and
   float->double only with `allow_type_widening`; a table column already wider than the mapping's is
@@ -78,11 +79,11 @@ from kafscale_iceberg.domain.commits import (
     TableState,
     decode_conversion_failures,
     marker_properties,
-    partition_field_name,
     read_marker,
 )
 from kafscale_iceberg.domain.field_ids import TableFieldIds, field_id_mismatches
 from kafscale_iceberg.domain.maintenance import files_baseline, total_data_files
+from kafscale_iceberg.domain.partitioning import partition_field_name
 from kafscale_iceberg.exceptions import (
     CatalogUnavailableError,
     CommitOutcomeUnknownError,
@@ -192,8 +193,8 @@ class IcebergTableCommitter(CatalogTableAccess):
                 IcebergPartitionField(
                     source_id=source.field_id,
                     field_id=1000 + index,
-                    transform=iceberg_transform(field.transform),
-                    name=partition_field_name(field.column, field.transform),
+                    transform=iceberg_transform(field),
+                    name=partition_field_name(field),
                 )
             )
         if spec.namespace:

@@ -25,6 +25,7 @@ from pyiceberg.conversions import from_bytes
 from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, In, Reference
 from pyiceberg.expressions.literals import literal
 from pyiceberg.manifest import DataFile as IcebergDataFile
+from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.types import (
     BinaryType,
     DateType,
@@ -38,6 +39,7 @@ from pyiceberg.types import (
 )
 
 from kafscale_iceberg.adapters.iceberg_catalog import CatalogTableAccess
+from kafscale_iceberg.adapters.iceberg_data_files import bucket_values
 from kafscale_iceberg.dataplane.upsert_rewrite import KeyChanges, read_change_columns, rewrite_without
 from kafscale_iceberg.domain.commits import TableState
 from kafscale_iceberg.domain.upsert import UpsertChange, UpsertCounts, UpsertRewrite
@@ -82,6 +84,7 @@ class IcebergUpsertFiles(CatalogTableAccess):
         added = []
         removed = []
         updated = deleted = rewritten_bytes = 0
+        specs: dict[int, PartitionSpec] = {}
         for candidate in self.locate(table, state, changes):
             outcome = rewrite_without(
                 self._reader, self._sink, candidate.file_path, changes, folder=change.rewrite_uri, own=False
@@ -93,7 +96,11 @@ class IcebergUpsertFiles(CatalogTableAccess):
             updated += outcome.dropped - outcome.deleted
             deleted += outcome.deleted
             if outcome.written is not None:
-                added.append(outcome.written)
+                # Its rows are some of the candidate's: its partition, whose bucket values its
+                # bounds cannot give (adapters/iceberg_data_files.py).
+                specs = specs or self._load(table).specs()
+                values = bucket_values(specs[candidate.spec_id], candidate)
+                added.append(outcome.written.model_copy(update={"partition_values": values}))
         for own in change.row_files:
             outcome = rewrite_without(
                 self._reader, self._sink, own.uri, changes, folder=change.rewrite_uri, own=True
@@ -101,7 +108,7 @@ class IcebergUpsertFiles(CatalogTableAccess):
             if not outcome.dropped:
                 added.append(own)
             elif outcome.written is not None:
-                added.append(outcome.written)
+                added.append(outcome.written.model_copy(update={"partition_values": own.partition_values}))
         inserted = changes.count - changes.deleted - updated
         counts = UpsertCounts(
             inserted=inserted,

@@ -32,6 +32,7 @@ from kafscale_iceberg.exceptions.checkpoints import (
     ConcurrentOffsetUpdateError,
     LeaseLostError,
     OffsetRegressionError,
+    OffsetsNotRecordedError,
 )
 from kafscale_iceberg.exceptions.commits import (
     CommitConflictError,
@@ -41,6 +42,7 @@ from kafscale_iceberg.exceptions.commits import (
     OffsetResetRefusedError,
     RunAttemptEndedError,
     RunNotCommittableError,
+    RunSupersededError,
     TableChangedError,
 )
 from kafscale_iceberg.exceptions.configuration import (
@@ -150,6 +152,7 @@ __all__ = [
     "OffsetMismatchError",
     "OffsetRegressionError",
     "OffsetResetRefusedError",
+    "OffsetsNotRecordedError",
     "PartitionSpecMismatchError",
     "PartitioningError",
     "QueueUnavailableError",
@@ -159,6 +162,7 @@ __all__ = [
     "ReplayRequestError",
     "RunAttemptEndedError",
     "RunNotCommittableError",
+    "RunSupersededError",
     "S3UnavailableError",
     "SchemaChangeError",
     "SchemaNotFoundError",

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from kafscale_iceberg.assembly import Assembly
 from kafscale_iceberg.config import KafscaleConfig
+from kafscale_iceberg.domain.commits import describe_offsets
 from kafscale_iceberg.domain.runs import RunPlan
 from kafscale_iceberg.domain.tickets import RunTicket
 from kafscale_iceberg.exceptions import JavaMissingError
@@ -233,6 +234,11 @@ class ProgressPrinter:
         )
 
     def run_ended(self, report: RunReport, plan: RunPlan) -> None:
+        if report.finished is not None:
+            self._print(
+                f"  {report.topic}: finished {report.finished.describe()}, left between its tables' "
+                "commits by an earlier crash"
+            )
         if report.end is RunEnd.COMMITTED:
             extra = f", {report.dead_lettered} dead-lettered" if report.dead_lettered else ""
             extra += f", {report.quarantined} segments quarantined" if report.quarantined else ""
@@ -244,18 +250,18 @@ class ProgressPrinter:
             ):
                 self._print(
                     f"  {report.topic}: run {_short(report.run_id)} was already committed by another runner "
-                    f"(nothing added); offsets {_offsets(report.offsets)}"
+                    f"(nothing added); offsets {describe_offsets(report.offsets)}"
                 )
                 return
             self._print(
                 f"  {report.topic}: run {_short(report.run_id)} committed {report.records} records{extra} "
-                f"in {report.seconds:.1f} s; offsets {_offsets(report.offsets)}"
+                f"in {report.seconds:.1f} s; offsets {describe_offsets(report.offsets)}"
             )
         else:
             self._print(f"  {report.topic}: run {_short(report.run_id)} {report.end.value}: {report.reason}")
 
     def error(self, stage: str, topic: str | None, error: Exception) -> None:
-        self._print(f"  {topic or '-'}: {stage} error: {error}")
+        self._print(f"  {topic + ': ' if topic else ''}{stage} error: {error}")
 
     def _print(self, line: str) -> None:
         print(line, file=self._stream, flush=True)
@@ -294,7 +300,3 @@ def _short(run_id: str) -> str:
     """`{topic}-{hash}-a{n}` as `{hash[:8]}-a{n}`."""
     _, digest, attempt = run_id.rsplit("-", 2)
     return f"{digest[:8]}-{attempt}"
-
-
-def _offsets(offsets: dict[int, int]) -> str:
-    return ", ".join(f"p{p}={o}" for p, o in sorted(offsets.items())) or "-"

@@ -249,16 +249,20 @@ class RunSteps:
         failures, resignal_s = self._record_backoff(ticket, plan, reason)
         released = self._checkpoints.release_lease(ticket.grant)
         alarm = failures >= self._runs.max_consecutive_failures
-        log = logger.error if alarm else logger.warning
-        log(
-            "run aborted",
-            extra={
-                "topic": ticket.topic,
-                "run_id": ticket.run_id,
-                "reason": reason,
-                "consecutive_failures": failures,
-            },
-        )
+        facts = {
+            "topic": ticket.topic,
+            "run_id": ticket.run_id,
+            "reason": reason,
+            "consecutive_failures": failures,
+        }
+        if failures == 0:  # a stale plan (`_record_backoff`): not the topic's failure
+            logger.info(
+                "run %s not committed: its plan is stale; the topic is planned again",
+                ticket.run_id,
+                extra=facts,
+            )
+        else:
+            (logger.error if alarm else logger.warning)("run aborted", extra=facts)
         return AbortResult(
             resignal_after_seconds=resignal_s,
             consecutive_failures=failures,
@@ -294,9 +298,6 @@ class RunSteps:
         if self._is_stale(ticket.topic, plan):
             # The committed offsets moved since the plan was made (a refusal repaired them from the
             # table, or another runner committed): not the topic's failure, so re-plan at once.
-            logger.info(
-                "aborted plan was stale; no backoff", extra={"topic": ticket.topic, "run_id": ticket.run_id}
-            )
             return 0, 0
         partition = self._failed_partition(plan)
         backoff = BackoffRecords(self._documents, self._runs).record_failure(
