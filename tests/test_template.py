@@ -104,6 +104,7 @@ NOT_SET_BY_THE_TEMPLATE = {
     # Set by the Lambda runtime.
     "AWS_LAMBDA_FUNCTION_NAME",
     "AWS_LAMBDA_LOG_STREAM_NAME",
+    "AWS_REGION",  # the default of s3.region (config/deployment.py)
     # The etcd adapter sets it itself (setdefault) before protobuf is first imported.
     "PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION",
 }
@@ -355,6 +356,8 @@ UNSCOPABLE = {
     "ec2:UnassignPrivateIpAddresses",
     "xray:PutTraceSegments",
     "xray:PutTelemetryRecords",
+    "xray:GetSamplingRules",
+    "xray:GetSamplingTargets",
     "logs:CreateLogDelivery",
     "logs:GetLogDelivery",
     "logs:UpdateLogDelivery",
