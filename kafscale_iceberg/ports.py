@@ -8,7 +8,7 @@ alone (the metrics package, which every Lambda loads, re-exports `MetricsSink`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
@@ -273,6 +273,10 @@ class AwaitableJobRunner(Protocol):
         ...
 
 
+class WaitingJobRunner(JobRunner, AwaitableJobRunner, Protocol):
+    """A job runner a step waits on until its job ends (the in-process runner: the Lambda runner)."""
+
+
 # -- Tables: status and maintenance ------------------------------------------------------------------
 
 
@@ -427,6 +431,28 @@ class BlobReader(Protocol):
     def read_blob(self, bucket: str, key: str, *, max_bytes: int) -> bytes:
         """The blob's bytes. Raises `LfsBlobMissingError`, `LfsBlobTooLargeError` (length above
         `max_bytes`, body unread) or `LfsBlobUnavailableError` (transient)."""
+        ...
+
+
+TaskWork = Callable[[Iterable[int]], Iterator[str]]
+"""What a task executor maps: task indexes in, one JSON document per task out (the run driver's
+`TaskRunner`, `ObservationRunner` in `execution/driver.py`)."""
+
+
+class TaskExecutor(Protocol):
+    """Maps a run's tasks for the run driver: Spark (`spark_app/job.SparkTaskExecutor`) or this
+    process (`execution/in_process.InProcessTaskExecutor`)."""
+
+    @property
+    def parallelism(self) -> int:
+        """How many tasks run at once (the run is cut into a multiple of it)."""
+        ...
+
+    def map_tasks(self, work: TaskWork, count: int) -> list[str]:
+        """`work` over task indexes `0..count-1`, each task on its own; every task's document, any order.
+
+        Raises what a task raised (the driver turns it into a failed result).
+        """
         ...
 
 

@@ -545,7 +545,7 @@ class Pipeline:
             if self.stopping.is_set():
                 return self._cancel(ticket, plan, start)
             self._wait_for_job(ticket)
-        if watched.status.state is not JobState.SUCCEEDED or watched.lease_lost:
+        if watched.status is None or watched.status.state is not JobState.SUCCEEDED or watched.lease_lost:
             return self._abort(
                 ticket, plan, start, failure_reason(watched.status, lease_lost=watched.lease_lost)
             )

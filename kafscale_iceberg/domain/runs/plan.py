@@ -15,6 +15,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from kafscale_iceberg.domain.routing import matches_template
+from kafscale_iceberg.domain.runner_choice import RunnerKind
 from kafscale_iceberg.domain.runs.columns import ColumnSpec, ColumnType, PartitionField
 from kafscale_iceberg.domain.runs.documents import DocumentModel, Offset, PartitionNumber
 from kafscale_iceberg.domain.runs.upsert import UpsertSettings
@@ -347,6 +348,7 @@ class RunPlan(DocumentModel):
     result_uri: str
     route: RoutePlan | None = None
     more_mappings: tuple[MappingPlan, ...] = ()
+    runner: RunnerKind = RunnerKind.EMR_SERVERLESS  # chosen by the launcher (domain/runner_choice.py)
 
     @property
     def mappings(self) -> tuple[MappingPlan, ...]:
