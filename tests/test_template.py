@@ -105,6 +105,7 @@ NOT_SET_BY_THE_TEMPLATE = {
     # Set by the Lambda runtime.
     "AWS_LAMBDA_FUNCTION_NAME",
     "AWS_LAMBDA_LOG_STREAM_NAME",
+    "AWS_REGION",  # the default of s3.region (config/deployment.py)
     # The etcd adapter sets it itself (setdefault) before protobuf is first imported.
     "PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION",
 }
@@ -357,6 +358,8 @@ UNSCOPABLE = {
     "ec2:UnassignPrivateIpAddresses",
     "xray:PutTraceSegments",
     "xray:PutTelemetryRecords",
+    "xray:GetSamplingRules",
+    "xray:GetSamplingTargets",
     "logs:CreateLogDelivery",
     "logs:GetLogDelivery",
     "logs:UpdateLogDelivery",
@@ -887,3 +890,21 @@ def test_the_maintenance_function_runs_on_its_schedule_with_the_commit_image() -
     assert event["Properties"]["Schedule"] == {"Ref": "MaintenanceSchedule"}
     assert template["Parameters"]["MaintenanceSchedule"]["Default"] == "rate(1 hour)"
     assert function["Timeout"] == 900
+
+
+def test_the_no_commit_alarm_cannot_ask_for_more_than_a_metrics_insights_alarm_evaluates() -> None:
+    """A Metrics Insights alarm evaluates at most 3 hours of data: a longer NoCommitAlarmMinutes
+    would fail the stack update (EvaluationPeriods x Period)."""
+    parameter = load_template()["Parameters"]["NoCommitAlarmMinutes"]
+    alarm = load_template()["Resources"]["NoCommitAlarm"]["Properties"]
+    (query,) = [m for m in alarm["Metrics"] if "Expression" in m]
+    assert parameter["MaxValue"] * query["Period"] <= 3 * 3600
+
+
+def test_every_traced_role_may_read_the_sampling_rules() -> None:
+    """A traced state machine (and the X-Ray SDK in the functions) reads the account's sampling rules
+    and targets: without `xray:GetSamplingRules` / `GetSamplingTargets` every trace is refused them."""
+    deployment = Deployment(INSTALLATIONS["existing-bucket"])
+    for role in ("RunStateMachineRole", "CommitRole", "RouterRole"):
+        for action in ("xray:GetSamplingRules", "xray:GetSamplingTargets", "xray:PutTraceSegments"):
+            assert deployment.role_allows(role, action, "*"), (role, action)
