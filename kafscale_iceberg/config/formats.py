@@ -105,6 +105,11 @@ def format_problems(mapping: MappingConfig) -> _Problems:
             )
         if mapping.lfs.mode != "off":
             problems.add("lfs.mode", f"must be off with value_format {value_format.value}")
+        if mapping.upsert is not None:
+            problems.add(
+                "upsert",
+                f"is not supported with value_format {value_format.value} yet (upsert reads JSON values)",
+            )
     return problems
 
 
