@@ -16,6 +16,7 @@ from kafscale_iceberg.exceptions import ConfigError, SchemaNotFoundError
 from kafscale_iceberg.ports import RecordSchemaRegistry
 
 T = TypeVar("T")
+K = TypeVar("K", int, str)
 
 
 class SchemaCache:
@@ -32,31 +33,31 @@ class SchemaCache:
     def by_id(self, schema_id: int) -> RegisteredSchema:
         """The schema of `schema_id`. Raises `SchemaNotFoundError` (the registry said 404; asked once)
         or `RegistryUnavailableError` (not remembered: the run fails transiently)."""
-        found = self._by_id.get(schema_id)
-        if found is None:
-            self.lookups += 1
-            try:
-                found = self._registry.schema_by_id(schema_id)
-            except SchemaNotFoundError as exc:
-                found = exc
-            self._by_id[schema_id] = found
-        if isinstance(found, SchemaNotFoundError):
-            raise found
-        return found
+        return self._looked_up(self._by_id, schema_id, self._registry.schema_by_id)
 
     def latest(self, subject: str) -> RegisteredSchema:
         """The subject's latest schema (once per task; errors as `by_id`)."""
-        found = self._latest.get(subject)
+        found = self._looked_up(self._latest, subject, self._registry.latest_schema)
+        self._by_id.setdefault(found.schema_id, found)
+        return found
+
+    def _looked_up(
+        self,
+        known: dict[K, RegisteredSchema | SchemaNotFoundError],
+        key: K,
+        fetch: Callable[[K], RegisteredSchema],
+    ) -> RegisteredSchema:
+        """`known[key]`, fetched (and a 404 remembered) on first use."""
+        found = known.get(key)
         if found is None:
             self.lookups += 1
             try:
-                found = self._registry.latest_schema(subject)
+                found = fetch(key)
             except SchemaNotFoundError as exc:
                 found = exc
-            self._latest[subject] = found
+            known[key] = found
         if isinstance(found, SchemaNotFoundError):
             raise found
-        self._by_id.setdefault(found.schema_id, found)
         return found
 
     def derived(self, kind: str, schema: RegisteredSchema, make: Callable[[RegisteredSchema], T]) -> T:
