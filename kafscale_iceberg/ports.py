@@ -8,10 +8,11 @@ alone (the metrics package, which every Lambda loads, re-exports `MetricsSink`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
+    from kafscale_iceberg.dataplane.formats.decoding import DecodedBatch
     from kafscale_iceberg.domain.anomalies import OffsetAnomalies
     from kafscale_iceberg.domain.cluster_metadata import ClusterMetadata
     from kafscale_iceberg.domain.commits import TableCommit, TableSpec, TableState
@@ -23,9 +24,10 @@ if TYPE_CHECKING:
     from kafscale_iceberg.domain.maintenance import CompactionOutcome, ExpiryOutcome, OrphanFile, TableHealth
     from kafscale_iceberg.domain.offsets import CommittedOffsets, OffsetState, OffsetUpdate
     from kafscale_iceberg.domain.planning import ListedSegment
-    from kafscale_iceberg.domain.runs import RunPlan
+    from kafscale_iceberg.domain.record_schemas import RegisteredSchema
+    from kafscale_iceberg.domain.runs import ColumnSpec, RunPlan
     from kafscale_iceberg.domain.tickets import RunTicket
-    from kafscale_iceberg.domain.upsert import UpsertChange, UpsertRewrite
+    from kafscale_iceberg.domain.upsert import UpsertChange, UpsertCounts, UpsertRewrite
     from kafscale_iceberg.metrics.definitions import Sample
     from kafscale_iceberg.segments.layout import SegmentFooter
 
@@ -252,6 +254,23 @@ class SchemaRegistry(Protocol):
     def schema_for(self, topic: str) -> dict[str, object]: ...
 
 
+class RecordSchemaRegistry(Protocol):
+    """Record schemas by id and subject (a Confluent-compatible registry: `adapters/confluent_registry`).
+
+    Errors: the registry has no such schema (404) -> `SchemaNotFoundError`; it is unreachable, times
+    out or answers 5xx -> `RegistryUnavailableError` (transient: the run is retried, nothing is
+    dead-lettered for it); it refuses the credentials (401/403) -> `RegistryAuthError`.
+    """
+
+    def schema_by_id(self, schema_id: int) -> RegisteredSchema:
+        """The schema registered under `schema_id` (immutable: callers may cache it for ever)."""
+        ...
+
+    def latest_schema(self, subject: str) -> RegisteredSchema:
+        """The subject's latest version (cached by the adapter for `cache_seconds`)."""
+        ...
+
+
 class JobRunner(Protocol):
     """Starts, looks at and cancels Spark jobs (EMR Serverless, or local Spark)."""
 
@@ -273,6 +292,10 @@ class AwaitableJobRunner(Protocol):
         ...
 
 
+class WaitingJobRunner(JobRunner, AwaitableJobRunner, Protocol):
+    """A job runner a step waits on until its job ends (the in-process runner: the Lambda runner)."""
+
+
 # -- Tables: status and maintenance ------------------------------------------------------------------
 
 
@@ -286,6 +309,8 @@ class TableStatusReader(Protocol):
     def conversion_failures(self, table: str, topic: str) -> dict[str, int]: ...
 
     def offset_anomalies(self, table: str, topic: str) -> OffsetAnomalies: ...
+
+    def upsert_counts(self, table: str, topic: str) -> UpsertCounts: ...
 
 
 class TableHealthReader(Protocol):
@@ -419,12 +444,50 @@ class FileSink(Protocol):
         ...
 
 
+class ValueDecoder(Protocol):
+    """Decodes a batch of record values of one format (`dataplane/formats/`: one module per
+    `value_format`); reusable for every batch of a task."""
+
+    def decode(self, values: Any) -> DecodedBatch:
+        """The batch (an Arrow binary array) decoded: the records grouped by the schema they were
+        written with, and per-record errors; never raises for bad data (a registry outage raises
+        `RegistryUnavailableError`, which fails the run transiently)."""
+        ...
+
+    def schemas_of(self, values: Any, offsets: Any, *, partition: int) -> dict[str, tuple[ColumnSpec, ...]]:
+        """The columns of each schema `values` were written with, keyed so that sorted keys put older
+        schemas first (the observation stage); values that do not decode are passed over."""
+        ...
+
+
 class BlobReader(Protocol):
     """Reads LFS blobs (`adapters.lfs_blobs`); called from several threads at once."""
 
     def read_blob(self, bucket: str, key: str, *, max_bytes: int) -> bytes:
         """The blob's bytes. Raises `LfsBlobMissingError`, `LfsBlobTooLargeError` (length above
         `max_bytes`, body unread) or `LfsBlobUnavailableError` (transient)."""
+        ...
+
+
+TaskWork = Callable[[Iterable[int]], Iterator[str]]
+"""What a task executor maps: task indexes in, one JSON document per task out (the run driver's
+`TaskRunner`, `ObservationRunner` in `execution/driver.py`)."""
+
+
+class TaskExecutor(Protocol):
+    """Maps a run's tasks for the run driver: Spark (`spark_app/job.SparkTaskExecutor`) or this
+    process (`execution/in_process.InProcessTaskExecutor`)."""
+
+    @property
+    def parallelism(self) -> int:
+        """How many tasks run at once (the run is cut into a multiple of it)."""
+        ...
+
+    def map_tasks(self, work: TaskWork, count: int) -> list[str]:
+        """`work` over task indexes `0..count-1`, each task on its own; every task's document, any order.
+
+        Raises what a task raised (the driver turns it into a failed result).
+        """
         ...
 
 

@@ -954,7 +954,7 @@ def test_emr_serverless_needs_runs_on_s3() -> None:
 def test_unknown_runner_type_is_rejected() -> None:
     data = minimal()
     data["runner"] = {"type": "kubernetes"}
-    assert "'local' or 'emr_serverless'" in problems_of(data)["runner.type"]
+    assert "'local', 'inline' or 'emr_serverless'" in problems_of(data)["runner.type"]
 
 
 def test_local_spark_conf_values_become_text() -> None:

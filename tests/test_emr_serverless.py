@@ -48,11 +48,13 @@ def test_starts_a_job_on_moto_with_the_plan_and_python_environment(moto_server: 
     )
 
 
-def test_the_state_machine_repeats_the_start_request_and_gets_the_same_job(moto_server: MotoEndpoint) -> None:
-    """The StartJob step hands the state machine's startJobRun.sync task the request it sent, in Step
-    Functions' field names (each one the task passes on), so the task's StartJobRun carries the same
-    ClientToken and finds the job already started instead of starting a second one (EMR's idempotency;
-    moto's is not, the AWS box's EMR is: tests/test_aws_flow.py checks one job per run)."""
+def test_the_state_machine_gets_the_job_request_and_no_job_is_started_for_it(
+    moto_server: MotoEndpoint,
+) -> None:
+    """The StartJob step hands the state machine's startJobRun.sync task the request, in Step Functions'
+    field names (each one the task passes on), without calling EMR: the task's StartJobRun is the one
+    call that starts the job (AWS does not document StartJobRun as idempotent; the AWS box checks one
+    StartJobRun per run in tests/test_aws_flow.py). The request is the runner's own `start` request."""
     import json
     from pathlib import Path
 
@@ -60,16 +62,22 @@ def test_the_state_machine_repeats_the_start_request_and_gets_the_same_job(moto_
     app_id = emr.create_application(name="kafscale", releaseLabel="emr-7.2.0", type="SPARK")["applicationId"]
     runner = EmrServerlessJobRunner(_settings(app_id), emr, timeout_minutes=60)
     plan = sample_plan()
-    runner.start(plan, PLAN_URI)
-    request = runner.step_functions_request(plan.run_id)
+    calls: list[str] = []
+    emr.meta.events.register("before-call.emr-serverless", lambda model, **_: calls.append(model.name))
+    request = runner.step_functions_request(plan, PLAN_URI)
+    assert calls == []
     asl = json.loads((Path(__file__).parent.parent / "infra" / "state_machine.asl.json").read_text())
     fields = asl["States"]["RunJob"]["Branches"][0]["States"]["WaitOnJob"]["Parameters"]
     assert {name.removesuffix(".$") for name in fields} == set(request)
     assert request["ClientToken"] == plan.run_id
     assert request["JobDriver"]["SparkSubmit"]["EntryPointArguments"] == ["--plan", PLAN_URI]
     assert request["Tags"] == {"kafscale:topic": plan.topic, "kafscale:run-id": plan.run_id}
-    with pytest.raises(KeyError):
-        runner.step_functions_request("a-run-this-runner-never-started")
+    job_id = runner.start(plan, PLAN_URI)
+    assert calls == ["StartJobRun"]  # the hook sees the calls
+    started = emr.get_job_run(applicationId=app_id, jobRunId=job_id)["jobRun"]
+    assert started["jobDriver"]["sparkSubmit"] == {
+        key[:1].lower() + key[1:]: value for key, value in request["JobDriver"]["SparkSubmit"].items()
+    }
 
 
 def test_the_job_is_told_its_region_for_regional_s3_endpoints(moto_server: MotoEndpoint) -> None:

@@ -16,9 +16,11 @@ from pyspark.sql import SparkSession
 
 from kafscale_iceberg.adapters.iceberg_catalog import CatalogSettings, load_iceberg_catalog
 from kafscale_iceberg.assembly import Assembly
+from kafscale_iceberg.commands.status import render_status
 from kafscale_iceberg.config import config_from_mapping
 from kafscale_iceberg.local.pipeline import Pipeline
 from kafscale_iceberg.local.spark_runner import LocalSparkJobRunner
+from kafscale_iceberg.services.status import StatusService
 from tests.support.config_documents import local_document
 from tests.support.moto import MotoEndpoint
 from tests.support.segments import put_segment
@@ -129,6 +131,17 @@ def test_a_debezium_topic_lands_each_keys_last_state_once(world: World) -> None:
     world.put(1, [event("d", 1)])
     world.run_once()
     assert world.names() == {2: "b2", 3: "c2"}
+
+    assembly = Assembly(world.config, owner_id="status")
+    status = StatusService(
+        world.config, assembly.checkpoints, assembly.segments, assembly.tables, assembly.documents
+    ).report()
+    (topic,) = status.topics
+    assert topic.upsert is not None
+    # Run 1: keys 1 and 3 inserted (2 inserted then deleted counts nowhere); run 2: 2 inserted, 3
+    # updated, 1 deleted.
+    assert (topic.upsert.inserted, topic.upsert.updated, topic.upsert.deleted) == (3, 1, 1)
+    assert "upsert: 3 inserted, 1 updated, 1 deleted" in render_status(status)
 
 
 def test_a_crash_after_the_table_commit_heals_into_the_same_state(world: World) -> None:

@@ -66,7 +66,6 @@ class EmrServerlessJobRunner:
         self._timeout_minutes = timeout_minutes
         self._throttle_attempts = throttle_attempts
         self._sleep = sleep
-        self._requests: dict[str, dict[str, Any]] = {}  # run id -> the StartJobRun request sent
 
     def start(self, plan: RunPlan, plan_uri: str) -> str:
         """Start the run's job, or find the one already started for it. Returns the job run id.
@@ -75,7 +74,6 @@ class EmrServerlessJobRunner:
         """
         request = self._request(plan, plan_uri)
         response = self._call(f"start job for run {plan.run_id}", lambda: self._emr.start_job_run(**request))
-        self._requests[plan.run_id] = request
         job_id: str = response["jobRunId"]
         return job_id
 
@@ -93,12 +91,12 @@ class EmrServerlessJobRunner:
         job_id: str = response["jobRunId"]
         return job_id
 
-    def step_functions_request(self, run_id: str) -> dict[str, Any]:
-        """The `StartJobRun` request this runner sent for `run_id`, as the state machine's
+    def step_functions_request(self, plan: RunPlan, plan_uri: str) -> dict[str, Any]:
+        """The `StartJobRun` request of the plan's job, as the state machine's
         `emr-serverless:startJobRun.sync` task takes it (Step Functions' PascalCase field names; tag
-        keys kept): the same request with the same `ClientToken`, so EMR returns the job already
-        started and the task waits on it."""
-        request: dict[str, Any] = _pascal_case(self._requests[run_id])
+        keys kept): that task is the one call that starts the job, the run id its `ClientToken`
+        (so a retried task finds the job it started). Calls nothing."""
+        request: dict[str, Any] = _pascal_case(self._request(plan, plan_uri))
         return request
 
     def _request(self, plan: RunPlan, plan_uri: str) -> dict[str, Any]:

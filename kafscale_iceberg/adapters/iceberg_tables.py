@@ -84,6 +84,7 @@ from kafscale_iceberg.domain.commits import (
 from kafscale_iceberg.domain.field_ids import TableFieldIds, field_id_mismatches
 from kafscale_iceberg.domain.maintenance import files_baseline, total_data_files
 from kafscale_iceberg.domain.partitioning import partition_field_name
+from kafscale_iceberg.domain.upsert import UpsertCounts, upsert_counts_of
 from kafscale_iceberg.exceptions import (
     CatalogUnavailableError,
     CommitOutcomeUnknownError,
@@ -270,6 +271,16 @@ class IcebergTableCommitter(CatalogTableAccess):
             for column, count in decode_conversion_failures(text or "{}").items():
                 totals[column] = totals.get(column, 0) + count
         return dict(sorted(totals.items()))
+
+    def upsert_counts(self, table: str, topic: str) -> UpsertCounts:
+        """What `topic`'s upsert runs did to `table`: the sum of the `kafscale.upsert.*` summaries on
+        the current lineage (snapshots still retained). Raises like `read_state`."""
+        total = UpsertCounts()
+        for summary in _topic_summaries(self._load(table), topic):
+            counts = upsert_counts_of(summary)
+            if counts is not None:
+                total = total.plus(counts)
+        return total
 
     def offset_anomalies(self, table: str, topic: str) -> OffsetAnomalies:
         """Per partition, the offset gaps and overlapped records of `topic`'s runs: the sum of the

@@ -84,10 +84,18 @@ class IcebergUpsertFiles(CatalogTableAccess):
         added = []
         removed = []
         updated = deleted = rewritten_bytes = 0
-        specs: dict[int, PartitionSpec] = {}
-        for candidate in self.locate(table, state, changes):
+        located, specs = self._locate(table, state, changes)
+        for candidate in located:
             outcome = rewrite_without(
-                self._reader, self._sink, candidate.file_path, changes, folder=change.rewrite_uri, own=False
+                self._reader,
+                self._sink,
+                candidate.file_path,
+                changes,
+                folder=change.rewrite_uri,
+                own=False,
+                # Its rows are some of the candidate's: its partition, whose bucket values its
+                # bounds cannot give (adapters/iceberg_data_files.py).
+                partition_values=bucket_values(specs[candidate.spec_id], candidate),
             )
             if not outcome.dropped:
                 continue
@@ -96,19 +104,21 @@ class IcebergUpsertFiles(CatalogTableAccess):
             updated += outcome.dropped - outcome.deleted
             deleted += outcome.deleted
             if outcome.written is not None:
-                # Its rows are some of the candidate's: its partition, whose bucket values its
-                # bounds cannot give (adapters/iceberg_data_files.py).
-                specs = specs or self._load(table).specs()
-                values = bucket_values(specs[candidate.spec_id], candidate)
-                added.append(outcome.written.model_copy(update={"partition_values": values}))
+                added.append(outcome.written)
         for own in change.row_files:
             outcome = rewrite_without(
-                self._reader, self._sink, own.uri, changes, folder=change.rewrite_uri, own=True
+                self._reader,
+                self._sink,
+                own.uri,
+                changes,
+                folder=change.rewrite_uri,
+                own=True,
+                partition_values=own.partition_values,
             )
             if not outcome.dropped:
                 added.append(own)
             elif outcome.written is not None:
-                added.append(outcome.written.model_copy(update={"partition_values": own.partition_values}))
+                added.append(outcome.written)
         inserted = changes.count - changes.deleted - updated
         counts = UpsertCounts(
             inserted=inserted,
@@ -122,8 +132,13 @@ class IcebergUpsertFiles(CatalogTableAccess):
     def locate(self, table: str, state: TableState, changes: KeyChanges) -> list[IcebergDataFile]:
         """The data files of `table` at `state`'s snapshot that may hold a changed key (pruned by
         partition and by the key columns' bounds); none for a table without a snapshot."""
+        return self._locate(table, state, changes)[0]
+
+    def _locate(
+        self, table: str, state: TableState, changes: KeyChanges
+    ) -> tuple[list[IcebergDataFile], dict[int, PartitionSpec]]:
         if state.snapshot_id is None or not changes.count:
-            return []
+            return [], {}
         loaded = self._load(table)
         schema = loaded.schema()
         fields = [schema.find_field(name) for name in changes.key]
@@ -135,7 +150,8 @@ class IcebergUpsertFiles(CatalogTableAccess):
             raise CatalogError(
                 self._describe, f"read the manifests of {table!r} at snapshot {state.snapshot_id}", str(exc)
             ) from exc
-        return [f for f in files if all(_may_hold(f, field, keys[field.name]) for field in fields)]
+        located = [f for f in files if all(_may_hold(f, field, keys[field.name]) for field in fields)]
+        return located, loaded.specs()
 
 
 def _comparable(field: NestedField, values: pa.Array) -> list[Any]:

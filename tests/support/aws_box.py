@@ -12,9 +12,16 @@ The fakes, each with what it does not cover:
   it is replaced to run the project's handler in this process under Lambda's contract (event and
   context in; an exception becomes `FunctionError: Unhandled` with `errorType` = its class name and
   `errorMessage`; 6 MB request/response limits; a function over its template `Timeout` reports
-  `Sandbox.Timedout`). A function's asynchronous `Invoke` (`InvocationType=Event`) is answered 202
-  and run by the next `pump`. Not covered: cold-start latency, concurrency limits, memory limits, the
-  layer/image packaging (tests/test_template_tools.py builds those). One invocation runs at a time.
+  `Sandbox.Timedout`). Faults end an invocation as Lambda does when it kills one: before the handler
+  runs (`timed_out`, `out_of_memory`: `Sandbox.Timedout`, `Runtime.OutOfMemory`) or after it did all
+  its work and wrote its documents (`killed_after`: the answer is lost, the error reported instead).
+  A call from a thread pool's thread runs in the context of the code that submitted it (the box's
+  `ThreadPoolExecutor.submit` carries it, as Python does not), so the Lambda runner's task threads and
+  boto3's transfer threads are attributed to the function that started them. A function's
+  asynchronous `Invoke` (`InvocationType=Event`) is answered 202 and run by the next `pump`. Not
+  covered: cold-start latency, concurrency limits, memory limits (an out-of-memory kill is the fault
+  above, not measured use), the layer/image packaging (tests/test_template_tools.py builds those).
+  One invocation runs at a time.
 - **`emr-serverless:startJobRun.sync`** (`emr_serverless_sync_service`): moto's interpreter has no
   EMR Serverless integration; the box's starts the job run and reads it with `GetJobRun` until it
   is final (Step Functions learns the end from EventBridge). Its calls are the state machine role's.
@@ -319,6 +326,13 @@ class LambdaTimeoutError(Exception):
     """A fault: the invocation ran past the function's timeout (Lambda kills it; nothing returned)."""
 
 
+class LambdaOutOfMemoryError(Exception):
+    """A fault: the invocation ran out of memory (Lambda kills it; nothing returned)."""
+
+
+_KILLED = {LambdaTimeoutError: "Sandbox.Timedout", LambdaOutOfMemoryError: "Runtime.OutOfMemory"}
+
+
 @dataclass
 class Invocation:
     function: str
@@ -339,6 +353,8 @@ class LambdaFleet:
             self.by_name[deployment.attribute(function.logical_id, "Ref")] = function.logical_id
         # logical id -> faults to apply to its next invocations (callables raising, or None to run)
         self.faults: dict[str, list[Callable[[], None]]] = {}
+        # logical id -> faults to raise after its next invocations did their work (answer lost)
+        self.killed_after: dict[str, list[Callable[[], None]]] = {}
         self.invocations: list[Invocation] = []
         self._lock = threading.RLock()
 
@@ -369,8 +385,12 @@ class LambdaFleet:
                 context = LambdaContext(
                     function_name=str(self.deployment.attribute(logical_id, "Ref")),
                     memory_limit_in_mb=int(function.properties.get("MemorySize", 128)),
+                    timeout_s=timeout,
                 )
                 result = self.handler(function)(event, context)
+                for fault in self.killed_after.get(logical_id, [])[:1]:
+                    self.killed_after[logical_id].pop(0)
+                    fault()
                 if time.perf_counter() - started > timeout:
                     raise LambdaTimeoutError(f"{logical_id} ran past its {timeout:.0f} s timeout")
                 return result
@@ -398,8 +418,8 @@ class LambdaFleet:
         logical_id = self.by_name[function_name]
         try:
             result = self.invoke(logical_id, json.loads(payload or b"{}"))
-        except LambdaTimeoutError as exc:
-            return _function_error("Sandbox.Timedout", str(exc))
+        except (LambdaTimeoutError, LambdaOutOfMemoryError) as exc:
+            return _function_error(_KILLED[type(exc)], str(exc))
         except Exception as exc:  # Lambda reports any exception the same way
             return _function_error(type(exc).__name__, str(exc), traceback.format_exception(exc))
         body = json.dumps(result)
@@ -417,8 +437,13 @@ def _function_error(error_type: str, message: str, trace: list[str] | None = Non
 
 
 def timed_out() -> None:
-    """A fault for `LambdaFleet.faults`: the invocation times out before doing anything."""
+    """A fault for `LambdaFleet.faults` (or `killed_after`): the invocation times out."""
     raise LambdaTimeoutError("the function timed out (fault)")
+
+
+def out_of_memory() -> None:
+    """A fault for `LambdaFleet.faults` (or `killed_after`): the invocation runs out of memory."""
+    raise LambdaOutOfMemoryError("Runtime exited with error: signal: killed (fault: out of memory)")
 
 
 # -- SQS event sources ----------------------------------------------------------------------------------
@@ -985,6 +1010,7 @@ def build_box(
     runs: dict[str, Any] | None = None,
     environment_overrides: dict[str, str] | None = None,
     maintenance: dict[str, Any] | None = None,
+    runner: dict[str, Any] | None = None,
     visibility_seconds: int = VISIBILITY_SECONDS,
 ) -> Box:
     """Create the stack's resources on moto, wire the fakes, and return the box (one per test)."""
@@ -1092,6 +1118,8 @@ def build_box(
         # No backoff: the state machine's Backoff wait is scaled, the launcher's check of it is wall time.
         "runs": {"retry_backoff_seconds": 0, "min_bytes_per_run": 0, **(runs or {})},
         "mappings": mappings,
+        # Every run on EMR unless a test gives the Lambda runner its runs (runner.lambda.max_bytes).
+        "runner": runner or {"lambda": {"max_bytes": 0}},
         **({"maintenance": maintenance} if maintenance else {}),
     }
     s3.put_object(Bucket=f"{stack}-config", Key="config.yaml", Body=json.dumps(config).encode())
@@ -1157,6 +1185,15 @@ def build_box(
     monkeypatch.setitem(spark_context.environment, "AWS_SECRET_ACCESS_KEY", "emr-job-secret")
 
     fleet = LambdaFleet(deployment, environment)
+    # A pool thread runs in its submitter's context (the function's principal, for IAM attribution).
+    from concurrent.futures import ThreadPoolExecutor
+
+    original_submit = ThreadPoolExecutor.submit
+
+    def submit_in_context(pool: Any, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        return original_submit(pool, contextvars.copy_context().run, fn, *args, **kwargs)
+
+    monkeypatch.setattr(ThreadPoolExecutor, "submit", submit_in_context)
 
     def invoke_lambda_function(
         parameters: dict[str, Any], region: str, state_credentials: Any

@@ -103,27 +103,6 @@ class ColumnSpec(DocumentModel):
             return "struct<" + ", ".join(f"{f.name}: {f.type_name}" for f in self.fields) + ">"
         return self.type.value
 
-    @property
-    def scannable(self) -> bool:
-        """Whether the compiled scanner builds this column (the Go processor's scalar types)."""
-        return self.type in _SCANNED_TYPES
-
-
-_SCANNED_TYPES = frozenset(
-    {
-        ColumnType.BOOLEAN,
-        ColumnType.INT,
-        ColumnType.LONG,
-        ColumnType.FLOAT,
-        ColumnType.DOUBLE,
-        ColumnType.STRING,
-        ColumnType.BINARY,
-        ColumnType.TIMESTAMP,
-        ColumnType.DATE,
-        ColumnType.TIMESTAMPTZ,
-    }
-)
-
 
 class PartitionField(DocumentModel):
     """One partition field of the target table: `transform(column)`, or `bucket[N]` / `truncate[W]`
