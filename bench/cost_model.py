@@ -187,11 +187,8 @@ def add_runs(
     bill.runs["lambda" if lam else "emr"] += count
     bill.gigabytes += count * planned_bytes / GB
     extra = max(0.0, batches - 1)
+    # The box's executions include the runner `Choice` (either branch makes as many transitions).
     transitions = measured.count("sfn_transitions", segments)
-    if lam:
-        # The Lambda branch: the box's execution ran the EMR branch; the runner's Choice and task
-        # replace StartJob and the Parallel's states (one more Choice, no renewal under 15 minutes).
-        transitions = transitions + 1
     bill.add(
         "Step Functions", count * transitions * SFN_PER_TRANSITION, "sfn_transitions", count * transitions
     )
