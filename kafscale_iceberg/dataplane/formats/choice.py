@@ -32,4 +32,8 @@ def decoder_for(settings: ConversionSettings, schemas: SchemaCache | None) -> Va
         from kafscale_iceberg.dataplane.formats.avro import AvroDecoder  # noqa: PLC0415
 
         return AvroDecoder(schemas or no_registry(value_format.value), subject=settings.value_subject)
+    if value_format is ValueFormat.PROTOBUF:
+        from kafscale_iceberg.dataplane.formats.protobuf import ProtobufDecoder  # noqa: PLC0415
+
+        return ProtobufDecoder(schemas, subject=settings.value_subject, message=settings.value_message)
     raise ConfigError("mappings[].value_format", f"{value_format.value} is not decoded yet by this version")
