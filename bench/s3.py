@@ -83,8 +83,9 @@ from kafscale_iceberg.local.embedded import (
 from kafscale_iceberg.segments.generate import generate_segments
 from kafscale_iceberg.segments.layout import Codec
 from kafscale_iceberg.services import launch
-from kafscale_iceberg.services.commit import CommitService, TablePolicy
+from kafscale_iceberg.services.commit import CommitService
 from kafscale_iceberg.services.launch import LaunchStatus
+from kafscale_iceberg.services.run_writes import TablePolicy
 
 TOPIC = "orders"
 NAMESPACE = "bench"

@@ -1,4 +1,4 @@
-"""Router Lambda: S3 notifications (standard SQS queue) in, per-topic work items (FIFO queue) out."""
+"""Router Lambda: S3 notifications (standard SQS queue) in; one work item per topic per batch (FIFO) out."""
 
 from __future__ import annotations
 
@@ -6,13 +6,14 @@ from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
-from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
+from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse, PartialItemFailures
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions.runtime import assembly, reject_or_raise
 from kafscale_iceberg.exceptions import KafscaleIcebergError, SegmentIncompleteError
 from kafscale_iceberg.metrics import EMF_NAMESPACE, EmfMetricsSink, record_route, record_route_failure
+from kafscale_iceberg.services.route import RouteBatch
 
 logger = Logger(service="kafscale-iceberg-router")
 metrics = Metrics(namespace=EMF_NAMESPACE, service="router")
@@ -26,9 +27,9 @@ INCOMPLETE_RETRY_SECONDS = 10
 INCOMPLETE_RETRY_MAX_SECONDS = 120
 
 
-def _route(record: SQSRecord) -> None:
+def _route(record: SQSRecord, batch: RouteBatch) -> None:
     try:
-        outcome = assembly().router.route_message(record.body, record.message_id)
+        outcome = batch.route(record.body, record.message_id)
     except SegmentIncompleteError as exc:
         record_route_failure(sink, exc)
         _redeliver_soon(record)
@@ -59,5 +60,13 @@ def _redeliver_soon(record: SQSRecord) -> None:
 @tracer.capture_lambda_handler
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
-    """Route each record; failed records are returned for SQS to redeliver (partial batch response)."""
-    return process_partial_response(event=event, record_handler=_route, processor=processor, context=context)
+    """Route each record, then enqueue one work item per topic; failed records (and those whose items
+    could not be enqueued) are returned for SQS to redeliver (partial batch response)."""
+    batch = assembly().router.batch()
+    response = process_partial_response(
+        event=event, record_handler=lambda record: _route(record, batch), processor=processor, context=context
+    )
+    unsent = batch.send()
+    unsent_items: list[PartialItemFailures] = [{"itemIdentifier": message_id} for message_id in unsent]
+    response["batchItemFailures"] = [*response["batchItemFailures"], *unsent_items]
+    return response

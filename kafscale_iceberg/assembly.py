@@ -34,9 +34,10 @@ if TYPE_CHECKING:
         RunStarter,
         RunTracker,
         TopicSignaller,
+        UpsertFiles,
         WorkQueue,
     )
-    from kafscale_iceberg.services.commit import CommitService, TablePolicy
+    from kafscale_iceberg.services.commit import CommitService
     from kafscale_iceberg.services.compaction_trigger import MaintenanceTrigger
     from kafscale_iceberg.services.discovery import TopicDiscovery
     from kafscale_iceberg.services.launch import Launcher
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
     from kafscale_iceberg.services.replay import ReplayService
     from kafscale_iceberg.services.route import Router
     from kafscale_iceberg.services.run_steps import RunSteps
+    from kafscale_iceberg.services.run_writes import TablePolicy
 
 STATE_MACHINE_ENV = "KAFSCALE_ICEBERG_STATE_MACHINE_ARN"
 MAINTENANCE_FUNCTION_ENV = "KAFSCALE_ICEBERG_MAINTENANCE_FUNCTION_ARN"
@@ -285,7 +287,22 @@ class Assembly:
         """The commit step over the configured catalog (imports pyiceberg and pyarrow)."""
         from kafscale_iceberg.services.commit import CommitService  # noqa: PLC0415
 
-        return CommitService(self.tables, self.checkpoints, stranded_runs=self._run_documents)
+        return CommitService(
+            self.tables, self.checkpoints, stranded_runs=self._run_documents, upsert_files=self.upsert_files
+        )
+
+    @cached_property
+    def upsert_files(self) -> UpsertFiles:
+        """The locate and rewrite steps of upsert runs over the configured catalog (imports pyiceberg)."""
+        from kafscale_iceberg.adapters.data_files import StagedFileStore  # noqa: PLC0415
+        from kafscale_iceberg.adapters.iceberg_catalog import (  # noqa: PLC0415
+            CatalogSettings,
+            load_iceberg_catalog,
+        )
+        from kafscale_iceberg.adapters.iceberg_upsert import IcebergUpsertFiles  # noqa: PLC0415
+
+        catalog = load_iceberg_catalog(CatalogSettings.from_config(self.config))
+        return IcebergUpsertFiles(catalog, self.documents, StagedFileStore(self.s3_settings))
 
     def _table_data_prefix(self, table: str) -> str:
         """The product's data prefix of `table` (run folders; where orphan cleanup looks)."""
@@ -406,7 +423,7 @@ class Assembly:
 
     def table_policy(self, topic: str) -> TablePolicy:
         """What the commit step may do to `topic`'s table, from its mapping."""
-        from kafscale_iceberg.services.commit import TablePolicy  # noqa: PLC0415
+        from kafscale_iceberg.services.run_writes import TablePolicy  # noqa: PLC0415
 
         mappings = self.config.mappings_for(topic)
         return TablePolicy.from_mapping(*mappings) if mappings else TablePolicy()

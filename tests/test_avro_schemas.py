@@ -41,7 +41,10 @@ def _type_of(avro: object) -> str:
         (["string", "null"], "string"),
         (["int", "string"], "struct<int: int, string: string>"),
         ({"type": "bytes", "logicalType": "decimal", "precision": 10, "scale": 2}, "decimal(10,2)"),
-        ({"type": "fixed", "name": "D", "size": 8, "logicalType": "decimal", "precision": 18, "scale": 4}, "decimal(18,4)"),
+        (
+            {"type": "fixed", "name": "D", "size": 8, "logicalType": "decimal", "precision": 18, "scale": 4},
+            "decimal(18,4)",
+        ),
         ({"type": "string", "logicalType": "uuid"}, "uuid"),
         ({"type": "int", "logicalType": "date"}, "date"),
         ({"type": "int", "logicalType": "time-millis"}, "long"),
@@ -57,12 +60,16 @@ def test_each_avro_type_maps_to_its_documented_column(avro: object, column: str)
 
 
 def test_every_column_is_optional_and_in_the_schemas_field_order() -> None:
-    columns = avro_columns(_record({"name": "b", "type": "int"}, {"name": "a", "type": "string"}), schema_name="x")
+    columns = avro_columns(
+        _record({"name": "b", "type": "int"}, {"name": "a", "type": "string"}), schema_name="x"
+    )
     assert [(c.name, c.required) for c in columns] == [("b", False), ("a", False)]
 
 
 def test_base_field_names_and_case_twins_never_become_columns() -> None:
-    schema = _record({"name": "offset", "type": "long"}, {"name": "tip", "type": "int"}, {"name": "Tip", "type": "int"})
+    schema = _record(
+        {"name": "offset", "type": "long"}, {"name": "tip", "type": "int"}, {"name": "Tip", "type": "int"}
+    )
     assert [c.name for c in avro_columns(schema, schema_name="x")] == ["tip"]
 
 
@@ -74,7 +81,9 @@ def test_a_named_type_used_again_is_read_from_its_first_definition() -> None:
 
 def test_a_recursive_schema_is_refused_naming_the_schema_and_the_field() -> None:
     node = _record({"name": "value", "type": "int"}, {"name": "next", "type": ["null", "Node"]}, name="Node")
-    with pytest.raises(RecordSchemaError, match=r"schema id 7: field list\.next uses the record 'Node' inside itself"):
+    with pytest.raises(
+        RecordSchemaError, match=r"schema id 7: field list\.next uses the record 'Node' inside itself"
+    ):
         avro_columns(_record({"name": "list", "type": node}), schema_name="schema id 7")
 
 
@@ -93,7 +102,11 @@ def _col(name: str, kind: ColumnType, **parts: Any) -> ColumnSpec:
 
 def test_a_new_schema_version_adds_its_new_fields_as_optional_columns_after_the_others() -> None:
     v1 = (_col("id", ColumnType.INT), _col("name", ColumnType.STRING))
-    v2 = (_col("id", ColumnType.INT), _col("size", ColumnType.STRING, required=True), _col("name", ColumnType.STRING))
+    v2 = (
+        _col("id", ColumnType.INT),
+        _col("size", ColumnType.STRING, required=True),
+        _col("name", ColumnType.STRING),
+    )
     assert [(c.name, c.required) for c in evolved_columns((), [v1, v2])] == [
         ("id", False),
         ("name", False),
@@ -102,8 +115,16 @@ def test_a_new_schema_version_adds_its_new_fields_as_optional_columns_after_the_
 
 
 def test_int_widens_to_long_float_to_double_and_decimal_precision_grows() -> None:
-    v1 = (_col("n", ColumnType.INT), _col("x", ColumnType.FLOAT), _col("d", ColumnType.DECIMAL, precision=10, scale=2))
-    v2 = (_col("n", ColumnType.LONG), _col("x", ColumnType.DOUBLE), _col("d", ColumnType.DECIMAL, precision=20, scale=2))
+    v1 = (
+        _col("n", ColumnType.INT),
+        _col("x", ColumnType.FLOAT),
+        _col("d", ColumnType.DECIMAL, precision=10, scale=2),
+    )
+    v2 = (
+        _col("n", ColumnType.LONG),
+        _col("x", ColumnType.DOUBLE),
+        _col("d", ColumnType.DECIMAL, precision=20, scale=2),
+    )
     assert [c.type_name for c in evolved_columns(v1, [v2])] == ["long", "double", "decimal(20,2)"]
 
 

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from pyiceberg.types import StringType
 
-from kafscale_iceberg.adapters.iceberg_tables import table_columns
+from kafscale_iceberg.adapters.iceberg_schemas import table_columns
 from tests.support.aws_box import Box, local_emr_runner, open_box
 from tests.support.etcd import EtcdServer
 from tests.support.moto import MotoEndpoint

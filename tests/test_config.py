@@ -658,10 +658,13 @@ def test_column_listed_twice_is_rejected() -> None:
     assert problems_of(data)["mappings[0].schema.columns[1].name"] == "'id' is listed twice"
 
 
-def test_mapping_mode_must_be_append() -> None:
+def test_mapping_mode_must_be_append_or_upsert() -> None:
     data = minimal()
-    data["mappings"][0]["mode"] = "upsert"
-    assert problems_of(data)["mappings[0].mode"] == "'upsert' is not allowed; allowed values: 'append'"
+    data["mappings"][0]["mode"] = "merge"
+    assert (
+        problems_of(data)["mappings[0].mode"]
+        == "'merge' is not allowed; allowed values: 'append' or 'upsert'"
+    )
 
 
 @pytest.mark.parametrize("topic", ["bad topic", "orders/0", "..", "x" * 250])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 import pyarrow as pa
@@ -15,11 +16,15 @@ from kafscale_iceberg.dataplane import json_scan as js
 from kafscale_iceberg.dataplane.columns import ColumnScanner, parse_columns
 from kafscale_iceberg.domain.runs import ColumnSpec, ColumnType
 
-# Every type the scanner builds (the types without parts).
-COLUMNS = tuple(
-    ColumnSpec(name=f"c_{t.value}", type=t)
-    for t in ColumnType
-    if t not in (ColumnType.DECIMAL, ColumnType.STRUCT, ColumnType.LIST, ColumnType.MAP, ColumnType.UUID)
+# Every type the scanner builds (the types without parts, and decimals: a wide and a narrow one).
+COLUMNS = (
+    *(
+        ColumnSpec(name=f"c_{t.value}", type=t)
+        for t in ColumnType
+        if t not in (ColumnType.DECIMAL, ColumnType.STRUCT, ColumnType.LIST, ColumnType.MAP, ColumnType.UUID)
+    ),
+    ColumnSpec(name="c_decimal", type=ColumnType.DECIMAL, precision=38, scale=10),
+    ColumnSpec(name="c_cents", type=ColumnType.DECIMAL, precision=5, scale=2),
 )
 NAMES = [c.name for c in COLUMNS]
 
@@ -84,6 +89,16 @@ def test_the_scanner_finds_top_level_keys_only_and_the_last_duplicate() -> None:
     assert row["c_int"] == js.MISSING
 
 
+_NUMBER = "\x00number\x00"
+"""Marks a string that `dumps` writes as the JSON number it holds (json.dumps has no exact numbers)."""
+_NUMBER_TEXT = re.compile(r'"\\u0000number\\u0000(-?[0-9.eE+-]+)\\u0000number\\u0000"')
+
+
+def dumps(value: object, *, ensure_ascii: bool = True) -> bytes:
+    """`value` as JSON, the `_NUMBER`-marked strings as number tokens of their exact text."""
+    return _NUMBER_TEXT.sub(r"\1", json.dumps(value, ensure_ascii=ensure_ascii)).encode()
+
+
 json_scalars = st.one_of(
     st.none(),
     st.booleans(),
@@ -100,8 +115,17 @@ json_scalars = st.one_of(
             "2024-01-04 12:28:13",
             "2024-01-04T12:28:13.5+0530",
             "2024-01-04 12:28:13-01:00",
+            "12.5",
+            "-0.001",
+            "1e3",
+            ".5",
         ]
     ),
+    # Numbers whose float64 is not their value: the decimal columns read their exact text.
+    st.decimals(allow_nan=False, allow_infinity=False, places=3).map(lambda d: f"{_NUMBER}{d}{_NUMBER}"),
+    st.sampled_from(
+        ["12345678901234567890.123", "-9999999999999999999999999999.9999999999", "1.50", "1E+3"]
+    ).map(lambda d: f"{_NUMBER}{d}{_NUMBER}"),
 )
 json_values = st.recursive(
     json_scalars,
@@ -119,12 +143,12 @@ def _mangle(data: bytes, draw_byte: int, where: int) -> bytes:
 
 
 values_strategy = st.one_of(
-    documents.map(lambda d: json.dumps(d).encode()),
-    documents.map(lambda d: json.dumps(d, ensure_ascii=False).encode()),
+    documents.map(dumps),
+    documents.map(lambda d: dumps(d, ensure_ascii=False)),
     st.tuples(documents, st.integers(0, 255), st.integers(0, 10_000)).map(
-        lambda t: _mangle(json.dumps(t[0], ensure_ascii=False).encode(), t[1], t[2])
+        lambda t: _mangle(dumps(t[0], ensure_ascii=False), t[1], t[2])
     ),
-    json_values.map(lambda v: json.dumps(v).encode()),
+    json_values.map(dumps),
     st.binary(max_size=12),
     st.none(),
 )

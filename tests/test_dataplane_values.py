@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import decimal
 from typing import Any
 
 import numpy as np
@@ -11,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kafscale_iceberg.dataplane.columns import parse_columns
 from kafscale_iceberg.dataplane.values import (
     MISSING,
     NO_VALUE,
@@ -19,7 +21,7 @@ from kafscale_iceberg.dataplane.values import (
     describe_mismatch,
     parse_datetimes,
 )
-from kafscale_iceberg.domain.runs import ColumnType
+from kafscale_iceberg.domain.runs import ColumnSpec, ColumnType
 
 EPOCH = dt.datetime(1970, 1, 1)
 
@@ -241,3 +243,48 @@ def test_nothing_parses_from_nulls() -> None:
 )
 def test_mismatches_are_described_for_dead_letter_rows(value: object, text: str) -> None:
     assert text in describe_mismatch(value, ColumnType.LONG)
+
+
+EXACT = b'{"d": 12345678901234567890.123, "x": 0.1, "s": {"d": 0.30000000000000004441, "x": 2.5}}'
+DECIMALS = (
+    ColumnSpec(name="d", type=ColumnType.DECIMAL, precision=38, scale=10),
+    ColumnSpec(name="x", type=ColumnType.DOUBLE),
+    ColumnSpec(
+        name="s",
+        type=ColumnType.STRUCT,
+        fields=(
+            ColumnSpec(name="d", type=ColumnType.DECIMAL, precision=38, scale=20),
+            ColumnSpec(name="x", type=ColumnType.DOUBLE),
+        ),
+    ),
+)
+
+
+@pytest.mark.parametrize(
+    ("value", "documents"),
+    [
+        (EXACT, False),
+        (EXACT, True),  # validation on: documents for jsonschema, decimals from the exact text
+        (EXACT[:-1] + b', "bad": "\xff"}', False),  # invalid UTF-8 elsewhere: the stdlib fallback
+    ],
+)
+def test_decimal_columns_take_a_json_numbers_exact_text_at_any_depth(value: bytes, documents: bool) -> None:
+    parsed = parse_columns(pa.array([value], pa.binary()), DECIMALS, documents=documents)
+    [d], [x], [s] = (array.to_pylist() for array in parsed.arrays)
+    assert d == decimal.Decimal("12345678901234567890.123")  # float64 would give ...567000
+    assert s == {"d": decimal.Decimal("0.30000000000000004441"), "x": 2.5}
+    assert x == 0.1  # the other columns still read numbers as floats
+    assert not any(parsed.failed(c)[0] for c in range(3))
+
+
+def test_a_decimal_the_column_cannot_hold_is_a_counted_failure_never_rounded() -> None:
+    values = [
+        b'{"d": 1.00000000001}',
+        b'{"d": 99999999999999999999999999999}',
+        b'{"d": 1e400}',
+        b'{"d": 1.5}',
+    ]
+    parsed = parse_columns(pa.array(values, pa.binary()), DECIMALS, documents=False)
+    assert parsed.arrays[0].to_pylist() == [None, None, None, decimal.Decimal("1.5")]
+    assert parsed.failed(0).tolist() == [True, True, True, False]
+    assert parsed.describe(0, 0) == "1.00000000001 is not a valid decimal"

@@ -33,7 +33,8 @@ from kafscale_iceberg.adapters.iceberg_data_files import (
     data_file_from_stats,
     data_files_to_add,
 )
-from kafscale_iceberg.adapters.iceberg_tables import IcebergTableCommitter, iceberg_type
+from kafscale_iceberg.adapters.iceberg_schemas import iceberg_type
+from kafscale_iceberg.adapters.iceberg_tables import IcebergTableCommitter
 from kafscale_iceberg.dataplane.file_stats import CARRIED_PREFIX
 from kafscale_iceberg.dataplane.parquet_files import RollingParquetWriter
 from kafscale_iceberg.dataplane.schemas import data_schema

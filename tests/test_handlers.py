@@ -16,7 +16,7 @@ from kafscale_iceberg.domain.events import WorkItem
 from kafscale_iceberg.domain.leases import LeaseGrant
 from kafscale_iceberg.domain.runs import RunCounts
 from kafscale_iceberg.domain.tickets import RunTicket
-from kafscale_iceberg.services.commit import TablePolicy
+from kafscale_iceberg.services.run_writes import TablePolicy
 from tests.support.config_documents import local_document
 from tests.support.iceberg_runs import RunFactory
 from tests.support.lambdas import LambdaContext, emf_records, emf_values

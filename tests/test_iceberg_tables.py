@@ -12,7 +12,8 @@ from pyiceberg.schema import Schema
 from pyiceberg.types import IntegerType, LongType, NestedField, StringType
 
 from kafscale_iceberg.adapters.iceberg_catalog import load_iceberg_catalog
-from kafscale_iceberg.adapters.iceberg_tables import IcebergTableCommitter, iceberg_type
+from kafscale_iceberg.adapters.iceberg_schemas import iceberg_type
+from kafscale_iceberg.adapters.iceberg_tables import IcebergTableCommitter
 from kafscale_iceberg.domain.commits import TableCommit, TableMarker, TableSpec
 from kafscale_iceberg.domain.runs import ColumnSpec, ColumnType, PartitionField, PartitionTransform
 from kafscale_iceberg.domain.schema import BASE_FIELDS, table_fields

@@ -24,7 +24,7 @@ from pyiceberg.types import LongType, NestedField, StringType
 from pyspark.sql import SparkSession
 
 from kafscale_iceberg.adapters.iceberg_catalog import CatalogSettings, load_iceberg_catalog
-from kafscale_iceberg.adapters.iceberg_tables import iceberg_type
+from kafscale_iceberg.adapters.iceberg_schemas import iceberg_type
 from kafscale_iceberg.assembly import Assembly
 from kafscale_iceberg.config import config_from_mapping, load_config
 from kafscale_iceberg.domain.schema import BASE_FIELDS

@@ -17,7 +17,8 @@ import pyarrow.parquet as pq
 from kafscale_iceberg.adapters.data_files import StagedFileStore
 from kafscale_iceberg.adapters.documents import DocumentStore
 from kafscale_iceberg.adapters.iceberg_catalog import load_iceberg_catalog
-from kafscale_iceberg.adapters.iceberg_tables import IcebergTableCommitter, field_ids_by_path
+from kafscale_iceberg.adapters.iceberg_schemas import field_ids_by_path
+from kafscale_iceberg.adapters.iceberg_tables import IcebergTableCommitter
 from kafscale_iceberg.dataplane.reports import build_run_result
 from kafscale_iceberg.dataplane.schemas import FIELD_ID_KEY
 from kafscale_iceberg.dataplane.tasks import plan_tasks, run_task

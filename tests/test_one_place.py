@@ -1,5 +1,5 @@
-"""What the codebase says lives in one place does: every error class in `exceptions.py` (transience said
-one way, by subclassing `TransientError`), every port in `ports.py`."""
+"""What the codebase says lives in one place does: every error class in the `exceptions` package
+(transience said one way, by subclassing `TransientError`), every port in `ports.py`."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 
 import functions
 import kafscale_iceberg
+from kafscale_iceberg import exceptions
 from kafscale_iceberg.exceptions import KafscaleIcebergError, TransientError
 
 
@@ -28,13 +29,14 @@ def _error_classes() -> set[type[KafscaleIcebergError]]:
     return {cls for cls in found if cls.__module__.startswith(("kafscale_iceberg", "functions"))}
 
 
-def test_every_error_class_is_defined_in_the_exceptions_module() -> None:
+def test_every_error_class_is_defined_in_the_exceptions_package_and_exported_by_it() -> None:
     classes = _error_classes()
     assert len(classes) > 50  # the walk found the hierarchy, not just its root
     elsewhere = sorted(
         f"{cls.__module__}.{cls.__name__}"
         for cls in classes
-        if cls.__module__ != "kafscale_iceberg.exceptions"
+        if not cls.__module__.startswith("kafscale_iceberg.exceptions.")
+        or getattr(exceptions, cls.__name__, None) is not cls
     )
     assert elsewhere == []
 

@@ -14,6 +14,7 @@ import decimal
 import io
 import json
 import struct
+import uuid
 from typing import Any
 
 import fastavro
@@ -95,7 +96,9 @@ def _values(values: list[bytes | None]) -> pa.Array:
     return pa.array(values, pa.binary())
 
 
-def test_avro_records_land_in_their_columns_with_types_from_their_schema(schema_registry: StandInRegistry) -> None:
+def test_avro_records_land_in_their_columns_with_types_from_their_schema(
+    schema_registry: StandInRegistry,
+) -> None:
     values = Producer(schema_registry).values(PIZZA_V1, [pizza(1), pizza(2)])
     decoded = AvroDecoder(_cache(schema_registry)).decode(_values(values))
     columns = [
@@ -103,14 +106,28 @@ def test_avro_records_land_in_their_columns_with_types_from_their_schema(schema_
         ColumnSpec(name="sauce", type=ColumnType.STRING),
         ColumnSpec(name="price", type=ColumnType.DECIMAL, precision=6, scale=2),
         ColumnSpec(name="ordered", type=ColumnType.TIMESTAMPTZ),
-        ColumnSpec(name="toppings", type=ColumnType.LIST, element=ColumnSpec(name="element", type=ColumnType.STRING)),
+        ColumnSpec(
+            name="toppings", type=ColumnType.LIST, element=ColumnSpec(name="element", type=ColumnType.STRING)
+        ),
     ]
     assert decoded.errors == {}
     assert [g.label for g in decoded.groups] == ["schema id 1"]
     rows = pa.Table.from_arrays(conform(decoded, columns).arrays, names=[c.name for c in columns]).to_pylist()
     assert rows == [
-        {"id": 1, "sauce": "tomato", "price": decimal.Decimal("12.50"), "ordered": ORDERED, "toppings": ["ham"]},
-        {"id": 2, "sauce": "tomato", "price": decimal.Decimal("12.50"), "ordered": ORDERED, "toppings": ["ham"]},
+        {
+            "id": 1,
+            "sauce": "tomato",
+            "price": decimal.Decimal("12.50"),
+            "ordered": ORDERED,
+            "toppings": ["ham"],
+        },
+        {
+            "id": 2,
+            "sauce": "tomato",
+            "price": decimal.Decimal("12.50"),
+            "ordered": ORDERED,
+            "toppings": ["ham"],
+        },
     ]
 
 
@@ -126,7 +143,7 @@ def test_records_of_two_schema_versions_in_one_batch_share_the_evolved_columns(
     assert [a.to_pylist() for a in got.arrays] == [
         [2**40, 1],
         [2.5, None],
-        [bytes.fromhex("8c8e1f0a3b6c4f4e9b1a2f1d3c4b5a69"), None],
+        [uuid.UUID("8c8e1f0a-3b6c-4f4e-9b1a-2f1d3c4b5a69"), None],
     ]
     assert not got.failed(0).any()
 
@@ -163,8 +180,10 @@ def test_bad_input_becomes_dead_letters_naming_the_schema_id_and_what_failed(
     decoded = AvroDecoder(_cache(schema_registry)).decode(_values(values))
     kinds = {row: kind for row, (kind, _reason) in decoded.errors.items()}
     assert kinds == {1: "undecodable", 2: "undecodable", 3: "unknown_schema", 4: "wire_format"}
-    assert "schema id 1" in decoded.errors[1][1] and "left over" in decoded.errors[1][1]
-    assert "schema id 99" in decoded.errors[3][1] and "404" in decoded.errors[3][1]
+    assert "schema id 1" in decoded.errors[1][1]
+    assert "left over" in decoded.errors[1][1]
+    assert "schema id 99" in decoded.errors[3][1]
+    assert "404" in decoded.errors[3][1]
     assert "first byte 0x7b" in decoded.errors[4][1]
     ids = conform(decoded, _columns(("id", ColumnType.INT))).arrays[0].to_pylist()
     assert ids == [1, None, None, None, None, None, 2]
@@ -180,21 +199,28 @@ def test_a_corrupt_record_in_a_large_batch_leaves_the_others_exact(schema_regist
     assert ids == [None if n == 57 else n for n in range(200)]
 
 
-def test_values_without_the_prefix_are_read_with_the_subjects_latest_schema(schema_registry: StandInRegistry) -> None:
+def test_values_without_the_prefix_are_read_with_the_subjects_latest_schema(
+    schema_registry: StandInRegistry,
+) -> None:
     Producer(schema_registry).values(PIZZA_V1, [pizza(1)])
     bare = _wire(1, PIZZA_V1, pizza(5))[5:]
     decoded = AvroDecoder(_cache(schema_registry), subject=f"{TOPIC}-value").decode(_values([bare]))
     assert conform(decoded, _columns(("id", ColumnType.INT))).arrays[0].to_pylist() == [5]
 
 
-def test_a_general_union_is_read_into_a_struct_with_one_field_per_branch(schema_registry: StandInRegistry) -> None:
+def test_a_general_union_is_read_into_a_struct_with_one_field_per_branch(
+    schema_registry: StandInRegistry,
+) -> None:
     schema = {"type": "record", "name": "U", "fields": [{"name": "v", "type": ["null", "int", "string"]}]}
     values = Producer(schema_registry).values(schema, [{"v": 3}, {"v": "three"}, {"v": None}])
     decoded = AvroDecoder(_cache(schema_registry)).decode(_values(values))
     union = ColumnSpec(
         name="v",
         type=ColumnType.STRUCT,
-        fields=(ColumnSpec(name="int", type=ColumnType.INT), ColumnSpec(name="string", type=ColumnType.STRING)),
+        fields=(
+            ColumnSpec(name="int", type=ColumnType.INT),
+            ColumnSpec(name="string", type=ColumnType.STRING),
+        ),
     )
     assert conform(decoded, [union]).arrays[0].to_pylist() == [
         {"int": 3, "string": None},
@@ -203,9 +229,13 @@ def test_a_general_union_is_read_into_a_struct_with_one_field_per_branch(schema_
     ]
 
 
-def test_a_value_that_does_not_fit_the_runs_column_is_null_and_counted(schema_registry: StandInRegistry) -> None:
+def test_a_value_that_does_not_fit_the_runs_column_is_null_and_counted(
+    schema_registry: StandInRegistry,
+) -> None:
     values = Producer(schema_registry).values(PIZZA_V2, [pizza(2**40), pizza(7)])
-    got = conform(AvroDecoder(_cache(schema_registry)).decode(_values(values)), _columns(("id", ColumnType.INT)))
+    got = conform(
+        AvroDecoder(_cache(schema_registry)).decode(_values(values)), _columns(("id", ColumnType.INT))
+    )
     assert got.arrays[0].to_pylist() == [None, 7]
     assert got.failed(0).tolist() == [True, False]
 
@@ -228,14 +258,21 @@ def test_the_registry_adapter_sends_basic_or_bearer_credentials(schema_registry:
     basic = ConfluentSchemaRegistry(settings, RegistryCredentials(username="reader", password="s3cret"))
     assert basic.schema_by_id(1).schema_type == "AVRO"
     schema_registry.basic, schema_registry.token = None, "tok"
-    assert ConfluentSchemaRegistry(settings, RegistryCredentials(token="tok")).latest_schema(f"{TOPIC}-value").version == 1
+    assert (
+        ConfluentSchemaRegistry(settings, RegistryCredentials(token="tok"))
+        .latest_schema(f"{TOPIC}-value")
+        .version
+        == 1
+    )
 
 
 def test_the_registry_adapter_caches_latest_for_cache_seconds(schema_registry: StandInRegistry) -> None:
     subject = f"{TOPIC}-value"
     schema_registry.register(subject, json.dumps(PIZZA_V1))
     now = [0.0]
-    adapter = ConfluentSchemaRegistry(RegistrySettings(url=schema_registry.url, cache_seconds=60), clock=lambda: now[0])
+    adapter = ConfluentSchemaRegistry(
+        RegistrySettings(url=schema_registry.url, cache_seconds=60), clock=lambda: now[0]
+    )
     assert adapter.latest_schema(subject).schema_id == 1
     schema_registry.register(subject, json.dumps(PIZZA_V2))
     now[0] = 59.0
@@ -245,7 +282,7 @@ def test_the_registry_adapter_caches_latest_for_cache_seconds(schema_registry: S
 
 
 def test_an_unknown_subject_is_schema_not_found(schema_registry: StandInRegistry) -> None:
-    with pytest.raises(SchemaNotFoundError, match="subject 'nope'.*404"):
+    with pytest.raises(SchemaNotFoundError, match=r"subject .nope.*404"):
         ConfluentSchemaRegistry(RegistrySettings(url=schema_registry.url)).latest_schema("nope")
 
 
@@ -274,7 +311,13 @@ CONNECT_SCHEMA = {
         {"field": "at", "type": "int64", "optional": True, "name": "org.apache.kafka.connect.data.Timestamp"},
         {"field": "ms", "type": "int32", "optional": True, "name": "org.apache.kafka.connect.data.Time"},
         {"field": "raw", "type": "bytes", "optional": True},
-        {"field": "tags", "type": "map", "keys": {"type": "string"}, "values": {"type": "int64"}, "optional": True},
+        {
+            "field": "tags",
+            "type": "map",
+            "keys": {"type": "string"},
+            "values": {"type": "int64"},
+            "optional": True,
+        },
     ],
 }
 
@@ -325,7 +368,9 @@ def test_connect_logical_types_land_as_their_columns() -> None:
 
 def test_a_numeric_connect_decimal_is_read_exactly_not_through_float64() -> None:
     schema = {**CONNECT_SCHEMA, "fields": [{**CONNECT_SCHEMA["fields"][1], "parameters": {"scale": "3"}}]}
-    value = b'{"schema": ' + json.dumps(schema).encode() + b', "payload": {"price": 12345678901234567890.123}}'
+    value = (
+        b'{"schema": ' + json.dumps(schema).encode() + b', "payload": {"price": 12345678901234567890.123}}'
+    )
     decoded = _connect([value])
     column = ColumnSpec(name="price", type=ColumnType.DECIMAL, precision=38, scale=3)
     assert conform(decoded, [column]).arrays[0].to_pylist() == [decimal.Decimal("12345678901234567890.123")]
@@ -350,6 +395,7 @@ def test_connect_envelopes_that_do_not_fit_become_dead_letters_with_the_field_na
         3: "undecodable",
         4: "undecodable",
     }
-    assert "field id" in decoded.errors[2][1] and "int32" in decoded.errors[2][1]
+    assert "field id" in decoded.errors[2][1]
+    assert "int32" in decoded.errors[2][1]
     assert "not optional" in decoded.errors[3][1]
     assert "field price" in decoded.errors[4][1]

@@ -20,7 +20,7 @@ from pyspark.sql import SparkSession
 
 from kafscale_iceberg.adapters.documents import DocumentStore
 from kafscale_iceberg.adapters.iceberg_catalog import CatalogSettings, load_iceberg_catalog
-from kafscale_iceberg.adapters.iceberg_tables import table_columns
+from kafscale_iceberg.adapters.iceberg_schemas import table_columns
 from kafscale_iceberg.assembly import Assembly
 from kafscale_iceberg.config import config_from_mapping
 from kafscale_iceberg.domain.field_ids import TopicFieldIds, field_ids_uri

@@ -150,19 +150,87 @@ def test_the_index_landing_after_its_segment_routes_the_segment_at_once(pipeline
     assert [(i.key, i.last_offset) for i in pipeline.work_items()] == [(item.key, 44)]
 
 
-def test_an_index_before_its_segment_or_beside_an_incomplete_one_gives_no_item(pipeline: Pipeline) -> None:
-    pipeline.put_index("orders", 3, 0)  # the .kfs has not landed: its own notification decides
+def _index_messages(pipeline: Pipeline) -> list[Any]:
+    return [m for m in pipeline.events.receive(wait_seconds=0) if ".index" in m.body]
+
+
+def test_an_index_before_its_segment_is_retried_until_the_segment_lands(pipeline: Pipeline) -> None:
+    """The stack notifies `.index` objects only: an index whose `.kfs` is not there is retried, never
+    dropped (no `.kfs` notification will come to route the segment)."""
+    pipeline.put_index("orders", 3, 0)
+    (message,) = _index_messages(pipeline)
+    with pytest.raises(SegmentIncompleteError, match=r"segment-00000000000000000000\.kfs") as raised:
+        pipeline.router.route_message(message.body, message.message_id)
+    assert raised.value.transient
+    pipeline.put_segment("orders", 3, 0, index=False)
+    outcome = pipeline.router.route_message(message.body, message.message_id)  # redelivered
+    assert [(i.partition, i.base_offset, i.last_offset) for i in outcome.items] == [(3, 0, 4)]
+
+
+def test_an_index_beside_an_incomplete_segment_is_rejected_with_the_key(pipeline: Pipeline) -> None:
     pipeline.put_segment("orders", 3, 9, complete=False)  # .kfs without END!, then its .index
-    outcomes = []
-    while messages := [m for m in pipeline.events.receive(wait_seconds=0) if ".index" in m.body]:
-        for message in messages:
-            outcomes.append(pipeline.router.route_message(message.body, message.message_id))
-            pipeline.events.delete(message)
-    assert [o.ignored for o in outcomes] == [{"index_object": 1}, {"index_object": 1}]
+    (message,) = _index_messages(pipeline)
+    with pytest.raises(SegmentFormatError, match=r"segment-00000000000000000009\.kfs") as raised:
+        pipeline.router.route_message(message.body, message.message_id)
+    assert not raised.value.transient
     assert pipeline.work_items() == []
-    # The incomplete .kfs is still rejected with the reason by its own notification.
-    (error,) = pipeline.route_all()
-    assert isinstance(error, SegmentFormatError)
+
+
+def _routed_batch(pipeline: Pipeline) -> tuple[Any, list[Any]]:
+    """Every pending notification routed as one batch (the router Lambda's way)."""
+    batch = pipeline.router.batch()
+    messages = pipeline.events.receive(wait_seconds=0)
+    for message in messages:
+        batch.route(message.body, message.message_id)
+    return batch, messages
+
+
+def test_a_batch_enqueues_one_work_item_per_topic(pipeline: Pipeline) -> None:
+    for base in (0, 10, 20):
+        pipeline.put_segment("orders", 0, base)
+    pipeline.put_segment("orders", 1, 0)
+    pipeline.put_segment("payments", 0, 0)
+    batch, _ = _routed_batch(pipeline)
+    assert batch.send() == []
+    items = pipeline.work_items()
+    assert sorted(i.topic for i in items) == ["orders", "payments"]
+
+
+def test_a_redelivered_batch_is_deduplicated_and_a_larger_one_is_not(pipeline: Pipeline) -> None:
+    """A topic's item is deduplicated by every segment key of its batch: a batch routed again (a
+    redelivery) adds nothing; one segment more is a new item, so that segment is not left unsignalled
+    behind a deduplicated item."""
+    pipeline.put_segment("orders", 0, 0)
+    pipeline.put_segment("orders", 0, 10)
+    messages = [m for m in pipeline.events.receive(wait_seconds=0) if ".kfs" in m.body]
+    for _ in range(2):
+        batch = pipeline.router.batch()
+        for message in messages:
+            batch.route(message.body, message.message_id)
+        assert batch.send() == []
+    assert len(pipeline.work_items()) == 1
+    pipeline.put_segment("orders", 0, 20)
+    more = [m for m in pipeline.events.receive(wait_seconds=0) if ".kfs" in m.body]
+    batch = pipeline.router.batch()
+    for message in messages + more:
+        batch.route(message.body, message.message_id)
+    assert batch.send() == []
+    (item,) = pipeline.work_items()
+    assert item.topic == "orders"
+
+
+def test_a_batch_whose_items_cannot_be_sent_fails_the_messages_that_routed_segments(
+    moto_server: MotoEndpoint,
+) -> None:
+    pipeline = Pipeline(moto_server)
+    pipeline.put_segment("orders", 0, 0)
+    pipeline.s3.put_object(Bucket=pipeline.bucket, Key="prod/orders/0/notes.txt", Body=b"x")
+    # The work queue is gone (deleted): the send fails, as an SQS outage would.
+    pipeline.sqs.delete_queue(QueueUrl=pipeline.work.queue_url)
+    batch, messages = _routed_batch(pipeline)
+    routed = {m.message_id for m in messages if "segment-" in m.body}
+    assert len(routed) == 2  # the .kfs and the .index notification both routed the segment
+    assert set(batch.send()) == routed
 
 
 def test_both_notifications_of_a_segment_give_one_work_item(pipeline: Pipeline) -> None:
@@ -175,10 +243,12 @@ def test_both_notifications_of_a_segment_give_one_work_item(pipeline: Pipeline) 
 
 def test_a_segment_without_footer_magic_is_rejected_with_the_key(pipeline: Pipeline) -> None:
     pipeline.put_segment("orders", 0, 7, complete=False)
-    (error,) = pipeline.route_all()
-    assert isinstance(error, SegmentFormatError)
-    assert not error.transient
-    assert re.search(r"segment-00000000000000000007\.kfs", str(error))
+    errors = pipeline.route_all()
+    assert len(errors) == 2  # this bucket notifies both objects: each notification rejects the segment
+    for error in errors:
+        assert isinstance(error, SegmentFormatError)
+        assert not error.transient
+        assert re.search(r"segment-00000000000000000007\.kfs", str(error))
 
 
 def test_other_objects_and_unmapped_topics_are_counted_not_errors(pipeline: Pipeline) -> None:

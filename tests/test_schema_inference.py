@@ -19,7 +19,8 @@ import yaml
 from kafscale_iceberg.adapters.data_files import StagedFileStore
 from kafscale_iceberg.adapters.documents import DocumentStore
 from kafscale_iceberg.adapters.iceberg_catalog import load_iceberg_catalog
-from kafscale_iceberg.adapters.iceberg_tables import IcebergTableCommitter, field_ids_by_path, table_columns
+from kafscale_iceberg.adapters.iceberg_schemas import field_ids_by_path, table_columns
+from kafscale_iceberg.adapters.iceberg_tables import IcebergTableCommitter
 from kafscale_iceberg.config import parse_config
 from kafscale_iceberg.dataplane.inference import ValueObserver, with_inferred_columns
 from kafscale_iceberg.dataplane.reports import build_run_result

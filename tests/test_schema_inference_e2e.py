@@ -17,7 +17,7 @@ from pyiceberg.types import StringType
 from pyspark.sql import SparkSession
 
 from kafscale_iceberg.adapters.iceberg_catalog import CatalogSettings, load_iceberg_catalog
-from kafscale_iceberg.adapters.iceberg_tables import table_columns
+from kafscale_iceberg.adapters.iceberg_schemas import table_columns
 from kafscale_iceberg.assembly import Assembly
 from kafscale_iceberg.config import config_from_mapping
 from kafscale_iceberg.local.pipeline import Pipeline, RunEnd

@@ -31,7 +31,7 @@ from pyiceberg.types import (
 from pyspark.sql import SparkSession
 
 from kafscale_iceberg.adapters.documents import DocumentStore
-from kafscale_iceberg.adapters.iceberg_tables import iceberg_type
+from kafscale_iceberg.adapters.iceberg_schemas import iceberg_type
 from kafscale_iceberg.domain.runs import (
     CorruptSegmentPolicy,
     FailureKind,

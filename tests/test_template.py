@@ -626,7 +626,7 @@ def test_a_created_bucket_notifies_the_queue_after_the_queue_allows_it() -> None
         "QueueConfigurations"
     ]
     assert notification["Queue"] == deployment.attribute("SegmentEventsQueue", "Arn")
-    assert notification["Filter"]["S3Key"]["Rules"] == [{"Name": "suffix", "Value": ".kfs"}]
+    assert notification["Filter"]["S3Key"]["Rules"] == [{"Name": "suffix", "Value": ".index"}]
     policy = deployment.evaluate(deployment.resources["SegmentEventsQueuePolicy"]["Properties"])
     allow = [s for s in policy["PolicyDocument"]["Statement"] if s["Effect"] == "Allow"]
     assert [s["Principal"] for s in allow] == [{"Service": "s3.amazonaws.com"}]
@@ -646,7 +646,7 @@ def test_an_existing_bucket_reaches_the_queue_through_its_eventbridge_rule_only(
         "detail-type": ["Object Created"],
         "detail": {
             "bucket": {"name": ["kafscale-data"]},
-            "object": {"key": [{"wildcard": "production/*.kfs"}]},
+            "object": {"key": [{"wildcard": "production/*.index"}]},
         },
     }
     (target,) = rule["Targets"]

@@ -1,7 +1,7 @@
 """Loading an Iceberg catalog (REST, Glue or SQL) with pyiceberg, from typed settings.
 
-With `iceberg_tables.py` beside it, the only module that imports pyiceberg. Errors are translated
-here, once: a rejected credential is a `ConfigError` naming the YAML key; an unreachable catalog a
+With the other `iceberg_*.py` adapters beside it, the only modules that import pyiceberg. Errors are
+translated here, once: a rejected credential is a `ConfigError` naming the YAML key; an unreachable catalog a
 `CatalogUnavailableError` (transient); anything else a `CatalogError`. Messages name the catalog type
 and URI with any password in the URI masked, never a token or password.
 """

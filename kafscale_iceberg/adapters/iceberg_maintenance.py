@@ -44,6 +44,7 @@ from pyiceberg.table.update.snapshot import ExpireSnapshots
 
 from kafscale_iceberg.adapters.data_files import StagedFileStore
 from kafscale_iceberg.adapters.iceberg_catalog import CatalogTableAccess
+from kafscale_iceberg.dataplane.schemas import statistics_columns
 from kafscale_iceberg.dataplane.storage import join_uri
 from kafscale_iceberg.domain.commits import SUMMARY_TOPIC
 from kafscale_iceberg.domain.compaction_jobs import (
@@ -642,7 +643,7 @@ def _write_files(
             compression="zstd",
             compression_level=1,
             row_group_size=min(per_file, _ROW_GROUP_ROWS),
-            write_statistics=True,
+            write_statistics=statistics_columns(chunk.schema),  # none for uuids, as the runs' files
         )
         written = os.path.getsize(staging)
         sink.publish(staging, uri)

@@ -1,7 +1,8 @@
 """`mappings[]`: one topic into one table (or several: `route`, and several mappings per topic) —
 the Go processor's keys (`topic`, `table`, `mode`,
 `create_table_if_missing`, `schema`, `lfs`) plus ours (`dead_letter_table`, `partition_by`,
-`corrupt_segment_policy`, `target_file_size_bytes`), with the column, schema and LFS sub-sections.
+`corrupt_segment_policy`, `target_file_size_bytes`, `upsert` with `mode: upsert`, see
+`config.upsert`), with the column, schema and LFS sub-sections.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from kafscale_iceberg.config.base import (
     _zero_means,
 )
 from kafscale_iceberg.config.formats import KeyFormatKey, ValueFormatKey, format_problems
+from kafscale_iceberg.config.upsert import UpsertConfig, upsert_problems
 from kafscale_iceberg.domain.routing import check_route_field, check_template
 from kafscale_iceberg.domain.runs import (
     DECIMAL_MAX_PRECISION,
@@ -327,7 +329,7 @@ class MappingConfig(_Section):
     topic: Annotated[str, AfterValidator(_check_topic)]
     table: Annotated[str, AfterValidator(_check_optional_identifier)] = ""
     route: RouteConfig | None = None
-    mode: Annotated[Literal["append"], BeforeValidator(_lowercase)] = "append"
+    mode: Annotated[Literal["append", "upsert"], BeforeValidator(_lowercase)] = "append"
     create_table_if_missing: bool = False
     schema_: MappingSchemaConfig = Field(default_factory=MappingSchemaConfig, alias="schema")
     lfs: LfsConfig = Field(default_factory=LfsConfig)
@@ -346,6 +348,8 @@ class MappingConfig(_Section):
     def _formats_fit(self) -> MappingConfig:
         format_problems(self).raise_if_any()
         return self
+
+    upsert: UpsertConfig | None = None
 
     @field_validator("partition_by", mode="before")
     @classmethod
@@ -432,6 +436,14 @@ class MappingConfig(_Section):
                     f"{column_type.value}"
                     + (" (milliseconds as a number)" if field.column == "timestamp_ms" else ""),
                 )
+        problems.raise_if_any()
+        return self
+
+    @model_validator(mode="after")
+    def _check_upsert(self) -> MappingConfig:
+        problems = _Problems()
+        for key, problem in upsert_problems(self):
+            problems.add(key, problem)
         problems.raise_if_any()
         return self
 

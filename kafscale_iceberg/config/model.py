@@ -113,12 +113,12 @@ class KafscaleConfig(_Section):
                 "is required when iceberg.catalog.type is 'sql': tables are created under it "
                 "(e.g. file:///var/lib/kafscale/warehouse or s3://bucket/warehouse)",
             )
+        # JSON values are validated against that registry; other value formats against their own schemas.
         json_mappings = [m for m in self.mappings if not m.value_format.self_described]
         if self.schema_.mode != "off" and not self.schema_.registry.base_url and json_mappings:
             problems.add(
                 "schema.registry.base_url",
-                f"is required when schema.mode is '{self.schema_.mode.value}' (JSON values are validated "
-                "against it; mappings with another value_format are checked against their own schemas)",
+                f"is required when schema.mode is '{self.schema_.mode.value}'",
             )
         for index, mapping in enumerate(self.mappings):
             if mapping.value_format.registered and self.schema_registry is None:
@@ -139,6 +139,13 @@ class KafscaleConfig(_Section):
             first = first_index.setdefault(mapping.topic, index)
             if first != index:
                 first_mapping = self.mappings[first]
+                if "upsert" in (mapping.mode, first_mapping.mode):
+                    problems.add(
+                        f"{key}.mode",
+                        f"mode: upsert is not supported yet for a topic with several mappings "
+                        f"({mapping.topic!r} has mappings[{first}] and mappings[{index}]): give the "
+                        "upsert table a topic of its own",
+                    )
                 if mapping.lfs != first_mapping.lfs:
                     problems.add(
                         f"{key}.lfs",

@@ -23,12 +23,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kafscale_iceberg.dataplane import json_scan as js
+from kafscale_iceberg.dataplane.schemas import column_arrow_type
 from kafscale_iceberg.dataplane.values import (
     MISSING,
     ValueReader,
     coerce_column,
     days_from_number,
+    decimal_of,
     describe_mismatch,
+    holds_decimal,
     integer_from_float,
     loads_like_go,
     millis_to_micros,
@@ -96,7 +99,8 @@ class ParsedColumns:
 
 def parse_columns(values: pa.Array, columns: Sequence[ColumnSpec], *, documents: bool) -> ParsedColumns:
     """Columns through the per-record path (`documents=True` also keeps each parsed value)."""
-    read = ValueReader([c.name for c in columns], documents=documents).read(values)
+    exact = [c.name for c in columns if holds_decimal(c)]
+    read = ValueReader([c.name for c in columns], documents=documents, exact_numbers=exact).read(values)
     coerced = [coerce_column(raw, c) for raw, c in zip(read.raw_columns, columns, strict=True)]
     return ParsedColumns(
         [array for array, _ in coerced],
@@ -160,12 +164,36 @@ class ScannedColumns:
         return f"{text} is not a valid {column_type.value}"
 
 
+SCANNED_TYPES: frozenset[ColumnType] = frozenset(
+    {
+        ColumnType.BOOLEAN,
+        ColumnType.INT,
+        ColumnType.LONG,
+        ColumnType.FLOAT,
+        ColumnType.DOUBLE,
+        ColumnType.STRING,
+        ColumnType.BINARY,
+        ColumnType.TIMESTAMP,
+        ColumnType.DATE,
+        ColumnType.TIMESTAMPTZ,
+        ColumnType.DECIMAL,
+    }
+)
+"""The column types the compiled scanner builds (the Go processor's scalars, and decimals, from their
+tokens' exact text); a mapping with another type (nested, uuid) takes the per-record path."""
+
+
+def scannable(column: ColumnSpec) -> bool:
+    """Whether the compiled scanner builds `column` (`SCANNED_TYPES`)."""
+    return column.type in SCANNED_TYPES
+
+
 class ColumnScanner:
     """Builds a mapping's columns from record values with the compiled scanner; reusable per task."""
 
     def __init__(self, columns: Sequence[ColumnSpec]) -> None:
-        """Raises ValueError for a column the scanner does not build (`ColumnSpec.scannable`)."""
-        unscannable = [c.name for c in columns if not c.scannable]
+        """Raises ValueError for a column the scanner does not build (`scannable`)."""
+        unscannable = [c.name for c in columns if not scannable(c)]
         if unscannable:
             raise ValueError(f"columns {unscannable} need the per-record path")
         self.columns = tuple(columns)
@@ -188,11 +216,11 @@ class ColumnScanner:
             errors = {int(fallback_rows[i]): reason for i, reason in parsed.errors.items()}
         arrays = []
         for c, column in enumerate(self.columns):
-            array = _build(
-                column.type,
-                _Tokens(buffer, kinds[c], token_starts[c], token_ends[c], integers[c]),
-                count,
-            )
+            tokens = _Tokens(buffer, kinds[c], token_starts[c], token_ends[c], integers[c])
+            if column.type is ColumnType.DECIMAL:
+                array = _decimals(tokens, column)
+            else:
+                array = _build(column.type, tokens, count)
             if parsed is not None:
                 mask = np.zeros(count, bool)
                 mask[fallback_rows] = True
@@ -296,6 +324,17 @@ class _Tokens:
         return _strings(self.buffer, self.kinds, self.starts, self.ends)
 
 
+def _decimals(tokens: _Tokens, column: ColumnSpec) -> pa.Array:
+    """A `decimal(P,S)` column from the number tokens' exact text and numeric strings (no float)."""
+    kinds = tokens.kinds
+    numbers = _texts(tokens.buffer, tokens.starts, tokens.ends, (kinds == js.INTEGER) | (kinds == js.NUMBER))
+    texts = pc.coalesce(tokens.strings(), numbers).to_pylist()
+    precision, scale = column.precision or 1, column.scale or 0
+    return pa.array(
+        [None if t is None else decimal_of(t, precision, scale) for t in texts], column_arrow_type(column)
+    )
+
+
 def _build(column_type: ColumnType, tokens: _Tokens, count: int) -> pa.Array:
     kinds = tokens.kinds
     if column_type is ColumnType.BOOLEAN:
@@ -366,4 +405,13 @@ def _integer(x: object, low: int, high: int) -> int | None:
     return None
 
 
-__all__ = ["MISSING", "ColumnScanner", "ExtractedColumns", "ParsedColumns", "ScannedColumns", "parse_columns"]
+__all__ = [
+    "MISSING",
+    "SCANNED_TYPES",
+    "ColumnScanner",
+    "ExtractedColumns",
+    "ParsedColumns",
+    "ScannedColumns",
+    "parse_columns",
+    "scannable",
+]

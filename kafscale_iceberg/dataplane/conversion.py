@@ -36,7 +36,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kafscale_iceberg.dataplane.columns import ColumnScanner, ExtractedColumns, parse_columns
+from kafscale_iceberg.dataplane.columns import ColumnScanner, ExtractedColumns, parse_columns, scannable
 from kafscale_iceberg.dataplane.formats.choice import decoder_for
 from kafscale_iceberg.dataplane.formats.decoding import conform
 from kafscale_iceberg.dataplane.formats.schema_cache import SchemaCache
@@ -71,6 +71,11 @@ class ErrorKind(StrEnum):
     """A registered format: the registry has no schema of the record's id (404)."""
     UNDECODABLE = "undecodable"
     """A self-described format: the payload does not decode with its schema (or does not fit it)."""
+    CDC_ENVELOPE = "cdc_envelope"
+    """An upsert mapping: the value is not a change event of its `upsert.cdc` (`upsert_changes.py`)."""
+    TOMBSTONE = "tombstone"
+    """An upsert mapping: a tombstone that deletes nothing (tombstones do not delete, or its record key
+    names no key)."""
 
 
 # Records the LFS stage could not use: dead-lettered in every schema mode, never a strict-mode failure.
@@ -105,6 +110,8 @@ class ConvertedRecords:
     failed_rows: Mapping[str, np.ndarray] = field(default_factory=dict)
     """Per column counted in `conversion_failures`: the positions in `rows` of those records (to
     count them per table when a route splits the rows)."""
+    deleted_keys: pa.Table | None = None
+    """An upsert mapping: the records deleting their key (base fields and key columns)."""
 
 
 class RecordConverter:
@@ -140,12 +147,12 @@ class RecordConverter:
                     f"topic {topic}: the plan's json_schema is invalid: {exc.message}"
                 ) from exc
             self._validator = validator_class(settings.json_schema)
-        # The compiled scanner builds the Go processor's scalar types (the fast path); a mapping with
-        # nested, decimal or uuid columns takes the per-record path for all its columns.
-        scannable = all(c.scannable for c in self.columns)
+        # The compiled scanner builds the Go processor's scalar types and decimals (the fast path); a
+        # mapping with nested or uuid columns takes the per-record path for all its columns.
+        scanned = all(scannable(c) for c in self.columns)
         json_columns = bool(self.columns) and self._decoder is None
         self._scanner = (
-            ColumnScanner(self.columns) if json_columns and self._validator is None and scannable else None
+            ColumnScanner(self.columns) if json_columns and self._validator is None and scanned else None
         )
         self._parse = json_columns and self._scanner is None
         self._failure_rows: dict[str, np.ndarray] = {}

@@ -37,6 +37,7 @@ _COLUMN_TYPES: Mapping[pa.DataType, ColumnType] = {
     pa.timestamp("us"): ColumnType.TIMESTAMP,
     pa.timestamp("us", "UTC"): ColumnType.TIMESTAMPTZ,
     pa.date32(): ColumnType.DATE,
+    pa.uuid(): ColumnType.UUID,
 }
 _PACK = {
     ColumnType.INT: "<i",
@@ -52,8 +53,9 @@ _PACK = {
 def file_stats(metadata: pq.FileMetaData, schema: pa.Schema) -> FileStats | None:
     """The metrics of a closed Parquet file from its in-memory footer; `schema` is what was written.
 
-    None when a column is nested or of a type without carried metrics here (decimal, uuid): the
-    commit step then reads that file's footer, as for results without statistics.
+    None when a column is nested or a decimal (no carried metrics here): the commit step then reads
+    that file's footer, as for results without statistics. A uuid column carries sizes and counts,
+    never bounds (`schemas.unbounded_columns`: its files have no uuid statistics to take them from).
     """
     if any(_COLUMN_TYPES.get(f.type) is None for f in schema):
         return None
@@ -97,6 +99,8 @@ def _column_stats(
             high = statistics.max_raw if high is None else max(high, statistics.max_raw)
     if not has_stats:
         nulls = low = high = None
+    if column_type is ColumnType.UUID:
+        low = high = None  # whatever wrote the statistics: no uuid bound, see `schemas.unbounded_columns`
     lower, lower_cut = _encode(column_type, low)
     upper, upper_cut = _encode(column_type, high)
     return ColumnStats(

@@ -21,7 +21,15 @@ from kafscale_iceberg.dataplane.partitioning import split_by_partition
 from kafscale_iceberg.dataplane.routing import RecordRouter
 from kafscale_iceberg.dataplane.schemas import DEAD_LETTER_SCHEMA
 from kafscale_iceberg.dataplane.table_files import TableFiles
-from kafscale_iceberg.domain.runs import MappingPlan, RunPlan, SchemaMode, TableRole, TableTarget
+from kafscale_iceberg.dataplane.upsert_changes import UpsertConversion
+from kafscale_iceberg.domain.runs import (
+    MappingPlan,
+    RunPlan,
+    SchemaMode,
+    TableRole,
+    TableTarget,
+    deleted_keys_target,
+)
 
 __all__ = ["MappingStage", "TableFiles"]
 
@@ -57,6 +65,11 @@ class MappingStage:
         self.converter = RecordConverter(
             topic=plan.topic, run_id=plan.run_id, settings=settings, schemas=schemas
         )
+        self.upsert = (
+            None
+            if settings.upsert is None
+            else UpsertConversion(self.converter, settings, topic=plan.topic, run_id=plan.run_id)
+        )
 
     def convert(
         self,
@@ -69,6 +82,8 @@ class MappingStage:
     ) -> tuple[ConvertedRecords, tuple[tuple[TableTarget, ConvertedRecords], ...]]:
         """A batch converted: the mapping's rows (for a routed inferred mapping: routed, its dead
         letters only, and per table its records converted with the table's columns)."""
+        if self.upsert is not None:
+            return self.upsert.convert(records, partition=partition, segment_key=segment_key), ()
         converted = self.converter.convert(
             records,
             partition=partition,
@@ -194,6 +209,15 @@ class MappingStage:
                     if count:
                         counted[column] = counted.get(column, 0) + count
             written += rows.num_rows
+        deleted_keys = converted.deleted_keys
+        if deleted_keys is not None and deleted_keys.num_rows and mapping.table is not None:
+            self._files.writer(
+                deleted_keys_target(mapping.table),
+                deleted_keys.schema,
+                TableRole.DELETED_KEYS,
+                self.index,
+                settings,
+            ).write({}, deleted_keys, kafka_partition=partition)
         if dead_letters.num_rows:
             self._files.writer(
                 mapping.dead_letter_table, DEAD_LETTER_SCHEMA, TableRole.DEAD_LETTER, self.index, settings

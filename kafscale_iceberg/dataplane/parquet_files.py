@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 
 from kafscale_iceberg.dataplane.file_stats import file_stats
 from kafscale_iceberg.dataplane.partitioning import PartitionKey
+from kafscale_iceberg.dataplane.schemas import statistics_columns
 from kafscale_iceberg.dataplane.storage import join_uri
 from kafscale_iceberg.domain.runs import DataFile
 from kafscale_iceberg.ports import FileSink
@@ -98,6 +99,7 @@ class RollingParquetWriter:
         self._sink = sink
         self._data_uri = data_uri
         self._schema = schema
+        self._statistics = statistics_columns(self._schema)  # none for uuids: `unbounded_columns`
         self._task = task_index
         self._target = target_file_size_bytes
         self._row_group_bytes = max(1, min(row_group_bytes, target_file_size_bytes))
@@ -204,7 +206,7 @@ class RollingParquetWriter:
             compression_level=COMPRESSION_LEVEL,
             use_dictionary=[name for name in self._schema.names if name not in UNIQUE_COLUMNS],
             store_schema=False,
-            write_statistics=True,
+            write_statistics=self._statistics,
         )
         series.current = _OpenFile(uri=uri, staging=staging, writer=writer)
         return series.current

@@ -111,6 +111,8 @@ class TaskReport(_Model):
     segments: tuple[SegmentOutcome, ...] = ()
     data_files: tuple[DataFile, ...] = ()
     dead_letter_files: tuple[DataFile, ...] = ()
+    deleted_key_files: tuple[DataFile, ...] = ()
+    """An upsert table: files of the records deleting their key (base fields and key columns)."""
     tables: tuple[TableOutput, ...] = ()
     """A plan of several tables (`RunPlan.multi_table`): every table's files, in place of the two above."""
     failure: RunFailure | None = None
@@ -179,6 +181,9 @@ def build_run_result(plan: RunPlan, reports: Sequence[TaskReport], timings: RunT
         data_files=tuple(sorted((f for r in reports for f in r.data_files), key=lambda f: f.uri)),
         dead_letter_files=tuple(
             sorted((f for r in reports for f in r.dead_letter_files), key=lambda f: f.uri)
+        ),
+        deleted_key_files=tuple(
+            sorted((f for r in reports for f in r.deleted_key_files), key=lambda f: f.uri)
         ),
         partitions=partitions,
         counts=counts,

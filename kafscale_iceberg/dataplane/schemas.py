@@ -27,8 +27,11 @@ _ARROW_TYPES: dict[ColumnType, pa.DataType] = {
     ColumnType.TIMESTAMP: pa.timestamp("us"),
     ColumnType.DATE: pa.date32(),
     ColumnType.TIMESTAMPTZ: pa.timestamp("us", "UTC"),
-    ColumnType.UUID: pa.binary(16),  # Parquet FIXED_LEN_BYTE_ARRAY(16): what Iceberg `uuid` reads
+    # Parquet FIXED_LEN_BYTE_ARRAY(16) with the UUID logical type (Arrow's `arrow.uuid` extension):
+    # what Iceberg `uuid` is, and what readers show as a uuid rather than 16 bytes.
+    ColumnType.UUID: pa.uuid(),
 }
+_UUID_STORAGE = pa.binary(16)
 
 
 def arrow_type(column_type: ColumnType) -> pa.DataType:
@@ -36,18 +39,63 @@ def arrow_type(column_type: ColumnType) -> pa.DataType:
     return _ARROW_TYPES[column_type]
 
 
-def column_arrow_type(column: ColumnSpec) -> pa.DataType:
+def column_arrow_type(column: ColumnSpec, *, storage: bool = False) -> pa.DataType:
     """The Arrow type of a mapping column, parts included: `decimal128(P, S)`, structs, lists and
-    maps (string keys) whose parts are all nullable (Iceberg `optional`)."""
+    maps (string keys) whose parts are all nullable (Iceberg `optional`).
+
+    `storage`: uuids as their storage type, `binary(16)` (Arrow builds nested values from Python
+    only without extension types; cast the array to the column's type after).
+    """
     if column.type is ColumnType.DECIMAL:
         return pa.decimal128(column.precision or 1, column.scale or 0)
     if column.type is ColumnType.STRUCT:
-        return pa.struct([pa.field(f.name, column_arrow_type(f)) for f in column.fields])
+        return pa.struct([pa.field(f.name, column_arrow_type(f, storage=storage)) for f in column.fields])
     if column.type is ColumnType.LIST and column.element is not None:
-        return pa.list_(column_arrow_type(column.element))
+        return pa.list_(column_arrow_type(column.element, storage=storage))
     if column.type is ColumnType.MAP and column.value is not None:
-        return pa.map_(pa.string(), column_arrow_type(column.value))
+        return pa.map_(pa.string(), column_arrow_type(column.value, storage=storage))
+    if column.type is ColumnType.UUID and storage:
+        return _UUID_STORAGE
     return _ARROW_TYPES[column.type]
+
+
+def unbounded_columns(schema: pa.Schema) -> list[str]:
+    """The Parquet column paths of `schema`'s uuid leaves, at any depth, written without statistics.
+
+    No reader may misread a uuid bound if there is none: Iceberg Java up to 1.10 compares uuids as
+    two signed longs (apache/iceberg#14216), not in the unsigned byte order Parquet and Iceberg's
+    spec use for the bounds, so a filter on a uuid skipped files and row groups holding the value.
+    Without Parquet statistics there is no row-group min/max to misread, and no bounds in the
+    manifest (which are taken from them); the cost is the column's null count.
+    """
+    return [path for path, dtype in _leaves(schema) if dtype == _ARROW_TYPES[ColumnType.UUID]]
+
+
+def statistics_columns(schema: pa.Schema) -> bool | list[str]:
+    """pyarrow's `write_statistics` for a file of `schema`: every column but `unbounded_columns`."""
+    unbounded = unbounded_columns(schema)
+    return [p for p, _ in _leaves(schema) if p not in unbounded] if unbounded else True
+
+
+def _leaves(schema: pa.Schema) -> list[tuple[str, pa.DataType]]:
+    """Each Parquet leaf column of `schema`: its path as pyarrow names it, and its Arrow type."""
+    leaves: list[tuple[str, pa.DataType]] = []
+
+    def walk(dtype: pa.DataType, path: str) -> None:
+        if pa.types.is_struct(dtype):
+            for i in range(dtype.num_fields):
+                walk(dtype.field(i).type, f"{path}.{dtype.field(i).name}")
+        elif pa.types.is_list(dtype) or pa.types.is_large_list(dtype):
+            walk(dtype.value_type, f"{path}.list.element")
+        elif pa.types.is_map(dtype):
+            walk(dtype.key_type, f"{path}.key_value.key")
+            walk(dtype.item_type, f"{path}.key_value.value")
+        else:
+            leaves.append((path, dtype))
+
+    for field in schema:
+        walk(field.type, field.name)
+    return leaves
 
 
 def _field_arrow_type(field: FieldSpec) -> pa.DataType:

@@ -30,7 +30,14 @@ from kafscale_iceberg.dataplane.schemas import DEAD_LETTER_SCHEMA
 from kafscale_iceberg.dataplane.segment_windows import in_window, overlapped, quarantine, segment_outcome
 from kafscale_iceberg.dataplane.storage import segment_uri
 from kafscale_iceberg.dataplane.table_files import TableFiles
-from kafscale_iceberg.domain.runs import CorruptSegmentPolicy, FailureKind, RunFailure, RunPlan, TableRole
+from kafscale_iceberg.domain.runs import (
+    CorruptSegmentPolicy,
+    FailureKind,
+    RunFailure,
+    RunPlan,
+    TableRole,
+    deleted_keys_target,
+)
 from kafscale_iceberg.exceptions import LfsBlobUnavailableError, RegistryUnavailableError, SegmentFormatError
 from kafscale_iceberg.ports import BlobReader, FileSink, ObjectReader, RecordSchemaRegistry
 from kafscale_iceberg.segments.decode import decode_segment
@@ -242,5 +249,6 @@ def run_task(
         segments=tuple(outcomes),
         data_files=by_table.get(plan.table.identifier, ()),
         dead_letter_files=by_table.get(plan.dead_letter_table.identifier, ()),
+        deleted_key_files=by_table.get(deleted_keys_target(plan.table).identifier, ()),
         timings=TaskTimings(**clock.timings),
     )

@@ -29,8 +29,11 @@ null in a required column makes the record invalid):
   the wall date when there is no offset), or a JSON integer number of days since 1970-01-01.
 
 - `timestamptz` (Iceberg `timestamptz`): as `timestamp`, stored as a UTC instant.
-- `decimal(P,S)`: a JSON number or a numeric string with at most S fraction digits and P digits in
-  all (never rounded: more digits is a conversion failure).
+- `decimal(P,S)`: a JSON number or a numeric string, read from its exact text (never through a
+  binary float: `12345678901234567890.123` lands exact in `decimal(38,10)`), when the column holds
+  it exactly (`domain/decimals.fit_decimal`: never rounded, so more fraction digits than S or more
+  than P-S integer digits is a conversion failure). Columns with a decimal anywhere inside are read
+  with every non-integer number as its exact `Decimal`; their other number parts take it as a float.
 - `uuid`: a string `uuid.UUID` reads (canonical `8-4-4-4-12` hex, any case, hyphens optional).
 - `struct`: a JSON object, field by field; `list`: a JSON array, element by element; `map`: a JSON
   object, its keys as strings and values converted. Inner values follow the same rules; a mistyped
@@ -46,7 +49,7 @@ import decimal
 import json
 import re
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any, Final
@@ -57,6 +60,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kafscale_iceberg.dataplane.schemas import arrow_type, column_arrow_type
+from kafscale_iceberg.domain.decimals import decimal_from_text, fit_decimal
 from kafscale_iceberg.domain.runs import ColumnSpec, ColumnType
 
 
@@ -107,18 +111,37 @@ class ReadValues:
 
 
 class ValueReader:
-    """Parses record values as JSON for a fixed set of top-level column names."""
+    """Parses record values as JSON for a fixed set of top-level column names.
 
-    def __init__(self, column_names: Sequence[str], *, documents: bool) -> None:
+    The columns named in `exact_numbers` get every non-integer JSON number as the `Decimal` of its
+    text instead of a float (what `decimal` columns, at any depth, need); the others, and the
+    documents kept for validation, get floats.
+    """
+
+    def __init__(
+        self, column_names: Sequence[str], *, documents: bool, exact_numbers: Collection[str] = ()
+    ) -> None:
         self._names = tuple(column_names)
         self._documents = documents
-        fields = [(f"c{i}", Any, msgspec.UNSET) for i in range(len(self._names))]
+        self._exact = [i for i, name in enumerate(self._names) if name in exact_numbers]
+        # In rows, an exact column's value is kept as its raw JSON text, then decoded exactly.
+        fields = [
+            (f"c{i}", msgspec.Raw if i in self._exact and not documents else Any, msgspec.UNSET)
+            for i in range(len(self._names))
+        ]
         rename = {f"c{i}": name for i, name in enumerate(self._names)}
         self._row_type: Any = msgspec.defstruct("MappedColumns", fields, rename=rename, gc=False)
         self._empty_row = self._row_type()
         self._getters = [attrgetter(f"c{i}") for i in range(len(self._names))]
         self._struct_decoder: Any = msgspec.json.Decoder(self._row_type)
         self._any_decoder: Any = msgspec.json.Decoder()
+        self._exact_decoder: Any = msgspec.json.Decoder(float_hook=decimal.Decimal)
+        # With documents, the exact columns are read again from the values by a rows reader of their own.
+        self._exact_rows = (
+            ValueReader([self._names[i] for i in self._exact], documents=False, exact_numbers=exact_numbers)
+            if documents and self._exact
+            else None
+        )
 
     def read(self, values: pa.Array) -> ReadValues:
         """Parse every value of `values` (binary, nullable); see `ReadValues`."""
@@ -146,9 +169,13 @@ class ValueReader:
                 if type(document) is dict:
                     fallback[index] = document
         raw_columns = []
-        for name, getter in zip(self._names, self._getters, strict=True):
+        exact_fallback = {i: _exact_document(values[i]) for i in fallback} if self._exact else {}
+        for c, (name, getter) in enumerate(zip(self._names, self._getters, strict=True)):
             raw: list[object] = list(map(getter, rows))
-            for index, document in fallback.items():
+            exact = c in self._exact
+            if exact:
+                raw = [MISSING if x is MISSING else self._decode_exactly(x) for x in raw]
+            for index, document in (exact_fallback if exact else fallback).items():
                 raw[index] = document.get(name, MISSING)
             raw_columns.append(raw)
         return ReadValues(raw_columns, errors, None)
@@ -174,7 +201,20 @@ class ValueReader:
                     errors[index] = _not_an_object(document)
         objects = [d if type(d) is dict else _NO_KEYS for d in documents]
         raw_columns: list[list[object]] = [[o.get(name, MISSING) for o in objects] for name in self._names]
+        if self._exact_rows is not None:
+            exact = self._exact_rows._read_rows(values)
+            for c, column in zip(self._exact, exact.raw_columns, strict=True):
+                raw_columns[c] = [
+                    MISSING if type(o) is not dict else x for o, x in zip(objects, column, strict=True)
+                ]
         return ReadValues(raw_columns, errors, documents)
+
+    def _decode_exactly(self, raw: Any) -> object:
+        """An exact column's raw JSON text (syntax already checked) as a value with exact numbers."""
+        try:
+            return self._exact_decoder.decode(raw)
+        except (msgspec.DecodeError, UnicodeDecodeError):  # invalid UTF-8 in a string: as Go reads it
+            return loads_like_go(bytes(raw), exact_numbers=True)
 
     def _fallback(self, index: int, value: bytes, errors: dict[int, str]) -> object:
         """Parse what msgspec refused; record an error unless it is a JSON object or null."""
@@ -200,12 +240,20 @@ def _reject_constant(name: str) -> object:
     raise ValueError(f"{name} is not a JSON value")
 
 
-def loads_like_go(value: bytes) -> object:
+def loads_like_go(value: bytes, *, exact_numbers: bool = False) -> object:
     """Parse JSON as Go does where msgspec refuses: invalid UTF-8 and unpaired surrogate escapes
-    inside strings become U+FFFD. Raises ValueError for what is not JSON."""
+    inside strings become U+FFFD; with `exact_numbers`, non-integer numbers are `Decimal`s of their
+    text. Raises ValueError for what is not JSON."""
     text = value.decode("utf-8", "surrogateescape")
-    document = json.loads(text, parse_constant=_reject_constant)
+    parse_float = decimal.Decimal if exact_numbers else float
+    document = json.loads(text, parse_constant=_reject_constant, parse_float=parse_float)
     return _replace_lone_surrogates(document)
+
+
+def _exact_document(value: bytes | None) -> dict[str, object]:
+    """A value msgspec refused, parsed with exact numbers (it parsed before, as an object)."""
+    document = loads_like_go(value, exact_numbers=True) if value else None
+    return document if type(document) is dict else _NO_KEYS
 
 
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
@@ -226,13 +274,19 @@ def coerce(raw: Sequence[object], column_type: ColumnType) -> pa.Array:
     return _COERCERS[column_type](raw)
 
 
+_SHOW_EXACT: Final = msgspec.json.Encoder(decimal_format="number", enc_hook=str)
+
+
 def describe_mismatch(value: object, column_type: ColumnType) -> str:
     """Why `value` did not become a `column_type` (for dead-letter error text)."""
     if value is MISSING:
         return "missing"
     if value is None:
         return "null"
-    shown = json.dumps(value, ensure_ascii=False, default=str)
+    try:
+        shown = json.dumps(value, ensure_ascii=False)
+    except TypeError:  # exact numbers (`Decimal`), shown as the numbers they are
+        shown = _SHOW_EXACT.encode(value).decode()
     if len(shown) > 80:
         shown = shown[:77] + "..."
     return f"{shown} is not a valid {column_type.value}"
@@ -473,7 +527,12 @@ _COERCERS: dict[ColumnType, Callable[[Sequence[object]], pa.Array]] = {
 # -- columns of types the compiled scanner does not build: per value, in Python ---------------------
 
 _FAILED: Final = _Sentinel("FAILED")
-_NUMERIC_STRING = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+
+
+def holds_decimal(column: ColumnSpec) -> bool:
+    """Whether `column` is a decimal or has one inside (it is then read with exact numbers)."""
+    parts = [*column.fields, column.element, column.value]
+    return column.type is ColumnType.DECIMAL or any(holds_decimal(p) for p in parts if p is not None)
 
 
 def coerce_column(raw: Sequence[object], column: ColumnSpec) -> tuple[pa.Array, np.ndarray | None]:
@@ -495,7 +554,9 @@ def coerce_column(raw: Sequence[object], column: ColumnSpec) -> tuple[pa.Array, 
         values.append(None if value is _FAILED else value)
         if failures:
             inner[row] = True
-    return pa.array(values, column_arrow_type(column)), (inner if inner.any() else None)
+    arrow = column_arrow_type(column)
+    built = pa.array(values, column_arrow_type(column, storage=True))  # uuids as binary(16), then cast
+    return (built if built.type == arrow else built.cast(arrow)), (inner if inner.any() else None)
 
 
 _Convert = Callable[[object, list[bool]], object]
@@ -562,6 +623,8 @@ def _scalar_converter(kind: ColumnType) -> Callable[[object], object]:
         column_kind = ColumnType.DATE if kind is ColumnType.DATE else ColumnType.TIMESTAMP
 
         def moment(x: object) -> object:
+            if type(x) is decimal.Decimal:
+                x = float(x)
             value = _COERCERS[column_kind]([x]).cast(physical)[0].as_py()
             return _FAILED if value is None else value
 
@@ -569,33 +632,30 @@ def _scalar_converter(kind: ColumnType) -> Callable[[object], object]:
     coerce_one = _COERCERS[kind]
 
     def scalar(x: object) -> object:
+        if type(x) is decimal.Decimal:  # beside a decimal, in a column read with exact numbers
+            x = float(x)
         value = coerce_one([x])[0].as_py()
         return _FAILED if value is None else value
 
     return scalar
 
 
-def _decimal_converter(precision: int, scale: int) -> _Convert:
-    quantum = decimal.Decimal(1).scaleb(-scale)
+def decimal_of(x: object, precision: int, scale: int) -> decimal.Decimal | None:
+    """A JSON value (an exact number: int or `Decimal`, or a numeric string) as a `decimal(P,S)`
+    value, exactly (`domain.decimals.fit_decimal`); None when it is not one or does not fit."""
+    if type(x) is decimal.Decimal or type(x) is int:
+        number: decimal.Decimal | int | None = x
+    elif type(x) is str:
+        number = decimal_from_text(x)
+    else:
+        return None  # a float never arrives here: decimal columns are read without floats
+    return None if number is None else fit_decimal(number, precision, scale)
 
+
+def _decimal_converter(precision: int, scale: int) -> _Convert:
     def convert(x: object, failures: list[bool]) -> object:
-        if type(x) is int:
-            number = decimal.Decimal(x)
-        elif type(x) is float:
-            number = decimal.Decimal(repr(x))
-        elif type(x) is str and _NUMERIC_STRING.fullmatch(x):
-            number = decimal.Decimal(x)
-        else:
-            return _FAILED
-        if not number.is_finite():
-            return _FAILED
-        try:
-            exact = number.quantize(quantum, context=decimal.Context(prec=precision, traps=[decimal.Inexact]))
-        except (decimal.InvalidOperation, decimal.Inexact):
-            return _FAILED  # more fraction digits than the scale, or more digits than the precision
-        if exact != number or len(exact.as_tuple().digits) > precision:
-            return _FAILED
-        return exact
+        fitted = decimal_of(x, precision, scale)
+        return _FAILED if fitted is None else fitted
 
     return convert
 

@@ -30,6 +30,7 @@ from types import MappingProxyType
 from kafscale_iceberg.domain.anomalies import OffsetAnomalies
 from kafscale_iceberg.domain.runs import NO_OFFSET, ColumnSpec, DataFile, PartitionField, PartitionTransform
 from kafscale_iceberg.domain.schema import FieldSpec
+from kafscale_iceberg.domain.upsert import UpsertCounts
 from kafscale_iceberg.exceptions import TableMarkerError
 
 SUMMARY_RUN_ID = "kafscale.run-id"
@@ -251,6 +252,11 @@ class TableCommit:
     columns: tuple[ColumnSpec, ...] | None = None
     """An inferred table's columns (after the base fields) the files were written with: those the
     table lacks are added, optional, in this same commit (None: the table's schema is not touched)."""
+    removed_files: tuple[str, ...] = ()
+    """Data files of the table this commit replaces (an upsert run's rewrite): the commit is then
+    ONE `overwrite` snapshot removing them and adding `file_uris`."""
+    upsert: UpsertCounts | None = None
+    """An upsert run: what it did to the table (summary keys `kafscale.upsert.*`)."""
 
     def summary(self) -> dict[str, str]:
         """The snapshot summary keys: what this snapshot added, for audit and recovery."""
@@ -266,6 +272,8 @@ class TableCommit:
                 dict(sorted(self.conversion_failures.items())), separators=(",", ":")
             )
         summary.update(self.anomalies.summary())
+        if self.upsert is not None:
+            summary.update(self.upsert.summary())
         return summary
 
 
@@ -420,6 +428,8 @@ class TableSpec:
     create_if_missing: bool = False
     allow_type_widening: bool = False
     evolve: bool = True
+    identifier_fields: tuple[str, ...] = ()
+    """An upsert table's key columns, declared as the table's identifier fields."""
     """False for an inferred table: `ensure_table` only creates it; its new columns are added by the
     commit of the run's files, in the same Iceberg commit (`TableCommit.columns`)."""
 

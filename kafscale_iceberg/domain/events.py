@@ -136,11 +136,15 @@ class WorkItem(BaseModel):
     key: str
     size: int = Field(ge=0)
     etag: str | None = None
-    nonce: str | None = Field(default=None, description="set by replay so the FIFO queue does not dedupe it")
+    nonce: str | None = Field(
+        default=None,
+        description="set by replay, and by the router for a batch of a topic's segments, so the FIFO queue "
+        "does not dedupe it",
+    )
 
     @property
     def deduplication_id(self) -> str:
-        """FIFO deduplication id: the segment key (<= 128 chars), plus the replay nonce."""
+        """FIFO deduplication id: the segment key (<= 128 chars), plus the nonce (replay, router batch)."""
         raw = self.key if self.nonce is None else f"{self.key}#{self.nonce}"
         # SQS allows 128 characters; a long namespace plus a 249-character topic can exceed that.
         return fifo_id(raw)

@@ -579,7 +579,7 @@ class _Tables:
         """The table's columns after the base fields, by name with their types (`{}` when missing)."""
         from pyiceberg.exceptions import NoSuchTableError  # noqa: PLC0415
 
-        from kafscale_iceberg.adapters.iceberg_tables import table_columns  # noqa: PLC0415
+        from kafscale_iceberg.adapters.iceberg_schemas import table_columns  # noqa: PLC0415
 
         try:
             schema = self._catalog.load_table(identifier).schema()

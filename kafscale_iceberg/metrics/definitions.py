@@ -198,22 +198,22 @@ WORK_ITEMS = MetricDef(
     "work_items_total",
     MetricKind.COUNTER,
     ("topic",),
-    "Work items the router enqueued (one per complete segment notification).",
+    "Complete segments the router routed (one per segment notification; the router Lambda enqueues "
+    "one work item per topic per batch of them).",
     "Count",
 )
 NOTIFICATIONS_IGNORED = MetricDef(
     "notifications_ignored_total",
     MetricKind.COUNTER,
     ("reason",),
-    "S3 objects the router ignored by reason (other_bucket, malformed_key, not_a_segment, "
-    "unmapped_topic, index_object).",
+    "S3 objects the router ignored by reason (other_bucket, malformed_key, not_a_segment, unmapped_topic).",
     "Count",
 )
 NOTIFICATIONS_DEFERRED = MetricDef(
     "notifications_deferred_total",
     MetricKind.COUNTER,
     (),
-    "Segment notifications returned for redelivery because the .index had not landed yet.",
+    "Segment notifications returned for redelivery because the .kfs or its .index had not landed yet.",
     "Count",
 )
 CONVERSION_FAILURES = MetricDef(
@@ -231,6 +231,28 @@ TABLE_RECORDS = MetricDef(
     "Rows of committed runs per table (`role` data or dead_letter), for a topic routed to several "
     "tables or feeding several mappings: where each record went.",
     "Count",
+)
+UPSERT_ROWS = MetricDef(
+    "upsert_rows_total",
+    MetricKind.COUNTER,
+    ("topic", "table", "change"),
+    "Keys an upsert table's committed runs changed: `inserted` (new), `updated` (a row replaced), "
+    "`deleted` (a row removed).",
+    "Count",
+)
+UPSERT_FILES_REWRITTEN = MetricDef(
+    "upsert_files_rewritten_total",
+    MetricKind.COUNTER,
+    ("topic", "table"),
+    "Data files an upsert table's committed runs rewrote without the rows of changed keys.",
+    "Count",
+)
+UPSERT_BYTES_REWRITTEN = MetricDef(
+    "upsert_bytes_rewritten_total",
+    MetricKind.COUNTER,
+    ("topic", "table"),
+    "Bytes of the data files an upsert table's committed runs rewrote (as the table knew them).",
+    "Bytes",
 )
 
 
@@ -317,6 +339,9 @@ ALL_METRICS: tuple[MetricDef, ...] = (
     OFFSET_GAPS,
     CONVERSION_FAILURES,
     TABLE_RECORDS,
+    UPSERT_ROWS,
+    UPSERT_FILES_REWRITTEN,
+    UPSERT_BYTES_REWRITTEN,
     RECONCILER_SIGNALS,
     RECONCILER_RELEASED_LEASES,
     REPLAY_SEGMENTS_ENQUEUED,

@@ -41,6 +41,9 @@ from kafscale_iceberg.metrics.definitions import (
     RUN_DURATION,
     RUNS,
     TABLE_RECORDS,
+    UPSERT_BYTES_REWRITTEN,
+    UPSERT_FILES_REWRITTEN,
+    UPSERT_ROWS,
     WATERMARK_OFFSET,
     WATERMARK_TIMESTAMP,
     WORK_ITEMS,
@@ -113,6 +116,7 @@ def record_commit(
                 for out in table_outputs(plan, result)
                 if out.records
             ]
+        samples += _upsert_samples(topic, outcome)
         job_ms = max(0, result.timings.ended_at_ms - result.timings.started_at_ms)
         samples.append(sample(WRITE_LATENCY, job_ms + max(0.0, ended_at - started_at) * 1000, topic=topic))
         run_s = max(0.0, ended_at - plan.created_at_ms / 1000)
@@ -128,6 +132,21 @@ def record_commit(
         samples.append(sample(LAST_OFFSET, offset, topic=topic, partition=partition))
         samples.append(sample(WATERMARK_OFFSET, offset, topic=topic, partition=partition))
     sink.emit(samples)
+
+
+def _upsert_samples(topic: str, outcome: CommitOutcome) -> list[Sample]:
+    """What an upsert run did to its table (none for an append run, or a commit found in already)."""
+    counts = outcome.upsert
+    if counts is None:
+        return []
+    table = outcome.upsert_table
+    return [
+        sample(UPSERT_ROWS, counts.inserted, topic=topic, table=table, change="inserted"),
+        sample(UPSERT_ROWS, counts.updated, topic=topic, table=table, change="updated"),
+        sample(UPSERT_ROWS, counts.deleted, topic=topic, table=table, change="deleted"),
+        sample(UPSERT_FILES_REWRITTEN, counts.files_rewritten, topic=topic, table=table),
+        sample(UPSERT_BYTES_REWRITTEN, counts.bytes_rewritten, topic=topic, table=table),
+    ]
 
 
 def _lfs_samples(topic: str, result: RunResult) -> list[Sample]:

@@ -19,6 +19,10 @@
 
 Any step may crash; running `commit_run` again with the same plan, result and lease finishes the
 job and duplicates nothing. See docs/architecture.md, "The commit step".
+
+What each table's write is, read from the plan and result: `services.run_writes`; the checkpoint
+store kept in step with the tables: `services.checkpoint_sync`; a run stranded between its tables'
+commits finished: `services.stranded_runs`.
 """
 
 from __future__ import annotations
@@ -27,22 +31,9 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Self
 
-from kafscale_iceberg.domain.anomalies import OffsetAnomalies, offset_anomalies
-from kafscale_iceberg.domain.commits import (
-    QuarantinedRange,
-    Reconciliation,
-    Standing,
-    TableCommit,
-    TableMarker,
-    TableSpec,
-    TableState,
-    advance_offsets,
-    reconcile,
-    stand_dead_letters,
-    stand_run,
-)
+from kafscale_iceberg.domain.anomalies import offset_anomalies
+from kafscale_iceberg.domain.commits import QuarantinedRange, Reconciliation, Standing, TableState
 from kafscale_iceberg.domain.field_ids import (
     TableFieldIds,
     TopicFieldIds,
@@ -50,72 +41,56 @@ from kafscale_iceberg.domain.field_ids import (
     planned_field_ids,
 )
 from kafscale_iceberg.domain.leases import LeaseGrant
-from kafscale_iceberg.domain.offsets import CommittedOffsets, OffsetUpdate
-from kafscale_iceberg.domain.routing import matches_template
 from kafscale_iceberg.domain.runs import (
     NO_OFFSET,
-    ColumnSpec,
-    DataFile,
     RunPlan,
     RunResult,
-    RunStatus,
     TableOutput,
     TableRole,
-    TableTarget,
     plan_as_written,
     table_outputs,
 )
-from kafscale_iceberg.domain.schema import DEAD_LETTER_FIELDS, table_fields
+from kafscale_iceberg.domain.schema import table_fields
+from kafscale_iceberg.domain.upsert import UpsertCounts
 from kafscale_iceberg.exceptions import (
     DeadLetterAheadError,
     FieldIdMismatchError,
     InferredColumnChangedError,
-    KafscaleIcebergError,
     OffsetMismatchError,
     RunNotCommittableError,
     TableMissingError,
 )
-from kafscale_iceberg.ports import CheckpointStore, TableCommitter
+from kafscale_iceberg.ports import CheckpointStore, TableCommitter, UpsertFiles
+from kafscale_iceberg.services.checkpoint_sync import (
+    advance_store,
+    offsets_of,
+    reconciled_offsets,
+    repair_store,
+)
+from kafscale_iceberg.services.run_writes import (
+    DataTableWrite,
+    DeadLetterTableWrite,
+    LaggingTableWrite,
+    RunFilesWrite,
+    TablePolicy,
+    check_committable,
+    committed_offsets,
+    inferred_columns,
+    output_spec,
+    plan_target,
+    quarantined_ranges,
+)
+from kafscale_iceberg.services.stranded_runs import StrandedRunLoader, finish_stranded
+from kafscale_iceberg.services.upsert_commit import UpsertTableWrite, check_upsert_committable, upsert_change
 from kafscale_iceberg.services.verified_commit import (
     DEFAULT_COMMIT_ATTEMPTS,
-    TableWrite,
     TableWriter,
     commit_verified,
     read_state_if_exists,
     read_state_or_empty,
 )
 
-if TYPE_CHECKING:
-    from kafscale_iceberg.config import MappingConfig
-
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class TablePolicy:
-    """What the commit step may do to a mapping's table (`create_table_if_missing`, widening).
-
-    The dead-letter table is created when missing whatever this says: it is this product's own table.
-    """
-
-    create_table_if_missing: bool = False
-    allow_type_widening: bool = False
-    more: tuple[TablePolicy, ...] = ()
-    """The policies of the topic's later mappings, in config order."""
-
-    @classmethod
-    def from_mapping(cls, mapping: MappingConfig, *more: MappingConfig) -> TablePolicy:
-        """The policy a config mapping sets (`create_table_if_missing`, `schema.allow_type_widening`);
-        `more`: the topic's later mappings."""
-        return cls(
-            create_table_if_missing=mapping.create_table_if_missing,
-            allow_type_widening=mapping.schema_.allow_type_widening,
-            more=tuple(cls.from_mapping(m) for m in more),
-        )
-
-    def for_mapping(self, index: int) -> TablePolicy:
-        """The policy of the topic's mapping `index` (a mapping the config no longer has: the first's)."""
-        return self.more[index - 1] if 0 < index <= len(self.more) else self
 
 
 @dataclass(frozen=True)
@@ -134,116 +109,10 @@ class CommitOutcome:
     """What this call wrote to the checkpoint store (empty when it already agreed)."""
     lease_released: bool = False
     states: Mapping[str, TableState] = field(default_factory=dict)
+    upsert: UpsertCounts | None = None
+    """An upsert run's counts, when this call's commit landed (None otherwise)."""
+    upsert_table: str = ""
     """The states this call read or committed last, by table (what `field_ids` may use)."""
-
-
-@dataclass(frozen=True)
-class RunFilesWrite(TableWrite):
-    """A run's files (data files or dead letters) to one of its tables, with the marker moved to the
-    run's ends (`DataTableWrite`, `DeadLetterTableWrite`)."""
-
-    starts: Mapping[int, int]
-    ends: Mapping[int, int]
-    files: tuple[DataFile, ...]
-    quarantined: tuple[QuarantinedRange, ...]
-    field_ids: Mapping[str, int] | None
-    conversion_failures: Mapping[str, int] = field(default_factory=dict)
-    anomalies: OffsetAnomalies = field(default_factory=OffsetAnomalies)
-    """The run's offset gaps and overlapped records (the data table's summary, for `status`)."""
-    columns: tuple[ColumnSpec, ...] | None = None
-    """An inferred table's columns the files were written with (added in the same commit when new)."""
-
-    def baseline(self, state: TableState) -> Mapping[int, int]:
-        """The topic's committed offsets in this table before the run."""
-        return state.marker.offsets or {}
-
-    def build(self, state: TableState) -> TableCommit:
-        return TableCommit(
-            topic=self.topic,
-            run_id=self.run_id,
-            file_uris=tuple(f.uri for f in self.files),
-            files=self.files,
-            start_offsets=self.starts,
-            end_offsets=self.ends,
-            marker_after=TableMarker(
-                offsets=advance_offsets(self.baseline(state), self.ends),
-                run_id=self.run_id,
-                quarantined=merge_ranges(state.marker.quarantined, self.quarantined),
-            ),
-            quarantined=self.quarantined,
-            field_ids=self.field_ids,
-            conversion_failures=dict(self.conversion_failures),
-            anomalies=self.anomalies,
-            columns=self.columns,
-        )
-
-    @classmethod
-    def for_run(
-        cls,
-        plan: RunPlan,
-        target: TableTarget,
-        files: tuple[DataFile, ...],
-        quarantined: tuple[QuarantinedRange, ...],
-        **more: Any,
-    ) -> Self:
-        """The write of `plan`'s `files` to `target` (`more`: the subclass's own fields)."""
-        return cls(
-            table=target.identifier,
-            topic=plan.topic,
-            run_id=plan.run_id,
-            starts=plan.start_offsets(),
-            ends=plan.end_offsets(),
-            files=files,
-            quarantined=quarantined,
-            field_ids=target.field_ids,
-            **more,
-        )
-
-
-@dataclass(frozen=True)
-class DataTableWrite(RunFilesWrite):
-    """The run's data files to the mapping's table. A table that never recorded the topic (new, or
-    written by the Go processor) adopts the checkpoint store's offsets (`adopted`)."""
-
-    adopted: Mapping[int, int] = field(default_factory=dict)
-
-    def baseline(self, state: TableState) -> Mapping[int, int]:
-        return committed_offsets(state, self.adopted)
-
-    def verify(self, state: TableState) -> Standing:
-        """COMMITTED or READY; `OffsetMismatchError` when the table is not at the run's start."""
-        verdict = stand_run(self.baseline(state), self.starts, self.ends)
-        if verdict.standing is Standing.MISMATCH:
-            raise OffsetMismatchError(self.table, self.topic, self.run_id, verdict.mismatches)
-        return verdict.standing
-
-
-@dataclass(frozen=True)
-class DeadLetterTableWrite(RunFilesWrite):
-    """The run's dead letters (and quarantined ranges) to the dead-letter table, whose offsets lag:
-    they move only when a run has dead letters, so nothing is adopted."""
-
-    action: ClassVar[str] = "dead-letter commit"
-    kind: ClassVar[str] = "dead-letter table"
-
-    def verify(self, state: TableState) -> Standing:
-        """COMMITTED or READY; `DeadLetterAheadError` when it holds part of the run from another run."""
-        verdict = stand_dead_letters(dict(self.baseline(state)), self.starts, self.ends)
-        if verdict.standing is Standing.MISMATCH:
-            raise DeadLetterAheadError(
-                self.table, self.topic, self.run_id, state.marker.run_id, verdict.partitions, self.kind
-            )
-        return verdict.standing
-
-
-@dataclass(frozen=True)
-class LaggingTableWrite(DeadLetterTableWrite):
-    """The run's rows to a data table that is not the topic's anchor (a routed table, another mapping's
-    table): committed before the anchor, only when the run has rows for it, so its offsets lag like
-    a dead-letter table's (same verification)."""
-
-    action: ClassVar[str] = "table commit (before the anchor)"
-    kind: ClassVar[str] = "table (committed before the topic's anchor)"
 
 
 class CommitService(TableWriter):
@@ -262,13 +131,16 @@ class CommitService(TableWriter):
         attempts: int = DEFAULT_COMMIT_ATTEMPTS,
         backoff_s: float = 0.2,
         sleep: Callable[[float], None] = time.sleep,
-        stranded_runs: Callable[[str, str], tuple[RunPlan, RunResult] | None] | None = None,
+        stranded_runs: StrandedRunLoader | None = None,
+        upsert_files: UpsertFiles | None = None,
     ) -> None:
         """`stranded_runs(topic, run_id)` loads a run's plan and result (None when they are gone): with
         it, a run whose dead-letter commit landed and whose table commit never did is finished from
-        its result when a later plan runs into it, instead of refusing that plan forever."""
+        its result when a later plan runs into it, instead of refusing that plan forever.
+        `upsert_files` locates and rewrites the files of an upsert run (`services.upsert_commit`)."""
         super().__init__(tables, checkpoints, attempts=attempts, backoff_s=backoff_s, sleep=sleep)
         self._stranded_runs = stranded_runs
+        self._upsert_files = upsert_files
 
     # -- the commit step ---------------------------------------------------------------------------
 
@@ -284,71 +156,32 @@ class CommitService(TableWriter):
         """
         policy = policy or TablePolicy()
         check_committable(plan, result, lease)
+        check_upsert_committable(plan, result)
+        if plan.conversion.upsert is not None and self._upsert_files is None:
+            raise RunNotCommittableError(plan.run_id, "an upsert run needs the commit step's upsert files")
         self._checkpoints.renew_lease(lease)
         try:
             try:
                 return self._commit_run(plan, result, lease, policy)
             except DeadLetterAheadError as exc:
-                if not self._finish_stranded(exc, lease, policy):
+                finished = finish_stranded(
+                    exc,
+                    lease,
+                    self._stranded_runs,
+                    lambda stranded, its_result: self._commit_run(
+                        stranded, its_result, lease, policy, release=False
+                    ),
+                )
+                if not finished:
                     raise
                 return self._commit_run(plan, result, lease, policy)  # refused: stale now, repaired
         except OffsetMismatchError as exc:
             if exc.repaired:
                 raise
-            repaired = self._repair_store(plan, lease)
+            repaired = repair_store(self._tables, self._checkpoints, plan, lease)
             raise OffsetMismatchError(
                 exc.table, exc.topic, exc.run_id, exc.mismatches, repaired=repaired
             ) from None
-
-    def _finish_stranded(self, refusal: DeadLetterAheadError, lease: LeaseGrant, policy: TablePolicy) -> bool:
-        """Commit the run whose dead letters are in but whose table commit never happened (a crash
-        between the two), from its own plan and result, under `lease`; True if it is in now."""
-        if self._stranded_runs is None or refusal.other_run_id is None:
-            return False
-        try:
-            loaded = self._stranded_runs(refusal.topic, refusal.other_run_id)
-            if loaded is None:
-                return False
-            plan, result = loaded
-            check_committable(plan, result, lease)
-            self._commit_run(plan, result, lease, policy, release=False)
-        except (DeadLetterAheadError, OffsetMismatchError, RunNotCommittableError) as exc:
-            logger.warning(
-                "could not finish the run stranded between its dead-letter and table commits",
-                extra={"topic": refusal.topic, "stranded_run_id": refusal.other_run_id, "problem": str(exc)},
-            )
-            return False  # it may not be committed: the refusal stands
-        except KafscaleIcebergError as exc:
-            # Anything else (the catalog unavailable, a table that may not be created) says what to do,
-            # and whether a retry can help, better than the refusal: raised in its place.
-            logger.warning(
-                "finishing the run stranded between its tables' commits failed",
-                extra={"topic": refusal.topic, "stranded_run_id": refusal.other_run_id, "problem": str(exc)},
-            )
-            raise exc from refusal
-        logger.warning(
-            "finished a run stranded between its dead-letter and table commits",
-            extra={"topic": refusal.topic, "stranded_run_id": refusal.other_run_id, "run_id": refusal.run_id},
-        )
-        return True
-
-    def _repair_store(self, plan: RunPlan, lease: LeaseGrant) -> dict[int, int]:
-        """Set the store to the table's offsets after a refused (stale) plan, fenced by the run's lease.
-
-        A crash between the Iceberg commit and the offset write leaves the store behind the table; every
-        plan made from it would be refused forever. Repairing here makes a stale plan cost one wasted
-        run. Best effort: a failure is logged (the refusal stands and the next refusal repairs).
-        """
-        try:
-            reconciliation = self.reconciled_offsets(plan.topic, plan.anchor.identifier, lease=lease)
-        except KafscaleIcebergError as exc:
-            logger.warning(
-                "could not repair the checkpoint store after a refused plan",
-                extra={"topic": plan.topic, "run_id": plan.run_id, "problem": str(exc)},
-            )
-            return {}
-        changed = {**reconciliation.store_behind, **reconciliation.store_ahead}
-        return {partition: table for partition, (_store, table) in changed.items()}
 
     def _commit_run(
         self,
@@ -366,15 +199,22 @@ class CommitService(TableWriter):
         store = offsets_of(self._checkpoints.load_committed_offsets(topic))
         outputs = table_outputs(plan, result)
         anchor = outputs[-1]
-        data = DataTableWrite.for_run(
+        target = plan_target(plan, anchor)
+        upsert = (
+            {}
+            if plan.conversion.upsert is None
+            else {"change": upsert_change(plan, result, target), "upsert_files": self._upsert_files}
+        )
+        data = (DataTableWrite if not upsert else UpsertTableWrite).for_run(
             plan,
-            plan_target(plan, anchor),
+            target,
             anchor.files,
             quarantined,
             conversion_failures=anchor.conversion_failures,
             anomalies=offset_anomalies(result),
             adopted=store,
             columns=inferred_columns(plan, anchor),
+            **upsert,
         )
         main = read_state_or_empty(self._tables, data.table, topic)
         standing = data.verify(main)
@@ -407,7 +247,7 @@ class CommitService(TableWriter):
             logger.info("run already in the table; commit skipped", extra={"run_id": run_id, "topic": topic})
 
         offsets = {p: committed_offsets(main, store).get(p, NO_OFFSET) for p in starts}
-        written_offsets = self._advance_store(lease, result, offsets, plan.end_offsets())
+        written_offsets = advance_store(self._checkpoints, lease, result, offsets, plan.end_offsets())
         released = self._checkpoints.release_lease(lease) if release else False
         logger.info(
             "run committed",
@@ -434,6 +274,8 @@ class CommitService(TableWriter):
             offsets_written=written_offsets,
             lease_released=released,
             states={**states, main.table: main},
+            upsert=data.landed_counts() if isinstance(data, UpsertTableWrite) and table_committed else None,
+            upsert_table=data.table if isinstance(data, UpsertTableWrite) else "",
         )
 
     def _check_inferred_ids(self, write: RunFilesWrite, state: TableState | None) -> None:
@@ -486,78 +328,14 @@ class CommitService(TableWriter):
             writes.append((write, state, output))
         return writes
 
-    def _advance_store(
-        self, lease: LeaseGrant, result: RunResult, targets: Mapping[int, int], ends: Mapping[int, int]
-    ) -> dict[int, int]:
-        """Move the store up to the table's offsets for the run's partitions (fenced); never down here."""
-        current = self._checkpoints.load_committed_offsets(lease.topic)
-        newest = {
-            o.partition: o.max_timestamp_ms for o in result.partitions if o.max_timestamp_ms is not None
-        }
-        updates: dict[int, OffsetUpdate] = {}
-        for partition, target in sorted(targets.items()):
-            stored = current.state(partition)
-            stored_offset = NO_OFFSET if stored is None else stored.offset
-            if stored_offset > target:
-                logger.error(
-                    "checkpoint store is ahead of the table: an offset moved without a commit",
-                    extra={
-                        "topic": lease.topic,
-                        "partition": partition,
-                        "store": stored_offset,
-                        "table": target,
-                    },
-                )
-                continue
-            if stored_offset == target:
-                continue
-            timestamp = newest.get(partition) if target == ends.get(partition) else None
-            if timestamp is None:
-                timestamp = 0 if stored is None else stored.last_timestamp_ms
-            updates[partition] = OffsetUpdate(offset=target, last_timestamp_ms=timestamp)
-        if updates:
-            self._checkpoints.commit_offsets(lease, updates)
-        return {p: u.offset for p, u in updates.items()}
-
     # -- reading committed offsets -----------------------------------------------------------------
 
     def reconciled_offsets(
         self, topic: str, table: str, *, lease: LeaseGrant | None = None
     ) -> Reconciliation:
-        """The topic's committed offsets for planning: the table's record wins over the checkpoint store.
-
-        A table that never recorded the topic adopts the store's offsets (Go-processor handover). A
-        store behind the table (a commit that crashed before its offset write) is repaired when
-        `lease` is given (fenced). A store AHEAD of the table means an offset moved without a commit:
-        it is logged as an error and, with `lease`, set back to the table's value - re-ingesting a
-        range can't lose records, trusting the store could. Without `lease` nothing is written.
-        """
-        if lease is not None and lease.topic != topic:
-            raise ValueError(f"the lease given is for topic {lease.topic!r}, not {topic!r}")
-        marker = read_state_or_empty(self._tables, table, topic).marker
-        stored = self._checkpoints.load_committed_offsets(topic)
-        reconciliation = reconcile(topic, marker, offsets_of(stored))
-        if reconciliation.store_ahead:
-            logger.error(
-                "checkpoint store is ahead of the table: offsets moved without an Iceberg commit; "
-                "the table's offsets are used",
-                extra={"topic": topic, "table": table, "ahead": dict(reconciliation.store_ahead)},
-            )
-        if lease is None:
-            return reconciliation
-        if reconciliation.store_behind:
-            self._checkpoints.commit_offsets(lease, repairs(stored, reconciliation.store_behind))
-            logger.warning(
-                "checkpoint store repaired up to the table's offsets",
-                extra={"topic": topic, "repaired": dict(reconciliation.store_behind)},
-            )
-        if reconciliation.store_ahead:
-            self._checkpoints.reset_offsets(lease, repairs(stored, reconciliation.store_ahead))
-            logger.error(
-                "checkpoint store set back to the table's offsets",
-                extra={"topic": topic, "reset": dict(reconciliation.store_ahead)},
-            )
-        return reconciliation
+        """The topic's committed offsets for planning, the table's record winning over the store;
+        with `lease` the store is repaired (`checkpoint_sync.reconciled_offsets`)."""
+        return reconciled_offsets(self._tables, self._checkpoints, topic, table, lease=lease)
 
     def field_ids(
         self, tables: tuple[str, ...], states: Mapping[str, TableState] | None = None
@@ -571,164 +349,3 @@ class CommitService(TableWriter):
             except TableMissingError:
                 continue
         return TopicFieldIds(tables=tuple(known))
-
-
-def check_committable(plan: RunPlan, result: RunResult, lease: LeaseGrant) -> None:
-    """Refuse (`RunNotCommittableError`) a result that can never be committed under `lease`: another
-    topic's lease, another run's result, a failed run, partitions the plan lacks, files outside the
-    run's prefixes."""
-    if lease.topic != plan.topic:
-        raise RunNotCommittableError(
-            plan.run_id, f"the lease given is for topic {lease.topic!r}, the run is of topic {plan.topic!r}"
-        )
-    if result.run_id != plan.run_id or result.topic != plan.topic:
-        raise RunNotCommittableError(
-            plan.run_id, f"the result is of run {result.run_id!r} (topic {result.topic!r}), not of this plan"
-        )
-    if result.status is not RunStatus.SUCCEEDED:
-        reason = result.failure.message if result.failure else "no reason recorded"
-        raise RunNotCommittableError(
-            plan.run_id, f"the run {result.status.value}: {reason} (nothing of a failed run is committed)"
-        )
-    planned = set(plan.start_offsets())
-    unplanned = sorted({o.partition for o in result.partitions} - planned)
-    if unplanned:
-        raise RunNotCommittableError(plan.run_id, f"the result reports partitions {unplanned} the plan lacks")
-    if not plan.multi_table and result.tables:
-        raise RunNotCommittableError(plan.run_id, "the result lists tables a plan of one table has not")
-    if plan.multi_table and (result.data_files or result.dead_letter_files):
-        raise RunNotCommittableError(
-            plan.run_id, "a plan of several tables lists its files per table (`tables`), not in data_files"
-        )
-    names = {t.identifier for m in plan.mappings for t, _ in m.static_targets()}
-    for output in result.tables:
-        if output.identifier not in names and not _templated(plan, output):
-            raise RunNotCommittableError(
-                plan.run_id,
-                f"the result lists table {output.identifier!r}, which no mapping of the plan names",
-            )
-    for output in table_outputs(plan, result):
-        target, files = plan_target(plan, output), output.files
-        prefix = target.data_uri.rstrip("/") + "/"
-        foreign = [f.uri for f in files if not f.uri.startswith(prefix)]
-        if foreign:
-            raise RunNotCommittableError(
-                plan.run_id,
-                f"{len(foreign)} file(s) for {target.identifier!r} lie outside the run's prefix {prefix!r}, "
-                f"e.g. {foreign[0]!r}",
-            )
-
-
-def quarantined_ranges(result: RunResult) -> tuple[QuarantinedRange, ...]:
-    """The ranges the run quarantined, sorted."""
-    return tuple(
-        sorted(
-            QuarantinedRange(outcome.partition, q.base_offset, q.last_offset, q.key, result.run_id)
-            for outcome in result.partitions
-            for q in outcome.quarantined
-        )
-    )
-
-
-def merge_ranges(
-    existing: tuple[QuarantinedRange, ...], new: tuple[QuarantinedRange, ...]
-) -> tuple[QuarantinedRange, ...]:
-    """`existing` and those of `new` not already listed, sorted."""
-    spans = {r.span for r in existing}
-    return tuple(sorted((*existing, *(r for r in new if r.span not in spans))))
-
-
-def _templated(plan: RunPlan, output: TableOutput) -> bool:
-    """Whether `output` is a table its mapping's route template names (a valid value's table)."""
-    if output.role is not TableRole.DATA or output.mapping >= len(plan.mappings):
-        return False
-    route = plan.mappings[output.mapping].route
-    return (
-        route is not None
-        and route.table_template is not None
-        and matches_template(route.table_template, output.identifier)
-        and output.identifier not in route.reserved
-    )
-
-
-def plan_target(plan: RunPlan, output: TableOutput) -> TableTarget:
-    """The plan's target of a table of the run (a template's table: its target from the route)."""
-    for mapping in plan.mappings:
-        for target, _role in mapping.static_targets():
-            if target.identifier == output.identifier:
-                return target
-    route = plan.mappings[output.mapping].route if output.mapping < len(plan.mappings) else None
-    if route is None or route.table_template is None:
-        raise RunNotCommittableError(plan.run_id, f"table {output.identifier!r} is not a table of the plan")
-    return route.template_target(output.identifier)
-
-
-def inferred_columns(plan: RunPlan, output: TableOutput) -> tuple[ColumnSpec, ...] | None:
-    """The columns an inferred table's files were written with (the commit adds those it lacks);
-    None for every other table (its schema is not touched by the commit)."""
-    mapping = plan.mappings[output.mapping]
-    if output.role is not TableRole.DATA or not mapping.conversion.infer_columns:
-        return None
-    target = mapping.target(output.identifier)
-    if target is None:
-        return None
-    return mapping.conversion_for(target).table_columns
-
-
-def output_spec(plan: RunPlan, output: TableOutput, policy: TablePolicy) -> TableSpec:
-    """How a table of the run is created or evolved: a dead-letter table (always created when
-    missing), or a mapping's table under its mapping's policy (a template's tables are created as
-    values appear). An inferred table (give the plan as written, `plan_as_written`) is created from
-    the columns its files were written with (a routed one: its own) and never evolved here: the
-    commit of its files adds the new columns, in the same Iceberg commit."""
-    if output.role is TableRole.DEAD_LETTER:
-        return TableSpec(identifier=output.identifier, fields=DEAD_LETTER_FIELDS, create_if_missing=True)
-    mapping = plan.mappings[output.mapping]
-    chosen = policy.for_mapping(output.mapping)
-    static = {t.identifier for t, _ in mapping.static_targets()}
-    target = mapping.target(output.identifier)
-    conversion = mapping.conversion if target is None else mapping.conversion_for(target)
-    return TableSpec(
-        identifier=output.identifier,
-        fields=table_fields(conversion.table_columns),
-        partition_by=mapping.conversion.partition_by,
-        create_if_missing=chosen.create_table_if_missing or output.identifier not in static,
-        allow_type_widening=chosen.allow_type_widening,
-        evolve=not mapping.conversion.infer_columns,
-    )
-
-
-def table_spec(plan: RunPlan, policy: TablePolicy) -> TableSpec:
-    """The mapping's table as the run writes it, and what `policy` allows to change on it."""
-    assert plan.table is not None
-    return TableSpec(
-        identifier=plan.table.identifier,
-        fields=table_fields(plan.conversion.table_columns),
-        partition_by=plan.conversion.partition_by,
-        create_if_missing=policy.create_table_if_missing,
-        allow_type_widening=policy.allow_type_widening,
-    )
-
-
-def committed_offsets(state: TableState, store: Mapping[int, int]) -> dict[int, int]:
-    """The table's record when it has one for the topic, else the checkpoint store's (adoption)."""
-    return dict(state.marker.offsets) if state.marker.offsets is not None else dict(store)
-
-
-def offsets_of(committed: CommittedOffsets) -> dict[int, int]:
-    """Offset per partition of the checkpoint store's committed offsets."""
-    return {p: s.offset for p, s in committed.states.items()}
-
-
-def repairs(stored: CommittedOffsets, differences: Mapping[int, tuple[int, int]]) -> dict[int, OffsetUpdate]:
-    """Store updates setting each differing partition to the table's offset (timestamps kept)."""
-    return {
-        partition: OffsetUpdate(offset=table_offset, last_timestamp_ms=stored_timestamp(stored, partition))
-        for partition, (_store_offset, table_offset) in differences.items()
-    }
-
-
-def stored_timestamp(stored: CommittedOffsets, partition: int) -> int:
-    """The store's last timestamp for `partition` (0 when none): kept when an offset is set back."""
-    state = stored.state(partition)
-    return 0 if state is None else state.last_timestamp_ms

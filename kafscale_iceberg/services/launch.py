@@ -538,6 +538,7 @@ class Launcher:
             value_subject=mapping.value_subject or None,
             value_message=mapping.value_message or None,
             key_format=mapping.key_format,
+            upsert=mapping.upsert.to_settings() if mapping.upsert is not None else None,
         )
         # The table's columns include the `lfs_*` ones `store_metadata` adds.
         fields = table_fields(conversion.table_columns)

@@ -30,7 +30,7 @@ from kafscale_iceberg.domain.runs import NO_OFFSET
 from kafscale_iceberg.domain.tickets import join_uri
 from kafscale_iceberg.exceptions import OffsetResetRefusedError, TableMissingError
 from kafscale_iceberg.ports import CheckpointStore, TableCommitter
-from kafscale_iceberg.services.commit import offsets_of, stored_timestamp
+from kafscale_iceberg.services.checkpoint_sync import offsets_of, stored_timestamp
 from kafscale_iceberg.services.verified_commit import (
     DEFAULT_COMMIT_ATTEMPTS,
     TableWrite,

@@ -333,6 +333,8 @@ class ReplayService:
         )
         if not plan.reset_offsets:
             return plan
+        if mapping.mode == "upsert":
+            refuse_upsert_rewind(topic, anchor, plan.reset_offsets)
         more = tuple(t for t in self._tables_of(topic) if t not in (anchor, mapping.dead_letter_table))
         plan = replace(plan, more_tables=more)
         self._resets.check_reset(topic, plan.tables, plan.reset_offsets)
@@ -460,3 +462,20 @@ class ReplayService:
 
 def _offsets_text(offsets: Mapping[int, int]) -> str:
     return ", ".join(f"partition {p}: {o}" for p, o in sorted(offsets.items()))
+
+
+def refuse_upsert_rewind(topic: str, table: str, offsets: Mapping[int, int]) -> None:
+    """Raise `OffsetResetRefusedError` for a reset of an upsert table to anything but its partitions'
+    start: its rows hold each key's last state only, so the values a key had before a later offset
+    cannot be recomputed by deleting the rows after it (rebuilding from the start can)."""
+    partial = {p: o for p, o in sorted(offsets.items()) if o != NO_OFFSET}
+    if not partial:
+        return
+    raise OffsetResetRefusedError(
+        topic,
+        f"{table!r} is an upsert table (mode: upsert): it holds each key's last state, so deleting its "
+        f"rows after offsets {partial} cannot bring back the values those keys had before; re-ingest "
+        "from the start of the partitions instead (--from-offset 0 rebuilds their keys), or roll the "
+        "table back to its snapshot before the range with your engine and set its "
+        f"kafscale.offsets.{topic} property to that snapshot's kafscale.offsets summary",
+    )

@@ -38,7 +38,8 @@ from kafscale_iceberg.exceptions import (
 )
 from kafscale_iceberg.ports import CheckpointStore, JobRunner, RunDocuments
 from kafscale_iceberg.services.backoff import BackoffRecords
-from kafscale_iceberg.services.commit import CommitOutcome, CommitService, TablePolicy
+from kafscale_iceberg.services.commit import CommitOutcome, CommitService
+from kafscale_iceberg.services.run_writes import TablePolicy
 
 logger = logging.getLogger(__name__)
 

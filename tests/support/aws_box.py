@@ -216,6 +216,13 @@ class CallRecorder:
         self.renames = renames  # moto's ids -> the template's (the EMR application id)
         self.calls: list[Call] = []
         self.worker_requests = 0  # requests of the EMR job's Python workers (server_hook)
+        # Requests as AWS bills them (one per API call, whatever IAM authorizes per item):
+        # `service:Operation` of every recorded call, the event sources' receives and deletes included.
+        self.requests: Counter[str] = Counter()
+        # Every S3 request moto received, by HTTP method, whoever signed it (the harness's own too:
+        # read it around `Box.pump`, during which only the stack touches S3). It includes what no
+        # botocore hook sees: pyiceberg's table metadata through pyarrow, the job's Python workers.
+        self.s3_requests_seen: Counter[str] = Counter()
         self._lock = threading.Lock()
 
     def keep_params(self, params: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
@@ -240,6 +247,8 @@ class CallRecorder:
         self.record(role, service, model.name, params)
 
     def record(self, role: str, service: str, operation: str, params: dict[str, Any]) -> None:
+        with self._lock:
+            self.requests[f"{service}:{operation}"] += 1
         try:
             requests = iam_requests(service, operation, params)
         except (AssertionError, KeyError) as exc:  # reported by denied(), never raised into a handler
@@ -257,6 +266,9 @@ class CallRecorder:
         import io
 
         authorization = environ.get("HTTP_AUTHORIZATION", "")
+        if "/s3/aws4_request" in authorization:
+            with self._lock:
+                self.s3_requests_seen[str(environ.get("REQUEST_METHOD"))] += 1
         if f"Credential={EMR_JOB_ACCESS_KEY}/" not in authorization:
             return
         service = authorization.split("Credential=", 1)[1].split(",", 1)[0].split("/")[3]
@@ -404,15 +416,31 @@ class EventSource:
     queue_url: str
     queue_arn: str
     batch_size: int
+    role: str
+
+
+SQS_RECEIVE_MAX = 10
+"""Messages one `ReceiveMessage` returns at most: a larger batch takes several (as Lambda's poller does)."""
 
 
 class EventSourceMappings:
-    """Lambda's SQS pollers for the template's `Type: SQS` events (see the module docstring)."""
+    """Lambda's SQS pollers for the template's `Type: SQS` events (see the module docstring).
 
-    def __init__(self, fleet: LambdaFleet, sqs: Any, sources: list[EventSource]) -> None:
+    Their receives and deletes are recorded as the function's role's calls (Lambda polls with the
+    function's execution role); empty receives are not (on AWS they are the pollers' idle cost,
+    which depends on time, not on the work: bench/cost.py counts them per month). `first_deliveries`
+    counts each queue's messages received for the first time: for the segment events queue, the S3
+    notifications sent to it.
+    """
+
+    def __init__(
+        self, fleet: LambdaFleet, sqs: Any, sources: list[EventSource], recorder: CallRecorder | None = None
+    ) -> None:
         self.fleet = fleet
         self.sqs = sqs
         self.sources = sources
+        self.recorder = recorder
+        self.first_deliveries: Counter[str] = Counter()
         # FIFO message groups of the batches handed out and not yet settled, per queue; a batch
         # received while another group of its queue is in flight is an overlap (two pollers busy at
         # once), one whose group is already in flight a violation of "one batch per group".
@@ -440,14 +468,44 @@ class EventSourceMappings:
             thread.join()
         return sum(handed)
 
+    def _receive(self, source: EventSource) -> list[dict[str, Any]]:
+        """Up to the source's `BatchSize` messages, in receives of at most 10."""
+        messages: list[dict[str, Any]] = []
+        while len(messages) < source.batch_size:
+            request = {"QueueUrl": source.queue_url}
+            got = self.sqs.receive_message(
+                **request,
+                MaxNumberOfMessages=min(SQS_RECEIVE_MAX, source.batch_size - len(messages)),
+                AttributeNames=["All"],
+                MessageAttributeNames=["All"],
+            ).get("Messages", [])
+            if not got:
+                break
+            if self.recorder is not None:
+                self.recorder.record(source.role, "sqs", "ReceiveMessage", request)
+            messages += got
+            if len(got) < SQS_RECEIVE_MAX:
+                break
+        with self._lock:
+            self.first_deliveries[source.function] += sum(
+                1 for m in messages if m["Attributes"].get("ApproximateReceiveCount") == "1"
+            )
+        return messages
+
+    def _delete(self, source: EventSource, messages: list[dict[str, Any]]) -> None:
+        """`DeleteMessageBatch`, 10 at a time (as Lambda's poller deletes a batch's successes)."""
+        for start in range(0, len(messages), SQS_RECEIVE_MAX):
+            chunk = messages[start : start + SQS_RECEIVE_MAX]
+            request = {
+                "QueueUrl": source.queue_url,
+                "Entries": [{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(chunk)],
+            }
+            self.sqs.delete_message_batch(**request)
+            if self.recorder is not None:
+                self.recorder.record(source.role, "sqs", "DeleteMessageBatch", request)
+
     def poll_source(self, source: EventSource) -> int:
-        response = self.sqs.receive_message(
-            QueueUrl=source.queue_url,
-            MaxNumberOfMessages=source.batch_size,
-            AttributeNames=["All"],
-            MessageAttributeNames=["All"],
-        )
-        messages = response.get("Messages", [])
+        messages = self._receive(source)
         if not messages:
             return 0
         groups = Counter(
@@ -468,9 +526,7 @@ class EventSourceMappings:
         finally:
             with self._lock:  # settled before any delete lets SQS hand the group out again
                 self.in_flight[source.queue_url].subtract(groups)
-        for message in messages:
-            if message["MessageId"] not in failed:
-                self.sqs.delete_message(QueueUrl=source.queue_url, ReceiptHandle=message["ReceiptHandle"])
+        self._delete(source, [m for m in messages if m["MessageId"] not in failed])
         return len(messages)
 
 
@@ -1145,12 +1201,13 @@ def build_box(
                     queue_urls[queue_id],
                     deployment.attribute(queue_id, "Arn"),
                     int(event["Properties"].get("BatchSize", 10)),
+                    function.role_id,
                 )
             )
     box = Box(
         deployment=deployment,
         fleet=fleet,
-        mappings=EventSourceMappings(fleet, sqs, sources),
+        mappings=EventSourceMappings(fleet, sqs, sources, recorder),
         recorder=recorder,
         emr=emr_compute,
         s3=s3,

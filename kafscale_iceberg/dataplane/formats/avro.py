@@ -169,13 +169,13 @@ def compile_avro_schema(registered: RegisteredSchema) -> AvroSchema:
         raise RecordSchemaError(f"{label} is a {registered.schema_type} schema; the mapping reads avro")
     if registered.references:
         raise RecordSchemaError(f"{label} references other schemas, which avro mappings do not read yet")
-    document = parse_avro_schema(registered.text, schema_name=label)
+    document: Any = parse_avro_schema(registered.text, schema_name=label)
     columns = avro_columns(document, schema_name=label)
     try:
         parsed = fastavro.parse_schema(document)
     except Exception as exc:  # fastavro raises several classes for a bad schema
         raise RecordSchemaError(f"{label} is not a valid Avro schema: {exc}") from None
-    struct_type = pa.struct([pa.field(c.name, column_arrow_type(c)) for c in columns])
+    struct_type = pa.struct([pa.field(c.name, column_arrow_type(c, storage=True)) for c in columns])
     header = None
     sync = bytes(range(16))
     if columns and _fast_readable(document, set()):

@@ -36,6 +36,7 @@ from kafscale_iceberg.domain.connect_schemas import (
     connect_columns,
     decimal_scale,
 )
+from kafscale_iceberg.domain.decimals import fit_decimal, from_unscaled
 from kafscale_iceberg.domain.runs import DECIMAL_MAX_PRECISION, ColumnSpec
 from kafscale_iceberg.exceptions import RecordSchemaError
 
@@ -100,7 +101,7 @@ class ConnectJsonDecoder:
             compiled = self._compiled[key]
             assert not isinstance(compiled, RecordSchemaError)
             columns, _read, label = compiled
-            struct_type = pa.struct([pa.field(c.name, column_arrow_type(c)) for c in columns])
+            struct_type = pa.struct([pa.field(c.name, column_arrow_type(c, storage=True)) for c in columns])
             groups.append(
                 DecodedGroup(
                     positions=np.asarray(positions, np.int64),
@@ -251,22 +252,18 @@ def _bytes(value: object, path: str) -> object:
 
 
 def _decimal_reader(precision: int, scale: int) -> _Read:
-    quantum = decimal.Decimal(1).scaleb(-scale)
-    context = decimal.Context(prec=precision, traps=[decimal.Inexact, decimal.InvalidOperation])
+    """A Connect `Decimal` exactly (`domain/decimals.py`: never rounded; what does not fit is a mismatch)."""
 
     def read(value: object, path: str) -> object:
         if type(value) is str:
             unscaled = int.from_bytes(_bytes(value, path), "big", signed=True)  # type: ignore[arg-type]
-            number = decimal.Decimal(unscaled).scaleb(-scale)
+            number = from_unscaled(unscaled, scale)
         elif type(value) is int or type(value) is decimal.Decimal:
             number = decimal.Decimal(value)
         else:
             raise _MismatchError(f"field {path}: {_kind(value)} is not a Decimal")
-        try:
-            exact = number.quantize(quantum, context=context)
-        except (decimal.Inexact, decimal.InvalidOperation):
-            exact = None
-        if exact is None or exact != number or len(exact.as_tuple().digits) > precision:
+        exact = fit_decimal(number, precision, scale)
+        if exact is None:
             raise _MismatchError(f"field {path}: {number} does not fit decimal({precision},{scale})")
         return exact
 

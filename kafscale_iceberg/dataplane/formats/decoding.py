@@ -187,7 +187,8 @@ def conform_array(source: pa.Array, column: ColumnSpec) -> tuple[pa.Array, np.nd
     if kind is ColumnType.MAP and column.value is not None:
         return _conform_map(source, column, valid)
     if kind is ColumnType.UUID and (pa.types.is_string(source.type) or pa.types.is_large_string(source.type)):
-        return _per_value(source, target, _uuid_bytes)
+        as_bytes, failed = _per_value(source, pa.binary(16), _uuid_bytes)
+        return as_bytes.cast(target), failed
     return _cast_or_per_value(source, target)
 
 

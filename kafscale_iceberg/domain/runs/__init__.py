@@ -46,6 +46,7 @@ from kafscale_iceberg.domain.runs.plan import (
     SegmentSource,
     TableRole,
     TableTarget,
+    deleted_keys_target,
     make_run_id,
     validate_run_id,
 )
@@ -66,6 +67,7 @@ from kafscale_iceberg.domain.runs.result import (
     RunTimings,
     TableOutput,
 )
+from kafscale_iceberg.domain.runs.upsert import CdcFormat, UpsertSettings
 from kafscale_iceberg.domain.runs.written import (
     plan_as_written,
     table_outputs,
@@ -81,6 +83,7 @@ __all__ = [
     "PLAN_VERSION",
     "RESULT_VERSION",
     "RUN_ID_PATTERN",
+    "CdcFormat",
     "ColumnSpec",
     "ColumnStats",
     "ColumnType",
@@ -118,7 +121,9 @@ __all__ = [
     "TableOutput",
     "TableRole",
     "TableTarget",
+    "UpsertSettings",
     "ValueFormat",
+    "deleted_keys_target",
     "make_run_id",
     "plan_as_written",
     "table_outputs",

@@ -18,6 +18,7 @@ from kafscale_iceberg.domain.routing import matches_template
 from kafscale_iceberg.domain.runs.columns import ColumnSpec, ColumnType, PartitionField
 from kafscale_iceberg.domain.runs.documents import DocumentModel, Offset, PartitionNumber
 from kafscale_iceberg.domain.runs.formats import KeyFormat, RegistrySettings, ValueFormat
+from kafscale_iceberg.domain.runs.upsert import UpsertSettings
 
 PLAN_VERSION: Literal[1] = 1
 RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9._-]{1,64}")
@@ -116,11 +117,23 @@ class TableTarget(DocumentModel):
     with). None: the mapping's `conversion.columns` (every other table)."""
 
 
+def deleted_keys_target(table: TableTarget) -> TableTarget:
+    """Where a run writes the keys it deletes from `table`: a folder of the table's run prefix, under
+    a name no table has (these files are read by the commit step, never added to a table)."""
+    return TableTarget(
+        identifier=f"{table.identifier}#deleted_keys",
+        data_uri=f"{table.data_uri.rstrip('/')}/deleted_keys",
+        field_ids=None,
+    )
+
+
 class TableRole(StrEnum):
-    """What a table of a run holds: mapped rows, or dead letters."""
+    """What a table of a run holds: mapped rows, or dead letters (or, for an upsert table, the keys
+    the run deletes: files of the run only, never a table's)."""
 
     DATA = "data"
     DEAD_LETTER = "dead_letter"
+    DELETED_KEYS = "deleted_keys"
 
 
 class RoutePlan(DocumentModel):
@@ -248,6 +261,8 @@ class ConversionSettings(DocumentModel):
     value_message: str | None = None
     """Protobuf: the message type of values without the wire prefix."""
     key_format: KeyFormat = KeyFormat.RAW
+    upsert: UpsertSettings | None = None
+    """`mode: upsert`: the table holds each key's latest row (None: rows are appended)."""
 
     @model_validator(mode="after")
     def _schema_present_when_validating(self) -> ConversionSettings:

@@ -239,6 +239,9 @@ class RunResult(DocumentModel):
     failure: RunFailure | None = None
     data_files: tuple[DataFile, ...] = ()
     dead_letter_files: tuple[DataFile, ...] = ()
+    deleted_key_files: tuple[DataFile, ...] = ()
+    """An upsert table (`conversion.upsert`): the records deleting their key, as files of base fields
+    and key columns under the table's run prefix (`deleted_keys_target`); never added to a table."""
     partitions: tuple[PartitionOutcome, ...] = ()
     counts: RunCounts = RunCounts()
     timings: RunTimings
@@ -256,7 +259,10 @@ class RunResult(DocumentModel):
         if (self.status is RunStatus.FAILED) != (self.failure is not None):
             raise ValueError("a failed result carries a failure, and only a failed one")
         if self.status is RunStatus.FAILED and (
-            self.data_files or self.dead_letter_files or any(t.files for t in self.tables)
+            self.data_files
+            or self.dead_letter_files
+            or self.deleted_key_files
+            or any(t.files for t in self.tables)
         ):
             raise ValueError("a failed result lists no files: nothing of a failed run may be committed")
         names = [t.identifier for t in self.tables]

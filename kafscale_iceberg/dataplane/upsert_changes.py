@@ -1,0 +1,221 @@
+"""An upsert mapping's records as changes: the keys' new rows, and the keys deleted (`mode: upsert`).
+
+`ChangeReader.read(records)` splits a batch of decoded records into:
+
+- `upserts`: the records whose value is a key's new row - the value itself (`cdc: none`), or a
+  Debezium event's `after` (`op` `c`, `r`, `u`) - with `value` replaced by that row for the
+  conversion (the row keeps the record's own value: `restore_values`);
+- `deletes`: the records deleting a key, with `value` replaced by the key's columns as a JSON object:
+  a tombstone (null value, `upsert.delete_on_tombstone`) names its key by the record key - JSON, an
+  object holding the key columns, or for a one-column key a bare scalar or its text; a Debezium `d`
+  by `before`. A Debezium tombstone follows its `d`, so deleting again is a no-op;
+- `rejected`: dead letters with their reason (positions in `upserts`, which carries them with their
+  value as it arrived): a tombstone when tombstones do not delete, a record key that names no key,
+  a value that is not a Debezium event, or a Kafka Connect `{"schema", "payload"}` envelope (read
+  once the record-formats decoder `connect_json` lands).
+
+Records without their key columns become dead letters in the conversion (the key columns are
+required columns). Which change of a key wins is decided per run by the commit (`domain/upsert.py`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import msgspec
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from kafscale_iceberg.dataplane.conversion import ConvertedRecords, ErrorKind, RecordConverter
+from kafscale_iceberg.domain.runs import CdcFormat, ConversionSettings, UpsertSettings
+
+CDC_ENVELOPE = ErrorKind.CDC_ENVELOPE.value
+TOMBSTONE = ErrorKind.TOMBSTONE.value
+
+_DEBEZIUM_WRITES = frozenset({"c", "r", "u"})
+_DEBEZIUM_DELETE = "d"
+
+
+@dataclass(frozen=True)
+class Changes:
+    """A batch of records as changes (see the module docstring)."""
+
+    upserts: pa.Table
+    deletes: pa.Table
+    rejected: Mapping[int, tuple[str, str]] = field(default_factory=dict)
+    """Position in `upserts` -> (error kind, reason): dead letters as they arrived."""
+
+
+class ChangeReader:
+    """Reads the records of one upsert mapping as changes (`read`)."""
+
+    def __init__(self, settings: UpsertSettings) -> None:
+        self._key = settings.key
+        self._debezium = settings.cdc is CdcFormat.DEBEZIUM
+        self._tombstones_delete = settings.delete_on_tombstone
+        self._decode = msgspec.json.Decoder().decode
+        self._encode = msgspec.json.Encoder().encode
+
+    def read(self, records: pa.Table) -> Changes:
+        """The batch's changes; never raises for a bad record (it is rejected with its reason)."""
+        values = records.column("value").to_pylist()
+        keys = records.column("key").to_pylist()
+        upsert_rows: list[int] = []
+        upsert_values: list[bytes | None] = []
+        delete_rows: list[int] = []
+        delete_values: list[bytes] = []
+        rejected: dict[int, tuple[str, str]] = {}
+
+        def reject(row: int, kind: str, reason: str) -> None:
+            rejected[len(upsert_rows)] = (kind, reason)
+            upsert_rows.append(row)
+            upsert_values.append(values[row])
+
+        for row, value in enumerate(values):
+            if not value:
+                if not self._tombstones_delete:
+                    reject(row, TOMBSTONE, "a tombstone (null value) and upsert.delete_on_tombstone is false")
+                    continue
+                named, problem = self._record_key(keys[row])
+                if named is None:
+                    reject(row, TOMBSTONE, f"a tombstone whose record key names no key: {problem}")
+                    continue
+                delete_rows.append(row)
+                delete_values.append(named)
+                continue
+            if not self._debezium:
+                upsert_rows.append(row)
+                upsert_values.append(value)
+                continue
+            kind, change = self._debezium_change(value)
+            if kind == "upsert":
+                upsert_rows.append(row)
+                upsert_values.append(change)
+            elif kind == "delete":
+                assert change is not None
+                delete_rows.append(row)
+                delete_values.append(change)
+            else:
+                reject(row, CDC_ENVELOPE, str(change, "utf-8") if change else "not a Debezium event")
+        return Changes(
+            upserts=_with_values(records, upsert_rows, upsert_values),
+            deletes=_with_values(records, delete_rows, delete_values),
+            rejected=rejected,
+        )
+
+    def _record_key(self, raw: bytes | None) -> tuple[bytes | None, str]:
+        """The key columns a record key names, as a JSON object; else None and why."""
+        if not raw:
+            return None, "the record key is null"
+        try:
+            parsed = self._decode(raw)
+        except (msgspec.DecodeError, UnicodeDecodeError):
+            parsed = None
+            if len(self._key) == 1:
+                try:
+                    return self._encode({self._key[0]: raw.decode()}), ""
+                except UnicodeDecodeError:
+                    return None, "the record key is neither JSON nor text"
+            return None, f"the record key is not JSON (a key of {len(self._key)} columns needs an object)"
+        if isinstance(parsed, dict):
+            missing = [name for name in self._key if parsed.get(name) is None]
+            if missing:
+                return None, f"the record key {_preview(raw)} lacks key column(s) {', '.join(missing)}"
+            return self._encode({name: parsed[name] for name in self._key}), ""
+        if len(self._key) == 1 and isinstance(parsed, str | int | float | bool):
+            return self._encode({self._key[0]: parsed}), ""
+        return None, f"the record key {_preview(raw)} is not an object holding {', '.join(self._key)}"
+
+    def _debezium_change(self, raw: bytes) -> tuple[str, bytes | None]:
+        """`("upsert", after)`, `("delete", before's key)` or `("reject", reason)` for a Debezium event."""
+        try:
+            event = self._decode(raw)
+        except (msgspec.DecodeError, UnicodeDecodeError):
+            return "reject", b"the value is not JSON, so not a Debezium event"
+        if not isinstance(event, dict):
+            return "reject", b"the value is not a JSON object, so not a Debezium event"
+        if "payload" in event and "schema" in event and "op" not in event:
+            return "reject", (
+                b"a Kafka Connect {schema, payload} envelope: not read for upsert yet; configure "
+                b"Debezium's JsonConverter with schemas.enable=false"
+            )
+        op = event.get("op")
+        if op in _DEBEZIUM_WRITES:
+            after = event.get("after")
+            if not isinstance(after, dict):
+                return "reject", f"Debezium op {op!r} without an 'after' object".encode()
+            return "upsert", self._encode(after)
+        if op == _DEBEZIUM_DELETE:
+            before = event.get("before")
+            if not isinstance(before, dict):
+                return "reject", b"Debezium op 'd' without a 'before' object (REPLICA IDENTITY?)"
+            missing = [name for name in self._key if before.get(name) is None]
+            if missing:
+                return (
+                    "reject",
+                    f"Debezium op 'd' whose 'before' lacks key column(s) {', '.join(missing)}".encode(),
+                )
+            return "delete", self._encode({name: before[name] for name in self._key})
+        return "reject", f"not a Debezium event: 'op' is {op!r} (expected c, r, u or d)".encode()
+
+
+class UpsertConversion:
+    """An upsert mapping's batch converted: `ChangeReader`'s upserts with the mapping's converter, its
+    deletes with one of the key columns only (`ConvertedRecords.deleted_keys`); every row and dead
+    letter keeps the value its record arrived with."""
+
+    def __init__(self, converter: RecordConverter, settings: ConversionSettings, *, topic: str, run_id: str):
+        assert settings.upsert is not None
+        self._reader = ChangeReader(settings.upsert)
+        self._converter = converter
+        key = set(settings.upsert.key)
+        key_settings = ConversionSettings(columns=tuple(c for c in settings.columns if c.name in key))
+        self._keys = RecordConverter(topic=topic, run_id=run_id, settings=key_settings)
+
+    def convert(self, records: pa.Table, *, partition: int, segment_key: str) -> ConvertedRecords:
+        """The batch's rows, deleted keys and dead letters (rejected changes among them)."""
+        changes = self._reader.read(records)
+        upserts = self._converter.convert(
+            changes.upserts, partition=partition, segment_key=segment_key, rejected=changes.rejected
+        )
+        deletes = self._keys.convert(changes.deletes, partition=partition, segment_key=segment_key)
+        dead = restore_values(upserts.dead_letters, records)
+        if deletes.dead_letters.num_rows:
+            dead = pa.concat_tables([dead, restore_values(deletes.dead_letters, records)])
+        first_invalid = min(
+            (i for i in (upserts.first_invalid, deletes.first_invalid) if i is not None),
+            key=lambda invalid: invalid.offset,
+            default=None,
+        )
+        return ConvertedRecords(
+            rows=restore_values(upserts.rows, records),
+            dead_letters=dead,
+            first_invalid=first_invalid,
+            conversion_failures=upserts.conversion_failures,
+            failed_rows=upserts.failed_rows,
+            deleted_keys=restore_values(deletes.rows, records),
+        )
+
+
+def restore_values(rows: pa.Table, records: pa.Table) -> pa.Table:
+    """`rows` (converted from `records` by offset, some dropped) with `value` as the records held it
+    before `ChangeReader` replaced it: a row carries the base fields of the record that wrote it."""
+    if not rows.num_rows:
+        return rows
+    positions = pc.index_in(rows.column("offset"), value_set=records.column("offset"))
+    original = records.column("value").take(positions)
+    index = rows.schema.get_field_index("value")
+    return rows.set_column(index, rows.schema.field(index), original.cast(rows.schema.field(index).type))
+
+
+def _with_values(records: pa.Table, rows: Sequence[int], values: Sequence[bytes | None]) -> pa.Table:
+    taken = records.take(pa.array(np.asarray(rows, dtype=np.int64)))
+    index = taken.schema.get_field_index("value")
+    return taken.set_column(index, taken.schema.field(index), pa.array(values, pa.binary()))
+
+
+def _preview(raw: bytes, limit: int = 80) -> str:
+    text = raw[:limit].decode("utf-8", "replace")
+    return repr(text + ("..." if len(raw) > limit else ""))

@@ -1,0 +1,157 @@
+"""The rewrite step of an upsert run (see `domain/upsert.py`): which change of each key wins, which rows
+of a file it replaces, and the file written again without them. Pure pyarrow; storage is the
+`ObjectReader` and `FileSink` ports, so a Spark task can run it as well as the commit step.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from kafscale_iceberg.dataplane.storage import join_uri
+from kafscale_iceberg.domain.runs import DataFile
+from kafscale_iceberg.ports import FileSink, ObjectReader
+
+_POSITION = "__kafscale_position"
+_DELETED = "__kafscale_deleted"
+_WIN_PARTITION = "__kafscale_win_partition"
+_WIN_OFFSET = "__kafscale_win_offset"
+
+
+class KeyChanges:
+    """A run's changes reduced to the last one per key (by offset within a Kafka partition; across
+    partitions the higher partition's), from its new rows and its deleted keys (each a table of the
+    key columns, `partition` and `offset`)."""
+
+    def __init__(self, key: Sequence[str], rows: pa.Table, deletes: pa.Table) -> None:
+        self.key = tuple(key)
+        columns = [*self.key, "partition", "offset"]
+        parts = [
+            rows.select(columns).append_column(_DELETED, pa.array(np.zeros(rows.num_rows, bool))),
+        ]
+        if deletes.num_rows:
+            deleted = deletes.select(columns).cast(parts[0].select(columns).schema)
+            parts.append(deleted.append_column(_DELETED, pa.array(np.ones(deletes.num_rows, bool))))
+        changes = pa.concat_tables(parts)
+        ordered = changes.sort_by([(c, "ascending") for c in columns])
+        ordered = ordered.append_column(_POSITION, pa.array(np.arange(ordered.num_rows, dtype=np.int64)))
+        last = ordered.group_by(list(self.key), use_threads=False).aggregate([(_POSITION, "max")])
+        winners = ordered.take(last.column(f"{_POSITION}_max")).sort_by([(c, "ascending") for c in self.key])
+        self.winners = winners.select([*self.key, "partition", "offset", _DELETED]).rename_columns(
+            [*self.key, _WIN_PARTITION, _WIN_OFFSET, _DELETED]
+        )
+
+    @property
+    def count(self) -> int:
+        """How many keys the run changed."""
+        return int(self.winners.num_rows)
+
+    @property
+    def deleted(self) -> int:
+        """How many keys the run ends with deleted."""
+        return int(np.count_nonzero(self.winners.column(_DELETED).to_numpy(zero_copy_only=False)))
+
+    def key_values(self, column: str) -> pa.Array:
+        """The changed keys' values of a key column, sorted, each once (what the locate step prunes by)."""
+        values = self.winners.column(column).unique()
+        return values.take(pa.compute.sort_indices(values))
+
+    def replaced(self, rows: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+        """For `rows` of the table (key columns at least): which hold a changed key (to drop), and of
+        those which the run deletes rather than updates."""
+        matched, _partition, _offset, deleted = self._match(rows)
+        return matched, matched & deleted
+
+    def superseded(self, rows: pa.Table) -> np.ndarray:
+        """For the run's own new `rows` (key columns, `partition`, `offset`): which a later change of
+        their key replaced (not their key's winning row, or the key ends deleted)."""
+        matched, partition, offset, deleted = self._match(rows)
+        written_at = rows.column("partition").to_numpy(), rows.column("offset").to_numpy()
+        same = (partition == written_at[0]) & (offset == written_at[1])
+        superseded: np.ndarray = matched & (deleted | ~same)
+        return superseded
+
+    def _match(self, rows: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        keys = rows.select(list(self.key))
+        keys = keys.cast(self.winners.select(list(self.key)).schema)
+        keys = keys.append_column(_POSITION, pa.array(np.arange(rows.num_rows, dtype=np.int64)))
+        joined = keys.join(self.winners, keys=list(self.key), join_type="inner", use_threads=False)
+        count = rows.num_rows
+        matched = np.zeros(count, bool)
+        partition = np.full(count, -1, np.int64)
+        offset = np.full(count, -1, np.int64)
+        deleted = np.zeros(count, bool)
+        at = joined.column(_POSITION).to_numpy()
+        matched[at] = True
+        partition[at] = joined.column(_WIN_PARTITION).to_numpy()
+        offset[at] = joined.column(_WIN_OFFSET).to_numpy()
+        deleted[at] = joined.column(_DELETED).to_numpy(zero_copy_only=False)
+        return matched, partition, offset, deleted
+
+
+@dataclass(frozen=True)
+class FileRewrite:
+    """One file written again without some of its rows: `written` None when nothing was dropped (kept
+    as it is) or every row was (the file goes)."""
+
+    source: str
+    written: DataFile | None
+    dropped: int
+    deleted: int
+    """Of `dropped`, the rows of keys the run deletes (the rest are updated)."""
+
+
+def read_change_columns(reader: ObjectReader, files: Sequence[DataFile], key: Sequence[str]) -> pa.Table:
+    """The key columns, `partition` and `offset` of the run's `files` (its rows or deleted keys)."""
+    columns = [*key, "partition", "offset"]
+    tables = [pq.read_table(io.BytesIO(reader.read_bytes(f.uri)), columns=columns) for f in files]
+    if not tables:
+        return pa.table({c: pa.array([], pa.int64()) for c in columns})
+    return pa.concat_tables(tables, promote_options="permissive")
+
+
+def rewrite_without(
+    reader: ObjectReader,
+    sink: FileSink,
+    source: str,
+    changes: KeyChanges,
+    *,
+    folder: str,
+    own: bool,
+) -> FileRewrite:
+    """`source` written again under `folder` without the rows `changes` replace (a table file: rows of
+    a changed key; `own`, a file of the run: rows a later change superseded). Only the key columns
+    are decoded unless a row must go. Idempotent: the new file's name derives from `source`."""
+    data = reader.read_bytes(source)
+    columns = [*changes.key, "partition", "offset"] if own else list(changes.key)
+    probe = pq.read_table(io.BytesIO(data), columns=columns)
+    if own:
+        drop, deleted = changes.superseded(probe), np.zeros(probe.num_rows, bool)
+    else:
+        drop, deleted = changes.replaced(probe)
+    dropped = int(np.count_nonzero(drop))
+    if not dropped:
+        return FileRewrite(source=source, written=None, dropped=0, deleted=0)
+    rows = pq.read_table(io.BytesIO(data)).filter(pa.array(~drop))
+    deletes = int(np.count_nonzero(deleted))
+    if not rows.num_rows:
+        return FileRewrite(source=source, written=None, dropped=dropped, deleted=deletes)
+    name = f"{'run' if own else 'table'}-{hashlib.sha256(source.encode()).hexdigest()[:24]}.parquet"
+    uri = join_uri(folder, name)
+    staging = sink.staging_path(uri)
+    pq.write_table(rows, staging, compression="zstd", compression_level=1, write_statistics=True)
+    size = os.path.getsize(staging)
+    sink.publish(staging, uri)
+    return FileRewrite(
+        source=source,
+        written=DataFile(uri=uri, record_count=rows.num_rows, size_bytes=size),
+        dropped=dropped,
+        deleted=deletes,
+    )

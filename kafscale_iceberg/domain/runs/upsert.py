@@ -1,0 +1,40 @@
+"""Keyed upsert as a run carries it (`mappings[].mode: upsert`): the key columns and how records change them.
+
+An upsert table holds each key's latest row. Per run the last record of a key (by offset in its Kafka
+partition) wins; a delete removes the key's row. How records become changes is `cdc`: `none` (the
+value is the key's new row, a tombstone deletes the key named by the record key) or `debezium`
+(Debezium envelopes: `c`/`r`/`u` write `after`, `d` deletes by `before`'s key).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import Field, model_validator
+
+from kafscale_iceberg.domain.runs.documents import DocumentModel
+
+
+class CdcFormat(StrEnum):
+    """`upsert.cdc`: how a record's value says what changed."""
+
+    NONE = "none"
+    """The value is the key's new row; a tombstone (null value) deletes the record key's row."""
+    DEBEZIUM = "debezium"
+    """A Debezium change event (`op`, `before`, `after`, `source`, `ts_ms`)."""
+
+
+class UpsertSettings(DocumentModel):
+    """`mappings[].upsert` of a mapping in `mode: upsert`: its key columns (the table's identifier
+    fields, required columns of the mapping) and how records change the table."""
+
+    key: tuple[str, ...] = Field(min_length=1)
+    cdc: CdcFormat = CdcFormat.NONE
+    delete_on_tombstone: bool = True
+    """A tombstone (a record with a null value) deletes the row of the key its record key names."""
+
+    @model_validator(mode="after")
+    def _key_columns_once(self) -> UpsertSettings:
+        if len(set(self.key)) != len(self.key):
+            raise ValueError(f"upsert key {list(self.key)} lists a column twice")
+        return self

@@ -1,0 +1,131 @@
+"""The Iceberg catalog and its tables: loading, creating, evolving, the markers, files a table refuses."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from kafscale_iceberg.exceptions.base import KafscaleIcebergError, TransientError
+
+
+class CatalogError(KafscaleIcebergError):
+    """The Iceberg catalog could not be loaded or refused a request.
+
+    Names the catalog type and URI (never a token or password), the operation and the table.
+    """
+
+    def __init__(self, catalog: str, operation: str, problem: str) -> None:
+        self.catalog = catalog
+        self.operation = operation
+        self.problem = problem
+        super().__init__(f"iceberg catalog {catalog}: {operation} failed: {problem}")
+
+
+class CatalogUnavailableError(CatalogError, TransientError):
+    """The catalog (or its warehouse storage) did not answer, or answered with a server error. Transient."""
+
+
+class TableMissingError(KafscaleIcebergError):
+    """A mapped table does not exist and the mapping does not allow creating it. Terminal."""
+
+    def __init__(self, table: str) -> None:
+        self.table = table
+        super().__init__(
+            f"table {table!r} does not exist (create it, or set create_table_if_missing: true on its mapping)"
+        )
+
+
+class SchemaChangeError(KafscaleIcebergError):
+    """A column's type in the table and in the mapping differ in a way that is not applied. Terminal.
+
+    Names the table, the column, the table's type and the mapping's type, and what to do.
+    """
+
+    def __init__(self, table: str, column: str, table_type: str, mapped_type: str, advice: str) -> None:
+        self.table = table
+        self.column = column
+        self.table_type = table_type
+        self.mapped_type = mapped_type
+        super().__init__(
+            f"table {table!r} column {column!r}: the table has type {table_type}, the mapping asks for "
+            f"{mapped_type}: {advice}"
+        )
+
+
+class PartitionSpecMismatchError(KafscaleIcebergError):
+    """The table is partitioned by a field the run's files are not split by. Terminal."""
+
+    def __init__(self, table: str, table_fields: str, mapped_fields: str) -> None:
+        self.table = table
+        super().__init__(
+            f"table {table!r} is partitioned by [{table_fields}] but the mapping's partition_by is "
+            f"[{mapped_fields}]: each data file must hold one value per table partition field; make "
+            "partition_by list every partition field of the table (or evolve the table's spec)"
+        )
+
+
+class TableMarkerError(KafscaleIcebergError):
+    """A `kafscale.*` property of a table is not what this product writes. Terminal: inspect it."""
+
+    def __init__(self, table: str, key: str, problem: str) -> None:
+        self.table = table
+        self.key = key
+        super().__init__(
+            f"table {table!r} property {key!r}: {problem} (it is written only by the commit step; "
+            "restore it from the newest snapshot summary's kafscale.* keys)"
+        )
+
+
+class DataFileRejectedError(KafscaleIcebergError):
+    """The catalog refused to add a run's data file (schema, partition values, missing file). Terminal."""
+
+    def __init__(self, table: str, run_id: str, problem: str) -> None:
+        self.table = table
+        self.run_id = run_id
+        super().__init__(
+            f"run {run_id!r}: the data files could not be added to table {table!r}: {problem} "
+            "(nothing was committed; fix the Spark output or the table, then retry the commit)"
+        )
+
+
+class FieldIdMismatchError(DataFileRejectedError):
+    """A run's files carry field ids that are not the table's (it changed after planning). Terminal."""
+
+    def __init__(self, table: str, run_id: str, mismatches: Mapping[str, tuple[int, int | None]]) -> None:
+        self.mismatches = dict(mismatches)
+        described = ", ".join(
+            f"{name}: file id {planned}, table id {'none' if found is None else found}"
+            for name, (planned, found) in sorted(mismatches.items())
+        )
+        super().__init__(
+            table,
+            run_id,
+            f"the files' Parquet field ids differ from the table's ({described}); the table's schema "
+            "changed after the run was planned. Abort the run: the next attempt is planned with the "
+            "table's ids",
+        )
+
+
+class InferredColumnChangedError(FieldIdMismatchError):
+    """An inferred column the run wrote has another type in the table than in the run's files (the
+    table gained it meanwhile, from another run). Terminal for this run; the next attempt is planned
+    with the table's columns, and is refused before any write like a field-id mismatch."""
+
+    def __init__(self, table: str, run_id: str, conflicts: Mapping[str, tuple[str, str]]) -> None:
+        self.mismatches = {}
+        self.conflicts = dict(conflicts)
+        described = ", ".join(
+            f"{name}: files {written}, table {found}" for name, (written, found) in sorted(conflicts.items())
+        )
+        DataFileRejectedError.__init__(
+            self,
+            table,
+            run_id,
+            f"inferred columns have another type in the table than in the files ({described}); the "
+            "table's schema changed after the run was planned. Abort the run: the next attempt is "
+            "planned with the table's columns",
+        )
+
+
+class CompactionResultError(KafscaleIcebergError):
+    """A compaction job's result does not match its job (another job's, failed, rows differ, files
+    missing): nothing is committed, its files are orphans, the next maintenance pass plans again."""

@@ -1,0 +1,71 @@
+"""Recovery of a run stranded between its tables' commits (a crash after a table committed before the
+topic's anchor - the dead-letter table, a routed or another mapping's table - and before the anchor).
+
+The next plan's commit runs into that table's marker (`DeadLetterAheadError` naming the stranded run)
+and `finish_stranded` commits the stranded run from its own plan and result, under the new run's lease,
+so the new plan's commit can go on; without the stranded run's documents the refusal stands.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from kafscale_iceberg.domain.leases import LeaseGrant
+from kafscale_iceberg.domain.runs import RunPlan, RunResult
+from kafscale_iceberg.exceptions import (
+    DeadLetterAheadError,
+    KafscaleIcebergError,
+    OffsetMismatchError,
+    RunNotCommittableError,
+)
+from kafscale_iceberg.services.run_writes import check_committable
+
+if TYPE_CHECKING:
+    from kafscale_iceberg.services.commit import CommitOutcome
+
+logger = logging.getLogger(__name__)
+
+StrandedRunLoader = Callable[[str, str], tuple[RunPlan, RunResult] | None]
+"""`(topic, run_id)` → the run's plan and result, None when they are gone."""
+
+
+def finish_stranded(
+    refusal: DeadLetterAheadError,
+    lease: LeaseGrant,
+    load: StrandedRunLoader | None,
+    commit: Callable[[RunPlan, RunResult], CommitOutcome],
+) -> bool:
+    """Commit (with `commit`, keeping `lease`) the run `refusal` names as stranded; True if it is in now.
+
+    False when it cannot be committed (no loader, its documents gone, its result not committable, a
+    table not where it starts): the refusal stands. Any other product error (the catalog unavailable,
+    a table that may not be created) is raised in the refusal's place: it says better what to do.
+    """
+    if load is None or refusal.other_run_id is None:
+        return False
+    try:
+        loaded = load(refusal.topic, refusal.other_run_id)
+        if loaded is None:
+            return False
+        plan, result = loaded
+        check_committable(plan, result, lease)
+        commit(plan, result)
+    except (DeadLetterAheadError, OffsetMismatchError, RunNotCommittableError) as exc:
+        logger.warning(
+            "could not finish the run stranded between its dead-letter and table commits",
+            extra={"topic": refusal.topic, "stranded_run_id": refusal.other_run_id, "problem": str(exc)},
+        )
+        return False  # it may not be committed: the refusal stands
+    except KafscaleIcebergError as exc:
+        logger.warning(
+            "finishing the run stranded between its tables' commits failed",
+            extra={"topic": refusal.topic, "stranded_run_id": refusal.other_run_id, "problem": str(exc)},
+        )
+        raise exc from refusal
+    logger.warning(
+        "finished a run stranded between its dead-letter and table commits",
+        extra={"topic": refusal.topic, "stranded_run_id": refusal.other_run_id, "run_id": refusal.run_id},
+    )
+    return True

@@ -1,0 +1,204 @@
+"""An upsert run committed on a real SQLite catalog: each key's last change wins, deletes remove rows,
+only files holding a changed key are rewritten, and the run is one Iceberg commit carrying the offsets."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from kafscale_iceberg.adapters.data_files import StagedFileStore
+from kafscale_iceberg.adapters.iceberg_maintenance import IcebergTableMaintainer
+from kafscale_iceberg.domain.commits import TableCommit, TableState
+from kafscale_iceberg.domain.upsert import (
+    SUMMARY_UPSERT_DELETED,
+    SUMMARY_UPSERT_FILES_REWRITTEN,
+    SUMMARY_UPSERT_INSERTED,
+    SUMMARY_UPSERT_UPDATED,
+)
+from kafscale_iceberg.metrics import record_commit
+from kafscale_iceberg.metrics.definitions import Sample
+from tests.support.upsert_world import TABLE, UpsertWorld
+
+
+def row(key: int, name: str) -> tuple[object, object]:
+    return {"id": key}, {"id": key, "name": name}
+
+
+def summary(world: UpsertWorld) -> dict[str, str]:
+    snapshot = world.catalog.load_table(TABLE).current_snapshot()
+    assert snapshot is not None
+    return dict(snapshot.summary.additional_properties)
+
+
+def test_the_last_change_of_a_key_within_a_run_wins(tmp_path: Path) -> None:
+    world = UpsertWorld(tmp_path)
+    world.write(0, [row(1, "a"), row(2, "b"), row(1, "a2"), ({"id": 2}, None), row(3, "c")])
+    world.run()
+    assert world.names() == {1: "a2", 3: "c"}
+    assert summary(world)[SUMMARY_UPSERT_INSERTED] == "2"
+
+
+def test_a_later_run_replaces_and_deletes_rows_of_earlier_runs(tmp_path: Path) -> None:
+    world = UpsertWorld(tmp_path)
+    world.write(0, [row(k, f"v{k}") for k in range(10)])
+    world.run()
+    world.write(0, [row(3, "new3"), ({"id": 5}, None), row(11, "v11"), ({"id": 42}, None)])
+    world.run()
+    assert world.names() == {**{k: f"v{k}" for k in range(10) if k not in (3, 5)}, 3: "new3", 11: "v11"}
+    assert {k: summary(world)[k] for k in (SUMMARY_UPSERT_INSERTED, SUMMARY_UPSERT_UPDATED)} == {
+        SUMMARY_UPSERT_INSERTED: "1",
+        SUMMARY_UPSERT_UPDATED: "1",
+    }
+    assert summary(world)[SUMMARY_UPSERT_DELETED] == "1"  # key 42 was never in the table
+
+
+def test_a_row_carries_the_base_fields_of_the_record_that_wrote_it(tmp_path: Path) -> None:
+    world = UpsertWorld(tmp_path)
+    world.write(0, [row(1, "a")])
+    world.run()
+    world.write(0, [row(1, "b")])
+    world.run()
+    [written] = world.rows().to_pylist()
+    assert (written["offset"], written["record_id"], written["name"]) == (1, "orders:0:1", "b")
+
+
+def test_the_run_is_one_snapshot_carrying_its_offsets(tmp_path: Path) -> None:
+    world = UpsertWorld(tmp_path)
+    world.write(0, [row(k, "x") for k in range(5)])
+    world.run()
+    before = len(world.catalog.load_table(TABLE).snapshots())
+    world.write(0, [row(2, "y")])
+    outcome = world.run()
+    table = world.catalog.load_table(TABLE)
+    assert len(table.snapshots()) == before + 1
+    assert table.properties["kafscale.offsets.orders"] == '{"0":5}'
+    assert outcome.offsets == {0: 5}
+
+
+def test_only_files_holding_a_changed_key_are_rewritten(tmp_path: Path) -> None:
+    world = UpsertWorld(tmp_path)
+    for first in (0, 100, 200):  # three runs: three files of disjoint key ranges
+        world.write(0, [row(k, "old") for k in range(first, first + 50)])
+        world.run()
+    files_before = {t.file.file_path for t in world.catalog.load_table(TABLE).scan().plan_files()}
+    world.write(0, [row(120, "new")])
+    world.run()
+    files_after = {t.file.file_path for t in world.catalog.load_table(TABLE).scan().plan_files()}
+    assert summary(world)[SUMMARY_UPSERT_FILES_REWRITTEN] == "1"
+    assert len(files_before - files_after) == 1
+    assert world.names()[120] == "new"
+    assert len(world.by_key()) == 150
+
+
+def test_the_keys_are_the_tables_identifier_fields(tmp_path: Path) -> None:
+    world = UpsertWorld(tmp_path)
+    world.write(0, [row(1, "a")])
+    world.run()
+    assert world.catalog.load_table(TABLE).schema().identifier_field_names() == {"id"}
+
+
+def test_a_replayed_commit_of_a_committed_run_changes_nothing(tmp_path: Path) -> None:
+    world = UpsertWorld(tmp_path)
+    world.write(0, [row(1, "a"), row(2, "b")])
+    world.run()
+    world.write(0, [row(1, "c")])
+    plan = world.plan()
+    result = world.execute(plan)
+    world.commit(plan, result)
+    snapshots = len(world.catalog.load_table(TABLE).snapshots())
+    outcome = world.commit(plan, result)
+    assert not outcome.table_committed
+    assert len(world.catalog.load_table(TABLE).snapshots()) == snapshots
+    assert world.names() == {1: "c", 2: "b"}
+
+
+class CompactingFirst:
+    """The real table committer; a `maintain` compaction of the same files lands just before the first
+    commit to the table (after the upsert located and rewrote on the state before it)."""
+
+    def __init__(self, world: UpsertWorld) -> None:
+        self._world = world
+        self._inner = world.tables
+        self.compacted = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def commit(self, expected: TableState, commit: TableCommit) -> TableState:
+        if expected.table == TABLE and not self.compacted:
+            self.compacted = True
+            maintainer = IcebergTableMaintainer(self._world.catalog, StagedFileStore())
+            plan = maintainer.plan_compaction(
+                TABLE, small_file_bytes=1 << 30, min_small_files=2, max_bytes=1 << 30
+            )
+            written = maintainer.write_compaction(
+                plan, data_prefix=str(self._world.root / "compacted"), target_file_size_bytes=1 << 30
+            )
+            assert maintainer.commit_compaction(written, now_ms=0).committed
+        return self._inner.commit(expected, commit)
+
+
+def test_a_compaction_landing_during_the_commit_is_a_conflict_rebuilt_on_the_compacted_files(
+    tmp_path: Path,
+) -> None:
+    world = UpsertWorld(tmp_path)
+    for first in (0, 10):
+        world.write(0, [row(k, "old") for k in range(first, first + 10)])
+        world.run()
+    world.write(0, [row(3, "new"), ({"id": 12}, None)])
+    tables = CompactingFirst(world)
+    plan = world.plan()
+    outcome = world.commit(plan, world.execute(plan), tables=tables)
+    assert tables.compacted
+    assert outcome.table_committed
+    expected = {k: "old" for k in range(20) if k != 12}
+    assert world.names() == {**expected, 3: "new"}
+
+
+class Samples:
+    """A metrics sink keeping what it is given (a port: what Prometheus or EMF would receive)."""
+
+    def __init__(self) -> None:
+        self.samples: list[Sample] = []
+
+    def emit(self, samples: Sequence[Sample]) -> None:
+        self.samples.extend(samples)
+
+    def value(self, name: str, **labels: str) -> float:
+        return sum(s.value for s in self.samples if s.metric.name == name and s.labels == labels)
+
+
+def test_the_commit_outcome_and_the_metrics_say_what_the_run_did_to_the_table(tmp_path: Path) -> None:
+    world = UpsertWorld(tmp_path)
+    world.write(0, [row(k, "a") for k in range(6)])
+    world.run()
+    world.write(0, [row(1, "b"), row(2, "b"), ({"id": 3}, None), row(7, "new")])
+    plan = world.plan()
+    result = world.execute(plan)
+    outcome = world.commit(plan, result)
+    assert outcome.upsert is not None
+    assert (outcome.upsert.inserted, outcome.upsert.updated, outcome.upsert.deleted) == (1, 2, 1)
+    assert outcome.upsert.files_rewritten == 1
+    assert outcome.upsert.bytes_rewritten > 0
+
+    sink = Samples()
+    record_commit(sink, plan, result, outcome, started_at=0.0, ended_at=1.0)
+    labels = {"topic": plan.topic, "table": TABLE}
+    changes = ("inserted", "updated", "deleted")
+    assert [sink.value("upsert_rows_total", **labels, change=c) for c in changes] == [1, 2, 1]
+    assert sink.value("upsert_files_rewritten_total", **labels) == 1
+    assert sink.value("upsert_bytes_rewritten_total", **labels) == outcome.upsert.bytes_rewritten
+
+
+def test_a_replayed_commit_counts_nothing_again(tmp_path: Path) -> None:
+    world = UpsertWorld(tmp_path)
+    world.write(0, [row(1, "a")])
+    plan = world.plan()
+    result = world.execute(plan)
+    world.commit(plan, result)
+    again = world.commit(plan, result)
+    assert again.upsert is None
+    sink = Samples()
+    record_commit(sink, plan, result, again, started_at=0.0, ended_at=1.0)
+    assert not [s for s in sink.samples if s.metric.name.startswith("upsert_")]

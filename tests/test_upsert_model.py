@@ -1,0 +1,168 @@
+"""Upsert against a model (a dict per key): random interleavings of inserts, updates, deletes and
+tombstones across runs, with the process dying at every step of a commit and committed runs replayed;
+the table, and DuckDB reading the files the table lists, always agree with the model.
+
+Real parts: a pyiceberg SQLite catalog, the SQLite checkpoint store, the commit service and the upsert
+adapter; the runs' tasks run in this process with pyarrow, as the Spark job runs them. A death is a
+`ProcessDied` (a BaseException nothing in the product catches) raised by a wrapped real adapter at
+the named point; the next "process" retries the same plan and result, as the commit step's retry
+(or the next runner) does. DuckDB has no Iceberg extension here (it downloads it): it reads the data
+files of the table's current snapshot with its own Parquet reader, which is all a reader of this
+table needs (no delete files).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+from kafscale_iceberg.domain.commits import TableCommit, TableState
+from kafscale_iceberg.domain.leases import LeaseGrant
+from kafscale_iceberg.domain.runs import RunPlan, RunResult
+from kafscale_iceberg.domain.upsert import UpsertChange, UpsertRewrite
+from kafscale_iceberg.services.commit import CommitService
+from kafscale_iceberg.services.run_writes import TablePolicy
+from tests.support.upsert_world import TABLE, UpsertWorld
+
+duckdb = pytest.importorskip("duckdb")
+
+KEYS = 8
+PARTITIONS = 2
+
+
+class ProcessDied(BaseException):
+    """The process died at an injected point."""
+
+
+class Point:
+    IN_REWRITE = "after the rewrite wrote its files, before the commit"
+    BEFORE_COMMIT = "before the table commit"
+    AFTER_COMMIT = "after the table commit, before the offset write"
+    AFTER_OFFSETS = "after the offset write, before the lease release"
+
+
+POINTS = [Point.IN_REWRITE, Point.BEFORE_COMMIT, Point.AFTER_COMMIT, Point.AFTER_OFFSETS]
+
+
+class Dying:
+    """The real table committer, upsert files and checkpoint store; the process dies once at `point`."""
+
+    def __init__(self, world: UpsertWorld, point: str) -> None:
+        self.world, self.point, self.died = world, point, False
+
+    def die(self, point: str) -> None:
+        if point == self.point and not self.died:
+            self.died = True
+            raise ProcessDied(point)
+
+    def rewrite(self, table: str, state: TableState, change: UpsertChange) -> UpsertRewrite:
+        rewrite = self.world.upsert_files.rewrite(table, state, change)
+        self.die(Point.IN_REWRITE)
+        return rewrite
+
+    def commit(self, expected: TableState, commit: TableCommit) -> TableState:
+        self.die(Point.BEFORE_COMMIT)
+        after = self.world.tables.commit(expected, commit)
+        if expected.table == TABLE:
+            self.die(Point.AFTER_COMMIT)
+        return after
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.world.tables, name)
+
+
+class DyingStore:
+    def __init__(self, dying: Dying) -> None:
+        self._dying, self._inner = dying, dying.world.store
+
+    def commit_offsets(self, grant: Any, updates: Any) -> Any:
+        written = self._inner.commit_offsets(grant, updates)
+        self._dying.die(Point.AFTER_OFFSETS)
+        return written
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def commit_dying(world: UpsertWorld, plan: RunPlan, result: RunResult, point: str) -> None:
+    """The first process dies at `point`; the next one (a new lease once the dead one's is released
+    by the test, as its expiry would) commits the same plan and result."""
+    dying = Dying(world, point)
+    service = CommitService(dying, DyingStore(dying), upsert_files=dying, sleep=lambda _s: None)
+    grant = world.store.claim_lease(plan.topic, owner_id="dying", run_id=plan.run_id)
+    assert isinstance(grant, LeaseGrant)
+    with contextlib.suppress(ProcessDied):
+        service.commit_run(plan, result, grant, TablePolicy(create_table_if_missing=True))
+    holder = world.store.read_lease_holder(plan.topic)
+    if holder is not None:
+        world.store.release_lease(grant)
+    world.commit(plan, result)
+
+
+# A change: (partition-local key index, kind); a key lives in partition key % PARTITIONS.
+change = st.tuples(st.integers(0, KEYS - 1), st.sampled_from(["upsert", "upsert", "delete", "tombstone"]))
+step = st.tuples(
+    st.lists(change, min_size=1, max_size=8),
+    st.sampled_from([None, *POINTS]),
+    st.booleans(),  # replay an earlier run's commit afterwards
+)
+
+
+@settings(
+    max_examples=8,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],  # a failing case is printed as generated
+)
+@given(steps=st.lists(step, min_size=2, max_size=4))
+def test_the_table_always_holds_each_keys_last_state(
+    tmp_path_factory: pytest.TempPathFactory, steps: Any
+) -> None:
+    world = UpsertWorld(tmp_path_factory.mktemp("upsert"))
+    model: dict[int, str] = {}
+    done: list[tuple[RunPlan, RunResult]] = []
+    version = 0
+    for changes, point, replay in steps:
+        by_partition: dict[int, list[tuple[object, object]]] = {}
+        for key, kind in changes:
+            version += 1
+            name = f"v{version}"
+            if kind == "upsert":
+                change_of: tuple[object, object] = ({"id": key}, {"id": key, "name": name})
+                model[key] = name
+            elif kind == "delete":  # a record key as the bare scalar
+                change_of = (key, None)
+                model.pop(key, None)
+            else:  # a tombstone whose record key is an object
+                change_of = ({"id": key}, None)
+                model.pop(key, None)
+            by_partition.setdefault(key % PARTITIONS, []).append(change_of)
+        for partition, records in sorted(by_partition.items()):
+            world.write(partition, records)
+        plan = world.plan()
+        result = world.execute(plan)
+        if point is None:
+            world.commit(plan, result)
+        else:
+            commit_dying(world, plan, result, point)
+        done.append((plan, result))
+        if replay:
+            world.commit(*done[0])  # a committed range's commit again: nothing changes
+        assert world.names() == model
+        assert duckdb_names(world) == model
+    assert {p: world.store.load_committed_offsets("orders").offset(p) for p in world.ends} == world.ends
+
+
+def duckdb_names(world: UpsertWorld) -> dict[int, str | None]:
+    """The table as DuckDB reads the files of its current snapshot."""
+    table = world.catalog.load_table(TABLE)
+    files = [task.file.file_path.removeprefix("file://") for task in table.scan().plan_files()]
+    if not files:
+        return {}
+    rows = duckdb.sql(f"SELECT id, name FROM read_parquet({files!r})").fetchall()
+    assert len(rows) == len({key for key, _ in rows}), "a key has two rows"
+    return dict(rows)
