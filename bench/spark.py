@@ -580,7 +580,14 @@ def main(argv: list[str] | None = None) -> int:
         help="read the segments from a moto server through bench/s3_proxy.py with this first-byte "
         "latency (0: moto directly); default: from a local folder",
     )
+    parser.add_argument(
+        "--format", choices=["json", "protobuf"], default="json", help="protobuf: bench.protobuf_values"
+    )
     args = parser.parse_args(argv)
+    if args.format == "protobuf":  # the conversion stage against the JSON mapped path (its docstring)
+        from bench import protobuf_values
+
+        return protobuf_values.main(["--rounds", str(max(args.rounds, 5))])
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     root = Path(args.workdir or tempfile.mkdtemp(prefix="bench-spark-"))

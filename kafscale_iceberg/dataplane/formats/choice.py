@@ -35,5 +35,10 @@ def decoder_for(settings: ConversionSettings, schemas: SchemaCache | None) -> Va
     if value_format is ValueFormat.PROTOBUF:
         from kafscale_iceberg.dataplane.formats.protobuf import ProtobufDecoder  # noqa: PLC0415
 
-        return ProtobufDecoder(schemas, subject=settings.value_subject, message=settings.value_message)
+        return ProtobufDecoder(
+            schemas,
+            subject=settings.value_subject,
+            message=settings.value_message,
+            columns=[c.name for c in settings.columns],
+        )
     raise ConfigError("mappings[].value_format", f"{value_format.value} is not decoded yet by this version")

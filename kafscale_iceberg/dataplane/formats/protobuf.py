@@ -51,6 +51,8 @@ from kafscale_iceberg.exceptions import RecordSchemaError, SchemaNotFoundError
 
 Reader = Callable[[Any], object]
 """Reads one column's value (as Arrow builds the column's type from it) out of a parsed message."""
+Builder = Callable[[Sequence[Any]], pa.Array]
+"""Builds one column's array out of a group's parsed messages."""
 
 
 @dataclass(frozen=True)
@@ -60,7 +62,7 @@ class ProtobufMessage:
     label: str
     parse: Callable[[bytes], Any]
     columns: tuple[ColumnSpec, ...]
-    readers: tuple[Reader, ...]
+    builders: tuple[Builder, ...]
     struct_type: pa.StructType
 
 
@@ -68,8 +70,16 @@ class ProtobufDecoder:
     """Decodes Protobuf records in Confluent wire format (see the module docstring)."""
 
     def __init__(
-        self, schemas: SchemaCache, *, subject: str | None = None, message: str | None = None
+        self,
+        schemas: SchemaCache,
+        *,
+        subject: str | None = None,
+        message: str | None = None,
+        columns: Sequence[str] = (),
     ) -> None:
+        """`columns`: the run's column names; only those fields are read out of the messages (all
+        when empty). The groups still name every column their schema gives."""
+        self._wanted = frozenset(columns)
         self._schemas = schemas
         self._subject = subject
         self._message = message
@@ -78,76 +88,93 @@ class ProtobufDecoder:
 
     def decode(self, values: pa.Array) -> DecodedBatch:
         """See `ValueDecoder.decode`."""
-        raw: list[bytes | None] = values.to_pylist()
         errors: dict[int, tuple[str, str]] = {}
         groups = []
-        for message, positions, payloads in self._grouped(values, raw, errors).values():
-            parsed: list[Any] = []
-            kept: list[int] = []
-            for position, payload in zip(positions, payloads, strict=True):
-                try:
-                    parsed.append(message.parse(payload))
-                except DecodeError as exc:
-                    errors[position] = (
-                        "undecodable",
-                        f"the payload does not decode with {message.label}: {exc or 'malformed bytes'}",
-                    )
-                    continue
-                kept.append(position)
-            if not kept:
+        layout = _Layout.of(values)
+        for message, positions, starts in self._grouped(values, layout, errors).values():
+            ends = layout.ends[positions]
+            data = layout.data
+            parse = message.parse
+            try:
+                parsed = [parse(data[s:e]) for s, e in zip(starts.tolist(), ends.tolist(), strict=True)]
+                kept = positions
+            except DecodeError:
+                parsed, kept = self._one_by_one(message, layout, positions, starts, errors)
+            if not len(kept):
                 continue
             try:
                 records = _records(message, parsed)
             except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError, OverflowError) as exc:
-                for position in kept:
+                for position in kept.tolist():
                     errors[position] = (
                         "undecodable",
                         f"{message.label}: values do not fit its columns: {exc}",
                     )
                 continue
             groups.append(
-                DecodedGroup(
-                    positions=np.asarray(kept, np.int64),
-                    records=records,
-                    columns=message.columns,
-                    label=message.label,
-                )
+                DecodedGroup(positions=kept, records=records, columns=message.columns, label=message.label)
             )
-        return DecodedBatch(count=len(raw), groups=tuple(groups), errors=errors)
+        return DecodedBatch(count=len(values), groups=tuple(groups), errors=errors)
+
+    @staticmethod
+    def _one_by_one(
+        message: ProtobufMessage,
+        layout: _Layout,
+        positions: np.ndarray,
+        starts: np.ndarray,
+        errors: dict[int, tuple[str, str]],
+    ) -> tuple[list[Any], np.ndarray]:
+        """A group with a payload that does not parse: record by record, the failures noted."""
+        parsed: list[Any] = []
+        kept: list[int] = []
+        for position, start in zip(positions.tolist(), starts.tolist(), strict=True):
+            try:
+                parsed.append(message.parse(layout.data[start : int(layout.ends[position])]))
+            except DecodeError as exc:
+                errors[position] = (
+                    "undecodable",
+                    f"the payload does not decode with {message.label}: {exc or 'malformed bytes'}",
+                )
+                continue
+            kept.append(position)
+        return parsed, np.asarray(kept, np.int64)
 
     def schemas_of(
         self, values: pa.Array, offsets: pa.Array, *, partition: int
     ) -> dict[str, tuple[ColumnSpec, ...]]:
         """See `ValueDecoder.schemas_of`: keyed by schema id and message; payloads are not parsed."""
         found: dict[str, tuple[ColumnSpec, ...]] = {}
-        grouped = self._grouped(values, values.to_pylist(), {})
-        for (schema_id, where), (message, _positions, _payloads) in grouped.items():
+        for (schema_id, where), (message, _positions, _starts) in self._grouped(
+            values, _Layout.of(values), {}
+        ).items():
             found[f"id:{schema_id:010d}:{where}"] = message.columns
         return found
 
     def _grouped(
-        self, values: pa.Array, raw: list[bytes | None], errors: dict[int, tuple[str, str]]
-    ) -> dict[tuple[int, str], tuple[ProtobufMessage, list[int], list[bytes]]]:
-        """The batch's payloads by (schema id, message), errors for what has no message."""
+        self, values: pa.Array, layout: _Layout, errors: dict[int, tuple[str, str]]
+    ) -> dict[tuple[int, str], tuple[ProtobufMessage, np.ndarray, np.ndarray]]:
+        """The batch's records by (schema id, message): positions (ascending) and where each payload
+        starts; errors for what has no message. The common message-index paths (`[0]`, `[n]` for a
+        small n) are read for the whole batch at once, the others value by value."""
         headers = split_wire(values)
-        grouped: dict[tuple[int, str], tuple[ProtobufMessage, list[int], list[bytes]]] = {}
+        pieces: dict[tuple[int, str], tuple[ProtobufMessage, list[np.ndarray], list[np.ndarray]]] = {}
 
-        def add(position: int, schema_id: int, where: tuple[int, ...] | str, payload: bytes) -> None:
+        def add(
+            schema_id: int, where: tuple[int, ...] | str, positions: np.ndarray, starts: np.ndarray
+        ) -> None:
             message = self._message_of(schema_id, where)
             if isinstance(message, Exception):
                 kind = "unknown_schema" if isinstance(message, SchemaNotFoundError) else "undecodable"
-                errors[position] = (kind, f"schema id {schema_id}: {message}")
+                for position in positions.tolist():
+                    errors[position] = (kind, f"schema id {schema_id}: {message}")
                 return
-            key = (schema_id, message.label)
-            entry = grouped.get(key)
-            if entry is None:
-                entry = grouped[key] = (message, [], [])
-            entry[1].append(position)
-            entry[2].append(payload)
+            entry = pieces.setdefault((schema_id, message.label), (message, [], []))
+            entry[1].append(positions)
+            entry[2].append(starts)
 
-        unprefixed = np.flatnonzero(headers.present & ~headers.prefixed).tolist()
-        for position in unprefixed:
-            if self._subject is None:
+        unprefixed = np.flatnonzero(headers.present & ~headers.prefixed)
+        if len(unprefixed) and self._subject is None:
+            for position in unprefixed.tolist():
                 first = int(headers.first_bytes[position])
                 errors[position] = (
                     "wire_format",
@@ -155,26 +182,53 @@ class ProtobufDecoder:
                     "4-byte schema id): set the mapping's value_subject (and value_message) to read such "
                     "values with its latest schema, or fix the producer's serializer",
                 )
-                continue
+        elif len(unprefixed):
+            assert self._subject is not None
             try:
                 latest = self._schemas.latest(self._subject)
             except SchemaNotFoundError as exc:
-                errors[position] = ("unknown_schema", f"value_subject {self._subject!r}: {exc}")
-                continue
-            add(position, latest.schema_id, self._message or (0,), raw[position])  # type: ignore[arg-type]
-        ids = headers.schema_ids
-        for position in np.flatnonzero(headers.prefixed).tolist():
-            value: bytes = raw[position]  # type: ignore[assignment]
+                for position in unprefixed.tolist():
+                    errors[position] = ("unknown_schema", f"value_subject {self._subject!r}: {exc}")
+            else:
+                add(latest.schema_id, self._message or (0,), unprefixed, layout.starts[unprefixed])
+        prefixed = np.flatnonzero(headers.prefixed)
+        ids = headers.schema_ids[prefixed]
+        at = layout.starts[prefixed] + HEADER_BYTES
+        room = layout.ends[prefixed] - at
+        data = layout.array
+        last = max(len(data) - 1, 0)
+        data = data if len(data) else np.zeros(1, np.uint8)
+        byte0 = np.where(room > 0, data[np.minimum(at, last)].astype(np.int64), -1)
+        byte1 = np.where(room > 1, data[np.minimum(at + 1, last)].astype(np.int64), -1)
+        only_first = byte0 == 0  # the single byte 0: `[0]`
+        one_index = (byte0 == 2) & (byte1 >= 0) & (byte1 < 0x80)  # count 1, one small index
+        code = np.where(only_first, 0, np.where(one_index, byte1 + 1, -1))
+        fast = code >= 0
+        keys = ids[fast] * 256 + code[fast]
+        for key in np.unique(keys).tolist():
+            chosen = np.flatnonzero(fast)[keys == key]
+            schema_id, small = divmod(key, 256)
+            path: tuple[int, ...] = (0,) if small == 0 else (((small - 1) >> 1) ^ -((small - 1) & 1),)
+            add(schema_id, path, prefixed[chosen], at[chosen] + (1 if small == 0 else 2))
+        for index in np.flatnonzero(~fast).tolist():
+            position = int(prefixed[index])
+            schema_id = int(ids[index])
             try:
-                indexes, start = _message_indexes(value, HEADER_BYTES)
+                path, start = _message_indexes(layout.data, int(at[index]), int(layout.ends[position]))
             except ValueError as exc:
                 errors[position] = (
                     "wire_format",
-                    f"schema id {int(ids[position])}: the message-index path after the wire header is "
+                    f"schema id {schema_id}: the message-index path after the wire header is "
                     f"malformed ({exc}): the producer did not use a Confluent Protobuf serializer",
                 )
                 continue
-            add(position, int(ids[position]), indexes, value[start:])
+            add(schema_id, path, np.asarray([position]), np.asarray([start]))
+        grouped = {}
+        for key, (message, position_parts, start_parts) in pieces.items():
+            positions = np.concatenate(position_parts).astype(np.int64)
+            starts = np.concatenate(start_parts).astype(np.int64)
+            order = np.argsort(positions, kind="stable")
+            grouped[key] = (message, positions[order], starts[order])
         return grouped
 
     def _message_of(
@@ -191,7 +245,7 @@ class ProtobufDecoder:
             descriptor = (
                 compiled.message_named(where) if isinstance(where, str) else compiled.message_at(where)
             )
-            found = _compile_message(compiled, descriptor)
+            found = _compile_message(compiled, descriptor, self._wanted)
         except RecordSchemaError as exc:
             found = exc
         self._messages[key] = found
@@ -212,24 +266,48 @@ class ProtobufDecoder:
         return found
 
 
-def _message_indexes(value: bytes, start: int) -> tuple[tuple[int, ...], int]:
-    """The message-index path at `start` of `value` and where the payload begins."""
-    if start < len(value) and value[start] == 0:
+@dataclass(frozen=True)
+class _Layout:
+    """A binary array's values as one bytes object: each value is `data[starts[i]:ends[i]]`."""
+
+    data: bytes
+    array: np.ndarray
+    starts: np.ndarray
+    ends: np.ndarray
+
+    @classmethod
+    def of(cls, values: pa.Array) -> _Layout:
+        if pa.types.is_large_binary(values.type):
+            values = values.cast(pa.binary())
+        count = len(values)
+        offsets_buffer, data_buffer = values.buffers()[1], values.buffers()[2]
+        offsets = (
+            np.frombuffer(offsets_buffer, np.int32, count + 1, values.offset * 4).astype(np.int64)
+            if count
+            else np.zeros(1, np.int64)
+        )
+        data = data_buffer.to_pybytes() if data_buffer is not None else b""
+        return cls(data, np.frombuffer(data, np.uint8), offsets[:-1], offsets[1:])
+
+
+def _message_indexes(value: bytes, start: int, end: int) -> tuple[tuple[int, ...], int]:
+    """The message-index path at `start` of `value` (which ends at `end`) and where the payload begins."""
+    if start < end and value[start] == 0:
         return (0,), start + 1
-    count, at = _zigzag(value, start)
+    count, at = _zigzag(value, start, end)
     if count <= 0 or count > 100:
         raise ValueError(f"an index count of {count}")
     indexes = []
     for _ in range(count):
-        index, at = _zigzag(value, at)
+        index, at = _zigzag(value, at, end)
         indexes.append(index)
     return tuple(indexes), at
 
 
-def _zigzag(value: bytes, at: int) -> tuple[int, int]:
+def _zigzag(value: bytes, at: int, end: int) -> tuple[int, int]:
     result = shift = 0
     while True:
-        if at >= len(value):
+        if at >= end:
             raise ValueError("the value ends inside a varint")
         byte = value[at]
         at += 1
@@ -242,23 +320,43 @@ def _zigzag(value: bytes, at: int) -> tuple[int, int]:
     return (result >> 1) ^ -(result & 1), at
 
 
-def _compile_message(compiled: ProtobufFile, descriptor: Any) -> ProtobufMessage:
+def _compile_message(compiled: ProtobufFile, descriptor: Any, wanted: frozenset[str]) -> ProtobufMessage:
     label = f"{compiled.registered.label} message {descriptor.full_name}"
     columns = protobuf_columns(descriptor, schema_name=compiled.registered.label)
-    readers = tuple(_field_reader(descriptor.fields_by_name[c.name]) for c in columns)
-    struct_type = pa.struct([pa.field(c.name, column_arrow_type(c)) for c in columns])
-    return ProtobufMessage(label, message_class(descriptor).FromString, columns, readers, struct_type)
+    read = [c for c in columns if not wanted or c.name in wanted]
+    struct_type = pa.struct([pa.field(c.name, column_arrow_type(c)) for c in read])
+    builders = tuple(
+        _column_builder(descriptor.fields_by_name[c.name], field.type)
+        for c, field in zip(read, struct_type, strict=True)
+    )
+    return ProtobufMessage(label, message_class(descriptor).FromString, columns, builders, struct_type)
 
 
 def _records(message: ProtobufMessage, parsed: Sequence[Any]) -> pa.StructArray:
     """The parsed messages as one struct array typed by the message's columns, column by column."""
-    arrays = [
-        pa.array([read(m) for m in parsed], field.type)
-        for read, field in zip(message.readers, message.struct_type, strict=True)
-    ]
+    arrays = [build(parsed) for build in message.builders]
     if not arrays:
         return pa.array([{}] * len(parsed), message.struct_type)
     return pa.StructArray.from_arrays(arrays, fields=list(message.struct_type))
+
+
+def _column_builder(field: Any, arrow_type: pa.DataType) -> Builder:
+    """How a top-level field's column is built: a singular `Timestamp` from its seconds and nanos
+    in bulk (numpy), every other field value by value (`_field_reader`)."""
+    if not is_repeated(field) and field.type == TYPE_MESSAGE and field.message_type.full_name == TIMESTAMP:
+        name = field.name
+        get = operator.attrgetter(name)
+        parts = operator.attrgetter("seconds", "nanos")
+
+        def timestamps(parsed: Sequence[Any]) -> pa.Array:
+            pairs = np.array([parts(get(m)) for m in parsed], np.int64).reshape(len(parsed), 2)
+            missing = np.array([not m.HasField(name) for m in parsed], bool)
+            micros = pairs[:, 0] * 1_000_000 + pairs[:, 1] // 1000
+            return pa.array(micros, arrow_type, mask=missing if missing.any() else None)
+
+        return timestamps
+    read = _field_reader(field)
+    return lambda parsed: pa.array([read(m) for m in parsed], arrow_type)
 
 
 def _field_reader(field: Any) -> Reader:
