@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
+    from kafscale_iceberg.dataplane.formats.decoding import DecodedBatch
     from kafscale_iceberg.domain.anomalies import OffsetAnomalies
     from kafscale_iceberg.domain.cluster_metadata import ClusterMetadata
     from kafscale_iceberg.domain.commits import TableCommit, TableSpec, TableState
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
     from kafscale_iceberg.domain.offsets import CommittedOffsets, OffsetState, OffsetUpdate
     from kafscale_iceberg.domain.planning import ListedSegment
     from kafscale_iceberg.domain.record_schemas import RegisteredSchema
-    from kafscale_iceberg.domain.runs import RunPlan
+    from kafscale_iceberg.domain.runs import ColumnSpec, RunPlan
     from kafscale_iceberg.domain.tickets import RunTicket
     from kafscale_iceberg.domain.upsert import UpsertChange, UpsertRewrite
     from kafscale_iceberg.metrics.definitions import Sample
@@ -438,6 +439,22 @@ class FileSink(Protocol):
 
     def publish(self, staging_path: str, uri: str) -> None:
         """Move the finished file to `uri`, replacing what is there. Idempotent; the staging file is gone."""
+        ...
+
+
+class ValueDecoder(Protocol):
+    """Decodes a batch of record values of one format (`dataplane/formats/`: one module per
+    `value_format`); reusable for every batch of a task."""
+
+    def decode(self, values: Any) -> DecodedBatch:
+        """The batch (an Arrow binary array) decoded: the records grouped by the schema they were
+        written with, and per-record errors; never raises for bad data (a registry outage raises
+        `RegistryUnavailableError`, which fails the run transiently)."""
+        ...
+
+    def schemas_of(self, values: Any, offsets: Any, *, partition: int) -> dict[str, tuple[ColumnSpec, ...]]:
+        """The columns of each schema `values` were written with, keyed so that sorted keys put older
+        schemas first (the observation stage); values that do not decode are passed over."""
         ...
 
 

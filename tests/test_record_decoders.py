@@ -26,11 +26,23 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 
 from kafscale_iceberg.adapters.confluent_registry import ConfluentSchemaRegistry, RegistryCredentials
 from kafscale_iceberg.dataplane.formats.avro import AvroDecoder
+from kafscale_iceberg.dataplane.formats.choice import decoder_for
 from kafscale_iceberg.dataplane.formats.connect_json import ConnectJsonDecoder
 from kafscale_iceberg.dataplane.formats.decoding import DecodedBatch, conform
 from kafscale_iceberg.dataplane.formats.schema_cache import SchemaCache
-from kafscale_iceberg.domain.runs import ColumnSpec, ColumnType, RegistrySettings
-from kafscale_iceberg.exceptions import RegistryAuthError, RegistryUnavailableError, SchemaNotFoundError
+from kafscale_iceberg.domain.runs import (
+    ColumnSpec,
+    ColumnType,
+    ConversionSettings,
+    RegistrySettings,
+    ValueFormat,
+)
+from kafscale_iceberg.exceptions import (
+    ConfigError,
+    RegistryAuthError,
+    RegistryUnavailableError,
+    SchemaNotFoundError,
+)
 from tests.support.schema_registry import StandInRegistry
 
 TOPIC = "pizzas"
@@ -399,3 +411,10 @@ def test_connect_envelopes_that_do_not_fit_become_dead_letters_with_the_field_na
     assert "int32" in decoded.errors[2][1]
     assert "not optional" in decoded.errors[3][1]
     assert "field price" in decoded.errors[4][1]
+
+
+def test_a_plan_is_checked_without_a_registry_and_decoding_without_one_names_the_key() -> None:
+    decoder = decoder_for(ConversionSettings(value_format=ValueFormat.AVRO), None)
+    assert decoder is not None
+    with pytest.raises(ConfigError, match="schema_registry"):
+        decoder.decode(_values([b"\x00\x00\x00\x00\x01\x02"]))

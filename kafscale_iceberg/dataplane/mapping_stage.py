@@ -135,9 +135,10 @@ class MappingStage:
         partition: int,
         segment_key: str,
         routed: tuple[tuple[TableTarget, ConvertedRecords], ...] = (),
-    ) -> tuple[int, int, dict[str, int]]:
+    ) -> tuple[int, int, dict[str, int], dict[str, int]]:
         """Write a converted batch (`routed`: a routed inferred mapping's tables, each converted with
-        its own columns); `(rows written, dead letters, conversion failures of the rows written)` (a
+        its own columns); `(rows written, dead letters, conversion failures of the rows written, dead
+        letters per error kind)` (a
         routed batch's records dead-lettered by the route are not counted as written)."""
         mapping = self.mapping
         settings = mapping.conversion
@@ -223,7 +224,7 @@ class MappingStage:
                 mapping.dead_letter_table, DEAD_LETTER_SCHEMA, TableRole.DEAD_LETTER, self.index, settings
             ).write({}, dead_letters)
             self._files.count(mapping.dead_letter_table.identifier, dead_letters.num_rows)
-        return written, dead_letters.num_rows, counted
+        return written, dead_letters.num_rows, counted, dead_letter_reasons(dead_letters)
 
 
 def _joined(first: pa.Table, second: pa.Table) -> pa.Table:
@@ -231,3 +232,14 @@ def _joined(first: pa.Table, second: pa.Table) -> pa.Table:
     if not second.num_rows:
         return first
     return pa.concat_tables([first, second]) if first.num_rows else second
+
+
+def dead_letter_reasons(dead_letters: pa.Table) -> dict[str, int]:
+    """How many dead-letter rows there are of each `error_kind` (what metrics count per reason)."""
+    if not dead_letters.num_rows:
+        return {}
+    counts = pc.value_counts(dead_letters.column("error_kind").combine_chunks())
+    return {
+        str(kind): int(count)
+        for kind, count in zip(counts.field(0).to_pylist(), counts.field(1).to_pylist(), strict=True)
+    }

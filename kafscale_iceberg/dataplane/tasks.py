@@ -141,6 +141,7 @@ def run_task(
             kept = in_window(records, window)
             written = dead_lettered = 0
             conversion_failures: dict[str, int] = {}
+            reasons: dict[str, int] = {}
             invalid = None
             try:
                 for part in lfs.parts(kept):
@@ -157,13 +158,15 @@ def run_task(
                         if converted.first_invalid is not None and stage.strict:
                             invalid = converted.first_invalid
                             break
-                        rows, dead, failed = stage.write(
+                        rows, dead, failed, dead_kinds = stage.write(
                             converted, partition=window.partition, segment_key=window.key, routed=routed
                         )
                         written += rows
                         dead_lettered += dead
                         for column, count in failed.items():
                             conversion_failures[column] = conversion_failures.get(column, 0) + count
+                        for kind, count in dead_kinds.items():
+                            reasons[kind] = reasons.get(kind, 0) + count
                         clock.lap("write")
                     if invalid is not None:
                         break
@@ -211,6 +214,7 @@ def run_task(
                         "skipped_lfs": skipped,
                         "lfs": lfs_counts,
                         "conversion_failures": conversion_failures,
+                        "dead_letter_reasons": reasons,
                     }
                 )
             )

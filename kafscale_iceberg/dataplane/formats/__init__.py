@@ -1,7 +1,7 @@
 """The decoder room: one decoder per record value format, behind one interface, chosen by the mapping.
 
-**The interface** (`decoding.py`). A `ValueDecoder` takes a batch of raw record values (an Arrow
-binary array, nullable) and returns a `DecodedBatch`:
+**The interface** (the `ValueDecoder` port in `ports.py`; its values in `decoding.py`). A decoder
+takes a batch of raw record values (an Arrow binary array, nullable) and returns a `DecodedBatch`:
 
 - `groups`: the records that decoded, grouped by the schema they were written with; each group has
   the positions of its records in the batch, the records as one Arrow struct array typed by *that*

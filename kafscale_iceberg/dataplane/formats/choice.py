@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from kafscale_iceberg.dataplane.formats.decoding import ValueDecoder
 from kafscale_iceberg.dataplane.formats.schema_cache import SchemaCache, no_registry
 from kafscale_iceberg.domain.runs import ConversionSettings, ValueFormat
 from kafscale_iceberg.exceptions import ConfigError
+from kafscale_iceberg.ports import ValueDecoder
 
 
 def decoder_for(settings: ConversionSettings, schemas: SchemaCache | None) -> ValueDecoder | None:
@@ -23,11 +23,6 @@ def decoder_for(settings: ConversionSettings, schemas: SchemaCache | None) -> Va
         from kafscale_iceberg.dataplane.formats.connect_json import ConnectJsonDecoder  # noqa: PLC0415
 
         return ConnectJsonDecoder()
-    if schemas is None:
-        raise ConfigError(
-            "schema_registry",
-            f"value_format {value_format.value} reads schemas from a registry: set schema_registry.url",
-        )
     if value_format is ValueFormat.AVRO:
         from kafscale_iceberg.dataplane.formats.avro import AvroDecoder  # noqa: PLC0415
 

@@ -1,12 +1,12 @@
-"""The decoders' one interface (`ValueDecoder`, `DecodedBatch`) and the projection of decoded records
-onto a run's columns (`conform`); see the package docstring."""
+"""What the decoders return (`DecodedBatch`; their interface is the `ValueDecoder` port in
+`ports.py`) and the projection of decoded records onto a run's columns (`conform`); see the package
+docstring."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -34,22 +34,6 @@ class DecodedBatch:
     count: int
     groups: tuple[DecodedGroup, ...] = ()
     errors: dict[int, tuple[str, str]] = field(default_factory=dict)
-
-
-class ValueDecoder(Protocol):
-    """Decodes a batch of record values of one format; reusable for every batch of a task."""
-
-    def decode(self, values: pa.Array) -> DecodedBatch:
-        """The batch decoded: groups by schema and per-record errors; never raises for bad data
-        (a registry outage raises `RegistryUnavailableError`, which fails the run transiently)."""
-        ...
-
-    def schemas_of(
-        self, values: pa.Array, offsets: pa.Array, *, partition: int
-    ) -> dict[str, tuple[ColumnSpec, ...]]:
-        """The columns of each schema `values` were written with, keyed so that sorted keys put older
-        schemas first (the observation stage); values that do not decode are passed over."""
-        ...
 
 
 @dataclass

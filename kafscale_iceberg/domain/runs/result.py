@@ -180,6 +180,8 @@ class RunCounts(DocumentModel):
     conversion_failures: dict[str, int] = Field(default_factory=dict)
     """Per mapping column: written records whose present value did not convert to the column's type
     (stored null; the `value` column keeps the bytes). Never silently null: counted here."""
+    dead_letter_reasons: dict[str, int] = Field(default_factory=dict)
+    """Dead-letter rows per `error_kind` (`invalid_json`, `undecodable`, `unknown_schema`, ...)."""
 
 
 class RunTimings(DocumentModel):
