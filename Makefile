@@ -68,8 +68,9 @@ bench-reset: $(STAMP)
 bench-maintenance: $(STAMP)
 	$(BIN)/python -m bench.maintenance
 
+# `--format protobuf` is measured by its own module (the convert stage; bench/protobuf_values.py).
 bench-spark: $(STAMP)
-	$(BIN)/python -m bench.spark $(BENCH_SPARK_ARGS)
+	$(BIN)/python -m $(if $(findstring protobuf,$(BENCH_SPARK_ARGS)),bench.protobuf_values,bench.spark) $(BENCH_SPARK_ARGS)
 
 bench-planning: $(STAMP)
 	$(BIN)/python -m bench.planning

@@ -578,10 +578,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--format",
-        choices=["json", "avro", "protobuf"],
+        choices=["json", "avro"],
         default="json",
-        help="avro: the same events as Avro wire format against the JSON mapped path (bench/formats.py); "
-        "protobuf: the same as Protobuf, the convert stage (bench/protobuf_values.py)",
+        help="avro: the same events as Avro wire format against the JSON mapped path (bench/formats.py)",
     )
     parser.add_argument("--workdir", help="keep data here (default: a temporary folder, removed after)")
     parser.add_argument(
@@ -591,10 +590,6 @@ def main(argv: list[str] | None = None) -> int:
         "latency (0: moto directly); default: from a local folder",
     )
     args = parser.parse_args(argv)
-    if args.format == "protobuf":  # the conversion stage against the JSON mapped path (its docstring)
-        from bench import protobuf_values
-
-        return protobuf_values.main(["--rounds", str(max(args.rounds, 5))])
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     root = Path(args.workdir or tempfile.mkdtemp(prefix="bench-spark-"))

@@ -31,7 +31,7 @@ def decoder_for(settings: ConversionSettings, schemas: SchemaCache | None) -> Va
         from kafscale_iceberg.dataplane.formats.protobuf import ProtobufDecoder  # noqa: PLC0415
 
         return ProtobufDecoder(
-            schemas,
+            schemas or no_registry(value_format.value),
             subject=settings.value_subject,
             message=settings.value_message,
             columns=[c.name for c in settings.columns],
