@@ -16,7 +16,13 @@ if TYPE_CHECKING:
     from kafscale_iceberg.config.mappings import MappingConfig
 
 DECODED_VALUE_FORMATS = frozenset(
-    {ValueFormat.JSON, ValueFormat.CONNECT_JSON, ValueFormat.AVRO, ValueFormat.PROTOBUF}
+    {
+        ValueFormat.JSON,
+        ValueFormat.CONNECT_JSON,
+        ValueFormat.AVRO,
+        ValueFormat.PROTOBUF,
+        ValueFormat.JSON_SCHEMA,
+    }
 )
 """The value formats this version decodes (the others are refused at the edge, not accepted silently)."""
 
