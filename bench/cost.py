@@ -68,11 +68,11 @@ LAMBDA_SHAPE = {
 
 
 def transitions_per_run(renewals: int) -> int:
-    """State transitions of a committed run: StartJob, RunJob (the Parallel), WaitOnJob and
-    JobSucceeded (branch 1: startJobRun.sync makes none while the job runs), RenewEvery, then
-    (Renew, LeaseHeld?, RenewEvery) per lease renewal (branch 2), Commit, SignalAfterCommit,
-    Committed."""
-    return 2 + 2 + 1 + 3 * renewals + 3
+    """State transitions of a committed run: StartJob, RunJob (the Parallel), Runner? then WaitOnJob
+    or RunInLambda, and JobSucceeded (branch 1: neither startJobRun.sync nor the runner's invoke
+    makes any while the job runs), RenewEvery, then (Renew, LeaseHeld?, RenewEvery) per lease
+    renewal (branch 2), Commit, SignalAfterCommit, Committed. The same on either runner."""
+    return 2 + 3 + 1 + 3 * renewals + 3
 
 
 def renewals(job_s: float) -> int:

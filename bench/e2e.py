@@ -348,6 +348,7 @@ def embedded_runtime(
             etcd_endpoints=[etcd.url] if etcd is not None else [],
             notifications={"queue_url": queue_url},
             processor={"poll_interval_seconds": poll_interval_s},
+            runs={"min_bytes_per_run": 0},  # latency as before the batching defaults: run at once
             runner={"local": {"master": "local[2]", "spark_conf": {"spark.ui.enabled": "false"}}},
             mappings=[
                 {

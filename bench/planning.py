@@ -140,6 +140,7 @@ def planning_world(
         bucket=bucket,
         namespace=NAMESPACE,
         endpoint=settings.endpoint_url,
+        runs={"min_bytes_per_run": 0},
         mappings=[{"topic": TOPIC, "table": "shop.orders"}],
     )
     starter = _Starter()

@@ -215,6 +215,7 @@ def soak(args: argparse.Namespace, workdir: Path, endpoint: str, region: str, et
         runs={
             "retry_backoff_seconds": 2,
             "retry_backoff_max_seconds": 30,
+            "min_bytes_per_run": 0,
             "location": str(workdir / "runs"),
         },
         runner={"local": {"master": "local[2]", "spark_conf": {"spark.ui.enabled": "false"}}},

@@ -4,10 +4,17 @@ A batch may hold several topics; each topic is launched once per batch, whatever
 items. Powertools' `SqsFifoPartialProcessor` with `skip_group_on_error` keeps FIFO order per message
 group (one group per topic): once a record of a topic fails, the topic's later records in the batch
 are reported as failed too, for SQS to redeliver in order; other topics carry on.
+
+A topic waiting for a larger batch (`runs.min_bytes_per_run`, at most `runs.max_wait_seconds`) has
+nothing else to signal it when no more segments come: its records are reported failed and made
+visible again after the wait (`ChangeMessageVisibility`), so the topic is launched then. Every record
+of its message group in the batch gets the same visibility: the group stays blocked while any of
+them is in flight.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
@@ -18,7 +25,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions.runtime import assembly, reject_or_raise
 from kafscale_iceberg.domain.events import parse_topic_message
-from kafscale_iceberg.exceptions import KafscaleIcebergError
+from kafscale_iceberg.exceptions import KafscaleIcebergError, TopicBatchingError
 from kafscale_iceberg.metrics import (
     EMF_NAMESPACE,
     EmfMetricsSink,
@@ -38,9 +45,10 @@ processor = SqsFifoPartialProcessor(skip_group_on_error=True)
 processor.raise_on_entire_batch_failure = False
 
 
-def _launch(record: SQSRecord, launched: set[str]) -> None:
+def _launch(record: SQSRecord, launched: set[str], waiting: dict[str, float]) -> None:
     """Launch the record's topic unless this batch already did (`launched`: a topic's later items are
-    covered by its launch)."""
+    covered by its launch); a topic waiting for a larger batch fails its record (`waiting`: by message
+    group, the seconds to wait)."""
     try:
         item = parse_topic_message(record.body, record.message_id)
     except KafscaleIcebergError as exc:
@@ -58,6 +66,24 @@ def _launch(record: SQSRecord, launched: set[str]) -> None:
     run_id = outcome.ticket.run_id if outcome.ticket else None
     logger.info("launch", topic=item.topic, status=outcome.status.value, run_id=run_id, detail=outcome.detail)
     record_launch(sink, outcome)
+    if outcome.batching:
+        waiting[record.attributes.message_group_id or ""] = outcome.wait_seconds
+        raise TopicBatchingError(item.topic, outcome.wait_seconds, outcome.detail)
+
+
+def _redeliver_after_wait(event: dict[str, Any], failed: set[str], waiting: dict[str, float]) -> None:
+    """Make the failed records of each waiting topic visible again when its wait ends."""
+    for record in (SQSRecord(r) for r in event.get("Records", [])):
+        group = record.attributes.message_group_id or ""
+        if group in waiting and record.message_id in failed:
+            seconds = math.ceil(waiting[group])
+            try:
+                assembly().sqs_redelivery.redeliver_after(
+                    record.event_source_arn, record.receipt_handle, seconds
+                )
+            except (KafscaleIcebergError, ValueError) as exc:
+                # The record still comes back, after the queue's visibility timeout.
+                logger.warning("could not time the redelivery", message_id=record.message_id, error=str(exc))
 
 
 @logger.inject_lambda_context
@@ -66,9 +92,14 @@ def _launch(record: SQSRecord, launched: set[str]) -> None:
 def handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
     """Launch each topic named in the batch; report the records of failed topics (partial batch)."""
     launched: set[str] = set()
-    return process_partial_response(
+    waiting: dict[str, float] = {}
+    response = process_partial_response(
         event=event,
-        record_handler=lambda record: _launch(record, launched),
+        record_handler=lambda record: _launch(record, launched, waiting),
         processor=processor,
         context=context,
     )
+    if waiting:
+        failed = {str(f["itemIdentifier"]) for f in response["batchItemFailures"]}
+        _redeliver_after_wait(event, failed, waiting)
+    return response

@@ -1,4 +1,5 @@
 """Run-step Lambdas for the state machine (`infra/state_machine.asl.json`): start, watch (renew), abort.
+The Lambda runner (a small run's tasks in-process) is `functions/plan_runner.py`.
 
 Each takes the state's `ticket` and returns the fields the next state needs; the abort step also
 returns the re-signal message (`signal`: SQS fields built by `TopicSignal.sqs_message`, so the state
@@ -17,6 +18,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions.runtime import assembly, step_errors
 from kafscale_iceberg.domain.events import TopicSignal
+from kafscale_iceberg.domain.runner_choice import RunnerKind
 from kafscale_iceberg.domain.tickets import RunTicket
 from kafscale_iceberg.metrics import EMF_NAMESPACE, EmfMetricsSink, record_abort
 from kafscale_iceberg.services.run_steps import failure_reason
@@ -35,32 +37,37 @@ def _ticket(event: dict[str, Any]) -> RunTicket:
 @tracer.capture_lambda_handler
 @step_errors
 def start_job(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    """Start the run's Spark job (idempotent by run id); returns the ticket with its job id and
-    the job's request (`job`), which the state machine's startJobRun.sync task repeats to wait on it."""
+    """Renew the lease and hand the state machine the run's EMR job request (`job`): its
+    startJobRun.sync task is the one call that starts the job (the run id is its ClientToken). A run
+    for the Lambda runner (`ticket.runner`) gets no request: the state machine invokes the runner."""
     steps = assembly()
-    ticket = steps.run_steps().start_job(_ticket(event))
-    return {
-        "ticket": ticket.model_dump(mode="json"),
-        "job": steps.emr_runner.step_functions_request(ticket.run_id),
-    }
+    ticket = _ticket(event)
+    plan = steps.run_steps().prepare_job(ticket)
+    job = (
+        {}
+        if plan.runner is RunnerKind.LAMBDA
+        else steps.emr_runner.step_functions_request(plan, ticket.plan_uri)
+    )
+    return {"ticket": ticket.model_dump(mode="json"), "job": job}
 
 
 @logger.inject_lambda_context
 @tracer.capture_lambda_handler
 @step_errors
 def watch(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    """One lease renewal and one look at the job (the state machine's Renew step, every few minutes
-    while startJobRun.sync waits on the job); `lease_lost` ends the wait (the job is cancelled)."""
+    """One lease renewal (the state machine's Renew step, every few minutes while the job or the Lambda
+    runner runs; a ticket with a job id also gets one look at the job); `lease_lost` ends the wait
+    (the state machine stops the branch running the job)."""
     ticket = _ticket(event)
     result = assembly().run_steps().watch(ticket)
     status = result.status
-    succeeded = status.state.value == "succeeded" and not result.lease_lost
+    succeeded = status is not None and status.state.value == "succeeded" and not result.lease_lost
     return {
         "ticket": ticket.model_dump(mode="json"),
         "done": result.is_final,
         "succeeded": succeeded,
         "lease_lost": result.lease_lost,
-        "job_state": status.runner_state,
+        "job_state": "" if status is None else status.runner_state,
         "reason": "" if succeeded else failure_reason(status, lease_lost=result.lease_lost),
     }
 

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from kafscale_iceberg.adapters.step_functions import StepFunctionsRunStarter
     from kafscale_iceberg.domain.leases import LeaseGrant
     from kafscale_iceberg.domain.runs import RunPlan, RunResult
+    from kafscale_iceberg.execution.job_runner import InProcessJobRunner
     from kafscale_iceberg.ports import (
         CheckpointStore,
         CompactionJobRunner,
@@ -427,6 +428,13 @@ class Assembly:
 
         mappings = self.config.mappings_for(topic)
         return TablePolicy.from_mapping(*mappings) if mappings else TablePolicy()
+
+    @cached_property
+    def in_process_runner(self) -> InProcessJobRunner:
+        """Runs plans in this process (the Lambda runner; `execution/job_runner.py`)."""
+        from kafscale_iceberg.execution.job_runner import InProcessJobRunner  # noqa: PLC0415
+
+        return InProcessJobRunner(s3=self.s3_settings)
 
     def run_steps(self) -> RunSteps:
         """The run steps on EMR Serverless (the catalog is loaded by the commit step only)."""

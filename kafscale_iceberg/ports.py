@@ -8,7 +8,7 @@ alone (the metrics package, which every Lambda loads, re-exports `MetricsSink`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from kafscale_iceberg.domain.record_schemas import RegisteredSchema
     from kafscale_iceberg.domain.runs import ColumnSpec, RunPlan
     from kafscale_iceberg.domain.tickets import RunTicket
-    from kafscale_iceberg.domain.upsert import UpsertChange, UpsertRewrite
+    from kafscale_iceberg.domain.upsert import UpsertChange, UpsertCounts, UpsertRewrite
     from kafscale_iceberg.metrics.definitions import Sample
     from kafscale_iceberg.segments.layout import SegmentFooter
 
@@ -296,6 +296,10 @@ class AwaitableJobRunner(Protocol):
         ...
 
 
+class WaitingJobRunner(JobRunner, AwaitableJobRunner, Protocol):
+    """A job runner a step waits on until its job ends (the in-process runner: the Lambda runner)."""
+
+
 # -- Tables: status and maintenance ------------------------------------------------------------------
 
 
@@ -309,6 +313,8 @@ class TableStatusReader(Protocol):
     def conversion_failures(self, table: str, topic: str) -> dict[str, int]: ...
 
     def offset_anomalies(self, table: str, topic: str) -> OffsetAnomalies: ...
+
+    def upsert_counts(self, table: str, topic: str) -> UpsertCounts: ...
 
 
 class TableHealthReader(Protocol):
@@ -464,6 +470,28 @@ class BlobReader(Protocol):
     def read_blob(self, bucket: str, key: str, *, max_bytes: int) -> bytes:
         """The blob's bytes. Raises `LfsBlobMissingError`, `LfsBlobTooLargeError` (length above
         `max_bytes`, body unread) or `LfsBlobUnavailableError` (transient)."""
+        ...
+
+
+TaskWork = Callable[[Iterable[int]], Iterator[str]]
+"""What a task executor maps: task indexes in, one JSON document per task out (the run driver's
+`TaskRunner`, `ObservationRunner` in `execution/driver.py`)."""
+
+
+class TaskExecutor(Protocol):
+    """Maps a run's tasks for the run driver: Spark (`spark_app/job.SparkTaskExecutor`) or this
+    process (`execution/in_process.InProcessTaskExecutor`)."""
+
+    @property
+    def parallelism(self) -> int:
+        """How many tasks run at once (the run is cut into a multiple of it)."""
+        ...
+
+    def map_tasks(self, work: TaskWork, count: int) -> list[str]:
+        """`work` over task indexes `0..count-1`, each task on its own; every task's document, any order.
+
+        Raises what a task raised (the driver turns it into a failed result).
+        """
         ...
 
 

@@ -136,6 +136,32 @@ def test_a_failed_emr_job_is_aborted_and_the_next_attempt_commits(box: Box) -> N
     _assert_iam(box)
 
 
+def test_a_topic_below_its_minimum_batch_is_launched_when_its_wait_ends(
+    moto_server: MotoEndpoint,
+    etcd_server: EtcdServer,
+    spark_runner: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`runs.min_bytes_per_run` not reached and no more segments coming: the launcher returns the
+    topic's work item to the queue for the rest of `max_wait_seconds`, and launches it then."""
+    for box in _box(
+        moto_server,
+        etcd_server,
+        spark_runner,
+        tmp_path,
+        monkeypatch,
+        runs={"min_bytes_per_run": "1MiB", "max_wait_seconds": 10},  # routed well within it
+    ):
+        put_segment(box.s3, box.segment_bucket, box.namespace, TOPIC, 0, 0, 5)
+        box.pump()
+        assert len(box.rows(TABLE)) == 5, box.describe()
+        assert box.fleet.count("LauncherFunction") >= 2  # waiting, then started
+        assert box.recorder.count("sqs:ChangeMessageVisibility", "LauncherRole") >= 1
+        assert _statuses(box) == ["SUCCEEDED"]
+        _assert_iam(box)
+
+
 def test_an_index_that_lands_before_its_segment_is_routed_seconds_after_the_segment(box: Box) -> None:
     """The stack is notified of `.index` objects only (the broker writes the `.kfs` first): an index
     whose `.kfs` is not there yet is redelivered soon, and routes the segment once it landed."""

@@ -326,13 +326,19 @@ def test_go_processor_defaults() -> None:
     assert (lfs.validate_checksum, lfs.resolve_concurrency) == (True, 4)
 
 
+def test_the_default_minimum_batch_never_exceeds_a_smaller_run_limit() -> None:
+    data = minimal()
+    data["runs"] = {**data.get("runs", {}), "max_bytes_per_run": "64MiB"}
+    assert load(data).runs.min_bytes_per_run == 64 * 1024**2
+
+
 def test_product_defaults() -> None:
     config = load(minimal())
     runs = config.runs
     assert runs.max_bytes_per_run == 1024**3
     assert runs.max_segments_per_run == 5000
-    assert runs.min_bytes_per_run == 0
-    assert runs.max_wait_seconds == 60
+    assert runs.min_bytes_per_run == 256 * 1024**2
+    assert runs.max_wait_seconds == 30
     assert runs.target_file_size_bytes == 128 * 1024**2
     assert runs.corrupt_segment_policy == "fail"
     assert runs.verify_crc is True
@@ -948,7 +954,7 @@ def test_emr_serverless_needs_runs_on_s3() -> None:
 def test_unknown_runner_type_is_rejected() -> None:
     data = minimal()
     data["runner"] = {"type": "kubernetes"}
-    assert "'local' or 'emr_serverless'" in problems_of(data)["runner.type"]
+    assert "'local', 'inline' or 'emr_serverless'" in problems_of(data)["runner.type"]
 
 
 def test_local_spark_conf_values_become_text() -> None:
@@ -1042,11 +1048,74 @@ def test_partition_by_an_unknown_column_is_rejected() -> None:
     assert "column 'created' is neither a base field" in problems_of(data)["mappings[0].partition_by[0]"]
 
 
-@pytest.mark.parametrize("text", ["bucket(16, order_id)", "bucket[16](order_id)", "truncate(store)"])
-def test_unsupported_partition_transforms_are_rejected(text: str) -> None:
+@pytest.mark.parametrize("text", ["bucket[16](order_id)", "hash(order_id)", "bucket(16, order_id, 2)"])
+def test_unsupported_partition_forms_are_rejected_with_the_allowed_forms(text: str) -> None:
     data = local()
     data["mappings"][0]["partition_by"] = [text]
     assert "identity(col), year(col)" in problems_of(data)["mappings[0].partition_by[0]"]
+
+
+def test_bucket_and_truncate_are_parsed_with_their_parameter() -> None:
+    data = local()
+    data["mappings"][0]["schema"]["columns"].append({"name": "store", "type": "string"})
+    data["mappings"][0]["partition_by"] = ["bucket(16, order_id)", "Truncate( 3 , store )"]
+    fields = load(data).mappings[0].partition_by
+    assert fields == (
+        PartitionField(column="order_id", transform=PartitionTransform.BUCKET, parameter=16),
+        PartitionField(column="store", transform=PartitionTransform.TRUNCATE, parameter=3),
+    )
+    assert [describe_partition_field(f) for f in fields] == ["bucket(16, order_id)", "truncate(3, store)"]
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("bucket(0, order_id)", "bucket needs N ≥ 1 (the number of buckets), got '0': write bucket(N, col)"),
+        ("bucket(order_id)", "bucket needs N ≥ 1 (the number of buckets), got nothing"),
+        ("bucket(many, order_id)", "got 'many'"),
+        ("truncate(-2, order_id)", "truncate needs W ≥ 1 (the width to cut values to), got '-2'"),
+        ("day(2, ordered_at)", "day takes only a column: day(col)"),
+    ],
+)
+def test_a_partition_parameter_that_is_missing_or_not_positive_is_rejected(text: str, problem: str) -> None:
+    data = local()
+    data["mappings"][0]["partition_by"] = ["topic", text]
+    assert problem in problems_of(data)["mappings[0].partition_by[1]"]
+
+
+@pytest.mark.parametrize(
+    ("column", "text", "problem"),
+    [
+        (
+            "paid",
+            "truncate(4, paid)",
+            "truncate(4, paid) needs a binary, decimal, int, long or string column",
+        ),
+        ("score", "bucket(8, score)", "bucket(8, score) needs a binary, date, decimal, int, long, string, "),
+        ("at", "truncate(10, at)", "but 'at' is timestamp"),
+    ],
+)
+def test_bucket_and_truncate_of_a_type_iceberg_does_not_define_them_for_are_rejected(
+    column: str, text: str, problem: str
+) -> None:
+    data = local()
+    types = {"paid": "boolean", "score": "double", "at": "timestamp"}
+    data["mappings"][0]["schema"]["columns"].append({"name": column, "type": types[column]})
+    data["mappings"][0]["partition_by"] = [text]
+    assert problem in problems_of(data)["mappings[0].partition_by[0]"]
+
+
+def test_bucket_of_an_unknown_column_is_rejected() -> None:
+    data = local()
+    data["mappings"][0]["partition_by"] = ["bucket(16, customer)"]
+    assert "column 'customer' is neither a base field" in problems_of(data)["mappings[0].partition_by[0]"]
+
+
+def test_two_buckets_of_one_column_are_rejected_as_one_partition_field_name() -> None:
+    data = local()
+    data["mappings"][0]["partition_by"] = ["bucket(16, order_id)", "bucket(4, order_id)"]
+    problem = problems_of(data)["mappings[0].partition_by[1]"]
+    assert "second partition field named 'order_id_bucket'" in problem
 
 
 def test_partition_field_listed_twice_is_rejected() -> None:

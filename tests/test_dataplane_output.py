@@ -58,15 +58,21 @@ def test_time_transforms_are_icebergs(
         (PartitionTransform.DAY, day),
         (PartitionTransform.HOUR, hour),
     ]:
-        assert transform_values(timestamps, transform).to_pylist() == [expected, None]
+        assert transform_values(timestamps, PartitionField(column="t", transform=transform)).to_pylist() == [
+            expected,
+            None,
+        ]
         if transform is not PartitionTransform.HOUR:
-            assert transform_values(dates, transform).to_pylist() == [expected, None]
+            assert transform_values(dates, PartitionField(column="d", transform=transform)).to_pylist() == [
+                expected,
+                None,
+            ]
 
 
 def test_identity_values_of_dates_and_timestamps_are_their_numbers() -> None:
-    assert transform_values(pa.array([dt.date(1970, 1, 2)]), PartitionTransform.IDENTITY).to_pylist() == [1]
+    assert transform_values(pa.array([dt.date(1970, 1, 2)]), PartitionField(column="d")).to_pylist() == [1]
     moment = pa.array([dt.datetime(1970, 1, 1, 1)], pa.timestamp("us"))
-    assert transform_values(moment, PartitionTransform.IDENTITY).to_pylist() == [MICROS_PER_HOUR]
+    assert transform_values(moment, PartitionField(column="t")).to_pylist() == [MICROS_PER_HOUR]
 
 
 def test_rows_split_into_one_group_per_partition_value_in_order() -> None:
@@ -96,9 +102,12 @@ def test_rows_split_into_one_group_per_partition_value_in_order() -> None:
     ("field", "problem"),
     [
         (PartitionField(column="missing"), "no such column"),
-        (PartitionField(column="key"), "binary"),
-        (PartitionField(column="offset", transform=PartitionTransform.DAY), "long column has no day"),
-        (PartitionField(column="on", transform=PartitionTransform.HOUR), "date column has no hour"),
+        (PartitionField(column="key"), "but 'key' is binary"),
+        (
+            PartitionField(column="offset", transform=PartitionTransform.DAY),
+            "needs a date or timestamp column",
+        ),
+        (PartitionField(column="on", transform=PartitionTransform.HOUR), "hour.on. needs a timestamp column"),
     ],
 )
 def test_partition_fields_that_cannot_be_written_are_refused(field: PartitionField, problem: str) -> None:

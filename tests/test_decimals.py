@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from decimal import Decimal
+from fractions import Fraction
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kafscale_iceberg.domain.decimals import decimal_from_text, fit_decimal, from_unscaled
 
@@ -72,3 +75,21 @@ def test_text_that_is_not_a_number_reads_as_none(text: str) -> None:
 
 def test_unscaled_integers_with_their_scale_read_exactly() -> None:
     assert from_unscaled(-123456789012345678901234567890, 10) == Decimal("-12345678901234567890.1234567890")
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.decimals(allow_nan=False, allow_infinity=False),
+    st.integers(min_value=1, max_value=38),
+    st.integers(min_value=0, max_value=38),
+)
+def test_a_value_fits_exactly_when_its_scaled_value_is_an_integer_of_at_most_p_digits(
+    value: Decimal, precision: int, scale: int
+) -> None:
+    scale = min(scale, precision)
+    scaled = Fraction(value) * 10**scale
+    fits = scaled.denominator == 1 and abs(scaled.numerator) < 10**precision
+    fitted = fit_decimal(value, precision, scale)
+    assert (fitted is not None) == fits
+    if fitted is not None:
+        assert fitted == value

@@ -132,8 +132,9 @@ def test_the_build_matches_the_emr_application() -> None:
         assert f"EMR_BASE_IMAGE=public.ecr.aws/emr-serverless/spark/{release}:latest" in option(
             build, "--build-arg"
         )
-        assert application["Architecture"] == "X86_64"
-        assert option(build, "--platform") == ["linux/amd64"]
+        assert application["Architecture"] == {"Ref": "EmrArchitecture"}
+        assert load_template()["Parameters"]["EmrArchitecture"]["Default"] == "ARM64"
+        assert option(build, "--platform") == ["linux/arm64"]  # the default EMR_ARCHITECTURE
         assert build[-1] == "."  # the repository root, as .dockerignore expects
     dockerfile = DOCKERFILE.read_text()
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
@@ -193,3 +194,12 @@ def test_the_environment_is_built_for_a_python_spark_runs_and_checked_in_the_ima
         assert "PYTHON=python3.11" in option(build, "--build-arg")
     dockerfile = DOCKERFILE.read_text()
     assert dockerfile.count("emr-spark-8 runs Spark with Python 3.11-3.13") == 2  # both stages check
+
+
+@pytest.mark.slow  # runs make
+def test_an_x86_64_application_gets_an_x86_64_build_and_a_typo_is_refused() -> None:
+    build = commands("SPARK_ARTIFACTS_URI=s3://b/spark", "EMR_ARCHITECTURE=x86_64")[0]
+    assert option(build, "--platform") == ["linux/amd64"]
+    result = package_spark("SPARK_ARTIFACTS_URI=s3://b/spark", "EMR_ARCHITECTURE=amd64")
+    assert result.returncode != 0
+    assert "EMR_ARCHITECTURE must be arm64 or x86_64" in result.stderr

@@ -11,10 +11,12 @@ from botocore.stub import Stubber
 
 from kafscale_iceberg.adapters.emr_serverless import EmrServerlessJobRunner
 from kafscale_iceberg.config import EmrServerlessRunnerConfig
+from kafscale_iceberg.domain.job_sizing import GIB, job_size, sizing_conf
 from kafscale_iceberg.domain.jobs import JobState
+from kafscale_iceberg.domain.runs import RunPlan
 from kafscale_iceberg.exceptions import JobRunnerError, JobRunnerUnavailableError
 from tests.support.moto import MotoEndpoint
-from tests.support.plans import sample_plan
+from tests.support.plans import sample_plan, sample_plan_fields
 
 ROLE = "arn:aws:iam::123456789012:role/kafscale-iceberg-job"
 PLAN_URI = "s3://runs/orders/r/plan.json"
@@ -46,11 +48,13 @@ def test_starts_a_job_on_moto_with_the_plan_and_python_environment(moto_server: 
     )
 
 
-def test_the_state_machine_repeats_the_start_request_and_gets_the_same_job(moto_server: MotoEndpoint) -> None:
-    """The StartJob step hands the state machine's startJobRun.sync task the request it sent, in Step
-    Functions' field names (each one the task passes on), so the task's StartJobRun carries the same
-    ClientToken and finds the job already started instead of starting a second one (EMR's idempotency;
-    moto's is not, the AWS box's EMR is: tests/test_aws_flow.py checks one job per run)."""
+def test_the_state_machine_gets_the_job_request_and_no_job_is_started_for_it(
+    moto_server: MotoEndpoint,
+) -> None:
+    """The StartJob step hands the state machine's startJobRun.sync task the request, in Step Functions'
+    field names (each one the task passes on), without calling EMR: the task's StartJobRun is the one
+    call that starts the job (AWS does not document StartJobRun as idempotent; the AWS box checks one
+    StartJobRun per run in tests/test_aws_flow.py). The request is the runner's own `start` request."""
     import json
     from pathlib import Path
 
@@ -58,16 +62,22 @@ def test_the_state_machine_repeats_the_start_request_and_gets_the_same_job(moto_
     app_id = emr.create_application(name="kafscale", releaseLabel="emr-7.2.0", type="SPARK")["applicationId"]
     runner = EmrServerlessJobRunner(_settings(app_id), emr, timeout_minutes=60)
     plan = sample_plan()
-    runner.start(plan, PLAN_URI)
-    request = runner.step_functions_request(plan.run_id)
+    calls: list[str] = []
+    emr.meta.events.register("before-call.emr-serverless", lambda model, **_: calls.append(model.name))
+    request = runner.step_functions_request(plan, PLAN_URI)
+    assert calls == []
     asl = json.loads((Path(__file__).parent.parent / "infra" / "state_machine.asl.json").read_text())
     fields = asl["States"]["RunJob"]["Branches"][0]["States"]["WaitOnJob"]["Parameters"]
     assert {name.removesuffix(".$") for name in fields} == set(request)
     assert request["ClientToken"] == plan.run_id
     assert request["JobDriver"]["SparkSubmit"]["EntryPointArguments"] == ["--plan", PLAN_URI]
     assert request["Tags"] == {"kafscale:topic": plan.topic, "kafscale:run-id": plan.run_id}
-    with pytest.raises(KeyError):
-        runner.step_functions_request("a-run-this-runner-never-started")
+    job_id = runner.start(plan, PLAN_URI)
+    assert calls == ["StartJobRun"]  # the hook sees the calls
+    started = emr.get_job_run(applicationId=app_id, jobRunId=job_id)["jobRun"]
+    assert started["jobDriver"]["sparkSubmit"] == {
+        key[:1].lower() + key[1:]: value for key, value in request["JobDriver"]["SparkSubmit"].items()
+    }
 
 
 def test_the_job_is_told_its_region_for_regional_s3_endpoints(moto_server: MotoEndpoint) -> None:
@@ -200,3 +210,57 @@ def stubber_any() -> Any:
     from botocore.stub import ANY
 
     return ANY
+
+
+def _plan_of(size_bytes: int) -> Any:
+    fields = sample_plan_fields()
+    fields["partitions"][0]["segments"][0]["size_bytes"] = size_bytes
+    return RunPlan.model_validate(fields)
+
+
+def _submitted(emr: Any, app_id: str, job_id: str) -> str:
+    job = emr.get_job_run(applicationId=app_id, jobRunId=job_id)["jobRun"]
+    parameters: str = job["jobDriver"]["sparkSubmit"]["sparkSubmitParameters"]
+    return parameters
+
+
+def test_a_small_run_gets_a_small_job_with_a_fixed_executor_count(moto_server: MotoEndpoint) -> None:
+    emr: Any = moto_server.client("emr-serverless")
+    app_id = emr.create_application(name="kafscale", releaseLabel="emr-7.2.0", type="SPARK")["applicationId"]
+    runner = EmrServerlessJobRunner(_settings(app_id), emr, timeout_minutes=60)
+    parameters = _submitted(emr, app_id, runner.start(_plan_of(40 * 1024**2), PLAN_URI))
+    for conf in (
+        "spark.driver.cores=1",
+        "spark.driver.memory=1g",
+        "spark.executor.cores=1",
+        "spark.executor.memory=2g",
+        "spark.executor.instances=1",
+        "spark.dynamicAllocation.enabled=false",
+    ):
+        assert f"--conf {conf}" in parameters, parameters
+
+
+def test_the_executor_count_grows_with_the_planned_bytes_and_a_big_run_keeps_emr_defaults() -> None:
+    tiny, small = job_size(1), job_size(GIB)
+    assert tiny is not None
+    assert small is not None
+    assert (tiny.vcpu, tiny.billed_memory_gb) == (2, 5)  # a 2 GB driver and a 3 GB executor worker
+    assert (small.vcpu, small.executors) == (3, 1)
+    assert [job_size(n * GIB + 1).executors for n in (1, 2, 3)] == [2, 3, 4]  # type: ignore[union-attr]
+    assert job_size(4 * GIB + 1) is None
+    assert sizing_conf(5 * GIB) == {}
+
+
+def test_the_users_spark_submit_parameters_win_over_the_sizing(moto_server: MotoEndpoint) -> None:
+    emr: Any = moto_server.client("emr-serverless")
+    app_id = emr.create_application(name="kafscale", releaseLabel="emr-7.2.0", type="SPARK")["applicationId"]
+    settings = _settings(app_id).model_copy(
+        update={"spark_submit_parameters": "--conf spark.executor.memory=8g --driver-memory 6g"}
+    )
+    runner = EmrServerlessJobRunner(settings, emr, timeout_minutes=60)
+    parameters = _submitted(emr, app_id, runner.start(_plan_of(1024), PLAN_URI))
+    assert "spark.executor.memory=2g" not in parameters
+    assert "spark.driver.memory=1g" not in parameters
+    assert "--conf spark.executor.memory=8g" in parameters
+    assert "--driver-memory 6g" in parameters
+    assert "--conf spark.executor.instances=1" in parameters  # what the user left alone is still sized

@@ -191,7 +191,9 @@ class World:
             assembly.__dict__["tables"] = DyingTables(assembly.tables, point)
             assembly.__dict__["checkpoints"] = DyingCheckpoints(assembly.checkpoints, point)
             runner = DyingRunner(self.runner, point)
-        return Pipeline(assembly, runner, watch_interval_s=0.1, **options)
+        return Pipeline(
+            assembly, runner, **{"watch_interval_s": 0.1, "outage_backoff_s": (0.2, 1.0), **options}
+        )
 
     def check_exactly_once(self) -> None:
         """Table, dead-letter table, checkpoint store and lease: exactly what was produced, once."""

@@ -4,6 +4,8 @@ store and the produced records compared exactly (`World.check_exactly_once`)."""
 
 from __future__ import annotations
 
+import io
+import logging
 import os
 import signal
 import subprocess
@@ -28,6 +30,7 @@ from kafscale_iceberg.domain.runs import RunPlan
 from kafscale_iceberg.local.embedded import free_port
 from kafscale_iceberg.local.pipeline import Pipeline
 from kafscale_iceberg.local.spark_runner import LocalSparkJobRunner
+from kafscale_iceberg.local.wiring import ProgressPrinter
 from tests.support.moto import MotoEndpoint
 from tests.support.outages import RestartableEtcd, TcpProxy
 from tests.test_faults import TABLE, TOPIC, World
@@ -130,9 +133,11 @@ class OutageAtJobStart:
 def test_run_rides_out_etcd_killed_mid_run_and_resumes_on_its_own(
     moto_server: MotoEndpoint, tmp_path: Path, etcd: RestartableEtcd, s3_proxy: TcpProxy, spark: SparkSession
 ) -> None:
-    """Issue 12 §2: `checkpoint store unavailable while trying to release the lease`, exit 1 - no more."""
+    """Issue 12 §2: `checkpoint store unavailable while trying to release the lease`, exit 1 - no more.
+    Issue 24: the outage lines `run` prints name the topic the outage met (they printed `-`)."""
     world = _world(moto_server, tmp_path, etcd, s3_proxy)
-    pipeline = world.process(outage_backoff_s=(0.2, 1.0))
+    printed = io.StringIO()
+    pipeline = world.process(outage_backoff_s=(0.2, 1.0), observer=ProgressPrinter(printed))
     pipeline._runner = OutageAtJobStart(pipeline._runner, etcd.kill, etcd.restart, after_s=4.0)
     pipeline.steps._jobs = pipeline._runner
     world.put(0, 20)
@@ -144,6 +149,9 @@ def test_run_rides_out_etcd_killed_mid_run_and_resumes_on_its_own(
     loop.wait_for(lambda: _committed(world, 0) == 26, "later records")
     loop.stop()
     world.check_exactly_once()
+    outages = [line for line in printed.getvalue().splitlines() if "checkpoint error" in line]
+    assert any(line.startswith(f"  {TOPIC}: checkpoint error: ") for line in outages), outages
+    assert not [line for line in outages if line.startswith("  -")]
 
 
 def test_run_rides_out_s3_cut_and_etcd_frozen(
@@ -500,4 +508,58 @@ def test_run_rides_out_a_glue_catalog_outage_and_run_once_names_it(
     loop.wait_for(lambda: _committed(world, 0) == 14, "the records produced during the outage")
     loop.wait_for(lambda: pipeline.health.state()[0], "ready again")
     loop.stop()
+    world.check_exactly_once()
+
+
+class OutageAtOffsetWrite:
+    """The real checkpoint store; right before the first offset write (every table of the run committed),
+    `outage()` runs: the real etcd is killed there, so the write meets a real outage."""
+
+    def __init__(self, inner: Any, outage: Callable[[], None]) -> None:
+        self._inner, self._outage = inner, outage
+        self.fired = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def commit_offsets(self, grant: Any, updates: Any) -> Any:
+        if not self.fired:
+            self.fired = True
+            self._outage()
+        return self._inner.commit_offsets(grant, updates)
+
+
+def test_offsets_lost_to_an_etcd_outage_are_told_as_rows_in_and_the_repair_names_the_offsets(
+    moto_server: MotoEndpoint,
+    tmp_path: Path,
+    etcd: RestartableEtcd,
+    spark: SparkSession,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Issue 24, "Recovery an operator can read": the run's tables are committed when etcd dies before
+    its offset write. The log and `--once` say the rows are in and the offsets catch up (not "run
+    abandoned"); the next run's repair of the store says with which offsets."""
+    world = World(moto_server, tmp_path, etcd_url=etcd.url)
+    world.put(0, 10)
+    assembly = Assembly(world.config, owner_id=f"process-{uuid4().hex[:6]}")
+    assembly.__dict__["checkpoints"] = OutageAtOffsetWrite(assembly.checkpoints, etcd.kill)
+    world.runner = LocalSparkJobRunner(master="local[2]", s3=assembly.s3_settings)
+    with caplog.at_level(logging.INFO, logger="kafscale_iceberg"):
+        summary = Pipeline(assembly, world.runner, watch_interval_s=0.1).run_once()
+    assert not summary.ok
+    assert "is committed to its tables" in summary.failed[TOPIC]
+    assert "(p0=9)" in summary.failed[TOPIC]
+    assert "catch up from the table" in summary.failed[TOPIC]
+    told = [r.getMessage() for r in caplog.records]
+    assert any("is committed to its tables" in m and "catch up" in m for m in told), told
+    assert not any("run abandoned" in m for m in told)
+    etcd.restart()
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="kafscale_iceberg"):
+        assert world.process().run_once().ok
+    told = [r.getMessage() for r in caplog.records]
+    assert any(
+        f"topic {TOPIC}: the checkpoint store caught up with the table's offsets p0=9 (was -1)" in m
+        for m in told
+    ), told
     world.check_exactly_once()

@@ -9,13 +9,14 @@ import pyarrow as pa
 import pytest
 from pyiceberg.catalog import Catalog
 from pyiceberg.schema import Schema
+from pyiceberg.transforms import BucketTransform
 from pyiceberg.types import IntegerType, LongType, NestedField, StringType
 
 from kafscale_iceberg.adapters.iceberg_catalog import load_iceberg_catalog
 from kafscale_iceberg.adapters.iceberg_schemas import iceberg_type
 from kafscale_iceberg.adapters.iceberg_tables import IcebergTableCommitter
 from kafscale_iceberg.domain.commits import TableCommit, TableMarker, TableSpec
-from kafscale_iceberg.domain.runs import ColumnSpec, ColumnType, PartitionField, PartitionTransform
+from kafscale_iceberg.domain.runs import ColumnSpec, ColumnType, DataFile, PartitionField, PartitionTransform
 from kafscale_iceberg.domain.schema import BASE_FIELDS, table_fields
 from kafscale_iceberg.exceptions import (
     DataFileRejectedError,
@@ -246,6 +247,51 @@ def test_a_file_spanning_two_partition_values_is_rejected_and_nothing_is_written
     assert catalog.load_table(TABLE).snapshots() == []
 
 
+BY_OFFSET_BUCKET = (PartitionField(column="offset", transform=PartitionTransform.BUCKET, parameter=4),)
+
+
+def _bucket_commit(tables: IcebergTableCommitter, file: DataFile) -> None:
+    state = tables.read_state(TABLE, "orders")
+    marker = TableMarker(offsets={0: 0}, run_id="r1")
+    tables.commit(
+        state,
+        TableCommit(
+            topic="orders",
+            run_id="r1",
+            file_uris=(file.uri,),
+            files=(file,),
+            start_offsets={0: -1},
+            end_offsets={0: 0},
+            marker_after=marker,
+        ),
+    )
+
+
+def test_a_file_read_from_its_footer_takes_the_bucket_value_its_task_carried(
+    tables: IcebergTableCommitter, catalog: Catalog, tmp_path: Path
+) -> None:
+    tables.ensure_table(_spec(partition_by=BY_OFFSET_BUCKET))
+    written = write_file(data_rows("orders", 0, [0], ()), tmp_path / "f.parquet")  # no carried metrics
+    bucket = BucketTransform(4).transform(LongType())(0)
+
+    _bucket_commit(tables, written.model_copy(update={"partition_values": {"offset_bucket": bucket}}))
+
+    (task,) = catalog.load_table(TABLE).scan().plan_files()
+    assert task.file.partition[0] == bucket
+
+
+def test_a_file_without_its_bucket_value_is_rejected_naming_the_field_and_nothing_is_written(
+    tables: IcebergTableCommitter, catalog: Catalog, tmp_path: Path
+) -> None:
+    tables.ensure_table(_spec(partition_by=BY_OFFSET_BUCKET))
+    written = write_file(data_rows("orders", 0, [0], ()), tmp_path / "f.parquet")
+
+    with pytest.raises(DataFileRejectedError, match="'offset_bucket'"):
+        _bucket_commit(tables, written)
+
+    assert catalog.load_table(TABLE).snapshots() == []
+
+
 def test_a_partitioned_table_and_an_unpartitioned_mapping_are_refused(
     tables: IcebergTableCommitter,
 ) -> None:
@@ -298,3 +344,15 @@ def test_a_commit_built_on_a_stale_state_is_refused_and_writes_nothing(
         tables.commit(stale, later)
 
     assert catalog.load_table(TABLE).scan().to_arrow().num_rows == 5
+
+
+def test_a_new_table_goes_under_the_warehouse_whatever_location_its_namespace_has(
+    tables: IcebergTableCommitter, catalog: Catalog, tmp_path: Path
+) -> None:
+    """A Glue database with its own `LocationUri` (a namespace `location`) would have pyiceberg create
+    the table there, outside the warehouse the stack's roles may write: tables are created at the
+    warehouse explicitly, in pyiceberg's layout."""
+    namespace = TABLE.split(".", maxsplit=1)[0]
+    catalog.create_namespace(namespace, properties={"location": f"file://{tmp_path}/elsewhere"})
+    tables.ensure_table(_spec())
+    assert catalog.load_table(TABLE).location() == f"file://{tmp_path}/warehouse/{TABLE.replace('.', '.db/')}"

@@ -49,7 +49,7 @@ class World:
                 "iceberg": {"catalog": {"type": "glue"}, "warehouse": f"s3://{runs_bucket}/warehouse"},
                 "offsets": {"backend": "sqlite", "sqlite_path": str(tmp_path / "offsets.sqlite")},
                 "mappings": mappings or [{"topic": "orders", "table": "prod.orders"}],
-                "runs": {"location": f"s3://{runs_bucket}/runs", **runs},
+                "runs": {"location": f"s3://{runs_bucket}/runs", "min_bytes_per_run": 0, **runs},
             },
             source="test",
         )

@@ -173,6 +173,22 @@ def test_compaction_makes_files_partition_pure_in_one_snapshot_and_changes_no_ro
     assert _pairs(world.rows()) == world.expected_pairs()
 
 
+def test_compaction_merges_a_partitions_pure_small_file_with_its_rows_from_mixed_files(world: World) -> None:
+    """Issue 24: a Kafka partition with one pure small file and rows in mixed files ended in two files
+    (`maintain --compact` on 8 partitions gave 9, partition 3 in files of 540 and 60 rows)."""
+    world.produce(2)  # each run: files mixing the 3 partitions
+    world.produce(1, min_bytes=1)  # one pure file per partition
+    partition_id = world.catalog.load_table(TABLE).schema().find_field("partition").field_id
+
+    world.service().maintain(force_compaction=True)
+
+    files = world.files()
+    assert all(_partition_pure(f, partition_id) for f in files)
+    per_partition = Counter(f.lower_bounds[partition_id] for f in files)
+    assert sorted(per_partition.values()) == [1] * PARTITIONS
+    assert _pairs(world.rows()) == world.expected_pairs()
+
+
 def test_a_compaction_racing_a_commit_lands_with_it_and_no_row_is_lost_or_doubled(world: World) -> None:
     world.produce(3)
     maintainer = world.maintainer()

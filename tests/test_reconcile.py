@@ -70,6 +70,7 @@ class World:
                 "iceberg": {"catalog": {"type": "glue"}, "warehouse": f"file://{tmp_path}/warehouse"},
                 "etcd": {"endpoints": [etcd.url]},
                 "offsets": {"key_prefix": self.prefix},
+                "runs": {"min_bytes_per_run": 0},  # tiny segments: run at once
                 "mappings": [
                     {"topic": "orders", "table": "prod.orders"},
                     {"topic": "payments", "table": "prod.pay"},

@@ -12,6 +12,7 @@ anchor) and a raw one (`shop.orders_raw`, no columns). A run commits, in order: 
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 from uuid import uuid4
@@ -21,6 +22,7 @@ from pyspark.sql import SparkSession
 
 from kafscale_iceberg.adapters.iceberg_catalog import CatalogSettings, load_iceberg_catalog
 from kafscale_iceberg.assembly import Assembly
+from kafscale_iceberg.commands.run import print_summary
 from kafscale_iceberg.config import config_from_mapping
 from kafscale_iceberg.domain.commits import TableCommit, TableState
 from kafscale_iceberg.local.pipeline import Pipeline
@@ -155,4 +157,40 @@ def test_a_crash_between_table_commits_loses_and_duplicates_nothing(
         world.put(0, 6, bad_at=15)
     summary = world.process().run_once()
     assert summary.ok, summary.failed
+    world.check_exactly_once()
+
+
+def test_a_finished_stranded_run_is_told_as_a_recovery_naming_its_run_tables_and_records(
+    world: RoutedWorld, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 24, "Recovery an operator can read": the run that died after `shop.orders_s0`'s commit is
+    finished by the next process (new segments make a different run); the log and `--once` say which
+    run, which tables, how many records - and nothing of it reads as an error."""
+    world.put(0, 12, bad_at=3)
+    world.put(1, 8)
+    with pytest.raises(ProcessDied):
+        world.process(after(S0)).run_once()
+    catalog = load_iceberg_catalog(CatalogSettings.from_config(world.config))
+    stranded = catalog.load_table(S0).properties[f"kafscale.run-id.{TOPIC}"]
+    world.put(0, 6, bad_at=15)
+    with caplog.at_level(logging.INFO, logger="kafscale_iceberg"):
+        summary = world.process().run_once()
+    assert summary.ok, summary.failed
+    (finished,) = summary.finished
+    # 19 valid records routed, 20 kept raw (a record counts once per mapping); DLQ and S0 were in.
+    assert (finished.run_id, finished.tables, finished.records, finished.dead_letters) == (
+        stranded,
+        (S1, RAW, ANCHOR),
+        39,
+        1,
+    )
+    told = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert any(stranded in m and f"{S1}, {RAW}, {ANCHOR}: 39 records" in m for m in told), told
+    assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    alarming = ("error", "fail", "refus", "abort", "abandon")
+    assert [m for m in told if any(word in m.lower() for word in alarming)] == []
+    print_summary(summary)
+    printed = capsys.readouterr().err
+    assert "(1 of them left by an earlier crash and finished)" in printed
+    assert f"{TOPIC}: finished run {stranded} (tables {S1}, {RAW}, {ANCHOR}: 39 records" in printed
     world.check_exactly_once()

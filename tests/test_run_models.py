@@ -21,6 +21,7 @@ from kafscale_iceberg.domain.runs import (
     SegmentSource,
     make_run_id,
 )
+from tests.support.plans import sample_plan_fields
 
 
 def _segment(base: int, last: int) -> PlannedSegment:
@@ -29,26 +30,8 @@ def _segment(base: int, last: int) -> PlannedSegment:
     )
 
 
-def _plan_fields(**overrides: Any) -> dict[str, Any]:
-    fields: dict[str, Any] = {
-        "run_id": make_run_id("orders", [(0, -1, 9)]),
-        "topic": "orders",
-        "created_at_ms": 1,
-        "source": {"bucket": "segments"},
-        "partitions": [
-            {"partition": 0, "start_exclusive": -1, "end_inclusive": 9, "segments": [_segment(0, 9)]},
-        ],
-        "table": {"identifier": "prod.orders", "data_uri": "file:///w/prod/orders/data/r1"},
-        "dead_letter_table": {"identifier": "prod.orders__dlq", "data_uri": "file:///w/dlq/r1"},
-        "conversion": {},
-        "result_uri": "file:///runs/orders/r1/result.json",
-    }
-    fields.update(overrides)
-    return fields
-
-
 def test_plan_round_trips_through_json() -> None:
-    plan = RunPlan.model_validate(_plan_fields())
+    plan = RunPlan.model_validate(sample_plan_fields())
     again = RunPlan.model_validate_json(plan.model_dump_json())
     assert again == plan
     assert again.end_offsets() == {0: 9}
@@ -58,12 +41,12 @@ def test_plan_round_trips_through_json() -> None:
 
 def test_plan_of_an_unknown_version_is_refused() -> None:
     with pytest.raises(ValidationError, match="version"):
-        RunPlan.model_validate(_plan_fields(version=2))
+        RunPlan.model_validate(sample_plan_fields(version=2))
 
 
 def test_plan_with_unknown_fields_is_refused() -> None:
     with pytest.raises(ValidationError, match="surprise"):
-        RunPlan.model_validate(_plan_fields(surprise=1))
+        RunPlan.model_validate(sample_plan_fields(surprise=1))
 
 
 @pytest.mark.parametrize(
@@ -99,7 +82,7 @@ def test_plan_with_unknown_fields_is_refused() -> None:
 )
 def test_inconsistent_plans_are_refused(partitions: list[dict[str, Any]], problem: str) -> None:
     with pytest.raises(ValidationError, match=problem):
-        RunPlan.model_validate(_plan_fields(partitions=partitions))
+        RunPlan.model_validate(sample_plan_fields(partitions=partitions))
 
 
 def test_segment_source_names_exactly_one_location() -> None:
@@ -130,7 +113,7 @@ def test_run_id_is_deterministic_bounded_and_attempt_scoped() -> None:
 
 def test_run_id_with_invalid_characters_is_refused() -> None:
     with pytest.raises(ValidationError, match="run id"):
-        RunPlan.model_validate(_plan_fields(run_id="has space"))
+        RunPlan.model_validate(sample_plan_fields(run_id="has space"))
 
 
 def _timings() -> RunTimings:

@@ -13,6 +13,7 @@ import pytest
 ASL = Path(__file__).resolve().parent.parent / "infra" / "state_machine.asl.json"
 HANDLERS = {
     "StartJobFunctionArn": "functions.steps.start_job",
+    "PlanRunnerFunctionArn": "functions.plan_runner.handler",
     "WatchFunctionArn": "functions.steps.watch",
     "CommitFunctionArn": "functions.commit.handler",
     "AbortFunctionArn": "functions.steps.abort",
@@ -112,8 +113,41 @@ def test_retried_error_names_are_the_surfaced_name_or_lambdas_own() -> None:
         retried = {e for retry in state["Retry"] for e in retry["ErrorEquals"]}
         if name == "Abort":
             assert retried == {"States.ALL"}
+        elif name == "RunInLambda":
+            # A runner killed (timeout, out of memory) or cut off is not run again: the run aborts.
+            killed = {"Sandbox.Timedout", "Lambda.ClientExecutionTimeoutException"}
+            assert retried == {"TransientError", *(lambdas - killed)}, name
         else:
             assert retried == {"TransientError", *lambdas}, name
+
+
+def test_the_ticket_s_runner_picks_the_lambda_runner_or_the_emr_job_under_one_lease_renewal() -> None:
+    """The launcher's choice (`RunTicket.runner`) is the branch: `lambda` invokes the runner function,
+    anything else (an EMR run, a ticket from before the choice) waits on the EMR job; both run in
+    RunJob's first branch, beside the same lease renewal, and end the same way (JobSucceeded, or a
+    failure caught into the abort step)."""
+    from kafscale_iceberg.domain.runner_choice import RunnerKind
+    from tests.support.cfn_template import functions
+
+    run_job = _definition()["States"]["RunJob"]
+    job, _renewal = run_job["Branches"]
+    choice = job["States"][job["StartAt"]]
+    assert choice["Type"] == "Choice"
+    assert choice["Choices"] == [
+        {"Variable": "$.ticket.runner", "StringEquals": RunnerKind.LAMBDA.value, "Next": "RunInLambda"}
+    ]
+    assert choice["Default"] == "WaitOnJob"
+    runner = job["States"]["RunInLambda"]
+    assert runner["Parameters"] == {
+        "FunctionName": "${PlanRunnerFunctionArn}",
+        "Payload": {"ticket.$": "$.ticket"},
+    }
+    assert runner["Next"] == job["States"]["WaitOnJob"]["Next"] == "JobSucceeded"
+    assert (
+        "Catch" not in runner
+    )  # a failed, timed-out or killed runner fails the branch: RunJob's Catch aborts
+    (function,) = [f for f in functions() if f.logical_id == "PlanRunnerFunction"]
+    assert runner["TimeoutSeconds"] > int(function.properties["Timeout"])
 
 
 @pytest.mark.slow

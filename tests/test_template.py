@@ -41,6 +41,7 @@ from tests.support.cfn_template import (
 ASL = ROOT / "infra" / "state_machine.asl.json"
 LAYER_REQUIREMENTS = ROOT / "infra" / "lambda" / "layer" / "requirements.txt"
 IMAGE_REQUIREMENTS = ROOT / "infra" / "lambda" / "image" / "requirements.txt"
+RUNNER_REQUIREMENTS = ROOT / "infra" / "lambda" / "runner" / "requirements.txt"
 
 ETCD_SECRET = f"arn:aws:secretsmanager:{REGION}:{ACCOUNT}:secret:kafscale-etcd-AbCdEf"
 CATALOG_SECRET = f"arn:aws:secretsmanager:{REGION}:{ACCOUNT}:secret:kafscale-catalog-AbCdEf"
@@ -101,9 +102,15 @@ NOT_SET_BY_THE_TEMPLATE = {
     "KAFSCALE_ICEBERG_LFS_RESOLVE_CONCURRENCY",
     # `kafscale-iceberg run` (one machine) serves /metrics; Lambda functions emit EMF instead.
     "KAFSCALE_METRICS_ADDR",
+    # The one-machine runner hands a spark-submit run the schema registry's credentials this way; on
+    # AWS the job reads them from schema_registry.credentials_secret (SchemaRegistrySecretArn).
+    "KAFSCALE_ICEBERG_REGISTRY_USERNAME",
+    "KAFSCALE_ICEBERG_REGISTRY_PASSWORD",
+    "KAFSCALE_ICEBERG_REGISTRY_TOKEN",
     # Set by the Lambda runtime.
     "AWS_LAMBDA_FUNCTION_NAME",
     "AWS_LAMBDA_LOG_STREAM_NAME",
+    "AWS_REGION",  # the default of s3.region (config/deployment.py)
     # The etcd adapter sets it itself (setdefault) before protobuf is first imported.
     "PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION",
 }
@@ -289,7 +296,7 @@ def test_each_function_builds_the_deployed_config(
         assert config.etcd.endpoints == ("https://etcd.internal:2379",)
     if function.in_vpc and name == "existing-bucket":
         assert config.etcd.username == "kafscale"  # every function that talks to etcd gets its credentials
-    if function.is_image and name == "created-bucket":
+    if function.is_image and function.logical_id != "PlanRunnerFunction" and name == "created-bucket":
         assert config.iceberg.catalog.token.get_secret_value() == "catalog-token"
 
 
@@ -298,7 +305,8 @@ def test_the_functions_that_reach_etcd_are_the_ones_in_the_vpc_and_get_its_secre
     for function in functions():
         has_secret = "KAFSCALE_ICEBERG_ETCD_SECRET_ARN" in deployment.environment(function)
         assert has_secret == function.in_vpc, function.logical_id
-    assert {f.logical_id for f in functions() if not f.in_vpc} == {"RouterFunction"}
+    # The router and the Lambda runner touch S3 only (the runner's lease is the state machine's).
+    assert {f.logical_id for f in functions() if not f.in_vpc} == {"RouterFunction", "PlanRunnerFunction"}
 
 
 def test_the_state_machine_arn_goes_to_the_functions_that_start_or_track_runs() -> None:
@@ -334,7 +342,7 @@ def test_the_state_machine_may_invoke_exactly_the_run_steps_and_signal_the_work_
     deployment = Deployment(INSTALLATIONS["existing-bucket"])
     statements = deployment.role_statements("RunStateMachineRole")
     invocable = {r for s in statements if "lambda:InvokeFunction" in s.actions for r in s.resources}
-    steps = ["StartJobFunction", "WatchFunction", "CommitFunction", "AbortFunction"]
+    steps = ["StartJobFunction", "PlanRunnerFunction", "WatchFunction", "CommitFunction", "AbortFunction"]
     assert invocable == {deployment.attribute(step, "Arn") for step in steps}
     assert deployment.role_allows(
         "RunStateMachineRole", "sqs:SendMessage", deployment.attribute("WorkQueue", "Arn")
@@ -355,6 +363,8 @@ UNSCOPABLE = {
     "ec2:UnassignPrivateIpAddresses",
     "xray:PutTraceSegments",
     "xray:PutTelemetryRecords",
+    "xray:GetSamplingRules",
+    "xray:GetSamplingTargets",
     "logs:CreateLogDelivery",
     "logs:GetLogDelivery",
     "logs:UpdateLogDelivery",
@@ -379,8 +389,8 @@ def test_no_role_allows_all_resources_or_all_actions_of_a_service(
 
 
 def test_only_job_starters_pass_a_role_and_only_the_emr_job_role_to_emr() -> None:
-    """The start step starts the job; the state machine's startJobRun.sync repeats that request; the
-    maintenance function starts compaction jobs."""
+    """The state machine's startJobRun.sync starts a run's job (the StartJob step only hands it the
+    request); the maintenance function starts compaction jobs."""
     deployment = Deployment(INSTALLATIONS["existing-bucket"])
     passing = set()
     for role in ROLES:
@@ -388,12 +398,12 @@ def test_only_job_starters_pass_a_role_and_only_the_emr_job_role_to_emr() -> Non
             if "iam:PassRole" not in statement.actions:
                 continue
             passing.add(role)
-            assert role in {"StartJobRole", "RunStateMachineRole", "MaintenanceRole"}
+            assert role in {"RunStateMachineRole", "MaintenanceRole"}
             assert statement.resources == (deployment.attribute("EmrJobRole", "Arn"),)
             assert statement.condition == {
                 "StringEquals": {"iam:PassedToService": "emr-serverless.amazonaws.com"}
             }
-    assert passing == {"StartJobRole", "RunStateMachineRole", "MaintenanceRole"}
+    assert passing == {"RunStateMachineRole", "MaintenanceRole"}
 
 
 def test_each_role_writes_only_its_own_log_group() -> None:
@@ -510,6 +520,20 @@ S3_ACCESS = {
     ("AbortRole", "s3:GetObject", "compaction job"),
     ("StartJobRole", "s3:GetObject", "compaction job"),
     ("ReplayRole", "s3:GetObject", "compaction job"),
+    # The Lambda runner: what the EMR job's tasks and driver touch (RunTasksPolicy), not Spark's code or
+    # logs; the config file, read when it starts.
+    ("PlanRunnerRole", "s3:GetObject", "config"),
+    ("PlanRunnerRole", "s3:GetObject", "segment"),
+    ("PlanRunnerRole", "s3:GetObject", "plan"),
+    ("PlanRunnerRole", "s3:PutObject", "plan"),
+    ("PlanRunnerRole", "s3:GetObject", "run data"),
+    ("PlanRunnerRole", "s3:PutObject", "run data"),
+    ("PlanRunnerRole", "s3:GetObject", "field ids"),
+    ("PlanRunnerRole", "s3:PutObject", "field ids"),
+    ("PlanRunnerRole", "s3:GetObject", "compaction job"),
+    ("PlanRunnerRole", "s3:PutObject", "compaction job"),
+    ("PlanRunnerRole", "s3:GetObject", "table metadata"),
+    ("PlanRunnerRole", "s3:PutObject", "table metadata"),
 }
 
 
@@ -544,7 +568,7 @@ def test_segment_reads_need_the_bucket_key_only_when_it_has_one() -> None:
     key = INSTALLATIONS["existing-bucket"]["SegmentBucketKmsKeyArn"]
     with_key = Deployment(INSTALLATIONS["existing-bucket"])
     without_key = Deployment(INSTALLATIONS["created-bucket"])
-    for role in ("RouterRole", "LauncherRole", "EmrJobRole"):
+    for role in ("RouterRole", "LauncherRole", "EmrJobRole", "PlanRunnerRole"):
         assert with_key.role_allows(role, "kms:Decrypt", key)
         assert not without_key.role_allows(role, "kms:Decrypt", key)
     assert not with_key.role_allows("CommitRole", "kms:Decrypt", key)
@@ -574,16 +598,17 @@ def test_secrets_are_readable_only_by_the_functions_that_use_them() -> None:
     for function in functions():
         role = function.role_id
         assert deployment.role_allows(role, "secretsmanager:GetSecretValue", ETCD_SECRET) == function.in_vpc
-        assert (
-            deployment.role_allows(role, "secretsmanager:GetSecretValue", CATALOG_SECRET) == function.is_image
-        )
+        catalog = function.is_image and function.logical_id != "PlanRunnerFunction"  # the commit image's
+        assert deployment.role_allows(role, "secretsmanager:GetSecretValue", CATALOG_SECRET) == catalog
 
 
 def test_emr_and_queue_actions_are_scoped_to_the_stack_resources() -> None:
     deployment = Deployment(INSTALLATIONS["existing-bucket"])
     application = deployment.attribute("EmrApplication", "Arn")
     job = f"{application}/jobruns/00abc"
-    assert deployment.role_allows("StartJobRole", "emr-serverless:StartJobRun", application)
+    # The state machine's startJobRun.sync is the one call that starts a run's job.
+    assert not deployment.role_allows("StartJobRole", "emr-serverless:StartJobRun", application)
+    assert deployment.role_allows("RunStateMachineRole", "emr-serverless:StartJobRun", application)
     assert deployment.role_allows("WatchRole", "emr-serverless:GetJobRun", job)
     assert deployment.role_allows("WatchRole", "emr-serverless:CancelJobRun", job)
     assert not deployment.role_allows("WatchRole", "emr-serverless:StartJobRun", application)
@@ -802,7 +827,12 @@ def _pins(path: Path) -> dict[str, str]:
 
 
 @pytest.mark.parametrize(
-    ("requirements", "extras"), [(LAYER_REQUIREMENTS, {"aws"}), (IMAGE_REQUIREMENTS, {"aws", "iceberg"})]
+    ("requirements", "extras"),
+    [
+        (LAYER_REQUIREMENTS, {"aws"}),
+        (IMAGE_REQUIREMENTS, {"aws", "iceberg"}),
+        (RUNNER_REQUIREMENTS, {"aws", "runner", "codec"}),
+    ],
 )
 def test_function_dependencies_are_pinned_within_pyproject(requirements: Path, extras: set[str]) -> None:
     """Every dependency of the core install and the extras is pinned, at a version pyproject allows."""
@@ -814,14 +844,32 @@ def test_function_dependencies_are_pinned_within_pyproject(requirements: Path, e
     pins = _pins(requirements)
     for requirement in declared:
         name = canonicalize_name(requirement.name)
+        if name == "kafscale-iceberg":  # an extra naming another (listed in `extras` too)
+            continue
         assert name in pins, f"{requirements.name}: {name} is not pinned (make lambda-requirements)"
         assert requirement.specifier.contains(pins[name], prereleases=True), (
             f"{name}=={pins[name]} vs {requirement}"
         )
 
 
+def test_the_plan_runner_runs_its_own_arm64_image_with_a_warm_numba_cache() -> None:
+    (runner,) = [f for f in functions() if f.logical_id == "PlanRunnerFunction"]
+    assert runner.is_image
+    assert runner.handler == "functions.plan_runner.handler"
+    assert runner.properties["Architectures"] == ["arm64"]
+    assert runner.metadata["Dockerfile"] == "infra/lambda/runner.Dockerfile"
+    dockerfile = (ROOT / "infra" / "lambda" / "runner.Dockerfile").read_text()
+    assert "FROM public.ecr.aws/lambda/python:3.12\n" in dockerfile
+    assert "infra/lambda/runner/requirements.txt" in dockerfile
+    # The cache is filled at build time, for any CPU of the architecture, and checked to exist.
+    assert "NUMBA_CACHE_DIR=/opt/numba-cache" in dockerfile
+    assert "NUMBA_CPU_NAME=generic" in dockerfile
+    assert "python -m kafscale_iceberg.execution.warm_cache" in dockerfile
+    assert "!infra/lambda/runner/requirements.txt" in (ROOT / ".dockerignore").read_text().splitlines()
+
+
 def test_image_functions_run_the_commit_image_with_their_own_handler() -> None:
-    images = [f for f in functions() if f.is_image]
+    images = [f for f in functions() if f.is_image and f.logical_id != "PlanRunnerFunction"]
     assert {f.logical_id for f in images} == {"CommitFunction", "ReplayFunction", "MaintenanceFunction"}
     dockerfile = (ROOT / "infra" / "lambda" / "commit.Dockerfile").read_text()
     assert "FROM public.ecr.aws/lambda/python:3.12\n" in dockerfile
@@ -847,3 +895,21 @@ def test_the_maintenance_function_runs_on_its_schedule_with_the_commit_image() -
     assert event["Properties"]["Schedule"] == {"Ref": "MaintenanceSchedule"}
     assert template["Parameters"]["MaintenanceSchedule"]["Default"] == "rate(1 hour)"
     assert function["Timeout"] == 900
+
+
+def test_the_no_commit_alarm_cannot_ask_for_more_than_a_metrics_insights_alarm_evaluates() -> None:
+    """A Metrics Insights alarm evaluates at most 3 hours of data: a longer NoCommitAlarmMinutes
+    would fail the stack update (EvaluationPeriods x Period)."""
+    parameter = load_template()["Parameters"]["NoCommitAlarmMinutes"]
+    alarm = load_template()["Resources"]["NoCommitAlarm"]["Properties"]
+    (query,) = [m for m in alarm["Metrics"] if "Expression" in m]
+    assert parameter["MaxValue"] * query["Period"] <= 3 * 3600
+
+
+def test_every_traced_role_may_read_the_sampling_rules() -> None:
+    """A traced state machine (and the X-Ray SDK in the functions) reads the account's sampling rules
+    and targets: without `xray:GetSamplingRules` / `GetSamplingTargets` every trace is refused them."""
+    deployment = Deployment(INSTALLATIONS["existing-bucket"])
+    for role in ("RunStateMachineRole", "CommitRole", "RouterRole"):
+        for action in ("xray:GetSamplingRules", "xray:GetSamplingTargets", "xray:PutTraceSegments"):
+            assert deployment.role_allows(role, action, "*"), (role, action)

@@ -10,6 +10,7 @@ from typing import Any
 from kafscale_iceberg.adapters.data_files import StagedFileStore
 from kafscale_iceberg.adapters.iceberg_maintenance import IcebergTableMaintainer
 from kafscale_iceberg.domain.commits import TableCommit, TableState
+from kafscale_iceberg.domain.runs import PartitionField, PartitionTransform
 from kafscale_iceberg.domain.upsert import (
     SUMMARY_UPSERT_DELETED,
     SUMMARY_UPSERT_FILES_REWRITTEN,
@@ -202,3 +203,20 @@ def test_a_replayed_commit_counts_nothing_again(tmp_path: Path) -> None:
     sink = Samples()
     record_commit(sink, plan, result, again, started_at=0.0, ended_at=1.0)
     assert not [s for s in sink.samples if s.metric.name.startswith("upsert_")]
+
+
+def test_a_bucket_partitioned_table_rewrites_only_the_buckets_of_the_changed_keys(tmp_path: Path) -> None:
+    world = UpsertWorld(
+        tmp_path,
+        partition_by=(PartitionField(column="id", transform=PartitionTransform.BUCKET, parameter=4),),
+    )
+    world.write(0, [row(k, "old") for k in range(40)])
+    world.run()
+    files = len(list(world.catalog.load_table(TABLE).scan().plan_files()))
+    world.write(0, [row(7, "new"), ({"id": 9}, None)])
+    world.run()
+    names = {k: "old" for k in range(40) if k != 9}
+    assert world.names() == {**names, 7: "new"}
+    assert 1 <= int(summary(world)[SUMMARY_UPSERT_FILES_REWRITTEN]) <= 2 < files
+    scan = world.catalog.load_table(TABLE).scan(row_filter="id == 7")
+    assert [row["name"] for row in scan.to_arrow().to_pylist()] == ["new"]

@@ -16,6 +16,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from kafscale_iceberg.config import EmrServerlessRunnerConfig
 from kafscale_iceberg.domain.compaction_jobs import CompactionJob
+from kafscale_iceberg.domain.job_sizing import sizing_conf
 from kafscale_iceberg.domain.jobs import JobState, JobStatus
 from kafscale_iceberg.domain.runs import RunPlan
 from kafscale_iceberg.exceptions import (
@@ -65,7 +66,6 @@ class EmrServerlessJobRunner:
         self._timeout_minutes = timeout_minutes
         self._throttle_attempts = throttle_attempts
         self._sleep = sleep
-        self._requests: dict[str, dict[str, Any]] = {}  # run id -> the StartJobRun request sent
 
     def start(self, plan: RunPlan, plan_uri: str) -> str:
         """Start the run's job, or find the one already started for it. Returns the job run id.
@@ -74,7 +74,6 @@ class EmrServerlessJobRunner:
         """
         request = self._request(plan, plan_uri)
         response = self._call(f"start job for run {plan.run_id}", lambda: self._emr.start_job_run(**request))
-        self._requests[plan.run_id] = request
         job_id: str = response["jobRunId"]
         return job_id
 
@@ -92,20 +91,27 @@ class EmrServerlessJobRunner:
         job_id: str = response["jobRunId"]
         return job_id
 
-    def step_functions_request(self, run_id: str) -> dict[str, Any]:
-        """The `StartJobRun` request this runner sent for `run_id`, as the state machine's
+    def step_functions_request(self, plan: RunPlan, plan_uri: str) -> dict[str, Any]:
+        """The `StartJobRun` request of the plan's job, as the state machine's
         `emr-serverless:startJobRun.sync` task takes it (Step Functions' PascalCase field names; tag
-        keys kept): the same request with the same `ClientToken`, so EMR returns the job already
-        started and the task waits on it."""
-        request: dict[str, Any] = _pascal_case(self._requests[run_id])
+        keys kept): that task is the one call that starts the job, the run id its `ClientToken`
+        (so a retried task finds the job it started). Calls nothing."""
+        request: dict[str, Any] = _pascal_case(self._request(plan, plan_uri))
         return request
 
     def _request(self, plan: RunPlan, plan_uri: str) -> dict[str, Any]:
+        """The run's job, sized to its planned bytes (`domain/job_sizing.py`)."""
+        sizing = sizing_conf(plan.total_bytes, self._settings.spark_submit_parameters)
         return self._job_request(
-            plan.run_id, ["--plan", plan_uri], {"kafscale:topic": plan.topic, "kafscale:run-id": plan.run_id}
+            plan.run_id,
+            ["--plan", plan_uri],
+            {"kafscale:topic": plan.topic, "kafscale:run-id": plan.run_id},
+            sizing=sizing,
         )
 
-    def _job_request(self, token: str, arguments: list[str], tags: dict[str, str]) -> dict[str, Any]:
+    def _job_request(
+        self, token: str, arguments: list[str], tags: dict[str, str], *, sizing: dict[str, str] | None = None
+    ) -> dict[str, Any]:
         request: dict[str, Any] = {
             "applicationId": self._settings.application_id,
             "clientToken": token,
@@ -115,7 +121,7 @@ class EmrServerlessJobRunner:
                 "sparkSubmit": {
                     "entryPoint": self._settings.entry_point,
                     "entryPointArguments": arguments,
-                    **self._spark_submit_parameters(),
+                    **self._spark_submit_parameters(sizing or {}),
                 }
             },
             "tags": tags,
@@ -156,7 +162,7 @@ class EmrServerlessJobRunner:
         except BotoCoreError as exc:
             raise JobRunnerUnavailableError(f"cancel job run {job_id}: {exc}") from exc
 
-    def _spark_submit_parameters(self) -> dict[str, str]:
+    def _spark_submit_parameters(self, sizing: dict[str, str]) -> dict[str, str]:
         # The job's S3 clients (boto3, pyarrow) take their region from the environment: without it they
         # use the global endpoint, which a VPC without NAT cannot reach (gateway endpoints are regional).
         region = self._emr.meta.region_name
@@ -172,6 +178,7 @@ class EmrServerlessJobRunner:
         params = " ".join(
             p
             for p in (
+                " ".join(f"--conf {key}={value}" for key, value in sizing.items()),
                 self._settings.job_spark_submit_parameters(),
                 region_env,
                 "--conf spark.sql.session.timeZone=UTC",

@@ -11,6 +11,13 @@ rules cannot drift.
 A file whose result carries no metrics (a result written before they were carried), or whose
 metrics cannot give the table's (a bound cut shorter than the table's truncation needs), is read
 from its footer as before.
+
+A file's partition is inferred from its bounds for the fields whose transform keeps order
+(identity, the time transforms, truncate), as `add_files` does; a `bucket` field's value cannot be
+(its hash scatters the bounds), so it is the value the task computed and carried
+(`DataFile.partition_values`), or, for a compacted file, its group's (`given`). pyiceberg's
+`add_files` refuses bucket fields for that reason; building the entries here is what lets a bucket
+table take files.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 from pyiceberg.io import FileIO
 from pyiceberg.io.fileformat import DataFileStatistics
 from pyiceberg.io.pyarrow import (
@@ -31,13 +39,15 @@ from pyiceberg.io.pyarrow import (
     StatsAggregator,
     _check_pyarrow_schema_compatible,
     compute_statistics_plan,
-    parquet_file_to_data_file,
+    data_file_statistics_from_parquet_metadata,
     parquet_path_to_id_mapping,
 )
 from pyiceberg.manifest import DataFile as IcebergDataFile
 from pyiceberg.manifest import DataFileContent, FileFormat
+from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.typedef import Record
 from pyiceberg.utils.concurrent import ExecutorFactory
 
 from kafscale_iceberg.dataplane.file_stats import CARRIED_PREFIX
@@ -111,9 +121,90 @@ def data_files_to_add(
             footers.append(uri)
     if footers:
         executor = ExecutorFactory.get_or_create()
-        futures = {uri: executor.submit(parquet_file_to_data_file, io, metadata, uri) for uri in footers}
+        futures = {
+            uri: executor.submit(
+                data_file_from_footer, io, metadata, uri, _carried_values(files.get(uri), metadata)
+            )
+            for uri in footers
+        }
         built.update({uri: future.result() for uri, future in futures.items()})
     return [built[uri] for uri in uris]
+
+
+def data_file_from_footer(
+    io: FileIO, metadata: TableMetadata, uri: str, given: Mapping[str, Any] | None = None
+) -> IcebergDataFile:
+    """The `DataFile` of `uri` from its footer: what `add_files` builds, with the values of the
+    table's bucket fields taken from `given` (by partition field name).
+
+    Raises ValueError when the file does not fit the table or a bucket field's value is not given,
+    FileNotFoundError/OSError when the footer cannot be read.
+    """
+    input_file = io.new_input(uri)
+    with input_file.open() as stream:
+        footer = pq.read_metadata(stream)
+    schema = metadata.schema()
+    _check_pyarrow_schema_compatible(
+        schema, footer.schema.to_arrow_schema(), format_version=metadata.format_version
+    )
+    statistics = data_file_statistics_from_parquet_metadata(
+        parquet_metadata=footer,
+        stats_columns=compute_statistics_plan(schema, metadata.properties),
+        parquet_column_mapping=parquet_path_to_id_mapping(schema),
+    )
+    return IcebergDataFile.from_args(
+        content=DataFileContent.DATA,
+        file_path=uri,
+        file_format=FileFormat.PARQUET,
+        partition=file_partition(metadata, statistics, uri, given or {}),
+        file_size_in_bytes=len(input_file),
+        sort_order_id=None,
+        spec_id=metadata.default_spec_id,
+        equality_ids=None,
+        key_metadata=None,
+        **statistics.to_serialized_dict(),
+    )
+
+
+def file_partition(
+    metadata: TableMetadata, statistics: DataFileStatistics, uri: str, given: Mapping[str, Any]
+) -> Record:
+    """The file's partition under the table's spec: order-keeping fields from the bounds (as
+    `add_files`: ValueError when they span two values), bucket fields from `given`."""
+    spec = metadata.spec()
+    schema = metadata.schema()
+    ordered = [f for f in spec.fields if f.transform.preserves_order]
+    inferred = statistics.partition(PartitionSpec(*ordered), schema)
+    from_bounds = {f.field_id: inferred[i] for i, f in enumerate(ordered)}
+    values: list[Any] = []
+    for spec_field in spec.fields:
+        if spec_field.field_id in from_bounds:
+            values.append(from_bounds[spec_field.field_id])
+        elif spec_field.name in given:
+            values.append(given[spec_field.name])
+        else:
+            raise ValueError(
+                f"{uri}: no value for the table's partition field {spec_field.name!r} "
+                f"({spec_field.transform}), which cannot be inferred from column bounds: the file was "
+                "not written split by it (write it with the table's partition_by)"
+            )
+    return Record(*values)
+
+
+def bucket_values(spec: PartitionSpec, data_file: IcebergDataFile) -> dict[str, Any]:
+    """`data_file`'s values of the bucket fields of `spec` (its own spec), by partition field name: what
+    a file written from some of its rows must be given (`given`), since its bounds cannot give them."""
+    return {
+        f.name: data_file.partition[i] for i, f in enumerate(spec.fields) if not f.transform.preserves_order
+    }
+
+
+def _carried_values(file: DataFile | None, metadata: TableMetadata) -> dict[str, Any]:
+    """The bucket values the task carried for the table's bucket fields (ints; others left out)."""
+    if file is None:
+        return {}
+    wanted = {f.name for f in metadata.spec().fields if not f.transform.preserves_order}
+    return {k: v for k, v in file.partition_values.items() if k in wanted and isinstance(v, int)}
 
 
 def data_file_from_stats(table: TableMetrics, file: DataFile, stats: FileStats) -> IcebergDataFile:
@@ -165,7 +256,7 @@ def data_file_from_stats(table: TableMetrics, file: DataFile, stats: FileStats) 
         content=DataFileContent.DATA,
         file_path=file.uri,
         file_format=FileFormat.PARQUET,
-        partition=statistics.partition(table.metadata.spec(), table.schema),
+        partition=file_partition(table.metadata, statistics, file.uri, _carried_values(file, table.metadata)),
         file_size_in_bytes=file.size_bytes,
         sort_order_id=None,
         spec_id=table.metadata.default_spec_id,

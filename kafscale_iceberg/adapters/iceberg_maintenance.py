@@ -35,7 +35,7 @@ import pyarrow.parquet as pq
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.expressions import AlwaysTrue
-from pyiceberg.io.pyarrow import ArrowScan, parquet_file_to_data_file, schema_to_pyarrow
+from pyiceberg.io.pyarrow import ArrowScan, schema_to_pyarrow
 from pyiceberg.manifest import DataFile as IcebergDataFile
 from pyiceberg.manifest import DataFileContent
 from pyiceberg.table import FileScanTask, StaticTable, Table
@@ -44,6 +44,8 @@ from pyiceberg.table.update.snapshot import ExpireSnapshots
 
 from kafscale_iceberg.adapters.data_files import StagedFileStore
 from kafscale_iceberg.adapters.iceberg_catalog import CatalogTableAccess
+from kafscale_iceberg.adapters.iceberg_data_files import bucket_values, data_file_from_footer
+from kafscale_iceberg.adapters.iceberg_writes import single_attempt
 from kafscale_iceberg.dataplane.schemas import statistics_columns
 from kafscale_iceberg.dataplane.storage import join_uri
 from kafscale_iceberg.domain.commits import SUMMARY_TOPIC
@@ -73,7 +75,6 @@ from kafscale_iceberg.exceptions import (
 logger = logging.getLogger(__name__)
 
 _OFFSETS_PREFIX = "kafscale.offsets."
-_COMMIT_RETRIES = "commit.retry.num-retries"
 _PREVIOUS_VERSIONS_MAX = "write.metadata.previous-versions-max"
 _DELETE_AFTER_COMMIT = "write.metadata.delete-after-commit.enabled"
 _COMMIT_ATTEMPTS = 4
@@ -115,8 +116,14 @@ class CompactionWrite:
     """A planned compaction whose new files are written (not yet in the table)."""
 
     plan: CompactionPlan
-    new_files: tuple[str, ...]
+    files_by_group: tuple[tuple[str, ...], ...]
+    """The new files of each of the plan's groups, in the plan's order."""
     rows: int
+
+    @property
+    def new_files(self) -> tuple[str, ...]:
+        """Every new file, group after group."""
+        return tuple(uri for files in self.files_by_group for uri in files)
 
 
 class IcebergTableMaintainer(CatalogTableAccess):
@@ -203,7 +210,7 @@ class IcebergTableMaintainer(CatalogTableAccess):
         table until `commit_compaction`; files of a pass that stops here are orphans for the cleanup."""
         loaded = self._load(plan.table)
         folder = join_uri(data_prefix, new_compaction_id())
-        written: list[str] = []
+        written: list[tuple[str, ...]] = []
         rows_total = 0
         for index, group in enumerate(plan.groups):
             uris, rows = rewrite_group(
@@ -214,7 +221,7 @@ class IcebergTableMaintainer(CatalogTableAccess):
                 target_file_size_bytes=target_file_size_bytes,
                 sink=self._sink,
             )
-            written.extend(uris)
+            written.append(tuple(uris))
             rows_total += rows
         return CompactionWrite(plan, tuple(written), rows_total)
 
@@ -264,7 +271,8 @@ class IcebergTableMaintainer(CatalogTableAccess):
         """
         _check_job_result(job, result)
         loaded = self._load(job.table)
-        new_files = [uri for output in sorted(result.groups, key=lambda o: o.index) for uri in output.files]
+        files_by_group = tuple(output.files for output in sorted(result.groups, key=lambda o: o.index))
+        new_files = [uri for files in files_by_group for uri in files]
         missing = [uri for uri in new_files if not loaded.io.new_input(uri).exists()]
         if missing:
             raise CompactionResultError(
@@ -287,7 +295,7 @@ class IcebergTableMaintainer(CatalogTableAccess):
         )
         plan = CompactionPlan(job.table, loaded.metadata.current_snapshot_id, groups, {}, loaded)
         return self.commit_compaction(
-            CompactionWrite(plan, tuple(new_files), sum(o.rows for o in result.groups)), now_ms=now_ms
+            CompactionWrite(plan, files_by_group, sum(o.rows for o in result.groups)), now_ms=now_ms
         )
 
     def commit_compaction(self, write: CompactionWrite, *, now_ms: int) -> CompactionOutcome:
@@ -301,7 +309,14 @@ class IcebergTableMaintainer(CatalogTableAccess):
         if not replaced:
             return CompactionOutcome(table=plan.table, committed=False)
         loaded = plan.base or self._load(plan.table)
-        new_files = [parquet_file_to_data_file(loaded.io, loaded.metadata, uri) for uri in write.new_files]
+        # A group is one Iceberg partition: its files take the group's (bucket values are not in bounds).
+        new_files = [
+            data_file_from_footer(
+                loaded.io, loaded.metadata, uri, bucket_values(loaded.spec(), group.files[0])
+            )
+            for group, files in zip(plan.groups, write.files_by_group, strict=True)
+            for uri in files
+        ]
         for attempt in range(1, _COMMIT_ATTEMPTS + 1):
             if attempt > 1:
                 live = {t.file.file_path for t in loaded.scan().plan_files()}
@@ -312,7 +327,7 @@ class IcebergTableMaintainer(CatalogTableAccess):
                         extra={"table": plan.table, "gone": gone[:5]},
                     )
                     return CompactionOutcome(table=plan.table, committed=False, abandoned=True)
-            transaction = _single_attempt(loaded).transaction()
+            transaction = single_attempt(loaded).transaction()
             snapshot = transaction.update_snapshot(snapshot_properties={SUMMARY_COMPACTION: "true"})
             with snapshot.overwrite() as overwrite:
                 for data_file in replaced:
@@ -377,7 +392,7 @@ class IcebergTableMaintainer(CatalogTableAccess):
             expired_files = _metadata_files(
                 loaded, (s for s in metadata.snapshots if s.snapshot_id in expire)
             )
-            transaction = _single_attempt(loaded).transaction()
+            transaction = single_attempt(loaded).transaction()
             if expire:
                 ExpireSnapshots(transaction).by_ids(list(expire)).commit()
             transaction.set_properties(
@@ -481,15 +496,37 @@ def _partition_field_id(table: Table) -> int | None:
 
 def _worth_rewriting(files: Sequence[IcebergDataFile], field_id: int | None) -> list[IcebergDataFile]:
     """The files whose rewrite lowers the file count: every file mixing Kafka partitions, and the
-    partition-pure files of Kafka partitions with more than one (a lone pure file stays as it is)."""
+    partition-pure files of Kafka partitions with more than one, or whose rows the mixed files may
+    hold too (its compacted output joins them). A lone pure file no mixed file may add to stays."""
     mixed = [f for f in files if _mixes_partitions(f, field_id)]
-    pure: dict[bytes, list[IcebergDataFile]] = {}
+    pure: dict[int, list[IcebergDataFile]] = {}
     for data_file in files:
         if field_id is not None and not _mixes_partitions(data_file, field_id):
-            pure.setdefault(data_file.lower_bounds[field_id], []).append(data_file)
-    several = [f for group in pure.values() if len(group) > 1 for f in group]
-    chosen = sorted([*mixed, *several], key=lambda f: f.file_path)
+            pure.setdefault(_bound(data_file.lower_bounds[field_id]), []).append(data_file)
+    spans = [_partition_span(f, field_id) for f in mixed]
+    joined = [
+        f
+        for partition, group in pure.items()
+        if len(group) > 1 or any(low <= partition <= high for low, high in spans)
+        for f in group
+    ]
+    chosen = sorted([*mixed, *joined], key=lambda f: f.file_path)
     return chosen if len(chosen) > 1 or mixed else []
+
+
+def _partition_span(data_file: IcebergDataFile, field_id: int | None) -> tuple[float, float]:
+    """The Kafka partitions a file's statistics say it may hold (any, without statistics)."""
+    lower = (data_file.lower_bounds or {}).get(field_id) if field_id is not None else None
+    upper = (data_file.upper_bounds or {}).get(field_id) if field_id is not None else None
+    return (
+        float("-inf") if lower is None else _bound(lower),
+        float("inf") if upper is None else _bound(upper),
+    )
+
+
+def _bound(value: bytes) -> int:
+    """An `int` column's bound as Iceberg serializes it (4 bytes, little-endian, signed)."""
+    return int.from_bytes(value, "little", signed=True)
 
 
 def _mixes_partitions(data_file: IcebergDataFile, field_id: int | None) -> bool:
@@ -519,13 +556,6 @@ def _metadata_files(table: Table, snapshots: Iterable[Snapshot]) -> set[str]:
         for manifest in snapshot.manifests(table.io):
             files.add(manifest.manifest_path)
     return files
-
-
-def _single_attempt(table: Table) -> Table:
-    """The same table with pyiceberg's blind commit retries off (we re-check before retrying)."""
-    properties = {**table.metadata.properties, _COMMIT_RETRIES: "0"}
-    metadata = table.metadata.model_copy(update={"properties": properties})
-    return Table(table.name(), metadata, table.metadata_location, table.io, table.catalog)
 
 
 _SHAREABLE_IO_PROPERTIES = frozenset(

@@ -24,11 +24,13 @@ from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table, Transaction
 from pyiceberg.transforms import (
+    BucketTransform,
     DayTransform,
     HourTransform,
     IdentityTransform,
     MonthTransform,
     Transform,
+    TruncateTransform,
     YearTransform,
 )
 from pyiceberg.types import (
@@ -58,7 +60,7 @@ from kafscale_iceberg.domain.commits import (
     describe_partitioning,
 )
 from kafscale_iceberg.domain.field_ids import missing_parts
-from kafscale_iceberg.domain.runs import ColumnSpec, ColumnType, PartitionTransform
+from kafscale_iceberg.domain.runs import ColumnSpec, ColumnType, PartitionField, PartitionTransform
 from kafscale_iceberg.domain.schema import BASE_FIELD_NAMES, FieldSpec
 from kafscale_iceberg.domain.schema_evolution import merged_column, widened_parts
 from kafscale_iceberg.exceptions import (
@@ -348,7 +350,12 @@ def field_ids_by_path(schema: Schema) -> dict[str, int]:
     return ids
 
 
-def iceberg_transform(transform: PartitionTransform) -> Transform[Any, Any]:
+def iceberg_transform(field: PartitionField) -> Transform[Any, Any]:
+    """pyiceberg's transform of `field`: `BucketTransform(N)`, `TruncateTransform(W)`, `DayTransform()`…"""
+    if field.transform is PartitionTransform.BUCKET and field.parameter is not None:
+        return BucketTransform(field.parameter)
+    if field.transform is PartitionTransform.TRUNCATE and field.parameter is not None:
+        return TruncateTransform(field.parameter)
     transforms: Mapping[PartitionTransform, Transform[Any, Any]] = MappingProxyType(
         {
             PartitionTransform.IDENTITY: IdentityTransform(),
@@ -358,13 +365,13 @@ def iceberg_transform(transform: PartitionTransform) -> Transform[Any, Any]:
             PartitionTransform.HOUR: HourTransform(),
         }
     )
-    return transforms[transform]
+    return transforms[field.transform]
 
 
 def check_partitioning(spec: TableSpec, table: Table) -> None:
     """Every partition field of the table must be one the run's files are split by (one value per file)."""
     table_fields = _table_partitioning(table.spec(), table.schema())
-    mapped = [(field.transform.value, field.column) for field in spec.partition_by]
+    mapped = [(field.iceberg_transform, field.column) for field in spec.partition_by]
     if not set(table_fields) <= set(mapped):
         raise PartitionSpecMismatchError(
             spec.identifier, describe_partitioning(table_fields), describe_partitioning(mapped)

@@ -3,9 +3,10 @@
 `IcebergTableCommitter` is the `TableCommitter` port's adapter. Rules it applies:
 
 - **Creation** (`create_table_if_missing`, namespace too): KafScale's eight base fields with field ids
-  1-8, then the mapping's columns; the mapping's partition fields (identity, year, month, day, hour);
-  `write.format.default=parquet` and `schema.name-mapping.default`, which maps the Spark job's Parquet
-  files (they carry no field ids) to the columns by name. A create race ends in loading the winner.
+  1-8, then the mapping's columns; the mapping's partition fields (identity, year, month, day, hour,
+  bucket[N], truncate[W]); `write.format.default=parquet` and `schema.name-mapping.default`, which
+  maps the Spark job's Parquet files (they carry no field ids) to the columns by name. A create race
+  ends in loading the winner.
 - **Evolution** before any file is added: a missing column is added *optional* - Iceberg cannot add a
   required column to a table that already holds rows (they would have no value); int->long and
   float->double only with `allow_type_widening`; a table column already wider than the mapping's is
@@ -78,11 +79,12 @@ from kafscale_iceberg.domain.commits import (
     TableState,
     decode_conversion_failures,
     marker_properties,
-    partition_field_name,
     read_marker,
 )
 from kafscale_iceberg.domain.field_ids import TableFieldIds, field_id_mismatches
 from kafscale_iceberg.domain.maintenance import files_baseline, total_data_files
+from kafscale_iceberg.domain.partitioning import partition_field_name
+from kafscale_iceberg.domain.upsert import UpsertCounts, upsert_counts_of
 from kafscale_iceberg.exceptions import (
     CatalogUnavailableError,
     CommitOutcomeUnknownError,
@@ -192,8 +194,8 @@ class IcebergTableCommitter(CatalogTableAccess):
                 IcebergPartitionField(
                     source_id=source.field_id,
                     field_id=1000 + index,
-                    transform=iceberg_transform(field.transform),
-                    name=partition_field_name(field.column, field.transform),
+                    transform=iceberg_transform(field),
+                    name=partition_field_name(field),
                 )
             )
         if spec.namespace:
@@ -201,12 +203,24 @@ class IcebergTableCommitter(CatalogTableAccess):
         with self._catalog.create_table_transaction(
             spec.identifier,
             schema,
+            location=self._warehouse_location(spec),
             partition_spec=PartitionSpec(*partition_fields),
             properties={"write.format.default": "parquet", "format-version": "2"},
         ) as transaction:
             # Ids are assigned by the catalog; the name mapping is computed from the assigned ones.
             mapping = transaction.table_metadata.schema().name_mapping
             transaction.set_properties({NAME_MAPPING: mapping.model_dump_json()})
+
+    def _warehouse_location(self, spec: TableSpec) -> str | None:
+        """Where a new table goes: under the catalog's warehouse when that is a storage URI, in
+        pyiceberg's own layout (`{warehouse}/{namespace}.db/{table}`), whatever location its namespace
+        has (a Glue database's `LocationUri` would put it outside the warehouse, where the stack's
+        roles may not write). None (the catalog decides) for a warehouse *name* (REST catalogs)."""
+        warehouse = str(self._catalog.properties.get("warehouse", "")).rstrip("/")
+        if not warehouse.startswith(("s3://", "s3a://", "gs://", "abfss://", "file://", "/")):
+            return None
+        *namespace, name = spec.identifier.split(".")
+        return f"{warehouse}/{'.'.join(namespace)}.db/{name}"
 
     # -- commit state -----------------------------------------------------------------------------
 
@@ -257,6 +271,16 @@ class IcebergTableCommitter(CatalogTableAccess):
             for column, count in decode_conversion_failures(text or "{}").items():
                 totals[column] = totals.get(column, 0) + count
         return dict(sorted(totals.items()))
+
+    def upsert_counts(self, table: str, topic: str) -> UpsertCounts:
+        """What `topic`'s upsert runs did to `table`: the sum of the `kafscale.upsert.*` summaries on
+        the current lineage (snapshots still retained). Raises like `read_state`."""
+        total = UpsertCounts()
+        for summary in _topic_summaries(self._load(table), topic):
+            counts = upsert_counts_of(summary)
+            if counts is not None:
+                total = total.plus(counts)
+        return total
 
     def offset_anomalies(self, table: str, topic: str) -> OffsetAnomalies:
         """Per partition, the offset gaps and overlapped records of `topic`'s runs: the sum of the

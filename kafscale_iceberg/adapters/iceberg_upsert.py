@@ -25,6 +25,7 @@ from pyiceberg.conversions import from_bytes
 from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, In, Reference
 from pyiceberg.expressions.literals import literal
 from pyiceberg.manifest import DataFile as IcebergDataFile
+from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.types import (
     BinaryType,
     DateType,
@@ -38,6 +39,7 @@ from pyiceberg.types import (
 )
 
 from kafscale_iceberg.adapters.iceberg_catalog import CatalogTableAccess
+from kafscale_iceberg.adapters.iceberg_data_files import bucket_values
 from kafscale_iceberg.dataplane.upsert_rewrite import KeyChanges, read_change_columns, rewrite_without
 from kafscale_iceberg.domain.commits import TableState
 from kafscale_iceberg.domain.upsert import UpsertChange, UpsertCounts, UpsertRewrite
@@ -82,9 +84,17 @@ class IcebergUpsertFiles(CatalogTableAccess):
         added = []
         removed = []
         updated = deleted = rewritten_bytes = 0
-        for candidate in self.locate(table, state, changes):
+        specs: dict[int, PartitionSpec] = {}
+        located, specs = self._locate(table, state, changes)
+        for candidate in located:
             outcome = rewrite_without(
-                self._reader, self._sink, candidate.file_path, changes, folder=change.rewrite_uri, own=False
+                self._reader,
+                self._sink,
+                candidate.file_path,
+                changes,
+                folder=change.rewrite_uri,
+                own=False,
+                partition_values=bucket_values(specs[candidate.spec_id], candidate),
             )
             if not outcome.dropped:
                 continue
@@ -93,15 +103,25 @@ class IcebergUpsertFiles(CatalogTableAccess):
             updated += outcome.dropped - outcome.deleted
             deleted += outcome.deleted
             if outcome.written is not None:
-                added.append(outcome.written)
+                # Its rows are some of the candidate's: its partition, whose bucket values its
+                # bounds cannot give (adapters/iceberg_data_files.py).
+                specs = specs or self._load(table).specs()
+                values = bucket_values(specs[candidate.spec_id], candidate)
+                added.append(outcome.written.model_copy(update={"partition_values": values}))
         for own in change.row_files:
             outcome = rewrite_without(
-                self._reader, self._sink, own.uri, changes, folder=change.rewrite_uri, own=True
+                self._reader,
+                self._sink,
+                own.uri,
+                changes,
+                folder=change.rewrite_uri,
+                own=True,
+                partition_values=own.partition_values,
             )
             if not outcome.dropped:
                 added.append(own)
             elif outcome.written is not None:
-                added.append(outcome.written)
+                added.append(outcome.written.model_copy(update={"partition_values": own.partition_values}))
         inserted = changes.count - changes.deleted - updated
         counts = UpsertCounts(
             inserted=inserted,
@@ -115,8 +135,13 @@ class IcebergUpsertFiles(CatalogTableAccess):
     def locate(self, table: str, state: TableState, changes: KeyChanges) -> list[IcebergDataFile]:
         """The data files of `table` at `state`'s snapshot that may hold a changed key (pruned by
         partition and by the key columns' bounds); none for a table without a snapshot."""
+        return self._locate(table, state, changes)[0]
+
+    def _locate(
+        self, table: str, state: TableState, changes: KeyChanges
+    ) -> tuple[list[IcebergDataFile], dict[int, PartitionSpec]]:
         if state.snapshot_id is None or not changes.count:
-            return []
+            return [], {}
         loaded = self._load(table)
         schema = loaded.schema()
         fields = [schema.find_field(name) for name in changes.key]
@@ -128,7 +153,8 @@ class IcebergUpsertFiles(CatalogTableAccess):
             raise CatalogError(
                 self._describe, f"read the manifests of {table!r} at snapshot {state.snapshot_id}", str(exc)
             ) from exc
-        return [f for f in files if all(_may_hold(f, field, keys[field.name]) for field in fields)]
+        located = [f for f in files if all(_may_hold(f, field, keys[field.name]) for field in fields)]
+        return located, loaded.specs()
 
 
 def _comparable(field: NestedField, values: pa.Array) -> list[Any]:

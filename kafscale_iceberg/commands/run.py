@@ -98,12 +98,16 @@ def stop_on_signals(stop: Callable[[], None]) -> Iterator[None]:
 def print_summary(summary: OnceSummary) -> None:
     """The `--once` summary: runs, records, and each topic left behind with why."""
     committed = [r for r in summary.runs if r.end is RunEnd.COMMITTED]
-    records = sum(r.records for r in committed)
+    finished = summary.finished
+    records = sum(r.records for r in committed) + sum(f.records for f in finished)
+    recovered = f" ({len(finished)} of them left by an earlier crash and finished)" if finished else ""
     print(
-        f"kafscale-iceberg run --once: {len(committed)} runs committed, {records} records, "
-        f"{len(summary.failed)} topics failed",
+        f"kafscale-iceberg run --once: {len(committed) + len(finished)} runs committed{recovered}, "
+        f"{records} records, {len(summary.failed)} topics failed",
         file=sys.stderr,
     )
+    for run in finished:
+        print(f"  {run.topic}: finished {run.describe()}", file=sys.stderr)
     dead = sum(r.dead_lettered for r in committed)
     skipped = sum(r.skipped_lfs for r in committed)
     lfs_errors: dict[str, int] = {}

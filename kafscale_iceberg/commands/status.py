@@ -96,6 +96,12 @@ def _render_topic(topic: TopicStatus) -> str:
             f"last maintenance {_time(health.last_maintenance_ms)}, "
             f"last compaction {_time(health.last_compaction_ms)}"
         )
+    if topic.upsert is not None:
+        u = topic.upsert
+        lines.append(
+            f"  upsert: {u.inserted} inserted, {u.updated} updated, {u.deleted} deleted; "
+            f"{u.files_rewritten} files ({u.bytes_rewritten} bytes) rewritten (retained snapshots)"
+        )
     if topic.conversion_failures:
         listed = ", ".join(f"{column} {count}" for column, count in topic.conversion_failures.items())
         lines.append(f"  not converted {listed} (stored null; the value column keeps them)")

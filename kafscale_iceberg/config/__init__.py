@@ -84,7 +84,6 @@ from kafscale_iceberg.config.mappings import (
     LfsConfig,
     MappingConfig,
     MappingSchemaConfig,
-    describe_partition_field,
 )
 from kafscale_iceberg.config.model import KafscaleConfig
 from kafscale_iceberg.config.sections import (
@@ -95,6 +94,8 @@ from kafscale_iceberg.config.sections import (
     EtcdConfig,
     EtcdTlsConfig,
     IcebergConfig,
+    InlineRunnerConfig,
+    LambdaRunnerConfig,
     LocalRunnerConfig,
     MaintenanceConfig,
     NotificationsConfig,
@@ -106,6 +107,7 @@ from kafscale_iceberg.config.sections import (
     S3Config,
     SchemaConfig,
 )
+from kafscale_iceberg.domain.partitioning import describe_partition_field
 
 __all__ = [
     "CATALOG_SECRET_ENV",
@@ -132,7 +134,9 @@ __all__ = [
     "EtcdConfig",
     "EtcdTlsConfig",
     "IcebergConfig",
+    "InlineRunnerConfig",
     "KafscaleConfig",
+    "LambdaRunnerConfig",
     "LfsConfig",
     "LfsMode",
     "LocalRunnerConfig",

@@ -19,7 +19,7 @@ DiscoveryMode = Literal["auto", "etcd", "s3"]
 OffsetsBackend = Literal["etcd", "sqlite"]
 SchemaSource = Literal["mapping", "registry", "none", "infer"]
 LfsMode = Literal["off", "resolve", "reference", "skip", "hybrid"]
-RunnerType = Literal["local", "emr_serverless"]
+RunnerType = Literal["local", "inline", "emr_serverless"]
 
 GIB = 1024**3
 MIB = 1024**2

@@ -28,6 +28,11 @@ from kafscale_iceberg.config.base import (
 )
 from kafscale_iceberg.config.formats import KeyFormatKey, ValueFormatKey, format_problems
 from kafscale_iceberg.config.upsert import UpsertConfig, upsert_problems
+from kafscale_iceberg.domain.partitioning import (
+    describe_partition_field,
+    partition_field_name,
+    source_type_problem,
+)
 from kafscale_iceberg.domain.routing import check_route_field, check_template
 from kafscale_iceberg.domain.runs import (
     DECIMAL_MAX_PRECISION,
@@ -216,30 +221,25 @@ _TRANSFORMS: Mapping[str, PartitionTransform] = {
     "days": PartitionTransform.DAY,
     "hour": PartitionTransform.HOUR,
     "hours": PartitionTransform.HOUR,
+    "bucket": PartitionTransform.BUCKET,
+    "truncate": PartitionTransform.TRUNCATE,
 }
-_PARTITION_TEXT = re.compile(r"(?:(?P<transform>\w+)\s*\(\s*(?P<inner>[^()\s]+)\s*\)|(?P<bare>[^()\s]+))")
-_PARTITION_FORMS = "col, identity(col), year(col), month(col), day(col), hour(col)"
-_DATE_OR_TIMESTAMP = frozenset({ColumnType.DATE, ColumnType.TIMESTAMP})
-_UNPARTITIONED_TYPES = frozenset(
-    {
-        ColumnType.TIMESTAMPTZ,
-        ColumnType.UUID,
-        ColumnType.DECIMAL,
-        ColumnType.STRUCT,
-        ColumnType.LIST,
-        ColumnType.MAP,
-    }
+_PARAMETER_NAMES: Mapping[PartitionTransform, tuple[str, str]] = {
+    PartitionTransform.BUCKET: ("N", "the number of buckets"),
+    PartitionTransform.TRUNCATE: ("W", "the width to cut values to"),
+}
+_PARTITION_TEXT = re.compile(
+    r"(?P<transform>\w+)\s*\(\s*(?:(?P<parameter>[^,()\s]+)\s*,\s*)?(?P<inner>[^,()\s]+)\s*\)"
+    r"|(?P<bare>[^(),\s]+)"
 )
-_TIME_TRANSFORM_TYPES: Mapping[PartitionTransform, frozenset[ColumnType]] = {
-    PartitionTransform.YEAR: _DATE_OR_TIMESTAMP,
-    PartitionTransform.MONTH: _DATE_OR_TIMESTAMP,
-    PartitionTransform.DAY: _DATE_OR_TIMESTAMP,
-    PartitionTransform.HOUR: frozenset({ColumnType.TIMESTAMP}),
-}
+_PARTITION_FORMS = (
+    "col, identity(col), year(col), month(col), day(col), hour(col), bucket(N, col), truncate(W, col)"
+)
 
 
 def _parse_partition_field(value: object) -> object:
-    """`col`, `identity(col)`, `day(col)`, ... (plural `days(col)` too) -> a PartitionField."""
+    """`col`, `identity(col)`, `day(col)` (plural `days(col)` too), `bucket(N, col)`,
+    `truncate(W, col)` -> a PartitionField."""
     if not isinstance(value, str):
         return value
     match = _PARTITION_TEXT.fullmatch(value.strip())
@@ -247,19 +247,25 @@ def _parse_partition_field(value: object) -> object:
         raise _invalid(f"{value!r} is not a partition field; allowed forms: {_PARTITION_FORMS}")
     if match["bare"] is not None:
         return PartitionField(column=match["bare"], transform=PartitionTransform.IDENTITY)
-    transform = _TRANSFORMS.get(match["transform"].lower())
+    name = match["transform"].lower()
+    transform = _TRANSFORMS.get(name)
     if transform is None:
         raise _invalid(
             f"transform {match['transform']!r} in {value!r} is not supported; allowed forms: "
-            f"{_PARTITION_FORMS} (each data file holds one value per partition field, so bucket and "
-            "truncate are not offered)"
+            + _PARTITION_FORMS
         )
-    return PartitionField(column=match["inner"], transform=transform)
-
-
-def describe_partition_field(field: PartitionField) -> str:
-    """The config spelling of a partition field: `day(ordered_at)`."""
-    return f"{field.transform.value}({field.column})"
+    wanted = _PARAMETER_NAMES.get(transform)
+    text = match["parameter"]
+    if wanted is None:
+        if text is not None:
+            raise _invalid(f"{name} takes only a column: {name}(col), got {value!r}")
+        return PartitionField(column=match["inner"], transform=transform)
+    parameter = int(text) if text is not None and re.fullmatch(r"[+-]?\d+", text) else None
+    if parameter is None or parameter < 1:
+        shown = "nothing" if text is None else repr(text)
+        letter, meaning = wanted
+        raise _invalid(f"{name} needs {letter} ≥ 1 ({meaning}), got {shown}: write {name}({letter}, col)")
+    return PartitionField(column=match["inner"], transform=transform, parameter=parameter)
 
 
 def _split_identifier(value: str) -> tuple[str, ...]:
@@ -400,11 +406,19 @@ class MappingConfig(_Section):
             )
         column_types = self.known_column_types()
         seen: set[PartitionField] = set()
+        names: set[str] = set()
         for index, field in enumerate(self.partition_by):
             key = f"partition_by[{index}]"
             if field in seen:
                 problems.add(key, f"{describe_partition_field(field)} is listed twice")
+            elif partition_field_name(field) in names:
+                problems.add(
+                    key,
+                    f"{describe_partition_field(field)} gives a second partition field named "
+                    f"{partition_field_name(field)!r}; keep one {field.transform.value} of a column",
+                )
             seen.add(field)
+            names.add(partition_field_name(field))
             column_type = column_types.get(field.column)
             if column_type is None:
                 if self.schema_.source == "registry":
@@ -423,19 +437,10 @@ class MappingConfig(_Section):
                     "nor a column of this mapping",
                 )
                 continue
-            if field.transform is PartitionTransform.IDENTITY and column_type in _UNPARTITIONED_TYPES:
-                problems.add(
-                    key, f"{column_type.value} columns cannot be partitioned by; choose another column"
-                )
-            allowed_types = _TIME_TRANSFORM_TYPES.get(field.transform)
-            if allowed_types is not None and column_type not in allowed_types:
-                problems.add(
-                    key,
-                    f"{describe_partition_field(field)} needs a "
-                    f"{' or '.join(sorted(t.value for t in allowed_types))} column, but {field.column!r} is "
-                    f"{column_type.value}"
-                    + (" (milliseconds as a number)" if field.column == "timestamp_ms" else ""),
-                )
+            problem = source_type_problem(field, column_type)
+            if problem is not None:
+                hint = " (milliseconds as a number)" if field.column == "timestamp_ms" else ""
+                problems.add(key, problem + hint)
         problems.raise_if_any()
         return self
 

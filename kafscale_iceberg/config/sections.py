@@ -269,14 +269,20 @@ def _check_runs_location(value: str) -> str:
     return value.rstrip("/") or value
 
 
+DEFAULT_MIN_BYTES_PER_RUN = 256 * MIB
+"""A run starts once this much is pending, or once its oldest segment waited `max_wait_seconds`."""
+
+
 class RunsConfig(_Section):
     """`runs`: how pending segments are grouped into runs, and where run plans and results go."""
 
     location: Annotated[str, AfterValidator(_check_runs_location)] = ""
     max_bytes_per_run: PositiveByteSize = ByteSize(GIB)
     max_segments_per_run: Annotated[int, Field(gt=0)] = 5000
-    min_bytes_per_run: Annotated[ByteSize, Field(ge=0)] = ByteSize(0)
-    max_wait_seconds: Annotated[int, Field(ge=0)] = 60
+    # A topic commits at most about every `max_wait_seconds` unless this much is pending (unset: at
+    # most `max_bytes_per_run`): docs/configuration.md "Batching" gives the reasons.
+    min_bytes_per_run: Annotated[ByteSize, Field(ge=0)] = ByteSize(DEFAULT_MIN_BYTES_PER_RUN)
+    max_wait_seconds: Annotated[int, Field(ge=0)] = 30
     target_file_size_bytes: PositiveByteSize = ByteSize(128 * MIB)
     corrupt_segment_policy: Annotated[CorruptSegmentPolicy, BeforeValidator(_lowercase)] = (
         CorruptSegmentPolicy.FAIL
@@ -290,6 +296,12 @@ class RunsConfig(_Section):
     @model_validator(mode="after")
     def _check_bounds(self) -> RunsConfig:
         problems = _Problems()
+        if (
+            "min_bytes_per_run" not in self.model_fields_set
+            and self.min_bytes_per_run > self.max_bytes_per_run
+        ):
+            # The default never refuses a smaller run limit (frozen model: set once, here).
+            object.__setattr__(self, "min_bytes_per_run", self.max_bytes_per_run)
         if self.min_bytes_per_run > self.max_bytes_per_run:
             problems.add(
                 "min_bytes_per_run",
@@ -441,12 +453,33 @@ class EmrServerlessRunnerConfig(_Section):
         return found
 
 
+class InlineRunnerConfig(_Section):
+    """`runner.inline`: each run's tasks in this process, no JVM (`local/inline_runner.py`)."""
+
+    # 0: one thread per core this process may use.
+    workers: Annotated[int, Field(ge=0)] = 0
+
+
+DEFAULT_LAMBDA_MAX_BYTES = 512 * MIB
+
+
+class LambdaRunnerConfig(_Section):
+    """`runner.lambda`: the runs small enough for the Lambda runner on AWS (`functions/plan_runner.py`)."""
+
+    # Planned bytes up to which a run executes in the runner function instead of an EMR job; 0 sends
+    # every run to EMR Serverless. Sized from the in-process throughput measured in bench/ (see
+    # docs/configuration.md), so a run ends well inside Lambda's 15 minutes.
+    max_bytes: Annotated[ByteSize, Field(ge=0)] = ByteSize(DEFAULT_LAMBDA_MAX_BYTES)
+
+
 class RunnerConfig(_Section):
-    """`runner`: where the Spark job of each run executes."""
+    """`runner`: where each run's tasks execute."""
 
     type: Annotated[RunnerType, BeforeValidator(_lowercase)] = "local"
     local: LocalRunnerConfig = Field(default_factory=LocalRunnerConfig)
+    inline: InlineRunnerConfig = Field(default_factory=InlineRunnerConfig)
     emr_serverless: EmrServerlessRunnerConfig = Field(default_factory=EmrServerlessRunnerConfig)
+    lambda_: LambdaRunnerConfig = Field(default_factory=LambdaRunnerConfig, alias="lambda")
 
     @model_validator(mode="after")
     def _selected_runner_is_complete(self) -> RunnerConfig:

@@ -1,61 +1,52 @@
 """Iceberg partition values of rows, and rows split so each data file holds one value per field.
 
-pyiceberg's `add_files` derives a file's partition from its column statistics and refuses a file
-whose rows span more than one value of a partition field, so rows are grouped by their partition
-values before writing. Transform results are Iceberg's own (spec, "Partition Transforms"):
+Each data file holds one value per partition field (the commit step gives the table each file's
+partition, and a reset or compaction keeps files of one partition), so rows are grouped by their
+partition values before writing. Transform results are Iceberg's own (spec, "Partition Transforms"):
 
 - `identity(col)`: the value; a `date` is its day number, a `timestamp` its epoch microseconds;
 - `year` / `month` / `day`: years, months, days since 1970-01-01 (negative before), of a `date`
   or of a `timestamp`'s UTC date;
-- `hour`: hours since 1970-01-01T00:00 of a `timestamp`.
+- `hour`: hours since 1970-01-01T00:00 of a `timestamp`;
+- `bucket[N]`: `(murmur3_x86_32(bytes) & Integer.MAX_VALUE) % N` of the spec's byte form of the
+  value (int and date as a long, 8 bytes little-endian; a timestamp's microseconds; a decimal's
+  unscaled two's complement, big-endian, minimal; a string's UTF-8; a uuid's 16 bytes; binary as is);
+- `truncate[W]`: ints and longs `v - (v mod W)` (floor, so -1 -> -W), a decimal's unscaled value
+  likewise (scale kept), a string's first W code points (not bytes), a binary's first W bytes.
 
-A null source value is the null partition value. Partition field names follow Iceberg's defaults:
-the column name for identity, `{column}_{transform}` otherwise.
+bucket and truncate run in iceberg-rust's Arrow kernels (`pyiceberg_core.transform`, the same
+kernels pyiceberg writes with): the one import of the data plane that is not pyarrow, numpy or the
+codec's, allowed here only (a compute library without I/O; no pyiceberg, see docs/architecture.md).
+
+A null source value is the null partition value. Partition field names follow Iceberg's defaults
+(`domain/partitioning.py`). In a `DataFile`'s `partition_values` a truncated decimal is its text
+(`"12.20"`) and a truncated binary the base64 of its bytes, so results stay JSON.
 """
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Sequence
+from decimal import Decimal
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyiceberg_core import transform as iceberg_kernels
 
-from kafscale_iceberg.domain.runs import ColumnType, PartitionField, PartitionTransform, PartitionValue
+from kafscale_iceberg.domain.partitioning import (
+    describe_partition_field,
+    partition_field_name,
+    source_type_problem,
+)
+from kafscale_iceberg.domain.runs import PartitionField, PartitionTransform, PartitionValue
 from kafscale_iceberg.domain.schema import FieldSpec
 from kafscale_iceberg.exceptions import PartitioningError
 
-_TIME_SOURCES: dict[PartitionTransform, frozenset[ColumnType]] = {
-    PartitionTransform.YEAR: frozenset({ColumnType.DATE, ColumnType.TIMESTAMP}),
-    PartitionTransform.MONTH: frozenset({ColumnType.DATE, ColumnType.TIMESTAMP}),
-    PartitionTransform.DAY: frozenset({ColumnType.DATE, ColumnType.TIMESTAMP}),
-    PartitionTransform.HOUR: frozenset({ColumnType.TIMESTAMP}),
-}
 _MICROS_PER_DAY = 86_400_000_000
 _MICROS_PER_HOUR = 3_600_000_000
 
 PartitionKey = dict[str, PartitionValue]
-
-
-def partition_field_name(field: PartitionField) -> str:
-    """Iceberg's default name of the partition field: `col` for identity, else `col_{transform}`."""
-    if field.transform is PartitionTransform.IDENTITY:
-        return field.column
-    return f"{field.column}_{field.transform.value}"
-
-
-UNPARTITIONED_TYPES = frozenset(
-    {
-        ColumnType.BINARY,
-        ColumnType.TIMESTAMPTZ,
-        ColumnType.UUID,
-        ColumnType.DECIMAL,
-        ColumnType.STRUCT,
-        ColumnType.LIST,
-        ColumnType.MAP,
-    }
-)
-"""Column types no partition field is written for (one value per file is not computed for them)."""
 
 
 def check_partitioning(fields: Sequence[FieldSpec], partition_by: Sequence[PartitionField]) -> None:
@@ -65,26 +56,24 @@ def check_partitioning(fields: Sequence[FieldSpec], partition_by: Sequence[Parti
     for field in partition_by:
         source = types.get(field.column)
         if source is None:
-            raise PartitioningError(f"partition field {field.transform}({field.column}): no such column")
-        if field.transform is PartitionTransform.IDENTITY:
-            if source in UNPARTITIONED_TYPES:
-                raise PartitioningError(
-                    f"identity({field.column}): {source.value} columns are not partitioned"
-                )
-        elif source not in _TIME_SOURCES[field.transform]:
-            raise PartitioningError(
-                f"{field.transform}({field.column}): a {source.value} column has no {field.transform} "
-                f"transform (allowed on {', '.join(sorted(t.value for t in _TIME_SOURCES[field.transform]))})"
-            )
+            raise PartitioningError(f"partition field {describe_partition_field(field)}: no such column")
+        problem = source_type_problem(field, source)
+        if problem is not None:
+            raise PartitioningError(problem)
         name = partition_field_name(field)
         if name in names:
             raise PartitioningError(f"partition field {name!r} is listed twice")
         names.add(name)
 
 
-def transform_values(column: pa.Array, transform: PartitionTransform) -> pa.Array:
-    """The partition values of `column` (a date32, timestamp[us] or plain column) under `transform`."""
+def transform_values(column: pa.Array, field: PartitionField) -> pa.Array:
+    """The partition values of `column` (as the data plane writes its type) under `field`'s transform."""
+    transform = field.transform
     column_type = column.type
+    if transform is PartitionTransform.BUCKET:
+        return iceberg_kernels.bucket(column, field.parameter)
+    if transform is PartitionTransform.TRUNCATE:
+        return iceberg_kernels.truncate(column, field.parameter)
     if transform is PartitionTransform.IDENTITY:
         if pa.types.is_date32(column_type):
             return column.cast(pa.int32())
@@ -104,6 +93,16 @@ def transform_values(column: pa.Array, transform: PartitionTransform) -> pa.Arra
     return pa.array(floored, pa.int32(), mask=np.asarray(micros.is_null().to_numpy(zero_copy_only=False)))
 
 
+def partition_value(value: object) -> PartitionValue:
+    """A partition value as a run result carries it (JSON): decimals as text, bytes as base64."""
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode("ascii")
+    assert value is None or isinstance(value, str | int | float | bool), value
+    return value
+
+
 def split_by_partition(
     table: pa.Table, partition_by: Sequence[PartitionField]
 ) -> list[tuple[PartitionKey, pa.Table]]:
@@ -116,17 +115,17 @@ def split_by_partition(
     if table.num_rows == 0:
         return []
     names = [partition_field_name(f) for f in partition_by]
-    keys = [transform_values(_combined(table.column(f.column)), f.transform) for f in partition_by]
+    keys = [transform_values(_combined(table.column(f.column)), f) for f in partition_by]
     if all(k.null_count == 0 for k in keys) and all(
         pc.min_max(k)["min"] == pc.min_max(k)["max"] for k in keys
     ):
-        return [({n: k[0].as_py() for n, k in zip(names, keys, strict=True)}, table)]
+        return [({n: partition_value(k[0].as_py()) for n, k in zip(names, keys, strict=True)}, table)]
     key_table = pa.table({**{f"k{i}": k for i, k in enumerate(keys)}, "row": np.arange(table.num_rows)})
     groups = key_table.group_by([f"k{i}" for i in range(len(keys))], use_threads=False).aggregate(
         [("row", "list")]
     )
     result: list[tuple[PartitionKey, pa.Table]] = []
-    key_columns = [groups.column(f"k{i}").to_pylist() for i in range(len(keys))]
+    key_columns = [[partition_value(v) for v in groups.column(f"k{i}").to_pylist()] for i in range(len(keys))]
     row_lists = groups.column("row_list")
     for g in range(groups.num_rows):
         key = {name: key_columns[i][g] for i, name in enumerate(names)}

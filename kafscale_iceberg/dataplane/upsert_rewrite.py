@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kafscale_iceberg.dataplane.storage import join_uri
-from kafscale_iceberg.domain.runs import DataFile
+from kafscale_iceberg.domain.runs import DataFile, PartitionValue
 from kafscale_iceberg.ports import FileSink, ObjectReader
 
 _POSITION = "__kafscale_position"
@@ -33,13 +33,16 @@ class KeyChanges:
     def __init__(self, key: Sequence[str], rows: pa.Table, deletes: pa.Table) -> None:
         self.key = tuple(key)
         columns = [*self.key, "partition", "offset"]
+        # The key columns' types: the rows' when the run has some (files without rows carry none).
+        schema = (rows if rows.num_rows or not deletes.num_rows else deletes).select(columns).schema
         parts = [
-            rows.select(columns).append_column(_DELETED, pa.array(np.zeros(rows.num_rows, bool))),
+            table.select(columns)
+            .cast(schema)
+            .append_column(_DELETED, pa.array(np.full(table.num_rows, flag)))
+            for table, flag in ((rows, False), (deletes, True))
+            if table.num_rows or table is rows
         ]
-        if deletes.num_rows:
-            deleted = deletes.select(columns).cast(parts[0].select(columns).schema)
-            parts.append(deleted.append_column(_DELETED, pa.array(np.ones(deletes.num_rows, bool))))
-        changes = pa.concat_tables(parts)
+        changes = pa.concat_tables([p for p in parts if p.num_rows] or parts[:1])
         ordered = changes.sort_by([(c, "ascending") for c in columns])
         ordered = ordered.append_column(_POSITION, pa.array(np.arange(ordered.num_rows, dtype=np.int64)))
         last = ordered.group_by(list(self.key), use_threads=False).aggregate([(_POSITION, "max")])
@@ -125,10 +128,13 @@ def rewrite_without(
     *,
     folder: str,
     own: bool,
+    partition_values: Mapping[str, PartitionValue] | None = None,
 ) -> FileRewrite:
     """`source` written again under `folder` without the rows `changes` replace (a table file: rows of
     a changed key; `own`, a file of the run: rows a later change superseded). Only the key columns
-    are decoded unless a row must go. Idempotent: the new file's name derives from `source`."""
+    are decoded unless a row must go. `partition_values`: what the new file carries (the source's
+    values of partition fields its bounds cannot give, e.g. a bucket's). Idempotent: the new file's
+    name derives from `source`."""
     data = reader.read_bytes(source)
     columns = [*changes.key, "partition", "offset"] if own else list(changes.key)
     probe = pq.read_table(io.BytesIO(data), columns=columns)
@@ -151,7 +157,12 @@ def rewrite_without(
     sink.publish(staging, uri)
     return FileRewrite(
         source=source,
-        written=DataFile(uri=uri, record_count=rows.num_rows, size_bytes=size),
+        written=DataFile(
+            uri=uri,
+            record_count=rows.num_rows,
+            size_bytes=size,
+            partition_values=dict(partition_values or {}),
+        ),
         dropped=dropped,
         deleted=deletes,
     )

@@ -28,7 +28,7 @@ from enum import StrEnum
 from types import MappingProxyType
 
 from kafscale_iceberg.domain.anomalies import OffsetAnomalies
-from kafscale_iceberg.domain.runs import NO_OFFSET, ColumnSpec, DataFile, PartitionField, PartitionTransform
+from kafscale_iceberg.domain.runs import NO_OFFSET, ColumnSpec, DataFile, PartitionField
 from kafscale_iceberg.domain.schema import FieldSpec
 from kafscale_iceberg.domain.upsert import UpsertCounts
 from kafscale_iceberg.exceptions import TableMarkerError
@@ -418,6 +418,39 @@ def reconcile(topic: str, marker: TableMarker, store: Mapping[int, int]) -> Reco
     )
 
 
+def describe_offsets(offsets: Mapping[int, int]) -> str:
+    """`p0=11, p1=7` (`-` for none): offsets as the product's log lines and summaries print them."""
+    return ", ".join(f"p{p}={o}" for p, o in sorted(offsets.items())) or "-"
+
+
+@dataclass(frozen=True)
+class FinishedRun:
+    """A run stranded between its tables' commits (a crash after some of them), finished from its own
+    plan and result by a later run's commit: what an operator needs to know it is in."""
+
+    run_id: str
+    topic: str
+    tables: tuple[str, ...]
+    """The tables its finishing committed, in commit order (those already holding it left out)."""
+    records: int
+    dead_letters: int
+    offsets: Mapping[int, int]
+    """The run's partitions' committed offsets after it."""
+
+    def describe(self) -> str:
+        """`run R (tables a, b: 17 records, 1 dead letter; offsets p0=11)`."""
+        tables = ", ".join(self.tables) or "none left to commit"
+        dead = (
+            f", {self.dead_letters} dead letter{'' if self.dead_letters == 1 else 's'}"
+            if self.dead_letters
+            else ""
+        )
+        return (
+            f"run {self.run_id} (tables {tables}: {self.records} records{dead}; "
+            f"offsets {describe_offsets(self.offsets)})"
+        )
+
+
 @dataclass(frozen=True)
 class TableSpec:
     """The table a run's files go to: its fields, partitioning, and what may be changed on it."""
@@ -439,11 +472,7 @@ class TableSpec:
         return tuple(self.identifier.split("."))[:-1]
 
 
-def partition_field_name(column: str, transform: PartitionTransform) -> str:
-    """The partition field's name as Iceberg's Java API names it: `col` or `col_day`."""
-    return column if transform is PartitionTransform.IDENTITY else f"{column}_{transform.value}"
-
-
 def describe_partitioning(fields: Sequence[tuple[str, str]]) -> str:
-    """`day(ts), identity(partition)` from `(transform, column)` pairs."""
+    """`day(ts), identity(partition), bucket[16](id)` from `(transform, column)` pairs (Iceberg's
+    transform names)."""
     return ", ".join(f"{transform}({column})" for transform, column in fields)

@@ -23,9 +23,12 @@ import re
 from typing import Final
 
 _NUMERIC_TEXT: Final = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
-# Enough digits for any exponent a fitting value can have: the quantize below never rounds silently.
-_CONTEXT: Final = decimal.Context(prec=100_000, traps=[decimal.InvalidOperation, decimal.Inexact])
-_MAX_EXPONENT_SPAN: Final = 1000
+MAX_PRECISION: Final = 38
+"""Iceberg's widest decimal."""
+# A fitting value has at most MAX_PRECISION digits, so this context never rounds one: it only
+# signals (trapped) when digits would be lost or the result would be wider.
+_CONTEXT: Final = decimal.Context(prec=MAX_PRECISION, traps=[decimal.InvalidOperation, decimal.Inexact])
+_QUANTA: Final = tuple(decimal.Decimal((0, (1,), -scale)) for scale in range(MAX_PRECISION + 1))
 
 
 def decimal_from_text(text: str) -> decimal.Decimal | None:
@@ -37,9 +40,8 @@ def decimal_from_text(text: str) -> decimal.Decimal | None:
 
 def from_unscaled(unscaled: int, scale: int) -> decimal.Decimal:
     """`unscaled * 10**-scale` exactly (Avro, Protobuf and Connect decimals carry this pair)."""
-    return decimal.Decimal(unscaled).scaleb(
-        -scale, context=_CONTEXT
-    )  # the default context rounds at 28 digits
+    sign, digits, _ = decimal.Decimal(unscaled).as_tuple()
+    return decimal.Decimal((sign, digits, -scale))
 
 
 def fit_decimal(value: decimal.Decimal | int, precision: int, scale: int) -> decimal.Decimal | None:
@@ -47,16 +49,16 @@ def fit_decimal(value: decimal.Decimal | int, precision: int, scale: int) -> dec
     column cannot hold it (not finite, more fraction digits than `scale` that are not zeros, or
     more than `precision - scale` integer digits). Never rounds."""
     number = decimal.Decimal(value) if type(value) is int else value
-    if not isinstance(number, decimal.Decimal) or not number.is_finite():
+    if (
+        type(number) is not decimal.Decimal
+        or not number.is_finite()
+        or not 0 <= scale <= precision <= MAX_PRECISION
+    ):
         return None
-    exponent = number.as_tuple().exponent
-    assert isinstance(exponent, int)  # finite
-    if abs(exponent) > _MAX_EXPONENT_SPAN and not number.is_zero():
-        return None  # `1e-99999` or `1e99999`: never a value a 38-digit column holds
+    # `adjusted()` is the exponent of the leading digit: integer digits = adjusted() + 1 (zero has none).
+    if number and number.adjusted() >= precision - scale:
+        return None
     try:
-        exact = number.quantize(decimal.Decimal(1).scaleb(-scale), context=_CONTEXT)
+        return number.quantize(_QUANTA[scale], context=_CONTEXT)
     except (decimal.InvalidOperation, decimal.Inexact):
-        return None
-    if len(exact.as_tuple().digits) > precision:
-        return None
-    return exact
+        return None  # a fraction digit beyond the scale that is not zero

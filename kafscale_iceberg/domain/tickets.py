@@ -10,6 +10,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from kafscale_iceberg.domain.leases import LeaseGrant
+from kafscale_iceberg.domain.runner_choice import RunnerKind
 
 PLAN_NAME = "plan.json"
 RESULT_NAME = "result.json"
@@ -29,7 +30,9 @@ def run_document_uri(runs_location: str, topic: str, run_id: str, name: str) -> 
 class RunTicket(BaseModel):
     """A planned run holding its topic's lease: Step Functions state, or the local loop's variable.
 
-    `job_id` is empty until the job is started (by the run steps, idempotently by run id).
+    `job_id` is empty until the job is started (by the run steps, idempotently by run id; on AWS the
+    state machine starts an EMR job and a Lambda run has none). `runner` is the plan's: the state
+    machine's `Choice` branches on it.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -40,6 +43,7 @@ class RunTicket(BaseModel):
     grant: LeaseGrant
     attempt: int = 0
     job_id: str | None = None
+    runner: RunnerKind = RunnerKind.EMR_SERVERLESS
 
 
 class FailedAttempt(BaseModel):

@@ -21,6 +21,7 @@ position deletes can later take the rewrite's place.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from kafscale_iceberg.domain.runs import DataFile
@@ -57,6 +58,26 @@ class UpsertCounts:
     files_rewritten: int = 0
     bytes_rewritten: int = 0
 
+    def plus(self, other: UpsertCounts) -> UpsertCounts:
+        """Both counts added."""
+        return UpsertCounts(
+            inserted=self.inserted + other.inserted,
+            updated=self.updated + other.updated,
+            deleted=self.deleted + other.deleted,
+            files_rewritten=self.files_rewritten + other.files_rewritten,
+            bytes_rewritten=self.bytes_rewritten + other.bytes_rewritten,
+        )
+
+    def to_json(self) -> dict[str, int]:
+        """A JSON-ready dict (what `status --json` shows)."""
+        return {
+            "inserted": self.inserted,
+            "updated": self.updated,
+            "deleted": self.deleted,
+            "files_rewritten": self.files_rewritten,
+            "bytes_rewritten": self.bytes_rewritten,
+        }
+
     def summary(self) -> dict[str, str]:
         """The snapshot summary keys (`kafscale.upsert.*`): the audit trail `status` reads."""
         return {
@@ -76,3 +97,22 @@ class UpsertRewrite:
     added: tuple[DataFile, ...]
     removed: tuple[str, ...]
     counts: UpsertCounts
+
+
+def upsert_counts_of(summary: Mapping[str, str]) -> UpsertCounts | None:
+    """An upsert snapshot's counts from its summary (None when it has none); a value that is not a
+    count reads as 0: the summary is an audit trail, never a reason to fail a status."""
+    if SUMMARY_UPSERT_INSERTED not in summary:
+        return None
+
+    def count(key: str) -> int:
+        text = summary.get(key, "")
+        return int(text) if text.isdigit() else 0
+
+    return UpsertCounts(
+        inserted=count(SUMMARY_UPSERT_INSERTED),
+        updated=count(SUMMARY_UPSERT_UPDATED),
+        deleted=count(SUMMARY_UPSERT_DELETED),
+        files_rewritten=count(SUMMARY_UPSERT_FILES_REWRITTEN),
+        bytes_rewritten=count(SUMMARY_UPSERT_BYTES_REWRITTEN),
+    )

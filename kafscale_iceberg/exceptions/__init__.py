@@ -32,6 +32,7 @@ from kafscale_iceberg.exceptions.checkpoints import (
     ConcurrentOffsetUpdateError,
     LeaseLostError,
     OffsetRegressionError,
+    OffsetsNotRecordedError,
 )
 from kafscale_iceberg.exceptions.commits import (
     CommitConflictError,
@@ -41,6 +42,7 @@ from kafscale_iceberg.exceptions.commits import (
     OffsetResetRefusedError,
     RunAttemptEndedError,
     RunNotCommittableError,
+    RunSupersededError,
     TableChangedError,
 )
 from kafscale_iceberg.exceptions.configuration import (
@@ -66,6 +68,7 @@ from kafscale_iceberg.exceptions.control_plane import (
     ReplayRequestError,
     SchemaNotFoundError,
     SegmentIncompleteError,
+    TopicBatchingError,
     UnknownJobError,
     UnmappedTopicError,
 )
@@ -151,6 +154,7 @@ __all__ = [
     "OffsetMismatchError",
     "OffsetRegressionError",
     "OffsetResetRefusedError",
+    "OffsetsNotRecordedError",
     "PartitionSpecMismatchError",
     "PartitioningError",
     "QueueUnavailableError",
@@ -162,6 +166,7 @@ __all__ = [
     "ReplayRequestError",
     "RunAttemptEndedError",
     "RunNotCommittableError",
+    "RunSupersededError",
     "S3UnavailableError",
     "SchemaChangeError",
     "SchemaNotFoundError",
@@ -174,6 +179,7 @@ __all__ = [
     "TableChangedError",
     "TableMarkerError",
     "TableMissingError",
+    "TopicBatchingError",
     "TransientError",
     "TruncatedSegmentError",
     "UnknownJobError",

@@ -25,6 +25,24 @@ class CheckpointUnavailableError(CheckpointError, TransientError):
         )
 
 
+class OffsetsNotRecordedError(CheckpointUnavailableError):
+    """Every table of the run is committed, but the checkpoint store could not take its offsets (an
+    outage). Transient, and nothing is lost: the rows are in, and the store catches up from the table
+    (its record wins) when it is back - at the next plan of the topic, or a retry of this commit."""
+
+    def __init__(
+        self, unavailable: CheckpointUnavailableError, topic: str, run_id: str, offsets: str
+    ) -> None:
+        super().__init__(unavailable.operation, unavailable.targets, unavailable.problem)
+        self.topic = topic
+        self.run_id = run_id
+        self.args = (
+            f"run {run_id!r} of topic {topic!r} is committed to its tables, but the checkpoint store could "
+            f"not record its offsets ({offsets}): {unavailable.problem}; they catch up from the table "
+            "once the store is back - nothing to do",
+        )
+
+
 class CheckpointAuthError(CheckpointError):
     """The checkpoint store rejected our credentials or permissions. Terminal: fix the config.
 

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from kafscale_iceberg.exceptions.base import KafscaleIcebergError, TransientError
+
+if TYPE_CHECKING:
+    from kafscale_iceberg.domain.commits import FinishedRun
 
 
 class RunNotCommittableError(KafscaleIcebergError):
@@ -61,6 +65,20 @@ class OffsetMismatchError(KafscaleIcebergError):
             action = "nothing was written; abort this run and plan a new one from the committed offsets"
         super().__init__(
             f"refusing to commit run {run_id!r} of topic {topic!r} to {table!r}: {detail} ({action})"
+        )
+
+
+class RunSupersededError(OffsetMismatchError):
+    """The run's commit first finished an earlier run stranded between its tables' commits (`finished`),
+    which moved the table past this run's start: this run, planned before, is not committed and the
+    topic is planned again from the table's offsets. A recovery, not a failure; nothing to do."""
+
+    def __init__(self, stale: OffsetMismatchError, finished: FinishedRun) -> None:
+        super().__init__(stale.table, stale.topic, stale.run_id, stale.mismatches, repaired=stale.repaired)
+        self.finished = finished
+        self.args = (
+            f"run {stale.run_id!r} of topic {stale.topic!r} was planned before {finished.describe()} was "
+            "finished; it is planned again from the table's offsets (nothing of it was committed)",
         )
 
 

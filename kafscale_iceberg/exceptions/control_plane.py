@@ -23,7 +23,19 @@ class MalformedEventError(KafscaleIcebergError):
 
 
 class SegmentIncompleteError(TransientError):
-    """The `.kfs` landed before its `.index`: retry the notification later."""
+    """The `.kfs` landed before its `.index` (or the `.index` before its `.kfs`): retry the
+    notification later."""
+
+
+class TopicBatchingError(TransientError):
+    """A topic's pending bytes are below `runs.min_bytes_per_run` and its oldest segment is younger
+    than `runs.max_wait_seconds`: look at the topic again after `wait_seconds` (the launcher Lambda
+    returns the work item to its queue for that long)."""
+
+    def __init__(self, topic: str, wait_seconds: float, detail: str) -> None:
+        self.topic = topic
+        self.wait_seconds = wait_seconds
+        super().__init__(f"topic {topic!r}: {detail}; launching again in {wait_seconds:.0f} s")
 
 
 class QueueUnavailableError(TransientError):

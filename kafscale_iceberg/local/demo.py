@@ -328,6 +328,7 @@ class Demo:
             etcd_endpoints=[etcd.url] if etcd is not None else [],
             notifications={"queue_url": queue_url},
             processor={"poll_interval_seconds": 2},
+            runs={"min_bytes_per_run": 0},  # the demo's topics are small: commit what is there at once
             runner={"local": {"master": "local[2]"}},
             mappings=[
                 {

@@ -19,6 +19,7 @@ is half-committed, and the next start plans from the committed offsets.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import threading
@@ -30,6 +31,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol
 
 from kafscale_iceberg.adapters.foreign_errors import is_unreachable
+from kafscale_iceberg.domain.commits import FinishedRun
 from kafscale_iceberg.domain.events import WorkItem
 from kafscale_iceberg.domain.jobs import JobState
 from kafscale_iceberg.domain.runs import RunPlan
@@ -39,8 +41,10 @@ from kafscale_iceberg.exceptions import (
     FieldIdMismatchError,
     KafscaleIcebergError,
     OffsetMismatchError,
+    OffsetsNotRecordedError,
     RunAttemptEndedError,
     RunNotCommittableError,
+    RunSupersededError,
 )
 from kafscale_iceberg.metrics import ErrorStage, Readiness, error_stage
 from kafscale_iceberg.ports import AwaitableJobRunner, JobRunner
@@ -67,6 +71,9 @@ class RunEnd(StrEnum):
     COMMITTED = "committed"
     ABORTED = "aborted"
     CANCELLED = "cancelled"
+    SUPERSEDED = "superseded"
+    """Not committed: its commit first finished an earlier stranded run (`finished`), which moved the
+    table past the run's start; the topic is planned again at once."""
 
 
 @dataclass(frozen=True)
@@ -96,6 +103,8 @@ class RunReport:
     commit_ended_at: float = 0.0
     replan: bool = False
     """The plan was stale (refused at commit, the store repaired from the table): plan again now."""
+    finished: FinishedRun | None = None
+    """A run stranded between its tables' commits that this run's commit finished first (in now)."""
 
 
 @dataclass(frozen=True)
@@ -175,6 +184,11 @@ class OnceSummary:
         """True when every pending topic was committed."""
         return not self.failed
 
+    @property
+    def finished(self) -> list[FinishedRun]:
+        """The runs stranded between their tables' commits that these runs' commits finished."""
+        return [r.finished for r in self.runs if r.finished is not None]
+
 
 @dataclass
 class _LoopState:
@@ -183,6 +197,8 @@ class _LoopState:
     next_pass: float = 0.0
     outages: int = 0
     retry_at: dict[str, float] = field(default_factory=dict)
+    topic: str | None = None
+    """The topic being processed (what an outage met names it)."""
 
 
 def outage_delay_seconds(outages: int, backoff_s: tuple[float, float]) -> float:
@@ -231,7 +247,8 @@ class Pipeline:
         outage_backoff_s: tuple[float, float] = (1.0, 60.0),
     ) -> None:
         """`outage_backoff_s` = (first, longest) wait after a dependency failed in `run_forever`;
-        doubled per consecutive failure, with jitter."""
+        doubled per consecutive failure, with jitter. `first` also paces the retries of a commit that
+        failed transiently (`first` x attempt) and the reads of a notification queue that failed."""
         self.assembly = assembly
         self._runner = runner
         self._observer = observer
@@ -324,7 +341,9 @@ class Pipeline:
                 if self._clock() - busy_since > busy_wait_s:
                     summary.failed[topic] = f"busy for {busy_wait_s:.0f} s: {outcome.detail}"
                     return
-                self.stopping.wait(1.0)
+                # A fraction of the lease TTL (at most 1 s): a dead holder's lease is noticed soon after
+                # it expires, however short the TTL.
+                self.stopping.wait(min(1.0, self.assembly.config.offsets.lease_ttl_seconds / 8))
                 continue
             if outcome.status is LaunchStatus.BLOCKED:
                 summary.blocked[topic] = outcome.detail
@@ -381,14 +400,14 @@ class Pipeline:
                 delay = outage_delay_seconds(loop.outages, self._outage_backoff_s)
                 reason = describe_outage(exc)
                 self.health.not_ready(reason)
-                self._error(ErrorStage.DISCOVER, None, exc)
+                self._error(ErrorStage.DISCOVER, loop.topic, exc)
                 logger.warning(
                     "dependency unavailable; retrying in %.1f s: %s",
                     delay,
                     reason,
                     extra={"outages": loop.outages, "retry_in_s": round(delay, 1)},
                 )
-                loop.next_pass = 0.0  # look at everything again once it is back
+                loop.next_pass, loop.topic = 0.0, None  # look at everything again once it is back
                 self.stopping.wait(delay)
 
     def _loop_once(self, loop: _LoopState, poll_s: float) -> None:
@@ -412,11 +431,13 @@ class Pipeline:
         due = [t for t, at in loop.retry_at.items() if at <= now]
         for topic in dict.fromkeys([*self._inbox.drain(), *due]):
             loop.retry_at.pop(topic, None)
+            loop.topic = topic
             try:
                 delay = self.process_topic(topic)
             except BaseException:
                 self._inbox.signal(topic, "retried after an outage")
                 raise
+            loop.topic = None
             if delay is not None:
                 loop.retry_at[topic] = self._clock() + delay
         if not self.assembly.config.notifications.queue_url:
@@ -477,7 +498,7 @@ class Pipeline:
         self._error(ErrorStage.ROUTE, None, error)
         self._queue_problem = describe_outage(error)
         self.health.not_ready(self._queue_reason())
-        self.stopping.wait(1.0)
+        self.stopping.wait(self._outage_backoff_s[0])
 
     def _queue_reason(self) -> str:
         return f"notifications unavailable (polling S3 meanwhile): {self._queue_problem}"
@@ -524,7 +545,7 @@ class Pipeline:
             if self.stopping.is_set():
                 return self._cancel(ticket, plan, start)
             self._wait_for_job(ticket)
-        if watched.status.state is not JobState.SUCCEEDED or watched.lease_lost:
+        if watched.status is None or watched.status.state is not JobState.SUCCEEDED or watched.lease_lost:
             return self._abort(
                 ticket, plan, start, failure_reason(watched.status, lease_lost=watched.lease_lost)
             )
@@ -548,6 +569,20 @@ class Pipeline:
             except RunNotCommittableError as exc:
                 self._error(ErrorStage.SINK, ticket.topic, exc)
                 return self._abort(ticket, plan, start, str(exc))
+            except OffsetsNotRecordedError as exc:
+                # The rows are in; retrying only waits on the store: the loop backs off, and the next
+                # plan of the topic brings the store up to the table (`_abandon` aborts nothing).
+                self._error(ErrorStage.SINK, ticket.topic, exc)
+                raise
+            except RunSupersededError as exc:  # a recovery, not a failure: no error reported
+                superseded = self._abort(ticket, plan, start, str(exc))
+                return replace(
+                    superseded,
+                    end=RunEnd.SUPERSEDED,
+                    retry_after_seconds=0,
+                    replan=True,
+                    finished=exc.finished,
+                )
             except (OffsetMismatchError, FieldIdMismatchError) as exc:
                 # A stale plan: the store was repaired from the table (or `field-ids.json` rewritten
                 # from its schema), so the topic is re-planned at once (one wasted run, not a failure
@@ -562,7 +597,7 @@ class Pipeline:
                     # Still unavailable (the catalog, etcd, S3): an outage, not this run's failure -
                     # abandoned by `drive`, then the loop reports not ready and backs off.
                     raise
-                time.sleep(attempt)
+                self.stopping.wait(self._outage_backoff_s[0] * attempt)
         result = committed.result
         return RunReport(
             topic=ticket.topic,
@@ -581,6 +616,7 @@ class Pipeline:
             commit=committed,
             commit_started_at=commit_started_at,
             commit_ended_at=time.time(),
+            finished=committed.outcome.finished,
         )
 
     def _cancel(self, ticket: RunTicket, plan: RunPlan, start: _Start) -> RunReport:
@@ -596,6 +632,15 @@ class Pipeline:
         """Give up the run in flight after a failure: cancel its job, record it and release the lease
         when the dependencies allow (else the lease expires by itself and the next plan of the
         range takes the next attempt). Never raises."""
+        if isinstance(error, OffsetsNotRecordedError):
+            logger.warning(
+                "run %s committed; its offsets catch up from the table once the checkpoint store is back",
+                ticket.run_id,
+                extra={"topic": ticket.topic, "run_id": ticket.run_id},
+            )
+            with contextlib.suppress(KafscaleIcebergError):  # else it expires by itself
+                self.assembly.checkpoints.release_lease(ticket.grant)
+            return
         reason = f"abandoned: {describe_outage(error)}"
         logger.warning(
             "run abandoned", extra={"topic": ticket.topic, "run_id": ticket.run_id, "reason": reason}
@@ -632,6 +677,7 @@ class Pipeline:
         """Report a failure in `stage`, counted under the dependency that failed when it names one
         (`error_stage`: the rule the Lambdas use, so a lease lost at commit is `checkpoint` here too)."""
         stage = error_stage(error, default=stage)
+        topic = topic or getattr(error, "topic", None)
         logger.error("%s failed: %s", stage, error, extra={"stage": stage, "topic": topic})
         if self._observer:
             self._observer.error(stage, topic, error)

@@ -34,8 +34,9 @@ from kafscale_iceberg.adapters.confluent_registry import RegistryCredentials
 from kafscale_iceberg.adapters.s3_segments import S3Settings
 from kafscale_iceberg.domain.compaction_jobs import CompactionJob, CompactionJobResult
 from kafscale_iceberg.domain.jobs import JobState, JobStatus
-from kafscale_iceberg.domain.runs import RunPlan, RunResult, RunStatus
+from kafscale_iceberg.domain.runs import RunPlan, RunResult
 from kafscale_iceberg.exceptions import KafscaleIcebergError, UnknownJobError
+from kafscale_iceberg.execution.job_runner import job_status_of
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -215,7 +216,7 @@ class LocalSparkJobRunner:
         error = future.exception()
         if error is not None:
             return JobStatus(job.run_id, JobState.FAILED, "FAILED", f"{type(error).__name__}: {error}")
-        return _result_status(job, future.result())
+        return job_status_of(job.run_id, future.result(), cancelled=job.cancelled)
 
     # -- spark-submit ------------------------------------------------------------------------------
 
@@ -269,20 +270,6 @@ class LocalSparkJobRunner:
                 f"local job {job_id!r} is not known to this process (it was started by another, or "
                 "before a restart); the run is re-planned once its lease expires"
             ) from None
-
-
-def _result_status(job: _Job, result: RunResult | CompactionJobResult) -> JobStatus:
-    if job.cancelled:
-        return JobStatus(job.run_id, JobState.CANCELLED, "CANCELLED", "cancelled")
-    if isinstance(result, CompactionJobResult):
-        if result.succeeded:
-            return JobStatus(job.run_id, JobState.SUCCEEDED, "SUCCEEDED")
-        return JobStatus(job.run_id, JobState.FAILED, "FAILED", result.failure or "failed")
-    if result.status is RunStatus.SUCCEEDED:
-        return JobStatus(job.run_id, JobState.SUCCEEDED, "SUCCEEDED")
-    failure = result.failure
-    detail = f"{failure.kind.value}: {failure.message}" if failure else "failed"
-    return JobStatus(job.run_id, JobState.FAILED, "FAILED", detail)
 
 
 def _tail(path: Path | None) -> str:

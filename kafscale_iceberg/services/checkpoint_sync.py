@@ -53,13 +53,18 @@ def reconciled_offsets(
     if reconciliation.store_behind:
         checkpoints.commit_offsets(lease, repairs(stored, reconciliation.store_behind))
         logger.warning(
-            "checkpoint store repaired up to the table's offsets",
+            "topic %s: the checkpoint store caught up with the table's offsets %s (a commit's offset "
+            "write had not landed)",
+            topic,
+            _moves(reconciliation.store_behind),
             extra={"topic": topic, "repaired": dict(reconciliation.store_behind)},
         )
     if reconciliation.store_ahead:
         checkpoints.reset_offsets(lease, repairs(stored, reconciliation.store_ahead))
         logger.error(
-            "checkpoint store set back to the table's offsets",
+            "topic %s: the checkpoint store set back to the table's offsets %s",
+            topic,
+            _moves(reconciliation.store_ahead),
             extra={"topic": topic, "reset": dict(reconciliation.store_ahead)},
         )
     return reconciliation
@@ -141,3 +146,8 @@ def stored_timestamp(stored: CommittedOffsets, partition: int) -> int:
     """The store's last timestamp for `partition` (0 when none): kept when an offset is set back."""
     state = stored.state(partition)
     return 0 if state is None else state.last_timestamp_ms
+
+
+def _moves(differences: Mapping[int, tuple[int, int]]) -> str:
+    """`p0=19 (was -1), p1=7 (was 3)`: the table's offsets the store was set to, and what it held."""
+    return ", ".join(f"p{p}={table} (was {store})" for p, (store, table) in sorted(differences.items()))

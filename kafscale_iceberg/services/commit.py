@@ -30,10 +30,17 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from kafscale_iceberg.domain.anomalies import offset_anomalies
-from kafscale_iceberg.domain.commits import QuarantinedRange, Reconciliation, Standing, TableState
+from kafscale_iceberg.domain.commits import (
+    FinishedRun,
+    QuarantinedRange,
+    Reconciliation,
+    Standing,
+    TableState,
+    describe_offsets,
+)
 from kafscale_iceberg.domain.field_ids import (
     TableFieldIds,
     TopicFieldIds,
@@ -54,11 +61,14 @@ from kafscale_iceberg.domain.schema import table_fields
 from kafscale_iceberg.domain.schema_evolution import merged_column
 from kafscale_iceberg.domain.upsert import UpsertCounts
 from kafscale_iceberg.exceptions import (
+    CheckpointUnavailableError,
     DeadLetterAheadError,
     FieldIdMismatchError,
     InferredColumnChangedError,
     OffsetMismatchError,
+    OffsetsNotRecordedError,
     RunNotCommittableError,
+    RunSupersededError,
     TableMissingError,
 )
 from kafscale_iceberg.ports import CheckpointStore, TableCommitter, UpsertFiles
@@ -110,10 +120,14 @@ class CommitOutcome:
     """What this call wrote to the checkpoint store (empty when it already agreed)."""
     lease_released: bool = False
     states: Mapping[str, TableState] = field(default_factory=dict)
+    """The states this call read or committed last, by table (what `field_ids` may use)."""
     upsert: UpsertCounts | None = None
     """An upsert run's counts, when this call's commit landed (None otherwise)."""
     upsert_table: str = ""
-    """The states this call read or committed last, by table (what `field_ids` may use)."""
+    tables_committed: tuple[str, ...] = ()
+    """The tables this call committed the run to, in commit order."""
+    finished: FinishedRun | None = None
+    """A run stranded between its tables' commits that this call finished first."""
 
 
 class CommitService(TableWriter):
@@ -150,9 +164,14 @@ class CommitService(TableWriter):
     ) -> CommitOutcome:
         """Commit a succeeded run exactly once, advance the offsets, release the lease. Idempotent.
 
+        A run stranded between its tables' commits that this plan runs into is finished first, from
+        its own plan and result (`CommitOutcome.finished`; `RunSupersededError` when that moved the
+        table past this plan's start: this run is planned again).
+
         Raises `RunNotCommittableError` (a failed result, or one of another plan), `LeaseLostError`
         (nothing written), `OffsetMismatchError` / `DeadLetterAheadError` (the table is not where
         the run starts; nothing written), `CommitConflictError` (transient: the table kept changing),
+        `OffsetsNotRecordedError` (transient: every table committed, the store's offsets not written),
         and the adapters' catalog and checkpoint errors. After any error, calling again is safe.
         """
         policy = policy or TablePolicy()
@@ -161,6 +180,7 @@ class CommitService(TableWriter):
         if plan.conversion.upsert is not None and self._upsert_files is None:
             raise RunNotCommittableError(plan.run_id, "an upsert run needs the commit step's upsert files")
         self._checkpoints.renew_lease(lease)
+        finished: FinishedRun | None = None
         try:
             try:
                 return self._commit_run(plan, result, lease, policy)
@@ -173,16 +193,18 @@ class CommitService(TableWriter):
                         stranded, its_result, lease, policy, release=False
                     ),
                 )
-                if not finished:
+                if finished is None:
                     raise
-                return self._commit_run(plan, result, lease, policy)  # refused: stale now, repaired
+                # Refused again when the stranded run moved the table past this plan's start.
+                return replace(self._commit_run(plan, result, lease, policy), finished=finished)
         except OffsetMismatchError as exc:
             if exc.repaired:
                 raise
             repaired = repair_store(self._tables, self._checkpoints, plan, lease)
-            raise OffsetMismatchError(
-                exc.table, exc.topic, exc.run_id, exc.mismatches, repaired=repaired
-            ) from None
+            refusal = OffsetMismatchError(exc.table, exc.topic, exc.run_id, exc.mismatches, repaired=repaired)
+            if finished is not None:
+                raise RunSupersededError(refusal, finished) from None
+            raise refusal from None
 
     def _commit_run(
         self,
@@ -204,7 +226,11 @@ class CommitService(TableWriter):
         upsert = (
             {}
             if plan.conversion.upsert is None
-            else {"change": upsert_change(plan, result, target), "upsert_files": self._upsert_files}
+            else {
+                "change": upsert_change(plan, result, target),
+                "upsert_files": self._upsert_files,
+                "renew_lease": lambda: self._checkpoints.renew_lease(lease),
+            }
         )
         data = (DataTableWrite if not upsert else UpsertTableWrite).for_run(
             plan,
@@ -222,6 +248,7 @@ class CommitService(TableWriter):
 
         table_committed = dead_letter_committed = False
         states: dict[str, TableState] = {}
+        committed_tables: list[str] = []
         if standing is Standing.READY:
             lagging = self._check_lagging(plan, outputs[:-1], quarantined)  # before any write
             # Every table is created or evolved before any commit: a table that may not be created
@@ -239,16 +266,23 @@ class CommitService(TableWriter):
             for write, state, output in lagging:
                 done = commit_verified(self._tables, write, self._retry, known=state)
                 states[done.state.table] = done.state
+                if done.committed:
+                    committed_tables.append(write.table)
                 dead_letter_committed = dead_letter_committed or (
                     done.committed and output.role is TableRole.DEAD_LETTER
                 )
             written = commit_verified(self._tables, data, self._retry, known=main)
             main, table_committed = written.state, written.committed
+            if table_committed:
+                committed_tables.append(data.table)
         else:
             logger.info("run already in the table; commit skipped", extra={"run_id": run_id, "topic": topic})
 
         offsets = {p: committed_offsets(main, store).get(p, NO_OFFSET) for p in starts}
-        written_offsets = advance_store(self._checkpoints, lease, result, offsets, plan.end_offsets())
+        try:
+            written_offsets = advance_store(self._checkpoints, lease, result, offsets, plan.end_offsets())
+        except CheckpointUnavailableError as exc:
+            raise OffsetsNotRecordedError(exc, topic, run_id, describe_offsets(offsets)) from exc
         released = self._checkpoints.release_lease(lease) if release else False
         logger.info(
             "run committed",
@@ -275,6 +309,7 @@ class CommitService(TableWriter):
             offsets_written=written_offsets,
             lease_released=released,
             states={**states, main.table: main},
+            tables_committed=tuple(committed_tables),
             upsert=data.landed_counts() if isinstance(data, UpsertTableWrite) and table_committed else None,
             upsert_table=data.table if isinstance(data, UpsertTableWrite) else "",
         )

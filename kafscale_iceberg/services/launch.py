@@ -47,6 +47,7 @@ from kafscale_iceberg.domain.planning import (
 )
 from kafscale_iceberg.domain.registry import columns_from_json_schema
 from kafscale_iceberg.domain.routing import PATH_PLACEHOLDER, matches_template
+from kafscale_iceberg.domain.runner_choice import choose_runner
 from kafscale_iceberg.domain.runs import (
     ConversionSettings,
     MappingPlan,
@@ -236,6 +237,9 @@ class LaunchOutcome:
     wait_seconds: float = 0.0
     replan: bool = False
     """The committed offsets moved under the claimed lease: plan again from them."""
+    batching: bool = False
+    """WAITING for a larger batch (`runs.min_bytes_per_run`, at most `max_wait_seconds`): nothing
+    re-signals the topic, so the caller looks again after `wait_seconds`."""
     held: Mapping[int, str] = field(default_factory=dict)
     """Partitions left out (a malformed or corrupt segment in their way, or a partition failing on
     one): they wait, with why; the others ran (or were idle)."""
@@ -405,12 +409,24 @@ class Launcher:
                 replan=True,
             )
         plan = self._plan(topic, mapping, partitions, run_id)
+        runner = self._config.runner
+        plan = plan.model_copy(
+            update={"runner": choose_runner(runner.type, plan.total_bytes, runner.lambda_.max_bytes)}
+        )
         plan_uri = run_document_uri(self._config.runs.location, topic, run_id, PLAN_NAME)
         self._documents.write_text(plan_uri, plan.model_dump_json(indent=1))
-        ticket = RunTicket(topic=topic, run_id=run_id, plan_uri=plan_uri, grant=grant, attempt=attempt)
+        ticket = RunTicket(
+            topic=topic, run_id=run_id, plan_uri=plan_uri, grant=grant, attempt=attempt, runner=plan.runner
+        )
         self._starter.start_run(ticket)
         logger.info(
-            "run started", extra={"topic": topic, "run_id": run_id, "segment_bytes": plan.total_bytes}
+            "run started",
+            extra={
+                "topic": topic,
+                "run_id": run_id,
+                "segment_bytes": plan.total_bytes,
+                "runner": plan.runner.value,
+            },
         )
         return LaunchOutcome(topic, LaunchStatus.STARTED, ticket=ticket)
 
@@ -638,6 +654,7 @@ class Launcher:
                 LaunchStatus.WAITING,
                 detail=f"{selection.pending_bytes} bytes pending, below runs.min_bytes_per_run",
                 wait_seconds=selection.wait_seconds,
+                batching=True,
             )
         if selection.blocked:
             keys = ", ".join(s.key for s in selection.blocked)

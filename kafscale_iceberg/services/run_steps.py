@@ -5,10 +5,16 @@ them. The state passed between steps is a `RunTicket`, JSON-serializable, so any
 up a run where another left it.
 
 - `start_job`: starts the Spark job, idempotently (the run id is EMR's `clientToken`).
+- `prepare_job`: AWS's StartJob step: the lease renewed and the plan read; the state machine then
+  starts the run's EMR job itself (`startJobRun.sync`, the one `StartJobRun` call) or invokes the
+  Lambda runner (`RunTicket.runner`).
 - `watch`: one look at the job and one lease renewal. A lost lease cancels the job: another run may
-  already hold the topic, and this one must not commit.
+  already hold the topic, and this one must not commit. A ticket without a job id (AWS: the state
+  machine started the job) is only renewed; the state machine stops its job.
 - `commit_run`: reads the run's plan and result and hands them to the commit step (`CommitService`):
   one Iceberg snapshot per table, offsets, lease release. A failed result is refused (the run aborts).
+- `run_to_end` (a function: no lease, no catalog): the Lambda runner's step, the run's tasks in this
+  process until it ends.
 - `abort`: cancels the run's job (a no-op for a finished one), records the run's outcome beside its
   plan (so the next plan of the same range uses the next attempt) with where the run wrote files,
   releases the lease if still ours, and says how long to wait before re-signalling the topic and
@@ -35,8 +41,9 @@ from kafscale_iceberg.exceptions import (
     FieldIdMismatchError,
     KafscaleIcebergError,
     LeaseLostError,
+    RunNotCommittableError,
 )
-from kafscale_iceberg.ports import CheckpointStore, JobRunner, RunDocuments
+from kafscale_iceberg.ports import CheckpointStore, JobRunner, RunDocuments, WaitingJobRunner
 from kafscale_iceberg.services.backoff import BackoffRecords
 from kafscale_iceberg.services.commit import CommitOutcome, CommitService
 from kafscale_iceberg.services.run_writes import TablePolicy
@@ -48,13 +55,13 @@ logger = logging.getLogger(__name__)
 class WatchResult:
     """One look at a running job: its state, and whether the lease was lost (the job was cancelled)."""
 
-    status: JobStatus
+    status: JobStatus | None
     lease_lost: bool = False
 
     @property
     def is_final(self) -> bool:
         """True when the run should move to commit (succeeded) or abort (anything else final, or lost)."""
-        return self.lease_lost or self.status.state.is_final
+        return self.lease_lost or (self.status is not None and self.status.state.is_final)
 
 
 @dataclass(frozen=True)
@@ -114,6 +121,12 @@ class RunSteps:
         logger.info("job started", extra={"topic": ticket.topic, "run_id": ticket.run_id, "job_id": job_id})
         return ticket.model_copy(update={"job_id": job_id})
 
+    def prepare_job(self, ticket: RunTicket) -> RunPlan:
+        """The StartJob step on AWS: renew the lease (a run whose lease lapsed never starts) and read
+        the plan; the state machine starts the run's job itself (so one call starts it)."""
+        self._checkpoints.renew_lease(ticket.grant)
+        return RunPlan.model_validate_json(self._documents.read_text(ticket.plan_uri))
+
     def watch(self, ticket: RunTicket) -> WatchResult:
         """Look at the job once and renew the lease once; cancel the job if the lease is lost.
 
@@ -121,8 +134,8 @@ class RunSteps:
         until the commit or abort step ends it, and the gap until the commit step renews it (its
         retries and cold start included) must not be counted from an earlier renewal.
         """
-        job_id = _job_id(ticket)
-        status = self._jobs.status(job_id)
+        job_id = ticket.job_id
+        status = None if job_id is None else self._jobs.status(job_id)
         try:
             self._checkpoints.renew_lease(ticket.grant)
         except LeaseLostError as exc:
@@ -135,7 +148,7 @@ class RunSteps:
                     "error": str(exc),
                 },
             )
-            if not status.state.is_final:
+            if job_id is not None and status is not None and not status.state.is_final:
                 self._jobs.cancel(job_id)
             return WatchResult(status, lease_lost=True)
         return WatchResult(status)
@@ -249,16 +262,20 @@ class RunSteps:
         failures, resignal_s = self._record_backoff(ticket, plan, reason)
         released = self._checkpoints.release_lease(ticket.grant)
         alarm = failures >= self._runs.max_consecutive_failures
-        log = logger.error if alarm else logger.warning
-        log(
-            "run aborted",
-            extra={
-                "topic": ticket.topic,
-                "run_id": ticket.run_id,
-                "reason": reason,
-                "consecutive_failures": failures,
-            },
-        )
+        facts = {
+            "topic": ticket.topic,
+            "run_id": ticket.run_id,
+            "reason": reason,
+            "consecutive_failures": failures,
+        }
+        if failures == 0:  # a stale plan (`_record_backoff`): not the topic's failure
+            logger.info(
+                "run %s not committed: its plan is stale; the topic is planned again",
+                ticket.run_id,
+                extra=facts,
+            )
+        else:
+            (logger.error if alarm else logger.warning)("run aborted", extra=facts)
         return AbortResult(
             resignal_after_seconds=resignal_s,
             consecutive_failures=failures,
@@ -294,9 +311,6 @@ class RunSteps:
         if self._is_stale(ticket.topic, plan):
             # The committed offsets moved since the plan was made (a refusal repaired them from the
             # table, or another runner committed): not the topic's failure, so re-plan at once.
-            logger.info(
-                "aborted plan was stale; no backoff", extra={"topic": ticket.topic, "run_id": ticket.run_id}
-            )
             return 0, 0
         partition = self._failed_partition(plan)
         backoff = BackoffRecords(self._documents, self._runs).record_failure(
@@ -373,14 +387,11 @@ class RunSteps:
         return None
 
 
-def _job_id(ticket: RunTicket) -> str:
-    if ticket.job_id is None:
-        raise ValueError(f"run {ticket.run_id}: its job was never started (start_job comes first)")
-    return ticket.job_id
-
-
-def failure_reason(status: JobStatus, *, lease_lost: bool) -> str:
-    """A one-line reason for an aborted run, from its last job status."""
+def failure_reason(status: JobStatus | None, *, lease_lost: bool) -> str:
+    """A one-line reason for an aborted run, from its last job status (None: its job is the state
+    machine's, not looked at)."""
+    if status is None:
+        return "lease lost; the run's job is stopped" if lease_lost else "the job's state is not known here"
     if lease_lost:
         return f"lease lost while job {status.job_id} was {status.runner_state}; job cancelled"
     if status.state is JobState.SUCCEEDED:
@@ -393,3 +404,22 @@ def _written_under(plan: RunPlan) -> tuple[str, ...]:
     tables are found by orphan cleanup under their own data prefixes)."""
     data = [t.data_uri for m in plan.mappings for t, role in m.static_targets() if role is TableRole.DATA]
     return tuple(dict.fromkeys([*data, *(m.dead_letter_table.data_uri for m in plan.mappings)]))
+
+
+def run_to_end(
+    jobs: WaitingJobRunner, documents: RunDocuments, ticket: RunTicket, timeout_s: float
+) -> RunTicket:
+    """Run the ticket's plan on `jobs` (the in-process runner: the Lambda runner's step) until it ends;
+    the ticket with its job id. Idempotent (the job id is the run id; a rerun rewrites the same
+    files). Raises `RunNotCommittableError` when the run failed or did not end within `timeout_s`
+    (the state machine then aborts the run). The lease is the state machine's renewal branch's."""
+    plan = RunPlan.model_validate_json(documents.read_text(ticket.plan_uri))
+    job_id = jobs.start(plan, ticket.plan_uri)
+    ended = jobs.wait(job_id, timeout_s)
+    status = jobs.status(job_id)
+    if not ended or status.state is not JobState.SUCCEEDED:
+        jobs.cancel(job_id)
+        problem = failure_reason(status, lease_lost=False) if ended else f"not done within {timeout_s:.0f} s"
+        raise RunNotCommittableError(ticket.run_id, f"its in-process run failed: {problem}")
+    logger.info("in-process run ended", extra={"topic": ticket.topic, "run_id": ticket.run_id})
+    return ticket.model_copy(update={"job_id": job_id})

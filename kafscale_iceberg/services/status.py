@@ -53,6 +53,7 @@ from kafscale_iceberg.domain.maintenance import TableHealth
 from kafscale_iceberg.domain.offsets import CommittedOffsets
 from kafscale_iceberg.domain.planning import ListedSegment
 from kafscale_iceberg.domain.runs import NO_OFFSET
+from kafscale_iceberg.domain.upsert import UpsertCounts
 from kafscale_iceberg.exceptions import (
     SegmentFormatError,
     SegmentKeyError,
@@ -227,6 +228,8 @@ class TopicStatus:
     """Segments skipped under `corrupt_segment_policy: quarantine` (`kafscale.quarantine.<topic>`);
     each comes back through an offset reset to its first offset once repaired."""
     tables: tuple[TableLine, ...] = ()
+    upsert: UpsertCounts | None = None
+    """An upsert table (`mode: upsert`): what its runs did, over the table's retained snapshots."""
 
     @property
     def run_in_flight(self) -> str | None:
@@ -256,6 +259,7 @@ class TopicStatus:
             "partitions": [p.to_json() for p in self.partitions],
             "table_health": _health_json(self.health),
             "tables": [t.to_json() for t in self.tables],
+            "upsert": self.upsert.to_json() if self.upsert is not None else None,
         }
 
 
@@ -365,6 +369,11 @@ class StatusService:
             partitions=partitions,
             health=self._table_health(anchor) if state is not None else None,
             conversion_failures=conversion_failures,
+            upsert=(
+                self._tables.upsert_counts(anchor, topic)
+                if mapping.mode == "upsert" and state is not None
+                else None
+            ),
             quarantined=state.marker.quarantined if state is not None else (),
             tables=tuple(
                 self._table_line(table, topic, table_offsets)

@@ -12,6 +12,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from kafscale_iceberg.domain.commits import FinishedRun
 from kafscale_iceberg.domain.leases import LeaseGrant
 from kafscale_iceberg.domain.runs import RunPlan, RunResult
 from kafscale_iceberg.exceptions import (
@@ -36,36 +37,55 @@ def finish_stranded(
     lease: LeaseGrant,
     load: StrandedRunLoader | None,
     commit: Callable[[RunPlan, RunResult], CommitOutcome],
-) -> bool:
-    """Commit (with `commit`, keeping `lease`) the run `refusal` names as stranded; True if it is in now.
+) -> FinishedRun | None:
+    """Commit (with `commit`, keeping `lease`) the run `refusal` names as stranded; what it committed
+    when it is in now (logged: which run, which tables, how many records, the offsets).
 
-    False when it cannot be committed (no loader, its documents gone, its result not committable, a
+    None when it cannot be committed (no loader, its documents gone, its result not committable, a
     table not where it starts): the refusal stands. Any other product error (the catalog unavailable,
     a table that may not be created) is raised in the refusal's place: it says better what to do.
     """
     if load is None or refusal.other_run_id is None:
-        return False
+        return None
     try:
         loaded = load(refusal.topic, refusal.other_run_id)
         if loaded is None:
-            return False
+            return None
         plan, result = loaded
         check_committable(plan, result, lease)
-        commit(plan, result)
+        outcome = commit(plan, result)
     except (DeadLetterAheadError, OffsetMismatchError, RunNotCommittableError) as exc:
         logger.warning(
-            "could not finish the run stranded between its dead-letter and table commits",
+            "could not finish the run stranded between its tables' commits",
             extra={"topic": refusal.topic, "stranded_run_id": refusal.other_run_id, "problem": str(exc)},
         )
-        return False  # it may not be committed: the refusal stands
+        return None  # it may not be committed: the refusal stands
     except KafscaleIcebergError as exc:
         logger.warning(
             "finishing the run stranded between its tables' commits failed",
             extra={"topic": refusal.topic, "stranded_run_id": refusal.other_run_id, "problem": str(exc)},
         )
         raise exc from refusal
-    logger.warning(
-        "finished a run stranded between its dead-letter and table commits",
-        extra={"topic": refusal.topic, "stranded_run_id": refusal.other_run_id, "run_id": refusal.run_id},
+    finished = FinishedRun(
+        run_id=plan.run_id,
+        topic=plan.topic,
+        tables=outcome.tables_committed,
+        records=result.counts.written,
+        dead_letters=result.counts.dead_lettered,
+        offsets=dict(outcome.offsets),
     )
-    return True
+    logger.warning(
+        "topic %s: finished %s, left between its tables' commits by an earlier crash",
+        plan.topic,
+        finished.describe(),
+        extra={
+            "topic": plan.topic,
+            "stranded_run_id": plan.run_id,
+            "run_id": refusal.run_id,
+            "tables": list(finished.tables),
+            "records": finished.records,
+            "dead_letters": finished.dead_letters,
+            "offsets": dict(finished.offsets),
+        },
+    )
+    return finished

@@ -12,6 +12,7 @@ twice. A replayed commit of a run already in the table verifies COMMITTED and re
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
@@ -36,6 +37,9 @@ class UpsertTableWrite(DataTableWrite):
     action: ClassVar[str] = "upsert commit"
     change: UpsertChange | None = None
     upsert_files: UpsertFiles | None = field(default=None, compare=False, repr=False)
+    renew_lease: Callable[[], object] | None = field(default=None, compare=False, repr=False)
+    """Renews the run's lease once the rewrite is written (it may take a while): the commit and the
+    offset write that follow get a whole TTL; a lease lost meanwhile stops the run before its commit."""
     _landed: list[UpsertCounts] = field(default_factory=list, compare=False, repr=False)
     """The counts of the commit that landed through this write (`landed`)."""
 
@@ -70,6 +74,8 @@ class UpsertTableWrite(DataTableWrite):
         assert self.change is not None
         assert self.upsert_files is not None
         rewrite = self.upsert_files.rewrite(self.table, state, self.change)
+        if self.renew_lease is not None:
+            self.renew_lease()
         return replace(
             super().build(state),
             file_uris=tuple(f.uri for f in rewrite.added),

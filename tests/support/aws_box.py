@@ -12,9 +12,16 @@ The fakes, each with what it does not cover:
   it is replaced to run the project's handler in this process under Lambda's contract (event and
   context in; an exception becomes `FunctionError: Unhandled` with `errorType` = its class name and
   `errorMessage`; 6 MB request/response limits; a function over its template `Timeout` reports
-  `Sandbox.Timedout`). A function's asynchronous `Invoke` (`InvocationType=Event`) is answered 202
-  and run by the next `pump`. Not covered: cold-start latency, concurrency limits, memory limits, the
-  layer/image packaging (tests/test_template_tools.py builds those). One invocation runs at a time.
+  `Sandbox.Timedout`). Faults end an invocation as Lambda does when it kills one: before the handler
+  runs (`timed_out`, `out_of_memory`: `Sandbox.Timedout`, `Runtime.OutOfMemory`) or after it did all
+  its work and wrote its documents (`killed_after`: the answer is lost, the error reported instead).
+  A call from a thread pool's thread runs in the context of the code that submitted it (the box's
+  `ThreadPoolExecutor.submit` carries it, as Python does not), so the Lambda runner's task threads and
+  boto3's transfer threads are attributed to the function that started them. A function's
+  asynchronous `Invoke` (`InvocationType=Event`) is answered 202 and run by the next `pump`. Not
+  covered: cold-start latency, concurrency limits, memory limits (an out-of-memory kill is the fault
+  above, not measured use), the layer/image packaging (tests/test_template_tools.py builds those).
+  One invocation runs at a time.
 - **`emr-serverless:startJobRun.sync`** (`emr_serverless_sync_service`): moto's interpreter has no
   EMR Serverless integration; the box's starts the job run and reads it with `GetJobRun` until it
   is final (Step Functions learns the end from EventBridge). Its calls are the state machine role's.
@@ -208,6 +215,17 @@ def s3_rest_requests(method: str, path: str, query: str, body: bytes) -> list[tu
     return [(f"unmapped:s3:{method}", obj)]
 
 
+def s3_price_class(method: str, path: str, query: str) -> str:
+    """How S3 bills a path-style REST request: `GET` (GET, HEAD), `PUT` (PUT, POST, COPY), `LIST`
+    (a bucket's GET), or `DELETE` (free)."""
+    _bucket, _, key = path.lstrip("/").partition("/")
+    if method == "DELETE" or (method == "POST" and "delete" in query.split("&")):
+        return "DELETE"
+    if method in {"GET", "HEAD"}:
+        return "GET" if key else "LIST"
+    return "PUT"
+
+
 class CallRecorder:
     """Records every AWS call of the box's functions and state machine (see the module docstring)."""
 
@@ -219,9 +237,10 @@ class CallRecorder:
         # Requests as AWS bills them (one per API call, whatever IAM authorizes per item):
         # `service:Operation` of every recorded call, the event sources' receives and deletes included.
         self.requests: Counter[str] = Counter()
-        # Every S3 request moto received, by HTTP method, whoever signed it (the harness's own too:
-        # read it around `Box.pump`, during which only the stack touches S3). It includes what no
-        # botocore hook sees: pyiceberg's table metadata through pyarrow, the job's Python workers.
+        # Every S3 request moto received, by price class (`s3_price_class`), whoever signed it (the
+        # harness's own too: read it around `Box.pump`, during which only the stack touches S3). It
+        # includes what no botocore hook sees: pyiceberg's table metadata through pyarrow, the job's
+        # Python workers.
         self.s3_requests_seen: Counter[str] = Counter()
         self._lock = threading.Lock()
 
@@ -267,8 +286,10 @@ class CallRecorder:
 
         authorization = environ.get("HTTP_AUTHORIZATION", "")
         if "/s3/aws4_request" in authorization:
+            method, path = str(environ.get("REQUEST_METHOD")), environ.get("PATH_INFO", "")
+            kind = s3_price_class(method, path, environ.get("QUERY_STRING", ""))
             with self._lock:
-                self.s3_requests_seen[str(environ.get("REQUEST_METHOD"))] += 1
+                self.s3_requests_seen[kind] += 1
         if f"Credential={EMR_JOB_ACCESS_KEY}/" not in authorization:
             return
         service = authorization.split("Credential=", 1)[1].split(",", 1)[0].split("/")[3]
@@ -305,6 +326,13 @@ class LambdaTimeoutError(Exception):
     """A fault: the invocation ran past the function's timeout (Lambda kills it; nothing returned)."""
 
 
+class LambdaOutOfMemoryError(Exception):
+    """A fault: the invocation ran out of memory (Lambda kills it; nothing returned)."""
+
+
+_KILLED = {LambdaTimeoutError: "Sandbox.Timedout", LambdaOutOfMemoryError: "Runtime.OutOfMemory"}
+
+
 @dataclass
 class Invocation:
     function: str
@@ -325,6 +353,8 @@ class LambdaFleet:
             self.by_name[deployment.attribute(function.logical_id, "Ref")] = function.logical_id
         # logical id -> faults to apply to its next invocations (callables raising, or None to run)
         self.faults: dict[str, list[Callable[[], None]]] = {}
+        # logical id -> faults to raise after its next invocations did their work (answer lost)
+        self.killed_after: dict[str, list[Callable[[], None]]] = {}
         self.invocations: list[Invocation] = []
         self._lock = threading.RLock()
 
@@ -355,8 +385,12 @@ class LambdaFleet:
                 context = LambdaContext(
                     function_name=str(self.deployment.attribute(logical_id, "Ref")),
                     memory_limit_in_mb=int(function.properties.get("MemorySize", 128)),
+                    timeout_s=timeout,
                 )
                 result = self.handler(function)(event, context)
+                for fault in self.killed_after.get(logical_id, [])[:1]:
+                    self.killed_after[logical_id].pop(0)
+                    fault()
                 if time.perf_counter() - started > timeout:
                     raise LambdaTimeoutError(f"{logical_id} ran past its {timeout:.0f} s timeout")
                 return result
@@ -384,8 +418,8 @@ class LambdaFleet:
         logical_id = self.by_name[function_name]
         try:
             result = self.invoke(logical_id, json.loads(payload or b"{}"))
-        except LambdaTimeoutError as exc:
-            return _function_error("Sandbox.Timedout", str(exc))
+        except (LambdaTimeoutError, LambdaOutOfMemoryError) as exc:
+            return _function_error(_KILLED[type(exc)], str(exc))
         except Exception as exc:  # Lambda reports any exception the same way
             return _function_error(type(exc).__name__, str(exc), traceback.format_exception(exc))
         body = json.dumps(result)
@@ -403,8 +437,13 @@ def _function_error(error_type: str, message: str, trace: list[str] | None = Non
 
 
 def timed_out() -> None:
-    """A fault for `LambdaFleet.faults`: the invocation times out before doing anything."""
+    """A fault for `LambdaFleet.faults` (or `killed_after`): the invocation times out."""
     raise LambdaTimeoutError("the function timed out (fault)")
+
+
+def out_of_memory() -> None:
+    """A fault for `LambdaFleet.faults` (or `killed_after`): the invocation runs out of memory."""
+    raise LambdaOutOfMemoryError("Runtime exited with error: signal: killed (fault: out of memory)")
 
 
 # -- SQS event sources ----------------------------------------------------------------------------------
@@ -971,6 +1010,7 @@ def build_box(
     runs: dict[str, Any] | None = None,
     environment_overrides: dict[str, str] | None = None,
     maintenance: dict[str, Any] | None = None,
+    runner: dict[str, Any] | None = None,
     visibility_seconds: int = VISIBILITY_SECONDS,
 ) -> Box:
     """Create the stack's resources on moto, wire the fakes, and return the box (one per test)."""
@@ -1076,8 +1116,10 @@ def build_box(
         "etcd": {"endpoints": [etcd.url]},
         "offsets": {"key_prefix": key_prefix},
         # No backoff: the state machine's Backoff wait is scaled, the launcher's check of it is wall time.
-        "runs": {"retry_backoff_seconds": 0, **(runs or {})},
+        "runs": {"retry_backoff_seconds": 0, "min_bytes_per_run": 0, **(runs or {})},
         "mappings": mappings,
+        # Every run on EMR unless a test gives the Lambda runner its runs (runner.lambda.max_bytes).
+        "runner": runner or {"lambda": {"max_bytes": 0}},
         **({"maintenance": maintenance} if maintenance else {}),
     }
     s3.put_object(Bucket=f"{stack}-config", Key="config.yaml", Body=json.dumps(config).encode())
@@ -1143,6 +1185,15 @@ def build_box(
     monkeypatch.setitem(spark_context.environment, "AWS_SECRET_ACCESS_KEY", "emr-job-secret")
 
     fleet = LambdaFleet(deployment, environment)
+    # A pool thread runs in its submitter's context (the function's principal, for IAM attribution).
+    from concurrent.futures import ThreadPoolExecutor
+
+    original_submit = ThreadPoolExecutor.submit
+
+    def submit_in_context(pool: Any, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        return original_submit(pool, contextvars.copy_context().run, fn, *args, **kwargs)
+
+    monkeypatch.setattr(ThreadPoolExecutor, "submit", submit_in_context)
 
     def invoke_lambda_function(
         parameters: dict[str, Any], region: str, state_credentials: Any

@@ -28,7 +28,9 @@ def local_document(
     endpoint: str | None = None,
     **sections: Mapping[str, Any],
 ) -> dict[str, Any]:
-    """The document; `moto=None` for a world that never reads S3 (no endpoint, no region)."""
+    """The document; `moto=None` for a world that never reads S3 (no endpoint, no region). Runs start
+    at once (`runs.min_bytes_per_run` 0) unless `runs` says otherwise: the tests' segments are tiny."""
+    sections = {**sections, "runs": {"min_bytes_per_run": 0, **sections.get("runs", {})}}
     if etcd_url is not None:
         sections = {
             **sections,

@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 
 from kafscale_iceberg.adapters.iceberg_catalog import CatalogSettings, load_iceberg_catalog
 from kafscale_iceberg.adapters.iceberg_tables import IcebergTableCommitter
+from kafscale_iceberg.dataplane.schemas import DEAD_LETTER_SCHEMA, data_schema
 from kafscale_iceberg.domain.runs import (
     ColumnSpec,
     ColumnType,
@@ -32,29 +33,12 @@ from kafscale_iceberg.domain.runs import (
     RunTimings,
     make_run_id,
 )
-from kafscale_iceberg.domain.schema import DEAD_LETTER_FIELDS, FieldSpec, table_fields
 
-ARROW_TYPES: Mapping[ColumnType, pa.DataType] = {
-    ColumnType.BOOLEAN: pa.bool_(),
-    ColumnType.INT: pa.int32(),
-    ColumnType.LONG: pa.int64(),
-    ColumnType.FLOAT: pa.float32(),
-    ColumnType.DOUBLE: pa.float64(),
-    ColumnType.STRING: pa.string(),
-    ColumnType.BINARY: pa.binary(),
-    ColumnType.TIMESTAMP: pa.timestamp("us"),
-    ColumnType.DATE: pa.date32(),
-}
 DAY_ZERO = dt.datetime(2026, 11, 20)
 DEFAULT_COLUMNS = (
     ColumnSpec(name="amount", type=ColumnType.LONG),
     ColumnSpec(name="event_time", type=ColumnType.TIMESTAMP),
 )
-
-
-def arrow_schema(fields: Sequence[FieldSpec]) -> pa.Schema:
-    """Arrow schema without field ids; required fields are non-nullable."""
-    return pa.schema([pa.field(f.name, ARROW_TYPES[f.type], nullable=not f.required) for f in fields])
 
 
 def sql_settings(root: Path) -> CatalogSettings:
@@ -103,7 +87,7 @@ def data_rows(topic: str, partition: int, offsets: Iterable[int], columns: Seque
     }
     for column in columns:
         base[column.name] = [value_of(column, partition, o) for o in offsets]
-    return pa.Table.from_pydict(base, schema=arrow_schema(table_fields(columns)))
+    return pa.Table.from_pydict(base, schema=data_schema(columns))
 
 
 def dead_letter_rows(topic: str, partition: int, offsets: Iterable[int], run_id: str) -> pa.Table:
@@ -124,7 +108,7 @@ def dead_letter_rows(topic: str, partition: int, offsets: Iterable[int], run_id:
         "segment_key": [None] * len(offsets),
         "last_offset": [None] * len(offsets),
     }
-    return pa.Table.from_pydict(columns, schema=arrow_schema(DEAD_LETTER_FIELDS))
+    return pa.Table.from_pydict(columns, schema=DEAD_LETTER_SCHEMA)
 
 
 def write_file(table: pa.Table, path: Path) -> DataFile:
@@ -229,7 +213,7 @@ class RunFactory:
                 row.update(
                     error_kind=["corrupt_segment"], segment_key=[key], last_offset=[q_last], value=[None]
                 )
-                dead.append(pa.Table.from_pydict(row, schema=arrow_schema(DEAD_LETTER_FIELDS)))
+                dead.append(pa.Table.from_pydict(row, schema=DEAD_LETTER_SCHEMA))
             if dead:
                 dead_files.append(write_file(pa.concat_tables(dead), dead_dir / f"dead-{p}.parquet"))
             outcomes.append(

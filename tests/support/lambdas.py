@@ -17,6 +17,11 @@ class LambdaContext:
     function_name: str = "router"
     memory_limit_in_mb: int = 256
     aws_request_id: str = "req-1"
+    timeout_s: float = 900.0
+
+    def get_remaining_time_in_millis(self) -> int:
+        """The whole timeout (a handler reads it when it starts)."""
+        return int(self.timeout_s * 1000)
 
     @property
     def invoked_function_arn(self) -> str:

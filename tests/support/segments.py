@@ -28,14 +28,16 @@ def encode_segment(
     *,
     codec: Codec = Codec.NONE,
     batch_size: int = 10,
-    values: Sequence[bytes] | None = None,
+    values: Sequence[bytes | None] | None = None,
+    keys: Sequence[bytes | None] | None = None,
 ) -> SegmentFiles:
-    """A segment with `count` records at offsets `base..base+count-1`, in batches of `batch_size`."""
+    """A segment with `count` records at offsets `base..base+count-1`, in batches of `batch_size`
+    (keys `k{offset}` unless `keys` are given)."""
     records = [
         Record(
             offset=offset,
             timestamp_ms=BASE_TIMESTAMP_MS + offset,
-            key=f"k{offset}".encode(),
+            key=keys[offset - base] if keys is not None else f"k{offset}".encode(),
             value=values[offset - base] if values is not None else order_value(offset, partition),
         )
         for offset in range(base, base + count)

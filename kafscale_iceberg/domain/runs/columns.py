@@ -46,6 +46,13 @@ class PartitionTransform(StrEnum):
     MONTH = "month"
     DAY = "day"
     HOUR = "hour"
+    BUCKET = "bucket"
+    """`bucket[N]`: Iceberg's murmur3 hash of the value, modulo N (`PartitionField.parameter`)."""
+    TRUNCATE = "truncate"
+    """`truncate[W]`: the value cut to width W (`PartitionField.parameter`)."""
+
+
+PARAMETRIZED_TRANSFORMS = frozenset({PartitionTransform.BUCKET, PartitionTransform.TRUNCATE})
 
 
 class ColumnSpec(DocumentModel):
@@ -96,30 +103,26 @@ class ColumnSpec(DocumentModel):
             return "struct<" + ", ".join(f"{f.name}: {f.type_name}" for f in self.fields) + ">"
         return self.type.value
 
-    @property
-    def scannable(self) -> bool:
-        """Whether the compiled scanner builds this column (the Go processor's scalar types)."""
-        return self.type in _SCANNED_TYPES
-
-
-_SCANNED_TYPES = frozenset(
-    {
-        ColumnType.BOOLEAN,
-        ColumnType.INT,
-        ColumnType.LONG,
-        ColumnType.FLOAT,
-        ColumnType.DOUBLE,
-        ColumnType.STRING,
-        ColumnType.BINARY,
-        ColumnType.TIMESTAMP,
-        ColumnType.DATE,
-        ColumnType.TIMESTAMPTZ,
-    }
-)
-
 
 class PartitionField(DocumentModel):
-    """One partition field of the target table: `transform(column)`."""
+    """One partition field of the target table: `transform(column)`, or `bucket[N]` / `truncate[W]`
+    of the column with N or W as `parameter` (given exactly for those two, at least 1)."""
 
     column: str
     transform: PartitionTransform = PartitionTransform.IDENTITY
+    parameter: int | None = Field(default=None, ge=1)
+
+    @model_validator(mode="after")
+    def _parameter_matches_transform(self) -> PartitionField:
+        if (self.transform in PARAMETRIZED_TRANSFORMS) != (self.parameter is not None):
+            raise ValueError(
+                f"partition field of {self.column!r}: a parameter is given exactly for bucket and truncate"
+            )
+        return self
+
+    @property
+    def iceberg_transform(self) -> str:
+        """The transform as Iceberg's metadata writes it: `identity`, `day`, `bucket[16]`, `truncate[4]`."""
+        if self.parameter is None:
+            return self.transform.value
+        return f"{self.transform.value}[{self.parameter}]"

@@ -15,6 +15,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from kafscale_iceberg.domain.routing import matches_template
+from kafscale_iceberg.domain.runner_choice import RunnerKind
 from kafscale_iceberg.domain.runs.columns import ColumnSpec, ColumnType, PartitionField
 from kafscale_iceberg.domain.runs.documents import DocumentModel, Offset, PartitionNumber
 from kafscale_iceberg.domain.runs.formats import KeyFormat, RegistrySettings, ValueFormat
@@ -361,6 +362,7 @@ class RunPlan(DocumentModel):
     more_mappings: tuple[MappingPlan, ...] = ()
     schema_registry: RegistrySettings | None = None
     """The registry the records' schemas are read from (a mapping with a registered value format)."""
+    runner: RunnerKind = RunnerKind.EMR_SERVERLESS  # chosen by the launcher (domain/runner_choice.py)
 
     @property
     def mappings(self) -> tuple[MappingPlan, ...]:

@@ -1,0 +1,232 @@
+"""`make bench-upsert`: what an upsert run rewrites, for updates to recent keys and to random keys.
+
+A table of `--rows` (1,000,000) rows is built by `--runs` (40) upsert runs of new, growing keys
+(`id`, as a database sequence gives them; one Kafka partition; the data plane's tasks in this process,
+the files the same as Spark's; the real commit service and upsert adapter on a SQLite catalog). Then:
+
+- a run of `--updates` (1,000) updates to the most recent keys;
+- a run of `--updates` updates to keys drawn at random over the table;
+- the same records as the recent-keys run, appended to an append table (the baseline run time).
+
+Measured: bytes of the table files each upsert run rewrote (its `kafscale.upsert.bytes-rewritten`)
+over the table's bytes before it (`*_rewritten_share`), and each run's time (tasks + commit) against
+the append run's (`upsert_vs_append_run_s`, `random_vs_append_run_s`). The last line is one JSON
+object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from kafscale_iceberg.adapters.data_files import StagedFileStore
+from kafscale_iceberg.adapters.documents import DocumentStore
+from kafscale_iceberg.adapters.iceberg_catalog import CatalogSettings, load_iceberg_catalog
+from kafscale_iceberg.assembly import Assembly
+from kafscale_iceberg.config import config_from_mapping
+from kafscale_iceberg.dataplane.reports import build_run_result
+from kafscale_iceberg.dataplane.tasks import plan_tasks, run_task
+from kafscale_iceberg.domain.leases import LeaseGrant
+from kafscale_iceberg.domain.runs import (
+    ConversionSettings,
+    PartitionPlan,
+    PlannedSegment,
+    RunPlan,
+    RunTimings,
+    SegmentSource,
+    TableTarget,
+    make_run_id,
+)
+from kafscale_iceberg.domain.tickets import join_uri
+from kafscale_iceberg.local.config_document import one_machine_document
+from kafscale_iceberg.segments.decode import Record
+from kafscale_iceberg.segments.encode import build_segment, encode_record_batch
+from kafscale_iceberg.segments.keys import format_segment_key
+from kafscale_iceberg.services.launch import run_data_prefix
+from kafscale_iceberg.services.run_writes import TablePolicy
+
+TOPIC, TABLE = "customers", "bench.customers"
+BASE_TIME_MS = 1_763_600_000_000
+CREATE = TablePolicy(create_table_if_missing=True)
+COLUMNS = [
+    {"name": "id", "type": "long", "required": True},
+    {"name": "email", "type": "string"},
+    {"name": "score", "type": "long"},
+]
+
+
+def value(key: int, version: int) -> bytes:
+    return json.dumps({"id": key, "email": f"user{key}@example.com", "score": version}).encode()
+
+
+@dataclass
+class RunMeasure:
+    seconds: float
+    bytes_rewritten: int
+    table_bytes: int
+    files_rewritten: int
+    table_files: int
+
+    @property
+    def share(self) -> float:
+        return self.bytes_rewritten / self.table_bytes if self.table_bytes else 0.0
+
+
+class Topic:
+    """One topic's segments, and a table (upsert or append) it lands in, run by run."""
+
+    def __init__(self, root: Path, *, mode: str, target_file_size_bytes: int) -> None:
+        self.root = root
+        root.mkdir(parents=True, exist_ok=True)
+        mapping = {
+            "topic": TOPIC,
+            "table": TABLE,
+            "mode": mode,
+            "create_table_if_missing": True,
+            "target_file_size_bytes": target_file_size_bytes,
+            "schema": {"columns": COLUMNS},
+            **({"upsert": {"key": ["id"]}} if mode == "upsert" else {}),
+        }
+        self.config = config_from_mapping(
+            one_machine_document(root, bucket="unused", mappings=[mapping]), source="bench"
+        )
+        self.assembly = Assembly(self.config, owner_id="bench")
+        self.mapping = self.config.mappings[0]
+        self.segments = root / "segments"
+        self.next_offset = 0
+        self.catalog = load_iceberg_catalog(CatalogSettings.from_config(self.config))
+
+    def run(self, changes: list[tuple[int, int]]) -> float:
+        """One run of `(key, version)` upserts; its seconds (tasks + commit)."""
+        first = self.next_offset
+        records = [
+            Record(offset=first + i, timestamp_ms=BASE_TIME_MS + first + i, key=None, value=value(k, v))
+            for i, (k, v) in enumerate(changes)
+        ]
+        batches = [encode_record_batch(records[i : i + 1000]) for i in range(0, len(records), 1000)]
+        files = build_segment(batches, created_at_ms=BASE_TIME_MS)
+        key = format_segment_key("bench", TOPIC, 0, first)
+        (self.segments / key).parent.mkdir(parents=True, exist_ok=True)
+        (self.segments / key).write_bytes(files.kfs)
+        last = first + len(records) - 1
+        segment = PlannedSegment(key=key, base_offset=first, last_offset=last, size_bytes=len(files.kfs))
+        self.next_offset = last + 1
+        plan = self._plan(
+            PartitionPlan(partition=0, start_exclusive=first - 1, end_inclusive=last, segments=(segment,))
+        )
+        started = time.perf_counter()
+        reports = [
+            run_task(plan, task, reader=DocumentStore(), sink=StagedFileStore())
+            for task in plan_tasks(plan, max_tasks=2, min_task_bytes=1)
+        ]
+        result = build_run_result(plan, reports, RunTimings(started_at_ms=0, ended_at_ms=0))
+        grant = self.assembly.checkpoints.claim_lease(TOPIC, owner_id="bench", run_id=plan.run_id)
+        assert isinstance(grant, LeaseGrant)
+        self.assembly.commits.commit_run(plan, result, grant, CREATE)
+        return time.perf_counter() - started
+
+    def measured(self, changes: list[tuple[int, int]]) -> RunMeasure:
+        table_bytes, table_files = self.size()
+        seconds = self.run(changes)
+        snapshot = self.catalog.load_table(TABLE).current_snapshot()
+        assert snapshot is not None
+        assert snapshot.summary is not None
+        return RunMeasure(
+            seconds=seconds,
+            bytes_rewritten=int(snapshot.summary.get("kafscale.upsert.bytes-rewritten") or 0),
+            table_bytes=table_bytes,
+            files_rewritten=int(snapshot.summary.get("kafscale.upsert.files-rewritten") or 0),
+            table_files=table_files,
+        )
+
+    def size(self) -> tuple[int, int]:
+        """The table's data bytes and files."""
+        files = [t.file for t in self.catalog.load_table(TABLE).scan().plan_files()]
+        return sum(f.file_size_in_bytes for f in files), len(files)
+
+    def _plan(self, partition: PartitionPlan) -> RunPlan:
+        run_id = make_run_id(
+            TOPIC, [(partition.partition, partition.start_exclusive, partition.end_inclusive)]
+        )
+        return RunPlan(
+            run_id=run_id,
+            topic=TOPIC,
+            created_at_ms=int(time.time() * 1000),
+            source=SegmentSource(root=str(self.segments)),
+            partitions=(partition,),
+            table=TableTarget(
+                identifier=TABLE,
+                data_uri=join_uri(run_data_prefix(self.config, ("bench", "customers")), run_id),
+            ),
+            dead_letter_table=TableTarget(
+                identifier=f"{TABLE}__dlq",
+                data_uri=join_uri(run_data_prefix(self.config, ("bench", "customers__dlq")), run_id),
+            ),
+            conversion=ConversionSettings(
+                columns=self.mapping.column_specs(),
+                target_file_size_bytes=self.config.target_file_size_for(self.mapping),
+                upsert=self.mapping.upsert.to_settings() if self.mapping.upsert is not None else None,
+            ),
+            result_uri=f"file://{self.root}/runs/{run_id}/result.json",
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--runs", type=int, default=40, help="runs the table is built by")
+    parser.add_argument("--updates", type=int, default=1000)
+    parser.add_argument("--target-file-size", type=int, default=128 * 1024 * 1024)
+    args = parser.parse_args()
+    rng = random.Random(11)
+    per_run = args.rows // args.runs
+    with tempfile.TemporaryDirectory(prefix="bench-upsert-") as tmp:
+        upsert = Topic(Path(tmp) / "upsert", mode="upsert", target_file_size_bytes=args.target_file_size)
+        started = time.perf_counter()
+        for run in range(args.runs):
+            upsert.run([(k, 0) for k in range(run * per_run, (run + 1) * per_run)])
+        built_s = time.perf_counter() - started
+        rows = per_run * args.runs
+        recent_changes = [(k, 1) for k in range(rows - args.updates, rows)]
+        recent = upsert.measured(recent_changes)
+        random_changes = [(k, 2) for k in sorted(rng.sample(range(rows), args.updates))]
+        scattered = upsert.measured(random_changes)
+        append = Topic(Path(tmp) / "append", mode="append", target_file_size_bytes=args.target_file_size)
+        append_s = append.run(recent_changes)
+        table_rows = upsert.catalog.load_table(TABLE).scan().count()
+    for name, m in (("recent keys", recent), ("random keys", scattered)):
+        print(
+            f"{name:12s} rewrote {m.files_rewritten}/{m.table_files} files, {m.bytes_rewritten:,} of "
+            f"{m.table_bytes:,} bytes ({m.share:.1%}) in {m.seconds:.2f} s"
+        )
+    print(f"append of the same records: {append_s:.2f} s; table built in {built_s:.0f} s ({args.runs} runs)")
+    print(
+        json.dumps(
+            {
+                "rows": table_rows,
+                "build_runs": args.runs,
+                "updates": args.updates,
+                "table_files": recent.table_files,
+                "recent_keys_rewritten_share": round(recent.share, 4),
+                "random_keys_rewritten_share": round(scattered.share, 4),
+                "recent_keys_run_s": round(recent.seconds, 3),
+                "random_keys_run_s": round(scattered.seconds, 3),
+                "append_run_s": round(append_s, 3),
+                "upsert_vs_append_run_s": round(recent.seconds / append_s, 2),
+                "random_vs_append_run_s": round(scattered.seconds / append_s, 2),
+                "machine": platform.machine(),
+                "cpus": os.cpu_count(),
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

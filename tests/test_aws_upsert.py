@@ -1,0 +1,107 @@
+"""A Debezium CDC topic into an upsert table on the AWS flow (`make test-aws`): router -> launcher ->
+the real state machine -> EMR Serverless job (local Spark) -> the commit function, which locates and
+rewrites the files holding changed keys and replaces them in one Iceberg commit on the Glue catalog;
+every AWS call is checked against its role in template.yaml. The box and its fakes are described in
+tests/support/aws_box.py."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.aws_box import Box, local_emr_runner, open_box
+from tests.support.etcd import EtcdServer
+from tests.support.moto import MotoEndpoint
+from tests.support.segments import put_segment
+
+pytestmark = [pytest.mark.slow, pytest.mark.aws]
+
+TOPIC = "dbserver1.inventory.customers"
+TABLE = "shop.customers"
+
+
+@pytest.fixture
+def box(
+    spark: Any,
+    moto_server: MotoEndpoint,
+    etcd_server: EtcdServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[Box]:
+    runner = local_emr_runner(moto_server.url)
+    try:
+        with open_box(
+            moto_url=moto_server.url,
+            etcd=etcd_server,
+            spark_runner=runner,
+            tmp_path=tmp_path,
+            monkeypatch=monkeypatch,
+            mappings=[
+                {
+                    "topic": TOPIC,
+                    "table": TABLE,
+                    "mode": "upsert",
+                    "upsert": {"key": ["id"], "cdc": "debezium"},
+                    "create_table_if_missing": True,
+                    "schema": {
+                        "columns": [
+                            {"name": "id", "type": "long", "required": True},
+                            {"name": "email", "type": "string"},
+                        ]
+                    },
+                }
+            ],
+        ) as opened:
+            yield opened
+    finally:
+        runner.close()
+
+
+def changes(*events: tuple[str, int, str | None]) -> tuple[list[bytes | None], list[bytes | None]]:
+    """Record keys and values of Debezium events `(op, id, email)`; op `t` is a tombstone."""
+    keys: list[bytes | None] = []
+    values: list[bytes | None] = []
+    for op, key, email in events:
+        keys.append(json.dumps({"id": key}).encode())
+        if op == "t":
+            values.append(None)
+            continue
+        row = {"id": key, "email": email}
+        before, after = (row, None) if op == "d" else (None, row)
+        values.append(json.dumps({"op": op, "before": before, "after": after, "ts_ms": 1}).encode())
+    return keys, values
+
+
+def put(box: Box, partition: int, base: int, *events: tuple[str, int, str | None]) -> None:
+    keys, values = changes(*events)
+    put_segment(
+        box.s3,
+        box.segment_bucket,
+        box.namespace,
+        TOPIC,
+        partition,
+        base,
+        len(events),
+        keys=keys,
+        values=values,
+    )
+
+
+def test_a_cdc_topic_lands_once_with_every_call_allowed(box: Box) -> None:
+    put(box, 0, 0, ("r", 1, "a@x"), ("r", 2, "b@x"), ("c", 3, "c@x"), ("u", 1, "a2@x"))
+    box.pump()
+    put(box, 0, 4, ("d", 2, "b@x"), ("t", 2, None), ("u", 3, "c2@x"), ("c", 4, "d@x"))
+    box.pump()
+
+    rows = box.rows(TABLE)
+    assert sorted((r["id"], r["email"]) for r in rows) == [(1, "a2@x"), (3, "c2@x"), (4, "d@x")], (
+        box.describe()
+    )
+    assert box.committed_offsets(TOPIC) == {0: 7}
+    assert box.fleet.count("CommitFunction") >= 2
+    denied = box.recorder.denied()
+    assert denied == [], "\n".join(map(str, denied))

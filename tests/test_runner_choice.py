@@ -1,0 +1,47 @@
+"""Which runner a run goes to (`domain/runner_choice.py`), as the launcher applies it."""
+
+from __future__ import annotations
+
+import pytest
+
+from kafscale_iceberg.config import config_from_mapping
+from kafscale_iceberg.domain.runner_choice import RunnerKind, choose_runner
+from kafscale_iceberg.domain.runs import RunPlan
+from kafscale_iceberg.domain.tickets import RunTicket
+from tests.test_config import minimal
+
+
+@pytest.mark.parametrize(
+    ("planned", "max_bytes", "expected"),
+    [
+        (1, 100, RunnerKind.LAMBDA),
+        (100, 100, RunnerKind.LAMBDA),  # up to and including the limit
+        (101, 100, RunnerKind.EMR_SERVERLESS),
+        (1, 0, RunnerKind.EMR_SERVERLESS),  # 0: every run to EMR
+    ],
+)
+def test_on_aws_a_run_up_to_max_bytes_goes_to_the_lambda_runner(
+    planned: int, max_bytes: int, expected: RunnerKind
+) -> None:
+    assert choose_runner("emr_serverless", planned, max_bytes) is expected
+
+
+@pytest.mark.parametrize("runner_type", ["local", "inline"])
+def test_on_one_machine_a_run_goes_to_the_configured_runner_whatever_its_size(runner_type: str) -> None:
+    assert choose_runner(runner_type, 1, 100) is RunnerKind(runner_type)
+
+
+def test_runner_lambda_max_bytes_takes_sizes_and_defaults_to_the_measured_limit() -> None:
+    base = minimal()
+    default = config_from_mapping(base, source="test").runner.lambda_.max_bytes
+    assert default == 512 * 1024**2
+    sized = config_from_mapping({**base, "runner": {"lambda": {"max_bytes": "64MiB"}}}, source="test")
+    assert sized.runner.lambda_.max_bytes == 64 * 1024**2
+    off = config_from_mapping({**base, "runner": {"lambda": {"max_bytes": 0}}}, source="test")
+    assert off.runner.lambda_.max_bytes == 0
+
+
+def test_plans_and_tickets_written_before_the_choice_run_on_emr() -> None:
+    """A plan or ticket without `runner` (from before the Lambda runner) keeps going to EMR."""
+    assert RunPlan.model_fields["runner"].default is RunnerKind.EMR_SERVERLESS
+    assert RunTicket.model_fields["runner"].default is RunnerKind.EMR_SERVERLESS
