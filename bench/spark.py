@@ -38,6 +38,9 @@ no Spark) over the `--route` plan with each table's columns inferred (observatio
 record, conversion per table with its own columns) against the same route with those columns given
 as a mapping: the ratio is the cost of per-table inference in a routed mapping.
 
+With `--format avro` it measures the same events as Avro in Confluent wire format against the JSON
+mapped path (`bench/formats.py`).
+
 MB are segment (`.kfs`) bytes. The last line is one JSON object with the headline figures.
 """
 
@@ -573,6 +576,12 @@ def main(argv: list[str] | None = None) -> int:
         default="mapping",
         help="infer: measure an inferred table against the same columns given as a mapping",
     )
+    parser.add_argument(
+        "--format",
+        choices=["json", "avro"],
+        default="json",
+        help="avro: the same events as Avro wire format against the JSON mapped path (bench/formats.py)",
+    )
     parser.add_argument("--workdir", help="keep data here (default: a temporary folder, removed after)")
     parser.add_argument(
         "--s3-latency-ms",
@@ -617,6 +626,11 @@ def main(argv: list[str] | None = None) -> int:
             f"{os.cpu_count()} cores",
             flush=True,
         )
+        if args.format == "avro":
+            from bench.formats import measure_formats  # its own module (fastavro, polars)
+
+            print(json.dumps(measure_formats(workload, rounds=args.rounds)))
+            return 0
         if args.schema == "infer" and args.route:
             print(json.dumps(measure_routed_inference(workload, rounds=args.rounds, repeats=args.repeats)))
             return 0

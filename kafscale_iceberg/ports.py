@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
+    from kafscale_iceberg.dataplane.formats.decoding import DecodedBatch
     from kafscale_iceberg.domain.anomalies import OffsetAnomalies
     from kafscale_iceberg.domain.cluster_metadata import ClusterMetadata
     from kafscale_iceberg.domain.commits import TableCommit, TableSpec, TableState
@@ -23,7 +24,8 @@ if TYPE_CHECKING:
     from kafscale_iceberg.domain.maintenance import CompactionOutcome, ExpiryOutcome, OrphanFile, TableHealth
     from kafscale_iceberg.domain.offsets import CommittedOffsets, OffsetState, OffsetUpdate
     from kafscale_iceberg.domain.planning import ListedSegment
-    from kafscale_iceberg.domain.runs import RunPlan
+    from kafscale_iceberg.domain.record_schemas import RegisteredSchema
+    from kafscale_iceberg.domain.runs import ColumnSpec, RunPlan
     from kafscale_iceberg.domain.tickets import RunTicket
     from kafscale_iceberg.domain.upsert import UpsertChange, UpsertCounts, UpsertRewrite
     from kafscale_iceberg.metrics.definitions import Sample
@@ -252,6 +254,23 @@ class SchemaRegistry(Protocol):
     def schema_for(self, topic: str) -> dict[str, object]: ...
 
 
+class RecordSchemaRegistry(Protocol):
+    """Record schemas by id and subject (a Confluent-compatible registry: `adapters/confluent_registry`).
+
+    Errors: the registry has no such schema (404) -> `SchemaNotFoundError`; it is unreachable, times
+    out or answers 5xx -> `RegistryUnavailableError` (transient: the run is retried, nothing is
+    dead-lettered for it); it refuses the credentials (401/403) -> `RegistryAuthError`.
+    """
+
+    def schema_by_id(self, schema_id: int) -> RegisteredSchema:
+        """The schema registered under `schema_id` (immutable: callers may cache it for ever)."""
+        ...
+
+    def latest_schema(self, subject: str) -> RegisteredSchema:
+        """The subject's latest version (cached by the adapter for `cache_seconds`)."""
+        ...
+
+
 class JobRunner(Protocol):
     """Starts, looks at and cancels Spark jobs (EMR Serverless, or local Spark)."""
 
@@ -422,6 +441,22 @@ class FileSink(Protocol):
 
     def publish(self, staging_path: str, uri: str) -> None:
         """Move the finished file to `uri`, replacing what is there. Idempotent; the staging file is gone."""
+        ...
+
+
+class ValueDecoder(Protocol):
+    """Decodes a batch of record values of one format (`dataplane/formats/`: one module per
+    `value_format`); reusable for every batch of a task."""
+
+    def decode(self, values: Any) -> DecodedBatch:
+        """The batch (an Arrow binary array) decoded: the records grouped by the schema they were
+        written with, and per-record errors; never raises for bad data (a registry outage raises
+        `RegistryUnavailableError`, which fails the run transiently)."""
+        ...
+
+    def schemas_of(self, values: Any, offsets: Any, *, partition: int) -> dict[str, tuple[ColumnSpec, ...]]:
+        """The columns of each schema `values` were written with, keyed so that sorted keys put older
+        schemas first (the observation stage); values that do not decode are passed over."""
         ...
 
 

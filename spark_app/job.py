@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from pyspark.sql import SparkSession
 
+from kafscale_iceberg.adapters.confluent_registry import RegistryCredentials
 from kafscale_iceberg.adapters.s3_segments import S3Settings
 from kafscale_iceberg.domain.runs import RunResult
 from kafscale_iceberg.execution.driver import (
@@ -144,10 +145,18 @@ def run_job(
     s3: S3Settings | None = None,
     session_start_s: float = 0.0,
     sizing: TaskSizing | None = None,
+    registry_credentials: RegistryCredentials | None = None,
 ) -> RunResult:
     """Run the plan at `plan_uri` with Spark; write the result to the plan's `result_uri` and return it.
 
     See `execution/driver.run_plan`: never raises for a failed run (the returned and written result
     says why); idempotent (rerunning a plan rewrites the same file names and the same result).
     """
-    return run_plan(plan_uri, SparkTaskExecutor(spark), s3=s3, session_start_s=session_start_s, sizing=sizing)
+    return run_plan(
+        plan_uri,
+        SparkTaskExecutor(spark),
+        s3=s3,
+        session_start_s=session_start_s,
+        sizing=sizing,
+        registry_credentials=registry_credentials,
+    )

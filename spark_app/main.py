@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import time
 
+from kafscale_iceberg.adapters.confluent_registry import RegistryCredentials
 from kafscale_iceberg.adapters.s3_segments import S3Settings
 from kafscale_iceberg.domain.runs import RunStatus
 from spark_app.compaction import run_compaction_job
@@ -40,7 +42,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.compaction:
             return 0 if run_compaction_job(spark, args.compaction, s3=s3).succeeded else 1
-        result = run_job(spark, args.plan, s3=s3, session_start_s=session_start_s)
+        result = run_job(
+            spark,
+            args.plan,
+            s3=s3,
+            session_start_s=session_start_s,
+            registry_credentials=RegistryCredentials.from_environment(os.environ),
+        )
     finally:
         spark.stop()
     return 0 if result.status is RunStatus.SUCCEEDED else 1

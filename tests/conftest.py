@@ -11,4 +11,5 @@ pytest_plugins = [
     "tests.support.checkpoints",
     "tests.support.spark_job",
     "tests.support.fast_loop",
+    "tests.support.schema_registry",
 ]

@@ -133,7 +133,7 @@ def _files_per_partition_pair(world: BucketWorld) -> Counter[tuple[Any, ...]]:
     )
 
 
-def test_compaction_makes_files_kafka_partition_pure_within_their_bucket_and_changes_no_row(
+def test_compaction_leaves_one_file_per_bucket_prefix_and_kafka_partition_and_changes_no_row(
     world: BucketWorld,
 ) -> None:
     world.produce(4)  # each run: files of one bucket and prefix mixing the Kafka partitions
@@ -145,7 +145,7 @@ def test_compaction_makes_files_kafka_partition_pure_within_their_bucket_and_cha
     compacted = report.tables[0].compaction
     assert compacted is not None
     assert compacted.committed
-    assert None not in {pair[-1] for pair in _files_per_partition_pair(world)}
+    assert set(_files_per_partition_pair(world).values()) == {1}  # no mixed file, no pure file beside
     assert world.rows().equals(rows_before)
     _assert_each_file_holds_its_partitions_rows(world.table())
 

@@ -263,3 +263,15 @@ def test_config_from_environment_applies_the_stack_environment(
     assert config.runner.emr_serverless.application_id == "00fabcdefg123456"
     assert config.etcd.username == "kafscale"
     assert config.source == str(config_file)
+
+
+def test_an_unset_s3_region_takes_the_functions_aws_region_and_a_set_one_wins() -> None:
+    """pyiceberg looks a bucket's region up through the global endpoint when `s3.region` is unset,
+    which a VPC without NAT cannot reach: the functions default it from Lambda's `AWS_REGION`."""
+    unset = apply_deployment_environment(USER_FILE, {**STACK_ENV, "AWS_REGION": "eu-west-3"}, source="c.yaml")
+    assert unset.s3.region == "eu-west-3"
+    with_region = {**USER_FILE, "s3": {**USER_FILE["s3"], "region": "us-west-2"}}
+    given = apply_deployment_environment(
+        with_region, {**STACK_ENV, "AWS_REGION": "eu-west-3"}, source="c.yaml"
+    )
+    assert given.s3.region == "us-west-2"

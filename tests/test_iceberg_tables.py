@@ -344,3 +344,15 @@ def test_a_commit_built_on_a_stale_state_is_refused_and_writes_nothing(
         tables.commit(stale, later)
 
     assert catalog.load_table(TABLE).scan().to_arrow().num_rows == 5
+
+
+def test_a_new_table_goes_under_the_warehouse_whatever_location_its_namespace_has(
+    tables: IcebergTableCommitter, catalog: Catalog, tmp_path: Path
+) -> None:
+    """A Glue database with its own `LocationUri` (a namespace `location`) would have pyiceberg create
+    the table there, outside the warehouse the stack's roles may write: tables are created at the
+    warehouse explicitly, in pyiceberg's layout."""
+    namespace = TABLE.split(".", maxsplit=1)[0]
+    catalog.create_namespace(namespace, properties={"location": f"file://{tmp_path}/elsewhere"})
+    tables.ensure_table(_spec())
+    assert catalog.load_table(TABLE).location() == f"file://{tmp_path}/warehouse/{TABLE.replace('.', '.db/')}"

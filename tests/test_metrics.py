@@ -140,6 +140,7 @@ def _result() -> RunResult:
                 "out_of_range": 4,
                 "segments_read": 3,
                 "conversion_failures": {"at": 2, "total": 1},
+                "dead_letter_reasons": {"undecodable": 2, "corrupt_segment": 1},
             },
             "timings": {"started_at_ms": 1_005_000, "ended_at_ms": 1_012_500},
         }
@@ -211,6 +212,8 @@ def test_a_commit_is_scraped_under_the_go_processors_names_with_exact_values(
     assert scraped[_key("batches_total", topic=TOPIC)] == 3
     assert scraped[_key("conversion_failures_total", topic=TOPIC, column="at")] == 2
     assert scraped[_key("conversion_failures_total", topic=TOPIC, column="total")] == 1
+    assert scraped[_key("dead_letters_total", topic=TOPIC, reason="undecodable")] == 2
+    assert scraped[_key("dead_letters_total", topic=TOPIC, reason="corrupt_segment")] == 1
     assert scraped[_key("runs_total", topic=TOPIC, outcome="committed")] == 1
     assert scraped[_key("consecutive_failures", topic=TOPIC)] == 0
     # 7.5 s of job + 1.25 s of commit; the 8.75 s land in the 10 s bucket, not the 5 s one.
@@ -521,8 +524,13 @@ def test_a_commit_as_emf_one_record_per_dimension_set_partition_as_a_property(
     assert partition_one["watermark_timestamp_ms"] == [8000.0]
     failures = by_dimensions[(("topic", TOPIC), ("column", "at"), ("service", "commit"), ("partition", None))]
     assert failures["conversion_failures_total"] == [2.0]
-    # 5 record results, topic-level, run outcome, 2 partitions, 2 columns with conversion failures.
-    assert len(records) == 5 + 1 + 1 + 2 + 2
+    reasons = by_dimensions[
+        (("topic", TOPIC), ("reason", "undecodable"), ("service", "commit"), ("partition", None))
+    ]
+    assert reasons["dead_letters_total"] == [2.0]
+    # 5 record results, topic-level, run outcome, 2 partitions, 2 columns with conversion failures,
+    # 2 dead-letter reasons.
+    assert len(records) == 5 + 1 + 1 + 2 + 2 + 2
 
 
 def test_emf_leaves_metrics_added_before_it_with_their_own_dimensions(

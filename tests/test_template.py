@@ -102,9 +102,15 @@ NOT_SET_BY_THE_TEMPLATE = {
     "KAFSCALE_ICEBERG_LFS_RESOLVE_CONCURRENCY",
     # `kafscale-iceberg run` (one machine) serves /metrics; Lambda functions emit EMF instead.
     "KAFSCALE_METRICS_ADDR",
+    # The one-machine runner hands a spark-submit run the schema registry's credentials this way; on
+    # AWS the job reads them from schema_registry.credentials_secret (SchemaRegistrySecretArn).
+    "KAFSCALE_ICEBERG_REGISTRY_USERNAME",
+    "KAFSCALE_ICEBERG_REGISTRY_PASSWORD",
+    "KAFSCALE_ICEBERG_REGISTRY_TOKEN",
     # Set by the Lambda runtime.
     "AWS_LAMBDA_FUNCTION_NAME",
     "AWS_LAMBDA_LOG_STREAM_NAME",
+    "AWS_REGION",  # the default of s3.region (config/deployment.py)
     # The etcd adapter sets it itself (setdefault) before protobuf is first imported.
     "PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION",
 }
@@ -357,6 +363,8 @@ UNSCOPABLE = {
     "ec2:UnassignPrivateIpAddresses",
     "xray:PutTraceSegments",
     "xray:PutTelemetryRecords",
+    "xray:GetSamplingRules",
+    "xray:GetSamplingTargets",
     "logs:CreateLogDelivery",
     "logs:GetLogDelivery",
     "logs:UpdateLogDelivery",
@@ -887,3 +895,21 @@ def test_the_maintenance_function_runs_on_its_schedule_with_the_commit_image() -
     assert event["Properties"]["Schedule"] == {"Ref": "MaintenanceSchedule"}
     assert template["Parameters"]["MaintenanceSchedule"]["Default"] == "rate(1 hour)"
     assert function["Timeout"] == 900
+
+
+def test_the_no_commit_alarm_cannot_ask_for_more_than_a_metrics_insights_alarm_evaluates() -> None:
+    """A Metrics Insights alarm evaluates at most 3 hours of data: a longer NoCommitAlarmMinutes
+    would fail the stack update (EvaluationPeriods x Period)."""
+    parameter = load_template()["Parameters"]["NoCommitAlarmMinutes"]
+    alarm = load_template()["Resources"]["NoCommitAlarm"]["Properties"]
+    (query,) = [m for m in alarm["Metrics"] if "Expression" in m]
+    assert parameter["MaxValue"] * query["Period"] <= 3 * 3600
+
+
+def test_every_traced_role_may_read_the_sampling_rules() -> None:
+    """A traced state machine (and the X-Ray SDK in the functions) reads the account's sampling rules
+    and targets: without `xray:GetSamplingRules` / `GetSamplingTargets` every trace is refused them."""
+    deployment = Deployment(INSTALLATIONS["existing-bucket"])
+    for role in ("RunStateMachineRole", "CommitRole", "RouterRole"):
+        for action in ("xray:GetSamplingRules", "xray:GetSamplingTargets", "xray:PutTraceSegments"):
+            assert deployment.role_allows(role, action, "*"), (role, action)

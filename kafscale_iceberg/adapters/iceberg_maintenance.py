@@ -45,6 +45,7 @@ from pyiceberg.table.update.snapshot import ExpireSnapshots
 from kafscale_iceberg.adapters.data_files import StagedFileStore
 from kafscale_iceberg.adapters.iceberg_catalog import CatalogTableAccess
 from kafscale_iceberg.adapters.iceberg_data_files import bucket_values, data_file_from_footer
+from kafscale_iceberg.adapters.iceberg_writes import single_attempt
 from kafscale_iceberg.dataplane.schemas import statistics_columns
 from kafscale_iceberg.dataplane.storage import join_uri
 from kafscale_iceberg.domain.commits import SUMMARY_TOPIC
@@ -74,7 +75,6 @@ from kafscale_iceberg.exceptions import (
 logger = logging.getLogger(__name__)
 
 _OFFSETS_PREFIX = "kafscale.offsets."
-_COMMIT_RETRIES = "commit.retry.num-retries"
 _PREVIOUS_VERSIONS_MAX = "write.metadata.previous-versions-max"
 _DELETE_AFTER_COMMIT = "write.metadata.delete-after-commit.enabled"
 _COMMIT_ATTEMPTS = 4
@@ -327,7 +327,7 @@ class IcebergTableMaintainer(CatalogTableAccess):
                         extra={"table": plan.table, "gone": gone[:5]},
                     )
                     return CompactionOutcome(table=plan.table, committed=False, abandoned=True)
-            transaction = _single_attempt(loaded).transaction()
+            transaction = single_attempt(loaded).transaction()
             snapshot = transaction.update_snapshot(snapshot_properties={SUMMARY_COMPACTION: "true"})
             with snapshot.overwrite() as overwrite:
                 for data_file in replaced:
@@ -392,7 +392,7 @@ class IcebergTableMaintainer(CatalogTableAccess):
             expired_files = _metadata_files(
                 loaded, (s for s in metadata.snapshots if s.snapshot_id in expire)
             )
-            transaction = _single_attempt(loaded).transaction()
+            transaction = single_attempt(loaded).transaction()
             if expire:
                 ExpireSnapshots(transaction).by_ids(list(expire)).commit()
             transaction.set_properties(
@@ -556,13 +556,6 @@ def _metadata_files(table: Table, snapshots: Iterable[Snapshot]) -> set[str]:
         for manifest in snapshot.manifests(table.io):
             files.add(manifest.manifest_path)
     return files
-
-
-def _single_attempt(table: Table) -> Table:
-    """The same table with pyiceberg's blind commit retries off (we re-check before retrying)."""
-    properties = {**table.metadata.properties, _COMMIT_RETRIES: "0"}
-    metadata = table.metadata.model_copy(update={"properties": properties})
-    return Table(table.name(), metadata, table.metadata_location, table.io, table.catalog)
 
 
 _SHAREABLE_IO_PROPERTIES = frozenset(

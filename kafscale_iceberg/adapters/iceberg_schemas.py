@@ -62,6 +62,7 @@ from kafscale_iceberg.domain.commits import (
 from kafscale_iceberg.domain.field_ids import missing_parts
 from kafscale_iceberg.domain.runs import ColumnSpec, ColumnType, PartitionField, PartitionTransform
 from kafscale_iceberg.domain.schema import BASE_FIELD_NAMES, FieldSpec
+from kafscale_iceberg.domain.schema_evolution import merged_column, widened_parts
 from kafscale_iceberg.exceptions import (
     InferredColumnChangedError,
     PartitionSpecMismatchError,
@@ -219,13 +220,16 @@ def apply_schema_changes(table: Table, spec: TableSpec, changes: SchemaChanges) 
 def stage_new_columns(transaction: Transaction, table: str, commit: TableCommit) -> None:
     """Add what the table lacks of an inferred table's columns to `transaction`: new columns, and new
     fields inside existing struct columns, optional, in the order the run planned their ids
-    (`domain.field_ids.planned_field_ids(new_parts=True)`). Raises `InferredColumnChangedError`
-    (nothing staged) when a column or part the table has is of another type in the run's files."""
+    (`domain.field_ids.planned_field_ids(new_parts=True)`), and the promotions a record schema brought
+    (int -> long, float -> double, a wider decimal: `domain/schema_evolution.py`). Raises
+    `InferredColumnChangedError` (nothing staged) when a column or part the table has is of another
+    type in the run's files that is not such a promotion."""
     schema = transaction.table_metadata.schema()
     by_name = {f.name: f for f in schema.fields}
     known = field_ids_by_path(schema)
     counter = itertools.count(10_000)
     additions: list[tuple[tuple[str, ...], IcebergType]] = []
+    widenings: list[tuple[tuple[str, ...], IcebergType]] = []
     conflicts: dict[str, tuple[str, str]] = {}
     for column in commit.columns or ():
         existing = by_name.get(column.name)
@@ -233,22 +237,36 @@ def stage_new_columns(transaction: Transaction, table: str, commit: TableCommit)
             additions.append(((column.name,), column_iceberg_type(column, lambda: next(counter))))
             continue
         missing = missing_parts(column, known)
-        written = column_iceberg_type(
-            _without(column, {parts for parts, _ in missing}), lambda: next(counter)
-        )
+        written_spec = _without(column, {parts for parts, _ in missing})
+        written = column_iceberg_type(written_spec, lambda: next(counter))
         if type_text(existing.field_type) != type_text(written):
-            conflicts[column.name] = (type_text(written), type_text(existing.field_type))
-            continue
+            # A record schema's promotion (int -> long, float -> double, a wider decimal) is staged;
+            # anything else is a conflict (`domain/schema_evolution.py`).
+            current = column_spec_of(existing)
+            if current is None or merged_column(current, written_spec).type_name != written_spec.type_name:
+                conflicts[column.name] = (type_text(written), type_text(existing.field_type))
+                continue
+            widenings.extend(
+                (parts, column_iceberg_type(spec, lambda: next(counter)))
+                for parts, spec in widened_parts(current, written_spec)
+            )
         additions.extend((parts, column_iceberg_type(spec, lambda: next(counter))) for parts, spec in missing)
     if conflicts:
         raise InferredColumnChangedError(table, commit.run_id, conflicts)
-    if additions:
+    if additions or widenings:
         with transaction.update_schema() as update:
+            for parts, field_type in widenings:
+                update.update_column(parts, field_type=field_type)
             for parts, field_type in additions:
                 update.add_column(parts, field_type, required=False)
         logger.info(
             "inferred columns added with the run's files",
-            extra={"table": table, "run_id": commit.run_id, "added": [".".join(p) for p, _ in additions]},
+            extra={
+                "table": table,
+                "run_id": commit.run_id,
+                "added": [".".join(p) for p, _ in additions],
+                "widened": [".".join(p) for p, _ in widenings],
+            },
         )
 
 

@@ -203,12 +203,24 @@ class IcebergTableCommitter(CatalogTableAccess):
         with self._catalog.create_table_transaction(
             spec.identifier,
             schema,
+            location=self._warehouse_location(spec),
             partition_spec=PartitionSpec(*partition_fields),
             properties={"write.format.default": "parquet", "format-version": "2"},
         ) as transaction:
             # Ids are assigned by the catalog; the name mapping is computed from the assigned ones.
             mapping = transaction.table_metadata.schema().name_mapping
             transaction.set_properties({NAME_MAPPING: mapping.model_dump_json()})
+
+    def _warehouse_location(self, spec: TableSpec) -> str | None:
+        """Where a new table goes: under the catalog's warehouse when that is a storage URI, in
+        pyiceberg's own layout (`{warehouse}/{namespace}.db/{table}`), whatever location its namespace
+        has (a Glue database's `LocationUri` would put it outside the warehouse, where the stack's
+        roles may not write). None (the catalog decides) for a warehouse *name* (REST catalogs)."""
+        warehouse = str(self._catalog.properties.get("warehouse", "")).rstrip("/")
+        if not warehouse.startswith(("s3://", "s3a://", "gs://", "abfss://", "file://", "/")):
+            return None
+        *namespace, name = spec.identifier.split(".")
+        return f"{warehouse}/{'.'.join(namespace)}.db/{name}"
 
     # -- commit state -----------------------------------------------------------------------------
 

@@ -151,7 +151,8 @@ def apply_deployment_environment(
 ) -> KafscaleConfig:
     """Lay the deployment variables of `environ` over raw config `data`, then validate the result.
 
-    Secrets named by `KAFSCALE_ICEBERG_ETCD_SECRET_ARN` / `KAFSCALE_ICEBERG_CATALOG_SECRET_ARN` are
+    An unset `s3.region` takes `AWS_REGION` (set in every Lambda function). Secrets named by
+    `KAFSCALE_ICEBERG_ETCD_SECRET_ARN` / `KAFSCALE_ICEBERG_CATALOG_SECRET_ARN` are
     read from `secrets` (default: Secrets Manager), once per call. `data` is not modified. Raises
     `ConfigValidationError` listing every problem, those with environment values named by variable
     (`$KAFSCALE_ICEBERG_EMR_EXECUTION_ROLE_ARN (runner.emr_serverless.execution_role_arn): ...`), and
@@ -167,6 +168,13 @@ def apply_deployment_environment(
         origins[variable.key] = variable.name
         if variable.clears:
             _remove(overlaid, variable.clears)
+    region = environ.get("AWS_REGION", "").strip()
+    s3_section = overlaid.get("s3")
+    if region and isinstance(s3_section, dict) and not str(s3_section.get("region") or "").strip():
+        # Lambda sets AWS_REGION. Without s3.region pyiceberg looks each bucket's region up through
+        # the global endpoint, which a VPC without NAT cannot reach (gateway endpoints are regional).
+        s3_section["region"] = region
+        origins["s3.region"] = "AWS_REGION"
     for variable_name, (section, fields) in _SECRET_FIELDS.items():
         secret_id = environ.get(variable_name, "").strip()
         if not secret_id:

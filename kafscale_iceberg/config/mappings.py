@@ -26,6 +26,7 @@ from kafscale_iceberg.config.base import (
     _Section,
     _zero_means,
 )
+from kafscale_iceberg.config.formats import KeyFormatKey, ValueFormatKey, format_problems
 from kafscale_iceberg.config.upsert import UpsertConfig, upsert_problems
 from kafscale_iceberg.domain.partitioning import (
     describe_partition_field,
@@ -38,9 +39,11 @@ from kafscale_iceberg.domain.runs import (
     ColumnSpec,
     ColumnType,
     CorruptSegmentPolicy,
+    KeyFormat,
     LfsSettings,
     PartitionField,
     PartitionTransform,
+    ValueFormat,
 )
 from kafscale_iceberg.domain.runs import LfsMode as PlanLfsMode
 from kafscale_iceberg.domain.schema import BASE_FIELDS
@@ -341,6 +344,17 @@ class MappingConfig(_Section):
     partition_by: tuple[Annotated[PartitionField, BeforeValidator(_parse_partition_field)], ...] = ()
     corrupt_segment_policy: Annotated[CorruptSegmentPolicy | None, BeforeValidator(_lowercase)] = None
     target_file_size_bytes: PositiveByteSize | None = None
+    # Record formats (`config/formats.py`):
+    value_format: ValueFormatKey = ValueFormat.JSON
+    value_subject: str = ""
+    value_message: str = ""
+    key_format: KeyFormatKey = KeyFormat.RAW
+
+    @model_validator(mode="after")
+    def _formats_fit(self) -> MappingConfig:
+        format_problems(self).raise_if_any()
+        return self
+
     upsert: UpsertConfig | None = None
 
     @field_validator("partition_by", mode="before")

@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import Field, PrivateAttr, model_validator
 
 from kafscale_iceberg.config.base import DEFAULT_RUNS_DIRECTORY, _Problems, _Section
+from kafscale_iceberg.config.formats import SchemaRegistryConfig
 from kafscale_iceberg.config.mappings import MappingConfig
 from kafscale_iceberg.config.sections import (
     DiscoveryConfig,
@@ -55,6 +56,7 @@ class KafscaleConfig(_Section):
     runner: RunnerConfig = Field(default_factory=RunnerConfig)
     notifications: NotificationsConfig = Field(default_factory=NotificationsConfig)
     maintenance: MaintenanceConfig = Field(default_factory=MaintenanceConfig)
+    schema_registry: SchemaRegistryConfig | None = None
 
     _source: str = PrivateAttr(default="<memory>")
     _unknown_keys: tuple[str, ...] = PrivateAttr(default=())
@@ -111,6 +113,19 @@ class KafscaleConfig(_Section):
                 "is required when iceberg.catalog.type is 'sql': tables are created under it "
                 "(e.g. file:///var/lib/kafscale/warehouse or s3://bucket/warehouse)",
             )
+        # JSON values are validated against that registry; other value formats against their own schemas.
+        json_mappings = [m for m in self.mappings if not m.value_format.self_described]
+        if self.schema_.mode != "off" and not self.schema_.registry.base_url and json_mappings:
+            problems.add(
+                "schema.registry.base_url",
+                f"is required when schema.mode is '{self.schema_.mode.value}'",
+            )
+        for index, mapping in enumerate(self.mappings):
+            if mapping.value_format.registered and self.schema_registry is None:
+                problems.add(
+                    f"mappings[{index}].value_format",
+                    f"{mapping.value_format.value} needs the top-level schema_registry (url, credentials)",
+                )
         lfs_topics = [mapping.topic for mapping in self.mappings if mapping.lfs.mode != "off"]
         if lfs_topics and not self.s3.region:
             problems.add(

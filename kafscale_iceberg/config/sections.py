@@ -255,13 +255,8 @@ class SchemaConfig(_Section):
     mode: Annotated[SchemaMode, BeforeValidator(_false_means_off)] = SchemaMode.OFF
     registry: RegistryConfig = Field(default_factory=RegistryConfig)
 
-    @model_validator(mode="after")
-    def _validation_needs_a_registry(self) -> SchemaConfig:
-        if self.mode != "off" and not self.registry.base_url:
-            problems = _Problems()
-            problems.add("registry.base_url", f"is required when schema.mode is '{self.mode.value}'")
-            problems.raise_if_any()
-        return self
+    # `mode` other than off needs `registry.base_url` for mappings of JSON values: checked with the
+    # mappings (`KafscaleConfig`), since self-described formats are validated by their own schemas.
 
 
 # --------------------------------------------------------------------------------------------------

@@ -26,14 +26,18 @@ import pyarrow.compute as pc
 from kafscale_iceberg.dataplane import json_scan as js
 from kafscale_iceberg.dataplane.schemas import column_arrow_type
 from kafscale_iceberg.dataplane.values import (
+    INT32_RANGE,
+    INT64_RANGE,
+    MICROS_PER_DAY,
     MISSING,
     ValueReader,
     coerce_column,
     days_from_number,
     decimal_of,
     describe_mismatch,
+    float_or_none,
     holds_decimal,
-    integer_from_float,
+    integer_in_range,
     loads_like_go,
     millis_to_micros,
     parse_datetimes,
@@ -41,10 +45,7 @@ from kafscale_iceberg.dataplane.values import (
 from kafscale_iceberg.domain.decimals import fit_decimal
 from kafscale_iceberg.domain.runs import ColumnSpec, ColumnType
 
-_INT32 = (-(2**31), 2**31 - 1)
-_INT64 = (-(2**63), 2**63 - 1)
-_MICROS_PER_DAY = 86_400_000_000
-_MAX_MILLIS = _INT64[1] // 1000
+_MAX_MILLIS = INT64_RANGE[1] // 1000
 
 
 class ExtractedColumns(Protocol):
@@ -349,12 +350,12 @@ def _build(column_type: ColumnType, tokens: _Tokens, count: int) -> pa.Array:
         is_true = kinds == js.TRUE
         return pa.array(is_true, pa.bool_(), mask=~(is_true | (kinds == js.FALSE)))
     if column_type in (ColumnType.INT, ColumnType.LONG):
-        low, high = _INT32 if column_type is ColumnType.INT else _INT64
+        low, high = INT32_RANGE if column_type is ColumnType.INT else INT64_RANGE
         ints = tokens.integer_array()
         if column_type is ColumnType.INT:
             ints = pc.if_else(pc.and_(pc.greater_equal(ints, low), pc.less_equal(ints, high)), ints, None)
         rows, numbers = tokens.python_numbers()
-        ints = _patch(ints, rows, [_integer(x, low, high) for x in numbers])
+        ints = _patch(ints, rows, [integer_in_range(x, low, high) for x in numbers])
         return ints.cast(pa.int32() if column_type is ColumnType.INT else pa.int64())
     if column_type in (ColumnType.FLOAT, ColumnType.DOUBLE):
         numeric = (kinds == js.INTEGER) | (kinds == js.NUMBER)
@@ -364,7 +365,7 @@ def _build(column_type: ColumnType, tokens: _Tokens, count: int) -> pa.Array:
         except pa.ArrowInvalid:  # beyond double range (1e400): Python says inf
             rows = np.flatnonzero(numeric)
             numbers = _python_values(tokens.buffer, tokens.starts, tokens.ends, rows, string=False)
-            doubles = _patch(pa.nulls(count, pa.float64()), rows, [_to_float(x) for x in numbers])
+            doubles = _patch(pa.nulls(count, pa.float64()), rows, [float_or_none(x) for x in numbers])
         if column_type is ColumnType.FLOAT:
             return doubles.cast(pa.float32(), safe=False)
         return doubles
@@ -385,32 +386,19 @@ def _build(column_type: ColumnType, tokens: _Tokens, count: int) -> pa.Array:
         return result.cast(pa.timestamp("us"))
     if column_type is ColumnType.DATE:
         micros, valid = parse_datetimes(tokens.strings(), require_time=False)
-        days = np.floor_divide(micros, _MICROS_PER_DAY)
-        valid &= (days >= _INT32[0]) & (days <= _INT32[1])
+        days = np.floor_divide(micros, MICROS_PER_DAY)
+        valid &= (days >= INT32_RANGE[0]) & (days <= INT32_RANGE[1])
         result = pa.array(days.astype(np.int32), pa.int32(), mask=~valid)
         if (kinds == js.INTEGER).any():
             numbers = tokens.integer_array()
-            in_range = pc.and_(pc.greater_equal(numbers, _INT32[0]), pc.less_equal(numbers, _INT32[1]))
+            in_range = pc.and_(
+                pc.greater_equal(numbers, INT32_RANGE[0]), pc.less_equal(numbers, INT32_RANGE[1])
+            )
             result = pc.coalesce(result, pc.if_else(in_range, numbers, None).cast(pa.int32()))
         rows, others = tokens.python_numbers()
         result = _patch(result, rows, [days_from_number(x) for x in others])
         return result.cast(pa.date32())
     raise AssertionError(f"unhandled column type {column_type}")
-
-
-def _to_float(x: object) -> float | None:
-    try:
-        return float(x)  # type: ignore[arg-type]
-    except OverflowError:
-        return None
-
-
-def _integer(x: object, low: int, high: int) -> int | None:
-    if type(x) is int:
-        return x if low <= x <= high else None
-    if type(x) is float:
-        return integer_from_float(x, low, high)
-    return None
 
 
 __all__ = [

@@ -37,6 +37,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kafscale_iceberg.dataplane.columns import ColumnScanner, ExtractedColumns, parse_columns, scannable
+from kafscale_iceberg.dataplane.formats.choice import decoder_for
+from kafscale_iceberg.dataplane.formats.decoding import conform
+from kafscale_iceberg.dataplane.formats.schema_cache import SchemaCache
 from kafscale_iceberg.dataplane.headers import go_headers_json
 from kafscale_iceberg.dataplane.schemas import DEAD_LETTER_SCHEMA, data_schema
 from kafscale_iceberg.dataplane.values import NO_VALUE
@@ -62,6 +65,12 @@ class ErrorKind(StrEnum):
     """A routed mapping: the route field is missing or null, or no value matched, and no default table."""
     ROUTE_INVALID = "route_invalid"
     """A routed mapping: the route field is not a string, or its value is not a valid table name."""
+    WIRE_FORMAT = "wire_format"
+    """A self-described format (`value_format`): no or a wrong magic byte, or not a Connect envelope."""
+    UNKNOWN_SCHEMA = "unknown_schema"
+    """A registered format: the registry has no schema of the record's id (404)."""
+    UNDECODABLE = "undecodable"
+    """A self-described format: the payload does not decode with its schema (or does not fit it)."""
     CDC_ENVELOPE = "cdc_envelope"
     """An upsert mapping: the value is not a change event of its `upsert.cdc` (`upsert_changes.py`)."""
     TOMBSTONE = "tombstone"
@@ -111,7 +120,10 @@ class RecordConverter:
     Raises `InvalidJsonSchemaError` from the constructor when the plan's schema is itself invalid.
     """
 
-    def __init__(self, *, topic: str, run_id: str, settings: ConversionSettings) -> None:
+    def __init__(
+        self, *, topic: str, run_id: str, settings: ConversionSettings, schemas: SchemaCache | None = None
+    ) -> None:
+        """`schemas`: the task's schema cache (a registered `value_format` needs it)."""
         self.topic = topic
         self.run_id = run_id
         self.columns = settings.columns
@@ -119,7 +131,14 @@ class RecordConverter:
         self.schema = data_schema(settings.table_columns)
         self._strict = settings.schema_mode is SchemaMode.STRICT
         self._validator: Any = None
-        if settings.schema_mode is not SchemaMode.OFF and settings.json_schema is not None:
+        # A self-described value format's decoder (`dataplane/formats/`): its records are checked
+        # against their own schemas; the columns come from it instead of the JSON readers below.
+        self._decoder = decoder_for(settings, schemas)
+        if (
+            self._decoder is None
+            and settings.schema_mode is not SchemaMode.OFF
+            and settings.json_schema is not None
+        ):
             validator_class = jsonschema.validators.validator_for(settings.json_schema)
             try:
                 validator_class.check_schema(settings.json_schema)
@@ -131,10 +150,11 @@ class RecordConverter:
         # The compiled scanner builds the Go processor's scalar types and decimals (the fast path); a
         # mapping with nested or uuid columns takes the per-record path for all its columns.
         scanned = all(scannable(c) for c in self.columns)
+        json_columns = bool(self.columns) and self._decoder is None
         self._scanner = (
-            ColumnScanner(self.columns) if self.columns and self._validator is None and scanned else None
+            ColumnScanner(self.columns) if json_columns and self._validator is None and scanned else None
         )
-        self._parse = bool(self.columns) and self._scanner is None
+        self._parse = json_columns and self._scanner is None
         self._failure_rows: dict[str, np.ndarray] = {}
 
     def convert(
@@ -172,7 +192,12 @@ class RecordConverter:
         culprits: dict[int, str] = {}
         failures: dict[str, int] = {}
         mapped: list[pa.Array] = []
-        if self._scanner is not None or self._validator is not None or self._parse:
+        if (
+            self._decoder is not None
+            or self._scanner is not None
+            or self._validator is not None
+            or self._parse
+        ):
             values = base["value"]
             if problems:  # rejected values are dead letters as they are: not parsed, not validated
                 values = pc.if_else(_mask(count, problems), pa.nulls(count, values.type), values)
@@ -226,12 +251,16 @@ class RecordConverter:
         lfs_metadata: Mapping[str, pa.Array] | None = None,
     ) -> list[pa.Array]:
         extracted: ExtractedColumns
-        if self._scanner is not None:
+        kinds: Mapping[int, str] = {}
+        if self._decoder is not None:
+            decoded = conform(self._decoder.decode(values), self.columns)
+            extracted, kinds = decoded, decoded.kinds
+        elif self._scanner is not None:
             extracted = self._scanner.scan(values)
         else:
             extracted = parse_columns(values, self.columns, documents=self._validator is not None)
         for index, reason in extracted.errors.items():
-            problems[index] = (ErrorKind.INVALID_JSON, reason)
+            problems[index] = (ErrorKind(kinds.get(index, ErrorKind.INVALID_JSON)), reason)
         if extracted.documents is not None:
             self._validate(extracted.documents, problems)
         arrays = list(extracted.arrays)

@@ -33,6 +33,7 @@ from kafscale_iceberg.domain.runs import (
     TableTarget,
 )
 from kafscale_iceberg.domain.schema import BASE_FIELD_NAMES, table_fields
+from kafscale_iceberg.domain.schema_evolution import evolved_columns
 
 logger = logging.getLogger(__name__)
 
@@ -206,13 +207,15 @@ def _resolved_table(
 ) -> tuple[ConversionSettings, TableTarget]:
     """One inferred table's conversion (its columns decided) and target (its field ids planned)."""
     reserved = {*BASE_FIELD_NAMES, *(c.name for c in LFS_METADATA_COLUMNS if conversion.lfs.store_metadata)}
-    columns = resolve_columns(
-        current,
-        observations.get(target.identifier),
-        allow_type_widening=conversion.allow_type_widening,
-        reserved=reserved,
-    )
-    clashes = case_clashes(columns, observations.get(target.identifier), reserved)
+    observed = observations.get(target.identifier)
+    if conversion.value_format.self_described:  # columns from the records' own schemas
+        schemas = observed.schemas if observed is not None else {}
+        columns = evolved_columns(current, [schemas[key] for key in sorted(schemas)], reserved=reserved)
+    else:
+        columns = resolve_columns(
+            current, observed, allow_type_widening=conversion.allow_type_widening, reserved=reserved
+        )
+    clashes = case_clashes(columns, observed, reserved)
     if clashes:
         logger.warning(
             "fields not made columns of %s: another column has the same name in another case "

@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kafscale_iceberg.dataplane.conversion import ConvertedRecords, RecordConverter
+from kafscale_iceberg.dataplane.formats.schema_cache import SchemaCache
 from kafscale_iceberg.dataplane.partitioning import split_by_partition
 from kafscale_iceberg.dataplane.routing import RecordRouter
 from kafscale_iceberg.dataplane.schemas import DEAD_LETTER_SCHEMA
@@ -36,7 +37,15 @@ __all__ = ["MappingStage", "TableFiles"]
 class MappingStage:
     """One mapping's work in a task: convert, route (when it is routed) and hand rows to the writers."""
 
-    def __init__(self, plan: RunPlan, index: int, mapping: MappingPlan, files: TableFiles) -> None:
+    def __init__(
+        self,
+        plan: RunPlan,
+        index: int,
+        mapping: MappingPlan,
+        files: TableFiles,
+        schemas: SchemaCache | None = None,
+    ) -> None:
+        """`schemas`: the task's record schemas (a registered `value_format` reads through them)."""
         self.index = index
         self.mapping = mapping
         self.strict = mapping.conversion.schema_mode is SchemaMode.STRICT
@@ -52,7 +61,10 @@ class MappingStage:
             settings = settings.model_copy(
                 update={"columns": (), "schema_mode": SchemaMode.OFF, "json_schema": None}
             )
-        self.converter = RecordConverter(topic=plan.topic, run_id=plan.run_id, settings=settings)
+        self._schemas = schemas
+        self.converter = RecordConverter(
+            topic=plan.topic, run_id=plan.run_id, settings=settings, schemas=schemas
+        )
         self.upsert = (
             None
             if settings.upsert is None
@@ -96,6 +108,7 @@ class MappingStage:
                     topic=self._plan.topic,
                     run_id=self._plan.run_id,
                     settings=self.mapping.conversion_for(target),
+                    schemas=self._schemas,
                 )
             tables.append(
                 (
@@ -122,9 +135,10 @@ class MappingStage:
         partition: int,
         segment_key: str,
         routed: tuple[tuple[TableTarget, ConvertedRecords], ...] = (),
-    ) -> tuple[int, int, dict[str, int]]:
+    ) -> tuple[int, int, dict[str, int], dict[str, int]]:
         """Write a converted batch (`routed`: a routed inferred mapping's tables, each converted with
-        its own columns); `(rows written, dead letters, conversion failures of the rows written)` (a
+        its own columns); `(rows written, dead letters, conversion failures of the rows written, dead
+        letters per error kind)` (a
         routed batch's records dead-lettered by the route are not counted as written)."""
         mapping = self.mapping
         settings = mapping.conversion
@@ -210,7 +224,7 @@ class MappingStage:
                 mapping.dead_letter_table, DEAD_LETTER_SCHEMA, TableRole.DEAD_LETTER, self.index, settings
             ).write({}, dead_letters)
             self._files.count(mapping.dead_letter_table.identifier, dead_letters.num_rows)
-        return written, dead_letters.num_rows, counted
+        return written, dead_letters.num_rows, counted, dead_letter_reasons(dead_letters)
 
 
 def _joined(first: pa.Table, second: pa.Table) -> pa.Table:
@@ -218,3 +232,14 @@ def _joined(first: pa.Table, second: pa.Table) -> pa.Table:
     if not second.num_rows:
         return first
     return pa.concat_tables([first, second]) if first.num_rows else second
+
+
+def dead_letter_reasons(dead_letters: pa.Table) -> dict[str, int]:
+    """How many dead-letter rows there are of each `error_kind` (what metrics count per reason)."""
+    if not dead_letters.num_rows:
+        return {}
+    counts = pc.value_counts(dead_letters.column("error_kind").combine_chunks())
+    return {
+        str(kind): int(count)
+        for kind, count in zip(counts.field(0).to_pylist(), counts.field(1).to_pylist(), strict=True)
+    }

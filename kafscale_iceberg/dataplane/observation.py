@@ -7,31 +7,45 @@ import time
 import numpy as np
 import pyarrow as pa
 
+from kafscale_iceberg.dataplane.formats.choice import decoder_for
+from kafscale_iceberg.dataplane.formats.schema_cache import SchemaCache
 from kafscale_iceberg.dataplane.inference import ValueObserver
 from kafscale_iceberg.dataplane.prefetch import ObjectRequest, PrefetchLimits, prefetch_objects
 from kafscale_iceberg.dataplane.reports import TaskAssignment, TaskObservation
 from kafscale_iceberg.dataplane.routing import RecordRouter
 from kafscale_iceberg.dataplane.segment_windows import in_window
 from kafscale_iceberg.dataplane.storage import segment_uri
-from kafscale_iceberg.domain.runs import RunPlan, TableTarget
-from kafscale_iceberg.exceptions import SegmentFormatError
-from kafscale_iceberg.ports import ObjectReader
+from kafscale_iceberg.domain.inference import TableObservation
+from kafscale_iceberg.domain.runs import ColumnSpec, RunPlan, TableTarget
+from kafscale_iceberg.exceptions import RegistryUnavailableError, SegmentFormatError
+from kafscale_iceberg.ports import ObjectReader, RecordSchemaRegistry
 from kafscale_iceberg.segments.decode import decode_segment
 
 
 def observe_task(
-    plan: RunPlan, task: TaskAssignment, *, reader: ObjectReader, prefetch: PrefetchLimits | None = None
+    plan: RunPlan,
+    task: TaskAssignment,
+    *,
+    reader: ObjectReader,
+    prefetch: PrefetchLimits | None = None,
+    registry: RecordSchemaRegistry | None = None,
 ) -> TaskObservation:
     """The observation stage of an inferred table: fetch and decode one task's segments and note what
     the fields of the records it owns hold (`dataplane/inference.py`); nothing is written.
 
     A segment that cannot be read or decoded is passed over here: the conversion stage that follows
-    meets it again and applies the run's rules (fail, quarantine) with the error named.
+    meets it again and applies the run's rules (fail, quarantine) with the error named. A mapping
+    with a self-described `value_format` notes the columns of each schema its records were written
+    with instead (`dataplane/formats/`, through `registry`); a registry outage is passed over too (the
+    conversion stage fails the run for it, transiently).
     """
     started = time.perf_counter()
     observers: dict[str, ValueObserver] = {}
     inferred = [m for m in plan.mappings if m.conversion.infer_columns]
     routers = [RecordRouter(m.route, run_id=plan.run_id) if m.route is not None else None for m in inferred]
+    schemas = SchemaCache(registry) if registry is not None else None
+    decoders = [decoder_for(m.conversion, schemas) for m in inferred]
+    seen: dict[str, dict[str, tuple[ColumnSpec, ...]]] = {}
     requests = [ObjectRequest(segment_uri(plan.source, w.key), w.size_bytes) for w in task.segments]
     fetched = prefetch_objects(reader, requests, prefetch)
     try:
@@ -52,7 +66,15 @@ def observe_task(
                 continue
             values = kept.column("value").combine_chunks()
             offsets = kept.column("offset").combine_chunks()
-            for mapping, router in zip(inferred, routers, strict=True):
+            for mapping, router, decoder in zip(inferred, routers, decoders, strict=True):
+                if decoder is not None:  # a self-described format: the records' schemas
+                    assert mapping.table is not None
+                    try:
+                        found = decoder.schemas_of(values, offsets, partition=window.partition)
+                    except RegistryUnavailableError:
+                        continue
+                    seen.setdefault(mapping.table.identifier, {}).update(found)
+                    continue
                 if router is None:
                     assert mapping.table is not None
                     parts: tuple[tuple[TableTarget, np.ndarray | None], ...] = ((mapping.table, None),)
@@ -69,8 +91,11 @@ def observe_task(
                         observer.observe(values.take(at), offsets.take(at), partition=window.partition)
     finally:
         fetched.close()
+    tables = {identifier: observer.observation() for identifier, observer in observers.items()}
+    for identifier, found in seen.items():
+        tables[identifier] = TableObservation(schemas=found)
     return TaskObservation(
         task_index=task.index,
-        tables={identifier: observer.observation() for identifier, observer in observers.items()},
+        tables=tables,
         seconds=time.perf_counter() - started,
     )

@@ -92,6 +92,8 @@ class SegmentOutcome(_Model):
     skipped_lfs: int = 0
     lfs: LfsCounts = LfsCounts()
     conversion_failures: dict[str, int] = Field(default_factory=dict)
+    dead_letter_reasons: dict[str, int] = Field(default_factory=dict)
+    """Dead-letter rows written per `error_kind` (a quarantined segment: `corrupt_segment`)."""
 
 
 class TaskTimings(_Model):
@@ -173,6 +175,7 @@ def build_run_result(plan: RunPlan, reports: Sequence[TaskReport], timings: RunT
         skipped_lfs=sum(o.skipped_lfs for o in outcomes),
         lfs=functools.reduce(LfsCounts.plus, (o.lfs for o in outcomes), LfsCounts()),
         conversion_failures=sum_counts(o.conversion_failures for o in outcomes),
+        dead_letter_reasons=sum_counts(o.dead_letter_reasons for o in outcomes),
     )
     return RunResult(
         run_id=plan.run_id,

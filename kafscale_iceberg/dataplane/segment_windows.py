@@ -130,5 +130,6 @@ def quarantine(
         key=window.key,
         size_bytes=size,
         records_dead_lettered=1,
+        dead_letter_reasons={"corrupt_segment": 1},
         quarantined=QuarantinedSegment(key=window.key, base_offset=first, last_offset=last, error=message),
     )

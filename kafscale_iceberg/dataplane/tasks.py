@@ -19,6 +19,7 @@ from kafscale_iceberg.dataplane.assignments import (
     plan_tasks,
     segment_windows,
 )
+from kafscale_iceberg.dataplane.formats.schema_cache import SchemaCache
 from kafscale_iceberg.dataplane.lfs import LfsStage
 from kafscale_iceberg.dataplane.mapping_stage import MappingStage
 from kafscale_iceberg.dataplane.observation import observe_task
@@ -37,8 +38,8 @@ from kafscale_iceberg.domain.runs import (
     TableRole,
     deleted_keys_target,
 )
-from kafscale_iceberg.exceptions import LfsBlobUnavailableError, SegmentFormatError
-from kafscale_iceberg.ports import BlobReader, FileSink, ObjectReader
+from kafscale_iceberg.exceptions import LfsBlobUnavailableError, RegistryUnavailableError, SegmentFormatError
+from kafscale_iceberg.ports import BlobReader, FileSink, ObjectReader, RecordSchemaRegistry
 from kafscale_iceberg.segments.decode import decode_segment
 
 __all__ = [
@@ -72,6 +73,7 @@ def run_task(
     sink: FileSink,
     blobs: BlobReader | None = None,
     prefetch: PrefetchLimits | None = None,
+    registry: RecordSchemaRegistry | None = None,
 ) -> TaskReport:
     """Fetch, decode, filter, resolve LFS envelopes, convert and write one task's segments; never
     raises for bad data.
@@ -82,13 +84,18 @@ def run_task(
     (strict mode) an invalid record stops the task with a failure in the report, exactly where a
     sequential read would have stopped; files it already published stay under the run's prefix and
     are not listed. Unexpected errors (bugs, a full disk, a failed upload) propagate.
-    `blobs` reads LFS blobs (needed when the plan's `lfs.mode` is resolve or hybrid).
+    `blobs` reads LFS blobs (needed when the plan's `lfs.mode` is resolve or hybrid); `registry`
+    record schemas (a registered `value_format`), through one `SchemaCache` per task. A registry
+    outage stops the task with a `registry_unavailable` failure (retried; nothing dead-lettered).
     """
     conversion = plan.conversion
     lfs = LfsStage(conversion.lfs, reader=blobs)
     publisher = ConcurrentPublisher(sink)
     files = TableFiles(publisher, task.index)
-    stages = [MappingStage(plan, index, mapping, files) for index, mapping in enumerate(plan.mappings)]
+    schemas = SchemaCache(registry) if registry is not None else None
+    stages = [
+        MappingStage(plan, index, mapping, files, schemas) for index, mapping in enumerate(plan.mappings)
+    ]
     dead_writer = files.writer(
         plan.dead_letter_table, DEAD_LETTER_SCHEMA, TableRole.DEAD_LETTER, 0, conversion
     )
@@ -134,6 +141,7 @@ def run_task(
             kept = in_window(records, window)
             written = dead_lettered = 0
             conversion_failures: dict[str, int] = {}
+            reasons: dict[str, int] = {}
             invalid = None
             try:
                 for part in lfs.parts(kept):
@@ -150,13 +158,15 @@ def run_task(
                         if converted.first_invalid is not None and stage.strict:
                             invalid = converted.first_invalid
                             break
-                        rows, dead, failed = stage.write(
+                        rows, dead, failed, dead_kinds = stage.write(
                             converted, partition=window.partition, segment_key=window.key, routed=routed
                         )
                         written += rows
                         dead_lettered += dead
                         for column, count in failed.items():
                             conversion_failures[column] = conversion_failures.get(column, 0) + count
+                        for kind, count in dead_kinds.items():
+                            reasons[kind] = reasons.get(kind, 0) + count
                         clock.lap("write")
                     if invalid is not None:
                         break
@@ -164,6 +174,13 @@ def run_task(
                 clock.lap("lfs")
                 failure = RunFailure(
                     kind=FailureKind.BLOB_UNAVAILABLE, message=str(exc), segment_key=window.key
+                )
+                failure_at = (window.partition, window.base_offset)
+                break
+            except RegistryUnavailableError as exc:
+                clock.lap("convert")
+                failure = RunFailure(
+                    kind=FailureKind.REGISTRY_UNAVAILABLE, message=str(exc), segment_key=window.key
                 )
                 failure_at = (window.partition, window.base_offset)
                 break
@@ -197,6 +214,7 @@ def run_task(
                         "skipped_lfs": skipped,
                         "lfs": lfs_counts,
                         "conversion_failures": conversion_failures,
+                        "dead_letter_reasons": reasons,
                     }
                 )
             )

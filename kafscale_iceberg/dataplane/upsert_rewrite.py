@@ -33,13 +33,16 @@ class KeyChanges:
     def __init__(self, key: Sequence[str], rows: pa.Table, deletes: pa.Table) -> None:
         self.key = tuple(key)
         columns = [*self.key, "partition", "offset"]
+        # The key columns' types: the rows' when the run has some (files without rows carry none).
+        schema = (rows if rows.num_rows or not deletes.num_rows else deletes).select(columns).schema
         parts = [
-            rows.select(columns).append_column(_DELETED, pa.array(np.zeros(rows.num_rows, bool))),
+            table.select(columns)
+            .cast(schema)
+            .append_column(_DELETED, pa.array(np.full(table.num_rows, flag)))
+            for table, flag in ((rows, False), (deletes, True))
+            if table.num_rows or table is rows
         ]
-        if deletes.num_rows:
-            deleted = deletes.select(columns).cast(parts[0].select(columns).schema)
-            parts.append(deleted.append_column(_DELETED, pa.array(np.ones(deletes.num_rows, bool))))
-        changes = pa.concat_tables(parts)
+        changes = pa.concat_tables([p for p in parts if p.num_rows] or parts[:1])
         ordered = changes.sort_by([(c, "ascending") for c in columns])
         ordered = ordered.append_column(_POSITION, pa.array(np.arange(ordered.num_rows, dtype=np.int64)))
         last = ordered.group_by(list(self.key), use_threads=False).aggregate([(_POSITION, "max")])

@@ -79,12 +79,12 @@ NO_VALUE: Final = _Sentinel("NO_VALUE")
 MISSING: Final = msgspec.UNSET
 """A column's raw value when the document has no such top-level key (or is not an object)."""
 
-_INT32: Final = (-(2**31), 2**31 - 1)
-_INT64: Final = (-(2**63), 2**63 - 1)
+INT32_RANGE: Final = (-(2**31), 2**31 - 1)
+INT64_RANGE: Final = (-(2**63), 2**63 - 1)
 _EXACT_FLOAT_INT: Final = 2**53
 # Milliseconds beyond this are outside int64 microseconds anyway (and NaN/inf fail the comparison).
 _MAX_FLOAT_MILLIS: Final = 1e16
-_MICROS_PER_DAY: Final = 86_400_000_000
+MICROS_PER_DAY: Final = 86_400_000_000
 # RFC 3339 plus what people write: a space for the `T`, no offset (UTC wall time), `+0530` without
 # the colon. The date alone matches too (date columns take it; timestamp columns require the time).
 _DATETIME: Final = (
@@ -304,24 +304,27 @@ def integer_from_float(x: float, low: int, high: int) -> int | None:
     return None
 
 
+def integer_in_range(x: object, low: int, high: int) -> int | None:
+    """A JSON number as an integer in [low, high]: an int in range, or an integral float (at most
+    2^53, `integer_from_float`); None otherwise."""
+    if type(x) is int:
+        return x if low <= x <= high else None
+    if type(x) is float:
+        return integer_from_float(x, low, high)
+    return None
+
+
 def _integers(low: int, high: int, arrow: pa.DataType) -> Callable[[Sequence[object]], pa.Array]:
     def convert(raw: Sequence[object]) -> pa.Array:
-        return pa.array(
-            [
-                x
-                if type(x) is int and low <= x <= high
-                else (integer_from_float(x, low, high) if type(x) is float else None)
-                for x in raw
-            ],
-            arrow,
-        )
+        return pa.array([integer_in_range(x, low, high) for x in raw], arrow)
 
     return convert
 
 
-def _to_float(x: int | float) -> float | None:
+def float_or_none(x: object) -> float | None:
+    """A JSON number as a float; None for an integer beyond float64's range."""
     try:
-        return float(x)
+        return float(x)  # type: ignore[arg-type]
     except OverflowError:  # an integer beyond float64 (only reachable through the stdlib fallback)
         return None
 
@@ -329,7 +332,7 @@ def _to_float(x: int | float) -> float | None:
 def _floats(arrow: pa.DataType) -> Callable[[Sequence[object]], pa.Array]:
     def convert(raw: Sequence[object]) -> pa.Array:
         return pa.array(
-            [x if type(x) is float else (_to_float(x) if type(x) is int else None) for x in raw],
+            [x if type(x) is float else (float_or_none(x) if type(x) is int else None) for x in raw],
             arrow,
         )
 
@@ -352,7 +355,7 @@ def millis_to_micros(x: object) -> int | None:
         micros = round(x * 1000)
     else:
         return None
-    return micros if _INT64[0] <= micros <= _INT64[1] else None
+    return micros if INT64_RANGE[0] <= micros <= INT64_RANGE[1] else None
 
 
 def _timestamps(raw: Sequence[object]) -> pa.Array:
@@ -372,17 +375,17 @@ def _has_numbers(raw: Sequence[object]) -> bool:
 def days_from_number(x: object) -> int | None:
     """A JSON number of days since 1970-01-01, when integral and in int32 range, else None."""
     if type(x) is int:
-        return x if _INT32[0] <= x <= _INT32[1] else None
+        return x if INT32_RANGE[0] <= x <= INT32_RANGE[1] else None
     if type(x) is float:
-        return integer_from_float(x, *_INT32)
+        return integer_from_float(x, *INT32_RANGE)
     return None
 
 
 def _dates(raw: Sequence[object]) -> pa.Array:
     strings = pa.array([x if type(x) is str else None for x in raw], pa.string())
     micros, valid = parse_datetimes(strings, require_time=False)
-    days = np.floor_divide(micros, _MICROS_PER_DAY)
-    valid &= (days >= _INT32[0]) & (days <= _INT32[1])
+    days = np.floor_divide(micros, MICROS_PER_DAY)
+    valid &= (days >= INT32_RANGE[0]) & (days <= INT32_RANGE[1])
     from_strings = pa.array(days.astype(np.int32, copy=False), pa.int32(), mask=~valid)
     if _has_numbers(raw):
         from_numbers = pa.array([days_from_number(x) for x in raw], pa.int32())
@@ -430,7 +433,7 @@ def _parse_datetimes_with_arrow(
             if not np.array_equal(date_only, valid):
                 return None
             days = pc.cast(pc.if_else(pa.array(valid), strings, None), pa.date32()).cast(pa.int32())
-            micros = np.asarray(days.fill_null(0).to_numpy(), dtype=np.int64) * _MICROS_PER_DAY
+            micros = np.asarray(days.fill_null(0).to_numpy(), dtype=np.int64) * MICROS_PER_DAY
             return micros, valid
         if not valid.any():
             return np.zeros(len(strings), np.int64), valid
@@ -513,8 +516,8 @@ def days_from_civil(year: np.ndarray, month: np.ndarray, day: np.ndarray) -> np.
 
 _COERCERS: dict[ColumnType, Callable[[Sequence[object]], pa.Array]] = {
     ColumnType.BOOLEAN: _booleans,
-    ColumnType.INT: _integers(*_INT32, arrow_type(ColumnType.INT)),
-    ColumnType.LONG: _integers(*_INT64, arrow_type(ColumnType.LONG)),
+    ColumnType.INT: _integers(*INT32_RANGE, arrow_type(ColumnType.INT)),
+    ColumnType.LONG: _integers(*INT64_RANGE, arrow_type(ColumnType.LONG)),
     ColumnType.FLOAT: _floats(arrow_type(ColumnType.FLOAT)),
     ColumnType.DOUBLE: _floats(arrow_type(ColumnType.DOUBLE)),
     ColumnType.STRING: _strings,

@@ -79,18 +79,21 @@ class FieldObservation(BaseModel):
 
 
 class TableObservation(BaseModel):
-    """The top-level fields of the records one table's rows come from, by name."""
+    """The top-level fields of the records one table's rows come from, by name; for a self-described
+    `value_format`, the columns of each schema the records were written with (`schemas`, keyed so
+    that sorting the keys puts older schemas first: `id:0000000007`)."""
 
     model_config = ConfigDict(extra="forbid")
 
     fields: dict[str, FieldObservation] = Field(default_factory=dict)
+    schemas: dict[str, tuple[ColumnSpec, ...]] = Field(default_factory=dict)
 
     def merged(self, other: TableObservation) -> TableObservation:
         """Both observations together."""
         fields = dict(self.fields)
         for name, observed in other.fields.items():
             fields[name] = fields[name].merged(observed) if name in fields else observed
-        return TableObservation(fields=fields)
+        return TableObservation(fields=fields, schemas={**self.schemas, **other.schemas})
 
 
 def merge_observations(

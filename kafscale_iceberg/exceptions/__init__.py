@@ -61,6 +61,7 @@ from kafscale_iceberg.exceptions.control_plane import (
     LambdaInvokeError,
     MalformedEventError,
     QueueUnavailableError,
+    RegistryAuthError,
     RegistryUnavailableError,
     ReplayLeaseBusyError,
     ReplayNotConfirmedError,
@@ -76,6 +77,7 @@ from kafscale_iceberg.exceptions.dataplane import (
     FieldIdError,
     InvalidJsonSchemaError,
     PartitioningError,
+    RecordSchemaError,
 )
 from kafscale_iceberg.exceptions.segments import (
     CrcMismatchError,
@@ -156,6 +158,8 @@ __all__ = [
     "PartitionSpecMismatchError",
     "PartitioningError",
     "QueueUnavailableError",
+    "RecordSchemaError",
+    "RegistryAuthError",
     "RegistryUnavailableError",
     "ReplayLeaseBusyError",
     "ReplayNotConfirmedError",

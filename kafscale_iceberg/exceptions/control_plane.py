@@ -61,6 +61,11 @@ class SchemaNotFoundError(KafscaleIcebergError):
     """
 
 
+class RegistryAuthError(KafscaleIcebergError):
+    """The schema registry refused the credentials (401/403): fix `schema_registry.username`/`password`
+    or `token` (or the secret they come from)."""
+
+
 class JobRunnerUnavailableError(TransientError):
     """The job service could not be reached or kept throttling; retry later (same run id)."""
 

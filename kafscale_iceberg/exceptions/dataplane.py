@@ -19,3 +19,9 @@ class InvalidJsonSchemaError(KafscaleIcebergError, ValueError):
 
 class FieldIdError(KafscaleIcebergError, ValueError):
     """The plan's field ids do not cover the columns of a file, or give one id twice."""
+
+
+class RecordSchemaError(KafscaleIcebergError, ValueError):
+    """A record schema (Avro, a Kafka Connect envelope's, ...) cannot be turned into columns: a recursive
+    type, a decimal wider than 38 digits, a schema that does not parse. The message names the schema
+    (id or subject) and the part at fault."""

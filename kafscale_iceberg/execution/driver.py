@@ -18,6 +18,7 @@ are never listed.
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import time
 import traceback
@@ -28,6 +29,7 @@ from urllib.parse import urlparse
 
 from pydantic import ValidationError
 
+from kafscale_iceberg.adapters.confluent_registry import ConfluentSchemaRegistry, RegistryCredentials
 from kafscale_iceberg.adapters.data_files import StagedFileStore
 from kafscale_iceberg.adapters.documents import DocumentStore, join_uri
 from kafscale_iceberg.adapters.lfs_blobs import LocalBlobReader, S3BlobReader, blob_reader_for
@@ -50,6 +52,7 @@ from kafscale_iceberg.dataplane.tasks import run_task
 from kafscale_iceberg.domain.inference import merge_observations
 from kafscale_iceberg.domain.runs import (
     FailureKind,
+    RegistrySettings,
     RunFailure,
     RunPlan,
     RunResult,
@@ -92,14 +95,22 @@ class TaskRunner:
     tasks: tuple[TaskAssignment, ...]
     s3: S3Settings
     prefetch: PrefetchLimits = field(default_factory=PrefetchLimits)
+    registry_credentials: RegistryCredentials | None = None
 
     def __call__(self, task_indexes: Iterable[int]) -> Iterator[str]:
         plan = _parsed_plan(self.plan_json)
         reader, sink = worker_stores(self.s3)
         blobs = _worker_blobs(plan.source, self.s3, plan.conversion.lfs.resolve_concurrency)
+        registry = _worker_registry(plan.schema_registry, self.registry_credentials)
         for task_index in task_indexes:
             report = run_task(
-                plan, self.tasks[task_index], reader=reader, sink=sink, blobs=blobs, prefetch=self.prefetch
+                plan,
+                self.tasks[task_index],
+                reader=reader,
+                sink=sink,
+                blobs=blobs,
+                prefetch=self.prefetch,
+                registry=registry,
             )
             yield report.model_dump_json()
 
@@ -113,13 +124,15 @@ class ObservationRunner:
     tasks: tuple[TaskAssignment, ...]
     s3: S3Settings
     prefetch: PrefetchLimits = field(default_factory=PrefetchLimits)
+    registry_credentials: RegistryCredentials | None = None
 
     def __call__(self, task_indexes: Iterable[int]) -> Iterator[str]:
         plan = _parsed_plan(self.plan_json)
         reader, _sink = worker_stores(self.s3)
+        registry = _worker_registry(plan.schema_registry, self.registry_credentials)
         for task_index in task_indexes:
             yield observe_task(
-                plan, self.tasks[task_index], reader=reader, prefetch=self.prefetch
+                plan, self.tasks[task_index], reader=reader, prefetch=self.prefetch, registry=registry
             ).model_dump_json()
 
 
@@ -139,6 +152,43 @@ def worker_stores(s3: S3Settings) -> tuple[DocumentStore, StagedFileStore]:
 def _worker_blobs(source: SegmentSource, s3: S3Settings, concurrency: int) -> S3BlobReader | LocalBlobReader:
     """One LFS blob reader per process, source and concurrency (its pool fits the threads)."""
     return blob_reader_for(source, s3, concurrency=concurrency)
+
+
+@functools.cache
+def _worker_registry(
+    settings: RegistrySettings | None, credentials: RegistryCredentials | None
+) -> ConfluentSchemaRegistry | None:
+    """One schema registry client per process and settings: a schema by id is fetched once per
+    process, however many tasks read it."""
+    if settings is None:
+        return None
+    return ConfluentSchemaRegistry(settings, credentials)
+
+
+def registry_credentials_for(plan: RunPlan, given: RegistryCredentials | None) -> RegistryCredentials | None:
+    """The registry credentials a run's tasks use: `given` (the one-machine runner's, from its config),
+    else those in the plan's `credentials_secret` (Secrets Manager: `{"username", "password"}` or
+    `{"token"}`), else none. Raises `SecretAccessError`/`SecretUnavailableError` reading the secret."""
+    settings = plan.schema_registry
+    if given is not None or settings is None or not settings.credentials_secret:
+        return given
+    from kafscale_iceberg.adapters.secrets_manager import SecretsManagerSecretSource  # noqa: PLC0415
+
+    text = SecretsManagerSecretSource(region=settings.region).read_secret(settings.credentials_secret)
+    try:
+        values = json.loads(text)
+    except json.JSONDecodeError:
+        raise _InvalidPlanError(
+            f"secret {settings.credentials_secret} is not JSON: "
+            'store {"username", "password"} or {"token"}'
+        ) from None
+    if not isinstance(values, dict):
+        raise _InvalidPlanError(f"secret {settings.credentials_secret} must be a JSON object")
+    return RegistryCredentials(
+        username=str(values.get("username", "")),
+        password=str(values.get("password", "")),
+        token=str(values.get("token", "")),
+    )
 
 
 def observe_columns(executor: TaskExecutor, runner: ObservationRunner) -> tuple[RunPlan, float]:
@@ -168,8 +218,12 @@ def run_plan(
     s3: S3Settings | None = None,
     session_start_s: float = 0.0,
     sizing: TaskSizing | None = None,
+    registry_credentials: RegistryCredentials | None = None,
 ) -> RunResult:
     """Run the plan at `plan_uri` on `executor`; write the result to the plan's `result_uri` and return it.
+
+    `registry_credentials`: the schema registry's (the one-machine runner passes its config's; on AWS
+    they come from the plan's `schema_registry.credentials_secret`).
 
     `s3` reaches the plan (and, when the plan's segments are local, the output and result); an S3
     segment source's endpoint, region and path style are used for everything else. Never raises
@@ -196,7 +250,14 @@ def run_plan(
     )
     try:
         result = _run_checked(
-            plan, executor, settings, sizing or TaskSizing(), started_ms, clock, session_start_s
+            plan,
+            executor,
+            settings,
+            sizing or TaskSizing(),
+            started_ms,
+            clock,
+            session_start_s,
+            registry_credentials,
         )
     except _InvalidPlanError as exc:
         result = failed_result(
@@ -240,9 +301,11 @@ def _run_checked(
     started_ms: int,
     clock: float,
     session_start_s: float,
+    registry_credentials: RegistryCredentials | None = None,
 ) -> RunResult:
     """The run's stages (raises `_InvalidPlanError` for a plan that cannot run, else a task's error)."""
     _check_plan(plan)
+    credentials = registry_credentials_for(plan, registry_credentials)
     cores = executor.parallelism
     tasks = plan_tasks(
         plan,
@@ -257,7 +320,11 @@ def _run_checked(
         observing = time.perf_counter()
         if tasks:
             observer = ObservationRunner(
-                plan_json=plan.model_dump_json(), tasks=tasks, s3=settings, prefetch=sizing.prefetch
+                plan_json=plan.model_dump_json(),
+                tasks=tasks,
+                s3=settings,
+                prefetch=sizing.prefetch,
+                registry_credentials=credentials,
             )
             plan, observe_s = observe_columns(executor, observer)
         _check_plan(plan)
@@ -269,7 +336,11 @@ def _run_checked(
         )
     if tasks:
         runner = TaskRunner(
-            plan_json=plan.model_dump_json(), tasks=tasks, s3=settings, prefetch=sizing.prefetch
+            plan_json=plan.model_dump_json(),
+            tasks=tasks,
+            s3=settings,
+            prefetch=sizing.prefetch,
+            registry_credentials=credentials,
         )
         reports = run_tasks(executor, runner)
     result = build_run_result(plan, reports, _timings(started_ms, clock, session_start_s))
@@ -285,6 +356,11 @@ class _InvalidPlanError(ValueError):
 
 
 def _check_plan(plan: RunPlan) -> None:
+    registered = [m.conversion.value_format for m in plan.mappings if m.conversion.value_format.registered]
+    if registered and plan.schema_registry is None:
+        raise _InvalidPlanError(
+            f"plan {plan.run_id}: value_format {registered[0].value} needs the plan's schema_registry"
+        )
     try:
         for mapping in plan.mappings:
             fields = table_fields(mapping.conversion.table_columns)

@@ -30,6 +30,7 @@ from importlib.util import find_spec
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from kafscale_iceberg.adapters.confluent_registry import RegistryCredentials
 from kafscale_iceberg.adapters.s3_segments import S3Settings
 from kafscale_iceberg.domain.compaction_jobs import CompactionJob, CompactionJobResult
 from kafscale_iceberg.domain.jobs import JobState, JobStatus
@@ -64,8 +65,12 @@ class LocalSparkJobRunner:
         spark_conf: Mapping[str, str] | None = None,
         keep_session_warm: bool = True,
         s3: S3Settings | None = None,
+        registry_credentials: RegistryCredentials | None = None,
     ) -> None:
+        """`registry_credentials`: the schema registry's, from the config (given to each run; to a
+        `spark-submit` run through `REGISTRY_CREDENTIAL_VARIABLES`, never on its command line)."""
         self.master = master
+        self._registry_credentials = registry_credentials
         self.spark_conf = dict(spark_conf or {})
         self.keep_session_warm = keep_session_warm
         self._s3 = s3 or S3Settings()
@@ -191,7 +196,7 @@ class LocalSparkJobRunner:
         spark = self._spark()
         # Thread-local (PySpark pins Python threads to JVM threads): tags only this run's Spark jobs.
         spark.sparkContext.setJobGroup(run_id, f"kafscale-iceberg run {run_id}", interruptOnCancel=True)
-        return run_job(spark, plan_uri, s3=self._s3)
+        return run_job(spark, plan_uri, s3=self._s3, registry_credentials=self._registry_credentials)
 
     def _compact_warm(self, job_id: str, job_uri: str) -> CompactionJobResult:
         from spark_app.compaction import run_compaction_job  # noqa: PLC0415
@@ -232,6 +237,9 @@ class LocalSparkJobRunner:
 
     def _submit(self, plan_uri: str, *, flag: str = "--plan") -> tuple[subprocess.Popen[bytes], Path]:
         env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+        credentials = self._registry_credentials
+        if credentials is not None:
+            env.update(credentials.as_environment())
         log = tempfile.NamedTemporaryFile(prefix="kafscale-spark-", suffix=".log", delete=False)  # noqa: SIM115
         with log:
             process = subprocess.Popen(

@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
+from kafscale_iceberg.adapters.confluent_registry import RegistryCredentials
 from kafscale_iceberg.assembly import Assembly
 from kafscale_iceberg.config import KafscaleConfig
 from kafscale_iceberg.domain.commits import describe_offsets
@@ -74,6 +75,19 @@ def make_runner(assembly: Assembly) -> JobRunner:
         spark_conf=local.spark_conf,
         keep_session_warm=local.keep_session_warm,
         s3=assembly.s3_settings,
+        registry_credentials=_registry_credentials(config),
+    )
+
+
+def _registry_credentials(config: KafscaleConfig) -> RegistryCredentials | None:
+    """The config's schema registry credentials, for the local runs (None: none configured)."""
+    registry = config.schema_registry
+    if registry is None or not (registry.username or registry.token.get_secret_value()):
+        return None
+    return RegistryCredentials(
+        username=registry.username,
+        password=registry.password.get_secret_value(),
+        token=registry.token.get_secret_value(),
     )
 
 

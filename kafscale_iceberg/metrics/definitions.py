@@ -224,6 +224,14 @@ CONVERSION_FAILURES = MetricDef(
     "(stored null; the value column keeps the bytes).",
     "Count",
 )
+DEAD_LETTERS = MetricDef(
+    "dead_letters_total",
+    MetricKind.COUNTER,
+    ("topic", "reason"),
+    "Dead-letter rows of committed runs per reason (the row's error_kind: invalid_json, undecodable, "
+    "unknown_schema, wire_format, corrupt_segment, ...).",
+    "Count",
+)
 TABLE_RECORDS = MetricDef(
     "table_records_total",
     MetricKind.COUNTER,
@@ -338,6 +346,7 @@ ALL_METRICS: tuple[MetricDef, ...] = (
     NOTIFICATIONS_DEFERRED,
     OFFSET_GAPS,
     CONVERSION_FAILURES,
+    DEAD_LETTERS,
     TABLE_RECORDS,
     UPSERT_ROWS,
     UPSERT_FILES_REWRITTEN,

@@ -17,6 +17,7 @@ from kafscale_iceberg.metrics.definitions import (
     BATCHES,
     CONSECUTIVE_FAILURES,
     CONVERSION_FAILURES,
+    DEAD_LETTERS,
     ERRORS,
     LAG_RECORDS,
     LAG_SECONDS,
@@ -109,6 +110,10 @@ def record_commit(
         samples += [
             sample(CONVERSION_FAILURES, count, topic=topic, column=column)
             for column, count in result.counts.conversion_failures.items()
+        ]
+        samples += [
+            sample(DEAD_LETTERS, count, topic=topic, reason=reason)
+            for reason, count in result.counts.dead_letter_reasons.items()
         ]
         if plan.multi_table:  # one table and its dead letters: records_total says it all
             samples += [

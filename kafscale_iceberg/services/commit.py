@@ -58,6 +58,7 @@ from kafscale_iceberg.domain.runs import (
     table_outputs,
 )
 from kafscale_iceberg.domain.schema import table_fields
+from kafscale_iceberg.domain.schema_evolution import merged_column
 from kafscale_iceberg.domain.upsert import UpsertCounts
 from kafscale_iceberg.exceptions import (
     CheckpointUnavailableError,
@@ -316,7 +317,8 @@ class CommitService(TableWriter):
     def _check_inferred_ids(self, write: RunFilesWrite, state: TableState | None) -> None:
         """Refuse (`FieldIdMismatchError`, `InferredColumnChangedError`) an inferred table's write whose
         files' field ids are not those its commit would give the columns, or whose column is of
-        another type in the table: the table gained columns from another run since the plan."""
+        another type in the table that is not a promotion the commit makes (`domain/schema_evolution`):
+        the table gained columns from another run since the plan."""
         if write.columns is None or write.field_ids is None or not write.files or state is None:
             return
         try:
@@ -324,10 +326,13 @@ class CommitService(TableWriter):
         except TableMissingError:
             return
         written = {c.name: c for c in write.columns}
+        # A record schema's promotion of a column (int -> long, ...) is the commit's to stage, not a conflict.
         conflicts = {
             c.name: (written[c.name].type_name, c.type_name)
             for c in table.columns or ()
-            if c.name in written and written[c.name].type is not c.type
+            if c.name in written
+            and written[c.name].type is not c.type
+            and merged_column(c, written[c.name]).type_name != written[c.name].type_name
         }
         if conflicts:
             raise InferredColumnChangedError(write.table, write.run_id, conflicts)

@@ -509,6 +509,12 @@ class Launcher:
             route=first.route,
             more_mappings=tuple(mappings[1:]),
             result_uri=run_document_uri(config.runs.location, topic, run_id, RESULT_NAME),
+            schema_registry=(
+                config.schema_registry.settings()
+                if config.schema_registry is not None
+                and any(m.conversion.value_format.registered for m in mappings)
+                else None
+            ),
         )
 
     def _mapping_plan(
@@ -522,7 +528,10 @@ class Launcher:
         columns = mapping.column_specs()
         if json_schema is not None and mapping.schema_.source == "registry":
             columns = columns_from_json_schema(json_schema)
-        infer = mapping.schema_.source == "infer"
+        self_described = mapping.value_format.self_described
+        # A self-described format without listed columns takes them from the records' schemas: the
+        # inference path, with the schemas as the observations (`dataplane/formats/`).
+        infer = mapping.schema_.source == "infer" or (self_described and mapping.schema_.source == "none")
         table_known = known.table(mapping.table) if mapping.table else None
         if infer:
             # The table's current columns as the commit step recorded them; the job adds new ones.
@@ -533,7 +542,7 @@ class Launcher:
         conversion = ConversionSettings(
             columns=columns,
             partition_by=mapping.partition_by,
-            schema_mode=SchemaMode(config.schema_.mode) if validating else SchemaMode.OFF,
+            schema_mode=SchemaMode(config.schema_.mode) if validating or self_described else SchemaMode.OFF,
             json_schema=json_schema if validating else None,
             corrupt_segment_policy=config.corrupt_segment_policy_for(mapping),
             verify_crc=config.runs.verify_crc,
@@ -541,6 +550,10 @@ class Launcher:
             lfs=mapping.lfs_settings(config.s3.bucket),
             infer_columns=infer,
             allow_type_widening=infer and mapping.schema_.allow_type_widening,
+            value_format=mapping.value_format,
+            value_subject=mapping.value_subject or None,
+            value_message=mapping.value_message or None,
+            key_format=mapping.key_format,
             upsert=mapping.upsert.to_settings() if mapping.upsert is not None else None,
         )
         # The table's columns include the `lfs_*` ones `store_metadata` adds.

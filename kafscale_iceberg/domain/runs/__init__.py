@@ -7,7 +7,8 @@ refuses a version it does not know instead of guessing.
 
 The plan is self-contained: the job needs no etcd, no config file and no catalog.
 
-The documents, one module each: `plan` (the run plan), `result` (the run result), `columns` (the
+The documents, one module each: `plan` (the run plan), `formats` (how record values and keys are
+written, and the schema registry the plan names), `result` (the run result), `columns` (the
 columns and partition fields both carry), `written` (the two read together: the tables as written, in
 commit order), `documents` (what they share). Import from here.
 """
@@ -26,6 +27,7 @@ from kafscale_iceberg.domain.runs.documents import (
     PartitionNumber,
     PartitionValue,
 )
+from kafscale_iceberg.domain.runs.formats import KeyFormat, RegistrySettings, RegistryType, ValueFormat
 from kafscale_iceberg.domain.runs.plan import (
     DEFAULT_PARTITION_FILE_MIN_BYTES,
     LFS_METADATA_COLUMNS,
@@ -90,6 +92,7 @@ __all__ = [
     "DataFile",
     "FailureKind",
     "FileStats",
+    "KeyFormat",
     "LfsCounts",
     "LfsMode",
     "LfsSettings",
@@ -104,6 +107,8 @@ __all__ = [
     "PartitionValue",
     "PlannedSegment",
     "QuarantinedSegment",
+    "RegistrySettings",
+    "RegistryType",
     "RoutePlan",
     "RunCounts",
     "RunFailure",
@@ -117,6 +122,7 @@ __all__ = [
     "TableRole",
     "TableTarget",
     "UpsertSettings",
+    "ValueFormat",
     "deleted_keys_target",
     "make_run_id",
     "plan_as_written",

@@ -18,6 +18,7 @@ from kafscale_iceberg.domain.routing import matches_template
 from kafscale_iceberg.domain.runner_choice import RunnerKind
 from kafscale_iceberg.domain.runs.columns import ColumnSpec, ColumnType, PartitionField
 from kafscale_iceberg.domain.runs.documents import DocumentModel, Offset, PartitionNumber
+from kafscale_iceberg.domain.runs.formats import KeyFormat, RegistrySettings, ValueFormat
 from kafscale_iceberg.domain.runs.upsert import UpsertSettings
 
 PLAN_VERSION: Literal[1] = 1
@@ -253,11 +254,22 @@ class ConversionSettings(DocumentModel):
     allow_type_widening: bool = False
     """With `infer_columns`: a new field holding integers and other numbers becomes `double`
     (else `long`)."""
+    value_format: ValueFormat = ValueFormat.JSON
+    """How the values are written (`domain/runs/formats.py`); with a format other than `json` and
+    `infer_columns`, the columns come from the records' own schemas and evolve with them."""
+    value_subject: str | None = None
+    """Registered formats: the subject whose latest schema reads values without the wire prefix."""
+    value_message: str | None = None
+    """Protobuf: the message type of values without the wire prefix."""
+    key_format: KeyFormat = KeyFormat.RAW
     upsert: UpsertSettings | None = None
     """`mode: upsert`: the table holds each key's latest row (None: rows are appended)."""
 
     @model_validator(mode="after")
     def _schema_present_when_validating(self) -> ConversionSettings:
+        # A self-described format's records are checked against their own schemas.
+        if self.value_format.self_described:
+            return self
         if self.schema_mode is not SchemaMode.OFF and self.json_schema is None:
             raise ValueError(f"schema_mode {self.schema_mode.value!r} needs json_schema")
         return self
@@ -348,6 +360,8 @@ class RunPlan(DocumentModel):
     result_uri: str
     route: RoutePlan | None = None
     more_mappings: tuple[MappingPlan, ...] = ()
+    schema_registry: RegistrySettings | None = None
+    """The registry the records' schemas are read from (a mapping with a registered value format)."""
     runner: RunnerKind = RunnerKind.EMR_SERVERLESS  # chosen by the launcher (domain/runner_choice.py)
 
     @property

@@ -35,6 +35,9 @@ class FailureKind(StrEnum):
     BLOB_UNAVAILABLE = "blob_unavailable"
     """An LFS blob could not be read for a reason a retry or a fix may cure (throttling, 5xx, timeout,
     access denied): the run fails and is retried; the record is never dead-lettered for it."""
+    REGISTRY_UNAVAILABLE = "registry_unavailable"
+    """The schema registry was unreachable, timed out or answered 5xx: an outage, retried with
+    backoff; the records are never dead-lettered for it."""
 
 
 class RunFailure(DocumentModel):
@@ -177,6 +180,8 @@ class RunCounts(DocumentModel):
     conversion_failures: dict[str, int] = Field(default_factory=dict)
     """Per mapping column: written records whose present value did not convert to the column's type
     (stored null; the `value` column keeps the bytes). Never silently null: counted here."""
+    dead_letter_reasons: dict[str, int] = Field(default_factory=dict)
+    """Dead-letter rows per `error_kind` (`invalid_json`, `undecodable`, `unknown_schema`, ...)."""
 
 
 class RunTimings(DocumentModel):

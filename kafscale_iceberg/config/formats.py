@@ -1,0 +1,112 @@
+"""Record formats in the config: the top-level `schema_registry` section, and the checks of a mapping's
+`value_format`, `value_subject`, `value_message` and `key_format` (the keys are on `MappingConfig`)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Literal
+
+from pydantic import BeforeValidator, Field, SecretStr, field_validator, model_validator
+
+from kafscale_iceberg.config.base import _invalid, _lowercase, _Problems, _Section
+from kafscale_iceberg.domain.runs import KeyFormat, RegistrySettings, ValueFormat
+
+if TYPE_CHECKING:
+    from kafscale_iceberg.config.mappings import MappingConfig
+
+DECODED_VALUE_FORMATS = frozenset({ValueFormat.JSON, ValueFormat.CONNECT_JSON, ValueFormat.AVRO})
+"""The value formats this version decodes (the others are refused at the edge, not accepted silently)."""
+
+
+class RegistryTlsConfig(_Section):
+    """`schema_registry.tls`: a private CA (PEM file) to trust besides the system's, as `etcd.tls`."""
+
+    ca_file: str = ""
+
+
+class SchemaRegistryConfig(_Section):
+    """`schema_registry`: the Confluent-compatible registry record schemas are read from (Confluent,
+    Redpanda, Apicurio's ccompat API, Karapace)."""
+
+    type: Annotated[Literal["confluent"], BeforeValidator(_lowercase)] = "confluent"
+    url: str = ""
+    username: str = ""
+    password: SecretStr = SecretStr("")
+    token: SecretStr = SecretStr("")
+    timeout_seconds: float = Field(default=5.0, gt=0)
+    cache_seconds: float = Field(default=300.0, ge=0)
+    tls: RegistryTlsConfig = Field(default_factory=RegistryTlsConfig)
+    credentials_secret: str = ""
+    """AWS: a Secrets Manager secret id the Spark job reads `{"username", "password"}` or `{"token"}` from."""
+
+    @field_validator("url")
+    @classmethod
+    def _url_is_http(cls, value: str) -> str:
+        if value and not re.match(r"https?://", value):
+            raise _invalid(f"must be an http:// or https:// URL, got {value!r}")
+        return value.rstrip("/")
+
+    @model_validator(mode="after")
+    def _one_kind_of_credentials(self) -> SchemaRegistryConfig:
+        problems = _Problems()
+        if not self.url:
+            problems.add("url", "is required (e.g. http://schema-registry:8081)")
+        if self.token.get_secret_value() and self.username:
+            problems.add("token", "and username exclude each other: give basic auth or a bearer token")
+        if self.username and not self.password.get_secret_value():
+            problems.add("password", "is required when username is set")
+        if self.tls.ca_file and not Path(self.tls.ca_file).is_file():
+            problems.add("tls.ca_file", f"{self.tls.ca_file!r} is not a readable file")
+        problems.raise_if_any()
+        return self
+
+    def settings(self) -> RegistrySettings:
+        """What a run plan carries of it (no secret: credentials travel beside the plan)."""
+        auth = "bearer" if self.token.get_secret_value() else "basic" if self.username else "none"
+        if self.credentials_secret:
+            auth = "basic"
+        return RegistrySettings(
+            url=self.url,
+            auth=auth,
+            timeout_seconds=self.timeout_seconds,
+            cache_seconds=self.cache_seconds,
+            tls_ca_pem=Path(self.tls.ca_file).read_text() if self.tls.ca_file else None,
+            credentials_secret=self.credentials_secret or None,
+        )
+
+
+def format_problems(mapping: MappingConfig) -> _Problems:
+    """What is wrong with a mapping's format keys (paths relative to the mapping)."""
+    problems = _Problems()
+    value_format = mapping.value_format
+    if value_format not in DECODED_VALUE_FORMATS:
+        problems.add(
+            "value_format",
+            f"{value_format.value} is not decoded by this version yet (decoded: "
+            f"{', '.join(sorted(f.value for f in DECODED_VALUE_FORMATS))})",
+        )
+    if mapping.key_format is not KeyFormat.RAW:
+        problems.add("key_format", "only 'raw' is supported by this version (keys are kept as bytes)")
+    if mapping.value_subject and not value_format.registered:
+        problems.add(
+            "value_subject", f"applies to avro, protobuf and json_schema values, not {value_format.value}"
+        )
+    if mapping.value_message and value_format is not ValueFormat.PROTOBUF:
+        problems.add("value_message", "applies to protobuf values only")
+    if value_format.self_described:
+        if mapping.route is not None:
+            problems.add("route", f"is not supported with value_format {value_format.value} yet")
+        if mapping.schema_.source in ("registry", "infer"):
+            problems.add(
+                "schema.source",
+                f"must be 'none' (columns from the records' own schemas, evolving) or 'mapping' (columns "
+                f"listed, fields projected onto them by name) with value_format {value_format.value}",
+            )
+        if mapping.lfs.mode != "off":
+            problems.add("lfs.mode", f"must be off with value_format {value_format.value}")
+    return problems
+
+
+ValueFormatKey = Annotated[ValueFormat, BeforeValidator(_lowercase)]
+KeyFormatKey = Annotated[KeyFormat, BeforeValidator(_lowercase)]

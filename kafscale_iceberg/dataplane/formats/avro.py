@@ -1,0 +1,409 @@
+"""`value_format: avro`: Avro in Confluent wire format (`wire.py`), schemas from the registry by id.
+
+Records are grouped by schema id; each group is decoded in bulk:
+
+- **fast path** (a Rust-backed reader, `polars-avro`): the group's payloads become one Avro container
+  block, each record wrapped with an 8-byte guard after it (`{"v": record, "g": fixed(8)}`), and are
+  read at once. A reader of a block cannot tell where one record ends, so a record with bytes missing
+  or left over would shift every record after it, silently; the guards catch that: where a guard is
+  not the record's own, the records before it are kept, that record goes to the general path, and the
+  rest are read again. A block the reader refuses is halved until the bad records are found.
+- **general path** (fastavro, record by record, checking the record uses all its bytes): schemas the
+  fast reader cannot read (general unions, `uuid`, `time-*` logical types) and records the fast
+  path singled out.
+
+Values without the wire prefix are read with `value_subject`'s latest schema when the mapping names
+one (Redpanda's `value_schema_latest`), else are `wire_format` dead letters. A schema id the registry
+does not have (404) makes its records `unknown_schema` dead letters; a payload that does not decode
+with its schema `undecodable` ones, naming the schema id. A registry outage raises
+`RegistryUnavailableError` (the run fails transiently; nothing is dead-lettered for it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import io
+import json
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import fastavro
+import numpy as np
+import pyarrow as pa
+
+from kafscale_iceberg.dataplane.formats.decoding import DecodedBatch, DecodedGroup
+from kafscale_iceberg.dataplane.formats.schema_cache import SchemaCache
+from kafscale_iceberg.dataplane.formats.wire import HEADER_BYTES, split_wire
+from kafscale_iceberg.dataplane.schemas import column_arrow_type
+from kafscale_iceberg.domain.avro_schemas import avro_columns, parse_avro_schema
+from kafscale_iceberg.domain.record_schemas import RegisteredSchema
+from kafscale_iceberg.domain.runs import ColumnSpec, ColumnType
+from kafscale_iceberg.exceptions import RecordSchemaError, SchemaNotFoundError
+
+_GUARD_KEY = 0x6B61_6673_6361_6C65  # "kafscale": what a guard is XOR-ed with, so zeros never pass
+_SMALLEST_BLOCK = 16
+"""A refused block of at most this many records is read record by record."""
+_FAST_UNSUPPORTED = frozenset(
+    {"uuid", "time-millis", "time-micros", "timestamp-nanos", "local-timestamp-nanos"}
+)
+
+
+@dataclass(frozen=True)
+class AvroSchema:
+    """What the decoder keeps per schema id: the parsed schema, its columns and reading plan."""
+
+    registered: RegisteredSchema
+    parsed: Any
+    columns: tuple[ColumnSpec, ...]
+    struct_type: pa.StructType
+    container_header: bytes | None
+    """The container file's header for the fast path (None: the general path only)."""
+    sync: bytes
+
+
+class AvroDecoder:
+    """Decodes Avro records in Confluent wire format (see the module docstring)."""
+
+    def __init__(self, schemas: SchemaCache, *, subject: str | None = None) -> None:
+        self._schemas = schemas
+        self._subject = subject
+        self._compiled: dict[int, AvroSchema | RecordSchemaError] = {}
+
+    def decode(self, values: pa.Array) -> DecodedBatch:
+        """See `ValueDecoder.decode`."""
+        headers = split_wire(values)
+        raw: list[bytes | None] = values.to_pylist()
+        errors: dict[int, tuple[str, str]] = {}
+        by_schema: dict[int, list[int]] = {}
+        payload_start: dict[int, int] = {}
+        for position in np.flatnonzero(headers.present & ~headers.prefixed).tolist():
+            if self._subject is None:
+                first = int(headers.first_bytes[position])
+                errors[position] = (
+                    "wire_format",
+                    f"no Confluent wire-format prefix (first byte 0x{first:02x}, expected 0x00 and a "
+                    "4-byte schema id): set the mapping's value_subject to read such values with its "
+                    "latest schema, or fix the producer's serializer",
+                )
+                continue
+            try:
+                latest = self._schemas.latest(self._subject)
+            except SchemaNotFoundError as exc:
+                errors[position] = ("unknown_schema", f"value_subject {self._subject!r}: {exc}")
+                continue
+            by_schema.setdefault(latest.schema_id, []).append(position)
+            payload_start[position] = 0
+        ids = headers.schema_ids
+        for position in np.flatnonzero(headers.prefixed).tolist():
+            by_schema.setdefault(int(ids[position]), []).append(position)
+            payload_start[position] = HEADER_BYTES
+        groups = []
+        for schema_id, positions in by_schema.items():
+            compiled = self._compile(schema_id)
+            if isinstance(compiled, RecordSchemaError | SchemaNotFoundError):
+                kind = "unknown_schema" if isinstance(compiled, SchemaNotFoundError) else "undecodable"
+                for position in positions:
+                    errors[position] = (kind, f"schema id {schema_id}: {compiled}")
+                continue
+            positions.sort()
+            payloads = [raw[p][payload_start[p] :] for p in positions]  # type: ignore[index]
+            rows, failures = _decode_group(compiled, payloads)
+            kept = [p for i, p in enumerate(positions) if i not in failures]
+            for index, reason in failures.items():
+                errors[positions[index]] = (
+                    "undecodable",
+                    f"the payload does not decode with {compiled.registered.label}: {reason}",
+                )
+            if kept:
+                groups.append(
+                    DecodedGroup(
+                        positions=np.asarray(kept, np.int64),
+                        records=rows,
+                        columns=compiled.columns,
+                        label=compiled.registered.label,
+                    )
+                )
+        return DecodedBatch(count=len(raw), groups=tuple(groups), errors=errors)
+
+    def schemas_of(
+        self, values: pa.Array, offsets: pa.Array, *, partition: int
+    ) -> dict[str, tuple[ColumnSpec, ...]]:
+        """See `ValueDecoder.schemas_of`: keyed by schema id; only the wire headers are read."""
+        headers = split_wire(values)
+        ids = {int(i) for i in np.unique(headers.schema_ids[headers.prefixed])}
+        if self._subject is not None and (headers.present & ~headers.prefixed).any():
+            # A missing subject: the conversion stage dead-letters those records, naming it.
+            with contextlib.suppress(SchemaNotFoundError):
+                ids.add(self._schemas.latest(self._subject).schema_id)
+        found: dict[str, tuple[ColumnSpec, ...]] = {}
+        for schema_id in sorted(ids):
+            compiled = self._compile(schema_id)
+            if not isinstance(compiled, Exception):
+                found[f"id:{schema_id:010d}"] = compiled.columns
+        return found
+
+    def _compile(self, schema_id: int) -> AvroSchema | RecordSchemaError | SchemaNotFoundError:
+        found = self._compiled.get(schema_id)
+        if found is not None:
+            return found
+        try:
+            registered = self._schemas.by_id(schema_id)
+        except SchemaNotFoundError as exc:
+            return exc
+        try:
+            found = compile_avro_schema(registered)
+        except RecordSchemaError as exc:
+            found = exc
+        self._compiled[schema_id] = found
+        return found
+
+
+def compile_avro_schema(registered: RegisteredSchema) -> AvroSchema:
+    """A registered schema made ready to read records with. Raises `RecordSchemaError` when it is not
+    an Avro schema or gives columns Iceberg cannot hold."""
+    label = registered.label
+    if registered.schema_type.upper() != "AVRO":
+        raise RecordSchemaError(f"{label} is a {registered.schema_type} schema; the mapping reads avro")
+    if registered.references:
+        raise RecordSchemaError(f"{label} references other schemas, which avro mappings do not read yet")
+    document: Any = parse_avro_schema(registered.text, schema_name=label)
+    columns = avro_columns(document, schema_name=label)
+    try:
+        parsed = fastavro.parse_schema(document)
+    except Exception as exc:  # fastavro raises several classes for a bad schema
+        raise RecordSchemaError(f"{label} is not a valid Avro schema: {exc}") from None
+    struct_type = pa.struct([pa.field(c.name, column_arrow_type(c, storage=True)) for c in columns])
+    header = None
+    sync = bytes(range(16))
+    if columns and _fast_readable(document, set()):
+        wrapper = {
+            "type": "record",
+            "name": "KafscaleGuardedRecord",
+            "fields": [
+                {"name": "v", "type": document},
+                {"name": "g", "type": {"type": "fixed", "name": "KafscaleGuard", "size": 8}},
+            ],
+        }
+        header = _container_header(json.dumps(wrapper).encode(), sync)
+    return AvroSchema(registered, parsed, columns, struct_type, header, sync)
+
+
+def _fast_readable(schema: object, seen: set[str]) -> bool:
+    """Whether the Rust reader reads it as the columns expect (no general union, no `uuid`/`time-*`)."""
+    if isinstance(schema, list):
+        branches = [b for b in schema if b != "null"]
+        return len(branches) == 1 and _fast_readable(branches[0], seen)
+    if isinstance(schema, str):
+        return True
+    if not isinstance(schema, Mapping):
+        return False
+    if schema.get("logicalType") in _FAST_UNSUPPORTED:
+        return False
+    kind = schema.get("type")
+    if kind == "record":
+        name = str(schema.get("name"))
+        if name in seen:
+            return False
+        seen.add(name)
+        return all(_fast_readable(f.get("type"), seen) for f in schema.get("fields", ()))
+    if kind == "array":
+        return _fast_readable(schema.get("items"), seen)
+    if kind == "map":
+        return _fast_readable(schema.get("values"), seen)
+    if isinstance(kind, list | Mapping):
+        return _fast_readable(kind, seen)
+    return True
+
+
+def _varint(n: int) -> bytes:
+    n = (n << 1) ^ (n >> 63)
+    out = bytearray()
+    while n & ~0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _container_header(schema_json: bytes, sync: bytes) -> bytes:
+    entries = [(b"avro.schema", schema_json), (b"avro.codec", b"null")]
+    meta = (
+        _varint(len(entries))
+        + b"".join(_varint(len(k)) + k + _varint(len(v)) + v for k, v in entries)
+        + b"\x00"
+    )
+    return b"Obj\x01" + meta + sync
+
+
+def _guards(indices: np.ndarray) -> np.ndarray:
+    return (indices.astype(np.uint64) ^ np.uint64(_GUARD_KEY)).astype(">u8")
+
+
+def _decode_group(schema: AvroSchema, payloads: list[bytes]) -> tuple[pa.StructArray, dict[int, str]]:
+    """The group's records (typed by its schema, failures left out) and the failures by index."""
+    failures: dict[int, str] = {}
+    pieces: list[pa.StructArray] = []
+    if schema.container_header is not None:
+        _fast(schema, payloads, np.arange(len(payloads)), pieces, failures)
+    else:
+        pieces.append(_general(schema, payloads, np.arange(len(payloads)), failures))
+    # `pieces` hold the kept records in index order; rows of each piece were appended in order.
+    pieces = [p for p in pieces if len(p)]
+    if not pieces:
+        return pa.array([], schema.struct_type), failures
+    if len(pieces) == 1:
+        return pieces[0], failures
+    return pa.concat_arrays(
+        [p.cast(schema.struct_type) if p.type != schema.struct_type else p for p in pieces]
+    ), failures
+
+
+def _fast(
+    schema: AvroSchema,
+    payloads: Sequence[bytes],
+    indices: np.ndarray,
+    pieces: list[pa.StructArray],
+    failures: dict[int, str],
+) -> None:
+    """Read `indices` of `payloads` with the Rust reader (see the module docstring); appends the
+    kept records to `pieces` in index order and the failures to `failures`."""
+    import polars_avro  # noqa: PLC0415 - heavy (polars): loaded by the tasks that read Avro only
+
+    while len(indices):
+        guards = _guards(indices)
+        packed = guards.tobytes()  # big-endian (a numpy scalar's `tobytes` would be native)
+        body = b"".join(payloads[i] + packed[8 * n : 8 * n + 8] for n, i in enumerate(indices.tolist()))
+        block = _varint(len(indices)) + _varint(len(body)) + body + schema.sync
+        assert schema.container_header is not None
+        try:
+            table = polars_avro.read_avro(io.BytesIO(schema.container_header + block)).to_arrow()
+        except BaseException as exc:  # the reader panics (pyo3 PanicException) as well as raising
+            if isinstance(exc, KeyboardInterrupt | SystemExit):
+                raise
+            if len(indices) <= _SMALLEST_BLOCK:
+                pieces.append(_general(schema, payloads, indices, failures))
+                return
+            half = len(indices) // 2
+            _fast(schema, payloads, indices[:half], pieces, failures)
+            indices = indices[half:]
+            continue
+        read_guards = _fixed8(table.column("g").combine_chunks()) if table.num_rows else np.zeros(0, ">u8")
+        expected = guards[: len(read_guards)]
+        matches = read_guards == expected if len(read_guards) == len(indices) else None
+        if matches is not None and matches.all():
+            pieces.append(_struct_of(table.column("v").combine_chunks()))
+            return
+        if matches is None:
+            matches = np.zeros(len(indices), bool)
+            n = min(len(read_guards), len(indices))
+            matches[:n] = read_guards[:n] == guards[:n]
+        bad = int(np.argmin(matches))
+        if bad:
+            pieces.append(_struct_of(table.column("v").combine_chunks().slice(0, bad)))
+        pieces.append(_general(schema, payloads, indices[bad : bad + 1], failures))
+        indices = indices[bad + 1 :]
+
+
+def _fixed8(column: pa.Array) -> np.ndarray:
+    data = column.cast(pa.large_binary())
+    flat = np.frombuffer(data.buffers()[2], np.uint8) if len(data) else np.zeros(0, np.uint8)
+    offsets = np.frombuffer(data.buffers()[1], np.int64, len(data) + 1, data.offset * 8)
+    if not (np.diff(offsets) == 8).all():
+        return np.zeros(len(data), ">u8")
+    return flat[offsets[0] : offsets[-1]].view(">u8").copy()
+
+
+def _struct_of(column: pa.Array) -> pa.StructArray:
+    assert isinstance(column, pa.StructArray)
+    return column
+
+
+def _general(
+    schema: AvroSchema, payloads: Sequence[bytes], indices: np.ndarray, failures: dict[int, str]
+) -> pa.StructArray:
+    """Read `indices` of `payloads` with fastavro, record by record; failures noted by index."""
+    rows: list[object] = []
+    for index in indices.tolist():
+        payload = payloads[index]
+        stream = io.BytesIO(payload)
+        try:
+            record = fastavro.schemaless_reader(stream, schema.parsed, None)
+        except Exception as exc:  # fastavro raises EOFError, ValueError, IndexError, ... on bad bytes
+            failures[index] = f"{type(exc).__name__}: {exc}" if str(exc) else "the payload ends early"
+            continue
+        left = len(payload) - stream.tell()
+        if left:
+            failures[index] = f"{left} bytes left over after the record"
+            continue
+        try:
+            rows.append(_normalized(record, schema.columns))
+        except (ValueError, TypeError) as exc:
+            failures[index] = str(exc)
+    try:
+        return pa.array(rows, schema.struct_type)
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise RecordSchemaError(f"{schema.registered.label}: records do not fit its columns: {exc}") from exc
+
+
+def _normalized(record: object, columns: Sequence[ColumnSpec]) -> dict[str, object]:
+    if not isinstance(record, dict):
+        raise ValueError(f"a top-level value that is not a record: {type(record).__name__}")
+    return {c.name: _value(record.get(c.name), c) for c in columns}
+
+
+def _value(value: object, column: ColumnSpec) -> object:
+    """A fastavro value as Arrow builds `column`'s type from it."""
+    if value is None:
+        return None
+    kind = column.type
+    if kind is ColumnType.STRUCT:
+        if isinstance(value, dict) and not _is_union_struct(value, column):
+            return {f.name: _value(value.get(f.name), f) for f in column.fields}
+        return _union_branch(value, column)
+    if kind is ColumnType.LIST and column.element is not None:
+        element = column.element
+        return [_value(v, element) for v in value]  # type: ignore[attr-defined]
+    if kind is ColumnType.MAP and column.value is not None:
+        entry = column.value
+        return [(k, _value(v, entry)) for k, v in value.items()]  # type: ignore[attr-defined]
+    if kind is ColumnType.UUID:
+        return value.bytes if isinstance(value, uuid.UUID) else uuid.UUID(str(value)).bytes
+    if kind is ColumnType.LONG and isinstance(value, datetime.time):
+        return ((value.hour * 60 + value.minute) * 60 + value.second) * 1_000_000 + value.microsecond
+    return value
+
+
+def _is_union_struct(value: dict[str, object], column: ColumnSpec) -> bool:
+    """A record value against a union's struct: true when the value is not itself such a struct."""
+    return bool(column.fields) and not any(f.name in value for f in column.fields)
+
+
+_PY_KINDS: Mapping[ColumnType, tuple[type, ...]] = {
+    ColumnType.BOOLEAN: (bool,),
+    ColumnType.INT: (int,),
+    ColumnType.LONG: (int,),
+    ColumnType.FLOAT: (float,),
+    ColumnType.DOUBLE: (float,),
+    ColumnType.STRING: (str,),
+    ColumnType.BINARY: (bytes,),
+}
+
+
+def _union_branch(value: object, column: ColumnSpec) -> dict[str, object]:
+    """A general union's value as its struct: the first branch whose type takes the value is set."""
+    for branch in column.fields:
+        kinds = _PY_KINDS.get(branch.type)
+        if kinds is not None:
+            if type(value) in kinds:
+                return {f.name: (_value(value, f) if f is branch else None) for f in column.fields}
+            continue
+        if branch.type is ColumnType.STRUCT and isinstance(value, dict):
+            return {f.name: (_value(value, f) if f is branch else None) for f in column.fields}
+        if branch.type in (ColumnType.LIST,) and isinstance(value, list):
+            return {f.name: (_value(value, f) if f is branch else None) for f in column.fields}
+        if branch.type in (ColumnType.MAP,) and isinstance(value, dict):
+            return {f.name: (_value(value, f) if f is branch else None) for f in column.fields}
+    raise ValueError(f"a union value {value!r} fits none of its branches")

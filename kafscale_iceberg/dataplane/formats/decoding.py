@@ -1,0 +1,240 @@
+"""What the decoders return (`DecodedBatch`; their interface is the `ValueDecoder` port in
+`ports.py`) and the projection of decoded records onto a run's columns (`conform`); see the package
+docstring."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from kafscale_iceberg.dataplane.schemas import column_arrow_type
+from kafscale_iceberg.domain.runs import ColumnSpec, ColumnType
+
+
+@dataclass(frozen=True)
+class DecodedGroup:
+    """Records of a batch written with one schema: their positions in the batch (ascending), the
+    records typed by that schema, the columns the schema gives, and its name for messages."""
+
+    positions: np.ndarray
+    records: pa.StructArray
+    columns: tuple[ColumnSpec, ...]
+    label: str
+
+
+@dataclass(frozen=True)
+class DecodedBatch:
+    """What a decoder made of a batch of values (see the package docstring)."""
+
+    count: int
+    groups: tuple[DecodedGroup, ...] = ()
+    errors: dict[int, tuple[str, str]] = field(default_factory=dict)
+
+
+@dataclass
+class DecodedColumns:
+    """The run's columns of a decoded batch, in batch order (an `ExtractedColumns`)."""
+
+    arrays: list[pa.Array]
+    errors: dict[int, str]
+    kinds: dict[int, str]
+    documents: list[object] | None
+    _present: list[np.ndarray]
+    _failed: list[np.ndarray]
+    _labels: list[str | None]
+    _columns: tuple[ColumnSpec, ...]
+
+    def describe(self, column: int, row: int) -> str:
+        """What row `row`'s value of column `column` was."""
+        label = self._labels[row] or "its schema"
+        spec = self._columns[column]
+        if not self._present[column][row]:
+            return f"missing or null (written with {label})"
+        return f"a value written with {label} that is not a valid {spec.type_name}"
+
+    def present(self, column: int) -> np.ndarray:
+        """Per row: whether the record's schema had the column and the value was not null."""
+        return self._present[column]
+
+    def failed(self, column: int) -> np.ndarray:
+        """Per row: whether a present value (or a value inside it) did not convert to the column."""
+        return self._failed[column]
+
+
+def conform(batch: DecodedBatch, columns: Sequence[ColumnSpec]) -> DecodedColumns:
+    """Every group projected onto `columns` by name and put back in batch order (see the package
+    docstring); records in no group (errors, null values) are null in every column."""
+    count = batch.count
+    labels: list[str | None] = [None] * count
+    for group in batch.groups:
+        for position in group.positions.tolist():
+            labels[position] = group.label
+    arrays: list[pa.Array] = []
+    present_masks: list[np.ndarray] = []
+    failed_masks: list[np.ndarray] = []
+    for column in columns:
+        target = column_arrow_type(column)
+        pieces: list[pa.Array] = []
+        order: list[np.ndarray] = []
+        present = np.zeros(count, bool)
+        failed = np.zeros(count, bool)
+        for group in batch.groups:
+            source = _field(group.records, column.name)
+            if source is None:
+                pieces.append(pa.nulls(len(group.positions), target))
+            else:
+                converted, bad = conform_array(source, column)
+                pieces.append(converted)
+                present[group.positions] = np.asarray(source.is_valid().to_numpy(zero_copy_only=False), bool)
+                failed[group.positions] = bad
+            order.append(group.positions)
+        arrays.append(_in_batch_order(pieces, order, count, target))
+        present_masks.append(present)
+        failed_masks.append(failed)
+    errors = {row: message for row, (_kind, message) in batch.errors.items()}
+    kinds = {row: kind for row, (kind, _message) in batch.errors.items()}
+    return DecodedColumns(arrays, errors, kinds, None, present_masks, failed_masks, labels, tuple(columns))
+
+
+def _field(records: pa.StructArray, name: str) -> pa.Array | None:
+    struct_type = records.type
+    index = struct_type.get_field_index(name)
+    if index < 0:
+        return None
+    child = records.field(index)
+    if records.null_count:
+        child = pc.if_else(records.is_valid(), child, pa.nulls(len(child), child.type))
+    return child
+
+
+def _in_batch_order(
+    pieces: list[pa.Array], order: list[np.ndarray], count: int, target: pa.DataType
+) -> pa.Array:
+    """The groups' pieces as one array of `count` rows, each value at its batch position."""
+    covered = sum(len(p) for p in order)
+    if covered < count:
+        rest = np.setdiff1d(np.arange(count), np.concatenate(order) if order else np.zeros(0, np.int64))
+        pieces.append(pa.nulls(len(rest), target))
+        order.append(rest)
+    if len(pieces) == 1:
+        return pieces[0]
+    joined = pa.concat_arrays([p.cast(target) for p in pieces])
+    inverse = np.empty(count, np.int64)
+    inverse[np.concatenate(order)] = np.arange(count)
+    return joined.take(pa.array(inverse))
+
+
+def conform_array(source: pa.Array, column: ColumnSpec) -> tuple[pa.Array, np.ndarray]:
+    """`source` (typed by a record schema) as `column`'s Arrow type, and per value whether a present
+    value (or one inside it) did not convert (it is then null, or holds a null inside)."""
+    count = len(source)
+    failed = np.zeros(count, bool)
+    target = column_arrow_type(column)
+    if source.type == target:
+        return source, failed
+    if pa.types.is_dictionary(source.type):
+        source = source.dictionary_decode()
+    valid = np.asarray(source.is_valid().to_numpy(zero_copy_only=False), bool)
+    kind = column.type
+    if kind is ColumnType.STRUCT:
+        if not pa.types.is_struct(source.type):
+            return pa.nulls(count, target), valid
+        children = []
+        for part in column.fields:
+            index = source.type.get_field_index(part.name)
+            if index < 0:
+                children.append(pa.nulls(count, column_arrow_type(part)))
+                continue
+            child, bad = conform_array(source.field(index), part)
+            children.append(child)
+            failed |= bad & valid
+        mask = pa.array(~valid) if not valid.all() else None
+        names = [part.name for part in column.fields]
+        return pa.StructArray.from_arrays(children, names=names, mask=mask).cast(target), failed
+    if kind is ColumnType.LIST and column.element is not None:
+        if not (pa.types.is_list(source.type) or pa.types.is_large_list(source.type)):
+            return pa.nulls(count, target), valid
+        offsets = np.asarray(source.offsets.to_numpy(zero_copy_only=False), np.int64)
+        values = source.values
+        element, bad = conform_array(values, column.element)
+        rows = np.repeat(np.arange(count), np.diff(offsets))
+        failed[rows[bad[offsets[0] : offsets[-1]]] if bad.size else rows[:0]] = True
+        element = element.slice(0, len(values))
+        mask = pa.array(~valid) if not valid.all() else None
+        rebuilt = pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), element, mask=mask)
+        return rebuilt.cast(target), failed
+    if kind is ColumnType.MAP and column.value is not None:
+        return _conform_map(source, column, valid)
+    if kind is ColumnType.UUID and (pa.types.is_string(source.type) or pa.types.is_large_string(source.type)):
+        as_bytes, failed = _per_value(source, pa.binary(16), _uuid_bytes)
+        return as_bytes.cast(target), failed
+    return _cast_or_per_value(source, target)
+
+
+def _conform_map(source: pa.Array, column: ColumnSpec, valid: np.ndarray) -> tuple[pa.Array, np.ndarray]:
+    """A map from an Arrow map, or from a list of `{key, value}` structs (how polars reads Avro maps)."""
+    assert column.value is not None
+    count = len(source)
+    target = column_arrow_type(column)
+    if pa.types.is_map(source.type):
+        keys, items, offsets = source.keys, source.items, source.offsets
+    elif (pa.types.is_list(source.type) or pa.types.is_large_list(source.type)) and pa.types.is_struct(
+        source.type.value_type
+    ):
+        entries = source.values
+        key_index = entries.type.get_field_index("key")
+        value_index = entries.type.get_field_index("value")
+        if key_index < 0 or value_index < 0:
+            return pa.nulls(count, target), valid
+        keys, items, offsets = entries.field(key_index), entries.field(value_index), source.offsets
+    else:
+        return pa.nulls(count, target), valid
+    converted, bad = conform_array(items, column.value)
+    bounds = np.asarray(offsets.to_numpy(zero_copy_only=False), np.int64)
+    rows = np.repeat(np.arange(count), np.diff(bounds))
+    failed = np.zeros(count, bool)
+    if bad.size:
+        failed[rows[bad[bounds[0] : bounds[-1]]]] = True
+    mask = pa.array(~valid) if not valid.all() else None
+    rebuilt = pa.MapArray.from_arrays(
+        pa.array(bounds.astype(np.int32)), keys.cast(pa.string()), converted, mask=mask
+    )
+    return rebuilt.cast(target), failed
+
+
+def _cast_or_per_value(source: pa.Array, target: pa.DataType) -> tuple[pa.Array, np.ndarray]:
+    """A safe cast (no wrap-around, no lost digits), else value by value."""
+    try:
+        return source.cast(target, safe=True), np.zeros(len(source), bool)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        return _per_value(source, target, None)
+
+
+def _per_value(
+    source: pa.Array, target: pa.DataType, convert: Callable[[object], object] | None
+) -> tuple[pa.Array, np.ndarray]:
+    """Value by value: what converts is kept, what does not is null and marked (the rare path)."""
+    values: list[object] = []
+    failed = np.zeros(len(source), bool)
+    for row, scalar in enumerate(source):
+        if not scalar.is_valid:
+            values.append(None)
+            continue
+        try:
+            if convert is not None:
+                values.append(pa.scalar(convert(scalar.as_py()), target).as_py())
+            else:
+                values.append(scalar.cast(target, safe=True).as_py())
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, ValueError, TypeError):
+            values.append(None)
+            failed[row] = True
+    return pa.array(values, target), failed
+
+
+def _uuid_bytes(text: object) -> bytes:
+    return uuid.UUID(str(text)).bytes

@@ -1,0 +1,87 @@
+"""The schemas a task's decoders read records with, by id: at most one registry look-up per schema id
+(and per subject) per task, a missing schema remembered as missing.
+
+Tasks see only this cache; the registry behind it is a `RecordSchemaRegistry` port (adapters:
+`adapters/confluent_registry.py`). What each decoder derives from a schema (a parsed Avro schema, its
+columns) is kept beside it (`derived`), so that is done once per id too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
+
+from kafscale_iceberg.domain.record_schemas import RegisteredSchema
+from kafscale_iceberg.exceptions import ConfigError, SchemaNotFoundError
+from kafscale_iceberg.ports import RecordSchemaRegistry
+
+T = TypeVar("T")
+
+
+class SchemaCache:
+    """Schemas by id and subject for one task (not shared between threads)."""
+
+    def __init__(self, registry: RecordSchemaRegistry) -> None:
+        self._registry = registry
+        self._by_id: dict[int, RegisteredSchema | SchemaNotFoundError] = {}
+        self._latest: dict[str, RegisteredSchema | SchemaNotFoundError] = {}
+        self._derived: dict[tuple[str, int], object] = {}
+        self.lookups = 0
+        """Registry calls made (what tests and logs check: per id per task at most)."""
+
+    def by_id(self, schema_id: int) -> RegisteredSchema:
+        """The schema of `schema_id`. Raises `SchemaNotFoundError` (the registry said 404; asked once)
+        or `RegistryUnavailableError` (not remembered: the run fails transiently)."""
+        found = self._by_id.get(schema_id)
+        if found is None:
+            self.lookups += 1
+            try:
+                found = self._registry.schema_by_id(schema_id)
+            except SchemaNotFoundError as exc:
+                found = exc
+            self._by_id[schema_id] = found
+        if isinstance(found, SchemaNotFoundError):
+            raise found
+        return found
+
+    def latest(self, subject: str) -> RegisteredSchema:
+        """The subject's latest schema (once per task; errors as `by_id`)."""
+        found = self._latest.get(subject)
+        if found is None:
+            self.lookups += 1
+            try:
+                found = self._registry.latest_schema(subject)
+            except SchemaNotFoundError as exc:
+                found = exc
+            self._latest[subject] = found
+        if isinstance(found, SchemaNotFoundError):
+            raise found
+        self._by_id.setdefault(found.schema_id, found)
+        return found
+
+    def derived(self, kind: str, schema: RegisteredSchema, make: Callable[[RegisteredSchema], T]) -> T:
+        """What `make` derives from `schema` (e.g. `("avro", id)` -> its parsed form), made once."""
+        key = (kind, schema.schema_id)
+        if key not in self._derived:
+            self._derived[key] = make(schema)
+        return self._derived[key]  # type: ignore[return-value]
+
+
+class _NoRegistry:
+    """The registry of a task given none: every look-up is a configuration error."""
+
+    def __init__(self, value_format: str) -> None:
+        self._value_format = value_format
+
+    def schema_by_id(self, schema_id: int) -> RegisteredSchema:
+        raise ConfigError(
+            "schema_registry", f"value_format {self._value_format} reads schemas from a registry: set its url"
+        )
+
+    def latest_schema(self, subject: str) -> RegisteredSchema:
+        return self.schema_by_id(0)
+
+
+def no_registry(value_format: str) -> SchemaCache:
+    """A cache whose every look-up raises `ConfigError` naming `schema_registry` (no registry given)."""
+    return SchemaCache(_NoRegistry(value_format))
