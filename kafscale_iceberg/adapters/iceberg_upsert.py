@@ -84,7 +84,6 @@ class IcebergUpsertFiles(CatalogTableAccess):
         added = []
         removed = []
         updated = deleted = rewritten_bytes = 0
-        specs: dict[int, PartitionSpec] = {}
         located, specs = self._locate(table, state, changes)
         for candidate in located:
             outcome = rewrite_without(
@@ -94,6 +93,8 @@ class IcebergUpsertFiles(CatalogTableAccess):
                 changes,
                 folder=change.rewrite_uri,
                 own=False,
+                # Its rows are some of the candidate's: its partition, whose bucket values its
+                # bounds cannot give (adapters/iceberg_data_files.py).
                 partition_values=bucket_values(specs[candidate.spec_id], candidate),
             )
             if not outcome.dropped:
@@ -103,11 +104,7 @@ class IcebergUpsertFiles(CatalogTableAccess):
             updated += outcome.dropped - outcome.deleted
             deleted += outcome.deleted
             if outcome.written is not None:
-                # Its rows are some of the candidate's: its partition, whose bucket values its
-                # bounds cannot give (adapters/iceberg_data_files.py).
-                specs = specs or self._load(table).specs()
-                values = bucket_values(specs[candidate.spec_id], candidate)
-                added.append(outcome.written.model_copy(update={"partition_values": values}))
+                added.append(outcome.written)
         for own in change.row_files:
             outcome = rewrite_without(
                 self._reader,
@@ -121,7 +118,7 @@ class IcebergUpsertFiles(CatalogTableAccess):
             if not outcome.dropped:
                 added.append(own)
             elif outcome.written is not None:
-                added.append(outcome.written.model_copy(update={"partition_values": own.partition_values}))
+                added.append(outcome.written)
         inserted = changes.count - changes.deleted - updated
         counts = UpsertCounts(
             inserted=inserted,
