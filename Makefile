@@ -71,8 +71,9 @@ bench-maintenance: $(STAMP)
 bench-upsert: $(STAMP)
 	$(BIN)/python -m bench.upsert $(BENCH_ARGS)
 
+# `--format protobuf` is measured by its own module (the convert stage; bench/protobuf_values.py).
 bench-spark: $(STAMP)
-	$(BIN)/python -m bench.spark $(BENCH_SPARK_ARGS)
+	$(BIN)/python -m $(if $(findstring protobuf,$(BENCH_SPARK_ARGS)),bench.protobuf_values,bench.spark) $(BENCH_SPARK_ARGS)
 
 bench-planning: $(STAMP)
 	$(BIN)/python -m bench.planning
