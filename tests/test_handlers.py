@@ -442,3 +442,31 @@ def test_offset_gaps_and_overlaps_the_commit_step_records_are_in_status(
         {"missing": 0, "ranges": []},
         0,
     )
+
+
+def test_the_lambda_runner_runs_a_plan_and_fails_a_failed_run_under_a_name_the_state_machine_aborts(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """functions/plan_runner.py: a succeeded run returns the ticket with its job id; a failed one raises
+    `RunNotCommittableError` (not `TransientError`: RunInLambda does not retry it, RunJob's Catch
+    aborts the run) naming the failure, its failed result written beside the plan."""
+    from functions.plan_runner import handler
+    from kafscale_iceberg.exceptions import RunNotCommittableError
+    from tests.support.spark_job import SegmentFolder, make_plan, write_plan
+
+    folder = SegmentFolder(tmp_path / "segments")
+    folder.add_orders(0, 0, 10)
+    good = make_plan(folder, str(tmp_path / "good"), ranges={0: (-1, 9)})
+    ticket = _ticket(stack, good.run_id, plan_uri=write_plan(good))
+    response = handler({"ticket": ticket.model_dump(mode="json")}, LambdaContext(function_name="runner"))
+    assert response["ticket"]["job_id"] == good.run_id
+    assert json.loads(Path(good.result_uri).read_text())["status"] == "succeeded"
+
+    missing = folder.add_orders(1, 0, 5)
+    (folder.root / missing.key).unlink()
+    bad = make_plan(folder, str(tmp_path / "bad"), ranges={1: (-1, 4)})
+    ticket = ticket.model_copy(update={"run_id": bad.run_id, "plan_uri": write_plan(bad)})
+    with pytest.raises(RunNotCommittableError, match="segment_unavailable") as raised:
+        handler({"ticket": ticket.model_dump(mode="json")}, LambdaContext(function_name="runner"))
+    assert not raised.value.transient
+    assert json.loads(Path(bad.result_uri).read_text())["status"] == "failed"

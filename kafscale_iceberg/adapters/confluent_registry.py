@@ -2,7 +2,11 @@
 API, Karapace): `GET /schemas/ids/{id}` and `GET /subjects/{subject}/versions/latest`.
 
 A schema by id is immutable: cached for the process's life. A subject's latest version is cached for
-`cache_seconds`. Basic (`username`/`password`) or bearer (`token`) auth, a request timeout, and TLS
+`cache_seconds`; a subject's numbered version (what a Protobuf schema's `references` name) is
+immutable too. A Protobuf schema is asked for again with `?format=serialized` (its compiled
+`FileDescriptorProto`, base64) where the registry gives that (Confluent does); a registry that
+answers with the `.proto` text again, or refuses the parameter, leaves the text (the decoder then
+compiles it). Basic (`username`/`password`) or bearer (`token`) auth, a request timeout, and TLS
 with a private CA (`tls_ca_pem`) besides the system's. Errors: 404 (or the registry's 40403 / 40401
 codes) -> `SchemaNotFoundError`; 401/403 -> `RegistryAuthError`; unreachable, timeout, 5xx ->
 `RegistryUnavailableError` (transient). Secrets are never logged or put in messages.
@@ -11,6 +15,7 @@ codes) -> `SchemaNotFoundError`; 401/403 -> `RegistryAuthError`; unreachable, ti
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import ssl
 import threading
@@ -20,6 +25,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import overload
 
 from kafscale_iceberg.domain.record_schemas import RegisteredSchema, SchemaReference
 from kafscale_iceberg.domain.runs import RegistrySettings
@@ -86,6 +92,7 @@ class ConfluentSchemaRegistry:
         self._lock = threading.Lock()
         self._by_id: dict[int, RegisteredSchema] = {}
         self._latest: dict[str, tuple[float, RegisteredSchema]] = {}
+        self._versions: dict[tuple[str, int], RegisteredSchema] = {}
 
     def schema_by_id(self, schema_id: int) -> RegisteredSchema:
         """See `RecordSchemaRegistry.schema_by_id`."""
@@ -94,10 +101,35 @@ class ConfluentSchemaRegistry:
         if cached is not None:
             return cached
         body = self._get(f"/schemas/ids/{schema_id}", f"schema id {schema_id}")
-        schema = _registered(body, schema_id=schema_id)
+        schema = self._serialized(_registered(body, schema_id=schema_id), f"/schemas/ids/{schema_id}")
         with self._lock:
             self._by_id[schema_id] = schema
         return schema
+
+    def schema_version(self, subject: str, version: int) -> RegisteredSchema:
+        """See `RecordSchemaRegistry.schema_version`."""
+        with self._lock:
+            cached = self._versions.get((subject, version))
+        if cached is not None:
+            return cached
+        path = f"/subjects/{urllib.parse.quote(subject, safe='')}/versions/{int(version)}"
+        body = self._get(path, f"subject {subject!r} version {version}")
+        schema_id = body.get("id")
+        schema = self._serialized(
+            _registered(body, schema_id=schema_id if isinstance(schema_id, int) else 0), path
+        )
+        with self._lock:
+            self._versions[(subject, version)] = schema
+        return schema
+
+    def _serialized(self, schema: RegisteredSchema, path: str) -> RegisteredSchema:
+        """A Protobuf schema's serialized form where the registry gives it (see the module docstring)."""
+        if schema.schema_type.upper() != "PROTOBUF":
+            return schema
+        body = self._get(f"{path}?format=serialized", f"{schema.label} (serialized)", refusable=True)
+        if body is None:
+            return schema
+        return dataclasses.replace(schema, text=str(body["schema"]))
 
     def latest_schema(self, subject: str) -> RegisteredSchema:
         """See `RecordSchemaRegistry.latest_schema`."""
@@ -113,19 +145,29 @@ class ConfluentSchemaRegistry:
             raise SchemaNotFoundError(
                 f"registry {self._base}: subject {subject!r} has no schema id in its answer"
             )
-        schema = _registered(body, schema_id=schema_id)
+        schema = self._serialized(_registered(body, schema_id=schema_id), f"/schemas/ids/{schema_id}")
         with self._lock:
             self._latest[subject] = (now, schema)
             self._by_id.setdefault(schema_id, schema)
         return schema
 
-    def _get(self, path: str, what: str) -> dict[str, object]:
+    @overload
+    def _get(self, path: str, what: str) -> dict[str, object]: ...
+
+    @overload
+    def _get(self, path: str, what: str, *, refusable: bool) -> dict[str, object] | None: ...
+
+    def _get(self, path: str, what: str, *, refusable: bool = False) -> dict[str, object] | None:
+        """The answer's JSON; with `refusable`, None where the registry refuses the request (4xx but
+        401/403: a parameter it does not know) instead of an error."""
         url = self._base + path
         request = urllib.request.Request(url, headers=self._headers, method="GET")
         try:
             with urllib.request.urlopen(request, timeout=self._timeout, context=self._context) as response:
                 raw = response.read()
         except urllib.error.HTTPError as exc:
+            if refusable and 400 <= exc.code < 500 and exc.code not in (401, 403):
+                return None
             if exc.code == 404:
                 raise SchemaNotFoundError(
                     f"registry {self._base} has no {what} (404): register it, or check the producer's "

@@ -15,7 +15,15 @@ from kafscale_iceberg.domain.runs import KeyFormat, RegistrySettings, ValueForma
 if TYPE_CHECKING:
     from kafscale_iceberg.config.mappings import MappingConfig
 
-DECODED_VALUE_FORMATS = frozenset({ValueFormat.JSON, ValueFormat.CONNECT_JSON, ValueFormat.AVRO})
+DECODED_VALUE_FORMATS = frozenset(
+    {
+        ValueFormat.JSON,
+        ValueFormat.CONNECT_JSON,
+        ValueFormat.AVRO,
+        ValueFormat.PROTOBUF,
+        ValueFormat.JSON_SCHEMA,
+    }
+)
 """The value formats this version decodes (the others are refused at the edge, not accepted silently)."""
 
 

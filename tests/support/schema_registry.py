@@ -2,7 +2,8 @@
 
 No registry server installs here (Confluent's and Karapace need Java or Kafka; Redpanda a container),
 so this small server stands in for one: `GET /schemas/ids/{id}` (with `schemaType` and
-`references`) and `GET /subjects/{subject}/versions/latest`, Confluent's error bodies (40403 for an
+`references`, and the serialized form of a Protobuf schema given one, for `?format=serialized`),
+`GET /subjects/{subject}/versions/latest` and `/versions/{n}`, Confluent's error bodies (40403 for an
 unknown id, 40401 for an unknown subject), optional basic or bearer auth, and switches to make it
 answer 5xx (an outage). Records are produced with confluent-kafka's own serializers against its
 in-process `mock://` registry (genuine wire bytes); `register_from` copies that registry's schemas,
@@ -34,17 +35,29 @@ class StandInRegistry:
     token: str | None = None
     failing: bool = False
     requests: list[str] = field(default_factory=list)
+    serialized: dict[int, str] = field(default_factory=dict)
+    """Per id, what `?format=serialized` answers (a registry without it answers the text again)."""
 
     def register(
-        self, subject: str, schema: str, *, schema_type: str = "AVRO", schema_id: int | None = None
+        self,
+        subject: str,
+        schema: str,
+        *,
+        schema_type: str = "AVRO",
+        schema_id: int | None = None,
+        references: list[dict[str, Any]] | None = None,
     ) -> int:
-        """Register `schema` under `subject` (a new version); its id."""
+        """Register `schema` under `subject` (a new version) with its `references`; its id."""
         for known_id, known in self.schemas.items():
             if known["schema"] == schema and known["schemaType"] == schema_type:
                 schema_id = known_id
         if schema_id is None:
             schema_id = max(self.schemas, default=0) + 1
-        self.schemas[schema_id] = {"schema": schema, "schemaType": schema_type, "references": []}
+        self.schemas[schema_id] = {
+            "schema": schema,
+            "schemaType": schema_type,
+            "references": references or [],
+        }
         versions = self.subjects.setdefault(subject, [])
         if schema_id not in versions:
             versions.append(schema_id)
@@ -78,31 +91,34 @@ class _Handler(BaseHTTPRequestHandler):
         if registry.failing:
             self._answer(503, {"error_code": 50301, "message": "stand-in outage"})
             return
-        parts = [unquote(p) for p in self.path.split("?")[0].strip("/").split("/")]
+        path, _, query = self.path.partition("?")
+        parts = [unquote(p) for p in path.strip("/").split("/")]
+        serialized = "format=serialized" in query
         if len(parts) == 3 and parts[:2] == ["schemas", "ids"] and parts[2].isdigit():
             found = registry.schemas.get(int(parts[2]))
             if found is None:
                 self._answer(404, {"error_code": 40403, "message": "Schema not found"})
             else:
-                self._answer(200, found)
+                self._answer(200, self._formatted(int(parts[2]), found, serialized))
             return
-        if len(parts) == 4 and parts[0] == "subjects" and parts[2:] == ["versions", "latest"]:
+        if len(parts) == 4 and parts[0] == "subjects" and parts[2] == "versions":
             versions = registry.subjects.get(parts[1])
-            if not versions:
-                self._answer(404, {"error_code": 40401, "message": "Subject not found"})
-                return
-            schema_id = versions[-1]
-            self._answer(
-                200,
-                {
-                    "subject": parts[1],
-                    "version": len(versions),
-                    "id": schema_id,
-                    **registry.schemas[schema_id],
-                },
+            number = (
+                len(versions or ()) if parts[3] == "latest" else int(parts[3]) if parts[3].isdigit() else 0
             )
+            if not versions or not 1 <= number <= len(versions):
+                self._answer(404, {"error_code": 40401, "message": "Subject or version not found"})
+                return
+            schema_id = versions[number - 1]
+            found = self._formatted(schema_id, registry.schemas[schema_id], serialized)
+            self._answer(200, {"subject": parts[1], "version": number, "id": schema_id, **found})
             return
         self._answer(404, {"error_code": 404, "message": "not a stand-in endpoint"})
+
+    def _formatted(self, schema_id: int, found: dict[str, Any], serialized: bool) -> dict[str, Any]:
+        if serialized and schema_id in self.registry.serialized:
+            return {**found, "schema": self.registry.serialized[schema_id]}
+        return found
 
     def _authorized(self) -> bool:
         registry = self.registry

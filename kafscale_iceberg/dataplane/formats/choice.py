@@ -27,4 +27,17 @@ def decoder_for(settings: ConversionSettings, schemas: SchemaCache | None) -> Va
         from kafscale_iceberg.dataplane.formats.avro import AvroDecoder  # noqa: PLC0415
 
         return AvroDecoder(schemas or no_registry(value_format.value), subject=settings.value_subject)
+    if value_format is ValueFormat.PROTOBUF:
+        from kafscale_iceberg.dataplane.formats.protobuf import ProtobufDecoder  # noqa: PLC0415
+
+        return ProtobufDecoder(
+            schemas or no_registry(value_format.value),
+            subject=settings.value_subject,
+            message=settings.value_message,
+            columns=[c.name for c in settings.columns],
+        )
+    if value_format is ValueFormat.JSON_SCHEMA:
+        from kafscale_iceberg.dataplane.formats.json_schema import JsonSchemaDecoder  # noqa: PLC0415
+
+        return JsonSchemaDecoder(schemas or no_registry(value_format.value), subject=settings.value_subject)
     raise ConfigError("mappings[].value_format", f"{value_format.value} is not decoded yet by this version")

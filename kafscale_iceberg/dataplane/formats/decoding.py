@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kafscale_iceberg.dataplane.schemas import column_arrow_type
+from kafscale_iceberg.dataplane.values import parse_datetimes
 from kafscale_iceberg.domain.runs import ColumnSpec, ColumnType
 
 
@@ -170,7 +171,12 @@ def conform_array(source: pa.Array, column: ColumnSpec) -> tuple[pa.Array, np.nd
         return rebuilt.cast(target), failed
     if kind is ColumnType.MAP and column.value is not None:
         return _conform_map(source, column, valid)
-    if kind is ColumnType.UUID and (pa.types.is_string(source.type) or pa.types.is_large_string(source.type)):
+    textual = pa.types.is_string(source.type) or pa.types.is_large_string(source.type)
+    if kind in (ColumnType.TIMESTAMP, ColumnType.TIMESTAMPTZ) and textual:
+        # Date-times as text (JSON Schema's `format: date-time`): parsed as the JSON path parses them.
+        micros, parsed = parse_datetimes(source, require_time=False)
+        return pa.array(micros, target, mask=~parsed), valid & ~parsed
+    if kind is ColumnType.UUID and textual:
         as_bytes, failed = _per_value(source, pa.binary(16), _uuid_bytes)
         return as_bytes.cast(target), failed
     return _cast_or_per_value(source, target)

@@ -26,6 +26,7 @@ class SchemaCache:
         self._registry = registry
         self._by_id: dict[int, RegisteredSchema | SchemaNotFoundError] = {}
         self._latest: dict[str, RegisteredSchema | SchemaNotFoundError] = {}
+        self._versions: dict[tuple[str, int], RegisteredSchema | SchemaNotFoundError] = {}
         self._derived: dict[tuple[str, int], object] = {}
         self.lookups = 0
         """Registry calls made (what tests and logs check: per id per task at most)."""
@@ -60,6 +61,21 @@ class SchemaCache:
             raise found
         return found
 
+    def version(self, subject: str, version: int) -> RegisteredSchema:
+        """A subject's version (what a reference names; once per task; errors as `by_id`)."""
+        key = (subject, version)
+        found = self._versions.get(key)
+        if found is None:
+            self.lookups += 1
+            try:
+                found = self._registry.schema_version(subject, version)
+            except SchemaNotFoundError as exc:
+                found = exc
+            self._versions[key] = found
+        if isinstance(found, SchemaNotFoundError):
+            raise found
+        return found
+
     def derived(self, kind: str, schema: RegisteredSchema, make: Callable[[RegisteredSchema], T]) -> T:
         """What `make` derives from `schema` (e.g. `("avro", id)` -> its parsed form), made once."""
         key = (kind, schema.schema_id)
@@ -80,6 +96,9 @@ class _NoRegistry:
         )
 
     def latest_schema(self, subject: str) -> RegisteredSchema:
+        return self.schema_by_id(0)
+
+    def schema_version(self, subject: str, version: int) -> RegisteredSchema:
         return self.schema_by_id(0)
 
 

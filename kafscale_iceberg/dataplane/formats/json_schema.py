@@ -1,0 +1,227 @@
+"""`value_format: json_schema`: JSON in Confluent wire format (`wire.py`), validated against the
+registry's JSON Schema by id.
+
+Columns come from the schema by the mapping `schema.source: registry` already uses
+(`domain/registry.columns_from_json_schema`, the Go processor's columns and their nested additions),
+every column optional (a property a newer version drops stays, null from then on). Records are
+grouped by schema id; each payload is parsed (msgspec) and validated (`jsonschema`, the schema's own
+draft); the group's records become one struct array, strings where the column is a `timestamp` or
+`date` (conformed onto the column like any string, a value that does not convert counted).
+
+Values without the wire prefix are read with `value_subject`'s latest schema when the mapping names
+one, else are `wire_format` dead letters. A schema id the registry does not have (404):
+`unknown_schema`; a payload that is not JSON or does not validate against its schema: `undecodable`,
+naming the schema id and the failing path. A schema with `references` is refused (`undecodable`) by
+this version. A registry outage raises `RegistryUnavailableError` (the run fails transiently).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+import numpy as np
+import pyarrow as pa
+from jsonschema import exceptions as jsonschema_exceptions
+from jsonschema import validators
+
+from kafscale_iceberg.dataplane.formats.decoding import DecodedBatch, DecodedGroup
+from kafscale_iceberg.dataplane.formats.schema_cache import SchemaCache
+from kafscale_iceberg.dataplane.formats.wire import HEADER_BYTES, split_wire
+from kafscale_iceberg.dataplane.schemas import column_arrow_type
+from kafscale_iceberg.domain.record_schemas import RegisteredSchema
+from kafscale_iceberg.domain.registry import columns_from_json_schema
+from kafscale_iceberg.domain.runs import ColumnSpec, ColumnType
+from kafscale_iceberg.exceptions import RecordSchemaError, SchemaNotFoundError
+
+
+@dataclass(frozen=True)
+class JsonSchema:
+    """What the decoder keeps per schema id: its validator, columns and the records' Arrow type."""
+
+    registered: RegisteredSchema
+    validator: Any
+    columns: tuple[ColumnSpec, ...]
+    struct_type: pa.StructType
+
+
+class JsonSchemaDecoder:
+    """Decodes JSON Schema records in Confluent wire format (see the module docstring)."""
+
+    def __init__(self, schemas: SchemaCache, *, subject: str | None = None) -> None:
+        self._schemas = schemas
+        self._subject = subject
+        self._compiled: dict[int, JsonSchema | RecordSchemaError] = {}
+
+    def decode(self, values: pa.Array) -> DecodedBatch:
+        """See `ValueDecoder.decode`."""
+        headers = split_wire(values)
+        raw: list[bytes | None] = values.to_pylist()
+        errors: dict[int, tuple[str, str]] = {}
+        by_schema: dict[int, list[tuple[int, int]]] = {}
+        for position in np.flatnonzero(headers.present & ~headers.prefixed).tolist():
+            if self._subject is None:
+                first = int(headers.first_bytes[position])
+                errors[position] = (
+                    "wire_format",
+                    f"no Confluent wire-format prefix (first byte 0x{first:02x}, expected 0x00 and a "
+                    "4-byte schema id): set the mapping's value_subject to read such values with its "
+                    "latest schema, or fix the producer's serializer",
+                )
+                continue
+            try:
+                latest = self._schemas.latest(self._subject)
+            except SchemaNotFoundError as exc:
+                errors[position] = ("unknown_schema", f"value_subject {self._subject!r}: {exc}")
+                continue
+            by_schema.setdefault(latest.schema_id, []).append((position, 0))
+        ids = headers.schema_ids
+        for position in np.flatnonzero(headers.prefixed).tolist():
+            by_schema.setdefault(int(ids[position]), []).append((position, HEADER_BYTES))
+        groups = []
+        for schema_id, members in by_schema.items():
+            compiled = self._compile(schema_id)
+            if isinstance(compiled, Exception):
+                kind = "unknown_schema" if isinstance(compiled, SchemaNotFoundError) else "undecodable"
+                for position, _start in members:
+                    errors[position] = (kind, f"schema id {schema_id}: {compiled}")
+                continue
+            members.sort()
+            kept: list[int] = []
+            rows: list[dict[str, object]] = []
+            for position, start in members:
+                row = _row(compiled, raw[position][start:])  # type: ignore[index]
+                if isinstance(row, str):
+                    errors[position] = (
+                        "undecodable",
+                        f"the payload does not validate against {compiled.registered.label}: {row}",
+                    )
+                    continue
+                kept.append(position)
+                rows.append(row)
+            if not kept:
+                continue
+            records, failed = _records(compiled, rows)
+            for index, reason in failed.items():
+                errors[kept[index]] = ("undecodable", f"{compiled.registered.label}: {reason}")
+            if failed:
+                kept = [p for i, p in enumerate(kept) if i not in failed]
+            groups.append(
+                DecodedGroup(
+                    positions=np.asarray(kept, np.int64),
+                    records=records,
+                    columns=compiled.columns,
+                    label=compiled.registered.label,
+                )
+            )
+        return DecodedBatch(count=len(raw), groups=tuple(groups), errors=errors)
+
+    def schemas_of(
+        self, values: pa.Array, offsets: pa.Array, *, partition: int
+    ) -> dict[str, tuple[ColumnSpec, ...]]:
+        """See `ValueDecoder.schemas_of`: keyed by schema id; only the wire headers are read."""
+        headers = split_wire(values)
+        ids = {int(i) for i in np.unique(headers.schema_ids[headers.prefixed])}
+        if self._subject is not None and (headers.present & ~headers.prefixed).any():
+            # A missing subject: the conversion stage dead-letters those records, naming it.
+            with contextlib.suppress(SchemaNotFoundError):
+                ids.add(self._schemas.latest(self._subject).schema_id)
+        found: dict[str, tuple[ColumnSpec, ...]] = {}
+        for schema_id in sorted(ids):
+            compiled = self._compile(schema_id)
+            if not isinstance(compiled, Exception):
+                found[f"id:{schema_id:010d}"] = compiled.columns
+        return found
+
+    def _compile(self, schema_id: int) -> JsonSchema | RecordSchemaError | SchemaNotFoundError:
+        found = self._compiled.get(schema_id)
+        if found is not None:
+            return found
+        try:
+            registered = self._schemas.by_id(schema_id)
+        except SchemaNotFoundError as exc:
+            return exc
+        try:
+            found = compile_json_schema(registered)
+        except RecordSchemaError as exc:
+            found = exc
+        self._compiled[schema_id] = found
+        return found
+
+
+def compile_json_schema(registered: RegisteredSchema) -> JsonSchema:
+    """A registered JSON Schema made ready to validate and read records with. Raises
+    `RecordSchemaError` when it is not a JSON Schema, does not parse, or has references."""
+    label = registered.label
+    if registered.schema_type.upper() != "JSON":
+        raise RecordSchemaError(
+            f"{label} is a {registered.schema_type} schema; the mapping reads json_schema"
+        )
+    if registered.references:
+        raise RecordSchemaError(
+            f"{label} references other schemas, which json_schema mappings do not read yet"
+        )
+    try:
+        document = json.loads(registered.text)
+    except json.JSONDecodeError as exc:
+        raise RecordSchemaError(f"JSON Schema {label} is not JSON: {exc}") from None
+    if not isinstance(document, dict):
+        raise RecordSchemaError(f"JSON Schema {label} is not an object")
+    kind = validators.validator_for(document)
+    try:
+        kind.check_schema(document)
+    except jsonschema_exceptions.SchemaError as exc:
+        raise RecordSchemaError(f"{label} is not a valid JSON Schema: {exc.message}") from None
+    columns = tuple(c.model_copy(update={"required": False}) for c in columns_from_json_schema(document))
+    struct_type = pa.struct([pa.field(c.name, column_arrow_type(_as_read(c))) for c in columns])
+    return JsonSchema(registered, kind(document), columns, struct_type)
+
+
+def _as_read(column: ColumnSpec) -> ColumnSpec:
+    """The column as JSON holds it: `timestamp`/`date` values are strings until conformed."""
+    if column.type in (ColumnType.TIMESTAMP, ColumnType.DATE):
+        return ColumnSpec(name=column.name, type=ColumnType.STRING)
+    if column.type is ColumnType.STRUCT:
+        return column.model_copy(update={"fields": tuple(_as_read(f) for f in column.fields)})
+    if column.type is ColumnType.LIST and column.element is not None:
+        return column.model_copy(update={"element": _as_read(column.element)})
+    return column
+
+
+def _row(schema: JsonSchema, payload: bytes) -> dict[str, object] | str:
+    """The payload's object, or why it is not one that validates (its first error, with its path)."""
+    try:
+        document = msgspec.json.decode(payload)
+    except msgspec.DecodeError as exc:
+        return f"not JSON ({exc})"
+    error = next(iter(schema.validator.iter_errors(document)), None)
+    if error is not None:
+        where = "/".join(str(p) for p in error.absolute_path) or "(the value)"
+        return f"at {where}: {error.message}"
+    if not isinstance(document, dict):
+        return f"a top-level {type(document).__name__}, not an object"
+    return document
+
+
+def _records(schema: JsonSchema, rows: list[dict[str, object]]) -> tuple[pa.StructArray, dict[int, str]]:
+    """The rows as one struct array; a row Arrow cannot hold (an integer beyond 64 bits) is left out
+    and named by index."""
+    names = [f.name for f in schema.struct_type]
+    projected = [{n: row.get(n) for n in names} for row in rows]
+    try:
+        return pa.array(projected, schema.struct_type), {}
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        pass
+    kept: list[dict[str, object]] = []
+    failed: dict[int, str] = {}
+    for index, row in enumerate(projected):
+        try:
+            pa.array([row], schema.struct_type)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
+            failed[index] = f"a value its columns cannot hold: {exc}"
+            continue
+        kept.append(row)
+    return pa.array(kept, schema.struct_type), failed

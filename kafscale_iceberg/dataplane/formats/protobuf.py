@@ -1,0 +1,415 @@
+"""`value_format: protobuf`: Protobuf in Confluent wire format, schemas from the registry by id.
+
+After the wire header (`wire.py`) comes the message-index path, zig-zag varints: a count, then that
+many indexes (the message's place in the schema file: a top-level message, then nested ones); the
+single byte `0` stands for `[0]`, the file's first message. Then the payload.
+
+Records are grouped by (schema id, message); each group's payloads are parsed by the runtime's
+message class (upb, compiled, where the process imports protobuf with it: see `docs/benchmarks.md`)
+and read into one Arrow struct array, column by column, by readers compiled once per message
+(`domain/protobuf_schemas.py` gives the columns). Schemas are compiled by `protobuf_schemas.py`.
+
+Values without the wire prefix are read with `value_subject`'s latest schema and its message
+`value_message` (default: the file's first message) when the mapping names a subject, else are
+`wire_format` dead letters. A schema id the registry does not have (404) makes its records
+`unknown_schema` dead letters; a payload that does not parse, or a message index the schema does not
+have, `undecodable` ones naming the schema id and message. A registry outage raises
+`RegistryUnavailableError` (the run fails transiently; nothing is dead-lettered for it).
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from google.protobuf.message import DecodeError
+
+from kafscale_iceberg.dataplane.formats.decoding import DecodedBatch, DecodedGroup
+from kafscale_iceberg.dataplane.formats.protobuf_schemas import (
+    ProtobufFile,
+    compile_protobuf_schema,
+    message_class,
+)
+from kafscale_iceberg.dataplane.formats.schema_cache import SchemaCache
+from kafscale_iceberg.dataplane.formats.wire import HEADER_BYTES, split_wire
+from kafscale_iceberg.dataplane.schemas import column_arrow_type
+from kafscale_iceberg.domain.protobuf_schemas import (
+    TIMESTAMP,
+    TYPE_ENUM,
+    TYPE_MESSAGE,
+    WRAPPERS,
+    is_map_entry,
+    is_repeated,
+    protobuf_columns,
+)
+from kafscale_iceberg.domain.runs import ColumnSpec
+from kafscale_iceberg.exceptions import RecordSchemaError, SchemaNotFoundError
+
+Reader = Callable[[Any], object]
+"""Reads one column's value (as Arrow builds the column's type from it) out of a parsed message."""
+Builder = Callable[[Sequence[Any]], pa.Array]
+"""Builds one column's array out of a group's parsed messages."""
+
+
+@dataclass(frozen=True)
+class ProtobufMessage:
+    """What the decoder keeps per (schema id, message): its class, columns and column readers."""
+
+    label: str
+    parse: Callable[[bytes], Any]
+    columns: tuple[ColumnSpec, ...]
+    builders: tuple[Builder, ...]
+    struct_type: pa.StructType
+
+
+class ProtobufDecoder:
+    """Decodes Protobuf records in Confluent wire format (see the module docstring)."""
+
+    def __init__(
+        self,
+        schemas: SchemaCache,
+        *,
+        subject: str | None = None,
+        message: str | None = None,
+        columns: Sequence[str] = (),
+    ) -> None:
+        """`columns`: the run's column names; only those fields are read out of the messages (all
+        when empty). The groups still name every column their schema gives."""
+        self._wanted = frozenset(columns)
+        self._schemas = schemas
+        self._subject = subject
+        self._message = message
+        self._files: dict[int, ProtobufFile | RecordSchemaError | SchemaNotFoundError] = {}
+        self._messages: dict[tuple[int, tuple[int, ...] | str], ProtobufMessage | RecordSchemaError] = {}
+
+    def decode(self, values: pa.Array) -> DecodedBatch:
+        """See `ValueDecoder.decode`."""
+        errors: dict[int, tuple[str, str]] = {}
+        groups = []
+        layout = _Layout.of(values)
+        for message, positions, starts in self._grouped(values, layout, errors).values():
+            ends = layout.ends[positions]
+            data = layout.data
+            parse = message.parse
+            try:
+                parsed = [parse(data[s:e]) for s, e in zip(starts.tolist(), ends.tolist(), strict=True)]
+                kept = positions
+            except DecodeError:
+                parsed, kept = self._one_by_one(message, layout, positions, starts, errors)
+            if not len(kept):
+                continue
+            try:
+                records = _records(message, parsed)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError, OverflowError) as exc:
+                for position in kept.tolist():
+                    errors[position] = (
+                        "undecodable",
+                        f"{message.label}: values do not fit its columns: {exc}",
+                    )
+                continue
+            groups.append(
+                DecodedGroup(positions=kept, records=records, columns=message.columns, label=message.label)
+            )
+        return DecodedBatch(count=len(values), groups=tuple(groups), errors=errors)
+
+    @staticmethod
+    def _one_by_one(
+        message: ProtobufMessage,
+        layout: _Layout,
+        positions: np.ndarray,
+        starts: np.ndarray,
+        errors: dict[int, tuple[str, str]],
+    ) -> tuple[list[Any], np.ndarray]:
+        """A group with a payload that does not parse: record by record, the failures noted."""
+        parsed: list[Any] = []
+        kept: list[int] = []
+        for position, start in zip(positions.tolist(), starts.tolist(), strict=True):
+            try:
+                parsed.append(message.parse(layout.data[start : int(layout.ends[position])]))
+            except DecodeError as exc:
+                errors[position] = (
+                    "undecodable",
+                    f"the payload does not decode with {message.label}: {exc or 'malformed bytes'}",
+                )
+                continue
+            kept.append(position)
+        return parsed, np.asarray(kept, np.int64)
+
+    def schemas_of(
+        self, values: pa.Array, offsets: pa.Array, *, partition: int
+    ) -> dict[str, tuple[ColumnSpec, ...]]:
+        """See `ValueDecoder.schemas_of`: keyed by schema id and message; payloads are not parsed."""
+        found: dict[str, tuple[ColumnSpec, ...]] = {}
+        for (schema_id, where), (message, _positions, _starts) in self._grouped(
+            values, _Layout.of(values), {}
+        ).items():
+            found[f"id:{schema_id:010d}:{where}"] = message.columns
+        return found
+
+    def _grouped(
+        self, values: pa.Array, layout: _Layout, errors: dict[int, tuple[str, str]]
+    ) -> dict[tuple[int, str], tuple[ProtobufMessage, np.ndarray, np.ndarray]]:
+        """The batch's records by (schema id, message): positions (ascending) and where each payload
+        starts; errors for what has no message. The common message-index paths (`[0]`, `[n]` for a
+        small n) are read for the whole batch at once, the others value by value."""
+        headers = split_wire(values)
+        pieces: dict[tuple[int, str], tuple[ProtobufMessage, list[np.ndarray], list[np.ndarray]]] = {}
+
+        def add(
+            schema_id: int, where: tuple[int, ...] | str, positions: np.ndarray, starts: np.ndarray
+        ) -> None:
+            message = self._message_of(schema_id, where)
+            if isinstance(message, Exception):
+                kind = "unknown_schema" if isinstance(message, SchemaNotFoundError) else "undecodable"
+                for position in positions.tolist():
+                    errors[position] = (kind, f"schema id {schema_id}: {message}")
+                return
+            entry = pieces.setdefault((schema_id, message.label), (message, [], []))
+            entry[1].append(positions)
+            entry[2].append(starts)
+
+        unprefixed = np.flatnonzero(headers.present & ~headers.prefixed)
+        if len(unprefixed) and self._subject is None:
+            for position in unprefixed.tolist():
+                first = int(headers.first_bytes[position])
+                errors[position] = (
+                    "wire_format",
+                    f"no Confluent wire-format prefix (first byte 0x{first:02x}, expected 0x00 and a "
+                    "4-byte schema id): set the mapping's value_subject (and value_message) to read such "
+                    "values with its latest schema, or fix the producer's serializer",
+                )
+        elif len(unprefixed):
+            assert self._subject is not None
+            try:
+                latest = self._schemas.latest(self._subject)
+            except SchemaNotFoundError as exc:
+                for position in unprefixed.tolist():
+                    errors[position] = ("unknown_schema", f"value_subject {self._subject!r}: {exc}")
+            else:
+                add(latest.schema_id, self._message or (0,), unprefixed, layout.starts[unprefixed])
+        prefixed = np.flatnonzero(headers.prefixed)
+        ids = headers.schema_ids[prefixed]
+        at = layout.starts[prefixed] + HEADER_BYTES
+        room = layout.ends[prefixed] - at
+        data = layout.array
+        last = max(len(data) - 1, 0)
+        data = data if len(data) else np.zeros(1, np.uint8)
+        byte0 = np.where(room > 0, data[np.minimum(at, last)].astype(np.int64), -1)
+        byte1 = np.where(room > 1, data[np.minimum(at + 1, last)].astype(np.int64), -1)
+        only_first = byte0 == 0  # the single byte 0: `[0]`
+        one_index = (byte0 == 2) & (byte1 >= 0) & (byte1 < 0x80)  # count 1, one small index
+        code = np.where(only_first, 0, np.where(one_index, byte1 + 1, -1))
+        fast = code >= 0
+        keys = ids[fast] * 256 + code[fast]
+        for key in np.unique(keys).tolist():
+            chosen = np.flatnonzero(fast)[keys == key]
+            schema_id, small = divmod(key, 256)
+            path: tuple[int, ...] = (0,) if small == 0 else (((small - 1) >> 1) ^ -((small - 1) & 1),)
+            add(schema_id, path, prefixed[chosen], at[chosen] + (1 if small == 0 else 2))
+        for index in np.flatnonzero(~fast).tolist():
+            position = int(prefixed[index])
+            schema_id = int(ids[index])
+            try:
+                path, start = _message_indexes(layout.data, int(at[index]), int(layout.ends[position]))
+            except ValueError as exc:
+                errors[position] = (
+                    "wire_format",
+                    f"schema id {schema_id}: the message-index path after the wire header is "
+                    f"malformed ({exc}): the producer did not use a Confluent Protobuf serializer",
+                )
+                continue
+            add(schema_id, path, np.asarray([position]), np.asarray([start]))
+        grouped = {}
+        for key, (message, position_parts, start_parts) in pieces.items():
+            positions = np.concatenate(position_parts).astype(np.int64)
+            starts = np.concatenate(start_parts).astype(np.int64)
+            order = np.argsort(positions, kind="stable")
+            grouped[key] = (message, positions[order], starts[order])
+        return grouped
+
+    def _message_of(
+        self, schema_id: int, where: tuple[int, ...] | str
+    ) -> ProtobufMessage | RecordSchemaError | SchemaNotFoundError:
+        key = (schema_id, where)
+        found = self._messages.get(key)
+        if found is not None:
+            return found
+        compiled = self._file(schema_id)
+        if isinstance(compiled, Exception):
+            return compiled
+        try:
+            descriptor = (
+                compiled.message_named(where) if isinstance(where, str) else compiled.message_at(where)
+            )
+            found = _compile_message(compiled, descriptor, self._wanted)
+        except RecordSchemaError as exc:
+            found = exc
+        self._messages[key] = found
+        return found
+
+    def _file(self, schema_id: int) -> ProtobufFile | RecordSchemaError | SchemaNotFoundError:
+        found = self._files.get(schema_id)
+        if found is not None:
+            return found
+        try:
+            registered = self._schemas.by_id(schema_id)
+            found = compile_protobuf_schema(registered, self._schemas)
+        except SchemaNotFoundError as exc:
+            return exc  # not remembered here: the cache remembers the 404
+        except RecordSchemaError as exc:
+            found = exc
+        self._files[schema_id] = found
+        return found
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """A binary array's values as one bytes object: each value is `data[starts[i]:ends[i]]`."""
+
+    data: bytes
+    array: np.ndarray
+    starts: np.ndarray
+    ends: np.ndarray
+
+    @classmethod
+    def of(cls, values: pa.Array) -> _Layout:
+        if pa.types.is_large_binary(values.type):
+            values = values.cast(pa.binary())
+        count = len(values)
+        offsets_buffer, data_buffer = values.buffers()[1], values.buffers()[2]
+        offsets = (
+            np.frombuffer(offsets_buffer, np.int32, count + 1, values.offset * 4).astype(np.int64)
+            if count
+            else np.zeros(1, np.int64)
+        )
+        data = data_buffer.to_pybytes() if data_buffer is not None else b""
+        return cls(data, np.frombuffer(data, np.uint8), offsets[:-1], offsets[1:])
+
+
+def _message_indexes(value: bytes, start: int, end: int) -> tuple[tuple[int, ...], int]:
+    """The message-index path at `start` of `value` (which ends at `end`) and where the payload begins."""
+    if start < end and value[start] == 0:
+        return (0,), start + 1
+    count, at = _zigzag(value, start, end)
+    if count <= 0 or count > 100:
+        raise ValueError(f"an index count of {count}")
+    indexes = []
+    for _ in range(count):
+        index, at = _zigzag(value, at, end)
+        indexes.append(index)
+    return tuple(indexes), at
+
+
+def _zigzag(value: bytes, at: int, end: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        if at >= end:
+            raise ValueError("the value ends inside a varint")
+        byte = value[at]
+        at += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            break
+        shift += 7
+        if shift > 63:
+            raise ValueError("a varint longer than 10 bytes")
+    return (result >> 1) ^ -(result & 1), at
+
+
+def _compile_message(compiled: ProtobufFile, descriptor: Any, wanted: frozenset[str]) -> ProtobufMessage:
+    label = f"{compiled.registered.label} message {descriptor.full_name}"
+    columns = protobuf_columns(descriptor, schema_name=compiled.registered.label)
+    read = [c for c in columns if not wanted or c.name in wanted]
+    struct_type = pa.struct([pa.field(c.name, column_arrow_type(c)) for c in read])
+    builders = tuple(
+        _column_builder(descriptor.fields_by_name[c.name], field.type)
+        for c, field in zip(read, struct_type, strict=True)
+    )
+    return ProtobufMessage(label, message_class(descriptor).FromString, columns, builders, struct_type)
+
+
+def _records(message: ProtobufMessage, parsed: Sequence[Any]) -> pa.StructArray:
+    """The parsed messages as one struct array typed by the message's columns, column by column."""
+    arrays = [build(parsed) for build in message.builders]
+    if not arrays:
+        return pa.array([{}] * len(parsed), message.struct_type)
+    return pa.StructArray.from_arrays(arrays, fields=list(message.struct_type))
+
+
+def _column_builder(field: Any, arrow_type: pa.DataType) -> Builder:
+    """How a top-level field's column is built: a singular `Timestamp` from its seconds and nanos
+    in bulk (numpy), every other field value by value (`_field_reader`)."""
+    if not is_repeated(field) and field.type == TYPE_MESSAGE and field.message_type.full_name == TIMESTAMP:
+        name = field.name
+        get = operator.attrgetter(name)
+        parts = operator.attrgetter("seconds", "nanos")
+
+        def timestamps(parsed: Sequence[Any]) -> pa.Array:
+            pairs = np.array([parts(get(m)) for m in parsed], np.int64).reshape(len(parsed), 2)
+            missing = np.array([not m.HasField(name) for m in parsed], bool)
+            micros = pairs[:, 0] * 1_000_000 + pairs[:, 1] // 1000
+            return pa.array(micros, arrow_type, mask=missing if missing.any() else None)
+
+        return timestamps
+    read = _field_reader(field)
+    return lambda parsed: pa.array([read(m) for m in parsed], arrow_type)
+
+
+def _field_reader(field: Any) -> Reader:
+    """How a field's column value is read from a message (presence, repetition, maps)."""
+    name = field.name
+    get = operator.attrgetter(name)
+    if is_repeated(field):
+        if field.type == TYPE_MESSAGE and is_map_entry(field.message_type):
+            entry = field.message_type
+            key_of = _key_text
+            value_of = _element_reader(entry.fields_by_name["value"])
+            return lambda m: [(key_of(k), value_of(v)) for k, v in get(m).items()]
+        element = _element_reader(field)
+        if element is _same:
+            return lambda m: list(get(m))
+        return lambda m: [element(v) for v in get(m)]
+    convert = _element_reader(field)
+    if field.has_presence:
+        if convert is _same:
+            return lambda m: get(m) if m.HasField(name) else None
+        return lambda m: convert(get(m)) if m.HasField(name) else None
+    if convert is _same:
+        return get
+    return lambda m: convert(get(m))
+
+
+def _same(value: object) -> object:
+    return value
+
+
+def _key_text(key: object) -> str:
+    if isinstance(key, bool):
+        return "true" if key else "false"
+    return str(key)
+
+
+def _element_reader(field: Any) -> Callable[[Any], object]:
+    """How one value of a field (an element, for repeated fields) becomes its column's value."""
+    if field.type == TYPE_ENUM:
+        names = {v.number: v.name for v in field.enum_type.values}
+        return lambda number: names.get(number) or str(number)
+    if field.type != TYPE_MESSAGE:
+        return _same
+    message = field.message_type
+    full = message.full_name
+    if full == TIMESTAMP:
+        return _timestamp
+    if full in WRAPPERS:
+        return operator.attrgetter("value")
+    parts = [(f.name, _field_reader(f)) for f in message.fields]
+    return lambda m: {n: read(m) for n, read in parts}
+
+
+def _timestamp(value: Any) -> int:
+    """A `google.protobuf.Timestamp` as microseconds since the epoch (what Arrow's `timestamp[us]` takes)."""
+    return int(value.seconds) * 1_000_000 + int(value.nanos) // 1000
