@@ -39,8 +39,6 @@ def test_an_avro_mapping_without_a_registry_is_refused_naming_the_key() -> None:
 @pytest.mark.parametrize(
     ("keys", "key"),
     [
-        ({"value_format": "protobuf"}, "mappings[0].value_format"),
-        ({"value_format": "json_schema"}, "mappings[0].value_format"),
         ({"key_format": "avro"}, "mappings[0].key_format"),
         ({"value_subject": "orders-value"}, "mappings[0].value_subject"),
         ({"value_format": "avro", "value_message": "Order"}, "mappings[0].value_message"),
