@@ -612,7 +612,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--index-first",
         action="store_true",
-        help="upload each latency segment's .index before its .kfs (the broker does .kfs first)",
+        help="upload each latency segment's .index before its .kfs (the broker uploads both at once)",
     )
     parser.add_argument(
         "--after-idle",

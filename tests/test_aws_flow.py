@@ -153,7 +153,7 @@ def test_a_topic_below_its_minimum_batch_is_launched_when_its_wait_ends(
 
 
 def test_an_index_that_lands_before_its_segment_is_routed_seconds_after_the_segment(box: Box) -> None:
-    """The stack is notified of `.index` objects only (the broker writes the `.kfs` first): an index
+    """The stack is notified of `.index` objects only (the broker uploads both at once): an index
     whose `.kfs` is not there yet is redelivered soon, and routes the segment once it landed."""
     files = encode_segment(0, 0, 3)
     index_key = format_segment_key(box.namespace, TOPIC, 0, 0, SegmentObjectKind.INDEX)

@@ -1,8 +1,9 @@
 """The router: S3 notifications in, work items out: one per topic per batch of notifications.
 
 Rules (AWS delivers S3 notifications at least once, unordered, and the two objects of a segment in
-either order; the stack subscribes to `.index` objects only, which the broker writes after the
-`.kfs`, so each segment costs one notification and one ranged GET):
+either order; the stack subscribes to `.index` objects only, so each segment costs one notification
+and one ranged GET; the broker PUTs a segment's `.kfs` and `.index` concurrently, so an `.index` may
+land first and is then redelivered until its `.kfs` is there):
 - `s3:TestEvent`, other buckets, objects that are not segments and unmapped topics are counted
   and logged, never errors;
 - a work item is emitted for a `.kfs` only when its `.index` exists and the `.kfs` ends in `END!`
@@ -142,7 +143,8 @@ class Router:
         except SegmentObjectMissingError as exc:
             raise SegmentIncompleteError(
                 f"{segment.index_key} landed before its segment {segment.segment_key}; retrying later "
-                "(the broker writes the .kfs first: if it never lands, the reconciler reports the gap)"
+                "(the broker uploads both objects at once: if the .kfs never lands, the reconciler reports "
+                "the gap)"
             ) from exc
         return _work_item(segment, footer.last_offset, size=size)  # the size from the footer's GET
 
