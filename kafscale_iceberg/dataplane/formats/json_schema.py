@@ -17,7 +17,6 @@ this version. A registry outage raises `RegistryUnavailableError` (the run fails
 
 from __future__ import annotations
 
-import contextlib
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -29,13 +28,13 @@ from jsonschema import exceptions as jsonschema_exceptions
 from jsonschema import validators
 
 from kafscale_iceberg.dataplane.formats.decoding import DecodedBatch, DecodedGroup
-from kafscale_iceberg.dataplane.formats.schema_cache import SchemaCache
-from kafscale_iceberg.dataplane.formats.wire import HEADER_BYTES, split_wire
+from kafscale_iceberg.dataplane.formats.registered import RegisteredSchemaDecoder
+from kafscale_iceberg.dataplane.formats.wire import split_wire
 from kafscale_iceberg.dataplane.schemas import column_arrow_type
 from kafscale_iceberg.domain.record_schemas import RegisteredSchema
 from kafscale_iceberg.domain.registry import columns_from_json_schema
 from kafscale_iceberg.domain.runs import ColumnSpec, ColumnType
-from kafscale_iceberg.exceptions import RecordSchemaError, SchemaNotFoundError
+from kafscale_iceberg.exceptions import RecordSchemaError
 
 
 @dataclass(frozen=True)
@@ -48,48 +47,22 @@ class JsonSchema:
     struct_type: pa.StructType
 
 
-class JsonSchemaDecoder:
+class JsonSchemaDecoder(RegisteredSchemaDecoder[JsonSchema]):
     """Decodes JSON Schema records in Confluent wire format (see the module docstring)."""
 
-    def __init__(self, schemas: SchemaCache, *, subject: str | None = None) -> None:
-        self._schemas = schemas
-        self._subject = subject
-        self._compiled: dict[int, JsonSchema | RecordSchemaError] = {}
+    def _compile_registered(self, registered: RegisteredSchema) -> JsonSchema:
+        return compile_json_schema(registered)
 
     def decode(self, values: pa.Array) -> DecodedBatch:
         """See `ValueDecoder.decode`."""
         headers = split_wire(values)
         raw: list[bytes | None] = values.to_pylist()
         errors: dict[int, tuple[str, str]] = {}
-        by_schema: dict[int, list[tuple[int, int]]] = {}
-        for position in np.flatnonzero(headers.present & ~headers.prefixed).tolist():
-            if self._subject is None:
-                first = int(headers.first_bytes[position])
-                errors[position] = (
-                    "wire_format",
-                    f"no Confluent wire-format prefix (first byte 0x{first:02x}, expected 0x00 and a "
-                    "4-byte schema id): set the mapping's value_subject to read such values with its "
-                    "latest schema, or fix the producer's serializer",
-                )
-                continue
-            try:
-                latest = self._schemas.latest(self._subject)
-            except SchemaNotFoundError as exc:
-                errors[position] = ("unknown_schema", f"value_subject {self._subject!r}: {exc}")
-                continue
-            by_schema.setdefault(latest.schema_id, []).append((position, 0))
-        ids = headers.schema_ids
-        for position in np.flatnonzero(headers.prefixed).tolist():
-            by_schema.setdefault(int(ids[position]), []).append((position, HEADER_BYTES))
         groups = []
-        for schema_id, members in by_schema.items():
-            compiled = self._compile(schema_id)
-            if isinstance(compiled, Exception):
-                kind = "unknown_schema" if isinstance(compiled, SchemaNotFoundError) else "undecodable"
-                for position, _start in members:
-                    errors[position] = (kind, f"schema id {schema_id}: {compiled}")
+        for schema_id, members in self._members_by_schema(headers, errors).items():
+            compiled = self._compiled_for(schema_id, members, errors)
+            if compiled is None:
                 continue
-            members.sort()
             kept: list[int] = []
             rows: list[dict[str, object]] = []
             for position, start in members:
@@ -118,38 +91,6 @@ class JsonSchemaDecoder:
                 )
             )
         return DecodedBatch(count=len(raw), groups=tuple(groups), errors=errors)
-
-    def schemas_of(
-        self, values: pa.Array, offsets: pa.Array, *, partition: int
-    ) -> dict[str, tuple[ColumnSpec, ...]]:
-        """See `ValueDecoder.schemas_of`: keyed by schema id; only the wire headers are read."""
-        headers = split_wire(values)
-        ids = {int(i) for i in np.unique(headers.schema_ids[headers.prefixed])}
-        if self._subject is not None and (headers.present & ~headers.prefixed).any():
-            # A missing subject: the conversion stage dead-letters those records, naming it.
-            with contextlib.suppress(SchemaNotFoundError):
-                ids.add(self._schemas.latest(self._subject).schema_id)
-        found: dict[str, tuple[ColumnSpec, ...]] = {}
-        for schema_id in sorted(ids):
-            compiled = self._compile(schema_id)
-            if not isinstance(compiled, Exception):
-                found[f"id:{schema_id:010d}"] = compiled.columns
-        return found
-
-    def _compile(self, schema_id: int) -> JsonSchema | RecordSchemaError | SchemaNotFoundError:
-        found = self._compiled.get(schema_id)
-        if found is not None:
-            return found
-        try:
-            registered = self._schemas.by_id(schema_id)
-        except SchemaNotFoundError as exc:
-            return exc
-        try:
-            found = compile_json_schema(registered)
-        except RecordSchemaError as exc:
-            found = exc
-        self._compiled[schema_id] = found
-        return found
 
 
 def compile_json_schema(registered: RegisteredSchema) -> JsonSchema:
