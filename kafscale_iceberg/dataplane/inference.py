@@ -188,14 +188,7 @@ def _resolved_mapping(mapping: MappingPlan, observations: Mapping[str, TableObse
             known_columns[identifier] = written.columns or ()
             if written.field_ids is not None:
                 known_ids[identifier] = written.field_ids
-    resolved_route = route.model_copy(
-        update={
-            "tables": tables,
-            "default_table": default,
-            "known_columns": known_columns,
-            "known_field_ids": known_ids,
-        }
-    )
+    resolved_route = route.resolved(tables, default, known_columns, known_ids)
     return mapping.model_copy(update={"route": resolved_route})
 
 

@@ -23,6 +23,7 @@ from kafscale_iceberg.dataplane.schemas import DEAD_LETTER_SCHEMA
 from kafscale_iceberg.dataplane.table_files import TableFiles
 from kafscale_iceberg.dataplane.upsert_changes import UpsertConversion
 from kafscale_iceberg.domain.runs import (
+    ConversionSettings,
     MappingPlan,
     RunPlan,
     SchemaMode,
@@ -152,16 +153,8 @@ class MappingStage:
                 rows = table_rows.rows
                 if not rows.num_rows:
                     continue
-                writer = self._files.writer(
-                    target,
-                    self._converters[target.identifier].schema,
-                    TableRole.DATA,
-                    self.index,
-                    settings,
-                    partition_file_min_bytes=True,
-                )
-                for values, part in split_by_partition(rows, settings.partition_by):
-                    writer.write(values, part, kafka_partition=partition)
+                schema = self._converters[target.identifier].schema
+                self._write_rows(target, schema, rows, settings, partition)
                 self._files.count(target.identifier, rows.num_rows, table_rows.conversion_failures)
                 for column, count in table_rows.conversion_failures.items():
                     if count:
@@ -187,16 +180,7 @@ class MappingStage:
         for target, rows, positions in placed:
             if not rows.num_rows:
                 continue
-            writer = self._files.writer(
-                target,
-                self.converter.schema,
-                TableRole.DATA,
-                self.index,
-                settings,
-                partition_file_min_bytes=True,
-            )
-            for values, part in split_by_partition(rows, settings.partition_by):
-                writer.write(values, part, kafka_partition=partition)
+            self._write_rows(target, self.converter.schema, rows, settings, partition)
             failures = (
                 converted.conversion_failures
                 if positions is None
@@ -225,6 +209,21 @@ class MappingStage:
             ).write({}, dead_letters)
             self._files.count(mapping.dead_letter_table.identifier, dead_letters.num_rows)
         return written, dead_letters.num_rows, counted, dead_letter_reasons(dead_letters)
+
+    def _write_rows(
+        self,
+        target: TableTarget,
+        schema: pa.Schema,
+        rows: pa.Table,
+        settings: ConversionSettings,
+        partition: int,
+    ) -> None:
+        """Write one Kafka partition's rows for `target`, a file per partition value (`settings`)."""
+        writer = self._files.writer(
+            target, schema, TableRole.DATA, self.index, settings, partition_file_min_bytes=True
+        )
+        for values, part in split_by_partition(rows, settings.partition_by):
+            writer.write(values, part, kafka_partition=partition)
 
 
 def _joined(first: pa.Table, second: pa.Table) -> pa.Table:

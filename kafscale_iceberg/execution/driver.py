@@ -85,17 +85,20 @@ class TaskSizing:
 
 
 @dataclass(frozen=True)
-class TaskRunner:
-    """The function each task runs: task ids in, one JSON `TaskReport` per task out.
-
-    Holds only picklable values; storage clients are made where it runs (once per process).
-    """
+class _TaskFunction:
+    """What a task function of a run carries to where it runs: only picklable values (the plan as
+    JSON, the run's tasks, how to reach storage); clients are made there, once per process."""
 
     plan_json: str
     tasks: tuple[TaskAssignment, ...]
     s3: S3Settings
     prefetch: PrefetchLimits = field(default_factory=PrefetchLimits)
     registry_credentials: RegistryCredentials | None = None
+
+
+@dataclass(frozen=True)
+class TaskRunner(_TaskFunction):
+    """The function each task runs: task ids in, one JSON `TaskReport` per task out."""
 
     def __call__(self, task_indexes: Iterable[int]) -> Iterator[str]:
         plan = _parsed_plan(self.plan_json)
@@ -116,15 +119,9 @@ class TaskRunner:
 
 
 @dataclass(frozen=True)
-class ObservationRunner:
+class ObservationRunner(_TaskFunction):
     """The function each task of an inferred table's first stage runs: task ids in, one JSON
     `TaskObservation` per task out (what its records' fields hold; nothing is written)."""
-
-    plan_json: str
-    tasks: tuple[TaskAssignment, ...]
-    s3: S3Settings
-    prefetch: PrefetchLimits = field(default_factory=PrefetchLimits)
-    registry_credentials: RegistryCredentials | None = None
 
     def __call__(self, task_indexes: Iterable[int]) -> Iterator[str]:
         plan = _parsed_plan(self.plan_json)

@@ -175,6 +175,23 @@ class RoutePlan(DocumentModel):
         unique = {t.identifier: t for t in reversed(targets)}  # each table once, at its first place
         return tuple(unique[i] for i in dict.fromkeys(t.identifier for t in targets))
 
+    def resolved(
+        self,
+        tables: dict[str, TableTarget],
+        default_table: TableTarget | None,
+        known_columns: dict[str, tuple[ColumnSpec, ...]],
+        known_field_ids: dict[str, dict[str, int]],
+    ) -> RoutePlan:
+        """This route with its tables as a job resolved them (their columns and field ids)."""
+        return self.model_copy(
+            update={
+                "tables": tables,
+                "default_table": default_table,
+                "known_columns": known_columns,
+                "known_field_ids": known_field_ids,
+            }
+        )
+
     def template_target(self, identifier: str) -> TableTarget:
         """The target of a table the template named (its ids: recorded ones, else a new table's)."""
         assert self.data_uri_template is not None

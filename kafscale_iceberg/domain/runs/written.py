@@ -67,15 +67,7 @@ def written_mapping(mapping: MappingPlan, output: TableOutput) -> MappingPlan:
         known_columns[output.identifier] = output.columns
         if ids is not None:
             known_ids[output.identifier] = ids
-    routed = route.model_copy(
-        update={
-            "tables": tables,
-            "default_table": default,
-            "known_columns": known_columns,
-            "known_field_ids": known_ids,
-        }
-    )
-    return mapping.model_copy(update={"route": routed})
+    return mapping.model_copy(update={"route": route.resolved(tables, default, known_columns, known_ids)})
 
 
 def table_outputs(plan: RunPlan, result: RunResult) -> tuple[TableOutput, ...]:
