@@ -149,15 +149,7 @@ def with_inferred_columns(plan: RunPlan, observations: Mapping[str, TableObserva
     if not plan.infers:
         return plan
     mappings = [_resolved_mapping(m, observations) for m in plan.mappings]
-    first = mappings[0]
-    return plan.model_copy(
-        update={
-            "table": first.table,
-            "conversion": first.conversion,
-            "route": first.route,
-            "more_mappings": tuple(mappings[1:]),
-        }
-    )
+    return plan.with_mappings(mappings)
 
 
 def _resolved_mapping(mapping: MappingPlan, observations: Mapping[str, TableObservation]) -> MappingPlan:

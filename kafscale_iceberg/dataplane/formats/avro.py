@@ -35,7 +35,6 @@ import pyarrow as pa
 
 from kafscale_iceberg.dataplane.formats.decoding import DecodedBatch, DecodedGroup
 from kafscale_iceberg.dataplane.formats.registered import RegisteredSchemaDecoder
-from kafscale_iceberg.dataplane.formats.wire import split_wire
 from kafscale_iceberg.dataplane.schemas import column_arrow_type
 from kafscale_iceberg.domain.avro_schemas import avro_columns, parse_avro_schema
 from kafscale_iceberg.domain.record_schemas import RegisteredSchema
@@ -71,14 +70,10 @@ class AvroDecoder(RegisteredSchemaDecoder[AvroSchema]):
 
     def decode(self, values: pa.Array) -> DecodedBatch:
         """See `ValueDecoder.decode`."""
-        headers = split_wire(values)
         raw: list[bytes | None] = values.to_pylist()
         errors: dict[int, tuple[str, str]] = {}
         groups = []
-        for schema_id, members in self._members_by_schema(headers, errors).items():
-            compiled = self._compiled_for(schema_id, members, errors)
-            if compiled is None:
-                continue
+        for compiled, members in self._compiled_groups(values, errors):
             positions = [p for p, _ in members]
             payloads = [raw[p][start:] for p, start in members]  # type: ignore[index]
             rows, failures = _decode_group(compiled, payloads)

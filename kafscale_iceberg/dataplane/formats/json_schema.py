@@ -29,7 +29,6 @@ from jsonschema import validators
 
 from kafscale_iceberg.dataplane.formats.decoding import DecodedBatch, DecodedGroup
 from kafscale_iceberg.dataplane.formats.registered import RegisteredSchemaDecoder
-from kafscale_iceberg.dataplane.formats.wire import split_wire
 from kafscale_iceberg.dataplane.schemas import column_arrow_type
 from kafscale_iceberg.domain.record_schemas import RegisteredSchema
 from kafscale_iceberg.domain.registry import columns_from_json_schema
@@ -55,14 +54,10 @@ class JsonSchemaDecoder(RegisteredSchemaDecoder[JsonSchema]):
 
     def decode(self, values: pa.Array) -> DecodedBatch:
         """See `ValueDecoder.decode`."""
-        headers = split_wire(values)
         raw: list[bytes | None] = values.to_pylist()
         errors: dict[int, tuple[str, str]] = {}
         groups = []
-        for schema_id, members in self._members_by_schema(headers, errors).items():
-            compiled = self._compiled_for(schema_id, members, errors)
-            if compiled is None:
-                continue
+        for compiled, members in self._compiled_groups(values, errors):
             kept: list[int] = []
             rows: list[dict[str, object]] = []
             for position, start in members:

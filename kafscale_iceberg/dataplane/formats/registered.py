@@ -75,6 +75,18 @@ class RegisteredSchemaDecoder(Generic[CompiledT]):
             members.sort()
         return by_schema
 
+    def _compiled_groups(
+        self, values: pa.Array, errors: Errors
+    ) -> list[tuple[CompiledT, list[tuple[int, int]]]]:
+        """Each schema of the batch compiled, with its members `(position, payload start)` in
+        position order; values that name no usable schema go to `errors` with the reason."""
+        groups = []
+        for schema_id, members in self._members_by_schema(split_wire(values), errors).items():
+            compiled = self._compiled_for(schema_id, members, errors)
+            if compiled is not None:
+                groups.append((compiled, members))
+        return groups
+
     def _compiled_for(
         self, schema_id: int, members: list[tuple[int, int]], errors: Errors
     ) -> CompiledT | None:

@@ -392,6 +392,18 @@ class RunPlan(DocumentModel):
         )
         return (first, *self.more_mappings)
 
+    def with_mappings(self, mappings: list[MappingPlan]) -> RunPlan:
+        """This plan with its mappings replaced, in order (the first one's fields stand in the plan)."""
+        first = mappings[0]
+        return self.model_copy(
+            update={
+                "table": first.table,
+                "conversion": first.conversion,
+                "route": first.route,
+                "more_mappings": tuple(mappings[1:]),
+            }
+        )
+
     @property
     def anchor(self) -> TableTarget:
         """The table holding the topic's offsets (see the class docstring)."""

@@ -28,15 +28,7 @@ def plan_as_written(plan: RunPlan, result: RunResult) -> RunPlan:
         if output.columns is None or output.mapping >= len(mappings):
             continue
         mappings[output.mapping] = written_mapping(mappings[output.mapping], output)
-    first = mappings[0]
-    return plan.model_copy(
-        update={
-            "table": first.table,
-            "conversion": first.conversion,
-            "route": first.route,
-            "more_mappings": tuple(mappings[1:]),
-        }
-    )
+    return plan.with_mappings(mappings)
 
 
 def written_mapping(mapping: MappingPlan, output: TableOutput) -> MappingPlan:
