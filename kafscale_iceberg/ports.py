@@ -478,6 +478,13 @@ TaskWork = Callable[[Iterable[int]], Iterator[str]]
 `TaskRunner`, `ObservationRunner` in `execution/driver.py`)."""
 
 
+class CompiledRecordSchema(Protocol):
+    """A registered schema a value decoder made ready to read records with: the columns it gives."""
+
+    @property
+    def columns(self) -> tuple[ColumnSpec, ...]: ...
+
+
 class TaskExecutor(Protocol):
     """Maps a run's tasks for the run driver: Spark (`spark_app/job.SparkTaskExecutor`) or this
     process (`execution/in_process.InProcessTaskExecutor`)."""

@@ -11,7 +11,7 @@ registered schema (`_compile_registered`) and how to read a group's payloads (`d
 from __future__ import annotations
 
 import contextlib
-from typing import Generic, Protocol, TypeVar
+from typing import Generic, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -21,16 +21,9 @@ from kafscale_iceberg.dataplane.formats.wire import HEADER_BYTES, WireHeaders, s
 from kafscale_iceberg.domain.record_schemas import RegisteredSchema
 from kafscale_iceberg.domain.runs import ColumnSpec
 from kafscale_iceberg.exceptions import RecordSchemaError, SchemaNotFoundError
+from kafscale_iceberg.ports import CompiledRecordSchema
 
-
-class CompiledSchema(Protocol):
-    """A registered schema made ready to read records with: at least the columns it gives."""
-
-    @property
-    def columns(self) -> tuple[ColumnSpec, ...]: ...
-
-
-CompiledT = TypeVar("CompiledT", bound=CompiledSchema)
+CompiledT = TypeVar("CompiledT", bound=CompiledRecordSchema)
 
 Errors = dict[int, tuple[str, str]]
 """Dead letters of a batch: position → (kind, reason)."""
