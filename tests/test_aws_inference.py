@@ -18,7 +18,7 @@ from pyiceberg.types import StringType
 
 from kafscale_iceberg.adapters.iceberg_schemas import table_columns
 from kafscale_iceberg.domain.field_ids import TopicFieldIds, field_ids_uri
-from tests.support.aws_box import Box, local_emr_runner, open_box
+from tests.support.aws_box import Box, open_spark_box
 from tests.support.etcd import EtcdServer
 from tests.support.moto import MotoEndpoint
 from tests.support.segments import put_segment
@@ -37,27 +37,22 @@ def box(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> Iterator[Box]:
-    runner = local_emr_runner(moto_server.url)
-    try:
-        with open_box(
-            moto_url=moto_server.url,
-            etcd=etcd_server,
-            spark_runner=runner,
-            tmp_path=tmp_path,
-            monkeypatch=monkeypatch,
-            mappings=[
-                {
-                    "topic": TOPIC,
-                    "table": TABLE,
-                    "create_table_if_missing": True,
-                    "schema": {"source": "infer"},
-                }
-            ],
-            runs={"retry_backoff_seconds": 60},  # so a re-signal at once is the race rule, not the setting
-        ) as opened:
-            yield opened
-    finally:
-        runner.close()
+    with open_spark_box(
+        moto_url=moto_server.url,
+        etcd=etcd_server,
+        tmp_path=tmp_path,
+        monkeypatch=monkeypatch,
+        mappings=[
+            {
+                "topic": TOPIC,
+                "table": TABLE,
+                "create_table_if_missing": True,
+                "schema": {"source": "infer"},
+            }
+        ],
+        runs={"retry_backoff_seconds": 60},  # so a re-signal at once is the race rule, not the setting
+    ) as opened:
+        yield opened
 
 
 def _pizza(offset: int, **more: Any) -> bytes:

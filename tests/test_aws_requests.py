@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.aws_box import Box, local_emr_runner, open_box
+from tests.support.aws_box import Box, open_spark_box
 from tests.support.etcd import EtcdServer
 from tests.support.moto import MotoEndpoint
 from tests.support.segments import put_segment
@@ -83,19 +83,14 @@ def box(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> Iterator[Box]:
-    runner = local_emr_runner(moto_server.url)
-    try:
-        with open_box(
-            moto_url=moto_server.url,
-            etcd=etcd_server,
-            spark_runner=runner,
-            tmp_path=tmp_path,
-            monkeypatch=monkeypatch,
-            mappings=[{"topic": TOPIC, "table": TABLE, "create_table_if_missing": True}],
-        ) as opened:
-            yield opened
-    finally:
-        runner.close()
+    with open_spark_box(
+        moto_url=moto_server.url,
+        etcd=etcd_server,
+        tmp_path=tmp_path,
+        monkeypatch=monkeypatch,
+        mappings=[{"topic": TOPIC, "table": TABLE, "create_table_if_missing": True}],
+    ) as opened:
+        yield opened
 
 
 def _snapshot(box: Box) -> dict[str, Any]:

@@ -18,7 +18,7 @@ import pytest
 from pyiceberg.types import StringType
 
 from kafscale_iceberg.adapters.iceberg_schemas import table_columns
-from tests.support.aws_box import Box, local_emr_runner, open_box
+from tests.support.aws_box import Box, open_spark_box
 from tests.support.etcd import EtcdServer
 from tests.support.moto import MotoEndpoint
 from tests.support.segments import put_segment
@@ -37,29 +37,24 @@ def box(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> Iterator[Box]:
-    runner = local_emr_runner(moto_server.url)
-    try:
-        with open_box(
-            moto_url=moto_server.url,
-            etcd=etcd_server,
-            spark_runner=runner,
-            tmp_path=tmp_path,
-            monkeypatch=monkeypatch,
-            mappings=[
-                {
-                    "topic": TOPIC,
-                    "route": {"field": "type", "table_template": "shop.events_{value}"},
-                    "dead_letter_table": "shop.events__dlq",
-                    "create_table_if_missing": True,
-                    "schema": {"source": "infer"},
-                },
-                {"topic": TOPIC, "table": RAW, "create_table_if_missing": True},
-            ],
-            runs={"retry_backoff_seconds": 60},  # so a re-signal at once is the race rule, not the setting
-        ) as opened:
-            yield opened
-    finally:
-        runner.close()
+    with open_spark_box(
+        moto_url=moto_server.url,
+        etcd=etcd_server,
+        tmp_path=tmp_path,
+        monkeypatch=monkeypatch,
+        mappings=[
+            {
+                "topic": TOPIC,
+                "route": {"field": "type", "table_template": "shop.events_{value}"},
+                "dead_letter_table": "shop.events__dlq",
+                "create_table_if_missing": True,
+                "schema": {"source": "infer"},
+            },
+            {"topic": TOPIC, "table": RAW, "create_table_if_missing": True},
+        ],
+        runs={"retry_backoff_seconds": 60},  # so a re-signal at once is the race rule, not the setting
+    ) as opened:
+        yield opened
 
 
 def _event(kind: str, offset: int, **more: Any) -> bytes:

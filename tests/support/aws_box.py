@@ -999,6 +999,18 @@ def open_box(**options: Any) -> Iterator[Box]:
         unregister(box)
 
 
+@contextmanager
+def open_spark_box(**options: Any) -> Iterator[Box]:
+    """`open_box(**options)` whose EMR jobs run on a warm local Spark of their own (`local_emr_runner`),
+    closed when the block ends."""
+    runner = local_emr_runner(options["moto_url"])
+    try:
+        with open_box(spark_runner=runner, **options) as box:
+            yield box
+    finally:
+        runner.close()
+
+
 def build_box(
     *,
     moto_url: str,
