@@ -18,8 +18,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from kafscale_iceberg.adapters.confluent_registry import ConfluentSchemaRegistry
@@ -43,6 +41,7 @@ from tests.support.schema_registry import StandInRegistry
 from tests.support.spark_job import BASE_TIME_MS, SegmentFolder, make_plan
 from tests.test_config import load, problems_of
 from tests.test_upsert_config import upsert_mapping
+from tests.test_upsert_tasks import dead_letters, rows
 
 COLUMNS = (
     ColumnSpec(name="id", type=ColumnType.LONG, required=True),
@@ -83,18 +82,6 @@ def run(
         for task in plan_tasks(plan, max_tasks=1, min_task_bytes=1)
     ]
     return build_run_result(plan, reports, RunTimings(started_at_ms=0, ended_at_ms=0))
-
-
-def rows(files: Any, *columns: str) -> list[tuple[object, ...]]:
-    tables = [pq.read_table(f.uri) for f in files]
-    if not tables:
-        return []
-    table = pa.concat_tables(tables).sort_by("offset")
-    return list(zip(*(table.column(c).to_pylist() for c in columns), strict=True))
-
-
-def dead_letters(result: RunResult) -> list[tuple[object, ...]]:
-    return rows(result.dead_letter_files, "offset", "error_kind", "error")
 
 
 def price(text: str) -> decimal.Decimal:
