@@ -67,7 +67,7 @@ from kafscale_iceberg.domain.runs.result import (
     RunTimings,
     TableOutput,
 )
-from kafscale_iceberg.domain.runs.upsert import CdcFormat, UpsertSettings
+from kafscale_iceberg.domain.runs.upsert import CdcFormat, ReplacedFile, UpsertOutcome, UpsertSettings
 from kafscale_iceberg.domain.runs.written import (
     plan_as_written,
     table_outputs,
@@ -109,6 +109,7 @@ __all__ = [
     "QuarantinedSegment",
     "RegistrySettings",
     "RegistryType",
+    "ReplacedFile",
     "RoutePlan",
     "RunCounts",
     "RunFailure",
@@ -121,6 +122,7 @@ __all__ = [
     "TableOutput",
     "TableRole",
     "TableTarget",
+    "UpsertOutcome",
     "UpsertSettings",
     "ValueFormat",
     "deleted_keys_target",
