@@ -20,7 +20,7 @@ import contextlib
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 from kafscale_iceberg.domain.commits import TableCommit, TableState
@@ -117,6 +117,14 @@ step = st.tuples(
     phases=[Phase.explicit, Phase.reuse, Phase.generate],  # a failing case is printed as generated
 )
 @given(steps=st.lists(step, min_size=2, max_size=4))
+# A compaction takes the file the third run replaces (key 0's), then the commit after it dies.
+@example(
+    steps=[
+        ([(0, "upsert"), (1, "upsert")], None, False, False),
+        ([(2, "upsert")], None, False, False),
+        ([(0, "upsert"), (4, "tombstone")], Point.AFTER_COMMIT, True, True),
+    ]
+)
 def test_the_table_always_holds_each_keys_last_state(
     tmp_path_factory: pytest.TempPathFactory, steps: Any
 ) -> None:

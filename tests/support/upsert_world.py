@@ -126,7 +126,9 @@ class UpsertWorld:
 
     def compact(self) -> bool:
         """A `maintain` compaction of every file of the table into one (the real maintainer); whether
-        it landed."""
+        it landed (not when the table does not exist yet)."""
+        if not self.catalog.table_exists(TABLE):
+            return False
         maintainer = IcebergTableMaintainer(self.catalog, StagedFileStore())
         plan = maintainer.plan_compaction(
             TABLE, small_file_bytes=1 << 30, min_small_files=2, max_bytes=1 << 30
