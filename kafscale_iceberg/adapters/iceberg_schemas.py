@@ -51,6 +51,7 @@ from pyiceberg.types import (
     StructType,
     TimestampType,
     TimestamptzType,
+    TimeType,
     UUIDType,
 )
 
@@ -93,6 +94,7 @@ def iceberg_type(column_type: ColumnType) -> PrimitiveType:
         ColumnType.DATE: DateType(),
         ColumnType.TIMESTAMPTZ: TimestamptzType(),
         ColumnType.UUID: UUIDType(),
+        ColumnType.TIME: TimeType(),
     }
     return types[column_type]
 
