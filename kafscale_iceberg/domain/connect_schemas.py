@@ -17,7 +17,7 @@ gives no columns (the values stay in `value`).
 | `map` | `map` (keys as strings) |
 | `…connect.data.Decimal` (`scale`, `connect.decimal.precision`) | `decimal(P,S)` (P 38 if not given) |
 | `…connect.data.Date` | `date` |
-| `…connect.data.Time` | `long` (milliseconds since midnight) |
+| `…connect.data.Time` | `time` (its milliseconds since midnight, as microseconds) |
 | `…connect.data.Timestamp` | `timestamptz` |
 
 Debezium's `io.debezium.time.Timestamp`, `MicroTimestamp` and `Date` are `timestamp`, `timestamp` and
@@ -116,7 +116,7 @@ def _column(name: str, schema: Mapping[str, object], schema_name: str, path: Seq
     if logical == TIMESTAMP:
         return ColumnSpec(name=name, type=ColumnType.TIMESTAMPTZ)
     if logical == TIME:
-        return ColumnSpec(name=name, type=ColumnType.LONG)
+        return ColumnSpec(name=name, type=ColumnType.TIME)
     if isinstance(logical, str) and logical in debezium_types.COLUMN_TYPES:
         return ColumnSpec(name=name, type=debezium_types.COLUMN_TYPES[logical])
     if isinstance(kind, str) and kind in _PHYSICAL:
