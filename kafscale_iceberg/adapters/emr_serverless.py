@@ -162,6 +162,8 @@ class EmrServerlessJobRunner:
         that have not ended: `ListJobRuns` of the application over that window and the states before
         an end (a job already cancelling is not listed). The state machine's `startJobRun.sync` starts a
         run's job, so the abort step finds it here to cancel it."""
+        if not self._settings.application_id:
+            return []  # no application configured: no job can have been started for the run
         after = datetime.fromtimestamp(max(created_after_ms - _CLOCK_SKEW_MS, 0) / 1000, tz=UTC)
 
         def list_all() -> list[str]:
