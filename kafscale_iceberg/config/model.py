@@ -124,7 +124,8 @@ class KafscaleConfig(_Section):
             if mapping.value_format.registered and self.schema_registry is None:
                 problems.add(
                     f"mappings[{index}].value_format",
-                    f"{mapping.value_format.value} needs the top-level schema_registry (url, credentials)",
+                    f"{mapping.value_format.value} needs the top-level schema_registry (a url, or type "
+                    "glue and its registry_name)",
                 )
         lfs_topics = [mapping.topic for mapping in self.mappings if mapping.lfs.mode != "off"]
         if lfs_topics and not self.s3.region:
