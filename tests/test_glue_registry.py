@@ -11,9 +11,11 @@ around messages from protobuf's runtime.
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from kafscale_iceberg.adapters.glue_registry import GlueSchemaRegistry
@@ -24,11 +26,21 @@ from kafscale_iceberg.dataplane.formats.glue_protobuf import GlueProtobufDecoder
 from kafscale_iceberg.dataplane.formats.glue_wire import glue_header
 from kafscale_iceberg.dataplane.formats.json_schema import JsonSchemaDecoder
 from kafscale_iceberg.dataplane.formats.schema_cache import SchemaCache
-from kafscale_iceberg.domain.runs import ColumnSpec, ColumnType, ConversionSettings, RegistryType, ValueFormat
+from kafscale_iceberg.domain.runs import (
+    ColumnSpec,
+    ColumnType,
+    ConversionSettings,
+    FailureKind,
+    RegistryType,
+    RunStatus,
+    SchemaMode,
+    ValueFormat,
+)
 from kafscale_iceberg.exceptions import RegistryUnavailableError, SchemaNotFoundError
 from tests.support.glue_registry import GlueRegistry, compressed, protobuf_record
 from tests.support.moto import free_port
 from tests.support.protobuf_messages import compile_proto, message
+from tests.test_avro_runs import avro_run
 from tests.test_config import load, minimal, problems_of
 from tests.test_record_decoders import PIZZA_V1, PIZZA_V2, pizza
 
@@ -226,6 +238,36 @@ def test_a_schema_name_the_registry_does_not_have_is_not_found(glue_registry: Gl
     glue_registry.avro(TOPIC, PIZZA_V1, [pizza(1)])
     assert registry.schema_version(f"{TOPIC}-value", 1).text.startswith("{")
     assert registry.latest_schema(f"{TOPIC}-value").schema_type == "AVRO"
+
+
+def test_a_run_dead_letters_bad_glue_records_with_their_reason_and_lands_the_rest(
+    tmp_path: Path, glue_registry: GlueRegistry
+) -> None:
+    (good,) = glue_registry.avro(TOPIC, PIZZA_V1, [pizza(1)])
+    unknown = str(uuid.uuid4())
+    values = [good, glue_header(unknown) + good[18:], b'{"id": 2}']
+    _plan, result = avro_run(tmp_path, values, None, glue_registry, schema_mode=SchemaMode.LENIENT)
+    assert result.status is RunStatus.SUCCEEDED
+    assert (result.counts.written, result.counts.dead_lettered) == (1, 2)
+    assert result.counts.dead_letter_reasons == {"unknown_schema": 1, "wire_format": 1}
+    (dead_file,) = result.dead_letter_files
+    dead = pq.read_table(dead_file.uri.removeprefix("file://")).to_pylist()
+    assert [(d["offset"], d["error_kind"]) for d in dead] == [(1, "unknown_schema"), (2, "wire_format")]
+    assert f"schema version id {unknown}" in dead[0]["error"]
+
+
+def test_in_strict_mode_a_bad_glue_record_fails_the_run_naming_it_and_its_version_id(
+    tmp_path: Path, glue_registry: GlueRegistry
+) -> None:
+    (good,) = glue_registry.avro(TOPIC, PIZZA_V1, [pizza(1)])
+    version_id = str(uuid.UUID(bytes=good[2:18]))
+    broken = glue_header(version_id, compressed=True) + b"not zlib"
+    _plan, result = avro_run(tmp_path, [good, broken], None, glue_registry, schema_mode=SchemaMode.STRICT)
+    assert result.status is RunStatus.FAILED
+    assert result.failure is not None
+    assert result.failure.kind is FailureKind.STRICT_VALIDATION
+    assert result.failure.record_id == "orders:0:1"  # topic:partition:offset
+    assert f"schema version id {version_id}" in result.failure.message
 
 
 def _config(registry: dict[str, Any]) -> dict[str, Any]:
