@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kafscale_iceberg.dataplane.schemas import column_arrow_type
-from kafscale_iceberg.dataplane.values import parse_datetimes
+from kafscale_iceberg.dataplane.values import decimal_of, parse_datetimes
 from kafscale_iceberg.domain.runs import ColumnSpec, ColumnType
 
 
@@ -179,6 +179,10 @@ def conform_array(source: pa.Array, column: ColumnSpec) -> tuple[pa.Array, np.nd
     if kind is ColumnType.UUID and textual:
         as_bytes, failed = _per_value(source, pa.binary(16), _uuid_bytes)
         return as_bytes.cast(target), failed
+    if kind is ColumnType.DECIMAL and textual:
+        # Numbers as their exact text (JSON Schema's, read without a float): the one decimal rule.
+        precision, scale = column.precision or 1, column.scale or 0
+        return _per_value(source, target, lambda text: _fitted(text, precision, scale))
     return _cast_or_per_value(source, target)
 
 
@@ -240,6 +244,14 @@ def _per_value(
             values.append(None)
             failed[row] = True
     return pa.array(values, target), failed
+
+
+def _fitted(text: object, precision: int, scale: int) -> object:
+    """`text` as a `decimal(precision, scale)` value exactly (`domain/decimals.py`), else ValueError."""
+    fitted = decimal_of(text, precision, scale)
+    if fitted is None:
+        raise ValueError(f"{text!r} does not fit decimal({precision},{scale})")
+    return fitted
 
 
 def _uuid_bytes(text: object) -> bytes:
