@@ -25,6 +25,7 @@ from kafscale_iceberg.dataplane.formats.protobuf import (
     ProtobufDecoder,
     _assembled,
     _Layout,
+    read_varint,
 )
 from kafscale_iceberg.domain.record_schemas import SchemaId
 
@@ -71,8 +72,8 @@ class GlueProtobufDecoder(ProtobufDecoder):
             by_index: dict[int, tuple[list[int], list[int]]] = {}
             for position, _payload in members:
                 try:
-                    index, start = _varint(
-                        layout.data, int(layout.starts[position]), int(layout.ends[position])
+                    index, start = read_varint(
+                        layout.data, int(layout.starts[position]), int(layout.ends[position]), most_bytes=5
                     )
                 except ValueError as exc:
                     errors[position] = (
@@ -113,19 +114,3 @@ class GlueProtobufDecoder(ProtobufDecoder):
             return ""
         names = glue_message_names(compiled.file)
         return names[index] if 0 <= index < len(names) else None
-
-
-def _varint(data: bytes, at: int, end: int) -> tuple[int, int]:
-    """The unsigned varint at `at` (before `end`) and where the bytes after it start."""
-    result = shift = 0
-    while True:
-        if at >= end:
-            raise ValueError("the value ends inside the varint")
-        byte = data[at]
-        at += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result, at
-        shift += 7
-        if shift > 35:
-            raise ValueError("a varint longer than 5 bytes")

@@ -346,6 +346,13 @@ def _message_indexes(value: bytes, start: int, end: int) -> tuple[tuple[int, ...
 
 
 def _zigzag(value: bytes, at: int, end: int) -> tuple[int, int]:
+    result, at = read_varint(value, at, end)
+    return (result >> 1) ^ -(result & 1), at
+
+
+def read_varint(value: bytes, at: int, end: int, *, most_bytes: int = 10) -> tuple[int, int]:
+    """The unsigned varint at `at` of `value` (which ends at `end`) and where the bytes after it start;
+    `ValueError` when it runs past `end` or is longer than `most_bytes`."""
     result = shift = 0
     while True:
         if at >= end:
@@ -354,11 +361,10 @@ def _zigzag(value: bytes, at: int, end: int) -> tuple[int, int]:
         at += 1
         result |= (byte & 0x7F) << shift
         if not byte & 0x80:
-            break
+            return result, at
         shift += 7
-        if shift > 63:
-            raise ValueError("a varint longer than 10 bytes")
-    return (result >> 1) ^ -(result & 1), at
+        if shift >= 7 * most_bytes:
+            raise ValueError(f"a varint longer than {most_bytes} bytes")
 
 
 def _compile_message(compiled: ProtobufFile, descriptor: Any, wanted: frozenset[str]) -> ProtobufMessage:
