@@ -62,6 +62,9 @@ def box(
     secret_arn: str,
 ) -> Iterator[Box]:
     schema_registry.basic = CREDENTIALS
+    # The job's driver runs in this process (the local runner's job thread): on EMR it reaches Secrets
+    # Manager's regional endpoint, here moto's (what AWS_ENDPOINT_URL gives the functions).
+    monkeypatch.setenv("AWS_ENDPOINT_URL_SECRETS_MANAGER", moto_server.url)
     mappings = [
         {"topic": topic, "table": f"shop.{topic}", "create_table_if_missing": True, "value_format": "avro"}
         for topic in (CONFLUENT_TOPIC, GLUE_TOPIC)
