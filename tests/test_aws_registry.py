@@ -2,13 +2,14 @@
 the EMR job (local Spark) reading each record's schema from the registry -> the commit Lambda creating
 and evolving the Glue table, every AWS call checked against its role in template.yaml.
 
-One box, two registries in turn (the user edits the config file between them; every invocation reads
-it again): (a) a Confluent registry whose credentials the job's driver reads from Secrets Manager
+One box, registries in turn (the user edits the config file between them; every invocation reads it
+again): (a) a Confluent registry whose credentials the job's driver reads from Secrets Manager
 (`SchemaRegistrySecretArn`, `schema_registry.credentials_secret`), served by the stand-in of
 `tests/support/schema_registry.py` (no registry server installs here) which requires them; (b) the
 AWS Glue Schema Registry on moto (`GlueSchemaRegistryName`, `schema_registry.type: glue`), read by the
-job's tasks with its role's credentials. The box and each of its fakes are described in
-tests/support/aws_box.py, with what each does not cover.
+EMR job's tasks with its role's credentials; (c) the same, read by the Lambda runner's tasks (a small
+run). The box and each of its fakes are described in tests/support/aws_box.py, with what each does
+not cover.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from kafscale_iceberg.adapters.iceberg_schemas import table_columns
 from tests.support.aws_box import EMR_JOB_ROLE, Box, open_spark_box
 from tests.support.cfn_template import REGION
 from tests.support.etcd import EtcdServer
-from tests.support.glue_registry import GlueRegistry, compressed
+from tests.support.glue_registry import GlueRegistry, compressed, open_glue_registry
 from tests.support.moto import MotoEndpoint
 from tests.support.schema_registry import StandInRegistry
 from tests.support.segments import put_segment
@@ -48,6 +49,13 @@ def secret_arn(moto_server: MotoEndpoint) -> str:
         SecretString=json.dumps({"username": username, "password": password}),
     )
     return str(secret["ARN"])
+
+
+@pytest.fixture
+def glue_registry(moto_server: MotoEndpoint) -> Iterator[GlueRegistry]:
+    """The Glue schema registry in the stack's region (the template's policy names its own region)."""
+    with open_glue_registry(moto_server.url, region=REGION) as registry:
+        yield registry
 
 
 @pytest.fixture
@@ -93,7 +101,7 @@ def test_avro_topics_land_through_a_confluent_registry_then_the_glue_schema_regi
     # refuses requests without them: 401, a failed run).
     values = Producer(schema_registry).values(PIZZA_V1, [pizza(1), pizza(2)])
     put_segment(box.s3, box.segment_bucket, box.namespace, CONFLUENT_TOPIC, 0, 0, 2, values=values)
-    box.pump()
+    box.pump(timeout_s=300)  # local Spark on a shared machine: settles when done
     assert [r["id"] for r in sorted(box.rows(f"shop.{CONFLUENT_TOPIC}"), key=lambda r: r["offset"])] == [
         1,
         2,
@@ -109,11 +117,20 @@ def test_avro_topics_land_through_a_confluent_registry_then_the_glue_schema_regi
     new = glue_registry.avro(GLUE_TOPIC, PIZZA_V2, [pizza(2**40, tip=1.5)])
     values = [old[0], compressed(new[0])]
     put_segment(box.s3, box.segment_bucket, box.namespace, GLUE_TOPIC, 0, 0, 2, values=values)
-    box.pump()
+    box.pump(timeout_s=300)  # local Spark on a shared machine: settles when done
     rows = sorted(box.rows(f"shop.{GLUE_TOPIC}"), key=lambda r: r["offset"])
     assert [(r["id"], r["tip"]) for r in rows] == [(3, None), (2**40, 1.5)], box.describe()
     assert _columns(box, GLUE_TOPIC)["id"] == "long"
     assert box.recorder.count("glue:GetSchemaVersion", EMR_JOB_ROLE) >= 2  # each call: registry + schema
 
-    assert [e["status"] for e in box.executions()] == ["SUCCEEDED", "SUCCEEDED"]
+    # (c) Glue from the Lambda runner: a small run's tasks in the runner function, under its own role.
+    box.rewrite_config(runner={"lambda": {"max_bytes": 64 * 1024 * 1024}})
+    (later,) = glue_registry.avro(GLUE_TOPIC, PIZZA_V2, [pizza(4, tip=0.5)])
+    put_segment(box.s3, box.segment_bucket, box.namespace, GLUE_TOPIC, 0, 2, 1, values=[later])
+    box.pump(timeout_s=300)  # local Spark on a shared machine: settles when done
+    rows = sorted(box.rows(f"shop.{GLUE_TOPIC}"), key=lambda r: r["offset"])
+    assert [(r["id"], r["tip"]) for r in rows][-1] == (4, 0.5), box.describe()
+    assert box.recorder.count("glue:GetSchemaVersion", "PlanRunnerRole") >= 2
+
+    assert [e["status"] for e in box.executions()] == ["SUCCEEDED"] * 3
     assert box.recorder.denied() == []

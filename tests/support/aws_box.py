@@ -62,7 +62,8 @@ The fakes, each with what it does not cover:
   they sign with (`EMR_JOB_ACCESS_KEY`, given through the SparkContext's worker environment).
   The job's data files are written to the warehouse bucket by its workers, so those writes are
   checked too, and so are their Glue Schema Registry reads (`GetSchemaVersion`, authorized on the
-  registry and schema of the version: `glue_schema_version_requests`). Not covered: threads the driver starts itself (unattributed, so unchecked).
+  registry and schema of the version: `glue_schema_version_requests`). Not covered: threads the
+  driver starts itself (unattributed, so unchecked).
 """
 
 from __future__ import annotations
@@ -194,6 +195,7 @@ def glue_schema_version_requests(params: dict[str, Any]) -> list[tuple[str, str]
     `SchemaId` they are named; by `SchemaVersionId` they are the version's own (looked up in moto's
     Glue, which serves this process: the call is recorded before moto answers it)."""
     schema_id = params.get("SchemaId")
+    region = REGION
     if schema_id:
         registry, schema = schema_id["RegistryName"], schema_id["SchemaName"]
     else:
@@ -201,15 +203,16 @@ def glue_schema_version_requests(params: dict[str, Any]) -> list[tuple[str, str]
 
         version_id = params["SchemaVersionId"]
         found = [
-            (registry_name, schema_name)
-            for registry_name, registry in glue_backends[ACCOUNT][REGION].registries.items()
+            (region_name, registry_name, schema_name)
+            for region_name, backend in glue_backends[ACCOUNT].items()
+            for registry_name, registry in backend.registries.items()
             for schema_name, known in registry.schemas.items()
             if version_id in known.schema_versions
         ]
-        registry, schema = found[0] if found else ("unknown-registry", f"unknown-schema-of-{version_id}")
+        region, registry, schema = found[0] if found else (REGION, "unknown", f"unknown-{version_id}")
     return [
-        ("glue:GetSchemaVersion", f"arn:aws:glue:{REGION}:{ACCOUNT}:registry/{registry}"),
-        ("glue:GetSchemaVersion", f"arn:aws:glue:{REGION}:{ACCOUNT}:schema/{registry}/{schema}"),
+        ("glue:GetSchemaVersion", f"arn:aws:glue:{region}:{ACCOUNT}:registry/{registry}"),
+        ("glue:GetSchemaVersion", f"arn:aws:glue:{region}:{ACCOUNT}:schema/{registry}/{schema}"),
     ]
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,20 +36,21 @@ class GlueRegistry:
     name: str
     moto_url: str
     glue: Any
+    region: str = REGION
 
     def settings(self, **more: Any) -> RegistrySettings:
         """What a run plan carries to read this registry (moto's endpoint instead of Glue's)."""
         return RegistrySettings(
             type=RegistryType.GLUE,
             registry_name=self.name,
-            region=REGION,
+            region=self.region,
             endpoint_url=self.moto_url,
             **more,
         )
 
     def config(self) -> dict[str, Any]:
         """The `schema_registry` section of a config reading this registry."""
-        return {"type": "glue", "registry_name": self.name, "region": REGION, "endpoint": self.moto_url}
+        return {"type": "glue", "registry_name": self.name, "region": self.region, "endpoint": self.moto_url}
 
     def serializer(self) -> KafkaSerializer:
         client = SchemaRegistryClient(self.glue, registry_name=self.name, wait_interval_seconds=0)
@@ -108,16 +110,20 @@ def protobuf_record(version_id: str, message_index: int, message: bytes, *, comp
     return encode(bytes(index) + message, uuid.UUID(version_id), compression=compress)
 
 
-def open_glue_registry(moto_url: str) -> GlueRegistry:
-    glue = boto3.client("glue", endpoint_url=moto_url, region_name=REGION)
+@contextmanager
+def open_glue_registry(moto_url: str, region: str = REGION) -> Iterator[GlueRegistry]:
+    """A fresh Glue schema registry on moto in `region`, deleted when the block ends."""
+    glue = boto3.client("glue", endpoint_url=moto_url, region_name=region)
     name = f"registry-{uuid.uuid4().hex[:8]}"
     glue.create_registry(RegistryName=name)
-    return GlueRegistry(name=name, moto_url=moto_url, glue=glue)
+    try:
+        yield GlueRegistry(name=name, moto_url=moto_url, glue=glue, region=region)
+    finally:
+        glue.delete_registry(RegistryId={"RegistryName": name})
 
 
 @pytest.fixture
 def glue_registry(moto_server: MotoEndpoint) -> Iterator[GlueRegistry]:
     """A fresh Glue schema registry on the session's moto server, deleted after the test."""
-    registry = open_glue_registry(moto_server.url)
-    yield registry
-    registry.glue.delete_registry(RegistryId={"RegistryName": registry.name})
+    with open_glue_registry(moto_server.url) as registry:
+        yield registry
