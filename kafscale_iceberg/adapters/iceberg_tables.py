@@ -58,6 +58,7 @@ from kafscale_iceberg.adapters.iceberg_schemas import (
     field_iceberg_type,
     field_ids_by_path,
     iceberg_transform,
+    key_sort_order,
     plan_schema_changes,
     set_identifier_fields,
     stage_new_columns,
@@ -206,6 +207,7 @@ class IcebergTableCommitter(CatalogTableAccess):
             schema,
             location=self._warehouse_location(spec),
             partition_spec=PartitionSpec(*partition_fields),
+            sort_order=key_sort_order(schema),
             properties={"write.format.default": "parquet", "format-version": "2"},
         ) as transaction:
             # Ids are assigned by the catalog; the name mapping is computed from the assigned ones.

@@ -17,7 +17,7 @@ schema version drops stays in the table, null from then on (`domain/schema_evolu
 | `decimal(P,S)` on `bytes`/`fixed` | `decimal(P,S)` (P at most 38, else refused) |
 | `uuid` on `string`/`fixed` | `uuid` |
 | `date` | `date` |
-| `time-millis`, `time-micros` | `long` (microseconds since midnight; this product has no `time` column yet) |
+| `time-millis`, `time-micros` | `time` (microseconds since midnight) |
 | `timestamp-millis`, `timestamp-micros` | `timestamptz` |
 | `local-timestamp-millis`, `local-timestamp-micros` | `timestamp` |
 | `timestamp-nanos`, `local-timestamp-nanos` | `long` (nanoseconds; Iceberg v2 has no nanosecond type) |
@@ -52,8 +52,8 @@ _PRIMITIVES: Mapping[str, ColumnType] = {
 }
 _LOGICAL: Mapping[str, ColumnType] = {
     "date": ColumnType.DATE,
-    "time-millis": ColumnType.LONG,
-    "time-micros": ColumnType.LONG,
+    "time-millis": ColumnType.TIME,
+    "time-micros": ColumnType.TIME,
     "timestamp-millis": ColumnType.TIMESTAMPTZ,
     "timestamp-micros": ColumnType.TIMESTAMPTZ,
     "local-timestamp-millis": ColumnType.TIMESTAMP,

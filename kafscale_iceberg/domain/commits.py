@@ -28,7 +28,7 @@ from enum import StrEnum
 from types import MappingProxyType
 
 from kafscale_iceberg.domain.anomalies import OffsetAnomalies
-from kafscale_iceberg.domain.runs import NO_OFFSET, ColumnSpec, DataFile, PartitionField
+from kafscale_iceberg.domain.runs import NO_OFFSET, ColumnSpec, DataFile, PartitionField, RunPlan, RunResult
 from kafscale_iceberg.domain.schema import FieldSpec
 from kafscale_iceberg.domain.upsert import UpsertCounts
 from kafscale_iceberg.exceptions import TableMarkerError
@@ -443,6 +443,12 @@ class FinishedRun:
     dead_letters: int
     offsets: Mapping[int, int]
     """The run's partitions' committed offsets after it."""
+    plan: RunPlan | None = None
+    result: RunResult | None = None
+    """Its plan and result: what its metrics are counted from, once (`metrics.record_finished`)."""
+    upsert: UpsertCounts | None = None
+    """An upsert run's counts, and its table."""
+    upsert_table: str = ""
 
     def describe(self) -> str:
         """`run R (tables a, b: 17 records, 1 dead letter; offsets p0=11)`."""

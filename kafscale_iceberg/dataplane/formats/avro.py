@@ -327,7 +327,7 @@ def _value(value: object, column: ColumnSpec) -> object:
         return [(k, _value(v, entry)) for k, v in value.items()]  # type: ignore[attr-defined]
     if kind is ColumnType.UUID:
         return value.bytes if isinstance(value, uuid.UUID) else uuid.UUID(str(value)).bytes
-    if kind is ColumnType.LONG and isinstance(value, datetime.time):
+    if isinstance(value, datetime.time):  # `time-*`: a `time` column (a `long` one of older tables)
         return ((value.hour * 60 + value.minute) * 60 + value.second) * 1_000_000 + value.microsecond
     return value
 

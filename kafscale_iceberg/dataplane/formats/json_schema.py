@@ -65,10 +65,15 @@ class JsonSchemaDecoder(RegisteredSchemaDecoder[JsonSchema]):
     """Decodes JSON Schema records in Confluent wire format (see the module docstring)."""
 
     def __init__(
-        self, schemas: SchemaCache, *, subject: str | None = None, columns: Sequence[ColumnSpec] = ()
+        self,
+        schemas: SchemaCache,
+        *,
+        subject: str | None = None,
+        columns: Sequence[ColumnSpec] = (),
+        part: str = "value",
     ) -> None:
         """`columns`: the mapping's columns (`schema.columns`), whose decimals are read exactly."""
-        super().__init__(schemas, subject=subject)
+        super().__init__(schemas, subject=subject, part=part)
         self._columns = tuple(columns)
 
     def _compile_registered(self, registered: RegisteredSchema) -> JsonSchema:

@@ -34,7 +34,10 @@ Errors = dict[int, tuple[str, str]]
 class RegisteredSchemaDecoder(Generic[CompiledT]):
     """The wire prefix, `value_subject` and the per-id schema look-up of a registry format."""
 
-    def __init__(self, schemas: SchemaCache, *, subject: str | None = None) -> None:
+    def __init__(self, schemas: SchemaCache, *, subject: str | None = None, part: str = "value") -> None:
+        """`part`: what is decoded (`value`, or `key` for a decoded `key_format`), as messages name
+        its config keys."""
+        self._part = part
         self._schemas = schemas
         self._subject = subject
         self._compiled: dict[SchemaId, CompiledT | RecordSchemaError | SchemaNotFoundError] = {}
@@ -57,14 +60,14 @@ class RegisteredSchemaDecoder(Generic[CompiledT]):
             if self._subject is None:
                 errors[position] = (
                     "wire_format",
-                    f"{frames.missing_reason(position)}: set the mapping's value_subject to read such "
-                    "values with its latest schema, or fix the producer's serializer",
+                    f"{frames.missing_reason(position)}: set the mapping's {self._part}_subject to read "
+                    f"such {self._part}s with its latest schema, or fix the producer's serializer",
                 )
                 continue
             try:
                 latest = self._schemas.latest(self._subject)
             except SchemaNotFoundError as exc:
-                errors[position] = ("unknown_schema", f"value_subject {self._subject!r}: {exc}")
+                errors[position] = ("unknown_schema", f"{self._part}_subject {self._subject!r}: {exc}")
                 continue
             by_schema.setdefault(latest.schema_id, []).append((position, frames.raw[position]))  # type: ignore[arg-type]
         for members in by_schema.values():
