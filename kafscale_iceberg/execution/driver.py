@@ -31,9 +31,10 @@ from urllib.parse import urlparse
 
 from pydantic import ValidationError
 
-from kafscale_iceberg.adapters.confluent_registry import ConfluentSchemaRegistry, RegistryCredentials
+from kafscale_iceberg.adapters.confluent_registry import RegistryCredentials
 from kafscale_iceberg.adapters.documents import DocumentStore, join_uri
 from kafscale_iceberg.adapters.lfs_blobs import LocalBlobReader, S3BlobReader, blob_reader_for
+from kafscale_iceberg.adapters.registries import record_schema_registry
 from kafscale_iceberg.adapters.s3_segments import S3Settings
 from kafscale_iceberg.dataplane.assignments import DEFAULT_MAX_TASK_BYTES, DEFAULT_MIN_TASK_BYTES, plan_tasks
 from kafscale_iceberg.dataplane.conversion import RecordConverter
@@ -66,7 +67,7 @@ from kafscale_iceberg.domain.schema import table_fields
 from kafscale_iceberg.exceptions import InvalidJsonSchemaError, KafscaleIcebergError, PartitioningError
 from kafscale_iceberg.execution.stores import worker_stores
 from kafscale_iceberg.execution.upsert_stage import run_upsert_stage
-from kafscale_iceberg.ports import TaskExecutor
+from kafscale_iceberg.ports import RecordSchemaRegistry, TaskExecutor
 
 logger = logging.getLogger(__name__)
 
@@ -151,12 +152,12 @@ def _worker_blobs(source: SegmentSource, s3: S3Settings, concurrency: int) -> S3
 @functools.cache
 def _worker_registry(
     settings: RegistrySettings | None, credentials: RegistryCredentials | None
-) -> ConfluentSchemaRegistry | None:
+) -> RecordSchemaRegistry | None:
     """One schema registry client per process and settings: a schema by id is fetched once per
     process, however many tasks read it."""
     if settings is None:
         return None
-    return ConfluentSchemaRegistry(settings, credentials)
+    return record_schema_registry(settings, credentials)
 
 
 def registry_credentials_for(plan: RunPlan, given: RegistryCredentials | None) -> RegistryCredentials | None:
