@@ -25,6 +25,8 @@ DECODED_VALUE_FORMATS = frozenset(
     }
 )
 """The value formats this version decodes (the others are refused at the edge, not accepted silently)."""
+UPSERT_VALUE_FORMATS = frozenset({ValueFormat.JSON, ValueFormat.CONNECT_JSON, ValueFormat.AVRO})
+"""The value formats `mode: upsert` reads (Debezium's JSON, JsonConverter and Avro converter outputs)."""
 
 
 class RegistryTlsConfig(_Section):
@@ -113,10 +115,11 @@ def format_problems(mapping: MappingConfig) -> _Problems:
             )
         if mapping.lfs.mode != "off":
             problems.add("lfs.mode", f"must be off with value_format {value_format.value}")
-        if mapping.upsert is not None:
+        if mapping.upsert is not None and value_format not in UPSERT_VALUE_FORMATS:
             problems.add(
                 "upsert",
-                f"is not supported with value_format {value_format.value} yet (upsert reads JSON values)",
+                f"is not supported with value_format {value_format.value} yet (upsert reads "
+                f"{', '.join(sorted(f.value for f in UPSERT_VALUE_FORMATS))} values)",
             )
     return problems
 

@@ -38,7 +38,7 @@ import pyarrow.compute as pc
 
 from kafscale_iceberg.dataplane.columns import ColumnScanner, ExtractedColumns, parse_columns, scannable
 from kafscale_iceberg.dataplane.formats.choice import decoder_for
-from kafscale_iceberg.dataplane.formats.decoding import conform
+from kafscale_iceberg.dataplane.formats.decoding import DecodedBatch, conform
 from kafscale_iceberg.dataplane.formats.schema_cache import SchemaCache
 from kafscale_iceberg.dataplane.headers import go_headers_json
 from kafscale_iceberg.dataplane.schemas import DEAD_LETTER_SCHEMA, data_schema
@@ -165,12 +165,15 @@ class RecordConverter:
         segment_key: str,
         rejected: Mapping[int, tuple[str, str]] | None = None,
         lfs_metadata: Mapping[str, pa.Array] | None = None,
+        decoded: DecodedBatch | None = None,
     ) -> ConvertedRecords:
         """Rows and dead-letter rows of `records` (decoded records of `partition`, already in range).
 
         `rejected` (row -> (error kind, message), from the LFS stage) become dead-letter rows as they
         are; `lfs_metadata` fills the `lfs_*` columns and wins over mapping columns of the same name
-        where it has a value (the Go processor's precedence).
+        where it has a value (the Go processor's precedence); `decoded`: the records' values already
+        decoded (a Debezium envelope's `after`, `dataplane/debezium_envelopes.py`), read instead of
+        `value`.
         """
         count = records.num_rows
         offsets = _column(records, "offset")
@@ -193,7 +196,8 @@ class RecordConverter:
         failures: dict[str, int] = {}
         mapped: list[pa.Array] = []
         if (
-            self._decoder is not None
+            decoded is not None
+            or self._decoder is not None
             or self._scanner is not None
             or self._validator is not None
             or self._parse
@@ -201,7 +205,7 @@ class RecordConverter:
             values = base["value"]
             if problems:  # rejected values are dead letters as they are: not parsed, not validated
                 values = pc.if_else(_mask(count, problems), pa.nulls(count, values.type), values)
-            mapped = self._mapped_columns(values, problems, culprits, failures, lfs_metadata)
+            mapped = self._mapped_columns(values, problems, culprits, failures, lfs_metadata, decoded)
         mapped += [
             lfs_metadata[c.name]
             if lfs_metadata is not None
@@ -249,12 +253,15 @@ class RecordConverter:
         culprits: dict[int, str],
         failures: dict[str, int],
         lfs_metadata: Mapping[str, pa.Array] | None = None,
+        decoded: DecodedBatch | None = None,
     ) -> list[pa.Array]:
         extracted: ExtractedColumns
         kinds: Mapping[int, str] = {}
-        if self._decoder is not None:
-            decoded = conform(self._decoder.decode(values), self.columns)
-            extracted, kinds = decoded, decoded.kinds
+        if decoded is None and self._decoder is not None:
+            decoded = self._decoder.decode(values)
+        if decoded is not None:
+            conformed = conform(decoded, self.columns)
+            extracted, kinds = conformed, conformed.kinds
         elif self._scanner is not None:
             extracted = self._scanner.scan(values)
         else:

@@ -39,5 +39,9 @@ def decoder_for(settings: ConversionSettings, schemas: SchemaCache | None) -> Va
     if value_format is ValueFormat.JSON_SCHEMA:
         from kafscale_iceberg.dataplane.formats.json_schema import JsonSchemaDecoder  # noqa: PLC0415
 
-        return JsonSchemaDecoder(schemas or no_registry(value_format.value), subject=settings.value_subject)
+        return JsonSchemaDecoder(
+            schemas or no_registry(value_format.value),
+            subject=settings.value_subject,
+            columns=settings.columns,
+        )
     raise ConfigError("mappings[].value_format", f"{value_format.value} is not decoded yet by this version")

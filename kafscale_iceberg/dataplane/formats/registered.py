@@ -35,7 +35,7 @@ class RegisteredSchemaDecoder(Generic[CompiledT]):
     def __init__(self, schemas: SchemaCache, *, subject: str | None = None) -> None:
         self._schemas = schemas
         self._subject = subject
-        self._compiled: dict[int, CompiledT | RecordSchemaError] = {}
+        self._compiled: dict[int, CompiledT | RecordSchemaError | SchemaNotFoundError] = {}
 
     def _compile_registered(self, registered: RegisteredSchema) -> CompiledT:
         """`registered` ready to read with; raises `RecordSchemaError` when the format cannot."""
@@ -119,7 +119,7 @@ class RegisteredSchemaDecoder(Generic[CompiledT]):
             return exc  # not cached here: the task's SchemaCache remembers the 404
         try:
             found = self._compile_registered(registered)
-        except RecordSchemaError as exc:
+        except (RecordSchemaError, SchemaNotFoundError) as exc:  # a reference the registry lacks
             found = exc
         self._compiled[schema_id] = found
         return found
