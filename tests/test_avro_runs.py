@@ -11,18 +11,21 @@ data plane's tasks in this process (`spark_app/job.py`'s stages call the same `o
 
 from __future__ import annotations
 
+import datetime
 import decimal
+import struct
 from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
+import pytest
 
-from kafscale_iceberg.adapters.confluent_registry import ConfluentSchemaRegistry
 from kafscale_iceberg.adapters.data_files import StagedFileStore
 from kafscale_iceberg.adapters.documents import DocumentStore
 from kafscale_iceberg.adapters.iceberg_catalog import load_iceberg_catalog
 from kafscale_iceberg.adapters.iceberg_schemas import table_columns
 from kafscale_iceberg.adapters.iceberg_tables import IcebergTableCommitter
+from kafscale_iceberg.adapters.registries import record_schema_registry
 from kafscale_iceberg.dataplane.inference import with_inferred_columns
 from kafscale_iceberg.dataplane.reports import build_run_result
 from kafscale_iceberg.dataplane.tasks import observe_task, plan_tasks, run_task
@@ -41,6 +44,7 @@ from kafscale_iceberg.domain.runs import (
     ValueFormat,
 )
 from kafscale_iceberg.domain.schema import table_fields
+from tests.support.glue_registry import GlueRegistry
 from tests.support.iceberg_runs import sql_committer, sql_settings
 from tests.support.schema_registry import StandInRegistry
 from tests.support.spark_job import SegmentFolder, make_plan, order_record
@@ -52,7 +56,7 @@ def avro_run(
     root: Path,
     values: list[bytes],
     tables: IcebergTableCommitter | None,
-    registry: StandInRegistry,
+    registry: StandInRegistry | GlueRegistry,
     *,
     first_offset: int = 0,
     columns: tuple[ColumnSpec, ...] | None = None,
@@ -60,7 +64,8 @@ def avro_run(
     **conversion: Any,
 ) -> tuple[RunPlan, RunResult]:
     """A run of an Avro mapping as the launcher plans it and the Spark job runs it (observation
-    stage, the driver's decision, the conversion), reading schemas from `registry`."""
+    stage, the driver's decision, the conversion), reading schemas from `registry` (a Confluent
+    stand-in, or a Glue registry on moto)."""
     known = tables.field_ids(TABLE) if tables is not None else None
     folder = SegmentFolder(root / "segments")
     folder.add(0, [order_record(o, 0, value=v) for o, v in enumerate(values, start=first_offset)])
@@ -74,7 +79,9 @@ def avro_run(
         value_format=value_format,
         **conversion,
     )
-    settings = RegistrySettings(url=registry.url)
+    settings = (
+        registry.settings() if isinstance(registry, GlueRegistry) else RegistrySettings(url=registry.url)
+    )
     plan = plan.model_copy(
         update={
             "schema_registry": settings,
@@ -86,7 +93,7 @@ def avro_run(
             ),
         }
     )
-    client = ConfluentSchemaRegistry(settings)
+    client = record_schema_registry(settings)
     tasks = plan_tasks(plan, max_tasks=2, min_task_bytes=1)
     decided = plan
     if infer:
@@ -204,3 +211,36 @@ def test_a_registry_outage_fails_the_run_transiently_and_dead_letters_nothing(
     assert result.failure is not None
     assert result.failure.kind is FailureKind.REGISTRY_UNAVAILABLE
     assert result.counts.dead_lettered == 0
+
+
+SHIFT = {
+    "type": "record",
+    "name": "Shift",
+    "namespace": "shop",
+    "fields": [
+        {"name": "opens", "type": {"type": "int", "logicalType": "time-millis"}},
+        {"name": "closes", "type": ["null", {"type": "long", "logicalType": "time-micros"}], "default": None},
+    ],
+}
+
+
+def test_avro_times_of_day_land_in_iceberg_time_columns_that_readers_read_as_times(
+    tmp_path: Path, schema_registry: StandInRegistry
+) -> None:
+    opens, closes = datetime.time(9, 30, 15, 250_000), datetime.time(23, 59, 59, 999_999)
+    values = Producer(schema_registry).values(SHIFT, [{"opens": opens, "closes": closes}])
+    plan, result = avro_run(tmp_path / "r1", values, None, schema_registry)
+    assert result.status is RunStatus.SUCCEEDED
+    commit(sql_committer(tmp_path), plan, result, -1, 0)
+
+    columns, rows = _table_rows(tmp_path)
+    assert (columns["opens"], columns["closes"]) == ("time", "time")
+    assert [(r["opens"], r["closes"]) for r in rows] == [(opens, closes)]
+    table = load_iceberg_catalog(sql_settings(tmp_path)).load_table(TABLE)
+    (task,) = table.scan().plan_files()
+    opens_id = table.schema().find_field("opens").field_id
+    assert task.file.lower_bounds[opens_id] == struct.pack("<q", 34_215_250_000)  # µs since midnight
+    duckdb = pytest.importorskip("duckdb")  # an independent reader of the committed file
+    assert duckdb.sql(
+        f"SELECT typeof(opens), CAST(closes AS VARCHAR) FROM read_parquet('{task.file.file_path}')"
+    ).fetchall() == [("TIME", "23:59:59.999999")]

@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import overload
 
-from kafscale_iceberg.domain.record_schemas import RegisteredSchema, SchemaReference
+from kafscale_iceberg.domain.record_schemas import RegisteredSchema, SchemaId, SchemaReference
 from kafscale_iceberg.domain.runs import RegistrySettings
 from kafscale_iceberg.exceptions import RegistryAuthError, RegistryUnavailableError, SchemaNotFoundError
 
@@ -94,8 +94,13 @@ class ConfluentSchemaRegistry:
         self._latest: dict[str, tuple[float, RegisteredSchema]] = {}
         self._versions: dict[tuple[str, int], RegisteredSchema] = {}
 
-    def schema_by_id(self, schema_id: int) -> RegisteredSchema:
-        """See `RecordSchemaRegistry.schema_by_id`."""
+    def schema_by_id(self, schema_id: SchemaId) -> RegisteredSchema:
+        """See `RecordSchemaRegistry.schema_by_id` (a Glue schema version id is no id here)."""
+        if not isinstance(schema_id, int):
+            raise SchemaNotFoundError(
+                f"registry {self._base} has integer schema ids, not {schema_id!r} (an AWS Glue schema "
+                "version id): set schema_registry.type glue"
+            )
         with self._lock:
             cached = self._by_id.get(schema_id)
         if cached is not None:

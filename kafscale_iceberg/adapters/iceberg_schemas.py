@@ -52,6 +52,7 @@ from pyiceberg.types import (
     StructType,
     TimestampType,
     TimestamptzType,
+    TimeType,
     UUIDType,
 )
 
@@ -94,6 +95,7 @@ def iceberg_type(column_type: ColumnType) -> PrimitiveType:
         ColumnType.DATE: DateType(),
         ColumnType.TIMESTAMPTZ: TimestamptzType(),
         ColumnType.UUID: UUIDType(),
+        ColumnType.TIME: TimeType(),
     }
     return types[column_type]
 

@@ -1,16 +1,23 @@
 """Record formats in the config: the top-level `schema_registry` section, and the checks of a mapping's
-`value_format`, `value_subject`, `value_message` and `key_format` (the keys are on `MappingConfig`)."""
+`value_format`, `value_subject`, `value_message`, `key_format`, `key_subject` and `key_message` (the
+keys are on `MappingConfig`)."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Annotated
 
 from pydantic import BeforeValidator, Field, SecretStr, field_validator, model_validator
 
 from kafscale_iceberg.config.base import _invalid, _lowercase, _Problems, _Section
-from kafscale_iceberg.domain.runs import KeyFormat, RegistrySettings, ValueFormat
+from kafscale_iceberg.domain.runs import (
+    KEY_COLUMN_PREFIX,
+    KeyFormat,
+    RegistrySettings,
+    RegistryType,
+    ValueFormat,
+)
 
 if TYPE_CHECKING:
     from kafscale_iceberg.config.mappings import MappingConfig
@@ -36,10 +43,12 @@ class RegistryTlsConfig(_Section):
 
 
 class SchemaRegistryConfig(_Section):
-    """`schema_registry`: the Confluent-compatible registry record schemas are read from (Confluent,
-    Redpanda, Apicurio's ccompat API, Karapace)."""
+    """`schema_registry`: where record schemas are read from. `type: confluent` (default): a
+    Confluent-compatible registry at `url` (Confluent, Redpanda, Apicurio's ccompat API, Karapace);
+    `type: glue`: the AWS Glue Schema Registry `registry_name` (its own record header, credentials
+    from the AWS credential chain)."""
 
-    type: Annotated[Literal["confluent"], BeforeValidator(_lowercase)] = "confluent"
+    type: Annotated[RegistryType, BeforeValidator(_lowercase)] = RegistryType.CONFLUENT
     url: str = ""
     username: str = ""
     password: SecretStr = SecretStr("")
@@ -49,8 +58,15 @@ class SchemaRegistryConfig(_Section):
     tls: RegistryTlsConfig = Field(default_factory=RegistryTlsConfig)
     credentials_secret: str = ""
     """AWS: a Secrets Manager secret id the Spark job reads `{"username", "password"}` or `{"token"}` from."""
+    registry_name: str = ""
+    """Glue: the registry's name."""
+    region: str = ""
+    """Glue: the registry's region (default: the AWS credential chain's, `AWS_REGION` on AWS)."""
+    endpoint: str = ""
+    """Glue: the Glue API endpoint (default: Glue's in `region`; a VPC interface endpoint without
+    private DNS, or a stand-in)."""
 
-    @field_validator("url")
+    @field_validator("url", "endpoint")
     @classmethod
     def _url_is_http(cls, value: str) -> str:
         if value and not re.match(r"https?://", value):
@@ -60,6 +76,33 @@ class SchemaRegistryConfig(_Section):
     @model_validator(mode="after")
     def _one_kind_of_credentials(self) -> SchemaRegistryConfig:
         problems = _Problems()
+        if self.type is RegistryType.GLUE:
+            if not self.registry_name:
+                problems.add("registry_name", "is required with type glue (the Glue schema registry's name)")
+            confluent_only = {
+                "url": self.url,
+                "username": self.username,
+                "password": self.password.get_secret_value(),
+                "token": self.token.get_secret_value(),
+                "tls.ca_file": self.tls.ca_file,
+                "credentials_secret": self.credentials_secret,
+            }
+            for key, value in confluent_only.items():
+                if value:
+                    problems.add(
+                        key,
+                        "applies to type confluent only: a Glue registry is reached with the AWS "
+                        "credential chain (set endpoint for another Glue endpoint)",
+                    )
+            problems.raise_if_any()
+            return self
+        for key, value in {
+            "registry_name": self.registry_name,
+            "region": self.region,
+            "endpoint": self.endpoint,
+        }.items():
+            if value:
+                problems.add(key, "applies to type glue only")
         if not self.url:
             problems.add("url", "is required (e.g. http://schema-registry:8081)")
         if self.token.get_secret_value() and self.username:
@@ -73,6 +116,15 @@ class SchemaRegistryConfig(_Section):
 
     def settings(self) -> RegistrySettings:
         """What a run plan carries of it (no secret: credentials travel beside the plan)."""
+        if self.type is RegistryType.GLUE:
+            return RegistrySettings(
+                type=RegistryType.GLUE,
+                timeout_seconds=self.timeout_seconds,
+                cache_seconds=self.cache_seconds,
+                registry_name=self.registry_name,
+                region=self.region or None,
+                endpoint_url=self.endpoint or None,
+            )
         auth = "bearer" if self.token.get_secret_value() else "basic" if self.username else "none"
         if self.credentials_secret:
             auth = "basic"
@@ -96,8 +148,7 @@ def format_problems(mapping: MappingConfig) -> _Problems:
             f"{value_format.value} is not decoded by this version yet (decoded: "
             f"{', '.join(sorted(f.value for f in DECODED_VALUE_FORMATS))})",
         )
-    if mapping.key_format is not KeyFormat.RAW:
-        problems.add("key_format", "only 'raw' is supported by this version (keys are kept as bytes)")
+    _add_key_format_problems(mapping, problems)
     if mapping.value_subject and not value_format.registered:
         problems.add(
             "value_subject", f"applies to avro, protobuf and json_schema values, not {value_format.value}"
@@ -122,6 +173,32 @@ def format_problems(mapping: MappingConfig) -> _Problems:
                 f"{', '.join(sorted(f.value for f in UPSERT_VALUE_FORMATS))} values)",
             )
     return problems
+
+
+def _add_key_format_problems(mapping: MappingConfig, problems: _Problems) -> None:
+    """A decoded `key_format` fills the listed `key_` columns (`KEY_COLUMN_PREFIX`) from the keys."""
+    key_format = mapping.key_format.as_value_format
+    if mapping.key_subject and (key_format is None or not key_format.registered):
+        problems.add(
+            "key_subject", f"applies to avro, protobuf and json_schema keys, not {mapping.key_format.value}"
+        )
+    if mapping.key_message and key_format is not ValueFormat.PROTOBUF:
+        problems.add("key_message", "applies to protobuf keys only")
+    if key_format is None:
+        return
+    listed = [c.name for c in mapping.schema_.columns if c.name.startswith(KEY_COLUMN_PREFIX)]
+    if mapping.schema_.source != "mapping" or not listed:
+        problems.add(
+            "key_format",
+            f"{key_format.value} keys are read into the columns schema.columns lists as "
+            f"'{KEY_COLUMN_PREFIX}<field>' (schema.source: mapping); columns from the records' schemas or "
+            "inferred ones do not include the key yet: list the key's fields you want",
+        )
+    for key, used in (("route", mapping.route is not None), ("upsert", mapping.upsert is not None)):
+        if used:
+            problems.add(key, f"is not supported with key_format {key_format.value} yet (keys are kept raw)")
+    if mapping.lfs.mode != "off":
+        problems.add("lfs.mode", f"must be off with key_format {key_format.value}")
 
 
 ValueFormatKey = Annotated[ValueFormat, BeforeValidator(_lowercase)]

@@ -415,8 +415,7 @@ class Launcher:
             result_uri=run_document_uri(config.runs.location, topic, run_id, RESULT_NAME),
             schema_registry=(
                 config.schema_registry.settings()
-                if config.schema_registry is not None
-                and any(m.conversion.value_format.registered for m in mappings)
+                if config.schema_registry is not None and any(m.conversion.reads_registry for m in mappings)
                 else None
             ),
         )
@@ -458,6 +457,8 @@ class Launcher:
             value_subject=mapping.value_subject or None,
             value_message=mapping.value_message or None,
             key_format=mapping.key_format,
+            key_subject=mapping.key_subject or None,
+            key_message=mapping.key_message or None,
             upsert=mapping.upsert.to_settings() if mapping.upsert is not None else None,
         )
         # The table's columns include the `lfs_*` ones `store_metadata` adds.
@@ -524,6 +525,9 @@ class Launcher:
         if table is not None and infer and table_known is not None:
             # An inferred table's new columns take the ids after it (`dataplane/inference.py`).
             table = table.model_copy(update={"last_column_id": table_known.last_column_id})
+        if table is not None and conversion.upsert is not None and table_known is not None:
+            # The version the run locates the changed keys' files in (`execution/upsert_stage.py`).
+            table = table.model_copy(update={"metadata_location": table_known.metadata_location})
         return MappingPlan(
             table=table,
             dead_letter_table=target(mapping.dead_letter_table, DEAD_LETTER_FIELDS),

@@ -75,12 +75,11 @@ class AvroDecoder(RegisteredSchemaDecoder[AvroSchema]):
 
     def decode(self, values: pa.Array) -> DecodedBatch:
         """See `ValueDecoder.decode`."""
-        raw: list[bytes | None] = values.to_pylist()
         errors: dict[int, tuple[str, str]] = {}
         groups = []
         for compiled, members in self._compiled_groups(values, errors):
             positions = [p for p, _ in members]
-            payloads = [raw[p][start:] for p, start in members]  # type: ignore[index]
+            payloads = [payload for _, payload in members]
             rows, failures = _decode_group(compiled, payloads)
             kept = [p for i, p in enumerate(positions) if i not in failures]
             for index, reason in failures.items():
@@ -97,7 +96,7 @@ class AvroDecoder(RegisteredSchemaDecoder[AvroSchema]):
                         label=compiled.registered.label,
                     )
                 )
-        return DecodedBatch(count=len(raw), groups=tuple(groups), errors=errors)
+        return DecodedBatch(count=len(values), groups=tuple(groups), errors=errors)
 
 
 def compile_avro_schema(registered: RegisteredSchema, schemas: SchemaCache) -> AvroSchema:
@@ -328,7 +327,7 @@ def _value(value: object, column: ColumnSpec) -> object:
         return [(k, _value(v, entry)) for k, v in value.items()]  # type: ignore[attr-defined]
     if kind is ColumnType.UUID:
         return value.bytes if isinstance(value, uuid.UUID) else uuid.UUID(str(value)).bytes
-    if kind is ColumnType.LONG and isinstance(value, datetime.time):
+    if isinstance(value, datetime.time):  # `time-*`: a `time` column (a `long` one of older tables)
         return ((value.hour * 60 + value.minute) * 60 + value.second) * 1_000_000 + value.microsecond
     return value
 

@@ -65,10 +65,15 @@ class JsonSchemaDecoder(RegisteredSchemaDecoder[JsonSchema]):
     """Decodes JSON Schema records in Confluent wire format (see the module docstring)."""
 
     def __init__(
-        self, schemas: SchemaCache, *, subject: str | None = None, columns: Sequence[ColumnSpec] = ()
+        self,
+        schemas: SchemaCache,
+        *,
+        subject: str | None = None,
+        columns: Sequence[ColumnSpec] = (),
+        part: str = "value",
     ) -> None:
         """`columns`: the mapping's columns (`schema.columns`), whose decimals are read exactly."""
-        super().__init__(schemas, subject=subject)
+        super().__init__(schemas, subject=subject, part=part)
         self._columns = tuple(columns)
 
     def _compile_registered(self, registered: RegisteredSchema) -> JsonSchema:
@@ -76,14 +81,13 @@ class JsonSchemaDecoder(RegisteredSchemaDecoder[JsonSchema]):
 
     def decode(self, values: pa.Array) -> DecodedBatch:
         """See `ValueDecoder.decode`."""
-        raw: list[bytes | None] = values.to_pylist()
         errors: dict[int, tuple[str, str]] = {}
         groups = []
         for compiled, members in self._compiled_groups(values, errors):
             kept: list[int] = []
             rows: list[dict[str, object]] = []
-            for position, start in members:
-                row = _row(compiled, raw[position][start:])  # type: ignore[index]
+            for position, payload in members:
+                row = _row(compiled, payload)
                 if isinstance(row, str):
                     errors[position] = (
                         "undecodable",
@@ -107,7 +111,7 @@ class JsonSchemaDecoder(RegisteredSchemaDecoder[JsonSchema]):
                     label=compiled.registered.label,
                 )
             )
-        return DecodedBatch(count=len(raw), groups=tuple(groups), errors=errors)
+        return DecodedBatch(count=len(values), groups=tuple(groups), errors=errors)
 
 
 def compile_json_schema(registered: RegisteredSchema, targets: Sequence[ColumnSpec] = ()) -> JsonSchema:

@@ -37,7 +37,8 @@ class ValueFormat(StrEnum):
 
 
 class KeyFormat(StrEnum):
-    """`mappings[].key_format`: how the producers wrote the record keys (`raw`: bytes, not decoded)."""
+    """`mappings[].key_format`: how the producers wrote the record keys (`raw`: bytes, not decoded;
+    the others are read as values of that format are, into the `key_` columns: `KEY_COLUMN_PREFIX`)."""
 
     RAW = "raw"
     JSON = "json"
@@ -45,6 +46,16 @@ class KeyFormat(StrEnum):
     AVRO = "avro"
     PROTOBUF = "protobuf"
     JSON_SCHEMA = "json_schema"
+
+    @property
+    def as_value_format(self) -> ValueFormat | None:
+        """The value format whose decoder reads such keys (None for `raw`)."""
+        return None if self is KeyFormat.RAW else ValueFormat(self.value)
+
+
+KEY_COLUMN_PREFIX = "key_"
+"""With a decoded `key_format`: a column named `key_<field>` holds the decoded key's field `<field>`
+(Flink's `key.fields-prefix`, fixed); the binary `key` base column stays."""
 
 
 class RegistryType(StrEnum):
@@ -58,10 +69,12 @@ class RegistrySettings(DocumentModel):
     """The schema registry as a run reaches it (no secret: credentials travel beside the plan, see
     `credentials_secret`).
 
-    `url` is a Confluent-compatible registry (Confluent, Redpanda, Apicurio's ccompat API, Karapace);
-    `tls_ca_pem` a private CA's certificates (PEM text) to trust besides the system's.
-    `credentials_secret`: a Secrets Manager secret id the job reads the credentials from (AWS);
-    `auth`: which credentials the registry takes (`none`, `basic`, `bearer`).
+    `type: confluent`: `url` is a Confluent-compatible registry (Confluent, Redpanda, Apicurio's
+    ccompat API, Karapace); `tls_ca_pem` a private CA's certificates (PEM text) to trust besides the
+    system's; `credentials_secret`: a Secrets Manager secret id the job reads the credentials from
+    (AWS); `auth`: which credentials the registry takes (`none`, `basic`, `bearer`).
+    `type: glue`: the AWS Glue Schema Registry `registry_name`, in `region` (None: the credential
+    chain's), through `endpoint_url` (None: Glue's in that region); credentials from the chain.
     """
 
     type: RegistryType = RegistryType.CONFLUENT
@@ -73,3 +86,4 @@ class RegistrySettings(DocumentModel):
     credentials_secret: str | None = None
     registry_name: str | None = None
     region: str | None = None
+    endpoint_url: str | None = None
