@@ -51,9 +51,12 @@ COLUMNS = (
     ColumnSpec(name="name", type=ColumnType.STRING),
     ColumnSpec(name="price", type=ColumnType.DECIMAL, precision=10, scale=2),
     ColumnSpec(name="updated_at", type=ColumnType.TIMESTAMP),
+    ColumnSpec(name="opens_at", type=ColumnType.TIME),
 )
 UPDATED_MS = 1_700_000_000_123
 UPDATED = datetime.datetime(2023, 11, 14, 22, 13, 20, 123000)
+OPENS_MS = 8 * 3_600_000 + 30 * 60_000 + 5
+OPENS = datetime.time(8, 30, 0, 5000)
 Change = tuple[bytes | None, bytes | None]
 
 
@@ -102,7 +105,10 @@ def test_debezium_in_connects_envelope_writes_after_with_its_types_and_deletes_b
         [
             (connect_key(1), connect_event("c", None, row(1, "a", "19.99"))),
             (connect_key(2), connect_event("r", None, row(2, "b"))),
-            (connect_key(1), connect_event("u", row(1, "a", "19.99"), row(1, "a2", "-0.05", UPDATED_MS))),
+            (
+                connect_key(1),
+                connect_event("u", row(1, "a", "19.99"), row(1, "a2", "-0.05", UPDATED_MS, OPENS_MS)),
+            ),
             (connect_key(2), connect_event("d", row(2, "b"), None)),
             (connect_key(2), None),  # the tombstone after the delete: its key in Connect's envelope
             (connect_key(3), None),
@@ -110,10 +116,10 @@ def test_debezium_in_connects_envelope_writes_after_with_its_types_and_deletes_b
         ValueFormat.CONNECT_JSON,
     )
     assert dead_letters(result) == []
-    assert rows(result.data_files, "offset", "id", "name", "price", "updated_at") == [
-        (0, 1, "a", price("19.99"), None),
-        (1, 2, "b", None, None),
-        (2, 1, "a2", price("-0.05"), UPDATED),  # Debezium's Timestamp: milliseconds, not micros
+    assert rows(result.data_files, "offset", "id", "name", "price", "updated_at", "opens_at") == [
+        (0, 1, "a", price("19.99"), None, None),
+        (1, 2, "b", None, None, None),
+        (2, 1, "a2", price("-0.05"), UPDATED, OPENS),  # Debezium's units: milliseconds, not micros
     ]
     assert rows(result.deleted_key_files, "offset", "id") == [(3, 2), (4, 2), (5, 3)]
 
@@ -198,7 +204,10 @@ def test_debezium_through_the_avro_converter_upserts_and_deletes_by_before_and_b
         [
             (debezium.key(1), debezium.event("c", None, row(1, "a", "19.99"))),
             (debezium.key(2), debezium.event("c", None, row(2, "b"))),
-            (debezium.key(1), debezium.event("u", row(1, "a", "19.99"), row(1, "a2", "20.01", UPDATED_MS))),
+            (
+                debezium.key(1),
+                debezium.event("u", row(1, "a", "19.99"), row(1, "a2", "20.01", UPDATED_MS, OPENS_MS)),
+            ),
             (debezium.key(2), debezium.event("d", row(2, "b"), None)),
             (debezium.key(2), None),
             (debezium.key(3), None),
@@ -207,10 +216,10 @@ def test_debezium_through_the_avro_converter_upserts_and_deletes_by_before_and_b
         schema_registry,
     )
     assert dead_letters(result) == []
-    assert rows(result.data_files, "offset", "id", "name", "price", "updated_at") == [
-        (0, 1, "a", price("19.99"), None),
-        (1, 2, "b", None, None),
-        (2, 1, "a2", price("20.01"), UPDATED),
+    assert rows(result.data_files, "offset", "id", "name", "price", "updated_at", "opens_at") == [
+        (0, 1, "a", price("19.99"), None, None),
+        (1, 2, "b", None, None, None),
+        (2, 1, "a2", price("20.01"), UPDATED, OPENS),
     ]
     assert rows(result.deleted_key_files, "offset", "id") == [(3, 2), (4, 2), (5, 3)]
 
@@ -251,6 +260,8 @@ def test_debeziums_temporal_types_are_timestamps_and_dates_in_both_formats_and_n
         "io.debezium.time.MicroTimestamp": ("int64", "long"),
         "io.debezium.time.Date": ("int32", "int"),
         "io.debezium.time.NanoTimestamp": ("int64", "long"),
+        "io.debezium.time.Time": ("int32", "int"),
+        "io.debezium.time.MicroTime": ("int64", "long"),
     }
     connect = {
         "type": "struct",
@@ -272,6 +283,8 @@ def test_debeziums_temporal_types_are_timestamps_and_dates_in_both_formats_and_n
         "MicroTimestamp": "timestamp",
         "Date": "date",
         "NanoTimestamp": "long",
+        "Time": "time",
+        "MicroTime": "time",
     }
     from_connect = connect_columns(connect, schema_name="v")
     from_avro = avro_columns(parse_avro_schema(json.dumps(avro), schema_name="v"), schema_name="v")

@@ -12,6 +12,8 @@ small, silently - so both record formats that carry them map them here:
 | `io.debezium.time.Timestamp` | `timestamp` | milliseconds x 1000 |
 | `io.debezium.time.MicroTimestamp` | `timestamp` | microseconds |
 | `io.debezium.time.Date` | `date` | days |
+| `io.debezium.time.Time` | `time` | milliseconds since midnight x 1000 |
+| `io.debezium.time.MicroTime` | `time` | microseconds since midnight |
 
 (`io.debezium.time.NanoTimestamp` stays `long`, as Avro's nanosecond types do: Iceberg v2 has no
 nanosecond type and a timestamp is never rounded; `ZonedTimestamp` is ISO text, which a
@@ -28,21 +30,30 @@ from kafscale_iceberg.domain.runs import ColumnType
 TIMESTAMP = "io.debezium.time.Timestamp"
 MICRO_TIMESTAMP = "io.debezium.time.MicroTimestamp"
 DATE = "io.debezium.time.Date"
+TIME = "io.debezium.time.Time"
+MICRO_TIME = "io.debezium.time.MicroTime"
 
 COLUMN_TYPES: Mapping[str, ColumnType] = {
     TIMESTAMP: ColumnType.TIMESTAMP,
     MICRO_TIMESTAMP: ColumnType.TIMESTAMP,
     DATE: ColumnType.DATE,
+    TIME: ColumnType.TIME,
+    MICRO_TIME: ColumnType.TIME,
 }
 """The column each Debezium temporal type lands as."""
 
 MICROS_PER_UNIT: Mapping[str, int] = {TIMESTAMP: 1000, MICRO_TIMESTAMP: 1}
 """A Debezium timestamp's value times this is microseconds since the epoch."""
 
+TIME_MICROS_PER_UNIT: Mapping[str, int] = {TIME: 1000, MICRO_TIME: 1}
+"""A Debezium time of day's value times this is microseconds since midnight."""
+
 _AVRO_LOGICAL_TYPES: Mapping[tuple[str, str], str] = {
     ("long", TIMESTAMP): "local-timestamp-millis",
     ("long", MICRO_TIMESTAMP): "local-timestamp-micros",
     ("int", DATE): "date",
+    ("int", TIME): "time-millis",
+    ("long", MICRO_TIME): "time-micros",
 }
 
 

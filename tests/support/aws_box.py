@@ -98,6 +98,8 @@ TEMPLATE_APPLICATION_ID = "00fabcdefg123456"
 
 _principal: contextvars.ContextVar[str | None] = contextvars.ContextVar("aws_box_principal", default=None)
 STATE_MACHINE_ROLE = "RunStateMachineRole"
+PRINCIPAL_HEADER = "x-aws-box-principal"  # the box's own: which role made a botocore request
+UNATTRIBUTED = "unattributed"
 SPARK_JOB_THREAD = "kafscale-spark"  # LocalSparkJobRunner's job thread: the EMR job's driver
 
 
@@ -272,15 +274,30 @@ class CallRecorder:
         # includes what no botocore hook sees: pyiceberg's table metadata through pyarrow, the job's
         # Python workers.
         self.s3_requests_seen: Counter[str] = Counter()
+        # The same requests by (role, price class): a botocore call's principal (the `PRINCIPAL_HEADER`
+        # its `before-call` hook adds), the EMR job's workers by their key, anything else (pyiceberg's
+        # pyarrow requests) the role of the function being invoked then (`active_role`), else
+        # `UNATTRIBUTED` (the harness's own calls).
+        self.s3_requests_by_role: Counter[tuple[str, str]] = Counter()
+        self.active_role: Callable[[], str | None] = lambda: None
         self._lock = threading.Lock()
 
     def keep_params(self, params: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
         """`before-parameter-build`: the API parameters (`before-call` only sees the serialized request)."""
         context["aws_box_params"] = dict(params)
 
-    def hook(self, model: Any, context: dict[str, Any], request_signer: Any = None, **_: Any) -> None:
+    def hook(
+        self,
+        model: Any,
+        context: dict[str, Any],
+        request_signer: Any = None,
+        params: dict[str, Any] | None = None,
+        **_: Any,
+    ) -> None:
         """`before-call`: record the call for the function being invoked (or the state machine, or
-        the EMR job's driver: the local Spark runner's job thread)."""
+        the EMR job's driver: the local Spark runner's job thread), and name its principal in a
+        header of the request (`server_hook` attributes S3 requests by it)."""
+        request = params if params is not None else {}
         params = context.get("aws_box_params", {})
         role = _principal.get()
         if role is None and threading.current_thread().name.startswith(SPARK_JOB_THREAD):
@@ -290,6 +307,7 @@ class CallRecorder:
             if getattr(credentials, "access_key", None) != "ak":  # moto's interpreter signs with "ak"
                 return
             role = STATE_MACHINE_ROLE
+        request.setdefault("headers", {})[PRINCIPAL_HEADER] = role
         service = model.service_model.endpoint_prefix
         if service == "elasticmapreduce" or model.service_model.signing_name == "emr-serverless":
             service = "emr-serverless"
@@ -318,8 +336,13 @@ class CallRecorder:
         if "/s3/aws4_request" in authorization:
             method, path = str(environ.get("REQUEST_METHOD")), environ.get("PATH_INFO", "")
             kind = s3_price_class(method, path, environ.get("QUERY_STRING", ""))
+            role = environ.get("HTTP_" + PRINCIPAL_HEADER.upper().replace("-", "_"))
+            if role is None and f"Credential={EMR_JOB_ACCESS_KEY}/" in authorization:
+                role = EMR_JOB_ROLE
+            role = role or self.active_role() or UNATTRIBUTED
             with self._lock:
                 self.s3_requests_seen[kind] += 1
+                self.s3_requests_by_role[role, kind] += 1
         if f"Credential={EMR_JOB_ACCESS_KEY}/" not in authorization:
             return
         service = authorization.split("Credential=", 1)[1].split(",", 1)[0].split("/")[3]
@@ -389,6 +412,8 @@ class LambdaFleet:
         # logical id -> faults to raise after its next invocations did their work (answer lost)
         self.killed_after: dict[str, list[Callable[[], None]]] = {}
         self.invocations: list[Invocation] = []
+        self.active_role: str | None = None
+        """The role of the invocation running now (one runs at a time)."""
         self._lock = threading.RLock()
 
     def handler(self, function: Function) -> Callable[[dict[str, Any], Any], Any]:
@@ -406,6 +431,7 @@ class LambdaFleet:
             saved = dict(os.environ)
             os.environ.update(self.environment[logical_id])
             token = _principal.set(function.role_id)
+            self.active_role = function.role_id
             started = time.perf_counter()
             error: str | None = None
             try:
@@ -433,6 +459,7 @@ class LambdaFleet:
             finally:
                 self.invocations.append(Invocation(logical_id, time.perf_counter() - started, error))
                 _principal.reset(token)
+                self.active_role = None
                 os.environ.clear()
                 os.environ.update(saved)
 
@@ -1244,6 +1271,7 @@ def build_box(
     monkeypatch.setitem(spark_context.environment, "AWS_SECRET_ACCESS_KEY", "emr-job-secret")
 
     fleet = LambdaFleet(deployment, environment)
+    recorder.active_role = lambda: fleet.active_role
     # A pool thread runs in its submitter's context (the function's principal, for IAM attribution).
     from concurrent.futures import ThreadPoolExecutor
 

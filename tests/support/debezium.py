@@ -46,6 +46,7 @@ _ROW_FIELDS = [
         "version": 1,
         "field": "updated_at",
     },
+    {"type": "int32", "optional": True, "name": "io.debezium.time.Time", "version": 1, "field": "opens_at"},
 ]
 _SOURCE_FIELDS = [
     {"type": "string", "optional": False, "field": "version"},
@@ -140,6 +141,11 @@ _AVRO_ROW = {
             ],
             "default": None,
         },
+        {
+            "name": "opens_at",
+            "type": ["null", {"type": "int", "connect.version": 1, "connect.name": "io.debezium.time.Time"}],
+            "default": None,
+        },
     ],
     "connect.name": f"{PREFIX}.Value",
 }
@@ -174,14 +180,18 @@ AVRO_KEY: dict[str, Any] = {
 }
 
 
-def row(key: int, name: str, price: str | None = None, updated_ms: int | None = None) -> dict[str, Any]:
+def row(
+    key: int, name: str, price: str | None = None, updated_ms: int | None = None, opens_ms: int | None = None
+) -> dict[str, Any]:
     """A row of the customers table (`price` as decimal text, e.g. "19.99"; `updated_ms` a `DATETIME(3)`
-    as Debezium writes it: `io.debezium.time.Timestamp`, epoch milliseconds of the wall time)."""
+    as Debezium writes it: `io.debezium.time.Timestamp`, epoch milliseconds of the wall time; `opens_ms`
+    a `TIME(3)`: `io.debezium.time.Time`, milliseconds since midnight)."""
     return {
         "id": key,
         "name": name,
         "price": None if price is None else decimal.Decimal(price),
         "updated_at": updated_ms,
+        "opens_at": opens_ms,
     }
 
 
