@@ -35,6 +35,7 @@ from kafscale_iceberg.domain.runs import (
     SchemaMode,
 )
 from kafscale_iceberg.segments.decode import Record
+from tests.support.protobuf_messages import compile_proto, message
 from tests.support.schema_registry import StandInRegistry
 from tests.support.spark_job import BASE_TIME_MS, SegmentFolder, make_plan
 
@@ -166,4 +167,33 @@ def test_json_keys_fill_the_key_columns_with_the_json_rules(
     (data_file,) = result.data_files
     assert _rows(data_file.uri, "key_id", "key_region", "total") == [
         {"key_id": 3, "key_region": "eu", "total": 1.0}
+    ]
+
+
+ORDER_KEY_PROTO = """
+syntax = "proto3";
+package shop;
+message OrderKey { int64 id = 1; string region = 2; }
+"""
+
+
+def test_protobuf_keys_without_the_prefix_are_read_with_key_subject_and_key_message(
+    tmp_path: Path, schema_registry: StandInRegistry
+) -> None:
+    schema_registry.register("orders-key", ORDER_KEY_PROTO, schema_type="PROTOBUF")
+    key_class = message(compile_proto({"key.proto": ORDER_KEY_PROTO}), "shop.OrderKey")
+    key = key_class(id=9, region="sa").SerializeToString()  # protobuf's runtime, no wire prefix
+    pairs: list[tuple[bytes | None, bytes]] = [(key, b'{"total": 3}')]
+    result = _run(
+        tmp_path,
+        schema_registry,
+        pairs,
+        key_format=KeyFormat.PROTOBUF,
+        key_subject="orders-key",
+        key_message="shop.OrderKey",
+    )
+    assert result.counts.dead_letter_reasons == {}
+    (data_file,) = result.data_files
+    assert _rows(data_file.uri, "key_id", "key_region", "total") == [
+        {"key_id": 9, "key_region": "sa", "total": 3.0}
     ]
