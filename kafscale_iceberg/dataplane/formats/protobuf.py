@@ -29,6 +29,7 @@ import pyarrow as pa
 from google.protobuf.message import DecodeError
 
 from kafscale_iceberg.dataplane.formats.decoding import DecodedBatch, DecodedGroup
+from kafscale_iceberg.dataplane.formats.protobuf_reader import WireReader
 from kafscale_iceberg.dataplane.formats.protobuf_schemas import (
     ProtobufFile,
     compile_protobuf_schema,
@@ -64,6 +65,8 @@ class ProtobufMessage:
     columns: tuple[ColumnSpec, ...]
     builders: tuple[Builder, ...]
     struct_type: pa.StructType
+    reader: WireReader | None
+    """The compiled wire reader of the read columns, when the message is one it reads exactly."""
 
 
 class ProtobufDecoder:
@@ -92,29 +95,57 @@ class ProtobufDecoder:
         groups = []
         layout = _Layout.of(values)
         for message, positions, starts in self._grouped(values, layout, errors).values():
-            ends = layout.ends[positions]
-            data = layout.data
-            parse = message.parse
-            try:
-                parsed = [parse(data[s:e]) for s, e in zip(starts.tolist(), ends.tolist(), strict=True)]
-                kept = positions
-            except DecodeError:
-                parsed, kept = self._one_by_one(message, layout, positions, starts, errors)
-            if not len(kept):
-                continue
-            try:
-                records = _records(message, parsed)
-            except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError, OverflowError) as exc:
-                for position in kept.tolist():
-                    errors[position] = (
-                        "undecodable",
-                        f"{message.label}: values do not fit its columns: {exc}",
-                    )
-                continue
-            groups.append(
-                DecodedGroup(positions=kept, records=records, columns=message.columns, label=message.label)
-            )
+            kept, records = self._read(message, layout, positions, starts, errors)
+            if len(kept):
+                groups.append(
+                    DecodedGroup(positions=kept, records=records, columns=message.columns, label=message.label)
+                )
         return DecodedBatch(count=len(values), groups=tuple(groups), errors=errors)
+
+    def _read(
+        self,
+        message: ProtobufMessage,
+        layout: _Layout,
+        positions: np.ndarray,
+        starts: np.ndarray,
+        errors: dict[int, tuple[str, str]],
+    ) -> tuple[np.ndarray, pa.StructArray]:
+        """A group's records: what the compiled wire reader settles, the rest parsed by the runtime
+        (`_parsed`); the positions kept (ascending) and their records."""
+        if message.reader is None:
+            return self._parsed(message, layout, positions, starts, errors)
+        settled, records = message.reader.read(layout.array, starts, layout.ends[positions])
+        if settled.all():
+            return positions, records
+        rest = ~settled
+        kept, parsed = self._parsed(message, layout, positions[rest], starts[rest], errors)
+        joined = np.concatenate([positions[settled], kept])
+        order = np.argsort(joined, kind="stable")
+        return joined[order], pa.concat_arrays([records, parsed]).take(pa.array(order))
+
+    def _parsed(
+        self,
+        message: ProtobufMessage,
+        layout: _Layout,
+        positions: np.ndarray,
+        starts: np.ndarray,
+        errors: dict[int, tuple[str, str]],
+    ) -> tuple[np.ndarray, pa.StructArray]:
+        """Records parsed by the runtime's message class and read column by column (the general path)."""
+        ends = layout.ends[positions]
+        data = layout.data
+        parse = message.parse
+        try:
+            parsed = [parse(data[s:e]) for s, e in zip(starts.tolist(), ends.tolist(), strict=True)]
+            kept = positions
+        except DecodeError:
+            parsed, kept = self._one_by_one(message, layout, positions, starts, errors)
+        try:
+            return kept, _records(message, parsed)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError, OverflowError) as exc:
+            for position in kept.tolist():
+                errors[position] = ("undecodable", f"{message.label}: values do not fit its columns: {exc}")
+            return kept[:0], pa.array([], message.struct_type)
 
     @staticmethod
     def _one_by_one(
@@ -329,7 +360,8 @@ def _compile_message(compiled: ProtobufFile, descriptor: Any, wanted: frozenset[
         _column_builder(descriptor.fields_by_name[c.name], field.type)
         for c, field in zip(read, struct_type, strict=True)
     )
-    return ProtobufMessage(label, message_class(descriptor).FromString, columns, builders, struct_type)
+    reader = WireReader.of(descriptor, struct_type)
+    return ProtobufMessage(label, message_class(descriptor).FromString, columns, builders, struct_type, reader)
 
 
 def _records(message: ProtobufMessage, parsed: Sequence[Any]) -> pa.StructArray:
