@@ -98,7 +98,9 @@ class ProtobufDecoder:
             kept, records = self._read(message, layout, positions, starts, errors)
             if len(kept):
                 groups.append(
-                    DecodedGroup(positions=kept, records=records, columns=message.columns, label=message.label)
+                    DecodedGroup(
+                        positions=kept, records=records, columns=message.columns, label=message.label
+                    )
                 )
         return DecodedBatch(count=len(values), groups=tuple(groups), errors=errors)
 
@@ -138,7 +140,7 @@ class ProtobufDecoder:
         try:
             parsed = [parse(data[s:e]) for s, e in zip(starts.tolist(), ends.tolist(), strict=True)]
             kept = positions
-        except DecodeError:
+        except (DecodeError, UnicodeDecodeError):
             parsed, kept = self._one_by_one(message, layout, positions, starts, errors)
         try:
             return kept, _records(message, parsed)
@@ -161,7 +163,7 @@ class ProtobufDecoder:
         for position, start in zip(positions.tolist(), starts.tolist(), strict=True):
             try:
                 parsed.append(message.parse(layout.data[start : int(layout.ends[position])]))
-            except DecodeError as exc:
+            except (DecodeError, UnicodeDecodeError) as exc:
                 errors[position] = (
                     "undecodable",
                     f"the payload does not decode with {message.label}: {exc or 'malformed bytes'}",
@@ -361,7 +363,9 @@ def _compile_message(compiled: ProtobufFile, descriptor: Any, wanted: frozenset[
         for c, field in zip(read, struct_type, strict=True)
     )
     reader = WireReader.of(descriptor, struct_type)
-    return ProtobufMessage(label, message_class(descriptor).FromString, columns, builders, struct_type, reader)
+    return ProtobufMessage(
+        label, message_class(descriptor).FromString, columns, builders, struct_type, reader
+    )
 
 
 def _records(message: ProtobufMessage, parsed: Sequence[Any]) -> pa.StructArray:

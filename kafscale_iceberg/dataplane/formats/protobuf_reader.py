@@ -80,7 +80,7 @@ class _Column:
 class WireReader:
     """A message compiled for the walker: its tables and how each read column is built."""
 
-    tables: tuple[np.ndarray, ...]
+    tables: tuple[Any, Any, Any, Any, Any, Any, Any]
     slots: np.ndarray
     inners: np.ndarray
     oneofs: np.ndarray
@@ -145,7 +145,9 @@ class WireReader:
             struct_type=struct_type,
         )
 
-    def read(self, data: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, pa.StructArray]:
+    def read(
+        self, data: np.ndarray, starts: np.ndarray, ends: np.ndarray
+    ) -> tuple[np.ndarray, pa.StructArray]:
         """The payloads `data[starts[i]:ends[i]]` read: per payload whether it was settled here, and
         the settled ones' records (in order) as one struct array of the reader's columns."""
         status, values, aux, seen = wire.scan_messages(
@@ -209,7 +211,9 @@ def _column(field: Any, arrow_type: pa.DataType) -> _Column | None:
     return _Column(field.type, bool(field.has_presence), names, arrow_type)
 
 
-def _build(column: _Column, data: np.ndarray, raw: np.ndarray, more: np.ndarray, present: np.ndarray) -> pa.Array:
+def _build(
+    column: _Column, data: np.ndarray, raw: np.ndarray, more: np.ndarray, present: np.ndarray
+) -> pa.Array:
     """One column's array from its slot's raw values (see `protobuf_wire.scan_messages`)."""
     mask = ~present if column.presence and not present.all() else None
     kind = column.field_type
@@ -235,7 +239,7 @@ def _build(column: _Column, data: np.ndarray, raw: np.ndarray, more: np.ndarray,
     return pa.array(numbers, column.arrow_type, mask=mask)
 
 
-def _numbers(kind: int, raw: np.ndarray) -> np.ndarray:
+def _numbers(kind: int, raw: np.ndarray) -> Any:
     """A scalar column's values from raw varints or fixed-width bits (as the runtime reads them)."""
     if kind in (TYPE_INT64, TYPE_SFIXED64):
         return raw
@@ -256,4 +260,3 @@ def _numbers(kind: int, raw: np.ndarray) -> np.ndarray:
     if kind in (TYPE_UINT64, TYPE_FIXED64):  # decimal(20,0), cast by Arrow: every value fits
         return raw.view(np.uint64)
     raise AssertionError(f"no wire reading for protobuf type {kind}")
-

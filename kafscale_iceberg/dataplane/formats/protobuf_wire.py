@@ -52,9 +52,9 @@ _WIRE_OF_KIND = (0, 1, 5, 2, 2, 2, 3)
 
 
 @njit(cache=True, nogil=True)
-def _varint(buf: Any, pos: int, end: int) -> tuple[int, int]:
+def _varint(buf: Any, pos: int, end: int) -> tuple[Any, int]:
     """The varint at `pos` (as int64 bits) and the position after it; -1 when it is cut or too long."""
-    result = 0
+    result: Any = 0
     shift = 0
     while pos < end:
         byte = np.int64(buf[pos])
@@ -71,9 +71,9 @@ def _varint(buf: Any, pos: int, end: int) -> tuple[int, int]:
 
 
 @njit(cache=True, nogil=True)
-def _fixed(buf: Any, pos: int, width: int) -> int:
+def _fixed(buf: Any, pos: int, width: int) -> Any:
     """`width` little-endian bytes at `pos` as int64 bits."""
-    result = 0
+    result: Any = 0
     for i in range(width):
         result |= np.int64(buf[pos + i]) << (8 * i)
     return result
@@ -148,7 +148,7 @@ def _scalar_end(buf: Any, pos: int, end: int, kind: int, wire: int, repeated: bo
 
 
 @njit(cache=True, nogil=True)
-def _field_of(message: int, number: int, lookup: Any, first: Any, counts: Any, numbers: Any) -> int:
+def _field_of(message: int, number: int, lookup: Any, first: Any, counts: Any, numbers: Any) -> Any:
     if number < LOOKUP:
         return lookup[message, number]
     for f in range(first[message], first[message] + counts[message]):
@@ -222,7 +222,7 @@ def _read_value(
         if pos >= 0:
             values[slot, r] = value
         return pos
-    if kind == FIXED64 or kind == FIXED32:  # noqa: PLR1714 - numba has no tuple membership of ints here
+    if kind in (FIXED64, FIXED32):
         width = 8 if kind == FIXED64 else 4
         if pos + width > end:
             return -1
