@@ -56,18 +56,17 @@ def _varint(buf: Any, pos: int, end: int) -> tuple[Any, int]:
     """The varint at `pos` (as int64 bits) and the position after it; -1 when it is cut or too long."""
     result: Any = 0
     shift = 0
-    while pos < end:
+    while pos < end and shift < 63:
         byte = np.int64(buf[pos])
         pos += 1
-        if shift == 63:
-            if byte > 1:
-                return 0, -1
-            return result | (byte << 63), pos
         result |= (byte & 0x7F) << shift
         if byte < 0x80:
             return result, pos
         shift += 7
-    return 0, -1
+    # The tenth byte (kept out of the loop: a branch there makes the loop several times slower).
+    if pos >= end or buf[pos] > 1:
+        return 0, -1
+    return result | (np.int64(buf[pos]) << 63), pos + 1
 
 
 @njit(cache=True, nogil=True)
@@ -148,13 +147,13 @@ def _scalar_end(buf: Any, pos: int, end: int, kind: int, wire: int, repeated: bo
 
 
 @njit(cache=True, nogil=True)
-def _field_of(message: int, number: int, lookup: Any, first: Any, counts: Any, numbers: Any) -> Any:
-    if number < LOOKUP:
-        return lookup[message, number]
+def _far_field(message: int, number: int, first: Any, counts: Any, numbers: Any) -> Any:
+    """The field of `message` numbered `number` (>= LOOKUP), or -1."""
+    found = -1
     for f in range(first[message], first[message] + counts[message]):
         if numbers[f] == number:
-            return f
-    return -1
+            found = f
+    return found
 
 
 @njit(cache=True, nogil=True)
@@ -164,50 +163,6 @@ def _tag(buf: Any, pos: int, end: int) -> tuple[int, int, int]:
     if pos < 0 or tag < 8 or tag > 0xFFFFFFFF:
         return 0, 0, -1
     return tag >> 3, tag & 7, pos
-
-
-@njit(cache=True, nogil=True)
-def _message_valid(
-    buf: Any,
-    pos: int,
-    end: int,
-    message: int,
-    depth: int,
-    tables: tuple[Any, Any, Any, Any, Any, Any, Any],
-    stack: Any,
-) -> bool:
-    """Whether `buf[pos:end]` parses as `message` (nested at `depth`), every field checked."""
-    lookup, first, counts, numbers, kinds, repeated, subs = tables
-    level = 0
-    stack[0, 0] = message
-    stack[0, 1] = end
-    while True:
-        stop = stack[level, 1]
-        if pos == stop:
-            if level == 0:
-                return True
-            level -= 1
-            continue
-        number, wire, pos = _tag(buf, pos, stop)
-        if pos < 0:
-            return False
-        f = _field_of(stack[level, 0], number, lookup, first, counts, numbers)
-        if f < 0:
-            pos = _skip(buf, pos, stop, wire)
-        elif kinds[f] == MESSAGE:
-            if wire != 2 or depth + level + 1 >= MAX_DEPTH:
-                return False
-            start, inner_end = _length(buf, pos, stop)
-            if start < 0:
-                return False
-            level += 1
-            stack[level, 0] = subs[f]
-            stack[level, 1] = inner_end
-            pos = start
-        else:
-            pos = _scalar_end(buf, pos, stop, kinds[f], wire, repeated[f])
-        if pos < 0:
-            return False
 
 
 @njit(cache=True, nogil=True)
@@ -290,51 +245,70 @@ def scan_messages(
     aux = np.zeros((width, count), np.int64)
     seen = np.zeros((width, count), np.uint8)
     last = np.full(max(oneof_count, 1), -1, np.int64)
-    stack = np.zeros((MAX_DEPTH + 1, 2), np.int64)
+    # Nested messages not read are checked on a stack (their message, where they end); level 0 is
+    # the record's message, whose fields come first in the tables (field f is its field f).
+    messages = np.zeros(MAX_DEPTH, np.int64)
+    stops = np.zeros(MAX_DEPTH, np.int64)
     for r in range(count):
         pos = starts[r]
-        end = ends[r]
+        stops[0] = ends[r]
+        level = 0
         last[:] = -1
-        while pos < end:
-            number, wire, pos = _tag(buf, pos, end)
+        while True:
+            stop = stops[level]
+            if pos == stop:
+                if level == 0:
+                    break
+                level -= 1
+                continue
+            number, wire, pos = _tag(buf, pos, stop)
             if pos < 0:
                 break
-            f = _field_of(0, number, lookup, first, counts, numbers)
+            message = messages[level]
+            # Inline, not a call: a call taking the tables costs more than the rest of the field.
+            f = (
+                lookup[message, number]
+                if number < LOOKUP
+                else _far_field(message, number, first, counts, numbers)
+            )
             if f < 0:
-                pos = _skip(buf, pos, end, wire)
+                pos = _skip(buf, pos, stop, wire)
                 if pos < 0:
                     break
                 continue
-            slot = slots[f]
-            group = oneofs[f]
-            if group >= 0 and last[group] != f:
-                last[group] = f  # a member set after another starts afresh
+            slot = slots[f] if level == 0 else -1
+            if level == 0 and oneofs[f] >= 0 and last[oneofs[f]] != f:
+                last[oneofs[f]] = f  # a member set after another starts afresh
                 if slot >= 0:
                     values[slot, r] = 0
                     aux[slot, r] = 0
             kind = kinds[f]
             if kind == MESSAGE:
-                start, stop = _length(buf, pos, end) if wire == 2 else (-1, -1)
+                start, inner_end = _length(buf, pos, stop) if wire == 2 else (-1, -1)
                 if start < 0:
                     pos = -1
-                    break
-                if slot >= 0:
-                    read = _read_inner(buf, start, stop, inners[f], values, aux, slot, r)
+                elif slot >= 0:
+                    pos = (
+                        inner_end
+                        if _read_inner(buf, start, inner_end, inners[f], values, aux, slot, r)
+                        else -1
+                    )
+                elif level + 1 < MAX_DEPTH:
+                    level += 1
+                    messages[level] = subs[f]
+                    stops[level] = inner_end
+                    pos = start
                 else:
-                    read = _message_valid(buf, start, stop, subs[f], 1, tables, stack)
-                if not read:
                     pos = -1
-                    break
-                pos = stop
             elif slot >= 0:
-                pos = _read_value(buf, pos, end, kind, wire, values, aux, slot, r)
+                pos = _read_value(buf, pos, stop, kind, wire, values, aux, slot, r)
             else:
-                pos = _scalar_end(buf, pos, end, kind, wire, repeated[f])
+                pos = _scalar_end(buf, pos, stop, kind, wire, repeated[f])
             if pos < 0:
                 break
             if slot >= 0:
                 seen[slot, r] = 1
-        if pos != end:
+        if pos != ends[r]:
             status[r] = FALLBACK
             continue
         for slot in range(width):
