@@ -4,10 +4,13 @@ After the wire header (`wire.py`) comes the message-index path, zig-zag varints:
 many indexes (the message's place in the schema file: a top-level message, then nested ones); the
 single byte `0` stands for `[0]`, the file's first message. Then the payload.
 
-Records are grouped by (schema id, message); each group's payloads are parsed by the runtime's
-message class (upb, compiled, where the process imports protobuf with it: see `docs/benchmarks.md`)
-and read into one Arrow struct array, column by column, by readers compiled once per message
-(`domain/protobuf_schemas.py` gives the columns). Schemas are compiled by `protobuf_schemas.py`.
+Records are grouped by (schema id, message). When the run's columns of the message are all flat, a
+compiled wire reader (`protobuf_reader.py`, `protobuf_wire.py`) reads them from the payload bytes and
+builds the struct array without the protobuf runtime; what it refuses (other messages, and single
+records it is not sure of) is parsed by the runtime's message class (upb, compiled, where the process
+imports protobuf with it: see `docs/benchmarks.md`) and read into one Arrow struct array, column by
+column, by readers compiled once per message (`domain/protobuf_schemas.py` gives the columns).
+Schemas are compiled by `protobuf_schemas.py`.
 
 Values without the wire prefix are read with `value_subject`'s latest schema and its message
 `value_message` (default: the file's first message) when the mapping names a subject, else are
