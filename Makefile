@@ -3,6 +3,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# LocalStack's own venv (Python 3.13; `make test` builds it: tool-localstack below).
+LOCALSTACK_VENV := .venv-localstack
+LOCALSTACK_PYTHON ?= $(or $(lastword $(sort $(wildcard $(HOME)/.pyenv/versions/3.13*/bin/python3.13))),3.13)
 
 export PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION := python
 export SPARK_LOCAL_IP := 127.0.0.1
@@ -21,8 +24,8 @@ $(STAMP): pyproject.toml | $(BIN)/uv
 
 install: $(STAMP)
 
-# `make test` runs every test, the AWS flow (test-aws) included.
-test: $(STAMP)
+# `make test` runs every test, the AWS flow (test-aws) and the LocalStack deploy test included.
+test: $(STAMP) $(LOCALSTACK_VENV)/.installed
 	$(BIN)/pytest tests
 
 # The fast loop: every test that needs no JVM (local Spark), linter or subprocess CLI, under 2 minutes on
@@ -114,7 +117,7 @@ bench-soak: $(STAMP)
 	$(BIN)/python -m bench.soak $(SOAK_ARGS)
 
 clean:
-	rm -rf $(VENV) .venv-sam .venv-checkov .tools-node .aws-sam build *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venv-sam .venv-checkov .venv-localstack .tools-node .aws-sam build *.egg-info .pytest_cache .mypy_cache .ruff_cache
 
 # -- Deployment (docs/deploy.md) -------------------------------------------------------------------------
 # The template's checks run in `make test` (tests/test_template.py); `deploy-check` runs the linters alone.
@@ -142,7 +145,7 @@ SPARK_VENV_ARCHIVE := kafscale-iceberg-venv.tar.gz
 DRY_RUN ?=
 RUN := $(if $(DRY_RUN),@echo ,)
 
-.PHONY: tool-venvs tool-node deploy-check package-spark lambda-requirements
+.PHONY: tool-venvs tool-node tool-localstack deploy-check package-spark lambda-requirements
 
 $(SAM_VENV)/.installed: infra/tools/sam-cli.txt | $(BIN)/uv
 	rm -rf $(SAM_VENV)
@@ -157,6 +160,16 @@ $(CHECKOV_VENV)/.installed: infra/tools/checkov.txt | $(BIN)/uv
 	touch $@
 
 tool-venvs: $(SAM_VENV)/.installed $(CHECKOV_VENV)/.installed
+
+# LocalStack's host mode (no Docker) for tests/test_deploy_localstack.py: it imports only under Python
+# 3.13, so its venv is built for pyenv's 3.13 when there is one, else for a 3.13 uv finds or downloads.
+$(LOCALSTACK_VENV)/.installed: infra/tools/localstack.txt | $(BIN)/uv
+	rm -rf $(LOCALSTACK_VENV)
+	$(BIN)/uv venv --quiet --python $(LOCALSTACK_PYTHON) $(LOCALSTACK_VENV)
+	$(BIN)/uv pip install --quiet --compile-bytecode --python $(LOCALSTACK_VENV)/bin/python -r infra/tools/localstack.txt
+	touch $@
+
+tool-localstack: $(LOCALSTACK_VENV)/.installed
 
 # asl-validator (npm) for the state machine definition (tests/test_state_machine.py).
 NODE_TOOLS := .tools-node

@@ -3,7 +3,7 @@
 `run_compaction_job(spark, job_uri)` is the whole job against an existing SparkSession (the EMR
 entry point `spark_app/main.py --compaction <uri>` and the local runner both call it). One Spark task
 per group (one Iceberg partition's small files): it reads the files through the table metadata the
-job was planned from (`adapters/iceberg_maintenance.rewrite_job_group`, no catalog) and writes them
+job was planned from (`adapters/iceberg_compaction_files.rewrite_job_group`, no catalog) and writes them
 one Kafka partition per file, in offset order, at about the target size, under the job's folder.
 The driver writes the result beside the job; the maintenance pass checks and commits it.
 
@@ -41,7 +41,7 @@ class GroupRewriter:
     s3: S3Settings
 
     def __call__(self, indexes: Iterable[int]) -> Iterator[str]:
-        from kafscale_iceberg.adapters.iceberg_maintenance import rewrite_job_group  # noqa: PLC0415
+        from kafscale_iceberg.adapters.iceberg_compaction_files import rewrite_job_group  # noqa: PLC0415
 
         job = CompactionJob.model_validate_json(self.job_json)
         sink = StagedFileStore(self.s3)

@@ -7,6 +7,7 @@ free of JVMs, linters, subprocesses and traffic off the machine.
 pytest_plugins = [
     "pytester",
     "tests.support.moto",
+    "tests.support.localstack",
     "tests.support.etcd",
     "tests.support.checkpoints",
     "tests.support.spark_job",

@@ -11,11 +11,14 @@ data plane's tasks in this process (`spark_app/job.py`'s stages call the same `o
 
 from __future__ import annotations
 
+import datetime
 import decimal
+import struct
 from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
+import pytest
 
 from kafscale_iceberg.adapters.confluent_registry import ConfluentSchemaRegistry
 from kafscale_iceberg.adapters.data_files import StagedFileStore
@@ -204,3 +207,36 @@ def test_a_registry_outage_fails_the_run_transiently_and_dead_letters_nothing(
     assert result.failure is not None
     assert result.failure.kind is FailureKind.REGISTRY_UNAVAILABLE
     assert result.counts.dead_lettered == 0
+
+
+SHIFT = {
+    "type": "record",
+    "name": "Shift",
+    "namespace": "shop",
+    "fields": [
+        {"name": "opens", "type": {"type": "int", "logicalType": "time-millis"}},
+        {"name": "closes", "type": ["null", {"type": "long", "logicalType": "time-micros"}], "default": None},
+    ],
+}
+
+
+def test_avro_times_of_day_land_in_iceberg_time_columns_that_readers_read_as_times(
+    tmp_path: Path, schema_registry: StandInRegistry
+) -> None:
+    opens, closes = datetime.time(9, 30, 15, 250_000), datetime.time(23, 59, 59, 999_999)
+    values = Producer(schema_registry).values(SHIFT, [{"opens": opens, "closes": closes}])
+    plan, result = avro_run(tmp_path / "r1", values, None, schema_registry)
+    assert result.status is RunStatus.SUCCEEDED
+    commit(sql_committer(tmp_path), plan, result, -1, 0)
+
+    columns, rows = _table_rows(tmp_path)
+    assert (columns["opens"], columns["closes"]) == ("time", "time")
+    assert [(r["opens"], r["closes"]) for r in rows] == [(opens, closes)]
+    table = load_iceberg_catalog(sql_settings(tmp_path)).load_table(TABLE)
+    (task,) = table.scan().plan_files()
+    opens_id = table.schema().find_field("opens").field_id
+    assert task.file.lower_bounds[opens_id] == struct.pack("<q", 34_215_250_000)  # µs since midnight
+    duckdb = pytest.importorskip("duckdb")  # an independent reader of the committed file
+    assert duckdb.sql(
+        f"SELECT typeof(opens), CAST(closes AS VARCHAR) FROM read_parquet('{task.file.file_path}')"
+    ).fetchall() == [("TIME", "23:59:59.999999")]

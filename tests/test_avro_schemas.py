@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import fastavro
 import pytest
 
-from kafscale_iceberg.domain.avro_schemas import avro_columns
+from kafscale_iceberg.domain.avro_schemas import avro_columns, with_references
 from kafscale_iceberg.domain.runs import ColumnSpec, ColumnType
 from kafscale_iceberg.domain.schema_evolution import evolved_columns, widened_parts
 from kafscale_iceberg.exceptions import RecordSchemaError
@@ -47,8 +48,8 @@ def _type_of(avro: object) -> str:
         ),
         ({"type": "string", "logicalType": "uuid"}, "uuid"),
         ({"type": "int", "logicalType": "date"}, "date"),
-        ({"type": "int", "logicalType": "time-millis"}, "long"),
-        ({"type": "long", "logicalType": "time-micros"}, "long"),
+        ({"type": "int", "logicalType": "time-millis"}, "time"),
+        ({"type": "long", "logicalType": "time-micros"}, "time"),
         ({"type": "long", "logicalType": "timestamp-millis"}, "timestamptz"),
         ({"type": "long", "logicalType": "timestamp-micros"}, "timestamptz"),
         ({"type": "long", "logicalType": "local-timestamp-millis"}, "timestamp"),
@@ -77,6 +78,15 @@ def test_a_named_type_used_again_is_read_from_its_first_definition() -> None:
     point = _record({"name": "x", "type": "int"}, name="Point")
     schema = _record({"name": "a", "type": point}, {"name": "b", "type": "Point"})
     assert [c.type_name for c in avro_columns(schema, schema_name="x")] == ["struct<x: int>"] * 2
+
+
+def test_a_referenced_type_of_the_null_namespace_keeps_its_name_inside_a_namespaced_record() -> None:
+    point = _record({"name": "x", "type": "int"}, name="Point")  # no namespace
+    order = {**_record({"name": "at", "type": "Point"}), "namespace": "shop"}
+    inlined = with_references(order, [point])
+    assert inlined["fields"][0]["type"] == {**point, "namespace": ""}  # type: ignore[index]
+    assert fastavro.parse_schema(inlined)["fields"][0]["type"]["name"] == "Point"  # not shop.Point
+    assert [c.type_name for c in avro_columns(inlined, schema_name="x")] == ["struct<x: int>"]
 
 
 def test_a_recursive_schema_is_refused_naming_the_schema_and_the_field() -> None:

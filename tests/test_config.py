@@ -641,7 +641,9 @@ def test_unknown_column_type_names_its_key_path_value_and_allowed_types() -> Non
     ]
     problem = problems_of(data)["mappings[2].schema.columns[0].type"]
     assert problem.startswith("'datetime' is not allowed; allowed values: 'boolean', 'int', 'long'")
-    assert "'timestamp', 'date', 'timestamptz', 'uuid', 'decimal', 'struct', 'list' or 'map'" in problem
+    assert (
+        "'timestamp', 'date', 'timestamptz', 'uuid', 'time', 'decimal', 'struct', 'list' or 'map'" in problem
+    )
 
 
 def test_column_name_is_required() -> None:

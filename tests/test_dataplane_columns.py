@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kafscale_iceberg.dataplane import json_scan as js
-from kafscale_iceberg.dataplane.columns import ColumnScanner, parse_columns
+from kafscale_iceberg.dataplane.columns import SCANNED_TYPES, ColumnScanner, parse_columns
 from kafscale_iceberg.domain.runs import ColumnSpec, ColumnType
 
 # Every type the scanner builds (the types without parts, and decimals: a wide and a narrow one).
@@ -21,7 +21,7 @@ COLUMNS = (
     *(
         ColumnSpec(name=f"c_{t.value}", type=t)
         for t in ColumnType
-        if t not in (ColumnType.DECIMAL, ColumnType.STRUCT, ColumnType.LIST, ColumnType.MAP, ColumnType.UUID)
+        if t in SCANNED_TYPES and t is not ColumnType.DECIMAL
     ),
     ColumnSpec(name="c_decimal", type=ColumnType.DECIMAL, precision=38, scale=10),
     ColumnSpec(name="c_cents", type=ColumnType.DECIMAL, precision=5, scale=2),

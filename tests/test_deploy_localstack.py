@@ -1,19 +1,31 @@
-"""End to end through the wiring template.yaml declares: a segment PUT -> the segment events queue (S3
-notification of a stack-created bucket, or KafScale's bucket through the EventBridge rule) -> the router
-handler with the router's environment from the template -> one work item on the FIFO work queue.
+"""End to end through the wiring template.yaml declares, on moto server and on LocalStack community.
 
-The queues, the notification filter, the EventBridge pattern and the queue policy are built from the
-template's own properties. It runs against moto server always, and against LocalStack when an endpoint
-answers (`LOCALSTACK_ENDPOINT`, default http://localhost:4566); LocalStack needs Docker, so without it
-that variant skips and says so.
+A segment PUT -> the segment events queue (S3 notification of a stack-created bucket, or KafScale's
+bucket through the EventBridge rule) -> the router handler with the router's environment from the
+template -> one work item on the FIFO work queue. Then, on LocalStack only (the AWS box runs the same
+definition on moto's interpreter with the real handlers), the run state machine as CloudFormation
+hands it to Step Functions (`DefinitionSubstitutions` applied, the deployed work queue's URL in it) is
+created and executed by LocalStack's own ASL interpreter, both runners' paths, its SQS tasks sending
+to the deployed FIFO work queue for real.
+
+The queues, the notification filter, the EventBridge pattern, the queue policy and the state machine
+are built from the template's own properties, through the services' APIs (not CloudFormation: the
+template is SAM, and most of its resources are ones LocalStack community cannot run). LocalStack runs
+in host mode, started once per session (`tests/support/localstack.py`; `make test` builds its Python
+3.13 venv). What LocalStack community cannot do, so what this does not cover: Lambda (it needs
+Docker: the router runs in this process, and the state machine's Lambda tasks are LocalStack's mocked
+service integrations, answering what the steps answer), EMR Serverless and Glue (paid plan), the
+`emr-serverless:startJobRun.sync` integration (LocalStack's Step Functions offers only the callback
+pattern for EMR Serverless and fails the state with `States.Runtime`, mocked or not: the EMR branch
+runs in the AWS box only), mocking an error in the `States.` namespace (a failed job's
+`States.TaskFailed`), and IAM enforcement (tests/support/aws_box.py checks every call against the
+template's roles).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,16 +36,22 @@ import boto3
 import pytest
 
 from functions import runtime
-from kafscale_iceberg.domain.events import WorkItem
+from kafscale_iceberg.domain.events import TopicSignal, WorkItem
+from kafscale_iceberg.domain.leases import LeaseGrant
+from kafscale_iceberg.domain.runner_choice import RunnerKind
+from kafscale_iceberg.domain.runs import RunPlan
+from kafscale_iceberg.domain.tickets import RunTicket
+from tests.support.aws_box import substituted_definition
 from tests.support.cfn_template import Deployment, functions
 from tests.support.lambdas import LambdaContext
+from tests.support.localstack import LocalStack
 from tests.support.moto import MotoEndpoint
+from tests.support.plans import sample_plan_fields
 from tests.support.segments import put_segment
 
 REGION = "us-east-1"
 NAMESPACE = "production"
 EVENTS = Path(__file__).resolve().parent.parent / "events"
-LOCALSTACK_DEFAULT = "http://localhost:4566"
 
 
 @dataclass(frozen=True)
@@ -51,28 +69,12 @@ class Backend:
         )
 
 
-def localstack_or_skip() -> Backend:
-    endpoint = os.environ.get("LOCALSTACK_ENDPOINT", LOCALSTACK_DEFAULT).rstrip("/")
-    try:
-        with urllib.request.urlopen(f"{endpoint}/_localstack/health", timeout=3) as response:
-            health = json.loads(response.read())
-    except (OSError, ValueError) as exc:
-        pytest.skip(
-            f"no LocalStack answers at {endpoint} ({exc}); it needs Docker: start it and set "
-            "LOCALSTACK_ENDPOINT to run this variant (the moto variant ran)"
-        )
-    services = health.get("services", {})
-    missing = [s for s in ("s3", "sqs", "events") if services.get(s) not in {"available", "running"}]
-    if missing:
-        pytest.skip(f"LocalStack at {endpoint} does not offer {', '.join(missing)}: {services}")
-    return Backend("localstack", endpoint)
-
-
-@pytest.fixture(params=["moto", "localstack"])
+@pytest.fixture(params=["moto", pytest.param("localstack", marks=pytest.mark.slow)])
 def backend(request: pytest.FixtureRequest, moto_server: MotoEndpoint) -> Backend:
     if request.param == "moto":
         return Backend("moto", moto_server.url)
-    return localstack_or_skip()
+    localstack: LocalStack = request.getfixturevalue("localstack")
+    return Backend("localstack", localstack.url)
 
 
 @dataclass
@@ -264,3 +266,181 @@ def test_a_segment_put_becomes_one_work_item_through_the_template_wiring(
     assert work_item["Attributes"]["MessageGroupId"] == "orders"
     item = WorkItem.model_validate_json(work_item["Body"])
     assert (item.topic, item.partition, item.base_offset, item.last_offset) == ("orders", 0, 0, 4)
+
+
+# ---------------------------------------------------------------------------------------------------
+# The run state machine on LocalStack's Step Functions
+
+
+class DeployedRuns:
+    """The run state machine as deployed on LocalStack, beside the template's queues; its Lambda
+    (and EMR) tasks answered by Step Functions' mocked service integrations, one test case a run."""
+
+    def __init__(self, localstack: LocalStack) -> None:
+        self.localstack = localstack
+        self.wiring = TemplateWiring(Backend("localstack", localstack.url), {})
+        self.queues = self.wiring.deploy_queues()
+        self.sfn = self.wiring.backend.client("stepfunctions")
+        definition = substituted_definition(self.wiring.deployment)
+        for made_up, real in self.wiring.real.items():
+            definition = definition.replace(made_up, real)
+        assert self.queues.work_url in definition  # SignalAfterCommit/-Abort send to the deployed queue
+        self.name = f"{self.wiring.prefix}-runs"
+        self.arn: str = self.sfn.create_state_machine(
+            name=self.name,
+            definition=definition,
+            roleArn=self.wiring.deployment.attribute("RunStateMachineRole", "Arn"),
+            type=self.wiring.deployment.resources["RunStateMachine"]["Properties"]["Type"],
+        )["stateMachineArn"]
+
+    def function_arn(self, logical_id: str) -> str:
+        arn: str = self.wiring.deployment.attribute(logical_id, "Arn")
+        return arn
+
+    def run(self, ticket: RunTicket, mocked: dict[str, dict[str, Any]]) -> tuple[dict[str, Any], list[Any]]:
+        """Execute the run of `ticket` with these states' answers (state name -> `Return`/`Throw`);
+        returns the finished execution and its history."""
+        case = f"run{uuid4().hex[:8]}"
+        self.localstack.mock_step_functions(
+            {
+                "StateMachines": {self.name: {"TestCases": {case: {s: f"{case}-{s}" for s in mocked}}}},
+                "MockedResponses": {f"{case}-{s}": {"0": answer} for s, answer in mocked.items()},
+            }
+        )
+        execution = self.sfn.start_execution(
+            stateMachineArn=f"{self.arn}#{case}",
+            name=ticket.run_id,
+            input=json.dumps({"ticket": ticket.model_dump(mode="json")}),
+        )["executionArn"]
+        deadline = time.monotonic() + 60
+        while (described := self.sfn.describe_execution(executionArn=execution))["status"] == "RUNNING":
+            assert time.monotonic() < deadline, "the execution did not end within 60 s"
+            time.sleep(0.2)
+        events = self.sfn.get_execution_history(executionArn=execution, maxResults=1000)["events"]
+        return described, events
+
+
+def _invoked(payload: dict[str, Any]) -> dict[str, Any]:
+    """What `lambda:invoke` returns when the function returned `payload`."""
+    return {"Return": {"StatusCode": 200, "ExecutedVersion": "$LATEST", "Payload": payload}}
+
+
+def _entered(events: list[Any]) -> list[str]:
+    return [e["stateEnteredEventDetails"]["name"] for e in events if "stateEnteredEventDetails" in e]
+
+
+def _scheduled(events: list[Any], resource_type: str, resource: str) -> list[dict[str, Any]]:
+    return [
+        json.loads(e["taskScheduledEventDetails"]["parameters"])
+        for e in events
+        if e["type"] == "TaskScheduled"
+        and (e["taskScheduledEventDetails"]["resourceType"], e["taskScheduledEventDetails"]["resource"])
+        == (resource_type, resource)
+    ]
+
+
+def _ticket(runner: RunnerKind) -> RunTicket:
+    plan = RunPlan.model_validate(sample_plan_fields())
+    grant = LeaseGrant(
+        topic=plan.topic,
+        owner_id="launcher",
+        run_id=plan.run_id,
+        token=1,
+        lease_id=7,
+        ttl_seconds=900,
+        claimed_at_ms=1,
+    )
+    return RunTicket(
+        topic=plan.topic,
+        run_id=plan.run_id,
+        plan_uri="s3://runs/orders/r/plan.json",
+        grant=grant,
+        runner=runner,
+    )
+
+
+@pytest.fixture
+def deployed_runs(localstack: LocalStack) -> DeployedRuns:
+    return DeployedRuns(localstack)
+
+
+@pytest.mark.slow
+def test_a_lambda_run_goes_to_the_runner_function_then_commits_and_signals_the_deployed_work_queue(
+    deployed_runs: DeployedRuns,
+) -> None:
+    ticket = _ticket(RunnerKind.LAMBDA)
+    signal = TopicSignal(topic=ticket.topic, reason="run committed", nonce=ticket.run_id).sqs_message()
+    execution, events = deployed_runs.run(
+        ticket,
+        {
+            "StartJob": _invoked({"ticket": ticket.model_dump(mode="json"), "job": {}}),
+            "RunInLambda": _invoked({"run_id": ticket.run_id}),
+            "Commit": _invoked({"topic": ticket.topic, "table_committed": True, "signal": signal}),
+        },
+    )
+
+    assert execution["status"] == "SUCCEEDED", events[-3:]
+    entered = _entered(events)
+    assert "WaitOnJob" not in entered
+    assert [s for s in entered if s in {"StartJob", "RunInLambda", "Commit", "SignalAfterCommit"}] == [
+        "StartJob",
+        "RunInLambda",
+        "Commit",
+        "SignalAfterCommit",
+    ]
+    assert entered[-1] == "Committed"
+    (runner_call,) = [
+        p
+        for p in _scheduled(events, "lambda", "invoke")
+        if p["FunctionName"] == deployed_runs.function_arn("PlanRunnerFunction")
+    ]
+    assert runner_call["Payload"] == {"ticket": ticket.model_dump(mode="json")}
+    (sent,) = receive_all(deployed_runs.wiring.sqs, deployed_runs.queues.work_url, expect=1, wait_s=5)
+    assert sent["Attributes"]["MessageGroupId"] == signal["MessageGroupId"]
+    assert sent["Attributes"]["MessageDeduplicationId"] == signal["MessageDeduplicationId"]
+    assert TopicSignal.model_validate_json(sent["Body"]).reason == "run committed"
+
+
+@pytest.mark.slow
+def test_a_runner_killed_at_its_timeout_is_aborted_and_its_topic_resignalled_after_the_backoff(
+    deployed_runs: DeployedRuns,
+) -> None:
+    """RunInLambda has no Catch: Lambda's error for a killed invocation fails the branch, RunJob's
+    Catch describes it and the abort step records it; its re-signal goes out after the backoff."""
+    ticket = _ticket(RunnerKind.LAMBDA)
+    retry = TopicSignal(topic=ticket.topic, reason="retry after a failed run", nonce="n1").sqs_message()
+    execution, events = deployed_runs.run(
+        ticket,
+        {
+            "StartJob": _invoked({"ticket": ticket.model_dump(mode="json"), "job": {}}),
+            "RunInLambda": {
+                "Throw": {"Error": "Sandbox.Timedout", "Cause": "Task timed out after 900.00 seconds"}
+            },
+            "Abort": _invoked(
+                {"topic": ticket.topic, "resignal_after_seconds": 1, "alarm": False, "signal": retry}
+            ),
+        },
+    )
+
+    assert (execution["status"], execution.get("error")) == ("FAILED", "RunAborted"), events[-3:]
+    entered = _entered(events)
+    assert "Commit" not in entered
+    assert [s for s in entered if s in {"RunInLambda", "Abort", "Backoff", "SignalAfterAbort"}] == [
+        "RunInLambda",
+        "Abort",
+        "Backoff",
+        "SignalAfterAbort",
+    ]
+    (aborting,) = [
+        p
+        for p in _scheduled(events, "lambda", "invoke")
+        if p["FunctionName"] == deployed_runs.function_arn("AbortFunction")
+    ]
+    assert aborting["Payload"] == {
+        "ticket": ticket.model_dump(mode="json"),
+        "reason": "the job or its lease renewal failed: Sandbox.Timedout: "
+        "Task timed out after 900.00 seconds",
+    }
+    (sent,) = receive_all(deployed_runs.wiring.sqs, deployed_runs.queues.work_url, expect=1, wait_s=5)
+    assert sent["Attributes"]["MessageDeduplicationId"] == retry["MessageDeduplicationId"]
+    assert TopicSignal.model_validate_json(sent["Body"]).reason == "retry after a failed run"

@@ -3,6 +3,7 @@ failures counted, bounds that no reader misreads (issue 23, "found by an indepen
 
 from __future__ import annotations
 
+import datetime
 import decimal
 import uuid
 from pathlib import Path
@@ -184,3 +185,28 @@ def test_duckdb_reads_the_committed_files_values_exactly(tmp_path: Path) -> None
         ("12345678901234567890.1230000000", "UUID", UUIDS[0], "0.1000000000"),
         ("-9999999999999999999999999999.9999999999", "UUID", UUIDS[1], None),
     ]
+
+
+def test_time_columns_take_json_times_of_day_with_their_real_bounds_and_count_the_rest(
+    tmp_path: Path,
+) -> None:
+    opens = ColumnSpec(name="opens", type=ColumnType.TIME)
+    slot = ColumnSpec(
+        name="slot", type=ColumnType.STRUCT, fields=(ColumnSpec(name="at", type=ColumnType.TIME),)
+    )
+    values = [
+        b'{"opens": "09:30:15.25", "slot": {"at": "00:00"}}',
+        b'{"opens": "23:59:59.999999"}',
+        b'{"opens": "12:00:00+02:00", "slot": {"at": 43200000}}',  # an offset, a number: not times of day
+        b'{"opens": "2024-01-04T12:00:00"}',
+    ]
+    result, table = _land(tmp_path, (opens, slot), values)
+    assert result.counts.conversion_failures == {"opens": 2, "slot": 1}
+    assert _column(table, "opens") == [
+        datetime.time(9, 30, 15, 250_000),
+        datetime.time(23, 59, 59, 999_999),
+        None,
+        None,
+    ]
+    assert _column(table, "slot") == [{"at": datetime.time(0, 0)}, None, {"at": None}, None]
+    assert _bounds(table, "opens") == (34_215_250_000, 86_399_999_999)  # µs since midnight

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 import json
+from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
@@ -53,8 +54,9 @@ def _values(registry: StandInRegistry, records: list[dict[str, Any]]) -> list[by
     return encoded
 
 
-def _decoder(registry: StandInRegistry) -> JsonSchemaDecoder:
-    return JsonSchemaDecoder(SchemaCache(ConfluentSchemaRegistry(RegistrySettings(url=registry.url))))
+def _decoder(registry: StandInRegistry, columns: list[ColumnSpec] | None = None) -> JsonSchemaDecoder:
+    registry_client = ConfluentSchemaRegistry(RegistrySettings(url=registry.url))
+    return JsonSchemaDecoder(SchemaCache(registry_client), columns=columns or ())
 
 
 def test_json_schema_records_land_in_the_columns_the_registry_mapping_gives(
@@ -119,3 +121,31 @@ def test_columns_listed_by_the_mapping_take_the_properties_of_that_name(
         ColumnSpec(name="id", type=ColumnType.LONG),
     ]
     assert [a.to_pylist() for a in conform(decoded, columns).arrays] == [["bo"], [2**40]]
+
+
+def test_numbers_land_exact_in_decimal_columns_and_what_a_column_cannot_hold_is_counted(
+    schema_registry: StandInRegistry,
+) -> None:
+    (good,) = _values(schema_registry, [{"id": 1}])
+    prefix = good[:5]  # the wire header of the registered ORDER schema
+    payloads = [
+        b'{"id": 1, "total": 12345678901234567890.123, "delivery": {"floor": 3}}',
+        b'{"id": 2, "total": 0.1, "delivery": {"floor": 12345678901234567890123}}',
+        b'{"id": 3, "total": 1.00000000001}',
+    ]
+    columns = [
+        ColumnSpec(name="total", type=ColumnType.DECIMAL, precision=38, scale=10),
+        ColumnSpec(
+            name="delivery",
+            type=ColumnType.STRUCT,
+            fields=(ColumnSpec(name="floor", type=ColumnType.DECIMAL, precision=10, scale=0),),
+        ),
+    ]
+    decoded = _decoder(schema_registry, columns).decode(pa.array([prefix + p for p in payloads], pa.binary()))
+    assert decoded.errors == {}
+    conformed = conform(decoded, columns)
+    total, delivery = (a.to_pylist() for a in conformed.arrays)
+    assert total == [Decimal("12345678901234567890.1230000000"), Decimal("0.1000000000"), None]
+    assert delivery == [{"floor": Decimal(3)}, {"floor": None}, None]
+    assert conformed.failed(0).tolist() == [False, False, True]  # 11 fraction digits: never rounded
+    assert conformed.failed(1).tolist() == [False, True, False]  # 23 digits in a decimal(10,0)

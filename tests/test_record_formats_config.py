@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from kafscale_iceberg.domain.runs import ValueFormat
+from kafscale_iceberg.domain.runs import KeyFormat, ValueFormat
 from tests.test_config import load, minimal, problems_of
 
 REGISTRY = {"url": "https://registry.example.com/", "username": "reader", "password": "s3cret"}
@@ -65,3 +65,58 @@ def test_lenient_mode_needs_no_json_schema_registry_for_self_described_formats()
     data = with_mapping(value_format="connect_json")
     data["schema"] = {"mode": "lenient"}
     assert load(data).schema_.mode == "lenient"
+
+
+KEY_COLUMNS = {"columns": [{"name": "key_id", "type": "long"}, {"name": "total", "type": "double"}]}
+
+
+def test_a_decoded_key_format_with_listed_key_columns_loads() -> None:
+    data = with_mapping(key_format="AVRO", key_subject="orders-key", schema=KEY_COLUMNS)
+    data["schema_registry"] = REGISTRY
+    (mapping,) = load(data).mappings
+    assert (mapping.key_format, mapping.key_subject) == (KeyFormat.AVRO, "orders-key")
+
+
+@pytest.mark.parametrize(
+    ("keys", "key", "problem"),
+    [
+        (
+            {"key_format": "avro", "schema": {"columns": [{"name": "total", "type": "long"}]}},
+            "key_format",
+            "'key_<field>'",
+        ),
+        ({"key_format": "avro", "value_format": "avro"}, "key_format", "list the key's fields"),
+        ({"key_subject": "orders-key"}, "key_subject", "not raw"),
+        (
+            {"key_format": "json", "key_subject": "orders-key", "schema": KEY_COLUMNS},
+            "key_subject",
+            "not json",
+        ),
+        (
+            {"key_format": "avro", "key_message": "Key", "schema": KEY_COLUMNS},
+            "key_message",
+            "protobuf keys only",
+        ),
+        (
+            {"key_format": "json", "schema": KEY_COLUMNS, "upsert": {"key": ["key_id"]}},
+            "upsert",
+            "not supported",
+        ),
+        (
+            {"key_format": "json", "schema": KEY_COLUMNS, "lfs": {"mode": "resolve"}},
+            "lfs.mode",
+            "must be off",
+        ),
+    ],
+)
+def test_what_a_decoded_key_cannot_do_is_refused_naming_the_key(
+    keys: dict[str, Any], key: str, problem: str
+) -> None:
+    data = with_mapping(**keys)
+    data["schema_registry"] = REGISTRY
+    assert problem in problems_of(data)[f"mappings[0].{key}"]
+
+
+def test_a_registered_key_format_without_a_registry_is_refused_naming_the_key() -> None:
+    problems = problems_of(with_mapping(key_format="protobuf", schema=KEY_COLUMNS))
+    assert "needs the top-level schema_registry" in problems["mappings[0].key_format"]

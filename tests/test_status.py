@@ -482,6 +482,36 @@ def test_conversion_failures_are_summed_over_the_topics_commits_and_printed(
     assert "  not converted at 5, total 1 (stored null; the value column keeps them)" in out.splitlines()
 
 
+def test_dead_letters_are_summed_per_reason_over_the_topics_commits_and_printed(
+    sqlite_world: World, capsys: pytest.CaptureFixture[str]
+) -> None:
+    world = sqlite_world
+    for base in (0, 10):
+        world.put(0, base, 10)
+    runs = (
+        ((-1, 9), {"undecodable": 2, "unknown_schema": 1}),
+        ((9, 19), {"undecodable": 3, "wire_format": 1}),
+    )
+    for (start, end), reasons in runs:
+        plan = world.runs.plan({0: (start, end)})
+        result = world.runs.result(plan)
+        result = result.model_copy(
+            update={"counts": result.counts.model_copy(update={"dead_letter_reasons": reasons})}
+        )
+        CommitService(world.tables, world.store).commit_run(
+            plan, result, world.claim(plan.run_id), TablePolicy(create_table_if_missing=True)
+        )
+
+    assert world.topic().dead_letters == {"undecodable": 5, "unknown_schema": 1, "wire_format": 1}
+    assert main(["status", "--config", str(_config_file(world))]) == 0
+    out = capsys.readouterr().out
+    expected = (
+        "  dead letters undecodable 5, unknown_schema 1, wire_format 1"
+        " (rows of the dead-letter table, by error_kind)"
+    )
+    assert expected in out.splitlines()
+
+
 def test_a_quarantined_segment_is_shown_with_the_command_that_brings_it_back(
     sqlite_world: World, capsys: pytest.CaptureFixture[str]
 ) -> None:

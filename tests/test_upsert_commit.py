@@ -7,9 +7,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from kafscale_iceberg.adapters.data_files import StagedFileStore
 from kafscale_iceberg.adapters.iceberg_maintenance import IcebergTableMaintainer
 from kafscale_iceberg.domain.commits import TableCommit, TableState
+from kafscale_iceberg.domain.leases import LeaseGrant
 from kafscale_iceberg.domain.runs import PartitionField, PartitionTransform
 from kafscale_iceberg.domain.upsert import (
     SUMMARY_UPSERT_DELETED,
@@ -17,9 +20,16 @@ from kafscale_iceberg.domain.upsert import (
     SUMMARY_UPSERT_INSERTED,
     SUMMARY_UPSERT_UPDATED,
 )
-from kafscale_iceberg.metrics import record_commit
+from kafscale_iceberg.exceptions import RunSupersededError
+from kafscale_iceberg.local.pipeline import RunEnd, RunReport
+from kafscale_iceberg.local.wiring import MetricsObserver
+from kafscale_iceberg.metrics import record_commit, record_commit_failure
 from kafscale_iceberg.metrics.definitions import Sample
+from kafscale_iceberg.services.commit import CommitService
+from kafscale_iceberg.services.run_writes import TablePolicy
 from tests.support.upsert_world import TABLE, UpsertWorld
+
+DEAD_LETTERS = "prod.orders_dead_letters"
 
 
 def row(key: int, name: str) -> tuple[object, object]:
@@ -220,3 +230,81 @@ def test_a_bucket_partitioned_table_rewrites_only_the_buckets_of_the_changed_key
     assert 1 <= int(summary(world)[SUMMARY_UPSERT_FILES_REWRITTEN]) <= 2 < files
     scan = world.catalog.load_table(TABLE).scan(row_filter="id == 7")
     assert [row["name"] for row in scan.to_arrow().to_pylist()] == ["new"]
+
+
+class DyingAfter:
+    """The real table committer; the process dies right after its commit to `table`."""
+
+    def __init__(self, inner: Any, table: str) -> None:
+        self._inner, self._table = inner, table
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def commit(self, expected: TableState, commit: TableCommit) -> TableState:
+        after = self._inner.commit(expected, commit)
+        if expected.table == self._table:
+            raise KeyboardInterrupt  # the process dies here
+        return after
+
+
+def stranded_then_superseded(world: UpsertWorld) -> RunSupersededError:
+    """Run 1 dies between its dead-letter table's commit and its table's; run 2 (planned before run 1
+    is in, a longer range) finishes run 1 first, which supersedes it."""
+    world.write(0, [row(1, "a"), row(2, "b"), (None, None)])  # a tombstone naming no key: a dead letter
+    first = world.plan()
+    first_result = world.execute(first)
+    grant = world.store.claim_lease(first.topic, owner_id="test", run_id=first.run_id)
+    assert isinstance(grant, LeaseGrant)
+    dying = DyingAfter(world.tables, DEAD_LETTERS)
+    with pytest.raises(KeyboardInterrupt):
+        world.service(dying).commit_run(first, first_result, grant, TablePolicy(create_table_if_missing=True))
+    world.store.release_lease(grant)  # (its lease lapsed)
+
+    world.write(0, [row(3, "c")])
+    second = world.plan()
+    service = CommitService(
+        world.tables,
+        world.store,
+        upsert_files=world.upsert_files,
+        stranded_runs=lambda _topic, run_id: (first, first_result) if run_id == first.run_id else None,
+    )
+    grant = world.store.claim_lease(second.topic, owner_id="test", run_id=second.run_id)
+    assert isinstance(grant, LeaseGrant)
+    with pytest.raises(RunSupersededError) as superseded:
+        service.commit_run(second, world.execute(second), grant, TablePolicy(create_table_if_missing=True))
+    assert world.names() == {1: "a", 2: "b"}
+    return superseded.value
+
+
+def test_a_stranded_run_finished_by_a_later_commit_is_counted_once_where_aws_reports_the_commit(
+    tmp_path: Path,
+) -> None:
+    superseded = stranded_then_superseded(UpsertWorld(tmp_path))
+    sink = Samples()
+    record_commit_failure(sink, superseded)  # what the commit function does with the step's error
+    topic = superseded.topic
+    assert sink.value("records_total", topic=topic, result="written") == 2
+    assert sink.value("records_total", topic=topic, result="invalid") == 1
+    assert sink.value("runs_total", topic=topic, outcome="committed") == 1
+    labels = {"topic": topic, "table": TABLE}
+    assert [sink.value("upsert_rows_total", **labels, change=c) for c in ("inserted", "updated")] == [2, 0]
+    assert sink.value("errors_total", stage="sink") == 0  # a recovery, not an error
+
+
+def test_a_stranded_run_finished_by_a_later_commit_is_counted_once_by_the_one_machine_loop(
+    tmp_path: Path,
+) -> None:
+    superseded = stranded_then_superseded(UpsertWorld(tmp_path))
+    sink = Samples()
+    report = RunReport(
+        topic=superseded.topic,
+        run_id=superseded.run_id,
+        end=RunEnd.SUPERSEDED,
+        seconds=1.0,
+        finished=superseded.finished,
+    )
+    MetricsObserver(sink).run_ended(report, superseded.finished.plan)  # type: ignore[arg-type]
+    labels = {"topic": superseded.topic, "table": TABLE}
+    assert sink.value("records_total", topic=superseded.topic, result="written") == 2
+    assert sink.value("upsert_rows_total", **labels, change="inserted") == 2

@@ -2,11 +2,15 @@
 table holds each key's last state after every run, deletes applied, dead letters with their reason,
 and a crash after the table commit heals into the same state.
 
+Debezium's default output (the envelope inside Kafka Connect's JsonConverter `{"schema", "payload"}`,
+`value_format: connect_json`) lands the same way, its decimals exact.
+
 Real parts: moto S3, the SQLite checkpoint store, a pyiceberg SQLite catalog, local Spark.
 """
 
 from __future__ import annotations
 
+import decimal
 import json
 from pathlib import Path
 from typing import Any
@@ -22,6 +26,7 @@ from kafscale_iceberg.local.pipeline import Pipeline
 from kafscale_iceberg.local.spark_runner import LocalSparkJobRunner
 from kafscale_iceberg.services.status import StatusService
 from tests.support.config_documents import local_document
+from tests.support.debezium import connect_event, connect_key, row
 from tests.support.moto import MotoEndpoint
 from tests.support.segments import put_segment
 from tests.test_faults import DyingTables, Point, ProcessDied
@@ -44,7 +49,7 @@ def tombstone(key: int) -> tuple[bytes, None]:
 
 
 class World:
-    def __init__(self, moto: MotoEndpoint, tmp_path: Path) -> None:
+    def __init__(self, moto: MotoEndpoint, tmp_path: Path, **mapping: Any) -> None:
         self.s3: Any = moto.client("s3")
         self.bucket = moto.new_bucket()
         self.config = config_from_mapping(
@@ -66,8 +71,10 @@ class World:
                             "columns": [
                                 {"name": "id", "type": "long", "required": True},
                                 {"name": "name", "type": "string"},
+                                {"name": "price", "type": "decimal(10,2)"},
                             ]
                         },
+                        **mapping,
                     }
                 ],
             ),
@@ -106,9 +113,12 @@ class World:
         assert summary.ok, summary.failed
 
     def names(self) -> dict[int, str]:
+        return {key: row["name"] for key, row in self.rows().items()}
+
+    def rows(self) -> dict[int, dict[str, Any]]:
         rows = self.catalog.load_table(TABLE).scan().to_arrow().to_pylist()
         assert len(rows) == len({r["id"] for r in rows}), "a key has two rows"
-        return {r["id"]: r["name"] for r in rows}
+        return {r["id"]: r for r in rows}
 
     def dead_letters(self) -> list[tuple[int, int, str]]:
         rows = self.catalog.load_table(DLQ).scan().to_arrow().to_pylist()
@@ -142,6 +152,33 @@ def test_a_debezium_topic_lands_each_keys_last_state_once(world: World) -> None:
     # updated, 1 deleted.
     assert (topic.upsert.inserted, topic.upsert.updated, topic.upsert.deleted) == (3, 1, 1)
     assert "upsert: 3 inserted, 1 updated, 1 deleted" in render_status(status)
+
+
+def test_debezium_in_connects_json_envelope_lands_each_keys_last_state_with_its_types(
+    moto_server: MotoEndpoint, tmp_path: Path, spark: SparkSession
+) -> None:
+    world = World(moto_server, tmp_path, value_format="connect_json")
+    world.put(
+        0,
+        [
+            (connect_key(1), connect_event("c", None, row(1, "a", "19.99"))),
+            (connect_key(2), connect_event("c", None, row(2, "b", "5.00"))),
+            (connect_key(1), connect_event("u", row(1, "a", "19.99"), row(1, "a2", "20.01"))),
+            (connect_key(2), connect_event("d", row(2, "b", "5.00"), None)),
+            (connect_key(2), None),
+        ],
+    )
+    world.put(1, [(connect_key(3), connect_event("r", None, row(3, "c"))), (connect_key(9), b"{}")])
+    world.run_once()
+    assert {k: (r["name"], r["price"]) for k, r in world.rows().items()} == {
+        1: ("a2", decimal.Decimal("20.01")),
+        3: ("c", None),
+    }
+    assert world.dead_letters() == [(1, 1, "wire_format")]
+
+    world.put(1, [(connect_key(3), None), (connect_key(1), connect_event("d", row(1, "a2"), None))])
+    world.run_once()
+    assert world.rows() == {}
 
 
 def test_a_crash_after_the_table_commit_heals_into_the_same_state(world: World) -> None:

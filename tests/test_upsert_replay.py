@@ -69,3 +69,20 @@ def test_a_rewind_of_an_upsert_table_is_refused_naming_what_to_do(assembly: Asse
 def test_a_rebuild_of_an_upsert_table_from_the_start_is_accepted(assembly: Assembly) -> None:
     plan = assembly.replay.plan(ReplayRequest(topic=TOPIC, from_offset=0, reset_offsets=True))
     assert plan.reset_offsets == {0: -1}
+
+
+def test_a_rebuild_of_an_upsert_partition_whose_start_expired_is_refused_with_a_way_out(
+    assembly: Assembly, moto_server: MotoEndpoint
+) -> None:
+    """The S3 check's usual advice (a later --from-offset) would only meet the upsert refusal: the
+    message says no reset can rebuild the partition, and what can."""
+    s3: Any = moto_server.client("s3")
+    bucket = assembly.segments.bucket
+    for suffix in ("kfs", "index"):  # offsets 0-9 expired by retention
+        s3.delete_object(Bucket=bucket, Key=f"{NS}/{TOPIC}/0/segment-{0:020d}.{suffix}")
+    with pytest.raises(OffsetResetRefusedError) as refused:
+        assembly.replay.replay(ReplayRequest(topic=TOPIC, from_offset=0, reset_offsets=True))
+    message = str(refused.value)
+    assert "offsets 0-9 are not in S3" in message
+    assert "--from-offset 10" not in message
+    assert "no reset can rebuild it from S3: roll the table back to its snapshot before the range" in message

@@ -284,4 +284,6 @@ def _decode(column: ColumnStats, encoded: str | None) -> Any:
         return _EPOCH + timedelta(microseconds=struct.unpack("<q", data)[0])
     if kind is ColumnType.TIMESTAMPTZ:
         return _EPOCH_UTC + timedelta(microseconds=struct.unpack("<q", data)[0])
+    if kind is ColumnType.TIME:
+        return (_EPOCH + timedelta(microseconds=struct.unpack("<q", data)[0])).time()
     return struct.unpack(_UNPACK[kind], data)[0]

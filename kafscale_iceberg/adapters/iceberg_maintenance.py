@@ -5,8 +5,10 @@
 - **Compaction** (`plan_compaction` -> `write_compaction` -> `commit_compaction`): small data files
   of the current partition spec are grouped by Iceberg partition; a group's rows are split by Kafka
   partition and sorted by offset, so every new file is partition-pure and in offset order (a reset
-  then touches few files), and written with the table's field ids under the product's run-scoped
-  prefix (`…/kafscale/compaction-…/`), so files of an interrupted compaction are orphans the
+  then touches few files) - an upsert table's are sorted by its key instead, so the new files' key
+  bounds do not overlap (`iceberg_compaction_files.py`) - and written with the table's field ids
+  under the product's run-scoped prefix (`…/kafscale/compaction-…/`), so files of an interrupted
+  compaction are orphans the
   cleanup finds. ONE `overwrite` snapshot deletes the old files and adds the new ones. The commit is
   optimistic: built on the snapshot planned from and asserted by the catalog; when a run's commit
   landed meanwhile, it re-checks that every file it replaces is still in the table and commits again
@@ -23,34 +25,27 @@
 from __future__ import annotations
 
 import logging
-import os
 import time
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import CommitFailedException
-from pyiceberg.expressions import AlwaysTrue
-from pyiceberg.io.pyarrow import ArrowScan, schema_to_pyarrow
 from pyiceberg.manifest import DataFile as IcebergDataFile
 from pyiceberg.manifest import DataFileContent
-from pyiceberg.table import FileScanTask, StaticTable, Table
+from pyiceberg.table import FileScanTask, Table
 from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.table.update.snapshot import ExpireSnapshots
 
 from kafscale_iceberg.adapters.data_files import StagedFileStore
 from kafscale_iceberg.adapters.iceberg_catalog import CatalogTableAccess
+from kafscale_iceberg.adapters.iceberg_compaction_files import rewrite_group
 from kafscale_iceberg.adapters.iceberg_data_files import bucket_values, data_file_from_footer
 from kafscale_iceberg.adapters.iceberg_writes import single_attempt
-from kafscale_iceberg.dataplane.schemas import statistics_columns
 from kafscale_iceberg.dataplane.storage import join_uri
 from kafscale_iceberg.domain.commits import SUMMARY_TOPIC
 from kafscale_iceberg.domain.compaction_jobs import (
-    CompactionGroupOutput,
     CompactionJob,
     CompactionJobGroup,
     CompactionJobResult,
@@ -78,9 +73,6 @@ _OFFSETS_PREFIX = "kafscale.offsets."
 _PREVIOUS_VERSIONS_MAX = "write.metadata.previous-versions-max"
 _DELETE_AFTER_COMMIT = "write.metadata.delete-after-commit.enabled"
 _COMMIT_ATTEMPTS = 4
-# Compressed bytes per Arrow byte assumed when cutting compacted files to the target size.
-_COMPRESSION_RATIO = 0.35
-_ROW_GROUP_ROWS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -183,20 +175,21 @@ class IcebergTableMaintainer(CatalogTableAccess):
         if len(tasks) < min_small_files:
             return CompactionPlan(table, snapshot_id, ())
         partition_column = _partition_field_id(loaded)
+        keyed = bool(loaded.schema().identifier_field_ids)
         by_partition: dict[str, list[IcebergDataFile]] = {}
         for task in tasks:
             by_partition.setdefault(repr(task.file.partition), []).append(task.file)
         groups: list[CompactionGroup] = []
         budget = max_bytes
         for key in sorted(by_partition):
-            files = _worth_rewriting(by_partition[key], partition_column)
+            files = _worth_rewriting(by_partition[key], partition_column, keyed=keyed)
             chosen: list[IcebergDataFile] = []
             for data_file in files:
                 if data_file.file_size_in_bytes > budget:
                     break
                 chosen.append(data_file)
                 budget -= data_file.file_size_in_bytes
-            if chosen and _worth_rewriting(chosen, partition_column):
+            if chosen and _worth_rewriting(chosen, partition_column, keyed=keyed):
                 groups.append(CompactionGroup(key, tuple(chosen)))
             if budget <= 0:
                 break
@@ -454,31 +447,6 @@ class IcebergTableMaintainer(CatalogTableAccess):
         return True
 
 
-def _regular_type(dtype: pa.DataType) -> pa.DataType:
-    """pyiceberg's large string/binary/list types as the regular ones the data plane writes."""
-    if pa.types.is_large_string(dtype):
-        return pa.string()
-    if pa.types.is_large_binary(dtype):
-        return pa.binary()
-    if pa.types.is_large_list(dtype):
-        return pa.list_(_regular_field(dtype.value_field))
-    if pa.types.is_list(dtype):
-        return pa.list_(_regular_field(dtype.value_field))
-    if pa.types.is_struct(dtype):
-        return pa.struct([_regular_field(dtype.field(i)) for i in range(dtype.num_fields)])
-    if pa.types.is_map(dtype):
-        return pa.map_(_regular_field(dtype.key_field), _regular_field(dtype.item_field))
-    return dtype
-
-
-def _regular_field(field: pa.Field) -> pa.Field:
-    return pa.field(field.name, _regular_type(field.type), field.nullable, field.metadata)
-
-
-def _regular_types(schema: pa.Schema) -> pa.Schema:
-    return pa.schema([_regular_field(f) for f in schema], metadata=schema.metadata)
-
-
 def _total_data_files(snapshot: Snapshot | None) -> int:
     return total_data_files(snapshot.summary if snapshot is not None else None)
 
@@ -494,10 +462,17 @@ def _partition_field_id(table: Table) -> int | None:
         return None
 
 
-def _worth_rewriting(files: Sequence[IcebergDataFile], field_id: int | None) -> list[IcebergDataFile]:
+def _worth_rewriting(
+    files: Sequence[IcebergDataFile], field_id: int | None, *, keyed: bool = False
+) -> list[IcebergDataFile]:
     """The files whose rewrite lowers the file count: every file mixing Kafka partitions, and the
     partition-pure files of Kafka partitions with more than one, or whose rows the mixed files may
-    hold too (its compacted output joins them). A lone pure file no mixed file may add to stays."""
+    hold too (its compacted output joins them). A lone pure file no mixed file may add to stays.
+
+    `keyed` (an upsert table, written in key order, not per Kafka partition): every file when there
+    are two or more, none for a lone file (already sorted)."""
+    if keyed:
+        return sorted(files, key=lambda f: f.file_path) if len(files) > 1 else []
     mixed = [f for f in files if _mixes_partitions(f, field_id)]
     pure: dict[int, list[IcebergDataFile]] = {}
     for data_file in files:
@@ -536,16 +511,6 @@ def _mixes_partitions(data_file: IcebergDataFile, field_id: int | None) -> bool:
     lower = (data_file.lower_bounds or {}).get(field_id)
     upper = (data_file.upper_bounds or {}).get(field_id)
     return lower is None or lower != upper
-
-
-def _by_kafka_partition(rows: pa.Table) -> Iterable[tuple[int | None, pa.Table]]:
-    if "partition" not in rows.column_names or "offset" not in rows.column_names:
-        yield None, rows
-        return
-    ordered = rows.sort_by([("partition", "ascending"), ("offset", "ascending")])
-    partitions = ordered.column("partition")
-    for value in pc.unique(partitions).to_pylist():
-        yield value, ordered.filter(pc.equal(partitions, value))
 
 
 def _metadata_files(table: Table, snapshots: Iterable[Snapshot]) -> set[str]:
@@ -591,93 +556,3 @@ def _check_job_result(job: CompactionJob, result: CompactionJobResult) -> None:
             f"compaction job {job.job_id} of {job.table}: {problem}; nothing committed (its files are "
             "orphans the cleanup deletes; the next maintain plans again)"
         )
-
-
-def rewrite_job_group(job: CompactionJob, index: int, sink: StagedFileStore) -> CompactionGroupOutput:
-    """One group of a compaction job, as a Spark task runs it: read the group's files through the
-    table metadata the job was planned from (no catalog), write them partition-pure in offset
-    order under the job's folder. Raises when a file is not in that metadata's snapshot."""
-    table = StaticTable.from_metadata(job.metadata_location, properties=job.io_properties)
-    group = job.groups[index]
-    wanted = set(group.files)
-    scan = table.scan(snapshot_id=job.snapshot_id) if job.snapshot_id is not None else table.scan()
-    tasks = [t for t in scan.plan_files() if t.file.file_path in wanted]
-    if len(tasks) != len(wanted):
-        found = {t.file.file_path for t in tasks}
-        raise CompactionResultError(
-            f"compaction job {job.job_id}: files not in snapshot {job.snapshot_id} of {job.table}: "
-            f"{sorted(wanted - found)[:5]}"
-        )
-    uris, rows = rewrite_group(
-        table,
-        tasks,
-        folder=job.folder,
-        name=f"part-{index:05d}",
-        target_file_size_bytes=job.target_file_size_bytes,
-        sink=sink,
-    )
-    return CompactionGroupOutput(index=index, files=tuple(uris), rows=rows)
-
-
-def rewrite_group(
-    table: Table,
-    tasks: Sequence[FileScanTask],
-    *,
-    folder: str,
-    name: str,
-    target_file_size_bytes: int,
-    sink: StagedFileStore,
-) -> tuple[list[str], int]:
-    """The rows of `tasks` as new files under `folder`, one Kafka partition per file in offset order,
-    each file at most about `target_file_size_bytes` (cut at offset boundaries). Their URIs and the
-    rows written."""
-    schema = table.schema()
-    arrow_schema = _regular_types(schema_to_pyarrow(schema, include_field_ids=True))
-    rows = ArrowScan(
-        table_metadata=table.metadata, io=table.io, projected_schema=schema, row_filter=AlwaysTrue()
-    ).to_table(tasks=list(tasks))
-    rows = rows.cast(arrow_schema) if rows.schema != arrow_schema else rows
-    written: list[str] = []
-    for partition, part_rows in _by_kafka_partition(rows):
-        written.extend(
-            _write_files(
-                part_rows,
-                folder=folder,
-                name=name + ("" if partition is None else f"-p{partition}"),
-                target_file_size_bytes=target_file_size_bytes,
-                sink=sink,
-            )
-        )
-    return written, rows.num_rows
-
-
-def _write_files(
-    rows: pa.Table, *, folder: str, name: str, target_file_size_bytes: int, sink: StagedFileStore
-) -> list[str]:
-    """`rows` (in order) as Parquet files of about the target size; their URIs.
-
-    The rows per file start from an estimate (Arrow bytes x `_COMPRESSION_RATIO`) and follow the
-    bytes per row each written file actually took, so files stay near the target whatever the data
-    compresses to (a reset then rewrites at most about one target-size file of a partition)."""
-    bytes_per_row = max(rows.nbytes / max(rows.num_rows, 1) * _COMPRESSION_RATIO, 1.0)
-    uris: list[str] = []
-    start = 0
-    while start < rows.num_rows:
-        per_file = max(1, int(target_file_size_bytes / bytes_per_row))
-        chunk = rows.slice(start, per_file)
-        uri = join_uri(folder, f"{name}-{len(uris):04d}.parquet")
-        staging = sink.staging_path(uri)
-        pq.write_table(
-            chunk,
-            staging,
-            compression="zstd",
-            compression_level=1,
-            row_group_size=min(per_file, _ROW_GROUP_ROWS),
-            write_statistics=statistics_columns(chunk.schema),  # none for uuids, as the runs' files
-        )
-        written = os.path.getsize(staging)
-        sink.publish(staging, uri)
-        uris.append(uri)
-        start += chunk.num_rows
-        bytes_per_row = max(written / max(chunk.num_rows, 1), 1.0)
-    return uris

@@ -23,6 +23,7 @@ from typing import Any
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table, Transaction
+from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, SortField, SortOrder
 from pyiceberg.transforms import (
     BucketTransform,
     DayTransform,
@@ -51,6 +52,7 @@ from pyiceberg.types import (
     StructType,
     TimestampType,
     TimestamptzType,
+    TimeType,
     UUIDType,
 )
 
@@ -93,6 +95,7 @@ def iceberg_type(column_type: ColumnType) -> PrimitiveType:
         ColumnType.DATE: DateType(),
         ColumnType.TIMESTAMPTZ: TimestamptzType(),
         ColumnType.UUID: UUIDType(),
+        ColumnType.TIME: TimeType(),
     }
     return types[column_type]
 
@@ -385,13 +388,43 @@ def _table_partitioning(partition_spec: PartitionSpec, schema: Schema) -> list[t
     ]
 
 
+def key_column_names(schema: Schema) -> list[str]:
+    """An upsert table's key columns (its identifier fields) in schema order: the order its files are
+    sorted by (compaction) and its declared sort order lists them."""
+    key = set(schema.identifier_field_ids)
+    return [field.name for field in schema.fields if field.field_id in key]
+
+
+def key_sort_order(schema: Schema) -> SortOrder:
+    """The sort order of a table with identifier fields: its key ascending (`key_column_names`);
+    unsorted for a table without."""
+    fields = [
+        SortField(source_id=schema.find_field(name).field_id, transform=IdentityTransform())
+        for name in key_column_names(schema)
+    ]
+    return SortOrder(*fields) if fields else UNSORTED_SORT_ORDER
+
+
 def set_identifier_fields(table: Table, spec: TableSpec) -> bool:
     """Declare `spec.identifier_fields` (an upsert table's key) as the table's identifier fields when
-    they differ (one schema commit); True when changed. Raises `SchemaChangeError` when a key column
+    they differ (one schema commit), and the key as its sort order when it has none (compaction
+    writes its files in key order); True when changed. Raises `SchemaChangeError` when a key column
     is optional in the table (Iceberg identifier fields are required)."""
     wanted = set(spec.identifier_fields)
-    if not wanted or set(table.schema().identifier_field_names()) == wanted:
+    if not wanted:
         return False
+    changed = set(table.schema().identifier_field_names()) != wanted
+    if changed:
+        _declare_identifier_fields(table, spec)
+    if table.sort_order().is_unsorted:
+        with table.update_sort_order() as update:
+            for name in key_column_names(table.schema()):
+                update.asc(name, IdentityTransform())
+        changed = True
+    return changed
+
+
+def _declare_identifier_fields(table: Table, spec: TableSpec) -> None:
     for name in spec.identifier_fields:
         field = table.schema().find_field(name)
         if not field.required:
@@ -405,4 +438,3 @@ def set_identifier_fields(table: Table, spec: TableSpec) -> bool:
             )
     with table.update_schema() as update:
         update.set_identifier_fields(*spec.identifier_fields)
-    return True

@@ -58,6 +58,7 @@ from kafscale_iceberg.adapters.iceberg_schemas import (
     field_iceberg_type,
     field_ids_by_path,
     iceberg_transform,
+    key_sort_order,
     plan_schema_changes,
     set_identifier_fields,
     stage_new_columns,
@@ -73,11 +74,12 @@ from kafscale_iceberg.adapters.iceberg_writes import (
 from kafscale_iceberg.domain.anomalies import OffsetAnomalies
 from kafscale_iceberg.domain.commits import (
     SUMMARY_CONVERSION_FAILURES,
+    SUMMARY_DEAD_LETTERS,
     SUMMARY_TOPIC,
     TableCommit,
     TableSpec,
     TableState,
-    decode_conversion_failures,
+    decode_counts,
     marker_properties,
     read_marker,
 )
@@ -205,6 +207,7 @@ class IcebergTableCommitter(CatalogTableAccess):
             schema,
             location=self._warehouse_location(spec),
             partition_spec=PartitionSpec(*partition_fields),
+            sort_order=key_sort_order(schema),
             properties={"write.format.default": "parquet", "format-version": "2"},
         ) as transaction:
             # Ids are assigned by the catalog; the name mapping is computed from the assigned ones.
@@ -265,11 +268,18 @@ class IcebergTableCommitter(CatalogTableAccess):
 
         Walks parent snapshots in memory, no extra I/O beyond loading the table. Raises like `read_state`.
         """
+        return self._summed_counts(table, topic, SUMMARY_CONVERSION_FAILURES)
+
+    def dead_letter_reasons(self, table: str, topic: str) -> dict[str, int]:
+        """Per `error_kind`, the dead-letter rows of `topic`'s runs: the sum of the `kafscale.dead-letters`
+        summaries on the current lineage (on the topic's anchor table). Raises like `read_state`."""
+        return self._summed_counts(table, topic, SUMMARY_DEAD_LETTERS)
+
+    def _summed_counts(self, table: str, topic: str, key: str) -> dict[str, int]:
         totals: dict[str, int] = {}
         for summary in _topic_summaries(self._load(table), topic):
-            text = summary.get(SUMMARY_CONVERSION_FAILURES)
-            for column, count in decode_conversion_failures(text or "{}").items():
-                totals[column] = totals.get(column, 0) + count
+            for name, count in decode_counts(summary.get(key) or "{}").items():
+                totals[name] = totals.get(name, 0) + count
         return dict(sorted(totals.items()))
 
     def upsert_counts(self, table: str, topic: str) -> UpsertCounts:

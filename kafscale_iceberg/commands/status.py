@@ -105,6 +105,9 @@ def _render_topic(topic: TopicStatus) -> str:
     if topic.conversion_failures:
         listed = ", ".join(f"{column} {count}" for column, count in topic.conversion_failures.items())
         lines.append(f"  not converted {listed} (stored null; the value column keeps them)")
+    if topic.dead_letters:
+        listed = ", ".join(f"{kind} {count}" for kind, count in topic.dead_letters.items())
+        lines.append(f"  dead letters {listed} (rows of the dead-letter table, by error_kind)")
     for line in topic.tables:
         if not line.exists:
             lines.append(f"  also -> {line.identifier} (not created yet)")

@@ -1,5 +1,6 @@
 """Record formats in the config: the top-level `schema_registry` section, and the checks of a mapping's
-`value_format`, `value_subject`, `value_message` and `key_format` (the keys are on `MappingConfig`)."""
+`value_format`, `value_subject`, `value_message`, `key_format`, `key_subject` and `key_message` (the
+keys are on `MappingConfig`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 from pydantic import BeforeValidator, Field, SecretStr, field_validator, model_validator
 
 from kafscale_iceberg.config.base import _invalid, _lowercase, _Problems, _Section
-from kafscale_iceberg.domain.runs import KeyFormat, RegistrySettings, ValueFormat
+from kafscale_iceberg.domain.runs import KEY_COLUMN_PREFIX, KeyFormat, RegistrySettings, ValueFormat
 
 if TYPE_CHECKING:
     from kafscale_iceberg.config.mappings import MappingConfig
@@ -25,6 +26,8 @@ DECODED_VALUE_FORMATS = frozenset(
     }
 )
 """The value formats this version decodes (the others are refused at the edge, not accepted silently)."""
+UPSERT_VALUE_FORMATS = frozenset({ValueFormat.JSON, ValueFormat.CONNECT_JSON, ValueFormat.AVRO})
+"""The value formats `mode: upsert` reads (Debezium's JSON, JsonConverter and Avro converter outputs)."""
 
 
 class RegistryTlsConfig(_Section):
@@ -94,8 +97,7 @@ def format_problems(mapping: MappingConfig) -> _Problems:
             f"{value_format.value} is not decoded by this version yet (decoded: "
             f"{', '.join(sorted(f.value for f in DECODED_VALUE_FORMATS))})",
         )
-    if mapping.key_format is not KeyFormat.RAW:
-        problems.add("key_format", "only 'raw' is supported by this version (keys are kept as bytes)")
+    _add_key_format_problems(mapping, problems)
     if mapping.value_subject and not value_format.registered:
         problems.add(
             "value_subject", f"applies to avro, protobuf and json_schema values, not {value_format.value}"
@@ -113,12 +115,39 @@ def format_problems(mapping: MappingConfig) -> _Problems:
             )
         if mapping.lfs.mode != "off":
             problems.add("lfs.mode", f"must be off with value_format {value_format.value}")
-        if mapping.upsert is not None:
+        if mapping.upsert is not None and value_format not in UPSERT_VALUE_FORMATS:
             problems.add(
                 "upsert",
-                f"is not supported with value_format {value_format.value} yet (upsert reads JSON values)",
+                f"is not supported with value_format {value_format.value} yet (upsert reads "
+                f"{', '.join(sorted(f.value for f in UPSERT_VALUE_FORMATS))} values)",
             )
     return problems
+
+
+def _add_key_format_problems(mapping: MappingConfig, problems: _Problems) -> None:
+    """A decoded `key_format` fills the listed `key_` columns (`KEY_COLUMN_PREFIX`) from the keys."""
+    key_format = mapping.key_format.as_value_format
+    if mapping.key_subject and (key_format is None or not key_format.registered):
+        problems.add(
+            "key_subject", f"applies to avro, protobuf and json_schema keys, not {mapping.key_format.value}"
+        )
+    if mapping.key_message and key_format is not ValueFormat.PROTOBUF:
+        problems.add("key_message", "applies to protobuf keys only")
+    if key_format is None:
+        return
+    listed = [c.name for c in mapping.schema_.columns if c.name.startswith(KEY_COLUMN_PREFIX)]
+    if mapping.schema_.source != "mapping" or not listed:
+        problems.add(
+            "key_format",
+            f"{key_format.value} keys are read into the columns schema.columns lists as "
+            f"'{KEY_COLUMN_PREFIX}<field>' (schema.source: mapping); columns from the records' schemas or "
+            "inferred ones do not include the key yet: list the key's fields you want",
+        )
+    for key, used in (("route", mapping.route is not None), ("upsert", mapping.upsert is not None)):
+        if used:
+            problems.add(key, f"is not supported with key_format {key_format.value} yet (keys are kept raw)")
+    if mapping.lfs.mode != "off":
+        problems.add("lfs.mode", f"must be off with key_format {key_format.value}")
 
 
 ValueFormatKey = Annotated[ValueFormat, BeforeValidator(_lowercase)]

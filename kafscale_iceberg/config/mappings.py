@@ -349,6 +349,8 @@ class MappingConfig(_Section):
     value_subject: str = ""
     value_message: str = ""
     key_format: KeyFormatKey = KeyFormat.RAW
+    key_subject: str = ""
+    key_message: str = ""
 
     @model_validator(mode="after")
     def _formats_fit(self) -> MappingConfig:

@@ -121,11 +121,13 @@ class KafscaleConfig(_Section):
                 f"is required when schema.mode is '{self.schema_.mode.value}'",
             )
         for index, mapping in enumerate(self.mappings):
-            if mapping.value_format.registered and self.schema_registry is None:
-                problems.add(
-                    f"mappings[{index}].value_format",
-                    f"{mapping.value_format.value} needs the top-level schema_registry (url, credentials)",
-                )
+            key_format = mapping.key_format.as_value_format
+            for key, chosen in (("value_format", mapping.value_format), ("key_format", key_format)):
+                if chosen is not None and chosen.registered and self.schema_registry is None:
+                    problems.add(
+                        f"mappings[{index}].{key}",
+                        f"{chosen.value} needs the top-level schema_registry (url, credentials)",
+                    )
         lfs_topics = [mapping.topic for mapping in self.mappings if mapping.lfs.mode != "off"]
         if lfs_topics and not self.s3.region:
             problems.add(

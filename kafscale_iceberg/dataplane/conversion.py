@@ -38,12 +38,13 @@ import pyarrow.compute as pc
 
 from kafscale_iceberg.dataplane.columns import ColumnScanner, ExtractedColumns, parse_columns, scannable
 from kafscale_iceberg.dataplane.formats.choice import decoder_for
-from kafscale_iceberg.dataplane.formats.decoding import conform
+from kafscale_iceberg.dataplane.formats.decoding import DecodedBatch, conform
 from kafscale_iceberg.dataplane.formats.schema_cache import SchemaCache
 from kafscale_iceberg.dataplane.headers import go_headers_json
+from kafscale_iceberg.dataplane.key_columns import KeyColumnReader
 from kafscale_iceberg.dataplane.schemas import DEAD_LETTER_SCHEMA, data_schema
 from kafscale_iceberg.dataplane.values import NO_VALUE
-from kafscale_iceberg.domain.runs import NESTED_TYPES, ConversionSettings, SchemaMode
+from kafscale_iceberg.domain.runs import NESTED_TYPES, ColumnSpec, ConversionSettings, SchemaMode
 from kafscale_iceberg.domain.schema import record_id as format_record_id
 from kafscale_iceberg.exceptions import InvalidJsonSchemaError
 
@@ -134,6 +135,10 @@ class RecordConverter:
         # A self-described value format's decoder (`dataplane/formats/`): its records are checked
         # against their own schemas; the columns come from it instead of the JSON readers below.
         self._decoder = decoder_for(settings, schemas)
+        # A decoded `key_format` fills the `key_` columns from the keys (`key_columns.py`).
+        self._key_reader = KeyColumnReader(settings, schemas) if settings.key_columns else None
+        from_key = {c.name for c in settings.key_columns}
+        self._value_columns = tuple(c for c in self.columns if c.name not in from_key)
         if (
             self._decoder is None
             and settings.schema_mode is not SchemaMode.OFF
@@ -149,10 +154,12 @@ class RecordConverter:
             self._validator = validator_class(settings.json_schema)
         # The compiled scanner builds the Go processor's scalar types and decimals (the fast path); a
         # mapping with nested or uuid columns takes the per-record path for all its columns.
-        scanned = all(scannable(c) for c in self.columns)
-        json_columns = bool(self.columns) and self._decoder is None
+        scanned = all(scannable(c) for c in self._value_columns)
+        json_columns = bool(self._value_columns) and self._decoder is None
         self._scanner = (
-            ColumnScanner(self.columns) if json_columns and self._validator is None and scanned else None
+            ColumnScanner(self._value_columns)
+            if json_columns and self._validator is None and scanned
+            else None
         )
         self._parse = json_columns and self._scanner is None
         self._failure_rows: dict[str, np.ndarray] = {}
@@ -165,12 +172,15 @@ class RecordConverter:
         segment_key: str,
         rejected: Mapping[int, tuple[str, str]] | None = None,
         lfs_metadata: Mapping[str, pa.Array] | None = None,
+        decoded: DecodedBatch | None = None,
     ) -> ConvertedRecords:
         """Rows and dead-letter rows of `records` (decoded records of `partition`, already in range).
 
         `rejected` (row -> (error kind, message), from the LFS stage) become dead-letter rows as they
         are; `lfs_metadata` fills the `lfs_*` columns and wins over mapping columns of the same name
-        where it has a value (the Go processor's precedence).
+        where it has a value (the Go processor's precedence); `decoded`: the records' values already
+        decoded (a Debezium envelope's `after`, `dataplane/debezium_envelopes.py`), read instead of
+        `value`.
         """
         count = records.num_rows
         offsets = _column(records, "offset")
@@ -193,7 +203,8 @@ class RecordConverter:
         failures: dict[str, int] = {}
         mapped: list[pa.Array] = []
         if (
-            self._decoder is not None
+            decoded is not None
+            or self._decoder is not None
             or self._scanner is not None
             or self._validator is not None
             or self._parse
@@ -201,7 +212,9 @@ class RecordConverter:
             values = base["value"]
             if problems:  # rejected values are dead letters as they are: not parsed, not validated
                 values = pc.if_else(_mask(count, problems), pa.nulls(count, values.type), values)
-            mapped = self._mapped_columns(values, problems, culprits, failures, lfs_metadata)
+            mapped = self._mapped_columns(values, problems, culprits, failures, lfs_metadata, decoded)
+        if self._key_reader is not None:
+            mapped = self._with_key_columns(base["key"], mapped, problems, culprits, failures)
         mapped += [
             lfs_metadata[c.name]
             if lfs_metadata is not None
@@ -249,16 +262,20 @@ class RecordConverter:
         culprits: dict[int, str],
         failures: dict[str, int],
         lfs_metadata: Mapping[str, pa.Array] | None = None,
+        decoded: DecodedBatch | None = None,
     ) -> list[pa.Array]:
         extracted: ExtractedColumns
         kinds: Mapping[int, str] = {}
-        if self._decoder is not None:
-            decoded = conform(self._decoder.decode(values), self.columns)
-            extracted, kinds = decoded, decoded.kinds
+        columns = self._value_columns
+        if decoded is None and self._decoder is not None:
+            decoded = self._decoder.decode(values)
+        if decoded is not None:
+            conformed = conform(decoded, columns)
+            extracted, kinds = conformed, conformed.kinds
         elif self._scanner is not None:
             extracted = self._scanner.scan(values)
         else:
-            extracted = parse_columns(values, self.columns, documents=self._validator is not None)
+            extracted = parse_columns(values, columns, documents=self._validator is not None)
         for index, reason in extracted.errors.items():
             problems[index] = (ErrorKind(kinds.get(index, ErrorKind.INVALID_JSON)), reason)
         if extracted.documents is not None:
@@ -269,9 +286,46 @@ class RecordConverter:
                 pc.coalesce(lfs_metadata[column.name].cast(array.type), array)
                 if column.name in lfs_metadata
                 else array
-                for column, array in zip(self.columns, arrays, strict=True)
+                for column, array in zip(columns, arrays, strict=True)
             ]
-        for c, (column, array) in enumerate(zip(self.columns, arrays, strict=True)):
+        self._check_columns(columns, extracted, arrays, problems, culprits, failures)
+        return arrays
+
+    def _with_key_columns(
+        self,
+        keys: pa.Array,
+        value_arrays: list[pa.Array],
+        problems: dict[int, tuple[ErrorKind, str]],
+        culprits: dict[int, str],
+        failures: dict[str, int],
+    ) -> list[pa.Array]:
+        """The mapping's columns in order: the value's (`value_arrays`) and the decoded keys'."""
+        assert self._key_reader is not None
+        columns = self._key_reader.columns
+        extracted, kinds = self._key_reader.read(keys)
+        for index, reason in extracted.errors.items():
+            if index not in problems:  # the value's own problem is named first
+                problems[index] = (
+                    ErrorKind(kinds.get(index, ErrorKind.INVALID_JSON)),
+                    f"record key: {reason}",
+                )
+        arrays = list(extracted.arrays)
+        self._check_columns(columns, extracted, arrays, problems, culprits, failures)
+        by_name = dict(zip([c.name for c in self._value_columns], value_arrays, strict=True))
+        by_name.update(zip([c.name for c in columns], arrays, strict=True))
+        return [by_name[c.name] for c in self.columns]
+
+    def _check_columns(
+        self,
+        columns: tuple[ColumnSpec, ...],
+        extracted: ExtractedColumns,
+        arrays: list[pa.Array],
+        problems: dict[int, tuple[ErrorKind, str]],
+        culprits: dict[int, str],
+        failures: dict[str, int],
+    ) -> None:
+        """Records whose required column is null are invalid; values that did not convert are counted."""
+        for c, (column, array) in enumerate(zip(columns, arrays, strict=True)):
             if column.required and array.null_count:
                 nulls = np.flatnonzero(np.asarray(array.is_null().to_numpy(zero_copy_only=False)))
                 for index in nulls.tolist():
@@ -282,11 +336,11 @@ class RecordConverter:
                             f"required column {column.name!r} ({column.type_name}): "
                             f"{extracted.describe(c, index)}",
                         )
-        self._count_conversion_failures(extracted, problems, culprits, failures)
-        return arrays
+        self._count_conversion_failures(columns, extracted, problems, culprits, failures)
 
     def _count_conversion_failures(
         self,
+        columns: tuple[ColumnSpec, ...],
         extracted: ExtractedColumns,
         problems: dict[int, tuple[ErrorKind, str]],
         culprits: dict[int, str],
@@ -294,7 +348,7 @@ class RecordConverter:
     ) -> None:
         """Count present values that converted to null in kept rows; in strict mode they are invalid."""
         rejected = list(problems)
-        for c, (column, array) in enumerate(zip(self.columns, extracted.arrays, strict=True)):
+        for c, (column, array) in enumerate(zip(columns, extracted.arrays, strict=True)):
             nested = column.type in NESTED_TYPES
             if column.required and not nested:
                 continue  # a required scalar's failure already made the record invalid

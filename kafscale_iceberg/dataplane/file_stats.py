@@ -37,6 +37,7 @@ _COLUMN_TYPES: Mapping[pa.DataType, ColumnType] = {
     pa.timestamp("us"): ColumnType.TIMESTAMP,
     pa.timestamp("us", "UTC"): ColumnType.TIMESTAMPTZ,
     pa.date32(): ColumnType.DATE,
+    pa.time64("us"): ColumnType.TIME,
     pa.uuid(): ColumnType.UUID,
 }
 _PACK = {
@@ -45,6 +46,7 @@ _PACK = {
     ColumnType.LONG: "<q",
     ColumnType.TIMESTAMP: "<q",
     ColumnType.TIMESTAMPTZ: "<q",
+    ColumnType.TIME: "<q",
     ColumnType.FLOAT: "<f",
     ColumnType.DOUBLE: "<d",
 }

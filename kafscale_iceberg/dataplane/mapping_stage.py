@@ -69,7 +69,9 @@ class MappingStage:
         self.upsert = (
             None
             if settings.upsert is None
-            else UpsertConversion(self.converter, settings, topic=plan.topic, run_id=plan.run_id)
+            else UpsertConversion(
+                self.converter, settings, topic=plan.topic, run_id=plan.run_id, schemas=schemas
+            )
         )
 
     def convert(

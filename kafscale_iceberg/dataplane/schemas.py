@@ -27,6 +27,7 @@ _ARROW_TYPES: dict[ColumnType, pa.DataType] = {
     ColumnType.TIMESTAMP: pa.timestamp("us"),
     ColumnType.DATE: pa.date32(),
     ColumnType.TIMESTAMPTZ: pa.timestamp("us", "UTC"),
+    ColumnType.TIME: pa.time64("us"),
     # Parquet FIXED_LEN_BYTE_ARRAY(16) with the UUID logical type (Arrow's `arrow.uuid` extension):
     # what Iceberg `uuid` is, and what readers show as a uuid rather than 16 bytes.
     ColumnType.UUID: pa.uuid(),

@@ -11,8 +11,18 @@
   by `before`. A Debezium tombstone follows its `d`, so deleting again is a no-op;
 - `rejected`: dead letters with their reason (positions in `upserts`, which carries them with their
   value as it arrived): a tombstone when tombstones do not delete, a record key that names no key,
-  a value that is not a Debezium event, or a Kafka Connect `{"schema", "payload"}` envelope (read
-  once the record-formats decoder `connect_json` lands).
+  a value that is not a Debezium event.
+
+A record key written by Kafka Connect's JsonConverter with schemas (`{"schema", "payload"}`) names
+its key by its `payload`; with a registered `value_format` (`avro`), a key in Confluent wire format
+is decoded through the registry like a value (Debezium with the Avro converter), and its fields name
+the key columns.
+
+With `cdc: debezium` and a `value_format` other than `json` (`connect_json`: Debezium's default
+output, the envelope inside Connect's `{"schema", "payload"}`; `avro` through the registry), the
+mapping's decoder reads the envelopes (`dataplane/debezium_envelopes.py`) and the changes carry the
+decoded rows: `decoded_upserts` (each upsert's `after`) and `decoded_deletes` (each `d`'s `before`,
+and each tombstone's decoded wire-format key), read by the converter instead of `value`.
 
 Records without their key columns become dead letters in the conversion (the key columns are
 required columns). Which change of a key wins is decided per run by the commit (`domain/upsert.py`).
@@ -29,7 +39,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kafscale_iceberg.dataplane.conversion import ConvertedRecords, ErrorKind, RecordConverter
+from kafscale_iceberg.dataplane.debezium_envelopes import DELETE, UPSERT, envelope_changes
+from kafscale_iceberg.dataplane.formats.choice import decoder_for
+from kafscale_iceberg.dataplane.formats.decoding import DecodedBatch, take_decoded
+from kafscale_iceberg.dataplane.formats.schema_cache import SchemaCache
+from kafscale_iceberg.dataplane.formats.wire import HEADER_BYTES
 from kafscale_iceberg.domain.runs import CdcFormat, ConversionSettings, UpsertSettings
+from kafscale_iceberg.ports import ValueDecoder
 
 CDC_ENVELOPE = ErrorKind.CDC_ENVELOPE.value
 TOMBSTONE = ErrorKind.TOMBSTONE.value
@@ -46,17 +62,40 @@ class Changes:
     deletes: pa.Table
     rejected: Mapping[int, tuple[str, str]] = field(default_factory=dict)
     """Position in `upserts` -> (error kind, reason): dead letters as they arrived."""
+    decoded_upserts: DecodedBatch | None = None
+    """Envelopes a value decoder read: the rows of `upserts` decoded (their `after`)."""
+    decoded_deletes: DecodedRecords | None = None
+    """The records deleting a key named by a decoded `before` or record key (not in `deletes`)."""
+
+
+@dataclass(frozen=True)
+class DecodedRecords:
+    """Records and their values as a decoder read them (record `i` is `batch` position `i`)."""
+
+    records: pa.Table
+    batch: DecodedBatch
 
 
 class ChangeReader:
-    """Reads the records of one upsert mapping as changes (`read`)."""
+    """Reads the records of one upsert mapping as changes (`read`).
 
-    def __init__(self, settings: UpsertSettings) -> None:
+    `decoder`: the mapping's value decoder (None for `json`), which reads Debezium envelopes;
+    `key_decoder`: a registered format's decoder of wire-format record keys.
+    """
+
+    def __init__(
+        self,
+        settings: UpsertSettings,
+        decoder: ValueDecoder | None = None,
+        key_decoder: ValueDecoder | None = None,
+    ) -> None:
         self._key = settings.key
         self._debezium = settings.cdc is CdcFormat.DEBEZIUM
         self._tombstones_delete = settings.delete_on_tombstone
         self._decode = msgspec.json.Decoder().decode
         self._encode = msgspec.json.Encoder().encode
+        self._envelopes = decoder if self._debezium else None
+        self._key_decoder = key_decoder if self._tombstones_delete else None
 
     def read(self, records: pa.Table) -> Changes:
         """The batch's changes; never raises for a bad record (it is rejected with its reason)."""
@@ -67,6 +106,22 @@ class ChangeReader:
         delete_rows: list[int] = []
         delete_values: list[bytes] = []
         rejected: dict[int, tuple[str, str]] = {}
+        decoded_delete_rows: list[int] = []
+        envelopes: dict[int, tuple[str, str]] = {}
+        envelope_batch = key_batch = None
+        if self._envelopes is not None:
+            envelope_batch = self._envelopes.decode(records.column("value").combine_chunks())
+            envelopes = envelope_changes(envelope_batch)
+        wire_keys = set()
+        if self._key_decoder is not None:
+            wire_keys = {
+                row
+                for row, value in enumerate(values)
+                if not value and (key := keys[row]) and key[:1] == b"\x00" and len(key) >= HEADER_BYTES
+            }
+            if wire_keys:
+                masked = [keys[row] if row in wire_keys else None for row in range(len(keys))]
+                key_batch = self._key_decoder.decode(pa.array(masked, pa.binary()))
 
         def reject(row: int, kind: str, reason: str) -> None:
             rejected[len(upsert_rows)] = (kind, reason)
@@ -77,6 +132,13 @@ class ChangeReader:
             if not value:
                 if not self._tombstones_delete:
                     reject(row, TOMBSTONE, "a tombstone (null value) and upsert.delete_on_tombstone is false")
+                    continue
+                if key_batch is not None and row in wire_keys:
+                    failed = key_batch.errors.get(row)
+                    if failed is not None:
+                        reject(row, TOMBSTONE, f"a tombstone whose record key does not decode: {failed[1]}")
+                    else:
+                        decoded_delete_rows.append(row)
                     continue
                 named, problem = self._record_key(keys[row])
                 if named is None:
@@ -89,6 +151,16 @@ class ChangeReader:
                 upsert_rows.append(row)
                 upsert_values.append(value)
                 continue
+            if envelope_batch is not None:
+                kind, reason = envelopes.get(row, (CDC_ENVELOPE, "the value decoder read nothing of it"))
+                if kind == UPSERT:
+                    upsert_rows.append(row)
+                    upsert_values.append(value)
+                elif kind == DELETE:
+                    decoded_delete_rows.append(row)
+                else:
+                    reject(row, kind, reason)
+                continue
             kind, change = self._debezium_change(value)
             if kind == "upsert":
                 upsert_rows.append(row)
@@ -99,10 +171,30 @@ class ChangeReader:
                 delete_values.append(change)
             else:
                 reject(row, CDC_ENVELOPE, str(change, "utf-8") if change else "not a Debezium event")
+        decoded_upserts = decoded_deletes = None
+        if envelope_batch is not None:
+            written = [row if envelopes.get(row, ("",))[0] == UPSERT else -1 for row in upsert_rows]
+            decoded_upserts = take_decoded(envelope_batch, written, "after")
+        if decoded_delete_rows:
+            groups: list[DecodedBatch] = []
+            if envelope_batch is not None:
+                groups.append(take_decoded(envelope_batch, _where(decoded_delete_rows, envelopes), "before"))
+            if key_batch is not None:
+                groups.append(
+                    take_decoded(key_batch, [r if r in wire_keys else -1 for r in decoded_delete_rows])
+                )
+            decoded_deletes = DecodedRecords(
+                records=records.take(pa.array(np.asarray(decoded_delete_rows, dtype=np.int64))),
+                batch=DecodedBatch(
+                    count=len(decoded_delete_rows), groups=tuple(g for b in groups for g in b.groups)
+                ),
+            )
         return Changes(
             upserts=_with_values(records, upsert_rows, upsert_values),
             deletes=_with_values(records, delete_rows, delete_values),
             rejected=rejected,
+            decoded_upserts=decoded_upserts,
+            decoded_deletes=decoded_deletes,
         )
 
     def _record_key(self, raw: bytes | None) -> tuple[bytes | None, str]:
@@ -119,6 +211,8 @@ class ChangeReader:
                 except UnicodeDecodeError:
                     return None, "the record key is neither JSON nor text"
             return None, f"the record key is not JSON (a key of {len(self._key)} columns needs an object)"
+        if isinstance(parsed, dict) and parsed.keys() == {"schema", "payload"}:
+            parsed = parsed["payload"]  # Kafka Connect's JsonConverter with schemas.enable=true
         if isinstance(parsed, dict):
             missing = [name for name in self._key if parsed.get(name) is None]
             if missing:
@@ -138,8 +232,8 @@ class ChangeReader:
             return "reject", b"the value is not a JSON object, so not a Debezium event"
         if "payload" in event and "schema" in event and "op" not in event:
             return "reject", (
-                b"a Kafka Connect {schema, payload} envelope: not read for upsert yet; configure "
-                b"Debezium's JsonConverter with schemas.enable=false"
+                b"a Kafka Connect {schema, payload} envelope: set the mapping's value_format to "
+                b"connect_json to read it (or Debezium's JsonConverter schemas.enable=false)"
             )
         op = event.get("op")
         if op in _DEBEZIUM_WRITES:
@@ -166,36 +260,65 @@ class UpsertConversion:
     deletes with one of the key columns only (`ConvertedRecords.deleted_keys`); every row and dead
     letter keeps the value its record arrived with."""
 
-    def __init__(self, converter: RecordConverter, settings: ConversionSettings, *, topic: str, run_id: str):
+    def __init__(
+        self,
+        converter: RecordConverter,
+        settings: ConversionSettings,
+        *,
+        topic: str,
+        run_id: str,
+        schemas: SchemaCache | None = None,
+    ):
+        """`schemas`: the task's schema cache (a registered `value_format` needs it)."""
         assert settings.upsert is not None
-        self._reader = ChangeReader(settings.upsert)
-        self._converter = converter
         key = set(settings.upsert.key)
-        key_settings = ConversionSettings(columns=tuple(c for c in settings.columns if c.name in key))
-        self._keys = RecordConverter(topic=topic, run_id=run_id, settings=key_settings)
+        key_columns = tuple(c for c in settings.columns if c.name in key)
+        key_decoder = None
+        if settings.value_format.registered:
+            key_format = settings.model_copy(
+                update={"value_subject": None, "value_message": None, "columns": key_columns}
+            )
+            key_decoder = decoder_for(key_format, schemas)
+        self._reader = ChangeReader(settings.upsert, decoder_for(settings, schemas), key_decoder)
+        self._converter = converter
+        self._keys = RecordConverter(
+            topic=topic, run_id=run_id, settings=ConversionSettings(columns=key_columns)
+        )
 
     def convert(self, records: pa.Table, *, partition: int, segment_key: str) -> ConvertedRecords:
         """The batch's rows, deleted keys and dead letters (rejected changes among them)."""
         changes = self._reader.read(records)
         upserts = self._converter.convert(
-            changes.upserts, partition=partition, segment_key=segment_key, rejected=changes.rejected
+            changes.upserts,
+            partition=partition,
+            segment_key=segment_key,
+            rejected=changes.rejected,
+            decoded=changes.decoded_upserts,
         )
-        deletes = self._keys.convert(changes.deletes, partition=partition, segment_key=segment_key)
-        dead = restore_values(upserts.dead_letters, records)
-        if deletes.dead_letters.num_rows:
-            dead = pa.concat_tables([dead, restore_values(deletes.dead_letters, records)])
+        deletes = [self._keys.convert(changes.deletes, partition=partition, segment_key=segment_key)]
+        if changes.decoded_deletes is not None:
+            deletes.append(
+                self._keys.convert(
+                    changes.decoded_deletes.records,
+                    partition=partition,
+                    segment_key=segment_key,
+                    decoded=changes.decoded_deletes.batch,
+                )
+            )
+        dead = pa.concat_tables([restore_values(part.dead_letters, records) for part in (upserts, *deletes)])
         first_invalid = min(
-            (i for i in (upserts.first_invalid, deletes.first_invalid) if i is not None),
+            (part.first_invalid for part in (upserts, *deletes) if part.first_invalid is not None),
             key=lambda invalid: invalid.offset,
             default=None,
         )
+        deleted = pa.concat_tables([restore_values(part.rows, records) for part in deletes])
         return ConvertedRecords(
             rows=restore_values(upserts.rows, records),
             dead_letters=dead,
             first_invalid=first_invalid,
             conversion_failures=upserts.conversion_failures,
             failed_rows=upserts.failed_rows,
-            deleted_keys=restore_values(deletes.rows, records),
+            deleted_keys=deleted.sort_by("offset") if len(deletes) > 1 else deleted,
         )
 
 
@@ -208,6 +331,11 @@ def restore_values(rows: pa.Table, records: pa.Table) -> pa.Table:
     original = records.column("value").take(positions)
     index = rows.schema.get_field_index("value")
     return rows.set_column(index, rows.schema.field(index), original.cast(rows.schema.field(index).type))
+
+
+def _where(rows: Sequence[int], changes: Mapping[int, tuple[str, str]]) -> list[int]:
+    """`rows` with -1 in place of each row that is no Debezium delete."""
+    return [row if changes.get(row, ("",))[0] == DELETE else -1 for row in rows]
 
 
 def _with_values(records: pa.Table, rows: Sequence[int], values: Sequence[bytes | None]) -> pa.Table:

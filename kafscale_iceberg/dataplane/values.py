@@ -29,6 +29,8 @@ null in a required column makes the record invalid):
   the wall date when there is no offset), or a JSON integer number of days since 1970-01-01.
 
 - `timestamptz` (Iceberg `timestamptz`): as `timestamp`, stored as a UTC instant.
+- `time` (Iceberg `time`, microseconds since midnight): a string `HH:MM[:SS[.fraction]]` without an
+  offset (an offset, a date or a number is not a time of day: null and counted).
 - `decimal(P,S)`: a JSON number or a numeric string, read from its exact text (never through a
   binary float: `12345678901234567890.123` lands exact in `decimal(38,10)`), when the column holds
   it exactly (`domain/decimals.fit_decimal`: never rounded, so more fraction digits than S or more
@@ -45,6 +47,7 @@ counted as a conversion failure of that column (`conversion.py`); it is never si
 
 from __future__ import annotations
 
+import datetime
 import decimal
 import json
 import re
@@ -514,6 +517,23 @@ def days_from_civil(year: np.ndarray, month: np.ndarray, day: np.ndarray) -> np.
     return result
 
 
+def time_of_day_micros(x: object) -> int | None:
+    """A JSON string `HH:MM[:SS[.fraction]]` as microseconds since midnight, else None."""
+    if type(x) is not str:
+        return None
+    try:
+        moment = datetime.time.fromisoformat(x)
+    except ValueError:
+        return None
+    if moment.tzinfo is not None:
+        return None
+    return ((moment.hour * 60 + moment.minute) * 60 + moment.second) * 1_000_000 + moment.microsecond
+
+
+def _times(raw: Sequence[object]) -> pa.Array:
+    return pa.array([time_of_day_micros(x) for x in raw], pa.int64()).cast(pa.time64("us"))
+
+
 _COERCERS: dict[ColumnType, Callable[[Sequence[object]], pa.Array]] = {
     ColumnType.BOOLEAN: _booleans,
     ColumnType.INT: _integers(*INT32_RANGE, arrow_type(ColumnType.INT)),
@@ -524,6 +544,7 @@ _COERCERS: dict[ColumnType, Callable[[Sequence[object]], pa.Array]] = {
     ColumnType.BINARY: _binaries,
     ColumnType.TIMESTAMP: _timestamps,
     ColumnType.DATE: _dates,
+    ColumnType.TIME: _times,
 }
 
 

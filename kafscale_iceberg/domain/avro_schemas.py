@@ -17,10 +17,14 @@ schema version drops stays in the table, null from then on (`domain/schema_evolu
 | `decimal(P,S)` on `bytes`/`fixed` | `decimal(P,S)` (P at most 38, else refused) |
 | `uuid` on `string`/`fixed` | `uuid` |
 | `date` | `date` |
-| `time-millis`, `time-micros` | `long` (microseconds since midnight; this product has no `time` column yet) |
+| `time-millis`, `time-micros` | `time` (microseconds since midnight) |
 | `timestamp-millis`, `timestamp-micros` | `timestamptz` |
 | `local-timestamp-millis`, `local-timestamp-micros` | `timestamp` |
 | `timestamp-nanos`, `local-timestamp-nanos` | `long` (nanoseconds; Iceberg v2 has no nanosecond type) |
+
+A schema with `references` (named types other subjects define, Confluent's Avro references) is read
+with each referenced definition put in place of its first use (`with_references`), so every reader
+(the columns, fastavro, the Rust block reader) sees one self-contained schema.
 
 A field named like a base field (`record_id`, `topic`, …, `value`, `headers`) or with the name of
 an earlier field in another case never becomes a column (it stays in the `value` bytes), as for
@@ -48,8 +52,8 @@ _PRIMITIVES: Mapping[str, ColumnType] = {
 }
 _LOGICAL: Mapping[str, ColumnType] = {
     "date": ColumnType.DATE,
-    "time-millis": ColumnType.LONG,
-    "time-micros": ColumnType.LONG,
+    "time-millis": ColumnType.TIME,
+    "time-micros": ColumnType.TIME,
     "timestamp-millis": ColumnType.TIMESTAMPTZ,
     "timestamp-micros": ColumnType.TIMESTAMPTZ,
     "local-timestamp-millis": ColumnType.TIMESTAMP,
@@ -66,6 +70,61 @@ def parse_avro_schema(text: str, *, schema_name: str) -> object:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise RecordSchemaError(f"Avro schema {schema_name} is not JSON: {exc}") from None
+
+
+def with_references(schema: object, referenced: Sequence[object]) -> object:
+    """`schema` made self-contained: each named type of `referenced` (the referenced subjects'
+    schemas, themselves self-contained) defined where `schema` first uses its name, by full name or
+    by a short name in the enclosing namespace; later uses stay names, as Avro allows. A referenced
+    type `schema` never uses is left out."""
+    pending: dict[str, Mapping[str, object]] = {}
+    for document in referenced:
+        for member in document if isinstance(document, list) else [document]:
+            if isinstance(member, Mapping) and member.get("type") in _NAMED_KINDS:
+                definition = dict(member)
+                if "." not in str(definition.get("name", "")) and "namespace" not in definition:
+                    definition["namespace"] = ""  # the null namespace wherever it is put
+                pending[_full_name(member, "")] = definition
+    return _inlined(schema, "", pending, set())
+
+
+_NAMED_KINDS = frozenset({"record", "error", "enum", "fixed"})
+
+
+def _inlined(
+    schema: object, namespace: str, pending: Mapping[str, Mapping[str, object]], defined: set[str]
+) -> object:
+    if isinstance(schema, str):
+        for full in (f"{namespace}.{schema}" if namespace and "." not in schema else schema, schema):
+            if full in pending and full not in defined:
+                defined.add(full)
+                return _inlined(pending[full], "", pending, defined)
+        return schema
+    if isinstance(schema, list):
+        return [_inlined(branch, namespace, pending, defined) for branch in schema]
+    if not isinstance(schema, Mapping):
+        return schema
+    kind = schema.get("type")
+    if kind in _NAMED_KINDS:
+        defined.add(_full_name(schema, namespace))
+        if kind in {"enum", "fixed"}:
+            return schema
+        inner = _namespace(schema, namespace)
+        fields = schema.get("fields")
+        return {
+            **schema,
+            "fields": [
+                {**f, "type": _inlined(f.get("type"), inner, pending, defined)}
+                if isinstance(f, Mapping)
+                else f
+                for f in (fields if isinstance(fields, list) else ())
+            ],
+        }
+    if kind == "array":
+        return {**schema, "items": _inlined(schema.get("items"), namespace, pending, defined)}
+    if kind == "map":
+        return {**schema, "values": _inlined(schema.get("values"), namespace, pending, defined)}
+    return {**schema, "type": _inlined(kind, namespace, pending, defined)}
 
 
 def avro_columns(schema: object, *, schema_name: str) -> tuple[ColumnSpec, ...]:

@@ -28,7 +28,7 @@ from enum import StrEnum
 from types import MappingProxyType
 
 from kafscale_iceberg.domain.anomalies import OffsetAnomalies
-from kafscale_iceberg.domain.runs import NO_OFFSET, ColumnSpec, DataFile, PartitionField
+from kafscale_iceberg.domain.runs import NO_OFFSET, ColumnSpec, DataFile, PartitionField, RunPlan, RunResult
 from kafscale_iceberg.domain.schema import FieldSpec
 from kafscale_iceberg.domain.upsert import UpsertCounts
 from kafscale_iceberg.exceptions import TableMarkerError
@@ -41,6 +41,9 @@ SUMMARY_QUARANTINED = "kafscale.quarantined"
 SUMMARY_RESET = "kafscale.reset"
 SUMMARY_CONVERSION_FAILURES = "kafscale.conversion-failures"
 """JSON `{column: count}`: the run's values that did not convert to their column (data table only)."""
+SUMMARY_DEAD_LETTERS = "kafscale.dead-letters"
+"""JSON `{error_kind: count}`: the run's dead-letter rows per reason, every mapping's (the topic's anchor
+table only, so `status` reads them where it reads the offsets)."""
 
 OFFSETS_PROPERTY_PREFIX = "kafscale.offsets."
 RUN_ID_PROPERTY_PREFIX = "kafscale.run-id."
@@ -246,6 +249,8 @@ class TableCommit:
     """Per column, the run's values stored null because they did not convert (audit trail, `status`)."""
     anomalies: OffsetAnomalies = field(default_factory=OffsetAnomalies)
     """Per partition, offset gaps and overlapped records of the run (audit trail, `status`)."""
+    dead_letters: Mapping[str, int] = field(default_factory=dict)
+    """Per `error_kind`, the run's dead-letter rows (the anchor table's audit trail, `status`)."""
     rewrite_location: str | None = None
     """Where files `delete_after` rewrites are written (None: the table's data location). A reset
     writes them under its own run folder of the product's data prefix, where orphan cleanup looks."""
@@ -267,19 +272,21 @@ class TableCommit:
         summary[SUMMARY_OFFSETS] = encode_offsets(self.end_offsets)
         if self.quarantined:
             summary[SUMMARY_QUARANTINED] = encode_quarantine(self.quarantined)
-        if self.conversion_failures:
-            summary[SUMMARY_CONVERSION_FAILURES] = json.dumps(
-                dict(sorted(self.conversion_failures.items())), separators=(",", ":")
-            )
+        for key, counts in (
+            (SUMMARY_CONVERSION_FAILURES, self.conversion_failures),
+            (SUMMARY_DEAD_LETTERS, self.dead_letters),
+        ):
+            if counts:
+                summary[key] = json.dumps(dict(sorted(counts.items())), separators=(",", ":"))
         summary.update(self.anomalies.summary())
         if self.upsert is not None:
             summary.update(self.upsert.summary())
         return summary
 
 
-def decode_conversion_failures(text: str) -> dict[str, int]:
-    """A `kafscale.conversion-failures` summary value; what is not a `{column: count}` object is ignored
-    (it is an audit trail, never a reason to fail a status)."""
+def decode_counts(text: str) -> dict[str, int]:
+    """A `kafscale.conversion-failures` or `kafscale.dead-letters` summary value; what is not a
+    `{name: count}` object is ignored (it is an audit trail, never a reason to fail a status)."""
     try:
         value = json.loads(text)
     except ValueError:
@@ -436,6 +443,12 @@ class FinishedRun:
     dead_letters: int
     offsets: Mapping[int, int]
     """The run's partitions' committed offsets after it."""
+    plan: RunPlan | None = None
+    result: RunResult | None = None
+    """Its plan and result: what its metrics are counted from, once (`metrics.record_finished`)."""
+    upsert: UpsertCounts | None = None
+    """An upsert run's counts, and its table."""
+    upsert_table: str = ""
 
     def describe(self) -> str:
         """`run R (tables a, b: 17 records, 1 dead letter; offsets p0=11)`."""

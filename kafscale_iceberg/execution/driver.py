@@ -353,10 +353,9 @@ class _InvalidPlanError(ValueError):
 
 
 def _check_plan(plan: RunPlan) -> None:
-    registered = [m.conversion.value_format for m in plan.mappings if m.conversion.value_format.registered]
-    if registered and plan.schema_registry is None:
+    if any(m.conversion.reads_registry for m in plan.mappings) and plan.schema_registry is None:
         raise _InvalidPlanError(
-            f"plan {plan.run_id}: value_format {registered[0].value} needs the plan's schema_registry"
+            f"plan {plan.run_id}: a registered value_format or key_format needs the plan's schema_registry"
         )
     try:
         for mapping in plan.mappings:

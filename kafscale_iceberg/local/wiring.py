@@ -27,7 +27,14 @@ from kafscale_iceberg.exceptions import JavaMissingError
 from kafscale_iceberg.execution.job_runner import ChosenJobRunner, InProcessJobRunner
 from kafscale_iceberg.local.pipeline import Pipeline, PipelineObserver, RunEnd, RunReport
 from kafscale_iceberg.local.spark_runner import LocalSparkJobRunner
-from kafscale_iceberg.metrics import MetricsSink, record_abort, record_commit, record_error, record_status
+from kafscale_iceberg.metrics import (
+    MetricsSink,
+    record_abort,
+    record_commit,
+    record_error,
+    record_finished,
+    record_status,
+)
 from kafscale_iceberg.ports import CompactionJobRunner, JobRunner
 
 if TYPE_CHECKING:
@@ -229,6 +236,8 @@ class MetricsObserver:
                 ended_at=report.commit_ended_at,
             )
         else:
+            if report.finished is not None:  # superseded by the stranded run its commit finished
+                record_finished(self._sink, report.finished, ended_at=report.started_at + report.seconds)
             record_abort(
                 self._sink,
                 report.topic,

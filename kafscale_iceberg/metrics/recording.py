@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from kafscale_iceberg.domain.runs import table_outputs
-from kafscale_iceberg.exceptions import KafscaleIcebergError, SegmentIncompleteError
+from kafscale_iceberg.exceptions import KafscaleIcebergError, RunSupersededError, SegmentIncompleteError
 from kafscale_iceberg.metrics.definitions import (
     BATCHES,
     CONSECUTIVE_FAILURES,
@@ -58,7 +58,9 @@ from kafscale_iceberg.metrics.definitions import (
 )
 
 if TYPE_CHECKING:
+    from kafscale_iceberg.domain.commits import FinishedRun
     from kafscale_iceberg.domain.runs import RunPlan, RunResult
+    from kafscale_iceberg.domain.upsert import UpsertCounts
     from kafscale_iceberg.ports import MetricsSink
     from kafscale_iceberg.services.commit import CommitOutcome
     from kafscale_iceberg.services.launch import LaunchOutcome
@@ -86,8 +88,55 @@ def record_commit(
     after a success must not count them twice; one that crashed after writing both counts none).
     The offset gauges and `consecutive_failures` (0) are set either way.
     """
-    topic = plan.topic
+    if outcome.finished is not None:
+        record_finished(sink, outcome.finished, ended_at=ended_at)
     newly = outcome.table_committed or bool(outcome.offsets_written)
+    samples = _committed_samples(
+        plan,
+        result,
+        newly=newly,
+        offsets=outcome.offsets,
+        upsert=outcome.upsert,
+        upsert_table=outcome.upsert_table,
+        commit_s=max(0.0, ended_at - started_at),
+        ended_at=ended_at,
+    )
+    sink.emit(samples)
+
+
+def record_finished(sink: MetricsSink, finished: FinishedRun, *, ended_at: float) -> None:
+    """Emit a run stranded between its tables' commits that a later run's commit finished (once: only
+    the commit that finished it carries it, `CommitOutcome.finished` or `RunSupersededError.finished`)
+    as a committed run: its records, dead letters, upsert rows, offsets."""
+    if finished.plan is None or finished.result is None:
+        return
+    sink.emit(
+        _committed_samples(
+            finished.plan,
+            finished.result,
+            newly=True,
+            offsets=finished.offsets,
+            upsert=finished.upsert,
+            upsert_table=finished.upsert_table,
+            commit_s=0.0,
+            ended_at=ended_at,
+        )
+    )
+
+
+def _committed_samples(
+    plan: RunPlan,
+    result: RunResult,
+    *,
+    newly: bool,
+    offsets: Mapping[int, int],
+    upsert: UpsertCounts | None,
+    upsert_table: str,
+    commit_s: float,
+    ended_at: float,
+) -> list[Sample]:
+    """`record_commit`'s samples of one run (see its docstring)."""
+    topic = plan.topic
     label = RunOutcomeLabel.COMMITTED if newly else RunOutcomeLabel.ALREADY_COMMITTED
     samples = [sample(RUNS, 1, topic=topic, outcome=label), sample(CONSECUTIVE_FAILURES, 0, topic=topic)]
     if newly:
@@ -121,9 +170,9 @@ def record_commit(
                 for out in table_outputs(plan, result)
                 if out.records
             ]
-        samples += _upsert_samples(topic, outcome)
+        samples += _upsert_samples(topic, upsert, upsert_table)
         job_ms = max(0, result.timings.ended_at_ms - result.timings.started_at_ms)
-        samples.append(sample(WRITE_LATENCY, job_ms + max(0.0, ended_at - started_at) * 1000, topic=topic))
+        samples.append(sample(WRITE_LATENCY, job_ms + commit_s * 1000, topic=topic))
         run_s = max(0.0, ended_at - plan.created_at_ms / 1000)
         samples.append(sample(RUN_DURATION, run_s, topic=topic, outcome=RunOutcomeLabel.COMMITTED))
         queued = queue_to_start_seconds(plan, result)
@@ -131,20 +180,18 @@ def record_commit(
             samples.append(sample(QUEUE_TO_START, queued, topic=topic))
         newest = {o.partition: o.max_timestamp_ms for o in result.partitions}
         for partition, stamp in sorted(newest.items()):
-            if stamp is not None and partition in outcome.offsets:
+            if stamp is not None and partition in offsets:
                 samples.append(sample(WATERMARK_TIMESTAMP, stamp, topic=topic, partition=partition))
-    for partition, offset in sorted(outcome.offsets.items()):
+    for partition, offset in sorted(offsets.items()):
         samples.append(sample(LAST_OFFSET, offset, topic=topic, partition=partition))
         samples.append(sample(WATERMARK_OFFSET, offset, topic=topic, partition=partition))
-    sink.emit(samples)
+    return samples
 
 
-def _upsert_samples(topic: str, outcome: CommitOutcome) -> list[Sample]:
+def _upsert_samples(topic: str, counts: UpsertCounts | None, table: str) -> list[Sample]:
     """What an upsert run did to its table (none for an append run, or a commit found in already)."""
-    counts = outcome.upsert
     if counts is None:
         return []
-    table = outcome.upsert_table
     return [
         sample(UPSERT_ROWS, counts.inserted, topic=topic, table=table, change="inserted"),
         sample(UPSERT_ROWS, counts.updated, topic=topic, table=table, change="updated"),
@@ -246,7 +293,12 @@ def record_route_failure(sink: MetricsSink, error: KafscaleIcebergError) -> None
 def record_commit_failure(sink: MetricsSink, error: KafscaleIcebergError) -> None:
     """Emit a failed commit step (the Lambda's and the one-machine loop's): `errors_total{checkpoint}`
     for a checkpoint-store error (lease lost, store down), else `errors_total{sink}` (Iceberg, as the
-    Go processor names its write stage) - `error_stage` with `sink` as the default."""
+    Go processor names its write stage) - `error_stage` with `sink` as the default. A run superseded
+    by the stranded run its commit finished (`RunSupersededError`) is no error: the finished run is
+    counted (`record_finished`)."""
+    if isinstance(error, RunSupersededError):
+        record_finished(sink, error.finished, ended_at=time.time())
+        return
     record_error(sink, error_stage(error, default=ErrorStage.SINK))
 
 

@@ -239,6 +239,7 @@ class CommitService(TableWriter):
             quarantined,
             conversion_failures=anchor.conversion_failures,
             anomalies=offset_anomalies(result),
+            dead_letters=result.counts.dead_letter_reasons,
             adopted=store,
             columns=inferred_columns(plan, anchor),
             **upsert,

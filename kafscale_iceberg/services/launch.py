@@ -511,8 +511,7 @@ class Launcher:
             result_uri=run_document_uri(config.runs.location, topic, run_id, RESULT_NAME),
             schema_registry=(
                 config.schema_registry.settings()
-                if config.schema_registry is not None
-                and any(m.conversion.value_format.registered for m in mappings)
+                if config.schema_registry is not None and any(m.conversion.reads_registry for m in mappings)
                 else None
             ),
         )
@@ -554,6 +553,8 @@ class Launcher:
             value_subject=mapping.value_subject or None,
             value_message=mapping.value_message or None,
             key_format=mapping.key_format,
+            key_subject=mapping.key_subject or None,
+            key_message=mapping.key_message or None,
             upsert=mapping.upsert.to_settings() if mapping.upsert is not None else None,
         )
         # The table's columns include the `lfs_*` ones `store_metadata` adds.

@@ -303,6 +303,11 @@ class ReplayService:
         present = self._segments.list_partitions(topic)
         partitions = self._partitions(request, present, committed)
         first = request.first_offset
+        upsert = mapping.mode == "upsert"
+        if request.reset_offsets and upsert:
+            # Before the S3 check: its advice (a later --from-offset) is no way out for an upsert table.
+            resets = {p: first - 1 for p in partitions if first - 1 <= committed.get(p, NO_OFFSET)}
+            refuse_upsert_rewind(topic, anchor, resets)
         replays = []
         for partition in partitions:
             offset = committed.get(partition, NO_OFFSET)
@@ -314,7 +319,7 @@ class ReplayService:
             if request.reset_offsets and first - 1 <= offset:
                 reset_to = first - 1
                 if reset_to < offset:
-                    self._check_reingestable(topic, partition, first, offset, items)
+                    self._check_reingestable(topic, partition, first, offset, items, upsert=upsert)
             replays.append(
                 PartitionReplay(
                     partition=partition,
@@ -333,8 +338,6 @@ class ReplayService:
         )
         if not plan.reset_offsets:
             return plan
-        if mapping.mode == "upsert":
-            refuse_upsert_rewind(topic, anchor, plan.reset_offsets)
         more = tuple(t for t in self._tables_of(topic) if t not in (anchor, mapping.dead_letter_table))
         plan = replace(plan, more_tables=more)
         self._resets.check_reset(topic, plan.tables, plan.reset_offsets)
@@ -410,9 +413,17 @@ class ReplayService:
         return tuple(items), tuple(incomplete)
 
     def _check_reingestable(
-        self, topic: str, partition: int, first: int, committed: int, items: Sequence[WorkItem]
+        self,
+        topic: str,
+        partition: int,
+        first: int,
+        committed: int,
+        items: Sequence[WorkItem],
+        *,
+        upsert: bool = False,
     ) -> None:
-        """Refuse a reset whose deleted rows could not all be read again from S3."""
+        """Refuse a reset whose deleted rows could not all be read again from S3 (`upsert`: of an
+        upsert table, which only a rebuild from the partition's start may reset)."""
         start = items[0].base_offset if items else None
         if start is not None and start <= first:
             return
@@ -426,6 +437,11 @@ class ReplayService:
                 f"{first}-{start - 1} are not in S3 (expired by retention, or never uploaded)"
             )
             advice = f"reset from offset {start} or later (--from-offset {start})"
+        if upsert:
+            advice = (
+                "an upsert table's partition can only be rebuilt from its start, so no reset can rebuild "
+                f"it from S3: {_ROLLBACK_ADVICE.format(topic=topic)}"
+            )
         raise OffsetResetRefusedError(
             topic,
             f"partition {partition}: {found}; their rows would be deleted and never re-ingested - {advice}",
@@ -475,7 +491,13 @@ def refuse_upsert_rewind(topic: str, table: str, offsets: Mapping[int, int]) -> 
         topic,
         f"{table!r} is an upsert table (mode: upsert): it holds each key's last state, so deleting its "
         f"rows after offsets {partial} cannot bring back the values those keys had before; re-ingest "
-        "from the start of the partitions instead (--from-offset 0 rebuilds their keys), or roll the "
-        "table back to its snapshot before the range with your engine and set its "
-        f"kafscale.offsets.{topic} property to that snapshot's kafscale.offsets summary",
+        "from the start of the partitions instead (--from-offset 0 rebuilds their keys, when S3 still "
+        f"holds them), or {_ROLLBACK_ADVICE.format(topic=topic)}",
     )
+
+
+_ROLLBACK_ADVICE = (
+    "roll the table back to its snapshot before the range with your engine and set its "
+    "kafscale.offsets.{topic} property to that snapshot's kafscale.offsets summary (the table's "
+    "offsets win over the checkpoint store when the topic is next planned)"
+)

@@ -91,6 +91,8 @@ class RunFilesWrite(TableWrite):
     conversion_failures: Mapping[str, int] = field(default_factory=dict)
     anomalies: OffsetAnomalies = field(default_factory=OffsetAnomalies)
     """The run's offset gaps and overlapped records (the data table's summary, for `status`)."""
+    dead_letters: Mapping[str, int] = field(default_factory=dict)
+    """The run's dead-letter rows per reason (the anchor's summary, for `status`)."""
     columns: tuple[ColumnSpec, ...] | None = None
     """An inferred table's columns the files were written with (added in the same commit when new)."""
 
@@ -115,6 +117,7 @@ class RunFilesWrite(TableWrite):
             field_ids=self.field_ids,
             conversion_failures=dict(self.conversion_failures),
             anomalies=self.anomalies,
+            dead_letters=dict(self.dead_letters),
             columns=self.columns,
         )
 

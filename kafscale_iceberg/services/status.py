@@ -224,6 +224,8 @@ class TopicStatus:
     conversion_failures: dict[str, int] = field(default_factory=dict)
     """Per mapping column, committed values stored null because they did not convert (over the
     table's retained snapshots)."""
+    dead_letters: dict[str, int] = field(default_factory=dict)
+    """Per `error_kind`, the topic's dead-letter rows (over the anchor's retained snapshots)."""
     quarantined: tuple[QuarantinedRange, ...] = ()
     """Segments skipped under `corrupt_segment_policy: quarantine` (`kafscale.quarantine.<topic>`);
     each comes back through an offset reset to its first offset once repaired."""
@@ -255,6 +257,7 @@ class TopicStatus:
             "consecutive_failures": self.consecutive_failures,
             "lag_records": self.lag_records,
             "conversion_failures": dict(self.conversion_failures),
+            "dead_letters": dict(self.dead_letters),
             "quarantined": [r.to_json() for r in self.quarantined],
             "partitions": [p.to_json() for p in self.partitions],
             "table_health": _health_json(self.health),
@@ -323,9 +326,11 @@ class StatusService:
             state: TableState | None = self._tables.read_state(anchor, topic)
             table_commit_ms = self._tables.last_commit_ms(anchor, topic)
             conversion_failures = self._tables.conversion_failures(anchor, topic)
+            dead_letters = self._tables.dead_letter_reasons(anchor, topic)
             anomalies = self._tables.offset_anomalies(anchor, topic)
         except TableMissingError:
-            state, table_commit_ms, conversion_failures, anomalies = None, None, {}, OffsetAnomalies()
+            state, table_commit_ms, anomalies = None, None, OffsetAnomalies()
+            conversion_failures, dead_letters = {}, {}
         table_offsets = state.marker.offsets if state is not None else None
         store = self._checkpoints.load_committed_offsets(topic)
         holder = self._checkpoints.read_lease_holder(topic)
@@ -369,6 +374,7 @@ class StatusService:
             partitions=partitions,
             health=self._table_health(anchor) if state is not None else None,
             conversion_failures=conversion_failures,
+            dead_letters=dead_letters,
             upsert=(
                 self._tables.upsert_counts(anchor, topic)
                 if mapping.mode == "upsert" and state is not None

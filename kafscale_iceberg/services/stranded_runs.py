@@ -73,6 +73,10 @@ def finish_stranded(
         records=result.counts.written,
         dead_letters=result.counts.dead_lettered,
         offsets=dict(outcome.offsets),
+        plan=plan,
+        result=result,
+        upsert=outcome.upsert,
+        upsert_table=outcome.upsert_table,
     )
     logger.warning(
         "topic %s: finished %s, left between its tables' commits by an earlier crash",

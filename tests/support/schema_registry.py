@@ -73,6 +73,10 @@ class StandInRegistry:
                 schema.schema_str,
                 schema_type=schema.schema_type or "AVRO",
                 schema_id=registered.schema_id,
+                references=[
+                    {"name": r.name, "subject": r.subject, "version": r.version}
+                    for r in schema.references or ()
+                ],
             )
 
 

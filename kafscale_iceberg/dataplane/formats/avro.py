@@ -17,6 +17,10 @@ one (Redpanda's `value_schema_latest`), else are `wire_format` dead letters. A s
 does not have (404) makes its records `unknown_schema` dead letters; a payload that does not decode
 with its schema `undecodable` ones, naming the schema id. A registry outage raises
 `RegistryUnavailableError` (the run fails transiently; nothing is dead-lettered for it).
+
+A schema's `references` (named types other subjects' versions define) are read through the task's
+`SchemaCache` and put in place (`domain/avro_schemas.with_references`); a reference the registry does
+not have makes the records `unknown_schema` dead letters naming it.
 """
 
 from __future__ import annotations
@@ -35,8 +39,9 @@ import pyarrow as pa
 
 from kafscale_iceberg.dataplane.formats.decoding import DecodedBatch, DecodedGroup
 from kafscale_iceberg.dataplane.formats.registered import RegisteredSchemaDecoder
+from kafscale_iceberg.dataplane.formats.schema_cache import SchemaCache
 from kafscale_iceberg.dataplane.schemas import column_arrow_type
-from kafscale_iceberg.domain.avro_schemas import avro_columns, parse_avro_schema
+from kafscale_iceberg.domain.avro_schemas import avro_columns, parse_avro_schema, with_references
 from kafscale_iceberg.domain.record_schemas import RegisteredSchema
 from kafscale_iceberg.domain.runs import ColumnSpec, ColumnType
 from kafscale_iceberg.exceptions import RecordSchemaError
@@ -66,7 +71,7 @@ class AvroDecoder(RegisteredSchemaDecoder[AvroSchema]):
     """Decodes Avro records in Confluent wire format (see the module docstring)."""
 
     def _compile_registered(self, registered: RegisteredSchema) -> AvroSchema:
-        return compile_avro_schema(registered)
+        return compile_avro_schema(registered, self._schemas)
 
     def decode(self, values: pa.Array) -> DecodedBatch:
         """See `ValueDecoder.decode`."""
@@ -95,15 +100,13 @@ class AvroDecoder(RegisteredSchemaDecoder[AvroSchema]):
         return DecodedBatch(count=len(raw), groups=tuple(groups), errors=errors)
 
 
-def compile_avro_schema(registered: RegisteredSchema) -> AvroSchema:
-    """A registered schema made ready to read records with. Raises `RecordSchemaError` when it is not
-    an Avro schema or gives columns Iceberg cannot hold."""
+def compile_avro_schema(registered: RegisteredSchema, schemas: SchemaCache) -> AvroSchema:
+    """A registered schema made ready to read records with, its `references` read through `schemas`
+    (each subject version once per task). Raises `RecordSchemaError` when it (or a schema it
+    references) is not an Avro schema or gives columns Iceberg cannot hold, `SchemaNotFoundError` when
+    a reference is not in the registry."""
     label = registered.label
-    if registered.schema_type.upper() != "AVRO":
-        raise RecordSchemaError(f"{label} is a {registered.schema_type} schema; the mapping reads avro")
-    if registered.references:
-        raise RecordSchemaError(f"{label} references other schemas, which avro mappings do not read yet")
-    document: Any = parse_avro_schema(registered.text, schema_name=label)
+    document: Any = _avro_document(registered, schemas, depth=0)
     columns = avro_columns(document, schema_name=label)
     try:
         parsed = fastavro.parse_schema(document)
@@ -123,6 +126,26 @@ def compile_avro_schema(registered: RegisteredSchema) -> AvroSchema:
         }
         header = _container_header(json.dumps(wrapper).encode(), sync)
     return AvroSchema(registered, parsed, columns, struct_type, header, sync)
+
+
+_MAX_REFERENCE_DEPTH = 32
+
+
+def _avro_document(registered: RegisteredSchema, schemas: SchemaCache, *, depth: int) -> object:
+    """`registered`'s schema JSON with its references' named types in place (`with_references`)."""
+    label = registered.label
+    if registered.schema_type.upper() != "AVRO":
+        raise RecordSchemaError(f"{label} is a {registered.schema_type} schema; the mapping reads avro")
+    document = parse_avro_schema(registered.text, schema_name=label)
+    if not registered.references:
+        return document
+    if depth >= _MAX_REFERENCE_DEPTH:
+        raise RecordSchemaError(f"{label}: references nest deeper than {_MAX_REFERENCE_DEPTH}")
+    referenced = [
+        _avro_document(schemas.version(r.subject, r.version), schemas, depth=depth + 1)
+        for r in registered.references
+    ]
+    return with_references(document, referenced)
 
 
 def _fast_readable(schema: object, seen: set[str]) -> bool:
@@ -305,7 +328,7 @@ def _value(value: object, column: ColumnSpec) -> object:
         return [(k, _value(v, entry)) for k, v in value.items()]  # type: ignore[attr-defined]
     if kind is ColumnType.UUID:
         return value.bytes if isinstance(value, uuid.UUID) else uuid.UUID(str(value)).bytes
-    if kind is ColumnType.LONG and isinstance(value, datetime.time):
+    if isinstance(value, datetime.time):  # `time-*`: a `time` column (a `long` one of older tables)
         return ((value.hour * 60 + value.minute) * 60 + value.second) * 1_000_000 + value.microsecond
     return value
 

@@ -8,8 +8,13 @@ from kafscale_iceberg.exceptions import ConfigError
 from kafscale_iceberg.ports import ValueDecoder
 
 
-def decoder_for(settings: ConversionSettings, schemas: SchemaCache | None) -> ValueDecoder | None:
+def decoder_for(
+    settings: ConversionSettings, schemas: SchemaCache | None, *, part: str = "value"
+) -> ValueDecoder | None:
     """The decoder of `settings.value_format` (None for `json`: `RecordConverter` reads JSON itself).
+
+    `part`: `key` when it decodes keys (`dataplane/key_columns.py` gives it the key's format, subject
+    and message as a value's), so dead-letter reasons name `key_subject`.
 
     A registered format without `schemas` gets a decoder that raises `ConfigError` when it is used
     (a plan is checked before its tasks get a registry). Raises `ConfigError` for a format this
@@ -26,7 +31,9 @@ def decoder_for(settings: ConversionSettings, schemas: SchemaCache | None) -> Va
     if value_format is ValueFormat.AVRO:
         from kafscale_iceberg.dataplane.formats.avro import AvroDecoder  # noqa: PLC0415
 
-        return AvroDecoder(schemas or no_registry(value_format.value), subject=settings.value_subject)
+        return AvroDecoder(
+            schemas or no_registry(value_format.value), subject=settings.value_subject, part=part
+        )
     if value_format is ValueFormat.PROTOBUF:
         from kafscale_iceberg.dataplane.formats.protobuf import ProtobufDecoder  # noqa: PLC0415
 
@@ -35,9 +42,15 @@ def decoder_for(settings: ConversionSettings, schemas: SchemaCache | None) -> Va
             subject=settings.value_subject,
             message=settings.value_message,
             columns=[c.name for c in settings.columns],
+            part=part,
         )
     if value_format is ValueFormat.JSON_SCHEMA:
         from kafscale_iceberg.dataplane.formats.json_schema import JsonSchemaDecoder  # noqa: PLC0415
 
-        return JsonSchemaDecoder(schemas or no_registry(value_format.value), subject=settings.value_subject)
+        return JsonSchemaDecoder(
+            schemas or no_registry(value_format.value),
+            subject=settings.value_subject,
+            columns=settings.columns,
+            part=part,
+        )
     raise ConfigError("mappings[].value_format", f"{value_format.value} is not decoded yet by this version")

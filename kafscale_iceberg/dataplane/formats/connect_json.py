@@ -161,7 +161,7 @@ def _reader(schema: Mapping[str, Any]) -> _Read:
     elif logical == TIMESTAMP:
         inner = _timestamp
     elif logical == TIME:
-        inner = _integer_reader("int32")
+        inner = _time
     elif kind in _RANGES:
         inner = _integer_reader(kind)
     elif kind in ("float32", "float64"):
@@ -277,6 +277,15 @@ def _date(value: object, path: str) -> object:
         return _EPOCH + datetime.timedelta(days=value)
     except OverflowError:
         raise _MismatchError(f"field {path}: {value} days is out of range") from None
+
+
+_MILLIS_PER_DAY = 86_400_000
+
+
+def _time(value: object, path: str) -> object:
+    if type(value) is not int or not 0 <= value < _MILLIS_PER_DAY:
+        raise _MismatchError(f"field {path}: {value!r} is not a Time (milliseconds since midnight)")
+    return value * 1000
 
 
 def _timestamp(value: object, path: str) -> object:

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kafscale_iceberg.dataplane.schemas import column_arrow_type
-from kafscale_iceberg.dataplane.values import parse_datetimes
+from kafscale_iceberg.dataplane.values import decimal_of, parse_datetimes
 from kafscale_iceberg.domain.runs import ColumnSpec, ColumnType
 
 
@@ -102,6 +102,40 @@ def conform(batch: DecodedBatch, columns: Sequence[ColumnSpec]) -> DecodedColumn
     return DecodedColumns(arrays, errors, kinds, None, present_masks, failed_masks, labels, tuple(columns))
 
 
+def take_decoded(batch: DecodedBatch, positions: Sequence[int], part: str | None = None) -> DecodedBatch:
+    """The decoded records of `batch` at `positions`, as a batch of `len(positions)` records: record
+    `i` is record `positions[i]` of `batch` (a position in no group, e.g. -1, is in no group here).
+
+    With `part`, each record's struct field `part` instead of the record (a Debezium envelope's
+    `after`), with that field's columns; a group whose schema has no such struct is left out. Errors
+    are not carried: the caller has dealt with them.
+    """
+    wanted = {position: index for index, position in enumerate(positions) if position >= 0}
+    groups = []
+    for group in batch.groups:
+        chosen = [(wanted[p], row) for row, p in enumerate(group.positions.tolist()) if p in wanted]
+        if not chosen:
+            continue
+        records: pa.Array = group.records
+        columns, label = group.columns, group.label
+        if part is not None:
+            column = next((c for c in columns if c.name == part and c.type is ColumnType.STRUCT), None)
+            taken = _field(group.records, part)
+            if column is None or taken is None:
+                continue
+            records, columns, label = taken, column.fields, f"{label} ({part})"
+        chosen.sort()
+        groups.append(
+            DecodedGroup(
+                positions=np.asarray([index for index, _ in chosen], np.int64),
+                records=records.take(pa.array(np.asarray([row for _, row in chosen], np.int64))),
+                columns=columns,
+                label=label,
+            )
+        )
+    return DecodedBatch(count=len(positions), groups=tuple(groups))
+
+
 def _field(records: pa.StructArray, name: str) -> pa.Array | None:
     struct_type = records.type
     index = struct_type.get_field_index(name)
@@ -122,8 +156,8 @@ def _in_batch_order(
         rest = np.setdiff1d(np.arange(count), np.concatenate(order) if order else np.zeros(0, np.int64))
         pieces.append(pa.nulls(len(rest), target))
         order.append(rest)
-    if len(pieces) == 1:
-        return pieces[0]
+    if len(pieces) <= 1:
+        return pieces[0] if pieces else pa.nulls(0, target)
     joined = pa.concat_arrays([p.cast(target) for p in pieces])
     inverse = np.empty(count, np.int64)
     inverse[np.concatenate(order)] = np.arange(count)
@@ -179,6 +213,10 @@ def conform_array(source: pa.Array, column: ColumnSpec) -> tuple[pa.Array, np.nd
     if kind is ColumnType.UUID and textual:
         as_bytes, failed = _per_value(source, pa.binary(16), _uuid_bytes)
         return as_bytes.cast(target), failed
+    if kind is ColumnType.DECIMAL and textual:
+        # Numbers as their exact text (JSON Schema's, read without a float): the one decimal rule.
+        precision, scale = column.precision or 1, column.scale or 0
+        return _per_value(source, target, lambda text: _fitted(text, precision, scale))
     return _cast_or_per_value(source, target)
 
 
@@ -240,6 +278,14 @@ def _per_value(
             values.append(None)
             failed[row] = True
     return pa.array(values, target), failed
+
+
+def _fitted(text: object, precision: int, scale: int) -> object:
+    """`text` as a `decimal(precision, scale)` value exactly (`domain/decimals.py`), else ValueError."""
+    fitted = decimal_of(text, precision, scale)
+    if fitted is None:
+        raise ValueError(f"{text!r} does not fit decimal({precision},{scale})")
+    return fitted
 
 
 def _uuid_bytes(text: object) -> bytes:

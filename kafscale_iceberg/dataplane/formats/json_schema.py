@@ -8,6 +8,11 @@ grouped by schema id; each payload is parsed (msgspec) and validated (`jsonschem
 draft); the group's records become one struct array, strings where the column is a `timestamp` or
 `date` (conformed onto the column like any string, a value that does not convert counted).
 
+A number projected onto a `decimal` column of the mapping (`schema.columns`, at any depth) is read
+from its exact text, never through a float (`12345678901234567890.123` lands exact in
+`decimal(38,10)`), and conformed by the one decimal rule (`domain/decimals.py`): a value the column
+cannot hold is a counted conversion failure, as on JSON's mapped path.
+
 Values without the wire prefix are read with `value_subject`'s latest schema when the mapping names
 one, else are `wire_format` dead letters. A schema id the registry does not have (404):
 `unknown_schema`; a payload that is not JSON or does not validate against its schema: `undecodable`,
@@ -17,9 +22,11 @@ this version. A registry outage raises `RegistryUnavailableError` (the run fails
 
 from __future__ import annotations
 
+import decimal
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 import numpy as np
@@ -29,6 +36,7 @@ from jsonschema import validators
 
 from kafscale_iceberg.dataplane.formats.decoding import DecodedBatch, DecodedGroup
 from kafscale_iceberg.dataplane.formats.registered import RegisteredSchemaDecoder
+from kafscale_iceberg.dataplane.formats.schema_cache import SchemaCache
 from kafscale_iceberg.dataplane.schemas import column_arrow_type
 from kafscale_iceberg.domain.record_schemas import RegisteredSchema
 from kafscale_iceberg.domain.registry import columns_from_json_schema
@@ -44,13 +52,32 @@ class JsonSchema:
     validator: Any
     columns: tuple[ColumnSpec, ...]
     struct_type: pa.StructType
+    read_columns: tuple[ColumnSpec, ...] = ()
+    """The columns as the records are read, when some numbers are kept as exact text (else empty)."""
+    exact: frozenset[tuple[str, ...]] = frozenset()
+    """Paths of the numbers read as exact text (a list's element is `[]`)."""
+
+
+_EXACT_JSON: Final = msgspec.json.Decoder(float_hook=decimal.Decimal)
 
 
 class JsonSchemaDecoder(RegisteredSchemaDecoder[JsonSchema]):
     """Decodes JSON Schema records in Confluent wire format (see the module docstring)."""
 
+    def __init__(
+        self,
+        schemas: SchemaCache,
+        *,
+        subject: str | None = None,
+        columns: Sequence[ColumnSpec] = (),
+        part: str = "value",
+    ) -> None:
+        """`columns`: the mapping's columns (`schema.columns`), whose decimals are read exactly."""
+        super().__init__(schemas, subject=subject, part=part)
+        self._columns = tuple(columns)
+
     def _compile_registered(self, registered: RegisteredSchema) -> JsonSchema:
-        return compile_json_schema(registered)
+        return compile_json_schema(registered, self._columns)
 
     def decode(self, values: pa.Array) -> DecodedBatch:
         """See `ValueDecoder.decode`."""
@@ -88,8 +115,9 @@ class JsonSchemaDecoder(RegisteredSchemaDecoder[JsonSchema]):
         return DecodedBatch(count=len(raw), groups=tuple(groups), errors=errors)
 
 
-def compile_json_schema(registered: RegisteredSchema) -> JsonSchema:
-    """A registered JSON Schema made ready to validate and read records with. Raises
+def compile_json_schema(registered: RegisteredSchema, targets: Sequence[ColumnSpec] = ()) -> JsonSchema:
+    """A registered JSON Schema made ready to validate and read records with; its numbers that
+    `targets` (the mapping's columns) put in a decimal are read as exact text. Raises
     `RecordSchemaError` when it is not a JSON Schema, does not parse, or has references."""
     label = registered.label
     if registered.schema_type.upper() != "JSON":
@@ -112,25 +140,58 @@ def compile_json_schema(registered: RegisteredSchema) -> JsonSchema:
     except jsonschema_exceptions.SchemaError as exc:
         raise RecordSchemaError(f"{label} is not a valid JSON Schema: {exc.message}") from None
     columns = tuple(c.model_copy(update={"required": False}) for c in columns_from_json_schema(document))
-    struct_type = pa.struct([pa.field(c.name, column_arrow_type(_as_read(c))) for c in columns])
-    return JsonSchema(registered, kind(document), columns, struct_type)
+    by_name = {t.name: t for t in targets}
+    exact: set[tuple[str, ...]] = set()
+    read = tuple(_as_read(c, by_name.get(c.name), (c.name,), exact) for c in columns)
+    struct_type = pa.struct([pa.field(c.name, column_arrow_type(c)) for c in read])
+    if not exact:
+        return JsonSchema(registered, kind(document), columns, struct_type)
+    return JsonSchema(registered, kind(document), columns, struct_type, read, frozenset(exact))
 
 
-def _as_read(column: ColumnSpec) -> ColumnSpec:
-    """The column as JSON holds it: `timestamp`/`date` values are strings until conformed."""
+_NUMBERS = (ColumnType.LONG, ColumnType.DOUBLE)
+
+
+def _as_read(
+    column: ColumnSpec, target: ColumnSpec | None, path: tuple[str, ...], exact: set[tuple[str, ...]]
+) -> ColumnSpec:
+    """The column as JSON holds it: `timestamp`/`date` values are strings until conformed, and so
+    are numbers `target` (the mapping's column of that name, if any) holds in a decimal (their exact
+    text; their paths are added to `exact`)."""
     if column.type in (ColumnType.TIMESTAMP, ColumnType.DATE):
         return ColumnSpec(name=column.name, type=ColumnType.STRING)
+    if column.type in _NUMBERS and target is not None and target.type is ColumnType.DECIMAL:
+        exact.add(path)
+        return ColumnSpec(name=column.name, type=ColumnType.STRING)
     if column.type is ColumnType.STRUCT:
-        return column.model_copy(update={"fields": tuple(_as_read(f) for f in column.fields)})
+        parts = {f.name: f for f in target.fields} if target is not None else {}
+        fields = tuple(_as_read(f, parts.get(f.name), (*path, f.name), exact) for f in column.fields)
+        return column.model_copy(update={"fields": fields})
     if column.type is ColumnType.LIST and column.element is not None:
-        return column.model_copy(update={"element": _as_read(column.element)})
+        element = target.element if target is not None else None
+        return column.model_copy(update={"element": _as_read(column.element, element, (*path, "[]"), exact)})
     return column
+
+
+def _exact_numbers(
+    value: object, column: ColumnSpec, path: tuple[str, ...], exact: frozenset[tuple[str, ...]]
+) -> object:
+    """A value decoded with exact numbers as Arrow builds `column` from it: a number at an `exact`
+    path as its text, any other `Decimal` as the float the plain reader would have given."""
+    if type(value) is decimal.Decimal or type(value) is int:
+        return str(value) if path in exact else float(value) if type(value) is decimal.Decimal else value
+    if type(value) is dict and column.type is ColumnType.STRUCT:
+        return {f.name: _exact_numbers(value.get(f.name), f, (*path, f.name), exact) for f in column.fields}
+    if type(value) is list and column.type is ColumnType.LIST and column.element is not None:
+        element = column.element
+        return [_exact_numbers(e, element, (*path, "[]"), exact) for e in value]
+    return value
 
 
 def _row(schema: JsonSchema, payload: bytes) -> dict[str, object] | str:
     """The payload's object, or why it is not one that validates (its first error, with its path)."""
     try:
-        document = msgspec.json.decode(payload)
+        document = _EXACT_JSON.decode(payload) if schema.exact else msgspec.json.decode(payload)
     except msgspec.DecodeError as exc:
         return f"not JSON ({exc})"
     error = next(iter(schema.validator.iter_errors(document)), None)
@@ -145,8 +206,14 @@ def _row(schema: JsonSchema, payload: bytes) -> dict[str, object] | str:
 def _records(schema: JsonSchema, rows: list[dict[str, object]]) -> tuple[pa.StructArray, dict[int, str]]:
     """The rows as one struct array; a row Arrow cannot hold (an integer beyond 64 bits) is left out
     and named by index."""
-    names = [f.name for f in schema.struct_type]
-    projected = [{n: row.get(n) for n in names} for row in rows]
+    if schema.exact:
+        read, exact = schema.read_columns, schema.exact
+        projected = [
+            {c.name: _exact_numbers(row.get(c.name), c, (c.name,), exact) for c in read} for row in rows
+        ]
+    else:
+        names = [f.name for f in schema.struct_type]
+        projected = [{n: row.get(n) for n in names} for row in rows]
     try:
         return pa.array(projected, schema.struct_type), {}
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):

@@ -82,9 +82,12 @@ class ProtobufDecoder:
         subject: str | None = None,
         message: str | None = None,
         columns: Sequence[str] = (),
+        part: str = "value",
     ) -> None:
         """`columns`: the run's column names; only those fields are read out of the messages (all
-        when empty). The groups still name every column their schema gives."""
+        when empty). The groups still name every column their schema gives. `part`: what is decoded
+        (`value`, or `key` for a decoded `key_format`), as messages name its keys."""
+        self._part = part
         self._wanted = frozenset(columns)
         self._schemas = schemas
         self._subject = subject
@@ -215,8 +218,8 @@ class ProtobufDecoder:
                 errors[position] = (
                     "wire_format",
                     f"no Confluent wire-format prefix (first byte 0x{first:02x}, expected 0x00 and a "
-                    "4-byte schema id): set the mapping's value_subject (and value_message) to read such "
-                    "values with its latest schema, or fix the producer's serializer",
+                    f"4-byte schema id): set the mapping's {self._part}_subject (and {self._part}_message) "
+                    f"to read such {self._part}s with its latest schema, or fix the producer's serializer",
                 )
         elif len(unprefixed):
             assert self._subject is not None
@@ -224,7 +227,7 @@ class ProtobufDecoder:
                 latest = self._schemas.latest(self._subject)
             except SchemaNotFoundError as exc:
                 for position in unprefixed.tolist():
-                    errors[position] = ("unknown_schema", f"value_subject {self._subject!r}: {exc}")
+                    errors[position] = ("unknown_schema", f"{self._part}_subject {self._subject!r}: {exc}")
             else:
                 add(latest.schema_id, self._message or (0,), unprefixed, layout.starts[unprefixed])
         prefixed = np.flatnonzero(headers.prefixed)

@@ -32,10 +32,13 @@ Errors = dict[int, tuple[str, str]]
 class RegisteredSchemaDecoder(Generic[CompiledT]):
     """The wire prefix, `value_subject` and the per-id schema look-up of a registry format."""
 
-    def __init__(self, schemas: SchemaCache, *, subject: str | None = None) -> None:
+    def __init__(self, schemas: SchemaCache, *, subject: str | None = None, part: str = "value") -> None:
+        """`part`: what is decoded (`value`, or `key` for a decoded `key_format`), as messages name
+        its config keys."""
+        self._part = part
         self._schemas = schemas
         self._subject = subject
-        self._compiled: dict[int, CompiledT | RecordSchemaError] = {}
+        self._compiled: dict[int, CompiledT | RecordSchemaError | SchemaNotFoundError] = {}
 
     def _compile_registered(self, registered: RegisteredSchema) -> CompiledT:
         """`registered` ready to read with; raises `RecordSchemaError` when the format cannot."""
@@ -51,14 +54,14 @@ class RegisteredSchemaDecoder(Generic[CompiledT]):
                 errors[position] = (
                     "wire_format",
                     f"no Confluent wire-format prefix (first byte 0x{first:02x}, expected 0x00 and a "
-                    "4-byte schema id): set the mapping's value_subject to read such values with its "
-                    "latest schema, or fix the producer's serializer",
+                    f"4-byte schema id): set the mapping's {self._part}_subject to read such "
+                    f"{self._part}s with its latest schema, or fix the producer's serializer",
                 )
                 continue
             try:
                 latest = self._schemas.latest(self._subject)
             except SchemaNotFoundError as exc:
-                errors[position] = ("unknown_schema", f"value_subject {self._subject!r}: {exc}")
+                errors[position] = ("unknown_schema", f"{self._part}_subject {self._subject!r}: {exc}")
                 continue
             by_schema.setdefault(latest.schema_id, []).append((position, 0))
         ids = headers.schema_ids
@@ -119,7 +122,7 @@ class RegisteredSchemaDecoder(Generic[CompiledT]):
             return exc  # not cached here: the task's SchemaCache remembers the 404
         try:
             found = self._compile_registered(registered)
-        except RecordSchemaError as exc:
+        except (RecordSchemaError, SchemaNotFoundError) as exc:  # a reference the registry lacks
             found = exc
         self._compiled[schema_id] = found
         return found

@@ -27,7 +27,13 @@ from kafscale_iceberg.domain.runs.documents import (
     PartitionNumber,
     PartitionValue,
 )
-from kafscale_iceberg.domain.runs.formats import KeyFormat, RegistrySettings, RegistryType, ValueFormat
+from kafscale_iceberg.domain.runs.formats import (
+    KEY_COLUMN_PREFIX,
+    KeyFormat,
+    RegistrySettings,
+    RegistryType,
+    ValueFormat,
+)
 from kafscale_iceberg.domain.runs.plan import (
     DEFAULT_PARTITION_FILE_MIN_BYTES,
     LFS_METADATA_COLUMNS,
@@ -77,6 +83,7 @@ from kafscale_iceberg.domain.runs.written import (
 __all__ = [
     "DECIMAL_MAX_PRECISION",
     "DEFAULT_PARTITION_FILE_MIN_BYTES",
+    "KEY_COLUMN_PREFIX",
     "LFS_METADATA_COLUMNS",
     "NESTED_TYPES",
     "NO_OFFSET",

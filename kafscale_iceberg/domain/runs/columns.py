@@ -24,6 +24,8 @@ class ColumnType(StrEnum):
     # Beyond the Go processor's types (what the Kafka Connect Iceberg sink writes):
     TIMESTAMPTZ = "timestamptz"
     UUID = "uuid"
+    TIME = "time"
+    """Iceberg `time`: microseconds since midnight, no date, no zone (Avro `time-*`, Connect `Time`)."""
     DECIMAL = "decimal"
     """`decimal(P,S)`: `ColumnSpec.precision` and `.scale`."""
     STRUCT = "struct"

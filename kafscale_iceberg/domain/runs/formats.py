@@ -37,7 +37,8 @@ class ValueFormat(StrEnum):
 
 
 class KeyFormat(StrEnum):
-    """`mappings[].key_format`: how the producers wrote the record keys (`raw`: bytes, not decoded)."""
+    """`mappings[].key_format`: how the producers wrote the record keys (`raw`: bytes, not decoded;
+    the others are read as values of that format are, into the `key_` columns: `KEY_COLUMN_PREFIX`)."""
 
     RAW = "raw"
     JSON = "json"
@@ -45,6 +46,16 @@ class KeyFormat(StrEnum):
     AVRO = "avro"
     PROTOBUF = "protobuf"
     JSON_SCHEMA = "json_schema"
+
+    @property
+    def as_value_format(self) -> ValueFormat | None:
+        """The value format whose decoder reads such keys (None for `raw`)."""
+        return None if self is KeyFormat.RAW else ValueFormat(self.value)
+
+
+KEY_COLUMN_PREFIX = "key_"
+"""With a decoded `key_format`: a column named `key_<field>` holds the decoded key's field `<field>`
+(Flink's `key.fields-prefix`, fixed); the binary `key` base column stays."""
 
 
 class RegistryType(StrEnum):

@@ -18,7 +18,7 @@ from kafscale_iceberg.domain.routing import matches_template
 from kafscale_iceberg.domain.runner_choice import RunnerKind
 from kafscale_iceberg.domain.runs.columns import ColumnSpec, ColumnType, PartitionField
 from kafscale_iceberg.domain.runs.documents import DocumentModel, Offset, PartitionNumber
-from kafscale_iceberg.domain.runs.formats import KeyFormat, RegistrySettings, ValueFormat
+from kafscale_iceberg.domain.runs.formats import KEY_COLUMN_PREFIX, KeyFormat, RegistrySettings, ValueFormat
 from kafscale_iceberg.domain.runs.upsert import UpsertSettings
 
 PLAN_VERSION: Literal[1] = 1
@@ -279,6 +279,11 @@ class ConversionSettings(DocumentModel):
     value_message: str | None = None
     """Protobuf: the message type of values without the wire prefix."""
     key_format: KeyFormat = KeyFormat.RAW
+    """How the keys are written; decoded (not `raw`), the `key_` columns are read from them."""
+    key_subject: str | None = None
+    """Registered key formats: the subject whose latest schema reads keys without the wire prefix."""
+    key_message: str | None = None
+    """Protobuf keys: the message type of keys without the wire prefix."""
     upsert: UpsertSettings | None = None
     """`mode: upsert`: the table holds each key's latest row (None: rows are appended)."""
 
@@ -290,6 +295,19 @@ class ConversionSettings(DocumentModel):
         if self.schema_mode is not SchemaMode.OFF and self.json_schema is None:
             raise ValueError(f"schema_mode {self.schema_mode.value!r} needs json_schema")
         return self
+
+    @property
+    def reads_registry(self) -> bool:
+        """Whether its values or keys name schemas in the schema registry."""
+        key_format = self.key_format.as_value_format
+        return self.value_format.registered or (key_format is not None and key_format.registered)
+
+    @property
+    def key_columns(self) -> tuple[ColumnSpec, ...]:
+        """The columns read from the decoded key (`key_<field>`; none when keys are `raw`)."""
+        if self.key_format is KeyFormat.RAW:
+            return ()
+        return tuple(c for c in self.columns if c.name.startswith(KEY_COLUMN_PREFIX))
 
     @property
     def lfs_metadata_columns(self) -> tuple[ColumnSpec, ...]:

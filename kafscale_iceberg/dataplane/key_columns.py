@@ -1,0 +1,60 @@
+"""A decoded `key_format`: the record keys read into the mapping's `key_` columns.
+
+With `key_format` other than `raw`, a column of `schema.columns` named `key_<field>`
+(`KEY_COLUMN_PREFIX`) holds the decoded key's field `<field>` (at the top level of the key's record,
+message or object); the other columns come from the value, and the binary `key` base column stays.
+Keys are read exactly as values of that format are: the same decoders (`dataplane/formats/`, with the
+mapping's `key_subject`/`key_message` where a value would use `value_subject`/`value_message`), the
+same projection onto the columns by name (`formats/decoding.conform`) or, for `json`, the same JSON
+column readers, so a key's column converts, is counted when it does not, and is required exactly as
+a value's. A null or empty key leaves every `key_` column null (a required one makes the record a
+`required_column` dead letter). A key that does not decode is a dead letter of the same kinds as a
+value (`wire_format`, `unknown_schema`, `undecodable`, `invalid_json`), its reason starting with
+`record key:` (strict mode: the run fails naming it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pyarrow as pa
+
+from kafscale_iceberg.dataplane.columns import ColumnScanner, ExtractedColumns, parse_columns, scannable
+from kafscale_iceberg.dataplane.formats.choice import decoder_for
+from kafscale_iceberg.dataplane.formats.decoding import conform
+from kafscale_iceberg.dataplane.formats.schema_cache import SchemaCache
+from kafscale_iceberg.domain.runs import KEY_COLUMN_PREFIX, ColumnSpec, ConversionSettings
+
+
+class KeyColumnReader:
+    """Reads a batch's keys into the mapping's `key_` columns (see the module docstring)."""
+
+    def __init__(self, settings: ConversionSettings, schemas: SchemaCache | None) -> None:
+        """Raises `ConfigError` when `settings.key_format` is `raw` or has no decoder."""
+        key_format = settings.key_format.as_value_format
+        self.columns: tuple[ColumnSpec, ...] = settings.key_columns
+        self._fields = tuple(
+            c.model_copy(update={"name": c.name.removeprefix(KEY_COLUMN_PREFIX)}) for c in self.columns
+        )
+        # The key read as a value of its format would be (a copy: no validator runs on it).
+        as_value = settings.model_copy(
+            update={
+                "value_format": key_format,
+                "value_subject": settings.key_subject,
+                "value_message": settings.key_message,
+                "columns": self._fields,
+            }
+        )
+        self._decoder = decoder_for(as_value, schemas, part="key")
+        scanned = self._decoder is None and all(scannable(c) for c in self._fields)
+        self._scanner = ColumnScanner(self._fields) if scanned else None
+
+    def read(self, keys: pa.Array) -> tuple[ExtractedColumns, Mapping[int, str]]:
+        """The `key_` columns of `keys` in batch order (an `ExtractedColumns` whose errors name the
+        keys that do not decode), and the dead-letter kind of each such key (empty: `invalid_json`)."""
+        if self._decoder is not None:
+            decoded = conform(self._decoder.decode(keys), self._fields)
+            return decoded, decoded.kinds
+        if self._scanner is not None:
+            return self._scanner.scan(keys), {}
+        return parse_columns(keys, self._fields, documents=False), {}

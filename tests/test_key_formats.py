@@ -1,0 +1,169 @@
+"""`key_format`: record keys decoded into the mapping's `key_<field>` columns, as values of that format
+are decoded; bad keys are dead letters (or fail a strict run) with reasons that say it was the key.
+
+Real parts: genuine Avro wire bytes for the keys from confluent-kafka's `AvroSerializer` (its
+in-process `mock://` registry, serializing `MessageField.KEY`); the schemas served over HTTP by
+`tests/support/schema_registry.py` (a stand-in for a Confluent registry: none installs here); real
+segments, and the data plane's task (`run_task`, what the Spark job and the Lambda runner run).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+
+from kafscale_iceberg.adapters.confluent_registry import ConfluentSchemaRegistry
+from kafscale_iceberg.adapters.data_files import StagedFileStore
+from kafscale_iceberg.adapters.documents import DocumentStore
+from kafscale_iceberg.dataplane.reports import build_run_result
+from kafscale_iceberg.dataplane.tasks import plan_tasks, run_task
+from kafscale_iceberg.domain.runs import (
+    ColumnSpec,
+    ColumnType,
+    FailureKind,
+    KeyFormat,
+    RegistrySettings,
+    RunResult,
+    RunStatus,
+    RunTimings,
+    SchemaMode,
+)
+from kafscale_iceberg.segments.decode import Record
+from tests.support.schema_registry import StandInRegistry
+from tests.support.spark_job import BASE_TIME_MS, SegmentFolder, make_plan
+
+ORDER_KEY = {
+    "type": "record",
+    "name": "OrderKey",
+    "namespace": "shop",
+    "fields": [{"name": "id", "type": "long"}, {"name": "region", "type": "string"}],
+}
+COLUMNS = (
+    ColumnSpec(name="key_id", type=ColumnType.LONG, required=True),
+    ColumnSpec(name="key_region", type=ColumnType.STRING),
+    ColumnSpec(name="total", type=ColumnType.DOUBLE),
+)
+
+
+def _avro_keys(registry: StandInRegistry, keys: list[dict[str, Any]]) -> list[bytes]:
+    client = SchemaRegistryClient.new_client({"url": "mock://key-producer"})
+    serializer = AvroSerializer(client, json.dumps(ORDER_KEY))
+    context = SerializationContext("orders", MessageField.KEY)
+    encoded = [serializer(k, context) for k in keys]
+    registry.register_from(client, "orders-key")
+    return encoded
+
+
+def _run(
+    root: Path, registry: StandInRegistry, pairs: list[tuple[bytes | None, bytes]], **conversion: Any
+) -> RunResult:
+    folder = SegmentFolder(root / "segments")
+    records = [
+        Record(offset=o, timestamp_ms=BASE_TIME_MS + o, key=key, value=value, headers=())
+        for o, (key, value) in enumerate(pairs)
+    ]
+    folder.add(0, records)
+    plan = make_plan(
+        folder,
+        str(root / "out"),
+        ranges={0: (-1, len(pairs) - 1)},
+        columns=COLUMNS,
+        **{"key_format": KeyFormat.AVRO, **conversion},
+    )
+    settings = RegistrySettings(url=registry.url)
+    plan = plan.model_copy(update={"schema_registry": settings})
+    client = ConfluentSchemaRegistry(settings)
+    reports = [
+        run_task(plan, t, reader=DocumentStore(), sink=StagedFileStore(), registry=client)
+        for t in plan_tasks(plan, max_tasks=1, min_task_bytes=1)
+    ]
+    return build_run_result(plan, reports, RunTimings(started_at_ms=0, ended_at_ms=0))
+
+
+def _rows(uri: str, *names: str) -> list[dict[str, Any]]:
+    return pq.read_table(uri.removeprefix("file://")).select(list(names)).to_pylist()
+
+
+def test_avro_keys_land_in_the_key_columns_beside_the_values_columns(
+    tmp_path: Path, schema_registry: StandInRegistry
+) -> None:
+    keys = _avro_keys(schema_registry, [{"id": 7, "region": "eu"}, {"id": 2**40, "region": "us"}])
+    result = _run(tmp_path, schema_registry, [(keys[0], b'{"total": 12.5}'), (keys[1], b'{"total": 1}')])
+    assert result.status is RunStatus.SUCCEEDED
+    (data_file,) = result.data_files
+    assert _rows(data_file.uri, "key", "key_id", "key_region", "total") == [
+        {"key": keys[0], "key_id": 7, "key_region": "eu", "total": 12.5},  # the binary key stays
+        {"key": keys[1], "key_id": 2**40, "key_region": "us", "total": 1.0},
+    ]
+
+
+def test_a_bad_key_is_a_dead_letter_whose_reason_says_it_was_the_key(
+    tmp_path: Path, schema_registry: StandInRegistry
+) -> None:
+    (good,) = _avro_keys(schema_registry, [{"id": 1, "region": "eu"}])
+    pairs: list[tuple[bytes | None, bytes]] = [
+        (good, b'{"total": 1}'),
+        (b"order-2", b'{"total": 2}'),  # a plain string key: no wire prefix
+        (good[:5] + b"\x02", b'{"total": 3}'),  # ends inside its long
+        (None, b'{"total": 4}'),  # no key: key_id is required
+    ]
+    result = _run(tmp_path, schema_registry, pairs)
+    assert result.status is RunStatus.SUCCEEDED
+    assert result.counts.dead_letter_reasons == {"wire_format": 1, "undecodable": 1, "required_column": 1}
+    (dead_file,) = result.dead_letter_files
+    dead = {r["offset"]: r for r in _rows(dead_file.uri, "offset", "error_kind", "error")}
+    assert dead[1]["error"].startswith("record key: no Confluent wire-format prefix")
+    assert "key_subject" in dead[1]["error"]
+    assert dead[2]["error"].startswith("record key: the payload does not decode with schema id 1")
+    assert "required column 'key_id'" in dead[3]["error"]
+    (data_file,) = result.data_files
+    assert _rows(data_file.uri, "key_id", "total") == [{"key_id": 1, "total": 1.0}]
+
+
+def test_keys_without_the_prefix_are_read_with_the_key_subjects_latest_schema(
+    tmp_path: Path, schema_registry: StandInRegistry
+) -> None:
+    (good,) = _avro_keys(schema_registry, [{"id": 5, "region": "ap"}])
+    result = _run(tmp_path, schema_registry, [(good[5:], b"{}")], key_subject="orders-key")
+    assert result.counts.dead_letter_reasons == {}
+    (data_file,) = result.data_files
+    assert _rows(data_file.uri, "key_id", "key_region") == [{"key_id": 5, "key_region": "ap"}]
+
+
+def test_in_strict_mode_a_bad_key_fails_the_run_naming_the_record(
+    tmp_path: Path, schema_registry: StandInRegistry
+) -> None:
+    _avro_keys(schema_registry, [{"id": 1, "region": "eu"}])
+    result = _run(
+        tmp_path,
+        schema_registry,
+        [(b"\x00\x00\x00\x00\x63x", b"{}")],
+        schema_mode=SchemaMode.STRICT,
+        json_schema={"type": "object"},
+    )
+    assert result.status is RunStatus.FAILED
+    assert result.failure is not None
+    assert result.failure.kind is FailureKind.STRICT_VALIDATION
+    assert result.failure.record_id == "orders:0:0"
+    assert "record key: schema id 99" in result.failure.message
+
+
+def test_json_keys_fill_the_key_columns_with_the_json_rules(
+    tmp_path: Path, schema_registry: StandInRegistry
+) -> None:
+    pairs: list[tuple[bytes | None, bytes]] = [
+        (b'{"id": 3, "region": "eu"}', b'{"total": 1}'),
+        (b'{"id": "three"}', b'{"total": 2}'),  # not a long: required, so a dead letter
+    ]
+    result = _run(tmp_path, schema_registry, pairs, key_format=KeyFormat.JSON)
+    assert result.counts.dead_letter_reasons == {"required_column": 1}
+    (data_file,) = result.data_files
+    assert _rows(data_file.uri, "key_id", "key_region", "total") == [
+        {"key_id": 3, "key_region": "eu", "total": 1.0}
+    ]

@@ -1,0 +1,239 @@
+"""Debezium change events in Kafka Connect's JsonConverter envelope (`value_format: connect_json`,
+Debezium's default output) and through the Avro converter (`value_format: avro`, the registry) into an
+upsert mapping's task: the format's decoder reads the envelope, `after` is the key's new row with its
+schema's types, `d` deletes by `before`, a tombstone by its record key in the same converter's form;
+what is not a Debezium event is a dead letter with the reason.
+
+Real parts: genuine Debezium-shaped records (`tests/support/debezium.py`: Connect JSON, and Avro wire
+bytes from confluent-kafka's serializer); the schemas served over HTTP by the stand-in registry
+(`tests/support/schema_registry.py`: no registry server installs here); the data plane's tasks in
+this process (the Spark job runs the same `run_task`). The pipeline test on local Spark is in
+`test_upsert_pipeline.py`.
+"""
+
+from __future__ import annotations
+
+import decimal
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kafscale_iceberg.adapters.confluent_registry import ConfluentSchemaRegistry
+from kafscale_iceberg.adapters.data_files import StagedFileStore
+from kafscale_iceberg.adapters.documents import DocumentStore
+from kafscale_iceberg.dataplane.reports import build_run_result
+from kafscale_iceberg.dataplane.tasks import plan_tasks, run_task
+from kafscale_iceberg.domain.runs import (
+    CdcFormat,
+    ColumnSpec,
+    ColumnType,
+    RegistrySettings,
+    RunResult,
+    RunTimings,
+    UpsertSettings,
+    ValueFormat,
+)
+from kafscale_iceberg.segments.decode import Record
+from tests.support.debezium import ENVELOPE_SCHEMA, AvroDebezium, connect_event, connect_key, row
+from tests.support.schema_registry import StandInRegistry
+from tests.support.spark_job import BASE_TIME_MS, SegmentFolder, make_plan
+from tests.test_config import load, problems_of
+from tests.test_upsert_config import upsert_mapping
+from tests.test_upsert_tasks import dead_letters, rows
+
+COLUMNS = (
+    ColumnSpec(name="id", type=ColumnType.LONG, required=True),
+    ColumnSpec(name="name", type=ColumnType.STRING),
+    ColumnSpec(name="price", type=ColumnType.DECIMAL, precision=10, scale=2),
+)
+Change = tuple[bytes | None, bytes | None]
+
+
+def run(
+    tmp_path: Path,
+    changes: list[Change],
+    value_format: ValueFormat,
+    registry: StandInRegistry | None = None,
+    **upsert: Any,
+) -> RunResult:
+    """One task of an upsert mapping over `changes` (record key, value) at offsets 0, 1, …"""
+    folder = SegmentFolder(tmp_path / "segments")
+    folder.add(
+        0,
+        [Record(offset=o, timestamp_ms=BASE_TIME_MS + o, key=k, value=v) for o, (k, v) in enumerate(changes)],
+    )
+    plan = make_plan(
+        folder,
+        str(tmp_path),
+        ranges={0: (-1, len(changes) - 1)},
+        columns=COLUMNS,
+        value_format=value_format,
+        upsert=UpsertSettings(key=("id",), **({"cdc": CdcFormat.DEBEZIUM} | upsert)),
+    )
+    client = None
+    if registry is not None:
+        settings = RegistrySettings(url=registry.url)
+        plan = plan.model_copy(update={"schema_registry": settings})
+        client = ConfluentSchemaRegistry(settings)
+    reports = [
+        run_task(plan, task, reader=DocumentStore(), sink=StagedFileStore(), registry=client)
+        for task in plan_tasks(plan, max_tasks=1, min_task_bytes=1)
+    ]
+    return build_run_result(plan, reports, RunTimings(started_at_ms=0, ended_at_ms=0))
+
+
+def price(text: str) -> decimal.Decimal:
+    return decimal.Decimal(text)
+
+
+def test_debezium_in_connects_envelope_writes_after_with_its_types_and_deletes_by_before_and_key(
+    tmp_path: Path,
+) -> None:
+    result = run(
+        tmp_path,
+        [
+            (connect_key(1), connect_event("c", None, row(1, "a", "19.99"))),
+            (connect_key(2), connect_event("r", None, row(2, "b"))),
+            (connect_key(1), connect_event("u", row(1, "a", "19.99"), row(1, "a2", "-0.05"))),
+            (connect_key(2), connect_event("d", row(2, "b"), None)),
+            (connect_key(2), None),  # the tombstone after the delete: its key in Connect's envelope
+            (connect_key(3), None),
+        ],
+        ValueFormat.CONNECT_JSON,
+    )
+    assert dead_letters(result) == []
+    assert rows(result.data_files, "offset", "id", "name", "price") == [
+        (0, 1, "a", price("19.99")),
+        (1, 2, "b", None),
+        (2, 1, "a2", price("-0.05")),
+    ]
+    assert rows(result.deleted_key_files, "offset", "id") == [(3, 2), (4, 2), (5, 3)]
+
+
+def test_a_row_keeps_the_connect_envelope_it_arrived_in(tmp_path: Path) -> None:
+    event = connect_event("c", None, row(7, "x", "1.00"))
+    result = run(tmp_path, [(connect_key(7), event)], ValueFormat.CONNECT_JSON)
+    [(value, record_id)] = rows(result.data_files, "value", "record_id")
+    assert (value, record_id) == (event, "orders:0:0")
+
+
+@pytest.mark.parametrize(
+    ("value", "kind", "reason"),
+    [
+        (
+            json.dumps({"schema": ENVELOPE_SCHEMA["fields"][1], "payload": {"id": 1, "name": "a"}}),
+            "cdc_envelope",
+            "not a Debezium event: its envelope schema mysql-server-1.inventory.customers.Value has no "
+            "'op', 'before' and 'after' fields",
+        ),
+        (
+            connect_event("t", None, None).decode(),
+            "cdc_envelope",
+            "not a Debezium event: 'op' is 't' (expected c, r, u or d)",
+        ),
+        (
+            connect_event("u", None, None).decode(),
+            "cdc_envelope",
+            "Debezium op 'u' without an 'after' row",
+        ),
+        (json.dumps({"op": "c", "after": {"id": 1}}), "wire_format", "not a Kafka Connect envelope"),
+        ("not json", "invalid_json", "not JSON"),
+    ],
+)
+def test_what_is_not_a_debezium_event_in_connects_envelope_is_a_dead_letter_with_the_reason(
+    tmp_path: Path, value: str, kind: str, reason: str
+) -> None:
+    result = run(tmp_path, [(connect_key(1), value.encode())], ValueFormat.CONNECT_JSON)
+    [(offset, found_kind, error)] = dead_letters(result)
+    assert (offset, found_kind) == (0, kind)
+    assert str(error).startswith(reason)
+    assert result.data_files == result.deleted_key_files == ()
+
+
+def test_a_delete_whose_before_lacks_the_key_column_is_a_dead_letter_naming_it(tmp_path: Path) -> None:
+    event = json.loads(connect_event("d", row(1, "a"), None))
+    event["payload"]["before"]["id"] = None  # a connector emitting a `before` without its key
+    event["schema"]["fields"][0]["fields"][0]["optional"] = True
+    result = run(tmp_path, [(connect_key(1), json.dumps(event).encode())], ValueFormat.CONNECT_JSON)
+    [(offset, kind, error)] = dead_letters(result)
+    assert (offset, kind) == (0, "required_column")
+    assert "'id'" in str(error)
+    assert "(before)" in str(error)
+    assert result.deleted_key_files == ()
+
+
+def test_plain_connect_rows_upsert_with_cdc_none_and_a_connect_key_tombstone_deletes(tmp_path: Path) -> None:
+    value_schema = ENVELOPE_SCHEMA["fields"][1] | {"optional": False}
+    value = json.dumps({"schema": value_schema, "payload": {"id": 4, "name": "d", "price": None}})
+    result = run(
+        tmp_path,
+        [(connect_key(4), value.encode()), (connect_key(5), None)],
+        ValueFormat.CONNECT_JSON,
+        cdc=CdcFormat.NONE,
+    )
+    assert rows(result.data_files, "offset", "id", "name") == [(0, 4, "d")]
+    assert rows(result.deleted_key_files, "offset", "id") == [(1, 5)]
+
+
+def test_a_json_mappings_tombstone_keyed_in_connects_envelope_deletes_its_key(tmp_path: Path) -> None:
+    result = run(tmp_path, [(connect_key(9), None)], ValueFormat.JSON, cdc=CdcFormat.NONE)
+    assert rows(result.deleted_key_files, "offset", "id") == [(0, 9)]
+    assert dead_letters(result) == []
+
+
+def test_debezium_through_the_avro_converter_upserts_and_deletes_by_before_and_by_its_avro_key(
+    tmp_path: Path, schema_registry: StandInRegistry
+) -> None:
+    debezium = AvroDebezium(schema_registry, "orders")
+    result = run(
+        tmp_path,
+        [
+            (debezium.key(1), debezium.event("c", None, row(1, "a", "19.99"))),
+            (debezium.key(2), debezium.event("c", None, row(2, "b"))),
+            (debezium.key(1), debezium.event("u", row(1, "a", "19.99"), row(1, "a2", "20.01"))),
+            (debezium.key(2), debezium.event("d", row(2, "b"), None)),
+            (debezium.key(2), None),
+            (debezium.key(3), None),
+        ],
+        ValueFormat.AVRO,
+        schema_registry,
+    )
+    assert dead_letters(result) == []
+    assert rows(result.data_files, "offset", "id", "name", "price") == [
+        (0, 1, "a", price("19.99")),
+        (1, 2, "b", None),
+        (2, 1, "a2", price("20.01")),
+    ]
+    assert rows(result.deleted_key_files, "offset", "id") == [(3, 2), (4, 2), (5, 3)]
+
+
+def test_an_avro_tombstone_whose_key_schema_the_registry_lacks_is_a_dead_letter_naming_it(
+    tmp_path: Path, schema_registry: StandInRegistry
+) -> None:
+    unknown_key = b"\x00\x00\x00\x03\xe7\x02"  # schema id 999
+    result = run(tmp_path, [(unknown_key, None)], ValueFormat.AVRO, schema_registry)
+    [(offset, kind, error)] = dead_letters(result)
+    assert (offset, kind) == (0, "tombstone")
+    assert str(error).startswith("a tombstone whose record key does not decode: schema id 999")
+    assert result.deleted_key_files == ()
+
+
+def debezium_config(value_format: str) -> dict[str, Any]:
+    data = upsert_mapping(value_format=value_format, upsert={"key": ["id"], "cdc": "debezium"})
+    data["schema_registry"] = {"url": "http://registry:8081"}
+    return data
+
+
+@pytest.mark.parametrize("value_format", ["connect_json", "avro"])
+def test_an_upsert_mapping_reads_debeziums_connect_json_and_avro_values(value_format: str) -> None:
+    mapping = load(debezium_config(value_format)).mappings[0]
+    assert (mapping.mode, mapping.value_format.value) == ("upsert", value_format)
+
+
+def test_an_upsert_mapping_refuses_the_formats_it_does_not_read_naming_those_it_does() -> None:
+    problems = problems_of(debezium_config("protobuf"))
+    assert problems["mappings[0].upsert"] == (
+        "is not supported with value_format protobuf yet (upsert reads avro, connect_json, json values)"
+    )
