@@ -397,11 +397,14 @@ class Demo:
             self._replay(pipeline, tables)
 
     def _produce(self, producer: Producer) -> None:
-        rng = random.Random(11)
+        # The registry formats' topics draw from their own generator, so the JSON topics' segments
+        # stay what they were before those topics existed.
+        json_rng, registered_rng = random.Random(11), random.Random(23)
         duplicate_key = ""
         for round_number in range(1, self.rounds + 1):
             flushed, held_back = 0, False
             for topic in TOPICS:
+                rng = json_rng if topic.value_format == "json" else registered_rng
                 for partition in range(topic.partitions):
                     if rng.random() < 0.25:
                         continue  # this broker had nothing to flush for the partition this round
