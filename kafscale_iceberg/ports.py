@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from kafscale_iceberg.domain.record_schemas import RegisteredSchema
     from kafscale_iceberg.domain.runs import ColumnSpec, RunPlan
     from kafscale_iceberg.domain.tickets import RunTicket
-    from kafscale_iceberg.domain.upsert import UpsertChange, UpsertCounts, UpsertRewrite
+    from kafscale_iceberg.domain.upsert import UpsertCounts
     from kafscale_iceberg.metrics.definitions import Sample
     from kafscale_iceberg.segments.layout import SegmentFooter
 
@@ -138,15 +138,6 @@ class TableCommitter(Protocol):
 
         `current`: the table's state as just read or committed, used without loading the table again.
         """
-        ...
-
-
-class UpsertFiles(Protocol):
-    """The locate and rewrite steps of an upsert run (adapter: `IcebergUpsertFiles`, `domain/upsert.py`)."""
-
-    def rewrite(self, table: str, state: TableState, change: UpsertChange) -> UpsertRewrite:
-        """The files to add and remove so `table` at `state` holds each changed key's last state
-        (nothing committed). Idempotent. `TableMissingError`, catalog and storage errors."""
         ...
 
 

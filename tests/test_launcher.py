@@ -297,6 +297,48 @@ def test_plans_carry_the_field_ids_the_commit_step_recorded(world: World) -> Non
     assert plan.dead_letter_table.field_ids == {f.name: i for i, f in enumerate(DEAD_LETTER_FIELDS, start=1)}
 
 
+def test_an_upsert_plan_carries_the_table_version_the_commit_step_recorded(
+    moto_server: MotoEndpoint, tmp_path: Path
+) -> None:
+    """The run locates the changed keys in that version (`execution/upsert_stage.py`); an append
+    table's plan carries none."""
+    columns = [{"name": "id", "type": "long", "required": True}]
+    world = World(
+        moto_server,
+        tmp_path,
+        mappings=[
+            {
+                "topic": "orders",
+                "table": "prod.orders",
+                "mode": "upsert",
+                "upsert": {"key": ["id"]},
+                "schema": {"columns": columns},
+            },
+        ],
+    )
+    world.put(0, 0, 10)
+    version = "s3://warehouse/prod.db/orders/metadata/00007-x.metadata.json"
+    document = TopicFieldIds(
+        tables=(
+            TableFieldIds(
+                identifier="prod.orders",
+                field_ids={f.name: i for i, f in enumerate(BASE_FIELDS, start=1)} | {"id": 9},
+                last_column_id=9,
+                metadata_location=version,
+            ),
+        )
+    )
+    world.documents.write_text(
+        field_ids_uri(world.config.runs.location, "orders"), document.model_dump_json()
+    )
+
+    plan = RunPlan.model_validate_json(world.documents.read_text(_plan_uri(world.launcher.launch("orders"))))
+
+    assert plan.table is not None
+    assert plan.table.metadata_location == version
+    assert plan.dead_letter_table.metadata_location is None
+
+
 def test_a_routed_inferred_plan_carries_each_known_tables_own_columns(
     moto_server: MotoEndpoint, tmp_path: Path
 ) -> None:

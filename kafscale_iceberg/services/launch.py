@@ -621,6 +621,9 @@ class Launcher:
         if table is not None and infer and table_known is not None:
             # An inferred table's new columns take the ids after it (`dataplane/inference.py`).
             table = table.model_copy(update={"last_column_id": table_known.last_column_id})
+        if table is not None and conversion.upsert is not None and table_known is not None:
+            # The version the run locates the changed keys' files in (`execution/upsert_stage.py`).
+            table = table.model_copy(update={"metadata_location": table_known.metadata_location})
         return MappingPlan(
             table=table,
             dead_letter_table=target(mapping.dead_letter_table, DEAD_LETTER_FIELDS),

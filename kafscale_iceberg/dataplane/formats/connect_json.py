@@ -28,6 +28,7 @@ import pyarrow as pa
 
 from kafscale_iceberg.dataplane.formats.decoding import DecodedBatch, DecodedGroup
 from kafscale_iceberg.dataplane.schemas import column_arrow_type
+from kafscale_iceberg.domain import debezium_types
 from kafscale_iceberg.domain.connect_schemas import (
     DATE,
     DECIMAL,
@@ -160,6 +161,10 @@ def _reader(schema: Mapping[str, Any]) -> _Read:
         inner = _date
     elif logical == TIMESTAMP:
         inner = _timestamp
+    elif logical in debezium_types.MICROS_PER_UNIT:
+        inner = _micros_reader(debezium_types.MICROS_PER_UNIT[str(logical)])
+    elif logical == debezium_types.DATE:
+        inner = _date
     elif logical == TIME:
         inner = _time
     elif kind in _RANGES:
@@ -277,6 +282,17 @@ def _date(value: object, path: str) -> object:
         return _EPOCH + datetime.timedelta(days=value)
     except OverflowError:
         raise _MismatchError(f"field {path}: {value} days is out of range") from None
+
+
+def _micros_reader(factor: int) -> _Read:
+    """A Debezium timestamp (`domain/debezium_types.py`) as microseconds since the epoch."""
+
+    def read(value: object, path: str) -> object:
+        if type(value) is not int or not -(2**63) // factor <= value < 2**63 // factor:
+            raise _MismatchError(f"field {path}: {value!r} is not a Debezium timestamp (an epoch integer)")
+        return value * factor
+
+    return read
 
 
 _MILLIS_PER_DAY = 86_400_000
