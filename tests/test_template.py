@@ -593,6 +593,25 @@ def test_glue_access_is_limited_to_the_named_databases() -> None:
     assert not rest.role_allows("CommitRole", "glue:UpdateTable", table)
 
 
+def test_glue_schema_versions_are_readable_by_the_task_runners_only_in_the_named_registry() -> None:
+    deployment = Deployment({**INSTALLATIONS["created-bucket"], "GlueSchemaRegistryName": "orders"})
+    registry = f"arn:aws:glue:{REGION}:{ACCOUNT}:registry/orders"
+    schema = f"arn:aws:glue:{REGION}:{ACCOUNT}:schema/orders/pizzas-value"
+    readers = {
+        f.role_id for f in functions() if deployment.role_allows(f.role_id, "glue:GetSchemaVersion", schema)
+    }
+    assert readers == {"PlanRunnerRole"}
+    for role in ("EmrJobRole", "PlanRunnerRole"):
+        assert deployment.role_allows(role, "glue:GetSchemaVersion", registry)
+        assert deployment.role_allows(role, "glue:GetSchemaVersion", schema)
+        assert not deployment.role_allows(
+            role, "glue:GetSchemaVersion", f"arn:aws:glue:{REGION}:{ACCOUNT}:schema/other/pizzas-value"
+        )
+        assert not deployment.role_allows(role, "glue:RegisterSchemaVersion", schema)
+    without = Deployment(INSTALLATIONS["created-bucket"])
+    assert not without.role_allows("EmrJobRole", "glue:GetSchemaVersion", schema)
+
+
 def test_secrets_are_readable_only_by_the_functions_that_use_them() -> None:
     deployment = Deployment({**INSTALLATIONS["created-bucket"], "EtcdSecretArn": ETCD_SECRET})
     for function in functions():

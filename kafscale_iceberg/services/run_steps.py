@@ -42,6 +42,7 @@ from kafscale_iceberg.exceptions import (
     KafscaleIcebergError,
     LeaseLostError,
     RunNotCommittableError,
+    UpsertLocateStaleError,
 )
 from kafscale_iceberg.ports import CheckpointStore, JobRunner, RunDocuments, WaitingJobRunner
 from kafscale_iceberg.services.backoff import BackoffRecords
@@ -165,8 +166,9 @@ class RunSteps:
         grant = self._hold_or_reclaim(ticket)
         try:
             outcome = self._commit_service().commit_run(plan, result, grant, policy)
-        except FieldIdMismatchError:
-            # So the next attempt is planned with the tables' ids (a template's the run wrote too).
+        except (FieldIdMismatchError, UpsertLocateStaleError):
+            # So the next attempt is planned with the tables' ids (a template's the run wrote too) and
+            # an upsert table's current version.
             self._record_field_ids(plan, written=tuple(t.identifier for t in result.tables))
             raise
         if outcome.table_committed or outcome.dead_letter_committed or not self._field_ids_recorded(plan):
@@ -339,8 +341,9 @@ class RunSteps:
 
     def _schema_moved(self, plan: RunPlan) -> bool:
         """True when `field-ids.json` (rewritten by a commit refused for its field ids) no longer says
-        what the plan was made from: the plan's ids differ, or, for an inferred table, the table's
-        `last_column_id` moved (a race with another run adding columns: not the topic's failure)."""
+        what the plan was made from: the plan's ids differ, for an inferred table the table's
+        `last_column_id` moved (a race with another run adding columns: not the topic's failure), or
+        for an upsert table its version moved (the run located in one a compaction replaced)."""
         uri = field_ids_uri(self._runs.location, plan.topic)
         try:
             if not self._documents.exists(uri):
@@ -363,6 +366,9 @@ class RunSteps:
                 inferred = mapping.conversion.infer_columns and role is TableRole.DATA
                 if inferred and target.last_column_id != recorded.last_column_id:
                     return True
+                upsert = mapping.conversion.upsert is not None and role is TableRole.DATA
+                if upsert and recorded.metadata_location not in (None, target.metadata_location):
+                    return True  # recorded by a commit refusing the version the run located in
                 if target.field_ids is None:
                     continue
                 # Only columns the document records: a mapping's new columns have planned ids it lacks.

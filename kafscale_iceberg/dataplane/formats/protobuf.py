@@ -39,7 +39,7 @@ from kafscale_iceberg.dataplane.formats.protobuf_schemas import (
     message_class,
 )
 from kafscale_iceberg.dataplane.formats.schema_cache import SchemaCache
-from kafscale_iceberg.dataplane.formats.wire import HEADER_BYTES, split_wire
+from kafscale_iceberg.dataplane.formats.wire import CONFLUENT_MISSING, HEADER_BYTES, split_wire
 from kafscale_iceberg.dataplane.schemas import column_arrow_type
 from kafscale_iceberg.domain.protobuf_schemas import (
     TIMESTAMP,
@@ -50,6 +50,7 @@ from kafscale_iceberg.domain.protobuf_schemas import (
     is_repeated,
     protobuf_columns,
 )
+from kafscale_iceberg.domain.record_schemas import SchemaId, schema_id_label
 from kafscale_iceberg.domain.runs import ColumnSpec
 from kafscale_iceberg.exceptions import RecordSchemaError, SchemaNotFoundError
 
@@ -92,14 +93,14 @@ class ProtobufDecoder:
         self._schemas = schemas
         self._subject = subject
         self._message = message
-        self._files: dict[int, ProtobufFile | RecordSchemaError | SchemaNotFoundError] = {}
-        self._messages: dict[tuple[int, tuple[int, ...] | str], ProtobufMessage | RecordSchemaError] = {}
+        self._files: dict[SchemaId, ProtobufFile | RecordSchemaError | SchemaNotFoundError] = {}
+        self._messages: dict[tuple[SchemaId, tuple[int, ...] | str], ProtobufMessage | RecordSchemaError] = {}
 
     def decode(self, values: pa.Array) -> DecodedBatch:
         """See `ValueDecoder.decode`."""
         errors: dict[int, tuple[str, str]] = {}
         groups = []
-        layout = _Layout.of(values)
+        layout = self._layout_of(values)
         for message, positions, starts in self._grouped(values, layout, errors).values():
             kept, records = self._read(message, layout, positions, starts, errors)
             if len(kept):
@@ -184,52 +185,31 @@ class ProtobufDecoder:
         """See `ValueDecoder.schemas_of`: keyed by schema id and message; payloads are not parsed."""
         found: dict[str, tuple[ColumnSpec, ...]] = {}
         for (schema_id, where), (message, _positions, _starts) in self._grouped(
-            values, _Layout.of(values), {}
+            values, self._layout_of(values), {}
         ).items():
-            found[f"id:{schema_id:010d}:{where}"] = message.columns
+            found[f"{self._schemas.order_key(schema_id)}:{where}"] = message.columns
         return found
 
-    def _grouped(
-        self, values: pa.Array, layout: _Layout, errors: dict[int, tuple[str, str]]
-    ) -> dict[tuple[int, str], tuple[ProtobufMessage, np.ndarray, np.ndarray]]:
+    def _layout_of(self, values: pa.Array) -> _Layout:
+        """Where each value's bytes are (the Glue decoder's: its payloads, inflated)."""
+        return _Layout.of(values)
+
+    def _grouped(self, values: pa.Array, layout: _Layout, errors: dict[int, tuple[str, str]]) -> Grouped:
         """The batch's records by (schema id, message): positions (ascending) and where each payload
         starts; errors for what has no message. The common message-index paths (`[0]`, `[n]` for a
         small n) are read for the whole batch at once, the others value by value."""
         headers = split_wire(values)
-        pieces: dict[tuple[int, str], tuple[ProtobufMessage, list[np.ndarray], list[np.ndarray]]] = {}
+        pieces: Pieces = {}
 
         def add(
             schema_id: int, where: tuple[int, ...] | str, positions: np.ndarray, starts: np.ndarray
         ) -> None:
-            message = self._message_of(schema_id, where)
-            if isinstance(message, Exception):
-                kind = "unknown_schema" if isinstance(message, SchemaNotFoundError) else "undecodable"
-                for position in positions.tolist():
-                    errors[position] = (kind, f"schema id {schema_id}: {message}")
-                return
-            entry = pieces.setdefault((schema_id, message.label), (message, [], []))
-            entry[1].append(positions)
-            entry[2].append(starts)
+            self._add_piece(pieces, errors, schema_id, where, positions, starts)
 
         unprefixed = np.flatnonzero(headers.present & ~headers.prefixed)
-        if len(unprefixed) and self._subject is None:
-            for position in unprefixed.tolist():
-                first = int(headers.first_bytes[position])
-                errors[position] = (
-                    "wire_format",
-                    f"no Confluent wire-format prefix (first byte 0x{first:02x}, expected 0x00 and a "
-                    f"4-byte schema id): set the mapping's {self._part}_subject (and {self._part}_message) "
-                    f"to read such {self._part}s with its latest schema, or fix the producer's serializer",
-                )
-        elif len(unprefixed):
-            assert self._subject is not None
-            try:
-                latest = self._schemas.latest(self._subject)
-            except SchemaNotFoundError as exc:
-                for position in unprefixed.tolist():
-                    errors[position] = ("unknown_schema", f"{self._part}_subject {self._subject!r}: {exc}")
-            else:
-                add(latest.schema_id, self._message or (0,), unprefixed, layout.starts[unprefixed])
+        self._add_unprefixed(
+            pieces, errors, unprefixed, layout.starts[unprefixed], headers.first_bytes, CONFLUENT_MISSING
+        )
         prefixed = np.flatnonzero(headers.prefixed)
         ids = headers.schema_ids[prefixed]
         at = layout.starts[prefixed] + HEADER_BYTES
@@ -262,16 +242,60 @@ class ProtobufDecoder:
                 )
                 continue
             add(schema_id, path, np.asarray([position]), np.asarray([start]))
-        grouped = {}
-        for key, (message, position_parts, start_parts) in pieces.items():
-            positions = np.concatenate(position_parts).astype(np.int64)
-            starts = np.concatenate(start_parts).astype(np.int64)
-            order = np.argsort(positions, kind="stable")
-            grouped[key] = (message, positions[order], starts[order])
-        return grouped
+        return _assembled(pieces)
+
+    def _add_piece(
+        self,
+        pieces: Pieces,
+        errors: dict[int, tuple[str, str]],
+        schema_id: SchemaId,
+        where: tuple[int, ...] | str,
+        positions: np.ndarray,
+        starts: np.ndarray,
+    ) -> None:
+        """Records of one (schema id, message) added to `pieces`, or to `errors` naming why not."""
+        message = self._message_of(schema_id, where)
+        if isinstance(message, Exception):
+            kind = "unknown_schema" if isinstance(message, SchemaNotFoundError) else "undecodable"
+            for position in positions.tolist():
+                errors[position] = (kind, f"{schema_id_label(schema_id)}: {message}")
+            return
+        entry = pieces.setdefault((schema_id, message.label), (message, [], []))
+        entry[1].append(positions)
+        entry[2].append(starts)
+
+    def _add_unprefixed(
+        self,
+        pieces: Pieces,
+        errors: dict[int, tuple[str, str]],
+        unprefixed: np.ndarray,
+        starts: np.ndarray,
+        first_bytes: np.ndarray,
+        missing: str,
+    ) -> None:
+        """Values without the header: read with `value_subject`'s latest schema and `value_message`,
+        or `wire_format` dead letters (`missing`: the header expected, formatted with `first`)."""
+        if not len(unprefixed):
+            return
+        if self._subject is None:
+            for position in unprefixed.tolist():
+                errors[position] = (
+                    "wire_format",
+                    f"{missing.format(first=int(first_bytes[position]))}: set the mapping's "
+                    f"{self._part}_subject (and {self._part}_message) to read such {self._part}s with its "
+                    "latest schema, or fix the producer's serializer",
+                )
+            return
+        try:
+            latest = self._schemas.latest(self._subject)
+        except SchemaNotFoundError as exc:
+            for position in unprefixed.tolist():
+                errors[position] = ("unknown_schema", f"{self._part}_subject {self._subject!r}: {exc}")
+            return
+        self._add_piece(pieces, errors, latest.schema_id, self._message or (0,), unprefixed, starts)
 
     def _message_of(
-        self, schema_id: int, where: tuple[int, ...] | str
+        self, schema_id: SchemaId, where: tuple[int, ...] | str
     ) -> ProtobufMessage | RecordSchemaError | SchemaNotFoundError:
         key = (schema_id, where)
         found = self._messages.get(key)
@@ -290,7 +314,7 @@ class ProtobufDecoder:
         self._messages[key] = found
         return found
 
-    def _file(self, schema_id: int) -> ProtobufFile | RecordSchemaError | SchemaNotFoundError:
+    def _file(self, schema_id: SchemaId) -> ProtobufFile | RecordSchemaError | SchemaNotFoundError:
         found = self._files.get(schema_id)
         if found is not None:
             return found
@@ -303,6 +327,23 @@ class ProtobufDecoder:
             found = exc
         self._files[schema_id] = found
         return found
+
+
+Pieces = dict[tuple[SchemaId, str], tuple[ProtobufMessage, list[np.ndarray], list[np.ndarray]]]
+"""A batch's records as they are grouped: (schema id, message label) -> message, position and start parts."""
+Grouped = dict[tuple[SchemaId, str], tuple[ProtobufMessage, np.ndarray, np.ndarray]]
+"""A batch's records by (schema id, message label): the message, positions (ascending), payload starts."""
+
+
+def _assembled(pieces: Pieces) -> Grouped:
+    """`pieces` with each group's parts joined, in position order."""
+    grouped = {}
+    for key, (message, position_parts, start_parts) in pieces.items():
+        positions = np.concatenate(position_parts).astype(np.int64)
+        starts = np.concatenate(start_parts).astype(np.int64)
+        order = np.argsort(positions, kind="stable")
+        grouped[key] = (message, positions[order], starts[order])
+    return grouped
 
 
 @dataclass(frozen=True)
@@ -344,6 +385,13 @@ def _message_indexes(value: bytes, start: int, end: int) -> tuple[tuple[int, ...
 
 
 def _zigzag(value: bytes, at: int, end: int) -> tuple[int, int]:
+    result, at = read_varint(value, at, end)
+    return (result >> 1) ^ -(result & 1), at
+
+
+def read_varint(value: bytes, at: int, end: int, *, most_bytes: int = 10) -> tuple[int, int]:
+    """The unsigned varint at `at` of `value` (which ends at `end`) and where the bytes after it start;
+    `ValueError` when it runs past `end` or is longer than `most_bytes`."""
     result = shift = 0
     while True:
         if at >= end:
@@ -352,11 +400,10 @@ def _zigzag(value: bytes, at: int, end: int) -> tuple[int, int]:
         at += 1
         result |= (byte & 0x7F) << shift
         if not byte & 0x80:
-            break
+            return result, at
         shift += 7
-        if shift > 63:
-            raise ValueError("a varint longer than 10 bytes")
-    return (result >> 1) ^ -(result & 1), at
+        if shift >= 7 * most_bytes:
+            raise ValueError(f"a varint longer than {most_bytes} bytes")
 
 
 def _compile_message(compiled: ProtobufFile, descriptor: Any, wanted: frozenset[str]) -> ProtobufMessage:
