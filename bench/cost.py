@@ -23,9 +23,11 @@ from pathlib import Path
 
 from bench.cost_inputs import box_counts, throughput
 from bench.cost_model import (
+    CONTROL_PLANE,
     FIREHOSE_ICEBERG_PER_GB,
     LAMBDA_MAX_BYTES,
     MONTH_S,
+    RENEW_EVERY_S,
     Bill,
     Measured,
     backlog,
@@ -37,14 +39,6 @@ from bench.cost_model import (
 )
 
 SERVICES = ["Lambda", "Lambda runner", "Step Functions", "SQS", "S3", "EMR Serverless"]
-
-
-def lambda_max_bytes() -> int:
-    """`runner.lambda.max_bytes`'s default from the config model, once it has the key."""
-    from kafscale_iceberg.config.sections import RunnerConfig
-
-    section = getattr(RunnerConfig(), "lambda_", None)
-    return int(getattr(section, "max_bytes", LAMBDA_MAX_BYTES))
 
 
 def measure_throughput(workdir: Path) -> tuple[dict[str, float], float]:
@@ -81,7 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-cost-") as tmp:
-        counts = box_counts(args.box_counts or Path(tmp) / "box-counts.json")
+        box = box_counts(args.box_counts or Path(tmp) / "box-counts.json")
+        counts = box.lines
         if args.throughput is not None:
             speeds = json.loads(args.throughput.read_text())
         else:
@@ -91,11 +86,22 @@ def main(argv: list[str] | None = None) -> int:
         lambda_mb_s_1_core=speeds["lambda_1_core"],
         lambda_mb_s_2_cores=speeds.get("lambda_2_cores", speeds["lambda_1_core"]),
         spark_task_mb_s=speeds["spark_task"],
+        renewal=box.renewal,
     )
-    threshold = lambda_max_bytes()
+    threshold = LAMBDA_MAX_BYTES
     print("measured:")
     for name, line in sorted(counts.items()):
         print(f"  {name:28} {line.per_run:7.2f} per run + {line.per_segment:5.2f} per segment")
+    print(f"  a lease renewal (every {RENEW_EVERY_S:.0f} s of a run): {box.renewal or 'none in the box'}")
+    print(
+        "  the box's functions, seconds per run on this machine (the model's assumptions beside): "
+        + ", ".join(
+            f"{f} {s:.2f} ({CONTROL_PLANE[f][1]:.1f})"
+            for f, s in sorted(box.seconds.items())
+            if f in CONTROL_PLANE
+        )
+    )
+    print(f"  throughput (MB/s): {json.dumps(speeds)}")
     print(
         f"  Lambda runner {measured.lambda_mb_s_1_core:.1f} MB/s on 1 core, "
         f"{measured.lambda_mb_s_2_cores:.1f} on 2; Spark task {measured.spark_task_mb_s:.1f} MB/s "

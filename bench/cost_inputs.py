@@ -10,7 +10,8 @@ sampled interleaved over rounds (best of each), in the same run. Session start a
 (cold) run are excluded from both.
 
 Counts: `tests/test_aws_requests.py` run in the AWS box (`KAFSCALE_BOX_COUNTS` names the JSON file
-it writes): requests per run and per segment by service.
+it writes): requests per run and per segment by service (S3 GETs also by role), and what one lease
+renewal costs (the model counts renewals from a run's time: the box's count is its machine's load).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 from bench.cost_model import Line
@@ -28,8 +30,18 @@ from bench.cost_model import Line
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def box_counts(path: Path) -> dict[str, Line]:
-    """Run the AWS-box test that counts the path's requests (unless `path` exists) and read its lines."""
+@dataclass(frozen=True)
+class BoxCounts:
+    """What the box's execution gave: each count per run and per segment, what one lease renewal
+    costs (empty when no run renewed), each function's seconds per run on this machine."""
+
+    lines: dict[str, Line]
+    renewal: dict[str, float]
+    seconds: dict[str, float]
+
+
+def box_counts(path: Path) -> BoxCounts:
+    """Run the AWS-box test that counts the path's requests (unless `path` exists) and read it."""
     if not path.exists():
         env = {**os.environ, "KAFSCALE_BOX_COUNTS": str(path)}
         command = [
@@ -43,8 +55,14 @@ def box_counts(path: Path) -> dict[str, Line]:
         ]
         print("counting requests in the AWS box:", " ".join(command[2:]), flush=True)
         subprocess.run(command, cwd=ROOT, env=env, check=True)
-    lines = json.loads(path.read_text())["lines"]
-    return {name: Line(**line) for name, line in lines.items()}
+    document = json.loads(path.read_text())
+    runs = document["runs"]
+    functions = {f for run in runs for f in run.get("seconds", {})}
+    return BoxCounts(
+        lines={name: Line(**line) for name, line in document["lines"].items()},
+        renewal=document.get("renewal", {}),
+        seconds={f: sum(run.get("seconds", {}).get(f, 0.0) for run in runs) / len(runs) for f in functions},
+    )
 
 
 def _measure_child(plan_path: str, kind: str, cores: list[int], repeats: int) -> list[float]:

@@ -13,9 +13,12 @@ beside each (docs/benchmarks.md "AWS cost"): check them before relying on a numb
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
+from kafscale_iceberg.config.sections import RunnerConfig, RunsConfig
 from kafscale_iceberg.domain.job_sizing import job_size
 
 MONTH_S = 30 * 24 * 3600
@@ -47,11 +50,17 @@ LAUNCH_S = 1.0  # the launcher: list, plan, claim, StartExecution
 ROUTER_WINDOW_S = 10.0  # template.yaml RouterBatchingWindowSeconds
 SQS_POLLERS_PER_SOURCE = 5  # Lambda's pollers of an idle SQS event source, each long-polling 20 s
 RECONCILE_EVERY_S = 300  # template.yaml ReconcileSchedule rate(5 minutes)
-MAX_WAIT_S = 30.0  # runs.max_wait_seconds default
-MIN_BYTES = 256 * MIB  # runs.min_bytes_per_run default
-LAMBDA_MAX_BYTES = (
-    512 * MIB
-)  # runner.lambda.max_bytes default (i22runner's config; read from it when present)
+# The product's defaults, read from the config model (what a deployment that sets nothing gets).
+MAX_WAIT_S = float(RunsConfig().max_wait_seconds)  # runs.max_wait_seconds
+MIN_BYTES = int(RunsConfig().min_bytes_per_run)  # runs.min_bytes_per_run
+LAMBDA_MAX_BYTES = int(RunnerConfig().lambda_.max_bytes)  # runner.lambda.max_bytes
+# The state machine renews a run's lease every `RenewEvery` seconds while its runner works.
+RENEW_EVERY_S = float(
+    json.loads((Path(__file__).resolve().parent.parent / "infra" / "state_machine.asl.json").read_text())[
+        "States"
+    ]["RunJob"]["Branches"][1]["States"]["RenewEvery"]["Seconds"]
+)
+RENEWAL_TRANSITIONS = 3.0  # Renew, LeaseHeld?, RenewEvery (when the box saw no renewal to count)
 # (memory GB, seconds) of the x86 control-plane functions per invocation (template.yaml MemorySize).
 CONTROL_PLANE = {
     "RouterFunction": (0.25, 0.5),
@@ -62,11 +71,17 @@ CONTROL_PLANE = {
     "AbortFunction": (0.25, 0.5),
     "ReconcilerFunction": (0.5, 2.0),
 }
-# Requests of each further router batch of a run (the box routes a run's segments in one batch):
-# the router's SendMessageBatch, the launcher's receive and delete (FIFO), and the launch that finds
-# the topic waiting (a LIST of the partitions, one per partition, the backoff document's GET).
-EXTRA_BATCH_FIFO = 3
-EXTRA_BATCH_S3_GET = 1
+# Requests of each further router batch of a run (the box routes a run's segments in one batch), by
+# when it comes (functions/launcher.py):
+# - while the previous run holds the lease: the router's send, the launcher's receive and delete
+#   (FIFO), a launch that reads the lease holder (etcd) and acknowledges: no S3 request;
+# - while the topic waits for its batch (`max_wait_seconds`): the router's send only; the waiting
+#   item is in flight, so its FIFO group delivers nothing until the wait ends, then one receive and
+#   delete take the queued items with it (the box's launch). That wait costs one
+#   ChangeMessageVisibility.
+BUSY_BATCH_FIFO = 3
+WAITING_BATCH_FIFO = 1
+WAIT_FIFO = 1
 
 
 @dataclass(frozen=True)
@@ -88,6 +103,8 @@ class Measured:
     lambda_mb_s_1_core: float
     lambda_mb_s_2_cores: float
     spark_task_mb_s: float
+    renewal: dict[str, float] = field(default_factory=dict)
+    """What one lease renewal costs (`s3_get`, `sfn_transitions`), from the box's renewals."""
 
     def count(self, name: str, segments: float) -> float:
         line = self.counts.get(name)
@@ -178,30 +195,56 @@ def fixed_month(bill: Bill) -> None:
 
 
 def add_runs(
-    bill: Bill, measured: Measured, count: float, planned_bytes: float, *, batches: float = 1.0
+    bill: Bill,
+    measured: Measured,
+    count: float,
+    planned_bytes: float,
+    *,
+    batches: float = 1.0,
+    busy_share: float = 1.0,
+    waited: bool = False,
 ) -> None:
-    """`count` committed runs of `planned_bytes` each, their segments routed in `batches` router batches."""
+    """`count` committed runs of `planned_bytes` each, their segments routed in `batches` router
+    batches, `busy_share` of the further ones while the previous run held the lease (the rest while
+    the topic waited for its batch, `waited`)."""
     workload = bill.workload
     segments = max(1.0, planned_bytes / workload.segment_bytes)
     lam = on_lambda(planned_bytes, workload.lambda_max_bytes)
     bill.runs["lambda" if lam else "emr"] += count
     bill.gigabytes += count * planned_bytes / GB
     extra = max(0.0, batches - 1)
+    busy = extra * busy_share
     # The box's executions include the runner `Choice` (either branch makes as many transitions).
     transitions = measured.count("sfn_transitions", segments)
     bill.add(
         "Step Functions", count * transitions * SFN_PER_TRANSITION, "sfn_transitions", count * transitions
     )
     for name, (_memory, _seconds) in CONTROL_PLANE.items():
+        if name == "WatchFunction":
+            continue  # the renewals: below, from the run's time (the box's count is its machine's)
         invocations = measured.count(f"lambda:{name}", segments)
-        if name in {"RouterFunction", "LauncherFunction"}:
+        if name == "RouterFunction":
             invocations += extra
-        if lam and name in {"StartJobFunction", "WatchFunction"}:
-            continue  # the EMR branch's steps
+        if name == "LauncherFunction":
+            invocations += busy  # a waiting topic's items wait in the queue, launched together
         if invocations:
             _lambda(bill, name, count * invocations)
+    runner_s = (
+        LAMBDA_RUNNER_START_S + planned_bytes / 1e6 / measured.lambda_mb_s_1_core
+        if lam
+        else emr_job_seconds(measured, planned_bytes)
+    )
+    renewals = math.floor(runner_s / RENEW_EVERY_S)  # the lease renewal branch, beside the runner
+    if renewals:
+        _lambda(bill, "WatchFunction", count * renewals)
+        per = measured.renewal.get("sfn_transitions", RENEWAL_TRANSITIONS)
+        bill.add(
+            "Step Functions",
+            count * renewals * per * SFN_PER_TRANSITION,
+            "sfn_transitions",
+            count * renewals * per,
+        )
     if lam:
-        runner_s = LAMBDA_RUNNER_START_S + planned_bytes / 1e6 / measured.lambda_mb_s_1_core
         bill.add(
             "Lambda runner",
             count * (LAMBDA_PER_REQUEST + LAMBDA_RUNNER_MEMORY_GB * runner_s * LAMBDA_ARM_PER_GB_S),
@@ -209,7 +252,7 @@ def add_runs(
             count,
         )
     else:
-        seconds = max(EMR_MINIMUM_S, emr_job_seconds(measured, planned_bytes))
+        seconds = max(EMR_MINIMUM_S, runner_s)
         size = job_size(int(planned_bytes))
         if size is None:
             vcpu = EMR_DEFAULT_WORKERS[0] * EMR_DEFAULT_WORKERS[1]
@@ -219,19 +262,20 @@ def add_runs(
         usd = (vcpu * EMR_ARM_PER_VCPU_H + memory * EMR_ARM_PER_GB_H) * seconds / 3600
         bill.add("EMR Serverless", count * usd, "emr_vcpu_hours", count * vcpu * seconds / 3600)
     standard = measured.count("sqs_standard", segments)
-    fifo = measured.count("sqs_fifo", segments) + EXTRA_BATCH_FIFO * extra
+    fifo = (
+        measured.count("sqs_fifo", segments)
+        + BUSY_BATCH_FIFO * busy
+        + WAITING_BATCH_FIFO * (extra - busy)
+        + (WAIT_FIFO if waited else 0)
+    )
     bill.add(
         "SQS",
         count * (standard * SQS_STANDARD_PER_REQUEST + fifo * SQS_FIFO_PER_REQUEST),
         "sqs_requests",
         count * (standard + fifo),
     )
-    gets = measured.count("s3_get", segments) + EXTRA_BATCH_S3_GET * extra
-    puts_lists = (
-        measured.count("s3_put", segments)
-        + measured.count("s3_list", segments)
-        + (1 + workload.partitions) * extra
-    )
+    gets = measured.count("s3_get", segments) + renewals * measured.renewal.get("s3_get", 0.0)
+    puts_lists = measured.count("s3_put", segments) + measured.count("s3_list", segments)
     bill.add(
         "S3",
         count * (gets * S3_GET_PER_REQUEST + puts_lists * S3_PUT_LIST_PER_REQUEST),
@@ -262,7 +306,15 @@ def steady_month(measured: Measured, workload: Workload, *, fixed: bool = True) 
     duration = run_seconds(measured, planned, workload.lambda_max_bytes)
     runs = MONTH_S / cycle * workload.topics
     batches = min(max(1.0, planned / workload.segment_bytes), max(1.0, cycle / ROUTER_WINDOW_S))
-    add_runs(bill, measured, runs, planned, batches=batches)
+    add_runs(
+        bill,
+        measured,
+        runs,
+        planned,
+        batches=batches,
+        busy_share=min(1.0, duration / cycle),
+        waited=cycle > duration,
+    )
     bill.p50_s = duration + cycle / 2
     bill.p95_s = duration + 0.95 * cycle
     return bill

@@ -82,7 +82,7 @@ from kafscale_iceberg.local.embedded import (
 )
 from kafscale_iceberg.segments.generate import generate_segments
 from kafscale_iceberg.segments.layout import Codec
-from kafscale_iceberg.services import launch
+from kafscale_iceberg.services import pending
 from kafscale_iceberg.services.commit import CommitService
 from kafscale_iceberg.services.launch import LaunchStatus
 from kafscale_iceberg.services.run_writes import TablePolicy
@@ -419,13 +419,13 @@ def bench_planning(endpoints: Endpoints, workdir: Path, *, partitions: int, roun
         new=partitions,
     )
     launcher, store = world.launcher, world.store
-    concurrency = launch.PLANNING_CONCURRENCY
+    concurrency = pending.PLANNING_CONCURRENCY
     seconds: dict[str, list[float]] = {"concurrent": [], "one partition at a time": []}
     requests: dict[str, int] = {}
     try:
         for _ in range(rounds):
             for name, samples in seconds.items():
-                launch.PLANNING_CONCURRENCY = concurrency if name == "concurrent" else 1
+                pending.PLANNING_CONCURRENCY = concurrency if name == "concurrent" else 1
                 before = endpoints.proxy.requests
                 started = time.perf_counter()
                 outcome = launcher.launch(PLANNING_TOPIC)
@@ -435,7 +435,7 @@ def bench_planning(endpoints: Endpoints, workdir: Path, *, partitions: int, roun
                 assert outcome.ticket is not None
                 store.release_lease(outcome.ticket.grant)
     finally:
-        launch.PLANNING_CONCURRENCY = concurrency
+        pending.PLANNING_CONCURRENCY = concurrency
     for name, values in seconds.items():
         print(
             f"planning {partitions} partitions, {name:24s}: best {best(values):.3f} s; "

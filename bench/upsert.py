@@ -1,15 +1,16 @@
 """`make bench-upsert`: what an upsert run rewrites, for updates to recent keys and to random keys.
 
 A table of `--rows` (1,000,000) rows is built by `--runs` (40) upsert runs of new, growing keys
-(`id`, as a database sequence gives them; one Kafka partition; the data plane's tasks in this process,
-the files the same as Spark's; the real commit service and upsert adapter on a SQLite catalog). Then:
+(`id`, as a database sequence gives them; one Kafka partition; each run executed by the run driver
+with the in-process executor - its tasks write the rows, locate the changed keys in the table and
+rewrite, as Spark's do - and committed by the real commit service on a SQLite catalog). Then:
 
 - a run of `--updates` (1,000) updates to the most recent keys;
 - a run of `--updates` updates to keys drawn at random over the table;
 - the same records as the recent-keys run, appended to an append table (the baseline run time).
 
 Measured: bytes of the table files each upsert run rewrote (its `kafscale.upsert.bytes-rewritten`)
-over the table's bytes before it (`*_rewritten_share`), and each run's time (tasks + commit) against
+over the table's bytes before it (`*_rewritten_share`), and each run's time (driver + tasks + commit) against
 the append run's (`upsert_vs_append_run_s`, `random_vs_append_run_s`). The last line is one JSON
 object.
 """
@@ -26,25 +27,22 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from kafscale_iceberg.adapters.data_files import StagedFileStore
-from kafscale_iceberg.adapters.documents import DocumentStore
 from kafscale_iceberg.adapters.iceberg_catalog import CatalogSettings, load_iceberg_catalog
 from kafscale_iceberg.assembly import Assembly
 from kafscale_iceberg.config import config_from_mapping
-from kafscale_iceberg.dataplane.reports import build_run_result
-from kafscale_iceberg.dataplane.tasks import plan_tasks, run_task
 from kafscale_iceberg.domain.leases import LeaseGrant
 from kafscale_iceberg.domain.runs import (
     ConversionSettings,
     PartitionPlan,
     PlannedSegment,
     RunPlan,
-    RunTimings,
     SegmentSource,
     TableTarget,
     make_run_id,
 )
 from kafscale_iceberg.domain.tickets import join_uri
+from kafscale_iceberg.execution.driver import TaskSizing
+from kafscale_iceberg.execution.in_process import run_plan_in_process
 from kafscale_iceberg.local.config_document import one_machine_document
 from kafscale_iceberg.segments.decode import Record
 from kafscale_iceberg.segments.encode import build_segment, encode_record_batch
@@ -121,12 +119,12 @@ class Topic:
         plan = self._plan(
             PartitionPlan(partition=0, start_exclusive=first - 1, end_inclusive=last, segments=(segment,))
         )
+        plan_uri = plan.result_uri.rsplit("/", 1)[0] + "/plan.json"
+        Path(plan_uri.removeprefix("file://")).parent.mkdir(parents=True, exist_ok=True)
+        Path(plan_uri.removeprefix("file://")).write_text(plan.model_dump_json())
         started = time.perf_counter()
-        reports = [
-            run_task(plan, task, reader=DocumentStore(), sink=StagedFileStore())
-            for task in plan_tasks(plan, max_tasks=2, min_task_bytes=1)
-        ]
-        result = build_run_result(plan, reports, RunTimings(started_at_ms=0, ended_at_ms=0))
+        result = run_plan_in_process(plan_uri, workers=2, sizing=TaskSizing(min_task_bytes=1))
+        assert result.failure is None, result.failure
         grant = self.assembly.checkpoints.claim_lease(TOPIC, owner_id="bench", run_id=plan.run_id)
         assert isinstance(grant, LeaseGrant)
         self.assembly.commits.commit_run(plan, result, grant, CREATE)
@@ -164,6 +162,10 @@ class Topic:
             table=TableTarget(
                 identifier=TABLE,
                 data_uri=join_uri(run_data_prefix(self.config, ("bench", "customers")), run_id),
+                # What the launcher reads from `field-ids.json`: the version the run locates in.
+                metadata_location=self.catalog.load_table(TABLE).metadata_location
+                if self.catalog.table_exists(TABLE)
+                else None,
             ),
             dead_letter_table=TableTarget(
                 identifier=f"{TABLE}__dlq",

@@ -45,6 +45,12 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         "table_committed": committed.outcome.table_committed,
         "offsets": {str(p): o for p, o in committed.outcome.offsets.items()},
         # Segments may have arrived while the run held the lease: the state machine sends this signal
-        # (deduplicated by run id, so a retried send is one message).
-        "signal": TopicSignal(topic=ticket.topic, reason="run committed", nonce=ticket.run_id).sqs_message(),
+        # (deduplicated by run id, so a retried send is one message). The run's ends are segments'
+        # ends (the launcher planned them from footers): the launcher need not probe behind them.
+        "signal": TopicSignal(
+            topic=ticket.topic,
+            reason="run committed",
+            nonce=ticket.run_id,
+            segment_ends=committed.plan.end_offsets(),
+        ).sqs_message(),
     }

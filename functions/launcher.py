@@ -24,7 +24,7 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions.runtime import assembly, reject_or_raise
-from kafscale_iceberg.domain.events import parse_topic_message
+from kafscale_iceberg.domain.events import TopicSignal, parse_topic_message
 from kafscale_iceberg.exceptions import KafscaleIcebergError, TopicBatchingError
 from kafscale_iceberg.metrics import (
     EMF_NAMESPACE,
@@ -56,8 +56,9 @@ def _launch(record: SQSRecord, launched: set[str], waiting: dict[str, float]) ->
         return
     if item.topic in launched:
         return
+    segment_ends = item.segment_ends if isinstance(item, TopicSignal) else None
     try:
-        outcome = assembly().launcher.launch(item.topic)
+        outcome = assembly().launcher.launch(item.topic, segment_ends=segment_ends)
     except KafscaleIcebergError as exc:
         logger.error("launch failed", topic=item.topic, error=str(exc), transient=exc.transient)
         record_error(sink, error_stage(exc, default=ErrorStage.LAUNCH))

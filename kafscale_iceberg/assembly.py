@@ -35,7 +35,6 @@ if TYPE_CHECKING:
         RunStarter,
         RunTracker,
         TopicSignaller,
-        UpsertFiles,
         WorkQueue,
     )
     from kafscale_iceberg.services.commit import CommitService
@@ -288,22 +287,7 @@ class Assembly:
         """The commit step over the configured catalog (imports pyiceberg and pyarrow)."""
         from kafscale_iceberg.services.commit import CommitService  # noqa: PLC0415
 
-        return CommitService(
-            self.tables, self.checkpoints, stranded_runs=self._run_documents, upsert_files=self.upsert_files
-        )
-
-    @cached_property
-    def upsert_files(self) -> UpsertFiles:
-        """The locate and rewrite steps of upsert runs over the configured catalog (imports pyiceberg)."""
-        from kafscale_iceberg.adapters.data_files import StagedFileStore  # noqa: PLC0415
-        from kafscale_iceberg.adapters.iceberg_catalog import (  # noqa: PLC0415
-            CatalogSettings,
-            load_iceberg_catalog,
-        )
-        from kafscale_iceberg.adapters.iceberg_upsert import IcebergUpsertFiles  # noqa: PLC0415
-
-        catalog = load_iceberg_catalog(CatalogSettings.from_config(self.config))
-        return IcebergUpsertFiles(catalog, self.documents, StagedFileStore(self.s3_settings))
+        return CommitService(self.tables, self.checkpoints, stranded_runs=self._run_documents)
 
     def _table_data_prefix(self, table: str) -> str:
         """The product's data prefix of `table` (run folders; where orphan cleanup looks)."""

@@ -24,10 +24,10 @@ if TYPE_CHECKING:
     from kafscale_iceberg.domain.maintenance import CompactionOutcome, ExpiryOutcome, OrphanFile, TableHealth
     from kafscale_iceberg.domain.offsets import CommittedOffsets, OffsetState, OffsetUpdate
     from kafscale_iceberg.domain.planning import ListedSegment
-    from kafscale_iceberg.domain.record_schemas import RegisteredSchema
+    from kafscale_iceberg.domain.record_schemas import RegisteredSchema, SchemaId
     from kafscale_iceberg.domain.runs import ColumnSpec, RunPlan
     from kafscale_iceberg.domain.tickets import RunTicket
-    from kafscale_iceberg.domain.upsert import UpsertChange, UpsertCounts, UpsertRewrite
+    from kafscale_iceberg.domain.upsert import UpsertCounts
     from kafscale_iceberg.metrics.definitions import Sample
     from kafscale_iceberg.segments.layout import SegmentFooter
 
@@ -141,15 +141,6 @@ class TableCommitter(Protocol):
         ...
 
 
-class UpsertFiles(Protocol):
-    """The locate and rewrite steps of an upsert run (adapter: `IcebergUpsertFiles`, `domain/upsert.py`)."""
-
-    def rewrite(self, table: str, state: TableState, change: UpsertChange) -> UpsertRewrite:
-        """The files to add and remove so `table` at `state` holds each changed key's last state
-        (nothing committed). Idempotent. `TableMissingError`, catalog and storage errors."""
-        ...
-
-
 # -- Segments: listing, routing and planning (adapter: `S3SegmentStore`) ---------------------------
 
 
@@ -255,15 +246,17 @@ class SchemaRegistry(Protocol):
 
 
 class RecordSchemaRegistry(Protocol):
-    """Record schemas by id and subject (a Confluent-compatible registry: `adapters/confluent_registry`).
+    """Record schemas by id and subject (a Confluent-compatible registry: `adapters/confluent_registry`;
+    the AWS Glue Schema Registry, where a subject is a schema's name: `adapters/glue_registry`).
 
     Errors: the registry has no such schema (404) -> `SchemaNotFoundError`; it is unreachable, times
     out or answers 5xx -> `RegistryUnavailableError` (transient: the run is retried, nothing is
     dead-lettered for it); it refuses the credentials (401/403) -> `RegistryAuthError`.
     """
 
-    def schema_by_id(self, schema_id: int) -> RegisteredSchema:
-        """The schema registered under `schema_id` (immutable: callers may cache it for ever)."""
+    def schema_by_id(self, schema_id: SchemaId) -> RegisteredSchema:
+        """The schema registered under `schema_id` (immutable: callers may cache it for ever): a
+        Confluent registry's integer id, a Glue registry's schema version id (a UUID)."""
         ...
 
     def latest_schema(self, subject: str) -> RegisteredSchema:
@@ -293,6 +286,16 @@ class AwaitableJobRunner(Protocol):
 
     def wait(self, job_id: str, timeout_s: float) -> bool:
         """Block until the job ends or `timeout_s` passes; True when it ended."""
+        ...
+
+
+@runtime_checkable
+class JobLookup(Protocol):
+    """A job runner whose run jobs can be started by someone else (EMR Serverless: the state machine's
+    `startJobRun.sync` starts a run's job, so its ticket carries no job id): finds them by run id."""
+
+    def unfinished_jobs(self, run_id: str, *, created_after_ms: int) -> list[str]:
+        """The ids of the jobs started for run `run_id` since `created_after_ms` that have not ended."""
         ...
 
 

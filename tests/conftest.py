@@ -13,4 +13,5 @@ pytest_plugins = [
     "tests.support.spark_job",
     "tests.support.fast_loop",
     "tests.support.schema_registry",
+    "tests.support.glue_registry",
 ]

@@ -21,12 +21,12 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from kafscale_iceberg.adapters.confluent_registry import ConfluentSchemaRegistry
 from kafscale_iceberg.adapters.data_files import StagedFileStore
 from kafscale_iceberg.adapters.documents import DocumentStore
 from kafscale_iceberg.adapters.iceberg_catalog import load_iceberg_catalog
 from kafscale_iceberg.adapters.iceberg_schemas import table_columns
 from kafscale_iceberg.adapters.iceberg_tables import IcebergTableCommitter
+from kafscale_iceberg.adapters.registries import record_schema_registry
 from kafscale_iceberg.dataplane.inference import with_inferred_columns
 from kafscale_iceberg.dataplane.reports import build_run_result
 from kafscale_iceberg.dataplane.tasks import observe_task, plan_tasks, run_task
@@ -45,6 +45,7 @@ from kafscale_iceberg.domain.runs import (
     ValueFormat,
 )
 from kafscale_iceberg.domain.schema import table_fields
+from tests.support.glue_registry import GlueRegistry
 from tests.support.iceberg_runs import sql_committer, sql_settings
 from tests.support.schema_registry import StandInRegistry
 from tests.support.spark_job import SegmentFolder, make_plan, order_record
@@ -56,7 +57,7 @@ def avro_run(
     root: Path,
     values: list[bytes],
     tables: IcebergTableCommitter | None,
-    registry: StandInRegistry,
+    registry: StandInRegistry | GlueRegistry,
     *,
     first_offset: int = 0,
     columns: tuple[ColumnSpec, ...] | None = None,
@@ -65,7 +66,8 @@ def avro_run(
     **conversion: Any,
 ) -> tuple[RunPlan, RunResult]:
     """A run of an Avro mapping as the launcher plans it and the Spark job runs it (observation
-    stage, the driver's decision, the conversion), reading schemas from `registry`."""
+    stage, the driver's decision, the conversion), reading schemas from `registry` (a Confluent
+    stand-in, or a Glue registry on moto)."""
     known = tables.field_ids(TABLE) if tables is not None else None
     folder = SegmentFolder(root / "segments")
     records = [order_record(o, 0, value=v) for o, v in enumerate(values, start=first_offset)]
@@ -82,7 +84,9 @@ def avro_run(
         value_format=value_format,
         **conversion,
     )
-    settings = RegistrySettings(url=registry.url)
+    settings = (
+        registry.settings() if isinstance(registry, GlueRegistry) else RegistrySettings(url=registry.url)
+    )
     plan = plan.model_copy(
         update={
             "schema_registry": settings,
@@ -94,7 +98,7 @@ def avro_run(
             ),
         }
     )
-    client = ConfluentSchemaRegistry(settings)
+    client = record_schema_registry(settings)
     tasks = plan_tasks(plan, max_tasks=2, min_task_bytes=1)
     decided = plan
     if infer:

@@ -1,7 +1,8 @@
 """A Debezium CDC topic into an upsert table on the AWS flow (`make test-aws`): router -> launcher ->
-the real state machine -> EMR Serverless job (local Spark) -> the commit function, which locates and
-rewrites the files holding changed keys and replaces them in one Iceberg commit on the Glue catalog;
-every AWS call is checked against its role in template.yaml. The box and its fakes are described in
+the real state machine -> EMR Serverless job (local Spark), whose driver locates the changed keys in
+the table version the plan names and whose tasks rewrite the files holding them -> the commit
+function, which replaces them in one Iceberg commit on the Glue catalog reading no data file; every
+AWS call is checked against its role in template.yaml. The box and its fakes are described in
 tests/support/aws_box.py."""
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.aws_box import Box, open_spark_box
+from tests.support.aws_box import EMR_JOB_ROLE, Box, open_spark_box
 from tests.support.etcd import EtcdServer
 from tests.support.moto import MotoEndpoint
 from tests.support.segments import put_segment
@@ -98,5 +99,11 @@ def test_a_cdc_topic_lands_once_with_every_call_allowed(box: Box) -> None:
     )
     assert box.committed_offsets(TOPIC) == {0: 7}
     assert box.fleet.count("CommitFunction") >= 2
+    summary = box.catalog().load_table(TABLE).current_snapshot().summary
+    assert summary["kafscale.upsert.files-rewritten"] == "1"  # the first run's file, without keys 1-3
+    reads = [c for c in box.recorder.calls if c.action == "s3:GetObject" and c.resource.endswith(".parquet")]
+    assert {c.role for c in reads if "/upsert/" not in c.resource and "/deleted_keys/" not in c.resource} == {
+        EMR_JOB_ROLE
+    }, "only the run's tasks read the table's data files"
     denied = box.recorder.denied()
     assert denied == [], "\n".join(map(str, denied))

@@ -50,7 +50,8 @@ class Backend:
     name: str
     prefix: str
     clock: FakeClock
-    new_store: Callable[[], CheckpointStore]
+    new_store: Callable[..., CheckpointStore]
+    """A store on the backend; `ttl_seconds` (1 by default, so expiry tests are quick) its lease TTL."""
     raw_get: Callable[[str], bytes | None]
     raw_put: Callable[[str, bytes], None]
     pass_time: Callable[[float], None]
@@ -73,8 +74,10 @@ def _etcd_backend(server: EtcdServer, prefix: str, clock: FakeClock) -> Backend:
         value: bytes | None = raw.get(key)[0]
         return value
 
-    def new_store() -> CheckpointStore:
-        return EtcdCheckpointStore([server.url], key_prefix=prefix, lease_ttl_seconds=1, now_ms=clock)
+    def new_store(ttl_seconds: int = 1) -> CheckpointStore:
+        return EtcdCheckpointStore(
+            [server.url], key_prefix=prefix, lease_ttl_seconds=ttl_seconds, now_ms=clock
+        )
 
     def pass_time(seconds: float) -> None:
         time.sleep(seconds)
@@ -84,8 +87,8 @@ def _etcd_backend(server: EtcdServer, prefix: str, clock: FakeClock) -> Backend:
 
 
 def _sqlite_backend(path: Path, prefix: str, clock: FakeClock) -> Backend:
-    def new_store() -> CheckpointStore:
-        return SqliteCheckpointStore(path, key_prefix=prefix, lease_ttl_seconds=1, now_ms=clock)
+    def new_store(ttl_seconds: int = 1) -> CheckpointStore:
+        return SqliteCheckpointStore(path, key_prefix=prefix, lease_ttl_seconds=ttl_seconds, now_ms=clock)
 
     def raw_get(key: str) -> bytes | None:
         with sqlite3.connect(path) as db:
@@ -179,11 +182,11 @@ def test_claim_after_expiry_succeeds_with_a_larger_token(backend: Backend) -> No
 
 
 def test_renewing_keeps_the_lease_past_its_ttl(backend: Backend) -> None:
-    store = backend.new_store()
+    store = backend.new_store(ttl_seconds=2)  # 2 s: a renewal every 0.5 s survives a loaded machine's pauses
     grant = _claim(store)
 
-    for _ in range(6):  # 6 x 0.3 s: nearly twice the 1 s TTL
-        backend.pass_time(0.3)
+    for _ in range(6):  # 6 x 0.5 s: 1.5 times the TTL
+        backend.pass_time(0.5)
         store.renew_lease(grant)
 
     holder = store.read_lease_holder(TOPIC)
@@ -478,7 +481,8 @@ def test_reset_with_a_stale_grant_raises_lease_lost_and_writes_nothing(backend: 
 
 
 def test_one_commit_can_cover_hundreds_of_partitions(backend: Backend) -> None:
-    store = backend.new_store()
+    # A TTL a loaded machine cannot outlast: this test is about one commit's width, not its lease.
+    store = backend.new_store(ttl_seconds=30)
     grant = _claim(store)
 
     store.commit_offsets(grant, {p: OffsetUpdate(offset=1000 + p, last_timestamp_ms=p) for p in range(300)})

@@ -38,6 +38,13 @@ from tests.test_faults import TABLE, TOPIC, World
 pytestmark = pytest.mark.slow
 
 
+@pytest.fixture(autouse=True)
+def _one_sdk_retry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """botocore retries a 503 up to 4 times with seconds of backoff before the product sees an outage;
+    one retry takes the same path there (the SDK's retries are botocore's, not the product's)."""
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "2")
+
+
 @pytest.fixture
 def etcd(tmp_path: Path) -> Iterator[RestartableEtcd]:
     server = RestartableEtcd(tmp_path / "etcd")

@@ -280,6 +280,31 @@ def test_planning_requests_do_not_grow_with_committed_segments(
     )
 
 
+def test_an_idle_partition_whose_committed_offset_ends_a_segment_costs_one_listing(world: World) -> None:
+    """The signal after a commit names the run's ends (segments' last offsets): the launcher lists
+    after them once, without probing back for the segment holding them nor reading its footer."""
+    from bench.planning import counting
+
+    for base in range(0, 600, 10):
+        world.put(0, base, 10)
+    world.commit({0: 599})
+    with counting(world.segment_client) as counts:
+        status = world.launcher.launch("orders", segment_ends={0: 599}).status
+    assert status is LaunchStatus.IDLE
+    assert dict(counts) == {"ListObjectsV2": 2}  # the partitions, then the one listing
+
+
+def test_an_end_the_committed_offset_has_moved_from_is_not_trusted(world: World) -> None:
+    """A committed offset inside a segment (a reset since the signal) is looked for as without one."""
+    world.put(0, 0, 10)
+    world.put(0, 10, 10)
+    world.commit({0: 14})
+    outcome = world.launcher.launch("orders", segment_ends={0: 19})
+    plan = RunPlan.model_validate_json(world.documents.read_text(_plan_uri(outcome)))
+    assert plan.partitions[0].start_exclusive == 14
+    assert [s.base_offset for s in plan.partitions[0].segments] == [10]
+
+
 def test_plans_carry_the_field_ids_the_commit_step_recorded(world: World) -> None:
     world.put(0, 0, 10)
     recorded = {f.name: 100 + i for i, f in enumerate(BASE_FIELDS)}  # a table with its own ids
@@ -295,6 +320,48 @@ def test_plans_carry_the_field_ids_the_commit_step_recorded(world: World) -> Non
     assert plan.table.field_ids == recorded
     # Not recorded yet: the ids this product's create gives, 1..n in field order.
     assert plan.dead_letter_table.field_ids == {f.name: i for i, f in enumerate(DEAD_LETTER_FIELDS, start=1)}
+
+
+def test_an_upsert_plan_carries_the_table_version_the_commit_step_recorded(
+    moto_server: MotoEndpoint, tmp_path: Path
+) -> None:
+    """The run locates the changed keys in that version (`execution/upsert_stage.py`); an append
+    table's plan carries none."""
+    columns = [{"name": "id", "type": "long", "required": True}]
+    world = World(
+        moto_server,
+        tmp_path,
+        mappings=[
+            {
+                "topic": "orders",
+                "table": "prod.orders",
+                "mode": "upsert",
+                "upsert": {"key": ["id"]},
+                "schema": {"columns": columns},
+            },
+        ],
+    )
+    world.put(0, 0, 10)
+    version = "s3://warehouse/prod.db/orders/metadata/00007-x.metadata.json"
+    document = TopicFieldIds(
+        tables=(
+            TableFieldIds(
+                identifier="prod.orders",
+                field_ids={f.name: i for i, f in enumerate(BASE_FIELDS, start=1)} | {"id": 9},
+                last_column_id=9,
+                metadata_location=version,
+            ),
+        )
+    )
+    world.documents.write_text(
+        field_ids_uri(world.config.runs.location, "orders"), document.model_dump_json()
+    )
+
+    plan = RunPlan.model_validate_json(world.documents.read_text(_plan_uri(world.launcher.launch("orders"))))
+
+    assert plan.table is not None
+    assert plan.table.metadata_location == version
+    assert plan.dead_letter_table.metadata_location is None
 
 
 def test_a_routed_inferred_plan_carries_each_known_tables_own_columns(

@@ -14,8 +14,8 @@ import pytest
 from kafscale_iceberg.adapters.s3_segments import S3SegmentStore, make_s3_client
 from kafscale_iceberg.domain.planning import ListedSegment, RunLimits
 from kafscale_iceberg.segments.layout import SegmentFooter
-from kafscale_iceberg.services import launch
-from kafscale_iceberg.services.launch import select_pending
+from kafscale_iceberg.services import pending
+from kafscale_iceberg.services.pending import select_pending
 from tests.support.moto import MotoEndpoint
 from tests.support.segments import put_segment
 
@@ -62,7 +62,7 @@ def test_partitions_are_planned_concurrently_with_the_same_selection(
     slow = _Slow(store)
 
     concurrent = select_pending(slow, "orders", committed, limits, now_ms=0)
-    monkeypatch.setattr(launch, "PLANNING_CONCURRENCY", 1)
+    monkeypatch.setattr(pending, "PLANNING_CONCURRENCY", 1)
     sequential = select_pending(store, "orders", committed, limits, now_ms=0)
 
     assert concurrent == sequential

@@ -258,3 +258,35 @@ def test_abort_of_a_stale_plan_does_not_back_off(steps: Steps, tmp_path: Path) -
     with steps.stubber:
         result = steps.steps.abort(ticket, "refusing to commit ... repaired to the table's offsets")
     assert (result.resignal_after_seconds, result.consecutive_failures) == (0, 0)
+
+
+def test_abort_of_an_upsert_plan_located_in_a_replaced_version_does_not_back_off(
+    steps: Steps, tmp_path: Path
+) -> None:
+    """A commit refused because the table version the run located in no longer stands (a compaction
+    took a file it replaces) records the table's current version; the abort sees the plan is stale:
+    re-signalled at once, no backoff, no streak."""
+    from kafscale_iceberg.domain.field_ids import TableFieldIds, TopicFieldIds, field_ids_uri
+
+    plan = sample_plan(
+        conversion={
+            "columns": [{"name": "id", "type": "long", "required": True}],
+            "upsert": {"key": ["id"]},
+        },
+        result_uri=str(tmp_path / "result.json"),
+    )
+    plan = plan.model_copy(update={"table": plan.table.model_copy(update={"metadata_location": "v1.json"})})
+    plan_uri = str(tmp_path / "plan.json")
+    steps.documents.write_text(plan_uri, plan.model_dump_json())
+    recorded = TableFieldIds(
+        identifier="prod.orders", field_ids={}, last_column_id=9, metadata_location="v2.json"
+    )
+    document = TopicFieldIds(tables=(recorded,)).model_dump_json()
+    steps.documents.write_text(field_ids_uri(steps.runs.location, "orders"), document)
+    ticket = steps.ticket().model_copy(update={"plan_uri": plan_uri})
+    steps.cancel_accepted()
+    with steps.stubber:
+        result = steps.steps.abort(
+            ticket, "the run located its changed keys in snapshot 1, which no longer stands"
+        )
+    assert (result.resignal_after_seconds, result.consecutive_failures) == (0, 0)

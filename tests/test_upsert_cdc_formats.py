@@ -13,6 +13,7 @@ this process (the Spark job runs the same `run_task`). The pipeline test on loca
 
 from __future__ import annotations
 
+import datetime
 import decimal
 import json
 from pathlib import Path
@@ -25,6 +26,8 @@ from kafscale_iceberg.adapters.data_files import StagedFileStore
 from kafscale_iceberg.adapters.documents import DocumentStore
 from kafscale_iceberg.dataplane.reports import build_run_result
 from kafscale_iceberg.dataplane.tasks import plan_tasks, run_task
+from kafscale_iceberg.domain.avro_schemas import avro_columns, parse_avro_schema
+from kafscale_iceberg.domain.connect_schemas import connect_columns
 from kafscale_iceberg.domain.runs import (
     CdcFormat,
     ColumnSpec,
@@ -47,7 +50,13 @@ COLUMNS = (
     ColumnSpec(name="id", type=ColumnType.LONG, required=True),
     ColumnSpec(name="name", type=ColumnType.STRING),
     ColumnSpec(name="price", type=ColumnType.DECIMAL, precision=10, scale=2),
+    ColumnSpec(name="updated_at", type=ColumnType.TIMESTAMP),
+    ColumnSpec(name="opens_at", type=ColumnType.TIME),
 )
+UPDATED_MS = 1_700_000_000_123
+UPDATED = datetime.datetime(2023, 11, 14, 22, 13, 20, 123000)
+OPENS_MS = 8 * 3_600_000 + 30 * 60_000 + 5
+OPENS = datetime.time(8, 30, 0, 5000)
 Change = tuple[bytes | None, bytes | None]
 
 
@@ -96,7 +105,10 @@ def test_debezium_in_connects_envelope_writes_after_with_its_types_and_deletes_b
         [
             (connect_key(1), connect_event("c", None, row(1, "a", "19.99"))),
             (connect_key(2), connect_event("r", None, row(2, "b"))),
-            (connect_key(1), connect_event("u", row(1, "a", "19.99"), row(1, "a2", "-0.05"))),
+            (
+                connect_key(1),
+                connect_event("u", row(1, "a", "19.99"), row(1, "a2", "-0.05", UPDATED_MS, OPENS_MS)),
+            ),
             (connect_key(2), connect_event("d", row(2, "b"), None)),
             (connect_key(2), None),  # the tombstone after the delete: its key in Connect's envelope
             (connect_key(3), None),
@@ -104,10 +116,10 @@ def test_debezium_in_connects_envelope_writes_after_with_its_types_and_deletes_b
         ValueFormat.CONNECT_JSON,
     )
     assert dead_letters(result) == []
-    assert rows(result.data_files, "offset", "id", "name", "price") == [
-        (0, 1, "a", price("19.99")),
-        (1, 2, "b", None),
-        (2, 1, "a2", price("-0.05")),
+    assert rows(result.data_files, "offset", "id", "name", "price", "updated_at", "opens_at") == [
+        (0, 1, "a", price("19.99"), None, None),
+        (1, 2, "b", None, None, None),
+        (2, 1, "a2", price("-0.05"), UPDATED, OPENS),  # Debezium's units: milliseconds, not micros
     ]
     assert rows(result.deleted_key_files, "offset", "id") == [(3, 2), (4, 2), (5, 3)]
 
@@ -192,7 +204,10 @@ def test_debezium_through_the_avro_converter_upserts_and_deletes_by_before_and_b
         [
             (debezium.key(1), debezium.event("c", None, row(1, "a", "19.99"))),
             (debezium.key(2), debezium.event("c", None, row(2, "b"))),
-            (debezium.key(1), debezium.event("u", row(1, "a", "19.99"), row(1, "a2", "20.01"))),
+            (
+                debezium.key(1),
+                debezium.event("u", row(1, "a", "19.99"), row(1, "a2", "20.01", UPDATED_MS, OPENS_MS)),
+            ),
             (debezium.key(2), debezium.event("d", row(2, "b"), None)),
             (debezium.key(2), None),
             (debezium.key(3), None),
@@ -201,10 +216,10 @@ def test_debezium_through_the_avro_converter_upserts_and_deletes_by_before_and_b
         schema_registry,
     )
     assert dead_letters(result) == []
-    assert rows(result.data_files, "offset", "id", "name", "price") == [
-        (0, 1, "a", price("19.99")),
-        (1, 2, "b", None),
-        (2, 1, "a2", price("20.01")),
+    assert rows(result.data_files, "offset", "id", "name", "price", "updated_at", "opens_at") == [
+        (0, 1, "a", price("19.99"), None, None),
+        (1, 2, "b", None, None, None),
+        (2, 1, "a2", price("20.01"), UPDATED, OPENS),
     ]
     assert rows(result.deleted_key_files, "offset", "id") == [(3, 2), (4, 2), (5, 3)]
 
@@ -237,3 +252,41 @@ def test_an_upsert_mapping_refuses_the_formats_it_does_not_read_naming_those_it_
     assert problems["mappings[0].upsert"] == (
         "is not supported with value_format protobuf yet (upsert reads avro, connect_json, json values)"
     )
+
+
+def test_debeziums_temporal_types_are_timestamps_and_dates_in_both_formats_and_nanos_stay_long() -> None:
+    names = {
+        "io.debezium.time.Timestamp": ("int64", "long"),
+        "io.debezium.time.MicroTimestamp": ("int64", "long"),
+        "io.debezium.time.Date": ("int32", "int"),
+        "io.debezium.time.NanoTimestamp": ("int64", "long"),
+        "io.debezium.time.Time": ("int32", "int"),
+        "io.debezium.time.MicroTime": ("int64", "long"),
+    }
+    connect = {
+        "type": "struct",
+        "fields": [
+            {"type": physical, "optional": True, "name": name, "field": name.rsplit(".", 1)[1]}
+            for name, (physical, _avro) in names.items()
+        ],
+    }
+    avro = {
+        "type": "record",
+        "name": "Value",
+        "fields": [
+            {"name": name.rsplit(".", 1)[1], "type": {"type": avro_type, "connect.name": name}}
+            for name, (_physical, avro_type) in names.items()
+        ],
+    }
+    expected = {
+        "Timestamp": "timestamp",
+        "MicroTimestamp": "timestamp",
+        "Date": "date",
+        "NanoTimestamp": "long",
+        "Time": "time",
+        "MicroTime": "time",
+    }
+    from_connect = connect_columns(connect, schema_name="v")
+    from_avro = avro_columns(parse_avro_schema(json.dumps(avro), schema_name="v"), schema_name="v")
+    assert {c.name: c.type_name for c in from_connect} == expected
+    assert {c.name: c.type_name for c in from_avro} == expected

@@ -4,6 +4,7 @@ only files holding a changed key are rewritten, and the run is one Iceberg commi
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ from kafscale_iceberg.domain.upsert import (
     SUMMARY_UPSERT_INSERTED,
     SUMMARY_UPSERT_UPDATED,
 )
-from kafscale_iceberg.exceptions import RunSupersededError
+from kafscale_iceberg.exceptions import RunSupersededError, UpsertLocateStaleError
 from kafscale_iceberg.local.pipeline import RunEnd, RunReport
 from kafscale_iceberg.local.wiring import MetricsObserver
 from kafscale_iceberg.metrics import record_commit, record_commit_failure
@@ -124,33 +125,7 @@ def test_a_replayed_commit_of_a_committed_run_changes_nothing(tmp_path: Path) ->
     assert world.names() == {1: "c", 2: "b"}
 
 
-class CompactingFirst:
-    """The real table committer; a `maintain` compaction of the same files lands just before the first
-    commit to the table (after the upsert located and rewrote on the state before it)."""
-
-    def __init__(self, world: UpsertWorld) -> None:
-        self._world = world
-        self._inner = world.tables
-        self.compacted = False
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-    def commit(self, expected: TableState, commit: TableCommit) -> TableState:
-        if expected.table == TABLE and not self.compacted:
-            self.compacted = True
-            maintainer = IcebergTableMaintainer(self._world.catalog, StagedFileStore())
-            plan = maintainer.plan_compaction(
-                TABLE, small_file_bytes=1 << 30, min_small_files=2, max_bytes=1 << 30
-            )
-            written = maintainer.write_compaction(
-                plan, data_prefix=str(self._world.root / "compacted"), target_file_size_bytes=1 << 30
-            )
-            assert maintainer.commit_compaction(written, now_ms=0).committed
-        return self._inner.commit(expected, commit)
-
-
-def test_a_compaction_landing_during_the_commit_is_a_conflict_rebuilt_on_the_compacted_files(
+def test_a_compaction_landing_between_the_run_and_its_commit_refuses_the_run_and_the_next_plan_lands(
     tmp_path: Path,
 ) -> None:
     world = UpsertWorld(tmp_path)
@@ -158,13 +133,60 @@ def test_a_compaction_landing_during_the_commit_is_a_conflict_rebuilt_on_the_com
         world.write(0, [row(k, "old") for k in range(first, first + 10)])
         world.run()
     world.write(0, [row(3, "new"), ({"id": 12}, None)])
-    tables = CompactingFirst(world)
     plan = world.plan()
-    outcome = world.commit(plan, world.execute(plan), tables=tables)
-    assert tables.compacted
-    assert outcome.table_committed
+    result = world.execute(plan)
+    assert world.compact()  # took the files the run rewrote
+    compacted = world.catalog.load_table(TABLE).current_snapshot()
+    with pytest.raises(UpsertLocateStaleError, match="left the table"):
+        world.commit(plan, result)
+    assert world.catalog.load_table(TABLE).current_snapshot() == compacted  # nothing written
+
+    world.run()  # planned again: located in the compacted table
     expected = {k: "old" for k in range(20) if k != 12}
     assert world.names() == {**expected, 3: "new"}
+
+
+def test_a_compaction_of_files_the_run_does_not_replace_lets_it_commit(tmp_path: Path) -> None:
+    world = UpsertWorld(tmp_path, target_file_size_bytes=1 << 30)
+    for first in (0, 10, 20):
+        world.write(0, [row(k, "old") for k in range(first, first + 10)])
+        world.run()
+    world.write(0, [row(25, "new")])
+    plan = world.plan()
+    result = world.execute(plan)
+    assert result.upsert is not None
+    [replaced] = result.upsert.replaced
+    maintainer = IcebergTableMaintainer(world.catalog, StagedFileStore())
+    compaction = maintainer.plan_compaction(
+        TABLE, small_file_bytes=1 << 30, min_small_files=2, max_bytes=1 << 30
+    )
+    # Only the two files without key 25 are compacted: the run's located version still stands.
+    kept = replace(
+        compaction,
+        groups=tuple(
+            replace(g, files=tuple(f for f in g.files if f.file_path != replaced.uri))
+            for g in compaction.groups
+        ),
+    )
+    written = maintainer.write_compaction(
+        kept, data_prefix=str(tmp_path / "compacted"), target_file_size_bytes=1 << 30
+    )
+    assert maintainer.commit_compaction(written, now_ms=0).committed
+    assert world.commit(plan, result).table_committed
+    assert world.names() == {**dict.fromkeys(range(30), "old"), 25: "new"}
+
+
+def test_a_commit_that_added_files_after_the_located_version_refuses_the_run(tmp_path: Path) -> None:
+    world = UpsertWorld(tmp_path)
+    world.write(0, [row(1, "a")])
+    world.run()
+    world.write(0, [row(2, "b")])
+    stale = world.plan()  # located before the run below: it would not see key 1's second row
+    stale = stale.model_copy(update={"table": stale.table.model_copy(update={"metadata_location": None})})  # type: ignore[union-attr]
+    with pytest.raises(UpsertLocateStaleError, match="data file"):
+        world.commit(stale, world.execute(stale))
+    world.run()
+    assert world.names() == {1: "a", 2: "b"}
 
 
 class Samples:
@@ -266,7 +288,6 @@ def stranded_then_superseded(world: UpsertWorld) -> RunSupersededError:
     service = CommitService(
         world.tables,
         world.store,
-        upsert_files=world.upsert_files,
         stranded_runs=lambda _topic, run_id: (first, first_result) if run_id == first.run_id else None,
     )
     grant = world.store.claim_lease(second.topic, owner_id="test", run_id=second.run_id)

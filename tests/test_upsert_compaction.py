@@ -97,3 +97,19 @@ def test_a_compacted_upsert_partition_of_one_file_is_not_rewritten_again(tmp_pat
     compact(world, target_file_size_bytes=1 << 30)
     assert [len(files) for files in key_ranges_by_partition(world).values()] == [1, 1]
     assert plan(IcebergTableMaintainer(world.catalog, StagedFileStore())).groups == ()
+
+
+def test_a_table_that_becomes_an_upsert_table_gets_its_key_as_its_sort_order_at_its_next_run(
+    tmp_path: Path,
+) -> None:
+    world = UpsertWorld(tmp_path)
+    upsert, world.upsert = world.upsert, None  # type: ignore[assignment]
+    world.write(0, [({"id": 1}, {"id": 1, "name": "a"})])
+    world.run()  # an append run: no identifier fields, no sort order
+    assert world.catalog.load_table(TABLE).sort_order().is_unsorted
+    world.upsert = upsert
+    world.write(0, [({"id": 2}, {"id": 2, "name": "b"})])
+    world.run()
+    table = world.catalog.load_table(TABLE)
+    assert table.schema().identifier_field_names() == {"id"}
+    assert [table.schema().find_column_name(f.source_id) for f in table.sort_order().fields] == ["id"]

@@ -1,9 +1,12 @@
 """Upsert against a model (a dict per key): random interleavings of inserts, updates, deletes and
-tombstones across runs, with the process dying at every step of a commit and committed runs replayed;
-the table, and DuckDB reading the files the table lists, always agree with the model.
+tombstones across runs, with the process dying at every step of a commit, a `maintain` compaction
+landing between a run and its commit, and committed runs replayed; the table, and DuckDB reading the
+files the table lists, always agree with the model.
 
-Real parts: a pyiceberg SQLite catalog, the SQLite checkpoint store, the commit service and the upsert
-adapter; the runs' tasks run in this process with pyarrow, as the Spark job runs them. A death is a
+Real parts: a pyiceberg SQLite catalog, the SQLite checkpoint store, the commit service, the real
+maintainer; each run executed by the run driver in this process (its tasks write, locate and
+rewrite, as the Spark job's do). A compaction that took a file the run replaces refuses the commit,
+and the run is planned again, as the abort step and the next launch do. A death is a
 `ProcessDied` (a BaseException nothing in the product catches) raised by a wrapped real adapter at
 the named point; the next "process" retries the same plan and result, as the commit step's retry
 (or the next runner) does. DuckDB has no Iceberg extension here (it downloads it): it reads the data
@@ -17,13 +20,13 @@ import contextlib
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 from kafscale_iceberg.domain.commits import TableCommit, TableState
 from kafscale_iceberg.domain.leases import LeaseGrant
 from kafscale_iceberg.domain.runs import RunPlan, RunResult
-from kafscale_iceberg.domain.upsert import UpsertChange, UpsertRewrite
+from kafscale_iceberg.exceptions import UpsertLocateStaleError
 from kafscale_iceberg.services.commit import CommitService
 from kafscale_iceberg.services.run_writes import TablePolicy
 from tests.support.upsert_world import TABLE, UpsertWorld
@@ -39,13 +42,12 @@ class ProcessDied(BaseException):
 
 
 class Point:
-    IN_REWRITE = "after the rewrite wrote its files, before the commit"
     BEFORE_COMMIT = "before the table commit"
     AFTER_COMMIT = "after the table commit, before the offset write"
     AFTER_OFFSETS = "after the offset write, before the lease release"
 
 
-POINTS = [Point.IN_REWRITE, Point.BEFORE_COMMIT, Point.AFTER_COMMIT, Point.AFTER_OFFSETS]
+POINTS = [Point.BEFORE_COMMIT, Point.AFTER_COMMIT, Point.AFTER_OFFSETS]
 
 
 class Dying:
@@ -58,11 +60,6 @@ class Dying:
         if point == self.point and not self.died:
             self.died = True
             raise ProcessDied(point)
-
-    def rewrite(self, table: str, state: TableState, change: UpsertChange) -> UpsertRewrite:
-        rewrite = self.world.upsert_files.rewrite(table, state, change)
-        self.die(Point.IN_REWRITE)
-        return rewrite
 
     def commit(self, expected: TableState, commit: TableCommit) -> TableState:
         self.die(Point.BEFORE_COMMIT)
@@ -92,7 +89,7 @@ def commit_dying(world: UpsertWorld, plan: RunPlan, result: RunResult, point: st
     """The first process dies at `point`; the next one (a new lease once the dead one's is released
     by the test, as its expiry would) commits the same plan and result."""
     dying = Dying(world, point)
-    service = CommitService(dying, DyingStore(dying), upsert_files=dying, sleep=lambda _s: None)
+    service = CommitService(dying, DyingStore(dying), sleep=lambda _s: None)
     grant = world.store.claim_lease(plan.topic, owner_id="dying", run_id=plan.run_id)
     assert isinstance(grant, LeaseGrant)
     with contextlib.suppress(ProcessDied):
@@ -108,6 +105,7 @@ change = st.tuples(st.integers(0, KEYS - 1), st.sampled_from(["upsert", "upsert"
 step = st.tuples(
     st.lists(change, min_size=1, max_size=8),
     st.sampled_from([None, *POINTS]),
+    st.booleans(),  # a compaction lands between the run and its commit
     st.booleans(),  # replay an earlier run's commit afterwards
 )
 
@@ -119,6 +117,14 @@ step = st.tuples(
     phases=[Phase.explicit, Phase.reuse, Phase.generate],  # a failing case is printed as generated
 )
 @given(steps=st.lists(step, min_size=2, max_size=4))
+# A compaction takes the file the third run replaces (key 0's), then the commit after it dies.
+@example(
+    steps=[
+        ([(0, "upsert"), (1, "upsert")], None, False, False),
+        ([(2, "upsert")], None, False, False),
+        ([(0, "upsert"), (4, "tombstone")], Point.AFTER_COMMIT, True, True),
+    ]
+)
 def test_the_table_always_holds_each_keys_last_state(
     tmp_path_factory: pytest.TempPathFactory, steps: Any
 ) -> None:
@@ -126,7 +132,7 @@ def test_the_table_always_holds_each_keys_last_state(
     model: dict[int, str] = {}
     done: list[tuple[RunPlan, RunResult]] = []
     version = 0
-    for changes, point, replay in steps:
+    for changes, point, compact, replay in steps:
         by_partition: dict[int, list[tuple[object, object]]] = {}
         for key, kind in changes:
             version += 1
@@ -145,6 +151,11 @@ def test_the_table_always_holds_each_keys_last_state(
             world.write(partition, records)
         plan = world.plan()
         result = world.execute(plan)
+        if compact and world.compact() and located_gone(world, result):
+            with pytest.raises(UpsertLocateStaleError):
+                world.commit(plan, result)
+            plan = world.plan()  # planned again: located in the compacted table
+            result = world.execute(plan)
         if point is None:
             world.commit(plan, result)
         else:
@@ -155,6 +166,13 @@ def test_the_table_always_holds_each_keys_last_state(
         assert world.names() == model
         assert duckdb_names(world) == model
     assert {p: world.store.load_committed_offsets("orders").offset(p) for p in world.ends} == world.ends
+
+
+def located_gone(world: UpsertWorld, result: RunResult) -> bool:
+    """Whether the compaction took a file the run replaces (else the run still commits as it is)."""
+    assert result.upsert is not None
+    live = {task.file.file_path for task in world.catalog.load_table(TABLE).scan().plan_files()}
+    return any(f.uri not in live for f in result.upsert.replaced)
 
 
 def duckdb_names(world: UpsertWorld) -> dict[int, str | None]:

@@ -64,6 +64,7 @@ from kafscale_iceberg.adapters.iceberg_schemas import (
     stage_new_columns,
     table_columns,
 )
+from kafscale_iceberg.adapters.iceberg_upsert import files_to_replace
 from kafscale_iceberg.adapters.iceberg_writes import (
     append_files,
     delete_rows,
@@ -335,6 +336,8 @@ class IcebergTableCommitter(CatalogTableAccess):
                 raise FieldIdMismatchError(expected.table, commit.run_id, mismatches)
         updates, removals = marker_properties(commit.topic, commit.marker_after)
         try:
+            # An upsert run: only while its located version stands (manifests read, no data file).
+            replaced = files_to_replace(table, expected.table, commit)
             transaction.set_properties(updates)
             present = tuple(key for key in removals if key in table.properties)
             if present:
@@ -347,7 +350,7 @@ class IcebergTableCommitter(CatalogTableAccess):
                     data_location=commit.rewrite_location,
                 )
             if commit.removed_files:
-                replace_files(transaction, table, commit)
+                replace_files(transaction, table, commit, replaced)
             elif commit.file_uris:
                 # What `add_files` does, from the metrics the run carried instead of one footer read
                 # per file (`iceberg_data_files`). Duplicate paths are ruled out by the offsets
@@ -358,6 +361,8 @@ class IcebergTableCommitter(CatalogTableAccess):
                 # no snapshot): an empty append snapshot carries the marker.
                 with transaction.update_snapshot(snapshot_properties=commit.summary()).fast_append():
                     pass
+        except KafscaleIcebergError:
+            raise
         except (ValueError, FileNotFoundError) as exc:
             if commit.delete_after:
                 raise self._translate(f"delete the rows after offsets {commit.delete_after}", exc) from exc
@@ -382,15 +387,17 @@ class IcebergTableCommitter(CatalogTableAccess):
         return _state_of(committed, expected.table, commit.topic)
 
     def field_ids(self, table: str, current: TableState | None = None) -> TableFieldIds:
-        """The table's column ids by path (nested parts included) and `last-column-id`, from the
-        version `current` was read or committed as when this adapter holds it, else loaded. Raises
+        """The table's column ids by path (nested parts included), `last-column-id` and metadata file,
+        from the version `current` was read or committed as when this adapter holds it, else loaded. Raises
         like `read_state`."""
-        metadata = (self._version_read(current) or self._load(table)).metadata
+        loaded = self._version_read(current) or self._load(table)
+        metadata = loaded.metadata
         return TableFieldIds(
             identifier=table,
             field_ids=field_ids_by_path(metadata.schema()),
             last_column_id=metadata.last_column_id,
             columns=table_columns(metadata.schema()),
+            metadata_location=loaded.metadata_location,
         )
 
     def count_rows(self, table: str, after: Mapping[int, int]) -> int:

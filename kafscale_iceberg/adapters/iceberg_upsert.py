@@ -1,189 +1,73 @@
-"""The locate and rewrite steps of an upsert run (`domain/upsert.py`) on a pyiceberg table.
+"""The commit side of an upsert run (`domain/upsert.py`) on a pyiceberg table: the files it replaces,
+taken from the table only while the version the run located its keys in still stands.
 
-`IcebergUpsertFiles.rewrite(table, state, change)`:
+The run's driver located and rewrote against the table version its plan named (`LocatedIn`); between
+that and the commit, a `maintain` compaction or another writer may have moved the table. The commit
+lands only when
 
-- **locate**: the data files of the snapshot `state` was read at that may hold a changed key - the
-  scan's partition pruning (an `In` of the changed keys, projected through the partition spec), then
-  each file's lower/upper bounds of every key column against the sorted changed keys;
-- **rewrite**: each candidate's key columns are read, and only a file holding a changed key is
-  written again without those rows (`dataplane/upsert_rewrite.py`); the run's own files lose the
-  rows a later change superseded.
+- the located snapshot is on the table's current lineage, and every snapshot after it is a
+  compaction (`kafscale.compaction`) or adds no data file - nothing can hold a changed key the run
+  did not see (a compaction only moves rows; the next check catches it moving the run's);
+- every file the run replaces is still in the current snapshot.
 
-Nothing is committed here: the commit step adds and removes what the rewrite returns, in one
-Iceberg commit built on the same state (`services/upsert_commit.py`).
+Otherwise `UpsertLocateStaleError` (nothing written): the run is aborted and planned again on the
+table's current version. Only manifests are read here, never a data file.
 """
 
 from __future__ import annotations
 
-import bisect
-from collections.abc import Sequence
-from typing import Any
-
-import pyarrow as pa
-from pyiceberg.catalog import Catalog
-from pyiceberg.conversions import from_bytes
-from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, In, Reference
-from pyiceberg.expressions.literals import literal
 from pyiceberg.manifest import DataFile as IcebergDataFile
-from pyiceberg.partitioning import PartitionSpec
-from pyiceberg.types import (
-    BinaryType,
-    DateType,
-    DecimalType,
-    IntegerType,
-    LongType,
-    NestedField,
-    StringType,
-    TimestampType,
-    TimestamptzType,
-)
+from pyiceberg.table import Table
 
-from kafscale_iceberg.adapters.iceberg_catalog import CatalogTableAccess
-from kafscale_iceberg.adapters.iceberg_data_files import bucket_values
-from kafscale_iceberg.dataplane.upsert_rewrite import KeyChanges, read_change_columns, rewrite_without
-from kafscale_iceberg.domain.commits import TableState
-from kafscale_iceberg.domain.upsert import UpsertChange, UpsertCounts, UpsertRewrite
-from kafscale_iceberg.exceptions import CatalogError
-from kafscale_iceberg.ports import FileSink, ObjectReader
+from kafscale_iceberg.domain.commits import TableCommit
+from kafscale_iceberg.domain.maintenance import SUMMARY_COMPACTION
+from kafscale_iceberg.exceptions import UpsertLocateStaleError
 
-# Key types whose manifest bounds compare with the values pyarrow gives (as Iceberg stores them).
-_BOUNDED = (
-    IntegerType,
-    LongType,
-    StringType,
-    BinaryType,
-    DecimalType,
-    DateType,
-    TimestampType,
-    TimestamptzType,
-)
-# Above this many changed keys, the scan's partition filter is left out (pyiceberg evaluates an `In`
-# per manifest entry); the bounds still prune.
-_PARTITION_FILTER_KEYS = 10_000
+_ADDED_DATA_FILES = "added-data-files"
 
 
-class IcebergUpsertFiles(CatalogTableAccess):
-    """The `UpsertFiles` port over a pyiceberg catalog; files read through `reader`, written to `sink`."""
-
-    def __init__(self, catalog: Catalog, reader: ObjectReader, sink: FileSink, *, describe: str = "") -> None:
-        super().__init__(catalog, describe=describe)
-        self._reader = reader
-        self._sink = sink
-
-    def rewrite(self, table: str, state: TableState, change: UpsertChange) -> UpsertRewrite:
-        """The files to add and to remove so `table` at `state` holds each changed key's last state.
-
-        Idempotent (rewritten files are named from the run's folder and the file they replace).
-        Raises `TableMissingError`, the translated catalog errors, and storage errors of the ports.
-        """
-        changes = KeyChanges(
-            change.key,
-            read_change_columns(self._reader, change.row_files, change.key),
-            read_change_columns(self._reader, change.deleted_key_files, change.key),
+def files_to_replace(table: Table, identifier: str, commit: TableCommit) -> list[IcebergDataFile]:
+    """The current snapshot's entries of `commit.removed_files`, once `commit.located` is checked to
+    still stand on `table` (see the module docstring). Raises `UpsertLocateStaleError`."""
+    metadata = table.metadata
+    if commit.located is None and not commit.removed_files:
+        return []
+    if commit.located is not None:
+        located = commit.located.snapshot_id
+        by_id = {s.snapshot_id: s for s in metadata.snapshots}
+        walked = metadata.current_snapshot_id
+        while walked != located:
+            snapshot = by_id.get(walked) if walked is not None else None
+            if snapshot is None:
+                raise UpsertLocateStaleError(
+                    identifier,
+                    commit.run_id,
+                    located,
+                    "it is not on the table's current lineage (expired, or the table was rolled back)",
+                )
+            summary = snapshot.summary
+            added = (summary.get(_ADDED_DATA_FILES) if summary is not None else None) or "0"
+            if (summary is None or summary.get(SUMMARY_COMPACTION) != "true") and added != "0":
+                operation = summary.operation.value if summary is not None else "unknown"
+                raise UpsertLocateStaleError(
+                    identifier,
+                    commit.run_id,
+                    located,
+                    f"snapshot {walked} ({operation}, {added} data file(s) added) landed after it",
+                )
+            walked = snapshot.parent_snapshot_id
+    if not commit.removed_files:
+        return []
+    wanted = set(commit.removed_files)
+    snapshot_id = metadata.current_snapshot_id
+    live = [] if snapshot_id is None else table.scan(snapshot_id=snapshot_id).plan_files()
+    removed = [task.file for task in live if task.file.file_path in wanted]
+    if len(removed) != len(wanted):
+        gone = sorted(wanted - {f.file_path for f in removed})
+        raise UpsertLocateStaleError(
+            identifier,
+            commit.run_id,
+            None if commit.located is None else commit.located.snapshot_id,
+            f"{len(gone)} file(s) it replaces left the table (a compaction?), e.g. {gone[0]}",
         )
-        added = []
-        removed = []
-        updated = deleted = rewritten_bytes = 0
-        located, specs = self._locate(table, state, changes)
-        for candidate in located:
-            outcome = rewrite_without(
-                self._reader,
-                self._sink,
-                candidate.file_path,
-                changes,
-                folder=change.rewrite_uri,
-                own=False,
-                # Its rows are some of the candidate's: its partition, whose bucket values its
-                # bounds cannot give (adapters/iceberg_data_files.py).
-                partition_values=bucket_values(specs[candidate.spec_id], candidate),
-            )
-            if not outcome.dropped:
-                continue
-            removed.append(candidate.file_path)
-            rewritten_bytes += candidate.file_size_in_bytes
-            updated += outcome.dropped - outcome.deleted
-            deleted += outcome.deleted
-            if outcome.written is not None:
-                added.append(outcome.written)
-        for own in change.row_files:
-            outcome = rewrite_without(
-                self._reader,
-                self._sink,
-                own.uri,
-                changes,
-                folder=change.rewrite_uri,
-                own=True,
-                partition_values=own.partition_values,
-            )
-            if not outcome.dropped:
-                added.append(own)
-            elif outcome.written is not None:
-                added.append(outcome.written)
-        inserted = changes.count - changes.deleted - updated
-        counts = UpsertCounts(
-            inserted=inserted,
-            updated=updated,
-            deleted=deleted,
-            files_rewritten=len(removed),
-            bytes_rewritten=rewritten_bytes,
-        )
-        return UpsertRewrite(added=tuple(added), removed=tuple(removed), counts=counts)
-
-    def locate(self, table: str, state: TableState, changes: KeyChanges) -> list[IcebergDataFile]:
-        """The data files of `table` at `state`'s snapshot that may hold a changed key (pruned by
-        partition and by the key columns' bounds); none for a table without a snapshot."""
-        return self._locate(table, state, changes)[0]
-
-    def _locate(
-        self, table: str, state: TableState, changes: KeyChanges
-    ) -> tuple[list[IcebergDataFile], dict[int, PartitionSpec]]:
-        if state.snapshot_id is None or not changes.count:
-            return [], {}
-        loaded = self._load(table)
-        schema = loaded.schema()
-        fields = [schema.find_field(name) for name in changes.key]
-        keys = {field.name: _comparable(field, changes.key_values(field.name)) for field in fields}
-        try:
-            scan = loaded.scan(snapshot_id=state.snapshot_id, row_filter=_partition_filter(keys))
-            files = [task.file for task in scan.plan_files()]
-        except Exception as exc:
-            raise CatalogError(
-                self._describe, f"read the manifests of {table!r} at snapshot {state.snapshot_id}", str(exc)
-            ) from exc
-        located = [f for f in files if all(_may_hold(f, field, keys[field.name]) for field in fields)]
-        return located, loaded.specs()
-
-
-def _comparable(field: NestedField, values: pa.Array) -> list[Any]:
-    """The sorted values as manifest bounds decode for `field` (dates as days, timestamps as micros)."""
-    if pa.types.is_timestamp(values.type):
-        values = values.cast(pa.int64())
-    elif pa.types.is_date(values.type):
-        values = values.cast(pa.int32())
-    return sorted(v for v in values.to_pylist() if v is not None)
-
-
-def _partition_filter(keys: dict[str, list[Any]]) -> BooleanExpression:
-    """`In` of each key column's changed values when they are few and of plain types, else everything."""
-    if any(len(values) > _PARTITION_FILTER_KEYS for values in keys.values()):
-        return AlwaysTrue()
-    terms: list[BooleanExpression] = []
-    for name, values in keys.items():
-        if not values or not all(isinstance(v, int | str) and not isinstance(v, bool) for v in values):
-            return AlwaysTrue()
-        terms.append(In(term=Reference(name), values={literal(v) for v in values}))
-    return terms[0] if len(terms) == 1 else And(*terms)
-
-
-def _may_hold(data_file: IcebergDataFile, field: NestedField, values: Sequence[Any]) -> bool:
-    """Whether some value of `values` (sorted) lies within the file's bounds of `field`."""
-    if not isinstance(field.field_type, _BOUNDED):
-        return True
-    lower_bytes = (data_file.lower_bounds or {}).get(field.field_id)
-    upper_bytes = (data_file.upper_bounds or {}).get(field.field_id)
-    if lower_bytes is None or upper_bytes is None:
-        return True
-    lower = from_bytes(field.field_type, lower_bytes)
-    upper = from_bytes(field.field_type, upper_bytes)
-    at = bisect.bisect_left(values, lower)
-    return at < len(values) and values[at] <= upper
+    return removed

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import itertools
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, EqualTo, GreaterThan, Or, Reference
@@ -52,18 +52,13 @@ def append_files(transaction: Transaction, table: Table, commit: TableCommit) ->
             append.append_data_file(data_file)
 
 
-def replace_files(transaction: Transaction, table: Table, commit: TableCommit) -> None:
-    """Remove `commit.removed_files` and add its files as ONE `overwrite` snapshot carrying its summary
-    (an upsert run's copy-on-write). Raises ValueError naming a file to remove the table lacks."""
+def replace_files(
+    transaction: Transaction, table: Table, commit: TableCommit, removed: Sequence[IcebergDataFile]
+) -> None:
+    """Remove `removed` (the table's entries of `commit.removed_files`) and add `commit`'s files as ONE
+    `overwrite` snapshot carrying its summary (an upsert run's copy-on-write)."""
     metadata = transaction.table_metadata
     files = data_files_to_add(metadata, table.io, commit.file_uris, {f.uri: f for f in commit.files})
-    wanted = set(commit.removed_files)
-    snapshot_id = metadata.current_snapshot_id
-    live = [] if snapshot_id is None else table.scan(snapshot_id=snapshot_id).plan_files()
-    removed = [task.file for task in live if task.file.file_path in wanted]
-    if len(removed) != len(wanted):
-        missing = sorted(wanted - {f.file_path for f in removed})
-        raise ValueError(f"files to replace are not in snapshot {snapshot_id}: {', '.join(missing[:3])}")
     if metadata.name_mapping() is None:
         transaction.set_properties({NAME_MAPPING: metadata.schema().name_mapping.model_dump_json()})
     with transaction.update_snapshot(snapshot_properties=commit.summary()).overwrite() as overwrite:

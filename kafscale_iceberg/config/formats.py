@@ -6,12 +6,18 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Annotated
 
 from pydantic import BeforeValidator, Field, SecretStr, field_validator, model_validator
 
 from kafscale_iceberg.config.base import _invalid, _lowercase, _Problems, _Section
-from kafscale_iceberg.domain.runs import KEY_COLUMN_PREFIX, KeyFormat, RegistrySettings, ValueFormat
+from kafscale_iceberg.domain.runs import (
+    KEY_COLUMN_PREFIX,
+    KeyFormat,
+    RegistrySettings,
+    RegistryType,
+    ValueFormat,
+)
 
 if TYPE_CHECKING:
     from kafscale_iceberg.config.mappings import MappingConfig
@@ -37,10 +43,12 @@ class RegistryTlsConfig(_Section):
 
 
 class SchemaRegistryConfig(_Section):
-    """`schema_registry`: the Confluent-compatible registry record schemas are read from (Confluent,
-    Redpanda, Apicurio's ccompat API, Karapace)."""
+    """`schema_registry`: where record schemas are read from. `type: confluent` (default): a
+    Confluent-compatible registry at `url` (Confluent, Redpanda, Apicurio's ccompat API, Karapace);
+    `type: glue`: the AWS Glue Schema Registry `registry_name` (its own record header, credentials
+    from the AWS credential chain)."""
 
-    type: Annotated[Literal["confluent"], BeforeValidator(_lowercase)] = "confluent"
+    type: Annotated[RegistryType, BeforeValidator(_lowercase)] = RegistryType.CONFLUENT
     url: str = ""
     username: str = ""
     password: SecretStr = SecretStr("")
@@ -50,8 +58,15 @@ class SchemaRegistryConfig(_Section):
     tls: RegistryTlsConfig = Field(default_factory=RegistryTlsConfig)
     credentials_secret: str = ""
     """AWS: a Secrets Manager secret id the Spark job reads `{"username", "password"}` or `{"token"}` from."""
+    registry_name: str = ""
+    """Glue: the registry's name."""
+    region: str = ""
+    """Glue: the registry's region (default: the AWS credential chain's, `AWS_REGION` on AWS)."""
+    endpoint: str = ""
+    """Glue: the Glue API endpoint (default: Glue's in `region`; a VPC interface endpoint without
+    private DNS, or a stand-in)."""
 
-    @field_validator("url")
+    @field_validator("url", "endpoint")
     @classmethod
     def _url_is_http(cls, value: str) -> str:
         if value and not re.match(r"https?://", value):
@@ -61,6 +76,33 @@ class SchemaRegistryConfig(_Section):
     @model_validator(mode="after")
     def _one_kind_of_credentials(self) -> SchemaRegistryConfig:
         problems = _Problems()
+        if self.type is RegistryType.GLUE:
+            if not self.registry_name:
+                problems.add("registry_name", "is required with type glue (the Glue schema registry's name)")
+            confluent_only = {
+                "url": self.url,
+                "username": self.username,
+                "password": self.password.get_secret_value(),
+                "token": self.token.get_secret_value(),
+                "tls.ca_file": self.tls.ca_file,
+                "credentials_secret": self.credentials_secret,
+            }
+            for key, value in confluent_only.items():
+                if value:
+                    problems.add(
+                        key,
+                        "applies to type confluent only: a Glue registry is reached with the AWS "
+                        "credential chain (set endpoint for another Glue endpoint)",
+                    )
+            problems.raise_if_any()
+            return self
+        for key, value in {
+            "registry_name": self.registry_name,
+            "region": self.region,
+            "endpoint": self.endpoint,
+        }.items():
+            if value:
+                problems.add(key, "applies to type glue only")
         if not self.url:
             problems.add("url", "is required (e.g. http://schema-registry:8081)")
         if self.token.get_secret_value() and self.username:
@@ -74,6 +116,15 @@ class SchemaRegistryConfig(_Section):
 
     def settings(self) -> RegistrySettings:
         """What a run plan carries of it (no secret: credentials travel beside the plan)."""
+        if self.type is RegistryType.GLUE:
+            return RegistrySettings(
+                type=RegistryType.GLUE,
+                timeout_seconds=self.timeout_seconds,
+                cache_seconds=self.cache_seconds,
+                registry_name=self.registry_name,
+                region=self.region or None,
+                endpoint_url=self.endpoint or None,
+            )
         auth = "bearer" if self.token.get_secret_value() else "basic" if self.username else "none"
         if self.credentials_secret:
             auth = "basic"

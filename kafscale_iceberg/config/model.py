@@ -126,7 +126,8 @@ class KafscaleConfig(_Section):
                 if chosen is not None and chosen.registered and self.schema_registry is None:
                     problems.add(
                         f"mappings[{index}].{key}",
-                        f"{chosen.value} needs the top-level schema_registry (url, credentials)",
+                        f"{chosen.value} needs the top-level schema_registry (a url, or type glue and "
+                        "its registry_name)",
                     )
         lfs_topics = [mapping.topic for mapping in self.mappings if mapping.lfs.mode != "off"]
         if lfs_topics and not self.s3.region:

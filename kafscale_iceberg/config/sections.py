@@ -282,7 +282,7 @@ class RunsConfig(_Section):
     # A topic commits at most about every `max_wait_seconds` unless this much is pending (unset: at
     # most `max_bytes_per_run`): docs/configuration.md "Batching" gives the reasons.
     min_bytes_per_run: Annotated[ByteSize, Field(ge=0)] = ByteSize(DEFAULT_MIN_BYTES_PER_RUN)
-    max_wait_seconds: Annotated[int, Field(ge=0)] = 30
+    max_wait_seconds: Annotated[int, Field(ge=0)] = 60
     target_file_size_bytes: PositiveByteSize = ByteSize(128 * MIB)
     corrupt_segment_policy: Annotated[CorruptSegmentPolicy, BeforeValidator(_lowercase)] = (
         CorruptSegmentPolicy.FAIL

@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 
 from kafscale_iceberg.dataplane.formats.choice import decoder_for
-from kafscale_iceberg.dataplane.formats.schema_cache import SchemaCache
+from kafscale_iceberg.dataplane.formats.schema_cache import task_schemas
 from kafscale_iceberg.dataplane.inference import ValueObserver
 from kafscale_iceberg.dataplane.key_columns import key_decoder_for, key_schemas, without_key_columns
 from kafscale_iceberg.dataplane.prefetch import ObjectRequest, PrefetchLimits, prefetch_objects
@@ -45,7 +45,7 @@ def observe_task(
     observers: dict[str, ValueObserver] = {}
     inferred = [m for m in plan.mappings if m.conversion.infer_columns]
     routers = [RecordRouter(m.route, run_id=plan.run_id) if m.route is not None else None for m in inferred]
-    schemas = SchemaCache(registry) if registry is not None else None
+    schemas = task_schemas(registry, plan.schema_registry)
     decoders = [decoder_for(m.conversion, schemas) for m in inferred]
     key_decoders = [key_decoder_for(m.conversion, schemas) for m in inferred]
     seen: dict[str, dict[str, tuple[ColumnSpec, ...]]] = {}

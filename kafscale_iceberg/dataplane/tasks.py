@@ -19,7 +19,7 @@ from kafscale_iceberg.dataplane.assignments import (
     plan_tasks,
     segment_windows,
 )
-from kafscale_iceberg.dataplane.formats.schema_cache import SchemaCache
+from kafscale_iceberg.dataplane.formats.schema_cache import task_schemas
 from kafscale_iceberg.dataplane.lfs import LfsStage
 from kafscale_iceberg.dataplane.mapping_stage import MappingStage
 from kafscale_iceberg.dataplane.observation import observe_task
@@ -92,7 +92,7 @@ def run_task(
     lfs = LfsStage(conversion.lfs, reader=blobs)
     publisher = ConcurrentPublisher(sink)
     files = TableFiles(publisher, task.index)
-    schemas = SchemaCache(registry) if registry is not None else None
+    schemas = task_schemas(registry, plan.schema_registry)
     stages = [
         MappingStage(plan, index, mapping, files, schemas) for index, mapping in enumerate(plan.mappings)
     ]

@@ -1,6 +1,7 @@
 """The rewrite step of an upsert run (see `domain/upsert.py`): which change of each key wins, which rows
 of a file it replaces, and the file written again without them. Pure pyarrow; storage is the
-`ObjectReader` and `FileSink` ports, so a Spark task can run it as well as the commit step.
+`ObjectReader` and `FileSink` ports: the run's driver resolves the winners once and writes them
+(`write_winners`), each rewrite task reads them (`read_winners`) and rewrites its files.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from kafscale_iceberg.dataplane.file_stats import file_stats
 from kafscale_iceberg.dataplane.storage import join_uri
 from kafscale_iceberg.domain.runs import DataFile, PartitionValue
 from kafscale_iceberg.ports import FileSink, ObjectReader
@@ -50,6 +52,14 @@ class KeyChanges:
         self.winners = winners.select([*self.key, "partition", "offset", _DELETED]).rename_columns(
             [*self.key, _WIN_PARTITION, _WIN_OFFSET, _DELETED]
         )
+
+    @classmethod
+    def from_winners(cls, key: Sequence[str], winners: pa.Table) -> KeyChanges:
+        """The changes as `winners` (a table `write_winners` wrote) holds them: resolved already."""
+        changes = cls.__new__(cls)
+        changes.key = tuple(key)
+        changes.winners = winners
+        return changes
 
     @property
     def count(self) -> int:
@@ -111,6 +121,18 @@ class FileRewrite:
     """Of `dropped`, the rows of keys the run deletes (the rest are updated)."""
 
 
+def write_winners(sink: FileSink, uri: str, changes: KeyChanges) -> None:
+    """Write the resolved changes to `uri` (Parquet), for the rewrite tasks. Idempotent."""
+    staging = sink.staging_path(uri)
+    pq.write_table(changes.winners, staging, compression="zstd", compression_level=1)
+    sink.publish(staging, uri)
+
+
+def read_winners(reader: ObjectReader, uri: str, key: Sequence[str]) -> KeyChanges:
+    """The resolved changes `write_winners` wrote to `uri`."""
+    return KeyChanges.from_winners(key, pq.read_table(io.BytesIO(reader.read_bytes(uri))))
+
+
 def read_change_columns(reader: ObjectReader, files: Sequence[DataFile], key: Sequence[str]) -> pa.Table:
     """The key columns, `partition` and `offset` of the run's `files` (its rows or deleted keys)."""
     columns = [*key, "partition", "offset"]
@@ -154,6 +176,8 @@ def rewrite_without(
     staging = sink.staging_path(uri)
     pq.write_table(rows, staging, compression="zstd", compression_level=1, write_statistics=True)
     size = os.path.getsize(staging)
+    # Its metrics from the footer just written (local), so the commit step reads no data file.
+    stats = file_stats(pq.read_metadata(staging), rows.schema)
     sink.publish(staging, uri)
     return FileRewrite(
         source=source,
@@ -162,6 +186,7 @@ def rewrite_without(
             record_count=rows.num_rows,
             size_bytes=size,
             partition_values=dict(partition_values or {}),
+            stats=stats,
         ),
         dropped=dropped,
         deleted=deletes,

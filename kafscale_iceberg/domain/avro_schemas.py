@@ -37,6 +37,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 
+from kafscale_iceberg.domain.debezium_types import avro_logical_type
 from kafscale_iceberg.domain.runs import DECIMAL_MAX_PRECISION, ColumnSpec, ColumnType
 from kafscale_iceberg.domain.schema import BASE_FIELD_NAMES
 from kafscale_iceberg.exceptions import RecordSchemaError
@@ -67,9 +68,24 @@ _LOGICAL: Mapping[str, ColumnType] = {
 def parse_avro_schema(text: str, *, schema_name: str) -> object:
     """The schema's JSON; `RecordSchemaError` naming `schema_name` when it is not JSON."""
     try:
-        return json.loads(text)
+        return _with_debezium_types(json.loads(text))
     except json.JSONDecodeError as exc:
         raise RecordSchemaError(f"Avro schema {schema_name} is not JSON: {exc}") from None
+
+
+def _with_debezium_types(schema: object) -> object:
+    """`schema` with Debezium's temporal types (`connect.name` `io.debezium.time.*` on an int or a long,
+    as Confluent's Avro converter writes them) given the logical type they mean
+    (`domain/debezium_types.py`), so they are read as timestamps and dates, not integers."""
+    if isinstance(schema, list):
+        return [_with_debezium_types(branch) for branch in schema]
+    if not isinstance(schema, dict):
+        return schema
+    found = {key: _with_debezium_types(value) for key, value in schema.items()}
+    logical = avro_logical_type(found.get("type"), found.get("connect.name"))
+    if logical is not None and "logicalType" not in found:
+        found["logicalType"] = logical
+    return found
 
 
 def with_references(schema: object, referenced: Sequence[object]) -> object:

@@ -30,7 +30,7 @@ from types import MappingProxyType
 from kafscale_iceberg.domain.anomalies import OffsetAnomalies
 from kafscale_iceberg.domain.runs import NO_OFFSET, ColumnSpec, DataFile, PartitionField, RunPlan, RunResult
 from kafscale_iceberg.domain.schema import FieldSpec
-from kafscale_iceberg.domain.upsert import UpsertCounts
+from kafscale_iceberg.domain.upsert import LocatedIn, UpsertCounts
 from kafscale_iceberg.exceptions import TableMarkerError
 
 SUMMARY_RUN_ID = "kafscale.run-id"
@@ -262,6 +262,9 @@ class TableCommit:
     ONE `overwrite` snapshot removing them and adding `file_uris`."""
     upsert: UpsertCounts | None = None
     """An upsert run: what it did to the table (summary keys `kafscale.upsert.*`)."""
+    located: LocatedIn | None = None
+    """An upsert run that changed keys: the table version they were located in; the commit refuses
+    (`UpsertLocateStaleError`) when it no longer stands."""
 
     def summary(self) -> dict[str, str]:
         """The snapshot summary keys: what this snapshot added, for audit and recovery."""

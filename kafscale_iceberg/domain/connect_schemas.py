@@ -20,7 +20,8 @@ gives no columns (the values stay in `value`).
 | `…connect.data.Time` | `time` (its milliseconds since midnight, as microseconds) |
 | `…connect.data.Timestamp` | `timestamptz` |
 
-Other named types (Debezium's `io.debezium.time.MicroTimestamp`, …) are their physical type. Base
+Debezium's `io.debezium.time.Timestamp`, `MicroTimestamp` and `Date` are `timestamp`, `timestamp` and
+`date` (`domain/debezium_types.py`); other named types are their physical type. Base
 field names and case twins never become columns, as for Avro (`domain/avro_schemas.py`).
 """
 
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from kafscale_iceberg.domain import debezium_types
 from kafscale_iceberg.domain.runs import DECIMAL_MAX_PRECISION, ColumnSpec, ColumnType
 from kafscale_iceberg.domain.schema import BASE_FIELD_NAMES
 from kafscale_iceberg.exceptions import RecordSchemaError
@@ -115,6 +117,8 @@ def _column(name: str, schema: Mapping[str, object], schema_name: str, path: Seq
         return ColumnSpec(name=name, type=ColumnType.TIMESTAMPTZ)
     if logical == TIME:
         return ColumnSpec(name=name, type=ColumnType.TIME)
+    if isinstance(logical, str) and logical in debezium_types.COLUMN_TYPES:
+        return ColumnSpec(name=name, type=debezium_types.COLUMN_TYPES[logical])
     if isinstance(kind, str) and kind in _PHYSICAL:
         return ColumnSpec(name=name, type=_PHYSICAL[kind])
     if kind == "struct":

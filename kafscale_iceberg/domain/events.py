@@ -159,6 +159,11 @@ class TopicSignal(BaseModel):
     topic: str
     reason: str
     nonce: str = Field(description="unique per signal, so the FIFO queue does not dedupe it away")
+    segment_ends: dict[int, int] = Field(
+        default_factory=dict,
+        description="by partition, an offset known to be a segment's last (a committed run's ends): "
+        "the launcher lists after it without probing back for the segment holding it",
+    )
 
     @property
     def deduplication_id(self) -> str:

@@ -49,6 +49,8 @@ class TableFieldIds(BaseModel):
     """The table's columns after the base fields, with their types (what a run of an inferred table
     starts from); None in documents written before they were recorded. Columns of a type a mapping
     cannot name are left out (they keep their ids above)."""
+    metadata_location: str | None = None
+    """The table's metadata file when the document was written (an upsert run locates in it)."""
 
 
 class TopicFieldIds(BaseModel):

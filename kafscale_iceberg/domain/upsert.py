@@ -1,30 +1,31 @@
 """Keyed upsert, copy-on-write: what one run changes in an upsert table, and how it is recorded.
 
-A run of an upsert table ends in ONE Iceberg commit that replaces files and adds files:
+A run of an upsert table ends in ONE Iceberg commit that replaces files and adds files. The run's
+driver and tasks make the files (`execution/upsert_stage.py`), so the commit step reads no data file:
 
 1. **Resolve** (`dataplane/upsert_rewrite.py`): of the run's changes of a key - its new rows and its
    deleted keys - the last wins: by offset within its Kafka partition; a key met in several Kafka
    partitions of one run (its producer's partitioning changed) is decided by the higher partition.
-2. **Locate** (`adapters/iceberg_upsert.py`): the table files at the verified snapshot that may hold
-   a changed key, pruned by partition and by the key columns' bounds in the manifests; then only
-   their key columns are read to find the files that really hold one.
-3. **Rewrite**: each such file is written again without the rows of changed keys (same columns and
-   field ids, a name derived from the run and the file it replaces); the run's own files lose the
-   rows a later change of their key superseded.
+2. **Locate** (`dataplane/upsert_locate.py`, in the driver): the files of the table version the plan
+   names (`TableTarget.metadata_location`) that may hold a changed key, pruned by partition and by the
+   key columns' bounds in the manifests.
+3. **Rewrite** (the run's tasks): each candidate's key columns are read, and a file holding a changed
+   key is written again without those rows (same columns and field ids, a name derived from the run
+   and the file it replaces); the run's own files lose the rows a later change of their key superseded.
 
 The commit (`services/upsert_commit.py`) removes the replaced files and adds the rewritten ones and
-the run's, with the offsets marker, through the verified loop: a table that moved meanwhile (a
-compaction of the same files) is located and rewritten again on its new state, never overwritten.
-Only plain data files are written, so every engine reads the table; the locate step is separate so
-position deletes can later take the rewrite's place.
+the run's, with the offsets marker, through the verified loop - only while the located version still
+stands (`LocatedIn`, checked in `adapters/iceberg_upsert.py`): a file the run replaces that left the
+table (a `maintain` compaction), or a commit that added files after it, refuses the run
+(`UpsertLocateStaleError`, nothing written) and the run is planned again on the table's current
+version, never half applied. Only plain data files are written, so every engine reads the table; the
+locate step is separate so position deletes can later take the rewrite's place.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-
-from kafscale_iceberg.domain.runs import DataFile
 
 SUMMARY_UPSERT_INSERTED = "kafscale.upsert.inserted"
 SUMMARY_UPSERT_UPDATED = "kafscale.upsert.updated"
@@ -34,14 +35,12 @@ SUMMARY_UPSERT_BYTES_REWRITTEN = "kafscale.upsert.bytes-rewritten"
 
 
 @dataclass(frozen=True)
-class UpsertChange:
-    """What a run changes in an upsert table: the files of its new rows and of its deleted keys, the
-    key columns, and the run-scoped folder rewritten files go to."""
+class LocatedIn:
+    """The table version an upsert commit's changes were located in (its snapshot id; None: the table
+    had no snapshot). The commit lands only while it stands: every snapshot after it is a compaction
+    or adds no data file, and every file the commit removes is still in the table."""
 
-    key: tuple[str, ...]
-    row_files: tuple[DataFile, ...]
-    deleted_key_files: tuple[DataFile, ...]
-    rewrite_uri: str
+    snapshot_id: int | None
 
 
 @dataclass(frozen=True)
@@ -87,16 +86,6 @@ class UpsertCounts:
             SUMMARY_UPSERT_FILES_REWRITTEN: str(self.files_rewritten),
             SUMMARY_UPSERT_BYTES_REWRITTEN: str(self.bytes_rewritten),
         }
-
-
-@dataclass(frozen=True)
-class UpsertRewrite:
-    """A run's change made into files on one table state: the files to add (the run's, some rewritten
-    without superseded rows, and the table's files rewritten), the table's files they replace."""
-
-    added: tuple[DataFile, ...]
-    removed: tuple[str, ...]
-    counts: UpsertCounts
 
 
 def upsert_counts_of(summary: Mapping[str, str]) -> UpsertCounts | None:

@@ -109,6 +109,8 @@ from kafscale_iceberg.exceptions.tables import (
     SchemaChangeError,
     TableMarkerError,
     TableMissingError,
+    UpsertLocateStaleError,
+    UpsertTableError,
 )
 
 __all__ = [
@@ -185,4 +187,6 @@ __all__ = [
     "UnknownJobError",
     "UnmappedTopicError",
     "UnsupportedCodecError",
+    "UpsertLocateStaleError",
+    "UpsertTableError",
 ]

@@ -105,6 +105,32 @@ class FieldIdMismatchError(DataFileRejectedError):
         )
 
 
+class UpsertLocateStaleError(DataFileRejectedError):
+    """The table version an upsert run located its changed keys in no longer stands: a file the run
+    replaces left the table, or a commit other than a compaction landed after it (or that version is
+    no longer in the table's history). Terminal for this run (nothing committed); the next attempt is
+    planned with the table's current version, which the commit step records (`field-ids.json`)."""
+
+    def __init__(self, table: str, run_id: str, located: int | None, problem: str) -> None:
+        self.located = located
+        DataFileRejectedError.__init__(
+            self,
+            table,
+            run_id,
+            f"the run located its changed keys in snapshot {located}, which no longer stands: {problem}. "
+            "Abort the run: the next attempt locates in the table's current version",
+        )
+
+
+class UpsertTableError(KafscaleIcebergError):
+    """An upsert run cannot locate its changed keys in the table's metadata (delete files, a key column
+    the table lacks, metadata it cannot read). Terminal: the message says what to do."""
+
+    def __init__(self, location: str, problem: str) -> None:
+        self.location = location
+        super().__init__(f"upsert table at {location}: {problem}")
+
+
 class InferredColumnChangedError(FieldIdMismatchError):
     """An inferred column the run wrote has another type in the table than in the run's files (the
     table gained it meanwhile, from another run). Terminal for this run; the next attempt is planned

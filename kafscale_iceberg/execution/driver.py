@@ -3,7 +3,9 @@
 `run_plan(plan_uri, executor)` is the whole job but for one step: read and check the plan, cut it into
 tasks of about equal bytes (`dataplane/assignments.plan_tasks`), for an inferred table run the observation
 stage and decide the columns (`observe_columns`), map every task to its report, and fold the reports
-into `result.json` (`dataplane/reports.build_run_result`). Mapping the tasks is the `TaskExecutor`'s:
+into `result.json` (`dataplane/reports.build_run_result`); for an upsert table, then locate the changed
+keys in the table and rewrite the files holding them as a second stage of tasks
+(`execution/upsert_stage.py`). Mapping the tasks is the `TaskExecutor`'s:
 Spark spreads them over its executors (`spark_app/job.SparkTaskExecutor`, on EMR Serverless and local
 Spark), the in-process executor runs them in this process (`execution/in_process.py`: the Lambda
 runner and `runner.type: inline`). Both run the same task code (`TaskRunner`, `ObservationRunner`:
@@ -29,10 +31,10 @@ from urllib.parse import urlparse
 
 from pydantic import ValidationError
 
-from kafscale_iceberg.adapters.confluent_registry import ConfluentSchemaRegistry, RegistryCredentials
-from kafscale_iceberg.adapters.data_files import StagedFileStore
+from kafscale_iceberg.adapters.confluent_registry import RegistryCredentials
 from kafscale_iceberg.adapters.documents import DocumentStore, join_uri
 from kafscale_iceberg.adapters.lfs_blobs import LocalBlobReader, S3BlobReader, blob_reader_for
+from kafscale_iceberg.adapters.registries import record_schema_registry
 from kafscale_iceberg.adapters.s3_segments import S3Settings
 from kafscale_iceberg.dataplane.assignments import DEFAULT_MAX_TASK_BYTES, DEFAULT_MIN_TASK_BYTES, plan_tasks
 from kafscale_iceberg.dataplane.conversion import RecordConverter
@@ -63,7 +65,9 @@ from kafscale_iceberg.domain.runs import (
 )
 from kafscale_iceberg.domain.schema import table_fields
 from kafscale_iceberg.exceptions import InvalidJsonSchemaError, KafscaleIcebergError, PartitioningError
-from kafscale_iceberg.ports import TaskExecutor
+from kafscale_iceberg.execution.stores import worker_stores
+from kafscale_iceberg.execution.upsert_stage import run_upsert_stage
+from kafscale_iceberg.ports import RecordSchemaRegistry, TaskExecutor
 
 logger = logging.getLogger(__name__)
 
@@ -140,12 +144,6 @@ def _parsed_plan(plan_json: str) -> RunPlan:
 
 
 @functools.cache
-def worker_stores(s3: S3Settings) -> tuple[DocumentStore, StagedFileStore]:
-    """One reader and one sink per process and S3 settings (an S3 client is costly to make)."""
-    return DocumentStore(s3), StagedFileStore(s3)
-
-
-@functools.cache
 def _worker_blobs(source: SegmentSource, s3: S3Settings, concurrency: int) -> S3BlobReader | LocalBlobReader:
     """One LFS blob reader per process, source and concurrency (its pool fits the threads)."""
     return blob_reader_for(source, s3, concurrency=concurrency)
@@ -154,12 +152,12 @@ def _worker_blobs(source: SegmentSource, s3: S3Settings, concurrency: int) -> S3
 @functools.cache
 def _worker_registry(
     settings: RegistrySettings | None, credentials: RegistryCredentials | None
-) -> ConfluentSchemaRegistry | None:
+) -> RecordSchemaRegistry | None:
     """One schema registry client per process and settings: a schema by id is fetched once per
     process, however many tasks read it."""
     if settings is None:
         return None
-    return ConfluentSchemaRegistry(settings, credentials)
+    return record_schema_registry(settings, credentials)
 
 
 def registry_credentials_for(plan: RunPlan, given: RegistryCredentials | None) -> RegistryCredentials | None:
@@ -341,6 +339,10 @@ def _run_checked(
         )
         reports = run_tasks(executor, runner)
     result = build_run_result(plan, reports, _timings(started_ms, clock, session_start_s))
+    if plan.conversion.upsert is not None and result.failure is None:
+        result = run_upsert_stage(
+            plan, result, executor, settings, max_tasks=sizing.max_tasks or TASKS_PER_CORE * cores
+        )
     if plan.infers and result.failure is None:
         result = with_written_columns(plan, result).model_copy(
             update={"timings": result.timings.model_copy(update={"task_observe_s": observe_s})}

@@ -45,6 +45,7 @@ from kafscale_iceberg.exceptions import (
     RunAttemptEndedError,
     RunNotCommittableError,
     RunSupersededError,
+    UpsertLocateStaleError,
 )
 from kafscale_iceberg.metrics import ErrorStage, Readiness, error_stage
 from kafscale_iceberg.ports import AwaitableJobRunner, JobRunner
@@ -583,7 +584,7 @@ class Pipeline:
                     replan=True,
                     finished=exc.finished,
                 )
-            except (OffsetMismatchError, FieldIdMismatchError) as exc:
+            except (OffsetMismatchError, FieldIdMismatchError, UpsertLocateStaleError) as exc:
                 # A stale plan: the store was repaired from the table (or `field-ids.json` rewritten
                 # from its schema), so the topic is re-planned at once (one wasted run, not a failure
                 # to back off from).

@@ -75,9 +75,12 @@ class BackoffRecords:
             return None
         return TopicBackoff.model_validate_json(text)
 
-    def held_partitions(self, topic: str, committed: Mapping[int, int], now_s: float) -> dict[int, str]:
-        """Partitions that wait after failing on a segment of their own, each with why."""
-        backoff = self.read(topic)
+    @staticmethod
+    def held_partitions(
+        backoff: TopicBackoff | None, committed: Mapping[int, int], now_s: float
+    ) -> dict[int, str]:
+        """Partitions that wait after failing on a segment of their own, each with why (`backoff`:
+        the topic's document as `read` gave it)."""
         if backoff is None:
             return {}
         now_ms = now_s * 1000
@@ -88,11 +91,12 @@ class BackoffRecords:
             if committed.get(partition) == held.offset and held.not_before_ms > now_ms
         }
 
+    @staticmethod
     def wait_seconds(
-        self, topic: str, committed: Mapping[int, int], now_s: float
+        backoff: TopicBackoff | None, committed: Mapping[int, int], now_s: float
     ) -> tuple[float, TopicBackoff | None]:
-        """Seconds before a run of `topic` may start from `committed` (0 when it may now), and why."""
-        backoff = self.read(topic)
+        """Seconds before a run may start from `committed` (0 when it may now), and why (`backoff`:
+        the topic's document as `read` gave it)."""
         if backoff is None or not backoff.applies_to(committed):
             return 0.0, None
         return max(0.0, backoff.not_before_ms / 1000.0 - now_s), backoff

@@ -67,11 +67,10 @@ from kafscale_iceberg.exceptions import (
     InferredColumnChangedError,
     OffsetMismatchError,
     OffsetsNotRecordedError,
-    RunNotCommittableError,
     RunSupersededError,
     TableMissingError,
 )
-from kafscale_iceberg.ports import CheckpointStore, TableCommitter, UpsertFiles
+from kafscale_iceberg.ports import CheckpointStore, TableCommitter
 from kafscale_iceberg.services.checkpoint_sync import (
     advance_store,
     offsets_of,
@@ -92,7 +91,7 @@ from kafscale_iceberg.services.run_writes import (
     quarantined_ranges,
 )
 from kafscale_iceberg.services.stranded_runs import StrandedRunLoader, finish_stranded
-from kafscale_iceberg.services.upsert_commit import UpsertTableWrite, check_upsert_committable, upsert_change
+from kafscale_iceberg.services.upsert_commit import UpsertTableWrite, check_upsert_committable
 from kafscale_iceberg.services.verified_commit import (
     DEFAULT_COMMIT_ATTEMPTS,
     TableWriter,
@@ -147,15 +146,12 @@ class CommitService(TableWriter):
         backoff_s: float = 0.2,
         sleep: Callable[[float], None] = time.sleep,
         stranded_runs: StrandedRunLoader | None = None,
-        upsert_files: UpsertFiles | None = None,
     ) -> None:
         """`stranded_runs(topic, run_id)` loads a run's plan and result (None when they are gone): with
         it, a run whose dead-letter commit landed and whose table commit never did is finished from
-        its result when a later plan runs into it, instead of refusing that plan forever.
-        `upsert_files` locates and rewrites the files of an upsert run (`services.upsert_commit`)."""
+        its result when a later plan runs into it, instead of refusing that plan forever."""
         super().__init__(tables, checkpoints, attempts=attempts, backoff_s=backoff_s, sleep=sleep)
         self._stranded_runs = stranded_runs
-        self._upsert_files = upsert_files
 
     # -- the commit step ---------------------------------------------------------------------------
 
@@ -177,8 +173,6 @@ class CommitService(TableWriter):
         policy = policy or TablePolicy()
         check_committable(plan, result, lease)
         check_upsert_committable(plan, result)
-        if plan.conversion.upsert is not None and self._upsert_files is None:
-            raise RunNotCommittableError(plan.run_id, "an upsert run needs the commit step's upsert files")
         self._checkpoints.renew_lease(lease)
         finished: FinishedRun | None = None
         try:
@@ -223,15 +217,7 @@ class CommitService(TableWriter):
         outputs = table_outputs(plan, result)
         anchor = outputs[-1]
         target = plan_target(plan, anchor)
-        upsert = (
-            {}
-            if plan.conversion.upsert is None
-            else {
-                "change": upsert_change(plan, result, target),
-                "upsert_files": self._upsert_files,
-                "renew_lease": lambda: self._checkpoints.renew_lease(lease),
-            }
-        )
+        upsert = {} if result.upsert is None else {"outcome": result.upsert}
         data = (DataTableWrite if not upsert else UpsertTableWrite).for_run(
             plan,
             target,

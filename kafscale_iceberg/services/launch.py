@@ -25,25 +25,18 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import TypeVar
 
 from pydantic import ValidationError
 
-from kafscale_iceberg.config import KafscaleConfig, MappingConfig, RunsConfig
+from kafscale_iceberg.config import KafscaleConfig, MappingConfig
 from kafscale_iceberg.domain.field_ids import TopicFieldIds, field_ids_uri, planned_field_ids
 from kafscale_iceberg.domain.leases import LeaseBusy, LeaseGrant
 from kafscale_iceberg.domain.planning import (
-    ListedSegment,
     PartitionSelection,
-    RunLimits,
     Selection,
-    eligible_segments,
-    needs_fallback_listing,
-    select_segments,
 )
 from kafscale_iceberg.domain.registry import columns_from_json_schema
 from kafscale_iceberg.domain.routing import PATH_PLACEHOLDER, matches_template
@@ -71,37 +64,17 @@ from kafscale_iceberg.domain.tickets import (
     run_document_uri,
 )
 from kafscale_iceberg.exceptions import (
-    KafscaleIcebergError,
+    DocumentMissingError,
     RunAttemptEndedError,
     SegmentFormatError,
-    SegmentKeyError,
     UnmappedTopicError,
 )
 from kafscale_iceberg.ports import CheckpointStore, RunDocuments, RunStarter, SchemaRegistry, SegmentLister
 from kafscale_iceberg.segments.layout import SegmentFooter
 from kafscale_iceberg.services.backoff import BackoffRecords
+from kafscale_iceberg.services.pending import concurrently, run_limits, select_pending
 
 logger = logging.getLogger(__name__)
-
-
-_PROBE_FACTOR = 16
-_T = TypeVar("_T")
-_R = TypeVar("_R")
-PLANNING_CONCURRENCY = 16
-"""Partitions listed (and footers read) at once while planning: a topic of 64 partitions on S3 is
-4 rounds of ~30 ms requests, not 64 (S3 serves thousands of requests per second per prefix)."""
-
-
-def concurrently(work: Callable[[_T], _R], items: Iterable[_T]) -> list[_R]:
-    """`[work(item) for item in items]`, up to `PLANNING_CONCURRENCY` at once, results in order.
-
-    The first item's error (in order) is raised, as the loop would; the rest are waited for.
-    """
-    todo = list(items)
-    if len(todo) <= 1:
-        return [work(item) for item in todo]
-    with ThreadPoolExecutor(max_workers=min(PLANNING_CONCURRENCY, len(todo))) as pool:
-        return list(pool.map(work, todo))
 
 
 def run_data_prefix(config: KafscaleConfig, identifier: tuple[str, ...]) -> str:
@@ -112,95 +85,6 @@ def run_data_prefix(config: KafscaleConfig, identifier: tuple[str, ...]) -> str:
     if warehouse.startswith(("s3://", "file://", "/")):
         return join_uri(warehouse, *identifier, "data", "kafscale")
     return join_uri(config.runs.location, "data", *identifier)
-
-
-def list_after_committed(
-    lister: SegmentLister, topic: str, partition: int, committed: int
-) -> list[ListedSegment]:
-    """The partition's segments that may hold offsets after `committed`, in O(new segments) requests.
-
-    One listing `StartAfter` the committed offset's key shows every segment starting after it. When
-    that can't show the segment holding `committed + 1` - the partition's newest segment is fully
-    committed (the idle case), or `committed` sits inside a segment (after a move from the Go
-    processor, or a reset) - the listing start is moved back exponentially (committed - 1, - 16,
-    - 256, ...) until it shows a segment starting at or before `committed + 1`: about log16(segment
-    length) more requests, never a listing of the partition's whole history (unless the partition
-    has a gap before `committed + 1`, e.g. retention deleted it, when the probe reaches offset 0).
-    """
-    listed = lister.list_segments(topic, partition, after_offset=committed)
-    step = 1
-    while needs_fallback_listing(committed, listed):
-        start = committed - step
-        if start < 0:
-            return lister.list_segments(topic, partition, after_offset=None)
-        listed = lister.list_segments(topic, partition, after_offset=start)
-        step *= _PROBE_FACTOR
-    return listed
-
-
-def pending_segments(
-    lister: SegmentLister, topic: str, partition: int, committed: int
-) -> tuple[list[ListedSegment], ListedSegment | None]:
-    """The complete segments of a partition holding offsets after `committed`, and the first one
-    lacking its `.index` (which stops the walk), or None.
-
-    The segment holding `committed` itself (listed when `committed` is its last offset, the idle
-    case, or sits inside it) counts only when its footer says it ends after `committed`.
-    """
-    chosen, stopper = eligible_segments(committed, list_after_committed(lister, topic, partition, committed))
-    if (
-        len(chosen) == 1
-        and chosen[0].base_offset <= committed
-        and lister.read_footer(chosen[0].key).last_offset <= committed
-    ):
-        chosen = []
-    return chosen, stopper
-
-
-def run_limits(runs: RunsConfig, *, ignore_min_batch: bool = False) -> RunLimits:
-    """The `runs.*` limits one run is planned within."""
-    return RunLimits(
-        max_bytes=int(runs.max_bytes_per_run),
-        max_segments=runs.max_segments_per_run,
-        min_bytes=0 if ignore_min_batch else int(runs.min_bytes_per_run),
-        max_wait_seconds=runs.max_wait_seconds,
-    )
-
-
-def select_pending(
-    lister: SegmentLister, topic: str, committed: Mapping[int, int], limits: RunLimits, *, now_ms: int
-) -> Selection:
-    """What the next run of `topic` would take: per partition the complete segments after the
-    committed offset (`list_after_committed`), chosen within `limits`."""
-    eligible: dict[int, list[ListedSegment]] = {}
-    blocked: list[ListedSegment] = []
-    held: dict[int, str] = {}
-
-    def pending_or_problem(
-        item: tuple[int, int],
-    ) -> tuple[list[ListedSegment], ListedSegment | None] | KafscaleIcebergError:
-        try:
-            return pending_segments(lister, topic, *item)
-        except (SegmentKeyError, SegmentFormatError) as exc:
-            return exc  # only this partition waits: the others are planned
-
-    found = concurrently(pending_or_problem, committed.items())
-    for partition, pending in zip(committed, found, strict=True):
-        if isinstance(pending, KafscaleIcebergError):
-            held[partition] = str(pending)
-            continue
-        chosen, stopper = pending
-        eligible[partition] = chosen
-        if stopper is not None:
-            blocked.append(stopper)
-    selection = select_segments(
-        {p: o for p, o in committed.items() if p not in held},
-        eligible,
-        limits,
-        now_ms=now_ms,
-        blocked=blocked,
-    )
-    return replace(selection, held=held) if held else selection
 
 
 def next_attempt(
@@ -287,6 +171,7 @@ class Launcher:
         ignore_held: bool | None = None,
         retry_ended: bool = True,
         replan: bool = True,
+        segment_ends: Mapping[int, int] | None = None,
     ) -> LaunchOutcome:
         """Plan and start a run for `topic` if it has pending segments and nobody runs it.
 
@@ -297,6 +182,8 @@ class Launcher:
         its retry backoff after failed runs (`services/backoff.py`) is WAITING unless `ignore_backoff`
         (`run --once`, an operator's explicit request). Partitions held back after failing on a segment
         of their own are left out unless `ignore_held` (default: as `ignore_backoff`).
+        `segment_ends` (by partition, an offset known to be a segment's last: a committed run's ends,
+        from the signal after its commit) spares an idle partition's probe listings and footer read.
         """
         mapping = self._config.mapping_for(topic)
         if mapping is None:
@@ -307,8 +194,10 @@ class Launcher:
         committed = self._checkpoints.load_committed_offsets(topic)
         offsets = {p: committed.offset(p) for p in self._partitions(topic)}
         held: dict[int, str] = {}
+        hold = not (ignore_backoff if ignore_held is None else ignore_held)
+        recorded = self._backoff.read(topic) if hold or not ignore_backoff else None  # one GET
         if not ignore_backoff:
-            wait_s, backoff = self._backoff.wait_seconds(topic, offsets, self._clock())
+            wait_s, backoff = self._backoff.wait_seconds(recorded, offsets, self._clock())
             if backoff is not None and wait_s > 0:
                 return LaunchOutcome(
                     topic,
@@ -317,10 +206,13 @@ class Launcher:
                     f"{backoff.run_id}: {backoff.reason}",
                     wait_seconds=wait_s,
                 )
-        if not (ignore_backoff if ignore_held is None else ignore_held):
-            held = self._backoff.held_partitions(topic, offsets, self._clock())
+        if hold:
+            held = self._backoff.held_partitions(recorded, offsets, self._clock())
         selection = self._select(
-            topic, {p: o for p, o in offsets.items() if p not in held}, ignore_min_batch=ignore_min_batch
+            topic,
+            {p: o for p, o in offsets.items() if p not in held},
+            ignore_min_batch=ignore_min_batch,
+            segment_ends=segment_ends,
         )
         held.update(selection.held)
         if selection.is_empty:
@@ -353,6 +245,7 @@ class Launcher:
                 ignore_backoff=ignore_backoff,
                 ignore_held=ignore_held,
                 retry_ended=False,
+                segment_ends=segment_ends,
             )
         except BaseException:
             self._checkpoints.release_lease(claim)
@@ -365,6 +258,7 @@ class Launcher:
                 ignore_held=ignore_held,
                 retry_ended=retry_ended,
                 replan=False,
+                segment_ends=segment_ends,
             )
         return outcome
 
@@ -430,9 +324,19 @@ class Launcher:
         )
         return LaunchOutcome(topic, LaunchStatus.STARTED, ticket=ticket)
 
-    def _select(self, topic: str, committed: dict[int, int], *, ignore_min_batch: bool) -> Selection:
+    def _select(
+        self,
+        topic: str,
+        committed: dict[int, int],
+        *,
+        ignore_min_batch: bool,
+        segment_ends: Mapping[int, int] | None,
+    ) -> Selection:
         limits = run_limits(self._config.runs, ignore_min_batch=ignore_min_batch)
-        return select_pending(self._segments, topic, committed, limits, now_ms=int(self._clock() * 1000))
+        now_ms = int(self._clock() * 1000)
+        return select_pending(
+            self._segments, topic, committed, limits, now_ms=now_ms, segment_ends=segment_ends
+        )
 
     def _partition_plans(self, selection: Selection, held: dict[int, str]) -> tuple[PartitionPlan, ...]:
         """The partitions' ranges; a newest segment whose footer is unreadable (truncated, never
@@ -621,6 +525,9 @@ class Launcher:
         if table is not None and infer and table_known is not None:
             # An inferred table's new columns take the ids after it (`dataplane/inference.py`).
             table = table.model_copy(update={"last_column_id": table_known.last_column_id})
+        if table is not None and conversion.upsert is not None and table_known is not None:
+            # The version the run locates the changed keys' files in (`execution/upsert_stage.py`).
+            table = table.model_copy(update={"metadata_location": table_known.metadata_location})
         return MappingPlan(
             table=table,
             dead_letter_table=target(mapping.dead_letter_table, DEAD_LETTER_FIELDS),
@@ -631,10 +538,10 @@ class Launcher:
     def _known_field_ids(self, topic: str) -> TopicFieldIds:
         """The tables' field ids the commit step recorded (`field-ids.json`); none recorded yet: empty."""
         uri = field_ids_uri(self._config.runs.location, topic)
-        if not self._documents.exists(uri):
-            return TopicFieldIds()
         try:
-            return TopicFieldIds.model_validate_json(self._documents.read_text(uri))
+            return TopicFieldIds.model_validate_json(self._documents.read_text(uri))  # one GET
+        except DocumentMissingError:
+            return TopicFieldIds()
         except ValidationError as exc:
             # Safe to plan without: the commit step checks the ids and rewrites the document.
             logger.warning("unreadable field-id document ignored", extra={"uri": uri, "problem": str(exc)})

@@ -27,7 +27,7 @@ from kafscale_iceberg.domain.leases import LeaseGrant, LeaseHolder
 from kafscale_iceberg.exceptions import SegmentFormatError, SegmentKeyError
 from kafscale_iceberg.ports import CheckpointStore, RunTracker, SegmentLister, TopicSignaller
 from kafscale_iceberg.services.discovery import Discovered, TopicDiscovery
-from kafscale_iceberg.services.launch import pending_segments
+from kafscale_iceberg.services.pending import pending_segments
 
 logger = logging.getLogger(__name__)
 

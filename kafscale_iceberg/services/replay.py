@@ -40,7 +40,7 @@ from kafscale_iceberg.exceptions import (
     SegmentFormatError,
 )
 from kafscale_iceberg.ports import CheckpointStore, SegmentLister, WorkQueue
-from kafscale_iceberg.services.launch import list_after_committed
+from kafscale_iceberg.services.pending import list_after_committed
 
 if TYPE_CHECKING:
     from kafscale_iceberg.config import KafscaleConfig

@@ -34,6 +34,7 @@ from kafscale_iceberg.config import RunsConfig
 from kafscale_iceberg.domain.field_ids import TopicFieldIds, field_id_mismatches, field_ids_uri
 from kafscale_iceberg.domain.jobs import JobState, JobStatus
 from kafscale_iceberg.domain.leases import LeaseGrant
+from kafscale_iceberg.domain.runner_choice import RunnerKind
 from kafscale_iceberg.domain.runs import FailureKind, RunPlan, RunResult, TableRole
 from kafscale_iceberg.domain.tickets import OUTCOME_NAME, FailedAttempt, RunTicket, run_document_uri
 from kafscale_iceberg.exceptions import (
@@ -42,8 +43,9 @@ from kafscale_iceberg.exceptions import (
     KafscaleIcebergError,
     LeaseLostError,
     RunNotCommittableError,
+    UpsertLocateStaleError,
 )
-from kafscale_iceberg.ports import CheckpointStore, JobRunner, RunDocuments, WaitingJobRunner
+from kafscale_iceberg.ports import CheckpointStore, JobLookup, JobRunner, RunDocuments, WaitingJobRunner
 from kafscale_iceberg.services.backoff import BackoffRecords
 from kafscale_iceberg.services.commit import CommitOutcome, CommitService
 from kafscale_iceberg.services.run_writes import TablePolicy
@@ -165,8 +167,9 @@ class RunSteps:
         grant = self._hold_or_reclaim(ticket)
         try:
             outcome = self._commit_service().commit_run(plan, result, grant, policy)
-        except FieldIdMismatchError:
-            # So the next attempt is planned with the tables' ids (a template's the run wrote too).
+        except (FieldIdMismatchError, UpsertLocateStaleError):
+            # So the next attempt is planned with the tables' ids (a template's the run wrote too) and
+            # an upsert table's current version.
             self._record_field_ids(plan, written=tuple(t.identifier for t in result.tables))
             raise
         if outcome.table_committed or outcome.dead_letter_committed or not self._field_ids_recorded(plan):
@@ -245,8 +248,8 @@ class RunSteps:
         """Cancel the run's job if it still runs, record the failed attempt (with where the run wrote
         its files: never committed unless a commit of this run landed, so safe to clean up) and the
         topic's backoff, release the lease if still ours, and decide the retry. Idempotent."""
-        if ticket.job_id is not None:
-            self._cancel_abandoned(ticket.topic, ticket.run_id, ticket.job_id)
+        for job_id in self._abandoned_jobs(ticket):
+            self._cancel_abandoned(ticket.topic, ticket.run_id, job_id)
         plan = self._read_plan(ticket)
         outcome = FailedAttempt(
             status="aborted",
@@ -282,6 +285,25 @@ class RunSteps:
             alarm=alarm,
             lease_released=released,
         )
+
+    def _abandoned_jobs(self, ticket: RunTicket) -> list[str]:
+        """The run's job, when one may still run: the ticket's, or on EMR Serverless (where the state
+        machine started it and the ticket has no id) the unfinished jobs named by the run id, created
+        since the lease was claimed. A lookup the runner refuses is logged; a transient one raised."""
+        if ticket.job_id is not None:
+            return [ticket.job_id]
+        if ticket.runner is not RunnerKind.EMR_SERVERLESS or not isinstance(self._jobs, JobLookup):
+            return []
+        try:
+            return self._jobs.unfinished_jobs(ticket.run_id, created_after_ms=ticket.grant.claimed_at_ms)
+        except KafscaleIcebergError as exc:
+            if exc.transient:
+                raise
+            logger.warning(
+                "could not look up the aborted run's job to cancel it",
+                extra={"topic": ticket.topic, "run_id": ticket.run_id, "error": str(exc)},
+            )
+            return []
 
     def _cancel_abandoned(self, topic: str, run_id: str, job_id: str) -> None:
         """Cancel the job an aborted run abandons (so it stops costing); a runner that no longer knows
@@ -339,8 +361,9 @@ class RunSteps:
 
     def _schema_moved(self, plan: RunPlan) -> bool:
         """True when `field-ids.json` (rewritten by a commit refused for its field ids) no longer says
-        what the plan was made from: the plan's ids differ, or, for an inferred table, the table's
-        `last_column_id` moved (a race with another run adding columns: not the topic's failure)."""
+        what the plan was made from: the plan's ids differ, for an inferred table the table's
+        `last_column_id` moved (a race with another run adding columns: not the topic's failure), or
+        for an upsert table its version moved (the run located in one a compaction replaced)."""
         uri = field_ids_uri(self._runs.location, plan.topic)
         try:
             if not self._documents.exists(uri):
@@ -363,6 +386,9 @@ class RunSteps:
                 inferred = mapping.conversion.infer_columns and role is TableRole.DATA
                 if inferred and target.last_column_id != recorded.last_column_id:
                     return True
+                upsert = mapping.conversion.upsert is not None and role is TableRole.DATA
+                if upsert and recorded.metadata_location not in (None, target.metadata_location):
+                    return True  # recorded by a commit refusing the version the run located in
                 if target.field_ids is None:
                     continue
                 # Only columns the document records: a mapping's new columns have planned ids it lacks.

@@ -68,9 +68,9 @@ from kafscale_iceberg.ports import (
     TableStatusReader,
 )
 from kafscale_iceberg.segments.layout import SegmentFooter
-from kafscale_iceberg.services.launch import (
+from kafscale_iceberg.services.launch import next_attempt
+from kafscale_iceberg.services.pending import (
     list_after_committed,
-    next_attempt,
     pending_segments,
     run_limits,
     select_pending,

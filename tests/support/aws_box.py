@@ -43,7 +43,8 @@ The fakes, each with what it does not cover:
 - **EMR Serverless compute**: moto's `StartJobRun` is idempotent by `clientToken` here (as EMR is)
   and starts the job's `--plan` (or a maintenance pass's `--compaction` job) on local Spark
   (`LocalSparkJobRunner`, warm session: the same `spark_app` code EMR runs);
-  `GetJobRun` reports that job's state; `CancelJobRun` cancels it (a finished job: ValidationException).
+  `GetJobRun` and `ListJobRuns` report that job's state; `CancelJobRun` cancels it (a finished job:
+  ValidationException).
   `faults` makes the next job FAILED without running (a container that died), stuck, or slow to
   start (`SLOW`: RUNNING for `SLOW_START_SECONDS` first, so the renewal branch runs).
   Not covered: EMR's queueing, capacity, the venv archive/image (`make package-spark`).
@@ -61,7 +62,9 @@ The fakes, each with what it does not cover:
   same hook, its Python workers' (other processes) where moto receives them, by the access key
   they sign with (`EMR_JOB_ACCESS_KEY`, given through the SparkContext's worker environment).
   The job's data files are written to the warehouse bucket by its workers, so those writes are
-  checked too. Not covered: threads the driver starts itself (unattributed, so unchecked).
+  checked too, and so are their Glue Schema Registry reads (`GetSchemaVersion`, authorized on the
+  registry and schema of the version: `glue_schema_version_requests`). Not covered: threads the
+  driver starts itself (unattributed, so unchecked).
 """
 
 from __future__ import annotations
@@ -77,6 +80,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -96,6 +100,8 @@ TEMPLATE_APPLICATION_ID = "00fabcdefg123456"
 
 _principal: contextvars.ContextVar[str | None] = contextvars.ContextVar("aws_box_principal", default=None)
 STATE_MACHINE_ROLE = "RunStateMachineRole"
+PRINCIPAL_HEADER = "x-aws-box-principal"  # the box's own: which role made a botocore request
+UNATTRIBUTED = "unattributed"
 SPARK_JOB_THREAD = "kafscale-spark"  # LocalSparkJobRunner's job thread: the EMR job's driver
 
 
@@ -161,7 +167,11 @@ def iam_requests(service: str, operation: str, params: dict[str, Any]) -> list[t
             if params.get("tags"):
                 found.append(("emr-serverless:TagResource", f"{application}/jobruns/*"))
             return found
+        if operation == "ListJobRuns":
+            return [("emr-serverless:ListJobRuns", application)]
         return [(f"emr-serverless:{operation}", f"{application}/jobruns/{params['jobRunId']}")]
+    if service == "glue" and operation == "GetSchemaVersion":
+        return glue_schema_version_requests(params)
     if service == "glue":
         catalog = f"arn:aws:glue:{REGION}:{ACCOUNT}:catalog"
         database = (
@@ -184,6 +194,32 @@ def iam_requests(service: str, operation: str, params: dict[str, Any]) -> list[t
     if service == "lambda" and operation == "Invoke":
         return [("lambda:InvokeFunction", params["FunctionName"])]
     raise AssertionError(f"the IAM recorder does not know {service}:{operation}: teach iam_requests")
+
+
+def glue_schema_version_requests(params: dict[str, Any]) -> list[tuple[str, str]]:
+    """What IAM authorizes for `GetSchemaVersion`: the registry and the schema the version is of. By
+    `SchemaId` they are named; by `SchemaVersionId` they are the version's own (looked up in moto's
+    Glue, which serves this process: the call is recorded before moto answers it)."""
+    schema_id = params.get("SchemaId")
+    region = REGION
+    if schema_id:
+        registry, schema = schema_id["RegistryName"], schema_id["SchemaName"]
+    else:
+        from moto.glue.models import glue_backends
+
+        version_id = params["SchemaVersionId"]
+        found = [
+            (region_name, registry_name, schema_name)
+            for region_name, backend in glue_backends[ACCOUNT].items()
+            for registry_name, registry in backend.registries.items()
+            for schema_name, known in registry.schemas.items()
+            if version_id in known.schema_versions
+        ]
+        region, registry, schema = found[0] if found else (REGION, "unknown", f"unknown-{version_id}")
+    return [
+        ("glue:GetSchemaVersion", f"arn:aws:glue:{region}:{ACCOUNT}:registry/{registry}"),
+        ("glue:GetSchemaVersion", f"arn:aws:glue:{region}:{ACCOUNT}:schema/{registry}/{schema}"),
+    ]
 
 
 EMR_JOB_ROLE = "EmrJobRole"
@@ -242,15 +278,30 @@ class CallRecorder:
         # includes what no botocore hook sees: pyiceberg's table metadata through pyarrow, the job's
         # Python workers.
         self.s3_requests_seen: Counter[str] = Counter()
+        # The same requests by (role, price class): a botocore call's principal (the `PRINCIPAL_HEADER`
+        # its `before-call` hook adds), the EMR job's workers by their key, anything else (pyiceberg's
+        # pyarrow requests) the role of the function being invoked then (`active_role`), else
+        # `UNATTRIBUTED` (the harness's own calls).
+        self.s3_requests_by_role: Counter[tuple[str, str]] = Counter()
+        self.active_role: Callable[[], str | None] = lambda: None
         self._lock = threading.Lock()
 
     def keep_params(self, params: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
         """`before-parameter-build`: the API parameters (`before-call` only sees the serialized request)."""
         context["aws_box_params"] = dict(params)
 
-    def hook(self, model: Any, context: dict[str, Any], request_signer: Any = None, **_: Any) -> None:
+    def hook(
+        self,
+        model: Any,
+        context: dict[str, Any],
+        request_signer: Any = None,
+        params: dict[str, Any] | None = None,
+        **_: Any,
+    ) -> None:
         """`before-call`: record the call for the function being invoked (or the state machine, or
-        the EMR job's driver: the local Spark runner's job thread)."""
+        the EMR job's driver: the local Spark runner's job thread), and name its principal in a
+        header of the request (`server_hook` attributes S3 requests by it)."""
+        request = params if params is not None else {}
         params = context.get("aws_box_params", {})
         role = _principal.get()
         if role is None and threading.current_thread().name.startswith(SPARK_JOB_THREAD):
@@ -260,6 +311,7 @@ class CallRecorder:
             if getattr(credentials, "access_key", None) != "ak":  # moto's interpreter signs with "ak"
                 return
             role = STATE_MACHINE_ROLE
+        request.setdefault("headers", {})[PRINCIPAL_HEADER] = role
         service = model.service_model.endpoint_prefix
         if service == "elasticmapreduce" or model.service_model.signing_name == "emr-serverless":
             service = "emr-serverless"
@@ -288,8 +340,13 @@ class CallRecorder:
         if "/s3/aws4_request" in authorization:
             method, path = str(environ.get("REQUEST_METHOD")), environ.get("PATH_INFO", "")
             kind = s3_price_class(method, path, environ.get("QUERY_STRING", ""))
+            role = environ.get("HTTP_" + PRINCIPAL_HEADER.upper().replace("-", "_"))
+            if role is None and f"Credential={EMR_JOB_ACCESS_KEY}/" in authorization:
+                role = EMR_JOB_ROLE
+            role = role or self.active_role() or UNATTRIBUTED
             with self._lock:
                 self.s3_requests_seen[kind] += 1
+                self.s3_requests_by_role[role, kind] += 1
         if f"Credential={EMR_JOB_ACCESS_KEY}/" not in authorization:
             return
         service = authorization.split("Credential=", 1)[1].split(",", 1)[0].split("/")[3]
@@ -298,7 +355,10 @@ class CallRecorder:
             length = int(environ.get("CONTENT_LENGTH") or 0)
             body = environ["wsgi.input"].read(length)
             environ["wsgi.input"] = io.BytesIO(body)
-        if service != "s3":
+        target = str(environ.get("HTTP_X_AMZ_TARGET", ""))
+        if service == "glue" and target.startswith("AWSGlue."):  # a JSON API call: its body names it
+            found = iam_requests("glue", target.removeprefix("AWSGlue."), json.loads(body or b"{}"))
+        elif service != "s3":
             found = [(f"unmapped:{service}", environ.get("PATH_INFO", ""))]
         else:
             found = s3_rest_requests(
@@ -356,6 +416,8 @@ class LambdaFleet:
         # logical id -> faults to raise after its next invocations did their work (answer lost)
         self.killed_after: dict[str, list[Callable[[], None]]] = {}
         self.invocations: list[Invocation] = []
+        self.active_role: str | None = None
+        """The role of the invocation running now (one runs at a time)."""
         self._lock = threading.RLock()
 
     def handler(self, function: Function) -> Callable[[dict[str, Any], Any], Any]:
@@ -373,6 +435,7 @@ class LambdaFleet:
             saved = dict(os.environ)
             os.environ.update(self.environment[logical_id])
             token = _principal.set(function.role_id)
+            self.active_role = function.role_id
             started = time.perf_counter()
             error: str | None = None
             try:
@@ -400,6 +463,7 @@ class LambdaFleet:
             finally:
                 self.invocations.append(Invocation(logical_id, time.perf_counter() - started, error))
                 _principal.reset(token)
+                self.active_role = None
                 os.environ.clear()
                 os.environ.update(saved)
 
@@ -598,12 +662,14 @@ class EmrCompute:
         self.started: list[str] = []
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from moto.core.utils import utcnow
         from moto.emrserverless.exceptions import ValidationException
         from moto.emrserverless.models import EMRServerlessBackend
 
         original_start = EMRServerlessBackend.start_job_run
         original_get = EMRServerlessBackend.get_job_run
         original_cancel = EMRServerlessBackend.cancel_job_run
+        original_list = EMRServerlessBackend.list_job_runs
         compute = self
 
         def start_job_run(backend: Any, application_id: str, client_token: str, **kwargs: Any) -> Any:
@@ -611,6 +677,7 @@ class EmrCompute:
                 if run.client_token == client_token:
                     return run
             run = original_start(backend, application_id=application_id, client_token=client_token, **kwargs)
+            run.created_at = run.updated_at = utcnow()  # moto keeps the day only; EMR the instant
             compute.start(run)
             return run
 
@@ -630,7 +697,22 @@ class EmrCompute:
 
         monkeypatch.setattr(EMRServerlessBackend, "start_job_run", start_job_run)
         monkeypatch.setattr(EMRServerlessBackend, "get_job_run", get_job_run)
+
+        def list_job_runs(
+            backend: Any,
+            application_id: str,
+            created_at_after: Any,
+            created_at_before: Any,
+            states: list[str] | None,
+        ) -> Any:
+            for run in backend.job_runs.get(application_id, []):
+                compute.refresh(run)  # states as GetJobRun reports them, before moto filters by state
+            return original_list(
+                backend, application_id, _utc(created_at_after), _utc(created_at_before), states
+            )
+
         monkeypatch.setattr(EMRServerlessBackend, "cancel_job_run", cancel_job_run)
+        monkeypatch.setattr(EMRServerlessBackend, "list_job_runs", list_job_runs)
 
     def start(self, run: Any) -> None:
         from kafscale_iceberg.adapters.documents import DocumentStore
@@ -677,6 +759,16 @@ class EmrCompute:
             status.state.value, "RUNNING"
         )
         run.state_details = status.detail
+
+
+def _utc(value: Any) -> datetime | None:
+    """A `ListJobRuns` time bound as moto's server receives it (ISO 8601 text, or epoch seconds) ->
+    the naive UTC datetime moto compares with."""
+    if value is None or isinstance(value, datetime):
+        return value
+    if isinstance(value, int | float) or str(value).replace(".", "", 1).isdigit():
+        return datetime.fromtimestamp(float(value), tz=UTC).replace(tzinfo=None)
+    return datetime.fromisoformat(str(value).replace("Z", "+00:00")).astimezone(UTC).replace(tzinfo=None)
 
 
 # -- Step Functions' emr-serverless:startJobRun.sync ------------------------------------------------------
@@ -843,6 +935,16 @@ class Box:
     queue_urls: dict[str, str] = field(default_factory=dict)
     async_invokes: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     """`Invoke` with `InvocationType=Event` by a function: (function, event), run by `pump`."""
+    config: dict[str, Any] = field(default_factory=dict)
+    """The config file the user wrote (`ConfigLocation`); `rewrite_config` changes it."""
+
+    def rewrite_config(self, **sections: Any) -> None:
+        """The user edits the config file: `sections` replace its top-level keys. Every invocation
+        reads it again (the box clears the functions' cached assembly), as a new deployment's would."""
+        self.config.update(sections)
+        location = str(self.deployment.parameters["ConfigLocation"]).removeprefix("s3://")
+        bucket, key = location.split("/", 1)
+        self.s3.put_object(Bucket=bucket, Key=key, Body=json.dumps(self.config).encode())
 
     def run_async_invokes(self) -> int:
         """Run the queued asynchronous invocations (Lambda's event queue); how many ran."""
@@ -1024,6 +1126,8 @@ def build_box(
     maintenance: dict[str, Any] | None = None,
     runner: dict[str, Any] | None = None,
     visibility_seconds: int = VISIBILITY_SECONDS,
+    parameters: dict[str, str] | None = None,
+    schema_registry: dict[str, Any] | None = None,
 ) -> Box:
     """Create the stack's resources on moto, wire the fakes, and return the box (one per test)."""
     from moto.core.config import default_user_config
@@ -1040,7 +1144,7 @@ def build_box(
 
     stack = f"box{uuid.uuid4().hex[:8]}"
     namespace = "prod"
-    parameters = {
+    parameters = {  # the template's parameters: the box's, and a test's own (`parameters`)
         "ConfigLocation": f"s3://{stack}-config/config.yaml",
         "SegmentBucketMode": "create",
         "SegmentBucketName": f"{stack}-segments",
@@ -1049,6 +1153,7 @@ def build_box(
         "SecurityGroupIds": "sg-0c",
         "WarehouseBucket": f"{stack}-lake",
         "GlueDatabaseNames": "shop",
+        **(parameters or {}),
     }
     deployment = Deployment(parameters, stack=stack)
     session = boto3.Session(region_name=REGION)  # the box's own calls: not recorded
@@ -1133,6 +1238,7 @@ def build_box(
         # Every run on EMR unless a test gives the Lambda runner its runs (runner.lambda.max_bytes).
         "runner": runner or {"lambda": {"max_bytes": 0}},
         **({"maintenance": maintenance} if maintenance else {}),
+        **({"schema_registry": schema_registry} if schema_registry else {}),
     }
     s3.put_object(Bucket=f"{stack}-config", Key="config.yaml", Body=json.dumps(config).encode())
     common = {
@@ -1197,6 +1303,7 @@ def build_box(
     monkeypatch.setitem(spark_context.environment, "AWS_SECRET_ACCESS_KEY", "emr-job-secret")
 
     fleet = LambdaFleet(deployment, environment)
+    recorder.active_role = lambda: fleet.active_role
     # A pool thread runs in its submitter's context (the function's principal, for IAM attribution).
     from concurrent.futures import ThreadPoolExecutor
 
@@ -1285,6 +1392,7 @@ def build_box(
         key_prefix=key_prefix,
         queue_urls=queue_urls,
         async_invokes=async_invokes,
+        config=config,
     )
     return box
 

@@ -7,7 +7,8 @@ with optional `before` and `after` structs (`….Value`), a required `source` st
 (`io.debezium.connector.mysql.Source`), a required string `op`, an optional int64 `ts_ms` and an optional
 `transaction` block (`event.block`); the record key is a struct `….Key` of the primary key columns. A
 `DECIMAL(10,2)` column is Connect's `Decimal` (base64 of the unscaled big-endian value, Debezium's
-default `decimal.handling.mode: precise`), as in the connector's output.
+default `decimal.handling.mode: precise`) and a `DATETIME(3)` column an `int64` named
+`io.debezium.time.Timestamp` (epoch milliseconds), as in the connector's output.
 """
 
 from __future__ import annotations
@@ -38,6 +39,14 @@ _ROW_FIELDS = [
         "parameters": {"scale": "2", "connect.decimal.precision": "10"},
         "field": "price",
     },
+    {
+        "type": "int64",
+        "optional": True,
+        "name": "io.debezium.time.Timestamp",
+        "version": 1,
+        "field": "updated_at",
+    },
+    {"type": "int32", "optional": True, "name": "io.debezium.time.Time", "version": 1, "field": "opens_at"},
 ]
 _SOURCE_FIELDS = [
     {"type": "string", "optional": False, "field": "version"},
@@ -124,6 +133,19 @@ _AVRO_ROW = {
             ],
             "default": None,
         },
+        {
+            "name": "updated_at",
+            "type": [
+                "null",
+                {"type": "long", "connect.version": 1, "connect.name": "io.debezium.time.Timestamp"},
+            ],
+            "default": None,
+        },
+        {
+            "name": "opens_at",
+            "type": ["null", {"type": "int", "connect.version": 1, "connect.name": "io.debezium.time.Time"}],
+            "default": None,
+        },
     ],
     "connect.name": f"{PREFIX}.Value",
 }
@@ -158,9 +180,19 @@ AVRO_KEY: dict[str, Any] = {
 }
 
 
-def row(key: int, name: str, price: str | None = None) -> dict[str, Any]:
-    """A row of the customers table (`price` as decimal text, e.g. "19.99")."""
-    return {"id": key, "name": name, "price": None if price is None else decimal.Decimal(price)}
+def row(
+    key: int, name: str, price: str | None = None, updated_ms: int | None = None, opens_ms: int | None = None
+) -> dict[str, Any]:
+    """A row of the customers table (`price` as decimal text, e.g. "19.99"; `updated_ms` a `DATETIME(3)`
+    as Debezium writes it: `io.debezium.time.Timestamp`, epoch milliseconds of the wall time; `opens_ms`
+    a `TIME(3)`: `io.debezium.time.Time`, milliseconds since midnight)."""
+    return {
+        "id": key,
+        "name": name,
+        "price": None if price is None else decimal.Decimal(price),
+        "updated_at": updated_ms,
+        "opens_at": opens_ms,
+    }
 
 
 def _source(position: int) -> dict[str, Any]:

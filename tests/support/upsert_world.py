@@ -1,6 +1,10 @@
 """An upsert table fed run by run, in this process: segments of JSON records written to a folder, each
-run's tasks run with pyarrow (no Spark), committed by the real commit service on a real SQLite
-catalog and checkpoint store; the table read back by key. What the upsert tests share."""
+run executed by the run driver with the in-process executor (the Spark job's code, no JVM: its tasks
+write the rows, locate and rewrite), committed by the real commit service on a real SQLite catalog
+and checkpoint store; the table read back by key. What the upsert tests share.
+
+Each plan names the table's current metadata file, as the launcher's (from `field-ids.json`, which the
+commit step rewrites after every commit) would."""
 
 from __future__ import annotations
 
@@ -13,13 +17,10 @@ import pyarrow as pa
 from pyiceberg.catalog import Catalog
 
 from kafscale_iceberg.adapters.data_files import StagedFileStore
-from kafscale_iceberg.adapters.documents import DocumentStore
 from kafscale_iceberg.adapters.iceberg_catalog import load_iceberg_catalog
+from kafscale_iceberg.adapters.iceberg_maintenance import IcebergTableMaintainer
 from kafscale_iceberg.adapters.iceberg_tables import IcebergTableCommitter
-from kafscale_iceberg.adapters.iceberg_upsert import IcebergUpsertFiles
 from kafscale_iceberg.adapters.sqlite_checkpoints import SqliteCheckpointStore
-from kafscale_iceberg.dataplane.reports import build_run_result
-from kafscale_iceberg.dataplane.tasks import plan_tasks, run_task
 from kafscale_iceberg.domain.leases import LeaseGrant
 from kafscale_iceberg.domain.runs import (
     NO_OFFSET,
@@ -28,15 +29,17 @@ from kafscale_iceberg.domain.runs import (
     PartitionField,
     RunPlan,
     RunResult,
-    RunTimings,
     UpsertSettings,
 )
-from kafscale_iceberg.ports import TableCommitter, UpsertFiles
+from kafscale_iceberg.exceptions import UpsertLocateStaleError
+from kafscale_iceberg.execution.driver import TaskSizing
+from kafscale_iceberg.execution.in_process import run_plan_in_process
+from kafscale_iceberg.ports import TableCommitter
 from kafscale_iceberg.segments.decode import Record
 from kafscale_iceberg.services.commit import CommitOutcome, CommitService
 from kafscale_iceberg.services.run_writes import TablePolicy
 from tests.support.iceberg_runs import sql_settings
-from tests.support.spark_job import BASE_TIME_MS, SegmentFolder, make_plan
+from tests.support.spark_job import BASE_TIME_MS, SegmentFolder, make_plan, write_plan
 
 TABLE = "prod.orders"
 COLUMNS = (
@@ -67,7 +70,6 @@ class UpsertWorld:
     folder: SegmentFolder = field(init=False)
     catalog: Catalog = field(init=False)
     tables: TableCommitter = field(init=False)
-    upsert_files: UpsertFiles = field(init=False)
     ends: dict[int, int] = field(default_factory=dict)
     """The last offset written per partition (what the next run's range starts after)."""
     committed: dict[int, int] = field(default_factory=dict)
@@ -76,13 +78,10 @@ class UpsertWorld:
         self.folder = SegmentFolder(self.root / "segments")
         self.catalog = load_iceberg_catalog(sql_settings(self.root))
         self.tables = IcebergTableCommitter(self.catalog)
-        self.upsert_files = IcebergUpsertFiles(self.catalog, DocumentStore(), StagedFileStore())
         self.store = SqliteCheckpointStore(self.root / "checkpoints.db")
 
     def service(self, tables: TableCommitter | None = None) -> CommitService:
-        return CommitService(
-            tables or self.tables, self.store, upsert_files=self.upsert_files, sleep=lambda _s: None
-        )
+        return CommitService(tables or self.tables, self.store, sleep=lambda _s: None)
 
     def write(self, partition: int, changes: list[tuple[object, object]]) -> None:
         """A segment of records `(key, value)` appended to `partition`."""
@@ -99,7 +98,7 @@ class UpsertWorld:
             if end > self.committed.get(p, NO_OFFSET)
         }
         segments = {p: [s for s in self.folder.written[p] if s.last_offset > ranges[p][0]] for p in ranges}
-        return make_plan(
+        plan = make_plan(
             self.folder,
             str(self.root),
             ranges=ranges,
@@ -109,21 +108,46 @@ class UpsertWorld:
             upsert=self.upsert,
             target_file_size_bytes=self.target_file_size_bytes,
         )
+        assert plan.table is not None
+        table = plan.table.model_copy(update={"metadata_location": self.metadata_location()})
+        return plan.model_copy(update={"table": table})
+
+    def metadata_location(self) -> str | None:
+        """The table's current metadata file (None: no table yet)."""
+        if not self.catalog.table_exists(TABLE):
+            return None
+        return str(self.catalog.load_table(TABLE).metadata_location)
 
     def execute(self, plan: RunPlan) -> RunResult:
-        """The run's tasks in this process, as the Spark job runs them."""
-        reports = [
-            run_task(plan, task, reader=DocumentStore(), sink=StagedFileStore())
-            for task in plan_tasks(plan, max_tasks=2, min_task_bytes=1)
-        ]
-        return build_run_result(plan, reports, RunTimings(started_at_ms=0, ended_at_ms=0))
+        """The run driver with the in-process executor (two threads), as the Lambda runner runs it."""
+        result = run_plan_in_process(write_plan(plan), workers=2, sizing=TaskSizing(min_task_bytes=1))
+        assert result.failure is None, result.failure
+        return result
+
+    def compact(self) -> bool:
+        """A `maintain` compaction of every file of the table into one (the real maintainer); whether
+        it landed (not when the table does not exist yet)."""
+        if not self.catalog.table_exists(TABLE):
+            return False
+        maintainer = IcebergTableMaintainer(self.catalog, StagedFileStore())
+        plan = maintainer.plan_compaction(
+            TABLE, small_file_bytes=1 << 30, min_small_files=2, max_bytes=1 << 30
+        )
+        written = maintainer.write_compaction(
+            plan, data_prefix=str(self.root / "compacted"), target_file_size_bytes=1 << 30
+        )
+        return maintainer.commit_compaction(written, now_ms=0).committed
 
     def commit(self, plan: RunPlan, result: RunResult, tables: TableCommitter | None = None) -> CommitOutcome:
         grant = self.store.claim_lease(plan.topic, owner_id="test", run_id=plan.run_id)
         assert isinstance(grant, LeaseGrant), grant
-        outcome = self.service(tables).commit_run(
-            plan, result, grant, TablePolicy(create_table_if_missing=True)
-        )
+        try:
+            outcome = self.service(tables).commit_run(
+                plan, result, grant, TablePolicy(create_table_if_missing=True)
+            )
+        except UpsertLocateStaleError:
+            self.store.release_lease(grant)  # as the abort step does; the topic is planned again
+            raise
         self.committed.update(outcome.offsets)
         return outcome
 

@@ -75,12 +75,11 @@ class AvroDecoder(RegisteredSchemaDecoder[AvroSchema]):
 
     def decode(self, values: pa.Array) -> DecodedBatch:
         """See `ValueDecoder.decode`."""
-        raw: list[bytes | None] = values.to_pylist()
         errors: dict[int, tuple[str, str]] = {}
         groups = []
         for compiled, members in self._compiled_groups(values, errors):
             positions = [p for p, _ in members]
-            payloads = [raw[p][start:] for p, start in members]  # type: ignore[index]
+            payloads = [payload for _, payload in members]
             rows, failures = _decode_group(compiled, payloads)
             kept = [p for i, p in enumerate(positions) if i not in failures]
             for index, reason in failures.items():
@@ -97,7 +96,7 @@ class AvroDecoder(RegisteredSchemaDecoder[AvroSchema]):
                         label=compiled.registered.label,
                     )
                 )
-        return DecodedBatch(count=len(raw), groups=tuple(groups), errors=errors)
+        return DecodedBatch(count=len(values), groups=tuple(groups), errors=errors)
 
 
 def compile_avro_schema(registered: RegisteredSchema, schemas: SchemaCache) -> AvroSchema:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kafscale_iceberg.dataplane.formats.schema_cache import SchemaCache, no_registry
-from kafscale_iceberg.domain.runs import ConversionSettings, ValueFormat
+from kafscale_iceberg.domain.runs import ConversionSettings, RegistryType, ValueFormat
 from kafscale_iceberg.exceptions import ConfigError
 from kafscale_iceberg.ports import ValueDecoder
 
@@ -37,7 +37,12 @@ def decoder_for(
     if value_format is ValueFormat.PROTOBUF:
         from kafscale_iceberg.dataplane.formats.protobuf import ProtobufDecoder  # noqa: PLC0415
 
-        return ProtobufDecoder(
+        protobuf = ProtobufDecoder
+        if schemas is not None and schemas.registry_type is RegistryType.GLUE:
+            from kafscale_iceberg.dataplane.formats.glue_protobuf import GlueProtobufDecoder  # noqa: PLC0415
+
+            protobuf = GlueProtobufDecoder
+        return protobuf(
             schemas or no_registry(value_format.value),
             subject=settings.value_subject,
             message=settings.value_message,

@@ -28,6 +28,7 @@ import pyarrow as pa
 
 from kafscale_iceberg.dataplane.formats.decoding import DecodedBatch, DecodedGroup
 from kafscale_iceberg.dataplane.schemas import column_arrow_type
+from kafscale_iceberg.domain import debezium_types
 from kafscale_iceberg.domain.connect_schemas import (
     DATE,
     DECIMAL,
@@ -160,6 +161,12 @@ def _reader(schema: Mapping[str, Any]) -> _Read:
         inner = _date
     elif logical == TIMESTAMP:
         inner = _timestamp
+    elif logical in debezium_types.MICROS_PER_UNIT:
+        inner = _micros_reader(debezium_types.MICROS_PER_UNIT[str(logical)])
+    elif logical == debezium_types.DATE:
+        inner = _date
+    elif logical in debezium_types.TIME_MICROS_PER_UNIT:
+        inner = _time_of_day(debezium_types.TIME_MICROS_PER_UNIT[str(logical)], str(logical))
     elif logical == TIME:
         inner = _time
     elif kind in _RANGES:
@@ -279,6 +286,17 @@ def _date(value: object, path: str) -> object:
         raise _MismatchError(f"field {path}: {value} days is out of range") from None
 
 
+def _micros_reader(factor: int) -> _Read:
+    """A Debezium timestamp (`domain/debezium_types.py`) as microseconds since the epoch."""
+
+    def read(value: object, path: str) -> object:
+        if type(value) is not int or not -(2**63) // factor <= value < 2**63 // factor:
+            raise _MismatchError(f"field {path}: {value!r} is not a Debezium timestamp (an epoch integer)")
+        return value * factor
+
+    return read
+
+
 _MILLIS_PER_DAY = 86_400_000
 
 
@@ -286,6 +304,17 @@ def _time(value: object, path: str) -> object:
     if type(value) is not int or not 0 <= value < _MILLIS_PER_DAY:
         raise _MismatchError(f"field {path}: {value!r} is not a Time (milliseconds since midnight)")
     return value * 1000
+
+
+def _time_of_day(factor: int, name: str) -> _Read:
+    """A Debezium time of day (`domain/debezium_types.py`) as microseconds since midnight."""
+
+    def read(value: object, path: str) -> object:
+        if type(value) is not int or not 0 <= value * factor < _MILLIS_PER_DAY * 1000:
+            raise _MismatchError(f"field {path}: {value!r} is not a {name} (a time of day)")
+        return value * factor
+
+    return read
 
 
 def _timestamp(value: object, path: str) -> object:

@@ -81,14 +81,13 @@ class JsonSchemaDecoder(RegisteredSchemaDecoder[JsonSchema]):
 
     def decode(self, values: pa.Array) -> DecodedBatch:
         """See `ValueDecoder.decode`."""
-        raw: list[bytes | None] = values.to_pylist()
         errors: dict[int, tuple[str, str]] = {}
         groups = []
         for compiled, members in self._compiled_groups(values, errors):
             kept: list[int] = []
             rows: list[dict[str, object]] = []
-            for position, start in members:
-                row = _row(compiled, raw[position][start:])  # type: ignore[index]
+            for position, payload in members:
+                row = _row(compiled, payload)
                 if isinstance(row, str):
                     errors[position] = (
                         "undecodable",
@@ -112,7 +111,7 @@ class JsonSchemaDecoder(RegisteredSchemaDecoder[JsonSchema]):
                     label=compiled.registered.label,
                 )
             )
-        return DecodedBatch(count=len(raw), groups=tuple(groups), errors=errors)
+        return DecodedBatch(count=len(values), groups=tuple(groups), errors=errors)
 
 
 def compile_json_schema(registered: RegisteredSchema, targets: Sequence[ColumnSpec] = ()) -> JsonSchema:

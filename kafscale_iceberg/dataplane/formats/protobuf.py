@@ -4,10 +4,13 @@ After the wire header (`wire.py`) comes the message-index path, zig-zag varints:
 many indexes (the message's place in the schema file: a top-level message, then nested ones); the
 single byte `0` stands for `[0]`, the file's first message. Then the payload.
 
-Records are grouped by (schema id, message); each group's payloads are parsed by the runtime's
-message class (upb, compiled, where the process imports protobuf with it: see `docs/benchmarks.md`)
-and read into one Arrow struct array, column by column, by readers compiled once per message
-(`domain/protobuf_schemas.py` gives the columns). Schemas are compiled by `protobuf_schemas.py`.
+Records are grouped by (schema id, message). When the run's columns of the message are all flat, a
+compiled wire reader (`protobuf_reader.py`, `protobuf_wire.py`) reads them from the payload bytes and
+builds the struct array without the protobuf runtime; what it refuses (other messages, and single
+records it is not sure of) is parsed by the runtime's message class (upb, compiled, where the process
+imports protobuf with it: see `docs/benchmarks.md`) and read into one Arrow struct array, column by
+column, by readers compiled once per message (`domain/protobuf_schemas.py` gives the columns).
+Schemas are compiled by `protobuf_schemas.py`.
 
 Values without the wire prefix are read with `value_subject`'s latest schema and its message
 `value_message` (default: the file's first message) when the mapping names a subject, else are
@@ -29,13 +32,14 @@ import pyarrow as pa
 from google.protobuf.message import DecodeError
 
 from kafscale_iceberg.dataplane.formats.decoding import DecodedBatch, DecodedGroup
+from kafscale_iceberg.dataplane.formats.protobuf_reader import WireReader
 from kafscale_iceberg.dataplane.formats.protobuf_schemas import (
     ProtobufFile,
     compile_protobuf_schema,
     message_class,
 )
 from kafscale_iceberg.dataplane.formats.schema_cache import SchemaCache
-from kafscale_iceberg.dataplane.formats.wire import HEADER_BYTES, split_wire
+from kafscale_iceberg.dataplane.formats.wire import CONFLUENT_MISSING, HEADER_BYTES, split_wire
 from kafscale_iceberg.dataplane.schemas import column_arrow_type
 from kafscale_iceberg.domain.protobuf_schemas import (
     TIMESTAMP,
@@ -46,6 +50,7 @@ from kafscale_iceberg.domain.protobuf_schemas import (
     is_repeated,
     protobuf_columns,
 )
+from kafscale_iceberg.domain.record_schemas import SchemaId, schema_id_label
 from kafscale_iceberg.domain.runs import ColumnSpec
 from kafscale_iceberg.exceptions import RecordSchemaError, SchemaNotFoundError
 
@@ -64,6 +69,8 @@ class ProtobufMessage:
     columns: tuple[ColumnSpec, ...]
     builders: tuple[Builder, ...]
     struct_type: pa.StructType
+    reader: WireReader | None
+    """The compiled wire reader of the read columns, when the message is one it reads exactly."""
 
 
 class ProtobufDecoder:
@@ -86,38 +93,68 @@ class ProtobufDecoder:
         self._schemas = schemas
         self._subject = subject
         self._message = message
-        self._files: dict[int, ProtobufFile | RecordSchemaError | SchemaNotFoundError] = {}
-        self._messages: dict[tuple[int, tuple[int, ...] | str], ProtobufMessage | RecordSchemaError] = {}
+        self._files: dict[SchemaId, ProtobufFile | RecordSchemaError | SchemaNotFoundError] = {}
+        self._messages: dict[tuple[SchemaId, tuple[int, ...] | str], ProtobufMessage | RecordSchemaError] = {}
 
     def decode(self, values: pa.Array) -> DecodedBatch:
         """See `ValueDecoder.decode`."""
         errors: dict[int, tuple[str, str]] = {}
         groups = []
-        layout = _Layout.of(values)
+        layout = self._layout_of(values)
         for message, positions, starts in self._grouped(values, layout, errors).values():
-            ends = layout.ends[positions]
-            data = layout.data
-            parse = message.parse
-            try:
-                parsed = [parse(data[s:e]) for s, e in zip(starts.tolist(), ends.tolist(), strict=True)]
-                kept = positions
-            except DecodeError:
-                parsed, kept = self._one_by_one(message, layout, positions, starts, errors)
-            if not len(kept):
-                continue
-            try:
-                records = _records(message, parsed)
-            except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError, OverflowError) as exc:
-                for position in kept.tolist():
-                    errors[position] = (
-                        "undecodable",
-                        f"{message.label}: values do not fit its columns: {exc}",
+            kept, records = self._read(message, layout, positions, starts, errors)
+            if len(kept):
+                groups.append(
+                    DecodedGroup(
+                        positions=kept, records=records, columns=message.columns, label=message.label
                     )
-                continue
-            groups.append(
-                DecodedGroup(positions=kept, records=records, columns=message.columns, label=message.label)
-            )
+                )
         return DecodedBatch(count=len(values), groups=tuple(groups), errors=errors)
+
+    def _read(
+        self,
+        message: ProtobufMessage,
+        layout: _Layout,
+        positions: np.ndarray,
+        starts: np.ndarray,
+        errors: dict[int, tuple[str, str]],
+    ) -> tuple[np.ndarray, pa.StructArray]:
+        """A group's records: what the compiled wire reader settles, the rest parsed by the runtime
+        (`_parsed`); the positions kept (ascending) and their records."""
+        if message.reader is None:
+            return self._parsed(message, layout, positions, starts, errors)
+        settled, records = message.reader.read(layout.array, starts, layout.ends[positions])
+        if settled.all():
+            return positions, records
+        rest = ~settled
+        kept, parsed = self._parsed(message, layout, positions[rest], starts[rest], errors)
+        joined = np.concatenate([positions[settled], kept])
+        order = np.argsort(joined, kind="stable")
+        return joined[order], pa.concat_arrays([records, parsed]).take(pa.array(order))
+
+    def _parsed(
+        self,
+        message: ProtobufMessage,
+        layout: _Layout,
+        positions: np.ndarray,
+        starts: np.ndarray,
+        errors: dict[int, tuple[str, str]],
+    ) -> tuple[np.ndarray, pa.StructArray]:
+        """Records parsed by the runtime's message class and read column by column (the general path)."""
+        ends = layout.ends[positions]
+        data = layout.data
+        parse = message.parse
+        try:
+            parsed = [parse(data[s:e]) for s, e in zip(starts.tolist(), ends.tolist(), strict=True)]
+            kept = positions
+        except (DecodeError, UnicodeDecodeError):
+            parsed, kept = self._one_by_one(message, layout, positions, starts, errors)
+        try:
+            return kept, _records(message, parsed)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError, OverflowError) as exc:
+            for position in kept.tolist():
+                errors[position] = ("undecodable", f"{message.label}: values do not fit its columns: {exc}")
+            return kept[:0], pa.array([], message.struct_type)
 
     @staticmethod
     def _one_by_one(
@@ -133,7 +170,7 @@ class ProtobufDecoder:
         for position, start in zip(positions.tolist(), starts.tolist(), strict=True):
             try:
                 parsed.append(message.parse(layout.data[start : int(layout.ends[position])]))
-            except DecodeError as exc:
+            except (DecodeError, UnicodeDecodeError) as exc:
                 errors[position] = (
                     "undecodable",
                     f"the payload does not decode with {message.label}: {exc or 'malformed bytes'}",
@@ -148,52 +185,31 @@ class ProtobufDecoder:
         """See `ValueDecoder.schemas_of`: keyed by schema id and message; payloads are not parsed."""
         found: dict[str, tuple[ColumnSpec, ...]] = {}
         for (schema_id, where), (message, _positions, _starts) in self._grouped(
-            values, _Layout.of(values), {}
+            values, self._layout_of(values), {}
         ).items():
-            found[f"id:{schema_id:010d}:{where}"] = message.columns
+            found[f"{self._schemas.order_key(schema_id)}:{where}"] = message.columns
         return found
 
-    def _grouped(
-        self, values: pa.Array, layout: _Layout, errors: dict[int, tuple[str, str]]
-    ) -> dict[tuple[int, str], tuple[ProtobufMessage, np.ndarray, np.ndarray]]:
+    def _layout_of(self, values: pa.Array) -> _Layout:
+        """Where each value's bytes are (the Glue decoder's: its payloads, inflated)."""
+        return _Layout.of(values)
+
+    def _grouped(self, values: pa.Array, layout: _Layout, errors: dict[int, tuple[str, str]]) -> Grouped:
         """The batch's records by (schema id, message): positions (ascending) and where each payload
         starts; errors for what has no message. The common message-index paths (`[0]`, `[n]` for a
         small n) are read for the whole batch at once, the others value by value."""
         headers = split_wire(values)
-        pieces: dict[tuple[int, str], tuple[ProtobufMessage, list[np.ndarray], list[np.ndarray]]] = {}
+        pieces: Pieces = {}
 
         def add(
             schema_id: int, where: tuple[int, ...] | str, positions: np.ndarray, starts: np.ndarray
         ) -> None:
-            message = self._message_of(schema_id, where)
-            if isinstance(message, Exception):
-                kind = "unknown_schema" if isinstance(message, SchemaNotFoundError) else "undecodable"
-                for position in positions.tolist():
-                    errors[position] = (kind, f"schema id {schema_id}: {message}")
-                return
-            entry = pieces.setdefault((schema_id, message.label), (message, [], []))
-            entry[1].append(positions)
-            entry[2].append(starts)
+            self._add_piece(pieces, errors, schema_id, where, positions, starts)
 
         unprefixed = np.flatnonzero(headers.present & ~headers.prefixed)
-        if len(unprefixed) and self._subject is None:
-            for position in unprefixed.tolist():
-                first = int(headers.first_bytes[position])
-                errors[position] = (
-                    "wire_format",
-                    f"no Confluent wire-format prefix (first byte 0x{first:02x}, expected 0x00 and a "
-                    f"4-byte schema id): set the mapping's {self._part}_subject (and {self._part}_message) "
-                    f"to read such {self._part}s with its latest schema, or fix the producer's serializer",
-                )
-        elif len(unprefixed):
-            assert self._subject is not None
-            try:
-                latest = self._schemas.latest(self._subject)
-            except SchemaNotFoundError as exc:
-                for position in unprefixed.tolist():
-                    errors[position] = ("unknown_schema", f"{self._part}_subject {self._subject!r}: {exc}")
-            else:
-                add(latest.schema_id, self._message or (0,), unprefixed, layout.starts[unprefixed])
+        self._add_unprefixed(
+            pieces, errors, unprefixed, layout.starts[unprefixed], headers.first_bytes, CONFLUENT_MISSING
+        )
         prefixed = np.flatnonzero(headers.prefixed)
         ids = headers.schema_ids[prefixed]
         at = layout.starts[prefixed] + HEADER_BYTES
@@ -226,16 +242,60 @@ class ProtobufDecoder:
                 )
                 continue
             add(schema_id, path, np.asarray([position]), np.asarray([start]))
-        grouped = {}
-        for key, (message, position_parts, start_parts) in pieces.items():
-            positions = np.concatenate(position_parts).astype(np.int64)
-            starts = np.concatenate(start_parts).astype(np.int64)
-            order = np.argsort(positions, kind="stable")
-            grouped[key] = (message, positions[order], starts[order])
-        return grouped
+        return _assembled(pieces)
+
+    def _add_piece(
+        self,
+        pieces: Pieces,
+        errors: dict[int, tuple[str, str]],
+        schema_id: SchemaId,
+        where: tuple[int, ...] | str,
+        positions: np.ndarray,
+        starts: np.ndarray,
+    ) -> None:
+        """Records of one (schema id, message) added to `pieces`, or to `errors` naming why not."""
+        message = self._message_of(schema_id, where)
+        if isinstance(message, Exception):
+            kind = "unknown_schema" if isinstance(message, SchemaNotFoundError) else "undecodable"
+            for position in positions.tolist():
+                errors[position] = (kind, f"{schema_id_label(schema_id)}: {message}")
+            return
+        entry = pieces.setdefault((schema_id, message.label), (message, [], []))
+        entry[1].append(positions)
+        entry[2].append(starts)
+
+    def _add_unprefixed(
+        self,
+        pieces: Pieces,
+        errors: dict[int, tuple[str, str]],
+        unprefixed: np.ndarray,
+        starts: np.ndarray,
+        first_bytes: np.ndarray,
+        missing: str,
+    ) -> None:
+        """Values without the header: read with `value_subject`'s latest schema and `value_message`,
+        or `wire_format` dead letters (`missing`: the header expected, formatted with `first`)."""
+        if not len(unprefixed):
+            return
+        if self._subject is None:
+            for position in unprefixed.tolist():
+                errors[position] = (
+                    "wire_format",
+                    f"{missing.format(first=int(first_bytes[position]))}: set the mapping's "
+                    f"{self._part}_subject (and {self._part}_message) to read such {self._part}s with its "
+                    "latest schema, or fix the producer's serializer",
+                )
+            return
+        try:
+            latest = self._schemas.latest(self._subject)
+        except SchemaNotFoundError as exc:
+            for position in unprefixed.tolist():
+                errors[position] = ("unknown_schema", f"{self._part}_subject {self._subject!r}: {exc}")
+            return
+        self._add_piece(pieces, errors, latest.schema_id, self._message or (0,), unprefixed, starts)
 
     def _message_of(
-        self, schema_id: int, where: tuple[int, ...] | str
+        self, schema_id: SchemaId, where: tuple[int, ...] | str
     ) -> ProtobufMessage | RecordSchemaError | SchemaNotFoundError:
         key = (schema_id, where)
         found = self._messages.get(key)
@@ -254,7 +314,7 @@ class ProtobufDecoder:
         self._messages[key] = found
         return found
 
-    def _file(self, schema_id: int) -> ProtobufFile | RecordSchemaError | SchemaNotFoundError:
+    def _file(self, schema_id: SchemaId) -> ProtobufFile | RecordSchemaError | SchemaNotFoundError:
         found = self._files.get(schema_id)
         if found is not None:
             return found
@@ -267,6 +327,23 @@ class ProtobufDecoder:
             found = exc
         self._files[schema_id] = found
         return found
+
+
+Pieces = dict[tuple[SchemaId, str], tuple[ProtobufMessage, list[np.ndarray], list[np.ndarray]]]
+"""A batch's records as they are grouped: (schema id, message label) -> message, position and start parts."""
+Grouped = dict[tuple[SchemaId, str], tuple[ProtobufMessage, np.ndarray, np.ndarray]]
+"""A batch's records by (schema id, message label): the message, positions (ascending), payload starts."""
+
+
+def _assembled(pieces: Pieces) -> Grouped:
+    """`pieces` with each group's parts joined, in position order."""
+    grouped = {}
+    for key, (message, position_parts, start_parts) in pieces.items():
+        positions = np.concatenate(position_parts).astype(np.int64)
+        starts = np.concatenate(start_parts).astype(np.int64)
+        order = np.argsort(positions, kind="stable")
+        grouped[key] = (message, positions[order], starts[order])
+    return grouped
 
 
 @dataclass(frozen=True)
@@ -308,6 +385,13 @@ def _message_indexes(value: bytes, start: int, end: int) -> tuple[tuple[int, ...
 
 
 def _zigzag(value: bytes, at: int, end: int) -> tuple[int, int]:
+    result, at = read_varint(value, at, end)
+    return (result >> 1) ^ -(result & 1), at
+
+
+def read_varint(value: bytes, at: int, end: int, *, most_bytes: int = 10) -> tuple[int, int]:
+    """The unsigned varint at `at` of `value` (which ends at `end`) and where the bytes after it start;
+    `ValueError` when it runs past `end` or is longer than `most_bytes`."""
     result = shift = 0
     while True:
         if at >= end:
@@ -316,11 +400,10 @@ def _zigzag(value: bytes, at: int, end: int) -> tuple[int, int]:
         at += 1
         result |= (byte & 0x7F) << shift
         if not byte & 0x80:
-            break
+            return result, at
         shift += 7
-        if shift > 63:
-            raise ValueError("a varint longer than 10 bytes")
-    return (result >> 1) ^ -(result & 1), at
+        if shift >= 7 * most_bytes:
+            raise ValueError(f"a varint longer than {most_bytes} bytes")
 
 
 def _compile_message(compiled: ProtobufFile, descriptor: Any, wanted: frozenset[str]) -> ProtobufMessage:
@@ -332,7 +415,10 @@ def _compile_message(compiled: ProtobufFile, descriptor: Any, wanted: frozenset[
         _column_builder(descriptor.fields_by_name[c.name], field.type)
         for c, field in zip(read, struct_type, strict=True)
     )
-    return ProtobufMessage(label, message_class(descriptor).FromString, columns, builders, struct_type)
+    reader = WireReader.of(descriptor, struct_type)
+    return ProtobufMessage(
+        label, message_class(descriptor).FromString, columns, builders, struct_type, reader
+    )
 
 
 def _records(message: ProtobufMessage, parsed: Sequence[Any]) -> pa.StructArray:

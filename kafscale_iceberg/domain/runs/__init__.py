@@ -73,7 +73,7 @@ from kafscale_iceberg.domain.runs.result import (
     RunTimings,
     TableOutput,
 )
-from kafscale_iceberg.domain.runs.upsert import CdcFormat, UpsertSettings
+from kafscale_iceberg.domain.runs.upsert import CdcFormat, ReplacedFile, UpsertOutcome, UpsertSettings
 from kafscale_iceberg.domain.runs.written import (
     plan_as_written,
     table_outputs,
@@ -116,6 +116,7 @@ __all__ = [
     "QuarantinedSegment",
     "RegistrySettings",
     "RegistryType",
+    "ReplacedFile",
     "RoutePlan",
     "RunCounts",
     "RunFailure",
@@ -128,6 +129,7 @@ __all__ = [
     "TableOutput",
     "TableRole",
     "TableTarget",
+    "UpsertOutcome",
     "UpsertSettings",
     "ValueFormat",
     "deleted_keys_target",

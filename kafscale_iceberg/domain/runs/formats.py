@@ -69,10 +69,12 @@ class RegistrySettings(DocumentModel):
     """The schema registry as a run reaches it (no secret: credentials travel beside the plan, see
     `credentials_secret`).
 
-    `url` is a Confluent-compatible registry (Confluent, Redpanda, Apicurio's ccompat API, Karapace);
-    `tls_ca_pem` a private CA's certificates (PEM text) to trust besides the system's.
-    `credentials_secret`: a Secrets Manager secret id the job reads the credentials from (AWS);
-    `auth`: which credentials the registry takes (`none`, `basic`, `bearer`).
+    `type: confluent`: `url` is a Confluent-compatible registry (Confluent, Redpanda, Apicurio's
+    ccompat API, Karapace); `tls_ca_pem` a private CA's certificates (PEM text) to trust besides the
+    system's; `credentials_secret`: a Secrets Manager secret id the job reads the credentials from
+    (AWS); `auth`: which credentials the registry takes (`none`, `basic`, `bearer`).
+    `type: glue`: the AWS Glue Schema Registry `registry_name`, in `region` (None: the credential
+    chain's), through `endpoint_url` (None: Glue's in that region); credentials from the chain.
     """
 
     type: RegistryType = RegistryType.CONFLUENT
@@ -84,3 +86,4 @@ class RegistrySettings(DocumentModel):
     credentials_secret: str | None = None
     registry_name: str | None = None
     region: str | None = None
+    endpoint_url: str | None = None

@@ -116,6 +116,10 @@ class TableTarget(DocumentModel):
     """A routed inferred mapping's table (`schema.source: infer` with `route`): its own columns after
     the base fields (the launcher's: the table's current ones; the job's: those its files are written
     with). None: the mapping's `conversion.columns` (every other table)."""
+    metadata_location: str | None = None
+    """An upsert table: the table's metadata file as the launcher knew it (`field-ids.json`), which the
+    run locates the files holding changed keys in; None when the table has none (new). The commit
+    refuses the run when that version no longer stands, and the next plan carries the current one."""
 
 
 def deleted_keys_target(table: TableTarget) -> TableTarget:

@@ -13,6 +13,7 @@ from pydantic import Field, model_validator
 from kafscale_iceberg.domain.runs.columns import ColumnSpec, ColumnType
 from kafscale_iceberg.domain.runs.documents import DocumentModel, Offset, PartitionNumber, PartitionValue
 from kafscale_iceberg.domain.runs.plan import TableRole
+from kafscale_iceberg.domain.runs.upsert import UpsertOutcome
 
 RESULT_VERSION: Literal[1] = 1
 
@@ -244,6 +245,9 @@ class RunResult(DocumentModel):
     deleted_key_files: tuple[DataFile, ...] = ()
     """An upsert table (`conversion.upsert`): the records deleting their key, as files of base fields
     and key columns under the table's run prefix (`deleted_keys_target`); never added to a table."""
+    upsert: UpsertOutcome | None = None
+    """An upsert table: what the run's rewrite stage located and replaced (`execution/upsert_stage.py`);
+    `data_files` are then the files to add (the run's rows, the table's files rewritten)."""
     partitions: tuple[PartitionOutcome, ...] = ()
     counts: RunCounts = RunCounts()
     timings: RunTimings
@@ -264,6 +268,7 @@ class RunResult(DocumentModel):
             self.data_files
             or self.dead_letter_files
             or self.deleted_key_files
+            or self.upsert is not None
             or any(t.files for t in self.tables)
         ):
             raise ValueError("a failed result lists no files: nothing of a failed run may be committed")

@@ -38,3 +38,31 @@ class UpsertSettings(DocumentModel):
         if len(set(self.key)) != len(self.key):
             raise ValueError(f"upsert key {list(self.key)} lists a column twice")
         return self
+
+
+class ReplacedFile(DocumentModel):
+    """A table file an upsert run replaces (rewritten without the rows of changed keys, or dropped)."""
+
+    uri: str
+    size_bytes: int = Field(ge=0)
+
+
+class UpsertOutcome(DocumentModel):
+    """What an upsert run's tasks made of its changes (`RunResult.upsert`): the table version it located
+    the changed keys in, the table files it replaces (its rewritten ones are in `data_files`, with its
+    own rows), and the keys it inserted, updated and deleted there.
+
+    The commit refuses the run when that version no longer stands (a replaced file left the table, or
+    a commit other than a compaction landed after it): the run is planned again, never half applied.
+    """
+
+    located_snapshot_id: int | None = None
+    """The snapshot the run located in (None: the table had none, or the launcher knew no version)."""
+    located_version: str | None = None
+    """The table metadata file read (`TableTarget.metadata_location` of the plan)."""
+    changed_keys: int = Field(default=0, ge=0)
+    """How many keys the run changed (none: the commit only moves the offsets)."""
+    replaced: tuple[ReplacedFile, ...] = ()
+    inserted: int = Field(default=0, ge=0)
+    updated: int = Field(default=0, ge=0)
+    deleted: int = Field(default=0, ge=0)
