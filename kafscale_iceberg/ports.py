@@ -289,6 +289,16 @@ class AwaitableJobRunner(Protocol):
         ...
 
 
+@runtime_checkable
+class JobLookup(Protocol):
+    """A job runner whose run jobs can be started by someone else (EMR Serverless: the state machine's
+    `startJobRun.sync` starts a run's job, so its ticket carries no job id): finds them by run id."""
+
+    def unfinished_jobs(self, run_id: str, *, created_after_ms: int) -> list[str]:
+        """The ids of the jobs started for run `run_id` since `created_after_ms` that have not ended."""
+        ...
+
+
 class WaitingJobRunner(JobRunner, AwaitableJobRunner, Protocol):
     """A job runner a step waits on until its job ends (the in-process runner: the Lambda runner)."""
 

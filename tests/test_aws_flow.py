@@ -16,11 +16,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import boto3
 import pytest
 
 from kafscale_iceberg.domain.events import TopicSignal, message_group_id
 from kafscale_iceberg.segments.keys import SegmentObjectKind, format_segment_key
 from tests.support.aws_box import Box, local_emr_runner, open_box, timed_out
+from tests.support.cfn_template import REGION
 from tests.support.etcd import EtcdServer
 from tests.support.moto import MotoEndpoint
 from tests.support.segments import encode_segment, put_segment
@@ -262,6 +264,25 @@ def test_a_commit_that_starts_after_the_lease_lapsed_lands_once(box: Box) -> Non
     assert box.committed_offsets(TOPIC) == {0: 3}
     assert _statuses(box) == ["SUCCEEDED"]
     assert box.fleet.count("AbortFunction") == 0
+    _assert_iam(box)
+
+
+def test_a_run_that_loses_its_lease_has_its_still_running_job_cancelled_by_the_abort_step(box: Box) -> None:
+    """The state machine started the job (the ticket has no job id): when the run is aborted (here its
+    lease is lost while the job runs), the abort step finds the job by the run id (ListJobRuns) and
+    cancels it, so it stops costing, whether or not Step Functions cancelled the stopped .sync task
+    (the box's does not)."""
+    box.emr.faults.append("STUCK")  # RUNNING until its timeout
+    put_segment(box.s3, box.segment_bucket, box.namespace, TOPIC, 0, 0, 3)
+    box.pump(until=lambda: box.fleet.count("WatchFunction") >= 1, timeout_s=60)
+    _expire_leases(box)
+    box.pump(until=lambda: box.fleet.count("AbortFunction") >= 1, timeout_s=60)
+    emr = boto3.client("emr-serverless", endpoint_url=box.moto_url, region_name=REGION)
+    (application,) = emr.list_applications()["applications"]
+    stuck = box.emr.started[0]
+    assert emr.get_job_run(applicationId=application["id"], jobRunId=stuck)["jobRun"]["state"] == "CANCELLED"
+    assert box.recorder.count("emr-serverless:CancelJobRun", role="AbortRole") == 1
+    assert box.recorder.count("emr-serverless:ListJobRuns", role="AbortRole") >= 1
     _assert_iam(box)
 
 

@@ -264,3 +264,40 @@ def test_the_users_spark_submit_parameters_win_over_the_sizing(moto_server: Moto
     assert "--conf spark.executor.memory=8g" in parameters
     assert "--driver-memory 6g" in parameters
     assert "--conf spark.executor.instances=1" in parameters  # what the user left alone is still sized
+
+
+def test_a_run_s_unfinished_jobs_are_found_by_its_run_id_in_the_window_since_its_lease() -> None:
+    """The abort step's lookup: ListJobRuns of the application, created since the lease was claimed
+    (less five minutes of clock skew), in the states before an end; only jobs named by the run id."""
+    from datetime import UTC, datetime
+
+    runner, stubber, _ = _stubbed()
+    claimed_ms = 1_795_000_000_000
+    summary = {
+        "applicationId": "00abc",
+        "arn": "arn:aws:emr-serverless:us-east-1:123456789012:/applications/00abc/jobruns/x",
+        "createdBy": "arn:aws:iam::123456789012:user/me",
+        "createdAt": datetime(2026, 11, 20, tzinfo=UTC),
+        "updatedAt": datetime(2026, 11, 20, tzinfo=UTC),
+        "executionRole": "arn:aws:iam::123456789012:role/job",
+        "state": "RUNNING",
+        "stateDetails": "running",
+        "releaseLabel": "emr-spark-8.0.0",
+    }
+    stubber.add_response(
+        "list_job_runs",
+        {
+            "jobRuns": [
+                {**summary, "id": "j1", "name": "orders-abc-a0"},
+                {**summary, "id": "j2", "name": "orders-abc-a1"},  # the next attempt's
+            ]
+        },
+        {
+            "applicationId": _settings().application_id,
+            "createdAtAfter": datetime.fromtimestamp((claimed_ms - 300_000) / 1000, tz=UTC),
+            "states": ["SUBMITTED", "PENDING", "SCHEDULED", "QUEUED", "RUNNING"],
+        },
+    )
+    with stubber:
+        assert runner.unfinished_jobs("orders-abc-a0", created_after_ms=claimed_ms) == ["j1"]
+    stubber.assert_no_pending_responses()

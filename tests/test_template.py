@@ -35,6 +35,7 @@ from tests.support.cfn_template import (
     functions,
     load_template,
     s3_object_arn,
+    template_resources,
     walk,
 )
 
@@ -593,6 +594,48 @@ def test_glue_access_is_limited_to_the_named_databases() -> None:
     assert not rest.role_allows("CommitRole", "glue:UpdateTable", table)
 
 
+def _lake_formation_grants(deployment: Deployment) -> dict[tuple[str, str], set[str]]:
+    """(principal, resource) -> permissions, of the Lake Formation grants the stack would create."""
+    grants: dict[tuple[str, str], set[str]] = {}
+    for logical_id, resource in deployment.resources.items():
+        if resource["Type"] == "AWS::LakeFormation::PrincipalPermissions" and deployment.exists(logical_id):
+            properties = deployment.evaluate(resource["Properties"])
+            assert properties["PermissionsWithGrantOption"] == []
+            key = (properties["Principal"]["DataLakePrincipalIdentifier"], json.dumps(properties["Resource"]))
+            grants[key] = set(properties["Permissions"])
+    return grants
+
+
+def test_lake_formation_grants_are_opt_in_and_go_to_every_role_that_creates_or_alters_tables() -> None:
+    """`LakeFormationGrants: "true"`: each database of GlueDatabaseNames and its tables are granted to
+    exactly the roles whose IAM lets them create tables there (Lake Formation refuses them otherwise):
+    create and alter tables in the database; alter, describe, read and write its tables, never drop."""
+    assert _lake_formation_grants(Deployment(INSTALLATIONS["existing-bucket"])) == {}
+    deployment = Deployment({**INSTALLATIONS["existing-bucket"], "LakeFormationGrants": "true"})
+    assert deployment.failed_rules() == {}
+    roles = [r for r, resource in deployment.resources.items() if resource["Type"] == "AWS::IAM::Role"]
+    table_creators = {
+        deployment.attribute(role, "Arn")
+        for role in roles
+        if deployment.role_allows(role, "glue:CreateTable", f"arn:aws:glue:{REGION}:{ACCOUNT}:database/shop")
+    }
+    assert len(table_creators) == 3  # commit, replay, maintenance
+    expected = {}
+    for role in table_creators:
+        for database in ("shop", "web"):
+            on_database = {"Database": {"CatalogId": ACCOUNT, "Name": database}}
+            on_tables = {"Table": {"CatalogId": ACCOUNT, "DatabaseName": database, "TableWildcard": {}}}
+            expected[role, json.dumps(on_database)] = {"CREATE_TABLE", "ALTER", "DESCRIBE"}
+            expected[role, json.dumps(on_tables)] = {"ALTER", "DESCRIBE", "SELECT", "INSERT", "DELETE"}
+    assert _lake_formation_grants(deployment) == expected
+
+
+def test_lake_formation_grants_need_the_glue_catalog() -> None:
+    rest = Deployment({**INSTALLATIONS["created-bucket"], "LakeFormationGrants": "true"})
+    assert "CatalogType glue" in rest.failed_rules()["LakeFormationGrantsNeedGlue"]
+    assert _lake_formation_grants(rest) == {}
+
+
 def test_glue_schema_versions_are_readable_by_the_task_runners_only_in_the_named_registry() -> None:
     deployment = Deployment({**INSTALLATIONS["created-bucket"], "GlueSchemaRegistryName": "orders"})
     registry = f"arn:aws:glue:{REGION}:{ACCOUNT}:registry/orders"
@@ -631,6 +674,10 @@ def test_emr_and_queue_actions_are_scoped_to_the_stack_resources() -> None:
     assert deployment.role_allows("WatchRole", "emr-serverless:GetJobRun", job)
     assert deployment.role_allows("WatchRole", "emr-serverless:CancelJobRun", job)
     assert not deployment.role_allows("WatchRole", "emr-serverless:StartJobRun", application)
+    # The abort step finds the run's job by its run id and cancels it (the state machine started it).
+    assert deployment.role_allows("AbortRole", "emr-serverless:ListJobRuns", application)
+    assert deployment.role_allows("AbortRole", "emr-serverless:CancelJobRun", job)
+    assert not deployment.role_allows("AbortRole", "emr-serverless:StartJobRun", application)
     assert not deployment.role_allows(
         "StartJobRole", "emr-serverless:GetJobRun", "arn:aws:emr-serverless:x:y:/applications/other/jobruns/1"
     )
@@ -784,7 +831,7 @@ def test_every_alarm_query_names_the_metric_parameters() -> None:
 
 
 def test_every_dead_letter_queue_has_an_alarm() -> None:
-    resources = load_template()["Resources"]
+    resources = template_resources()
     alarmed = {
         r["Properties"]["Dimensions"][0]["Value"]["Fn::GetAtt"][0]
         for r in resources.values()

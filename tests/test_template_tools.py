@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.cfn_template import ROOT, functions, load_template
+from tests.support.cfn_template import ROOT, functions, load_template, template_resources
 
 # Every test here runs a linter or `sam build` in a process of its own.
 pytestmark = pytest.mark.slow
@@ -159,7 +159,7 @@ def test_every_checkov_suppression_is_justified_and_needed(linters: dict[str, To
     """Each skip says why the check does not apply, and checkov would report it without the skip."""
     skips = {
         (name, skip["id"]): skip.get("comment", "")
-        for name, resource in load_template()["Resources"].items()
+        for name, resource in template_resources().items()
         for skip in resource.get("Metadata", {}).get("checkov", {}).get("skip", [])
     }
     assert skips

@@ -1,4 +1,4 @@
-"""EMR Serverless job runs with boto3: start (idempotent by run id), look, cancel.
+"""EMR Serverless job runs with boto3: start (idempotent by run id), look, find by run id, cancel.
 
 `StartJobRun` is throttled at 1 TPS (burst 25) per account: throttling is retried here with the SAME
 `clientToken` (the run id), so a retry can never start a second job for the same run.
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import boto3
@@ -26,6 +27,7 @@ from kafscale_iceberg.exceptions import (
 
 if TYPE_CHECKING:
     from mypy_boto3_emr_serverless import EMRServerlessClient
+    from mypy_boto3_emr_serverless.literals import JobRunStateType
 
 _STATES = {
     "SUBMITTED": JobState.PENDING,
@@ -38,6 +40,10 @@ _STATES = {
     "CANCELLING": JobState.RUNNING,
     "CANCELLED": JobState.CANCELLED,
 }
+# ListJobRuns' states before a job's end (CANCELLING is one: it is being cancelled already).
+_UNFINISHED: tuple[JobRunStateType, ...] = ("SUBMITTED", "PENDING", "SCHEDULED", "QUEUED", "RUNNING")
+# A run's job is created after its lease was claimed; EMR's clock may run behind the lease's a little.
+_CLOCK_SKEW_MS = 5 * 60 * 1000
 _THROTTLED = {"ThrottlingException", "TooManyRequestsException", "RequestLimitExceeded"}
 
 
@@ -150,6 +156,29 @@ class EmrServerlessJobRunner:
             detail=str(run.get("stateDetails", "")),
             queued_ms=run.get("queuedDurationMilliseconds"),
         )
+
+    def unfinished_jobs(self, run_id: str, *, created_after_ms: int) -> list[str]:
+        """The job runs started for run `run_id` (named by it: `_job_request`) since `created_after_ms`
+        that have not ended: `ListJobRuns` of the application over that window and the states before
+        an end (a job already cancelling is not listed). The state machine's `startJobRun.sync` starts a
+        run's job, so the abort step finds it here to cancel it."""
+        if not self._settings.application_id:
+            return []  # no application configured: no job can have been started for the run
+        after = datetime.fromtimestamp(max(created_after_ms - _CLOCK_SKEW_MS, 0) / 1000, tz=UTC)
+
+        def list_all() -> list[str]:
+            found: list[str] = []
+            pages = self._emr.get_paginator("list_job_runs").paginate(
+                applicationId=self._settings.application_id,
+                createdAtAfter=after,
+                states=list(_UNFINISHED),
+            )
+            for page in pages:
+                found += [run["id"] for run in page["jobRuns"] if run["name"] == run_id]
+            return found
+
+        found: list[str] = self._call(f"list the job runs of run {run_id}", list_all)
+        return found
 
     def cancel(self, job_id: str) -> None:
         """Ask EMR to cancel the job run. Idempotent (cancelling a finished job is not an error)."""

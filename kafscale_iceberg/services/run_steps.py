@@ -34,6 +34,7 @@ from kafscale_iceberg.config import RunsConfig
 from kafscale_iceberg.domain.field_ids import TopicFieldIds, field_id_mismatches, field_ids_uri
 from kafscale_iceberg.domain.jobs import JobState, JobStatus
 from kafscale_iceberg.domain.leases import LeaseGrant
+from kafscale_iceberg.domain.runner_choice import RunnerKind
 from kafscale_iceberg.domain.runs import FailureKind, RunPlan, RunResult, TableRole
 from kafscale_iceberg.domain.tickets import OUTCOME_NAME, FailedAttempt, RunTicket, run_document_uri
 from kafscale_iceberg.exceptions import (
@@ -44,7 +45,7 @@ from kafscale_iceberg.exceptions import (
     RunNotCommittableError,
     UpsertLocateStaleError,
 )
-from kafscale_iceberg.ports import CheckpointStore, JobRunner, RunDocuments, WaitingJobRunner
+from kafscale_iceberg.ports import CheckpointStore, JobLookup, JobRunner, RunDocuments, WaitingJobRunner
 from kafscale_iceberg.services.backoff import BackoffRecords
 from kafscale_iceberg.services.commit import CommitOutcome, CommitService
 from kafscale_iceberg.services.run_writes import TablePolicy
@@ -247,8 +248,8 @@ class RunSteps:
         """Cancel the run's job if it still runs, record the failed attempt (with where the run wrote
         its files: never committed unless a commit of this run landed, so safe to clean up) and the
         topic's backoff, release the lease if still ours, and decide the retry. Idempotent."""
-        if ticket.job_id is not None:
-            self._cancel_abandoned(ticket.topic, ticket.run_id, ticket.job_id)
+        for job_id in self._abandoned_jobs(ticket):
+            self._cancel_abandoned(ticket.topic, ticket.run_id, job_id)
         plan = self._read_plan(ticket)
         outcome = FailedAttempt(
             status="aborted",
@@ -284,6 +285,25 @@ class RunSteps:
             alarm=alarm,
             lease_released=released,
         )
+
+    def _abandoned_jobs(self, ticket: RunTicket) -> list[str]:
+        """The run's job, when one may still run: the ticket's, or on EMR Serverless (where the state
+        machine started it and the ticket has no id) the unfinished jobs named by the run id, created
+        since the lease was claimed. A lookup the runner refuses is logged; a transient one raised."""
+        if ticket.job_id is not None:
+            return [ticket.job_id]
+        if ticket.runner is not RunnerKind.EMR_SERVERLESS or not isinstance(self._jobs, JobLookup):
+            return []
+        try:
+            return self._jobs.unfinished_jobs(ticket.run_id, created_after_ms=ticket.grant.claimed_at_ms)
+        except KafscaleIcebergError as exc:
+            if exc.transient:
+                raise
+            logger.warning(
+                "could not look up the aborted run's job to cancel it",
+                extra={"topic": ticket.topic, "run_id": ticket.run_id, "error": str(exc)},
+            )
+            return []
 
     def _cancel_abandoned(self, topic: str, run_id: str, job_id: str) -> None:
         """Cancel the job an aborted run abandons (so it stops costing); a runner that no longer knows

@@ -43,7 +43,8 @@ The fakes, each with what it does not cover:
 - **EMR Serverless compute**: moto's `StartJobRun` is idempotent by `clientToken` here (as EMR is)
   and starts the job's `--plan` (or a maintenance pass's `--compaction` job) on local Spark
   (`LocalSparkJobRunner`, warm session: the same `spark_app` code EMR runs);
-  `GetJobRun` reports that job's state; `CancelJobRun` cancels it (a finished job: ValidationException).
+  `GetJobRun` and `ListJobRuns` report that job's state; `CancelJobRun` cancels it (a finished job:
+  ValidationException).
   `faults` makes the next job FAILED without running (a container that died), stuck, or slow to
   start (`SLOW`: RUNNING for `SLOW_START_SECONDS` first, so the renewal branch runs).
   Not covered: EMR's queueing, capacity, the venv archive/image (`make package-spark`).
@@ -79,6 +80,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -165,6 +167,8 @@ def iam_requests(service: str, operation: str, params: dict[str, Any]) -> list[t
             if params.get("tags"):
                 found.append(("emr-serverless:TagResource", f"{application}/jobruns/*"))
             return found
+        if operation == "ListJobRuns":
+            return [("emr-serverless:ListJobRuns", application)]
         return [(f"emr-serverless:{operation}", f"{application}/jobruns/{params['jobRunId']}")]
     if service == "glue" and operation == "GetSchemaVersion":
         return glue_schema_version_requests(params)
@@ -658,12 +662,14 @@ class EmrCompute:
         self.started: list[str] = []
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from moto.core.utils import utcnow
         from moto.emrserverless.exceptions import ValidationException
         from moto.emrserverless.models import EMRServerlessBackend
 
         original_start = EMRServerlessBackend.start_job_run
         original_get = EMRServerlessBackend.get_job_run
         original_cancel = EMRServerlessBackend.cancel_job_run
+        original_list = EMRServerlessBackend.list_job_runs
         compute = self
 
         def start_job_run(backend: Any, application_id: str, client_token: str, **kwargs: Any) -> Any:
@@ -671,6 +677,7 @@ class EmrCompute:
                 if run.client_token == client_token:
                     return run
             run = original_start(backend, application_id=application_id, client_token=client_token, **kwargs)
+            run.created_at = run.updated_at = utcnow()  # moto keeps the day only; EMR the instant
             compute.start(run)
             return run
 
@@ -690,7 +697,22 @@ class EmrCompute:
 
         monkeypatch.setattr(EMRServerlessBackend, "start_job_run", start_job_run)
         monkeypatch.setattr(EMRServerlessBackend, "get_job_run", get_job_run)
+
+        def list_job_runs(
+            backend: Any,
+            application_id: str,
+            created_at_after: Any,
+            created_at_before: Any,
+            states: list[str] | None,
+        ) -> Any:
+            for run in backend.job_runs.get(application_id, []):
+                compute.refresh(run)  # states as GetJobRun reports them, before moto filters by state
+            return original_list(
+                backend, application_id, _utc(created_at_after), _utc(created_at_before), states
+            )
+
         monkeypatch.setattr(EMRServerlessBackend, "cancel_job_run", cancel_job_run)
+        monkeypatch.setattr(EMRServerlessBackend, "list_job_runs", list_job_runs)
 
     def start(self, run: Any) -> None:
         from kafscale_iceberg.adapters.documents import DocumentStore
@@ -737,6 +759,16 @@ class EmrCompute:
             status.state.value, "RUNNING"
         )
         run.state_details = status.detail
+
+
+def _utc(value: Any) -> datetime | None:
+    """A `ListJobRuns` time bound as moto's server receives it (ISO 8601 text, or epoch seconds) ->
+    the naive UTC datetime moto compares with."""
+    if value is None or isinstance(value, datetime):
+        return value
+    if isinstance(value, int | float) or str(value).replace(".", "", 1).isdigit():
+        return datetime.fromtimestamp(float(value), tz=UTC).replace(tzinfo=None)
+    return datetime.fromisoformat(str(value).replace("Z", "+00:00")).astimezone(UTC).replace(tzinfo=None)
 
 
 # -- Step Functions' emr-serverless:startJobRun.sync ------------------------------------------------------

@@ -71,9 +71,19 @@ class Function:
         return "VpcConfig" in self.properties
 
 
+def template_resources() -> dict[str, Any]:
+    """The template's resources as written, without its `Fn::ForEach` loops (the resources a loop makes
+    depend on the parameters: `Deployment.resources` has them)."""
+    return {
+        name: resource
+        for name, resource in load_template()["Resources"].items()
+        if not name.startswith("Fn::ForEach::")
+    }
+
+
 def functions() -> list[Function]:
     """Every function of the template."""
-    resources = load_template()["Resources"]
+    resources = template_resources()
     return [
         Function(name, resource.get("Properties", {}), resource.get("Metadata", {}))
         for name, resource in resources.items()
@@ -119,12 +129,12 @@ class Deployment:
     def __init__(self, parameters: Mapping[str, Any], *, stack: str = STACK) -> None:
         self.stack = stack
         self.template = load_template()
-        self.resources: dict[str, Any] = self.template["Resources"]
         self.parameters = {
             name: spec.get("Default") for name, spec in self.template["Parameters"].items()
         } | dict(parameters)
         missing = [name for name, value in self.parameters.items() if value is None]
         assert not missing, f"parameters without a value: {missing}"
+        self.resources: dict[str, Any] = self._expand_loops(self.template["Resources"])
         self.conditions: dict[str, bool] = {}
 
     # -- what tests ask ----------------------------------------------------------------------------
@@ -184,6 +194,21 @@ class Deployment:
                 if not self.evaluate(assertion["Assert"]):
                     failed[name] = str(assertion.get("AssertDescription", ""))
         return failed
+
+    def _expand_loops(self, resources: Mapping[str, Any]) -> dict[str, Any]:
+        """`Fn::ForEach::Name: [Identifier, collection, {key: value}]` (AWS::LanguageExtensions) unrolled
+        as CloudFormation does: per item of the collection, `${Identifier}` in keys and strings becomes
+        the item, `&{Identifier}` the item without its non-alphanumeric characters, `Ref: Identifier`
+        the item; loops nest."""
+        expanded: dict[str, Any] = {}
+        for key, value in resources.items():
+            if not key.startswith("Fn::ForEach::"):
+                expanded[key] = value
+                continue
+            identifier, collection, fragment = value
+            for item in self.evaluate(collection):
+                expanded |= self._expand_loops(_for_each_item(fragment, identifier, str(item)))
+        return expanded
 
     def role_allows(self, role_id: str, action: str, resource: str) -> bool:
         return any(statement.allows(action, resource) for statement in self.role_statements(role_id))
@@ -274,6 +299,22 @@ class Deployment:
         if kind == "AWS::Serverless::LayerVersion":
             return {"Ref": f"arn:aws:lambda:{REGION}:{ACCOUNT}:layer:{logical_id}:1"}[attribute]
         return f"<{logical_id}.{attribute}>"
+
+
+def _for_each_item(node: Any, identifier: str, item: str) -> Any:
+    if isinstance(node, str):
+        alphanumeric = re.sub(r"[^A-Za-z0-9]", "", item)
+        return node.replace("${" + identifier + "}", item).replace("&{" + identifier + "}", alphanumeric)
+    if isinstance(node, list):
+        return [_for_each_item(child, identifier, item) for child in node]
+    if isinstance(node, Mapping):
+        if dict(node) == {"Ref": identifier}:
+            return item
+        return {
+            _for_each_item(key, identifier, item): _for_each_item(value, identifier, item)
+            for key, value in node.items()
+        }
+    return node
 
 
 def _get_att(deployment: Deployment, value: Any) -> Any:
