@@ -7,14 +7,16 @@ decoded from the segment once; the same orders re-encoded as Protobuf in Conflue
 Measured, interleaved over `--rounds` rounds in one process (best run each): `RecordConverter.convert`
 (what a Spark task runs per segment after fetching it) over the JSON values with the benchmark's 7
 mapping columns, and over the Protobuf values with the same 7 columns given (`schema.columns`:
-fields projected by name; the decoder parses, reads the columns and conforms them). The ratio is the
-issue's target (>= 0.6x).
+fields projected by name; the decoder's compiled wire reader reads them from the payload bytes,
+checking the unread `items` messages as it goes, and conforms them). The ratio is the issue's target
+(>= 0.6x).
 
 The protobuf runtime's implementation is chosen per process (`PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION`,
 read when protobuf is first imported): the bench runs itself twice, once with `upb` (compiled; what
 the Spark job uses) and once with `python` (what etcd3 needs, and what a process that loaded the etcd
-adapter first would get), and reports both. Schemas come from an in-memory registry (a registry is
-asked once per schema id per task; it is not what is measured). The last line is one JSON object.
+adapter first would get), and reports both; the wire reader does not use the runtime per record, so
+the two should agree. Schemas come from an in-memory registry (a registry is asked once per schema id
+per task; it is not what is measured). The last line is one JSON object.
 """
 
 from __future__ import annotations

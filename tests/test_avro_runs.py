@@ -11,6 +11,7 @@ data plane's tasks in this process (`spark_app/job.py`'s stages call the same `o
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import decimal
 import struct
@@ -61,6 +62,7 @@ def avro_run(
     first_offset: int = 0,
     columns: tuple[ColumnSpec, ...] | None = None,
     value_format: ValueFormat = ValueFormat.AVRO,
+    keys: list[bytes | None] | None = None,
     **conversion: Any,
 ) -> tuple[RunPlan, RunResult]:
     """A run of an Avro mapping as the launcher plans it and the Spark job runs it (observation
@@ -68,7 +70,10 @@ def avro_run(
     stand-in, or a Glue registry on moto)."""
     known = tables.field_ids(TABLE) if tables is not None else None
     folder = SegmentFolder(root / "segments")
-    folder.add(0, [order_record(o, 0, value=v) for o, v in enumerate(values, start=first_offset)])
+    records = [order_record(o, 0, value=v) for o, v in enumerate(values, start=first_offset)]
+    if keys is not None:  # the records' keys as given (else `order_record`'s `key-<offset>`)
+        records = [dataclasses.replace(r, key=k) for r, k in zip(records, keys, strict=True)]
+    folder.add(0, records)
     infer = columns is None
     plan: RunPlan = make_plan(
         folder,

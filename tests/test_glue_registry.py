@@ -240,6 +240,20 @@ def test_a_schema_name_the_registry_does_not_have_is_not_found(glue_registry: Gl
     assert registry.latest_schema(f"{TOPIC}-value").schema_type == "AVRO"
 
 
+def test_a_schemas_latest_version_is_asked_of_glue_again_after_cache_seconds(
+    glue_registry: GlueRegistry,
+) -> None:
+    now = [0.0]
+    registry = GlueSchemaRegistry(glue_registry.settings(cache_seconds=60), clock=lambda: now[0])
+    first = glue_registry.register("orders", "JSON", '{"type": "object"}')
+    assert registry.latest_schema("orders").schema_id == first
+    second = glue_registry.register("orders", "JSON", '{"type": "object", "properties": {}}')
+    now[0] = 59.0
+    assert registry.latest_schema("orders").schema_id == first
+    now[0] = 61.0
+    assert registry.latest_schema("orders").schema_id == second
+
+
 def test_a_run_dead_letters_bad_glue_records_with_their_reason_and_lands_the_rest(
     tmp_path: Path, glue_registry: GlueRegistry
 ) -> None:

@@ -35,8 +35,13 @@ from kafscale_iceberg.domain.runs import (
     SchemaMode,
 )
 from kafscale_iceberg.segments.decode import Record
+from tests.support.iceberg_runs import sql_committer
+from tests.support.protobuf_messages import compile_proto, message
 from tests.support.schema_registry import StandInRegistry
 from tests.support.spark_job import BASE_TIME_MS, SegmentFolder, make_plan
+from tests.test_avro_runs import _table_rows, avro_run
+from tests.test_record_decoders import PIZZA_V1, Producer, pizza
+from tests.test_schema_inference import commit
 
 ORDER_KEY = {
     "type": "record",
@@ -51,9 +56,16 @@ COLUMNS = (
 )
 
 
-def _avro_keys(registry: StandInRegistry, keys: list[dict[str, Any]]) -> list[bytes]:
-    client = SchemaRegistryClient.new_client({"url": "mock://key-producer"})
-    serializer = AvroSerializer(client, json.dumps(ORDER_KEY))
+def _avro_keys(
+    registry: StandInRegistry,
+    keys: list[dict[str, Any]],
+    *,
+    client: SchemaRegistryClient | None = None,
+    schema: dict[str, Any] = ORDER_KEY,
+) -> list[bytes]:
+    """Keys serialized by confluent-kafka (`client`: the values' producer's, so ids do not clash)."""
+    client = client or SchemaRegistryClient.new_client({"url": "mock://key-producer"})
+    serializer = AvroSerializer(client, json.dumps(schema))
     context = SerializationContext("orders", MessageField.KEY)
     encoded = [serializer(k, context) for k in keys]
     registry.register_from(client, "orders-key")
@@ -167,3 +179,72 @@ def test_json_keys_fill_the_key_columns_with_the_json_rules(
     assert _rows(data_file.uri, "key_id", "key_region", "total") == [
         {"key_id": 3, "key_region": "eu", "total": 1.0}
     ]
+
+
+ORDER_KEY_PROTO = """
+syntax = "proto3";
+package shop;
+message OrderKey { int64 id = 1; string region = 2; }
+"""
+
+
+def test_protobuf_keys_without_the_prefix_are_read_with_key_subject_and_key_message(
+    tmp_path: Path, schema_registry: StandInRegistry
+) -> None:
+    schema_registry.register("orders-key", ORDER_KEY_PROTO, schema_type="PROTOBUF")
+    key_class = message(compile_proto({"key.proto": ORDER_KEY_PROTO}), "shop.OrderKey")
+    key = key_class(id=9, region="sa").SerializeToString()  # protobuf's runtime, no wire prefix
+    pairs: list[tuple[bytes | None, bytes]] = [(key, b'{"total": 3}')]
+    result = _run(
+        tmp_path,
+        schema_registry,
+        pairs,
+        key_format=KeyFormat.PROTOBUF,
+        key_subject="orders-key",
+        key_message="shop.OrderKey",
+    )
+    assert result.counts.dead_letter_reasons == {}
+    (data_file,) = result.data_files
+    assert _rows(data_file.uri, "key_id", "key_region", "total") == [
+        {"key_id": 9, "key_region": "sa", "total": 3.0}
+    ]
+
+
+def test_key_columns_come_from_the_key_schemas_and_evolve_like_the_values(
+    tmp_path: Path, schema_registry: StandInRegistry
+) -> None:
+    """Avro values and keys, no columns listed: the table is created with the value's columns and the
+    key's fields as `key_` columns, and a key schema's new field is added in the commit that brings it."""
+    producer = Producer(schema_registry)
+    values = producer.values(PIZZA_V1, [pizza(1), pizza(2)])
+    keys = _avro_keys(
+        schema_registry, [{"id": 1, "region": "eu"}, {"id": 2, "region": "us"}], client=producer.client
+    )
+    plan, result = avro_run(
+        tmp_path / "r1", values, None, schema_registry, keys=keys, key_format=KeyFormat.AVRO
+    )
+    assert result.status is RunStatus.SUCCEEDED, result.failure
+    commit(sql_committer(tmp_path), plan, result, -1, 1)
+    columns, rows = _table_rows(tmp_path)
+    assert (columns["key_id"], columns["key_region"], columns["id"]) == ("long", "string", "int")
+    assert [(r["key_id"], r["key_region"], r["id"]) for r in rows] == [(1, "eu", 1), (2, "us", 2)]
+
+    shard = {"name": "shard", "type": ["null", "int"], "default": None}
+    wider = {**ORDER_KEY, "fields": [*ORDER_KEY["fields"], shard]}
+    (new_key,) = _avro_keys(
+        schema_registry, [{"id": 3, "region": "ap", "shard": 4}], client=producer.client, schema=wider
+    )
+    plan, result = avro_run(
+        tmp_path / "r2",
+        producer.values(PIZZA_V1, [pizza(3)]),
+        sql_committer(tmp_path),
+        schema_registry,
+        first_offset=2,
+        keys=[new_key],
+        key_format=KeyFormat.AVRO,
+    )
+    assert result.status is RunStatus.SUCCEEDED, result.failure
+    commit(sql_committer(tmp_path), plan, result, 1, 2)
+    columns, rows = _table_rows(tmp_path)
+    assert columns["key_shard"] == "int"
+    assert [(r["key_id"], r["key_shard"]) for r in rows] == [(1, None), (2, None), (3, 4)]

@@ -85,7 +85,7 @@ def test_a_decoded_key_format_with_listed_key_columns_loads() -> None:
             "key_format",
             "'key_<field>'",
         ),
-        ({"key_format": "avro", "value_format": "avro"}, "key_format", "list the key's fields"),
+        ({"key_format": "json", "value_format": "avro"}, "key_format", "name no schema"),
         ({"key_subject": "orders-key"}, "key_subject", "not raw"),
         (
             {"key_format": "json", "key_subject": "orders-key", "schema": KEY_COLUMNS},

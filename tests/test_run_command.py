@@ -208,6 +208,7 @@ def test_the_demo_passes_its_own_checks(tmp_path: Path, spark: SparkSession) -> 
     assert "replaying a committed range wrote no snapshot" in text
     assert "payments: every record once across the routed tables" in text
     assert "clicks: the columns were inferred from the records" in text
+    assert "pizzas: the table's columns are the schema's" in text
     assert (tmp_path / "demo" / "config.yaml").exists()
 
 

@@ -18,7 +18,6 @@ import base64
 import dataclasses
 import json
 import ssl
-import threading
 import time
 import urllib.error
 import urllib.parse
@@ -27,6 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import overload
 
+from kafscale_iceberg.adapters.registry_memo import SchemaMemo
 from kafscale_iceberg.domain.record_schemas import RegisteredSchema, SchemaId, SchemaReference
 from kafscale_iceberg.domain.runs import RegistrySettings
 from kafscale_iceberg.exceptions import RegistryAuthError, RegistryUnavailableError, SchemaNotFoundError
@@ -76,8 +76,6 @@ class ConfluentSchemaRegistry:
     ) -> None:
         self._base = settings.url.rstrip("/")
         self._timeout = settings.timeout_seconds
-        self._cache_seconds = settings.cache_seconds
-        self._clock = clock
         self._headers = {"Accept": "application/vnd.schemaregistry.v1+json, application/json"}
         credentials = credentials or RegistryCredentials()
         if credentials.token:
@@ -89,10 +87,9 @@ class ConfluentSchemaRegistry:
         if settings.tls_ca_pem:
             self._context = ssl.create_default_context()
             self._context.load_verify_locations(cadata=settings.tls_ca_pem)
-        self._lock = threading.Lock()
-        self._by_id: dict[int, RegisteredSchema] = {}
-        self._latest: dict[str, tuple[float, RegisteredSchema]] = {}
-        self._versions: dict[tuple[str, int], RegisteredSchema] = {}
+        self._by_id: SchemaMemo[int] = SchemaMemo(clock)
+        self._latest: SchemaMemo[str] = SchemaMemo(clock, settings.cache_seconds)
+        self._versions: SchemaMemo[tuple[str, int]] = SchemaMemo(clock)
 
     def schema_by_id(self, schema_id: SchemaId) -> RegisteredSchema:
         """See `RecordSchemaRegistry.schema_by_id` (a Glue schema version id is no id here)."""
@@ -101,31 +98,26 @@ class ConfluentSchemaRegistry:
                 f"registry {self._base} has integer schema ids, not {schema_id!r} (an AWS Glue schema "
                 "version id): set schema_registry.type glue"
             )
-        with self._lock:
-            cached = self._by_id.get(schema_id)
-        if cached is not None:
-            return cached
-        body = self._get(f"/schemas/ids/{schema_id}", f"schema id {schema_id}")
-        schema = self._serialized(_registered(body, schema_id=schema_id), f"/schemas/ids/{schema_id}")
-        with self._lock:
-            self._by_id[schema_id] = schema
-        return schema
+        path = f"/schemas/ids/{schema_id}"
+        return self._by_id.get(
+            schema_id,
+            lambda: self._serialized(
+                _registered(self._get(path, f"schema id {schema_id}"), schema_id=schema_id), path
+            ),
+        )
 
     def schema_version(self, subject: str, version: int) -> RegisteredSchema:
         """See `RecordSchemaRegistry.schema_version`."""
-        with self._lock:
-            cached = self._versions.get((subject, version))
-        if cached is not None:
-            return cached
         path = f"/subjects/{urllib.parse.quote(subject, safe='')}/versions/{int(version)}"
-        body = self._get(path, f"subject {subject!r} version {version}")
-        schema_id = body.get("id")
-        schema = self._serialized(
-            _registered(body, schema_id=schema_id if isinstance(schema_id, int) else 0), path
-        )
-        with self._lock:
-            self._versions[(subject, version)] = schema
-        return schema
+
+        def fetch() -> RegisteredSchema:
+            body = self._get(path, f"subject {subject!r} version {version}")
+            schema_id = body.get("id")
+            return self._serialized(
+                _registered(body, schema_id=schema_id if isinstance(schema_id, int) else 0), path
+            )
+
+        return self._versions.get((subject, version), fetch)
 
     def _serialized(self, schema: RegisteredSchema, path: str) -> RegisteredSchema:
         """A Protobuf schema's serialized form where the registry gives it (see the module docstring)."""
@@ -138,22 +130,19 @@ class ConfluentSchemaRegistry:
 
     def latest_schema(self, subject: str) -> RegisteredSchema:
         """See `RecordSchemaRegistry.latest_schema`."""
-        now = self._clock()
-        with self._lock:
-            cached = self._latest.get(subject)
-        if cached is not None and now - cached[0] < self._cache_seconds:
-            return cached[1]
-        quoted = urllib.parse.quote(subject, safe="")
-        body = self._get(f"/subjects/{quoted}/versions/latest", f"subject {subject!r}")
-        schema_id = body.get("id")
-        if not isinstance(schema_id, int):
-            raise SchemaNotFoundError(
-                f"registry {self._base}: subject {subject!r} has no schema id in its answer"
-            )
-        schema = self._serialized(_registered(body, schema_id=schema_id), f"/schemas/ids/{schema_id}")
-        with self._lock:
-            self._latest[subject] = (now, schema)
-            self._by_id.setdefault(schema_id, schema)
+
+        def fetch() -> RegisteredSchema:
+            quoted = urllib.parse.quote(subject, safe="")
+            body = self._get(f"/subjects/{quoted}/versions/latest", f"subject {subject!r}")
+            schema_id = body.get("id")
+            if not isinstance(schema_id, int):
+                raise SchemaNotFoundError(
+                    f"registry {self._base}: subject {subject!r} has no schema id in its answer"
+                )
+            return self._serialized(_registered(body, schema_id=schema_id), f"/schemas/ids/{schema_id}")
+
+        schema = self._latest.get(subject, fetch)
+        self._by_id.remember(int(schema.schema_id), schema)
         return schema
 
     @overload

@@ -16,7 +16,6 @@ Errors: Glue has no such schema, version or registry (`EntityNotFoundException`)
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -25,6 +24,7 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
+from kafscale_iceberg.adapters.registry_memo import SchemaMemo
 from kafscale_iceberg.domain.record_schemas import RegisteredSchema, SchemaId
 from kafscale_iceberg.domain.runs import RegistrySettings
 from kafscale_iceberg.exceptions import RegistryAuthError, RegistryUnavailableError, SchemaNotFoundError
@@ -52,8 +52,6 @@ class GlueSchemaRegistry:
         if not settings.registry_name:
             raise ValueError("a Glue schema registry needs its registry_name")
         self._registry = settings.registry_name
-        self._cache_seconds = settings.cache_seconds
-        self._clock = clock
         config = Config(
             connect_timeout=settings.timeout_seconds,
             read_timeout=settings.timeout_seconds,
@@ -62,54 +60,40 @@ class GlueSchemaRegistry:
         self._client: Any = boto3.session.Session().client(
             "glue", region_name=settings.region, endpoint_url=settings.endpoint_url, config=config
         )
-        self._lock = threading.Lock()
-        self._by_id: dict[str, RegisteredSchema] = {}
-        self._latest: dict[str, tuple[float, RegisteredSchema]] = {}
-        self._versions: dict[tuple[str, int], RegisteredSchema] = {}
+        self._by_id: SchemaMemo[str] = SchemaMemo(clock)
+        self._latest: SchemaMemo[str] = SchemaMemo(clock, settings.cache_seconds)
+        self._versions: SchemaMemo[tuple[str, int]] = SchemaMemo(clock)
 
     def schema_by_id(self, schema_id: SchemaId) -> RegisteredSchema:
         """See `RecordSchemaRegistry.schema_by_id`: `schema_id` is a schema version id."""
         version_id = str(schema_id)
-        with self._lock:
-            cached = self._by_id.get(version_id)
-        if cached is not None:
-            return cached
-        schema = self._get(f"schema version id {version_id}", SchemaVersionId=version_id)
-        with self._lock:
-            self._by_id[version_id] = schema
-        return schema
+        return self._by_id.get(
+            version_id, lambda: self._get(f"schema version id {version_id}", SchemaVersionId=version_id)
+        )
 
     def latest_schema(self, subject: str) -> RegisteredSchema:
         """See `RecordSchemaRegistry.latest_schema`: `subject` is the schema's name."""
-        now = self._clock()
-        with self._lock:
-            cached = self._latest.get(subject)
-        if cached is not None and now - cached[0] < self._cache_seconds:
-            return cached[1]
-        schema = self._get(
-            f"schema {subject!r} (its latest version)",
-            SchemaId={"RegistryName": self._registry, "SchemaName": subject},
-            SchemaVersionNumber={"LatestVersion": True},
+        schema = self._latest.get(
+            subject,
+            lambda: self._get(
+                f"schema {subject!r} (its latest version)",
+                SchemaId={"RegistryName": self._registry, "SchemaName": subject},
+                SchemaVersionNumber={"LatestVersion": True},
+            ),
         )
-        with self._lock:
-            self._latest[subject] = (now, schema)
-            self._by_id.setdefault(str(schema.schema_id), schema)
+        self._by_id.remember(str(schema.schema_id), schema)
         return schema
 
     def schema_version(self, subject: str, version: int) -> RegisteredSchema:
         """See `RecordSchemaRegistry.schema_version`: version `version` of schema `subject`."""
-        with self._lock:
-            cached = self._versions.get((subject, version))
-        if cached is not None:
-            return cached
-        schema = self._get(
-            f"schema {subject!r} version {version}",
-            SchemaId={"RegistryName": self._registry, "SchemaName": subject},
-            SchemaVersionNumber={"VersionNumber": int(version)},
+        return self._versions.get(
+            (subject, version),
+            lambda: self._get(
+                f"schema {subject!r} version {version}",
+                SchemaId={"RegistryName": self._registry, "SchemaName": subject},
+                SchemaVersionNumber={"VersionNumber": int(version)},
+            ),
         )
-        with self._lock:
-            self._versions[(subject, version)] = schema
-        return schema
 
     def _get(self, what: str, **params: Any) -> RegisteredSchema:
         """`GetSchemaVersion(**params)` as a `RegisteredSchema`; errors as the module docstring says."""

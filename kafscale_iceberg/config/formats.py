@@ -187,12 +187,19 @@ def _add_key_format_problems(mapping: MappingConfig, problems: _Problems) -> Non
     if key_format is None:
         return
     listed = [c.name for c in mapping.schema_.columns if c.name.startswith(KEY_COLUMN_PREFIX)]
-    if mapping.schema_.source != "mapping" or not listed:
+    from_schemas = mapping.value_format.self_described and mapping.schema_.source == "none"
+    if from_schemas and not key_format.self_described:
+        problems.add(
+            "key_format",
+            f"{key_format.value} keys name no schema to take columns from: list the key's fields as "
+            f"'{KEY_COLUMN_PREFIX}<field>' columns (schema.source: mapping), or keep key_format raw",
+        )
+    elif not from_schemas and (mapping.schema_.source != "mapping" or not listed):
         problems.add(
             "key_format",
             f"{key_format.value} keys are read into the columns schema.columns lists as "
-            f"'{KEY_COLUMN_PREFIX}<field>' (schema.source: mapping); columns from the records' schemas or "
-            "inferred ones do not include the key yet: list the key's fields you want",
+            f"'{KEY_COLUMN_PREFIX}<field>' (schema.source: mapping), or, with a value_format other than "
+            "json and no schema.source, into columns from the keys' schemas; list the key's fields",
         )
     for key, used in (("route", mapping.route is not None), ("upsert", mapping.upsert is not None)):
         if used:

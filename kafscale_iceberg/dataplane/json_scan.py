@@ -61,7 +61,7 @@ def _skip_ws(buf: Any, pos: int, end: int) -> int:
 
 
 @njit(cache=True, nogil=True)
-def _utf8_length(buf: Any, pos: int, end: int) -> int:
+def utf8_length(buf: Any, pos: int, end: int) -> int:
     """Length of the valid UTF-8 sequence at `pos` (lead byte >= 0x80), or 0 if invalid."""
     c = buf[pos]
     if 0xC2 <= c <= 0xDF:
@@ -130,7 +130,7 @@ def _string_end(buf: Any, pos: int, end: int) -> tuple[int, bool]:
         elif c < 0x80:
             pos += 1
         else:
-            n = _utf8_length(buf, pos, end)
+            n = utf8_length(buf, pos, end)
             if n == 0:
                 return _FAIL, escaped
             pos += n

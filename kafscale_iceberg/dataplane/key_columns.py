@@ -7,10 +7,13 @@ Keys are read exactly as values of that format are: the same decoders (`dataplan
 mapping's `key_subject`/`key_message` where a value would use `value_subject`/`value_message`), the
 same projection onto the columns by name (`formats/decoding.conform`) or, for `json`, the same JSON
 column readers, so a key's column converts, is counted when it does not, and is required exactly as
-a value's. A null or empty key leaves every `key_` column null (a required one makes the record a
-`required_column` dead letter). A key that does not decode is a dead letter of the same kinds as a
-value (`wire_format`, `unknown_schema`, `undecodable`, `invalid_json`), its reason starting with
-`record key:` (strict mode: the run fails naming it).
+a value's. With a self-described `value_format` and the columns from the records' schemas
+(`schema.source: none`), the observation stage adds each key schema's top-level fields as `key_`
+columns (`key_schemas`), which evolve as the value's do; a value field named `key_…` is then left
+out (`without_key_columns`). A null or empty key leaves every `key_` column null (a required one
+makes the record a `required_column` dead letter). A key that does not decode is a dead letter of
+the same kinds as a value (`wire_format`, `unknown_schema`, `undecodable`, `invalid_json`), its
+reason starting with `record key:` (strict mode: the run fails naming it).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from kafscale_iceberg.dataplane.formats.choice import decoder_for
 from kafscale_iceberg.dataplane.formats.decoding import conform
 from kafscale_iceberg.dataplane.formats.schema_cache import SchemaCache
 from kafscale_iceberg.domain.runs import KEY_COLUMN_PREFIX, ColumnSpec, ConversionSettings
+from kafscale_iceberg.ports import ValueDecoder
 
 
 class KeyColumnReader:
@@ -58,3 +62,40 @@ class KeyColumnReader:
         if self._scanner is not None:
             return self._scanner.scan(keys), {}
         return parse_columns(keys, self._fields, documents=False), {}
+
+
+def key_decoder_for(settings: ConversionSettings, schemas: SchemaCache | None) -> ValueDecoder | None:
+    """The decoder of a mapping's decoded keys whose columns come from their schemas (None: keys
+    `raw`, or `json`, which names no schema)."""
+    key_format = settings.key_format.as_value_format
+    if key_format is None or not key_format.self_described:
+        return None
+    as_value = settings.model_copy(
+        update={
+            "value_format": key_format,
+            "value_subject": settings.key_subject,
+            "value_message": settings.key_message,
+            "columns": (),
+        }
+    )
+    return decoder_for(as_value, schemas, part="key")
+
+
+def key_schemas(
+    decoder: ValueDecoder, keys: pa.Array, offsets: pa.Array, *, partition: int
+) -> dict[str, tuple[ColumnSpec, ...]]:
+    """The columns of each schema `keys` were written with, as `key_<field>` columns, keyed
+    `key:<schema>` (after the values' schemas)."""
+    found = decoder.schemas_of(keys, offsets, partition=partition)
+    return {
+        f"key:{schema}": tuple(c.model_copy(update={"name": f"{KEY_COLUMN_PREFIX}{c.name}"}) for c in columns)
+        for schema, columns in found.items()
+    }
+
+
+def without_key_columns(found: Mapping[str, tuple[ColumnSpec, ...]]) -> dict[str, tuple[ColumnSpec, ...]]:
+    """Value schemas' columns less those named `key_…` (the keys' columns with a decoded key)."""
+    return {
+        schema: tuple(c for c in columns if not c.name.startswith(KEY_COLUMN_PREFIX))
+        for schema, columns in found.items()
+    }

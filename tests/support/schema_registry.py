@@ -1,159 +1,19 @@
-"""A stand-in for a Confluent schema registry's REST API, over real HTTP on loopback.
-
-No registry server installs here (Confluent's and Karapace need Java or Kafka; Redpanda a container),
-so this small server stands in for one: `GET /schemas/ids/{id}` (with `schemaType` and
-`references`, and the serialized form of a Protobuf schema given one, for `?format=serialized`),
-`GET /subjects/{subject}/versions/latest` and `/versions/{n}`, Confluent's error bodies (40403 for an
-unknown id, 40401 for an unknown subject), optional basic or bearer auth, and switches to make it
-answer 5xx (an outage). Records are produced with confluent-kafka's own serializers against its
-in-process `mock://` registry (genuine wire bytes); `register_from` copies that registry's schemas,
-under the same ids, into this server.
-"""
+"""The `schema_registry` fixture: the in-process registry (`kafscale_iceberg/local/schema_registry.py`)
+as the tests' stand-in for a Confluent schema registry, which no server installs here to provide."""
 
 from __future__ import annotations
 
-import base64
-import json
-import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
-from urllib.parse import unquote
 
 import pytest
 
+from kafscale_iceberg.local.schema_registry import StandInRegistry, serve_registry
 
-@dataclass
-class StandInRegistry:
-    """What the stand-in serves, and what it was asked."""
-
-    url: str = ""
-    schemas: dict[int, dict[str, Any]] = field(default_factory=dict)
-    subjects: dict[str, list[int]] = field(default_factory=dict)
-    basic: tuple[str, str] | None = None
-    token: str | None = None
-    failing: bool = False
-    requests: list[str] = field(default_factory=list)
-    serialized: dict[int, str] = field(default_factory=dict)
-    """Per id, what `?format=serialized` answers (a registry without it answers the text again)."""
-
-    def register(
-        self,
-        subject: str,
-        schema: str,
-        *,
-        schema_type: str = "AVRO",
-        schema_id: int | None = None,
-        references: list[dict[str, Any]] | None = None,
-    ) -> int:
-        """Register `schema` under `subject` (a new version) with its `references`; its id."""
-        for known_id, known in self.schemas.items():
-            if known["schema"] == schema and known["schemaType"] == schema_type:
-                schema_id = known_id
-        if schema_id is None:
-            schema_id = max(self.schemas, default=0) + 1
-        self.schemas[schema_id] = {
-            "schema": schema,
-            "schemaType": schema_type,
-            "references": references or [],
-        }
-        versions = self.subjects.setdefault(subject, [])
-        if schema_id not in versions:
-            versions.append(schema_id)
-        return schema_id
-
-    def register_from(self, client: Any, subject: str) -> None:
-        """Copy `subject`'s versions from a confluent-kafka `SchemaRegistryClient` (e.g. `mock://`)."""
-        for version in client.get_versions(subject):
-            registered = client.get_version(subject, version)
-            schema = registered.schema
-            self.register(
-                subject,
-                schema.schema_str,
-                schema_type=schema.schema_type or "AVRO",
-                schema_id=registered.schema_id,
-                references=[
-                    {"name": r.name, "subject": r.subject, "version": r.version}
-                    for r in schema.references or ()
-                ],
-            )
-
-
-class _Handler(BaseHTTPRequestHandler):
-    registry: StandInRegistry
-
-    def log_message(self, format: str, *args: object) -> None:
-        return
-
-    def do_GET(self) -> None:
-        registry = self.registry
-        registry.requests.append(self.path)
-        if not self._authorized():
-            self._answer(401, {"error_code": 40101, "message": "Unauthorized"})
-            return
-        if registry.failing:
-            self._answer(503, {"error_code": 50301, "message": "stand-in outage"})
-            return
-        path, _, query = self.path.partition("?")
-        parts = [unquote(p) for p in path.strip("/").split("/")]
-        serialized = "format=serialized" in query
-        if len(parts) == 3 and parts[:2] == ["schemas", "ids"] and parts[2].isdigit():
-            found = registry.schemas.get(int(parts[2]))
-            if found is None:
-                self._answer(404, {"error_code": 40403, "message": "Schema not found"})
-            else:
-                self._answer(200, self._formatted(int(parts[2]), found, serialized))
-            return
-        if len(parts) == 4 and parts[0] == "subjects" and parts[2] == "versions":
-            versions = registry.subjects.get(parts[1])
-            number = (
-                len(versions or ()) if parts[3] == "latest" else int(parts[3]) if parts[3].isdigit() else 0
-            )
-            if not versions or not 1 <= number <= len(versions):
-                self._answer(404, {"error_code": 40401, "message": "Subject or version not found"})
-                return
-            schema_id = versions[number - 1]
-            found = self._formatted(schema_id, registry.schemas[schema_id], serialized)
-            self._answer(200, {"subject": parts[1], "version": number, "id": schema_id, **found})
-            return
-        self._answer(404, {"error_code": 404, "message": "not a stand-in endpoint"})
-
-    def _formatted(self, schema_id: int, found: dict[str, Any], serialized: bool) -> dict[str, Any]:
-        if serialized and schema_id in self.registry.serialized:
-            return {**found, "schema": self.registry.serialized[schema_id]}
-        return found
-
-    def _authorized(self) -> bool:
-        registry = self.registry
-        header = self.headers.get("Authorization", "")
-        if registry.token is not None:
-            return header == f"Bearer {registry.token}"
-        if registry.basic is not None:
-            expected = base64.b64encode(":".join(registry.basic).encode()).decode()
-            return header == f"Basic {expected}"
-        return True
-
-    def _answer(self, status: int, body: dict[str, Any]) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/vnd.schemaregistry.v1+json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+__all__ = ["StandInRegistry", "schema_registry"]
 
 
 @pytest.fixture
 def schema_registry() -> Iterator[StandInRegistry]:
-    """A stand-in Confluent registry on a free loopback port (see the module docstring)."""
-    registry = StandInRegistry()
-    handler = type("Handler", (_Handler,), {"registry": registry})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    registry.url = f"http://127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    """A stand-in Confluent registry on a free loopback port (see `local/schema_registry.py`)."""
+    with serve_registry() as registry:
         yield registry
-    finally:
-        server.shutdown()
-        server.server_close()

@@ -4,10 +4,13 @@ After the wire header (`wire.py`) comes the message-index path, zig-zag varints:
 many indexes (the message's place in the schema file: a top-level message, then nested ones); the
 single byte `0` stands for `[0]`, the file's first message. Then the payload.
 
-Records are grouped by (schema id, message); each group's payloads are parsed by the runtime's
-message class (upb, compiled, where the process imports protobuf with it: see `docs/benchmarks.md`)
-and read into one Arrow struct array, column by column, by readers compiled once per message
-(`domain/protobuf_schemas.py` gives the columns). Schemas are compiled by `protobuf_schemas.py`.
+Records are grouped by (schema id, message). When the run's columns of the message are all flat, a
+compiled wire reader (`protobuf_reader.py`, `protobuf_wire.py`) reads them from the payload bytes and
+builds the struct array without the protobuf runtime; what it refuses (other messages, and single
+records it is not sure of) is parsed by the runtime's message class (upb, compiled, where the process
+imports protobuf with it: see `docs/benchmarks.md`) and read into one Arrow struct array, column by
+column, by readers compiled once per message (`domain/protobuf_schemas.py` gives the columns).
+Schemas are compiled by `protobuf_schemas.py`.
 
 Values without the wire prefix are read with `value_subject`'s latest schema and its message
 `value_message` (default: the file's first message) when the mapping names a subject, else are
@@ -29,6 +32,7 @@ import pyarrow as pa
 from google.protobuf.message import DecodeError
 
 from kafscale_iceberg.dataplane.formats.decoding import DecodedBatch, DecodedGroup
+from kafscale_iceberg.dataplane.formats.protobuf_reader import WireReader
 from kafscale_iceberg.dataplane.formats.protobuf_schemas import (
     ProtobufFile,
     compile_protobuf_schema,
@@ -65,6 +69,8 @@ class ProtobufMessage:
     columns: tuple[ColumnSpec, ...]
     builders: tuple[Builder, ...]
     struct_type: pa.StructType
+    reader: WireReader | None
+    """The compiled wire reader of the read columns, when the message is one it reads exactly."""
 
 
 class ProtobufDecoder:
@@ -96,29 +102,59 @@ class ProtobufDecoder:
         groups = []
         layout = self._layout_of(values)
         for message, positions, starts in self._grouped(values, layout, errors).values():
-            ends = layout.ends[positions]
-            data = layout.data
-            parse = message.parse
-            try:
-                parsed = [parse(data[s:e]) for s, e in zip(starts.tolist(), ends.tolist(), strict=True)]
-                kept = positions
-            except DecodeError:
-                parsed, kept = self._one_by_one(message, layout, positions, starts, errors)
-            if not len(kept):
-                continue
-            try:
-                records = _records(message, parsed)
-            except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError, OverflowError) as exc:
-                for position in kept.tolist():
-                    errors[position] = (
-                        "undecodable",
-                        f"{message.label}: values do not fit its columns: {exc}",
+            kept, records = self._read(message, layout, positions, starts, errors)
+            if len(kept):
+                groups.append(
+                    DecodedGroup(
+                        positions=kept, records=records, columns=message.columns, label=message.label
                     )
-                continue
-            groups.append(
-                DecodedGroup(positions=kept, records=records, columns=message.columns, label=message.label)
-            )
+                )
         return DecodedBatch(count=len(values), groups=tuple(groups), errors=errors)
+
+    def _read(
+        self,
+        message: ProtobufMessage,
+        layout: _Layout,
+        positions: np.ndarray,
+        starts: np.ndarray,
+        errors: dict[int, tuple[str, str]],
+    ) -> tuple[np.ndarray, pa.StructArray]:
+        """A group's records: what the compiled wire reader settles, the rest parsed by the runtime
+        (`_parsed`); the positions kept (ascending) and their records."""
+        if message.reader is None:
+            return self._parsed(message, layout, positions, starts, errors)
+        settled, records = message.reader.read(layout.array, starts, layout.ends[positions])
+        if settled.all():
+            return positions, records
+        rest = ~settled
+        kept, parsed = self._parsed(message, layout, positions[rest], starts[rest], errors)
+        joined = np.concatenate([positions[settled], kept])
+        order = np.argsort(joined, kind="stable")
+        return joined[order], pa.concat_arrays([records, parsed]).take(pa.array(order))
+
+    def _parsed(
+        self,
+        message: ProtobufMessage,
+        layout: _Layout,
+        positions: np.ndarray,
+        starts: np.ndarray,
+        errors: dict[int, tuple[str, str]],
+    ) -> tuple[np.ndarray, pa.StructArray]:
+        """Records parsed by the runtime's message class and read column by column (the general path)."""
+        ends = layout.ends[positions]
+        data = layout.data
+        parse = message.parse
+        try:
+            parsed = [parse(data[s:e]) for s, e in zip(starts.tolist(), ends.tolist(), strict=True)]
+            kept = positions
+        except (DecodeError, UnicodeDecodeError):
+            parsed, kept = self._one_by_one(message, layout, positions, starts, errors)
+        try:
+            return kept, _records(message, parsed)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError, OverflowError) as exc:
+            for position in kept.tolist():
+                errors[position] = ("undecodable", f"{message.label}: values do not fit its columns: {exc}")
+            return kept[:0], pa.array([], message.struct_type)
 
     @staticmethod
     def _one_by_one(
@@ -134,7 +170,7 @@ class ProtobufDecoder:
         for position, start in zip(positions.tolist(), starts.tolist(), strict=True):
             try:
                 parsed.append(message.parse(layout.data[start : int(layout.ends[position])]))
-            except DecodeError as exc:
+            except (DecodeError, UnicodeDecodeError) as exc:
                 errors[position] = (
                     "undecodable",
                     f"the payload does not decode with {message.label}: {exc or 'malformed bytes'}",
@@ -379,7 +415,10 @@ def _compile_message(compiled: ProtobufFile, descriptor: Any, wanted: frozenset[
         _column_builder(descriptor.fields_by_name[c.name], field.type)
         for c, field in zip(read, struct_type, strict=True)
     )
-    return ProtobufMessage(label, message_class(descriptor).FromString, columns, builders, struct_type)
+    reader = WireReader.of(descriptor, struct_type)
+    return ProtobufMessage(
+        label, message_class(descriptor).FromString, columns, builders, struct_type, reader
+    )
 
 
 def _records(message: ProtobufMessage, parsed: Sequence[Any]) -> pa.StructArray:
