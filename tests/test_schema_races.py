@@ -23,6 +23,7 @@ from kafscale_iceberg.domain.leases import LeaseGrant
 from kafscale_iceberg.domain.runs import RoutePlan, RunPlan
 from kafscale_iceberg.domain.tickets import RunTicket
 from kafscale_iceberg.services.run_steps import RunSteps
+from tests.support.moto import MotoEndpoint
 from tests.support.plans import sample_plan
 
 ROLE = "arn:aws:iam::123456789012:role/job"
@@ -38,12 +39,17 @@ class World:
 
 
 @pytest.fixture
-def world(tmp_path: Path) -> World:
+def world(tmp_path: Path, moto_server: MotoEndpoint) -> World:
     checkpoints = SqliteCheckpointStore(tmp_path / "o.sqlite", lease_ttl_seconds=30)
+    # The abort step looks the run's job up (ListJobRuns): an application on moto with none.
+    client = boto3.client("emr-serverless", endpoint_url=moto_server.url, region_name="us-east-1")
+    application = client.create_application(name="runs", releaseLabel="emr-7.0.0", type="SPARK")
     settings = EmrServerlessRunnerConfig(
-        application_id="00abc", execution_role_arn=ROLE, entry_point="s3://a/main.py", image="x"
+        application_id=application["applicationId"],
+        execution_role_arn=ROLE,
+        entry_point="s3://a/main.py",
+        image="x",
     )
-    client = boto3.client("emr-serverless", region_name="us-east-1")  # no call: the run has no job
     runner = EmrServerlessJobRunner(settings, client, timeout_minutes=5)
     runs = RunsConfig(location=str(tmp_path / "runs"), retry_backoff_seconds=60)
     documents = DocumentStore()
