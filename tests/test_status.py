@@ -460,22 +460,26 @@ def test_a_malformed_or_truncated_segment_is_reported_beside_the_rest(sqlite_wor
     assert "partition 0 waits" in render_status(world.status.report())
 
 
-def test_conversion_failures_are_summed_over_the_topics_commits_and_printed(
-    sqlite_world: World, capsys: pytest.CaptureFixture[str]
+def _commit_two_runs_counting(
+    world: World, counter: str, first: dict[str, int], second: dict[str, int]
 ) -> None:
-    world = sqlite_world
+    """Two runs of ten records each committed, their results' `counts.<counter>` being `first`, `second`."""
     for base in (0, 10):
         world.put(0, base, 10)
-    for (start, end), failures in (((-1, 9), {"at": 2, "total": 1}), ((9, 19), {"at": 3})):
+    for (start, end), counts in (((-1, 9), first), ((9, 19), second)):
         plan = world.runs.plan({0: (start, end)})
         result = world.runs.result(plan)
-        result = result.model_copy(
-            update={"counts": result.counts.model_copy(update={"conversion_failures": failures})}
-        )
+        result = result.model_copy(update={"counts": result.counts.model_copy(update={counter: counts})})
         CommitService(world.tables, world.store).commit_run(
             plan, result, world.claim(plan.run_id), TablePolicy(create_table_if_missing=True)
         )
 
+
+def test_conversion_failures_are_summed_over_the_topics_commits_and_printed(
+    sqlite_world: World, capsys: pytest.CaptureFixture[str]
+) -> None:
+    world = sqlite_world
+    _commit_two_runs_counting(world, "conversion_failures", {"at": 2, "total": 1}, {"at": 3})
     assert world.topic().conversion_failures == {"at": 5, "total": 1}
     assert main(["status", "--config", str(_config_file(world))]) == 0
     out = capsys.readouterr().out
@@ -486,22 +490,8 @@ def test_dead_letters_are_summed_per_reason_over_the_topics_commits_and_printed(
     sqlite_world: World, capsys: pytest.CaptureFixture[str]
 ) -> None:
     world = sqlite_world
-    for base in (0, 10):
-        world.put(0, base, 10)
-    runs = (
-        ((-1, 9), {"undecodable": 2, "unknown_schema": 1}),
-        ((9, 19), {"undecodable": 3, "wire_format": 1}),
-    )
-    for (start, end), reasons in runs:
-        plan = world.runs.plan({0: (start, end)})
-        result = world.runs.result(plan)
-        result = result.model_copy(
-            update={"counts": result.counts.model_copy(update={"dead_letter_reasons": reasons})}
-        )
-        CommitService(world.tables, world.store).commit_run(
-            plan, result, world.claim(plan.run_id), TablePolicy(create_table_if_missing=True)
-        )
-
+    first, second = {"undecodable": 2, "unknown_schema": 1}, {"undecodable": 3, "wire_format": 1}
+    _commit_two_runs_counting(world, "dead_letter_reasons", first, second)
     assert world.topic().dead_letters == {"undecodable": 5, "unknown_schema": 1, "wire_format": 1}
     assert main(["status", "--config", str(_config_file(world))]) == 0
     out = capsys.readouterr().out
