@@ -126,11 +126,23 @@ def test_a_lambda_runner_killed_mid_run_is_aborted_and_the_retry_lands_once(
     assert _offsets(box, SMALL) == [(0, o) for o in range(4)], box.describe()
     assert box.committed_offsets(SMALL) == {0: 3}
     assert sorted(e["status"] for e in box.executions()) == ["FAILED", "SUCCEEDED"]
-    assert box.fleet.count("PlanRunnerFunction") == 2
     assert box.fleet.count("AbortFunction") == 1
     (aborted,) = _run_documents(box, SMALL, "outcome.json")
     assert aborted["status"] == "aborted"
     assert ("Sandbox.Timedout" if fault is timed_out else "Runtime.OutOfMemory") in aborted["reason"]
     assert aborted["written_under"]  # where its files may be: orphans, cleaned like any failed run's
-    assert box.emr.started == []
+    # The retry, as small, went to EMR Serverless: in Lambda it would be killed again, forever.
+    runners = sorted(p["runner"] for p in _run_documents(box, SMALL, "plan.json"))
+    assert runners == ["emr_serverless", "lambda"]
+    assert box.fleet.count("PlanRunnerFunction") == 1
+    assert len(box.emr.started) == 1
+
+    # Its commit ended the streak: the topic's next small run is in Lambda again.
+    put_segment(box.s3, box.segment_bucket, box.namespace, SMALL, 0, 4, 2)
+    box.pump()
+    assert _offsets(box, SMALL) == [(0, o) for o in range(6)], box.describe()
+    runners = sorted(p["runner"] for p in _run_documents(box, SMALL, "plan.json"))
+    assert runners == ["emr_serverless", "lambda", "lambda"]
+    assert box.fleet.count("PlanRunnerFunction") == 2
+    assert len(box.emr.started) == 1
     _assert_iam(box)

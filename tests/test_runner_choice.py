@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kafscale_iceberg.config import config_from_mapping
-from kafscale_iceberg.domain.runner_choice import RunnerKind, choose_runner
+from kafscale_iceberg.domain.runner_choice import RunnerKind, choose_runner, lambda_kill
 from kafscale_iceberg.domain.runs import RunPlan
 from kafscale_iceberg.domain.tickets import RunTicket
 from tests.test_config import minimal
@@ -23,12 +23,33 @@ from tests.test_config import minimal
 def test_on_aws_a_run_up_to_max_bytes_goes_to_the_lambda_runner(
     planned: int, max_bytes: int, expected: RunnerKind
 ) -> None:
-    assert choose_runner("emr_serverless", planned, max_bytes) is expected
+    assert choose_runner("emr_serverless", planned, max_bytes, lambda_failed=False) is expected
 
 
 @pytest.mark.parametrize("runner_type", ["local", "inline"])
 def test_on_one_machine_a_run_goes_to_the_configured_runner_whatever_its_size(runner_type: str) -> None:
-    assert choose_runner(runner_type, 1, 100) is RunnerKind(runner_type)
+    assert choose_runner(runner_type, 1, 100, lambda_failed=False) is RunnerKind(runner_type)
+
+
+def test_after_the_lambda_runner_was_killed_even_a_small_run_goes_to_emr() -> None:
+    assert choose_runner("emr_serverless", 1, 100, lambda_failed=True) is RunnerKind.EMR_SERVERLESS
+    assert choose_runner("local", 1, 100, lambda_failed=True) is RunnerKind.LOCAL
+
+
+@pytest.mark.parametrize(
+    ("reason", "expected"),
+    [
+        ("the job or its lease renewal failed: Sandbox.Timedout: Task timed out", "timed out"),
+        ("the job or its lease renewal failed: States.Timeout: null", "timed out"),
+        ("the job or its lease renewal failed: Runtime.OutOfMemory: signal: killed", "ran out of memory"),
+        ("the job or its lease renewal failed: DataError: bad record at offset 3", None),
+    ],
+)
+def test_a_lambda_runner_killed_by_lambda_is_told_from_a_run_that_failed_on_its_own(
+    reason: str, expected: str | None
+) -> None:
+    assert lambda_kill(RunnerKind.LAMBDA, reason) == expected
+    assert lambda_kill(RunnerKind.EMR_SERVERLESS, reason) is None  # EMR is already the bigger runner
 
 
 def test_runner_lambda_max_bytes_takes_sizes_and_defaults_to_the_measured_limit() -> None:

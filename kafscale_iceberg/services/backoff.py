@@ -7,6 +7,8 @@ local loop all wait alike (they all plan through the launcher). The streak is ke
 offsets the failed run started from, not on its range: segments keep arriving while a topic fails,
 so each re-plan covers a new range, and a backoff keyed on the range (the run id's attempt) would be
 skipped every time. A commit moves the offsets, which ends the streak without touching the document.
+A run Lambda killed in the Lambda runner (timeout, out of memory) sets `lambda_failed`: the streak's
+next runs go to EMR Serverless (`domain/runner_choice.py`), until the commit that ends it.
 """
 
 from __future__ import annotations
@@ -49,6 +51,9 @@ class TopicBackoff(BaseModel):
     run_id: str
     reason: str
     held: dict[int, HeldPartition] = {}
+    lambda_failed: str = ""
+    """Why the streak's runs go to EMR Serverless ("timed out", "ran out of memory": Lambda killed a
+    run of it in the Lambda runner); empty while they may run in Lambda."""
 
     def applies_to(self, committed: Mapping[int, int]) -> bool:
         """True while nothing was committed since the failure (the streak goes on)."""
@@ -101,6 +106,14 @@ class BackoffRecords:
             return 0.0, None
         return max(0.0, backoff.not_before_ms / 1000.0 - now_s), backoff
 
+    @staticmethod
+    def lambda_failed(backoff: TopicBackoff | None, committed: Mapping[int, int]) -> str:
+        """Why a run from `committed` goes to EMR Serverless whatever its size (a run of the streak
+        was killed in the Lambda runner), empty when nothing was (or a commit ended the streak)."""
+        if backoff is None or not backoff.applies_to(committed):
+            return ""
+        return backoff.lambda_failed
+
     def record_failure(
         self,
         topic: str,
@@ -111,12 +124,14 @@ class BackoffRecords:
         attempt: int,
         now_s: float,
         partition: int | None = None,
+        lambda_killed: str | None = None,
     ) -> TopicBackoff:
         """Count one more failed run starting from `starts` and set the time the next may start. Idempotent
         per run id (the same run recorded twice counts once).
 
         `partition`: the failure is that partition's own (a corrupt segment with policy `fail`): only
-        it is held back (`held`), the topic's other partitions are not delayed.
+        it is held back (`held`), the topic's other partitions are not delayed. `lambda_killed`: Lambda
+        killed the run in the Lambda runner (what killed it): the streak's next runs go to EMR.
         """
         previous = self.read(topic)
         held = dict(previous.held) if previous is not None else {}
@@ -144,6 +159,7 @@ class BackoffRecords:
             run_id=run_id,
             reason=reason[:500],
             held={p: h for p, h in held.items() if not (p in starts and h.offset != starts[p])},
+            lambda_failed=lambda_killed or (previous.lambda_failed if streak and previous else ""),
         )
         self._documents.write_text(backoff_uri(self._runs.location, topic), backoff.model_dump_json())
         return backoff

@@ -195,7 +195,8 @@ class Launcher:
         offsets = {p: committed.offset(p) for p in self._partitions(topic)}
         held: dict[int, str] = {}
         hold = not (ignore_backoff if ignore_held is None else ignore_held)
-        recorded = self._backoff.read(topic) if hold or not ignore_backoff else None  # one GET
+        to_emr = self._config.runner.type == "emr_serverless"  # reads `lambda_failed`
+        recorded = self._backoff.read(topic) if hold or not ignore_backoff or to_emr else None  # one GET
         if not ignore_backoff:
             wait_s, backoff = self._backoff.wait_seconds(recorded, offsets, self._clock())
             if backoff is not None and wait_s > 0:
@@ -230,7 +231,13 @@ class Launcher:
             return LaunchOutcome(topic, LaunchStatus.BUSY, detail=claim.describe())
         try:
             outcome = self._start(
-                topic, mapping=mapping, partitions=partitions, run_id=run_id, attempt=attempt, grant=claim
+                topic,
+                mapping=mapping,
+                partitions=partitions,
+                run_id=run_id,
+                attempt=attempt,
+                grant=claim,
+                lambda_failed=self._backoff.lambda_failed(recorded, offsets),
             )
             if held:
                 outcome = replace(outcome, held=held)
@@ -289,6 +296,7 @@ class Launcher:
         run_id: str,
         attempt: int,
         grant: LeaseGrant,
+        lambda_failed: str,
     ) -> LaunchOutcome:
         if self._repair_offsets is not None:
             self._repair_offsets(topic, grant)
@@ -304,9 +312,18 @@ class Launcher:
             )
         plan = self._plan(topic, mapping, partitions, run_id)
         runner = self._config.runner
-        plan = plan.model_copy(
-            update={"runner": choose_runner(runner.type, plan.total_bytes, runner.lambda_.max_bytes)}
+        chosen = choose_runner(
+            runner.type, plan.total_bytes, runner.lambda_.max_bytes, lambda_failed=bool(lambda_failed)
         )
+        if chosen is not choose_runner(
+            runner.type, plan.total_bytes, runner.lambda_.max_bytes, lambda_failed=False
+        ):
+            logger.warning(
+                "run goes to EMR Serverless: the Lambda runner %s on the topic's last run",
+                lambda_failed,
+                extra={"topic": topic, "run_id": run_id, "lambda_runner": lambda_failed},
+            )
+        plan = plan.model_copy(update={"runner": chosen})
         plan_uri = run_document_uri(self._config.runs.location, topic, run_id, PLAN_NAME)
         self._documents.write_text(plan_uri, plan.model_dump_json(indent=1))
         ticket = RunTicket(

@@ -34,7 +34,7 @@ from kafscale_iceberg.config import RunsConfig
 from kafscale_iceberg.domain.field_ids import TopicFieldIds, field_id_mismatches, field_ids_uri
 from kafscale_iceberg.domain.jobs import JobState, JobStatus
 from kafscale_iceberg.domain.leases import LeaseGrant
-from kafscale_iceberg.domain.runner_choice import RunnerKind
+from kafscale_iceberg.domain.runner_choice import RunnerKind, lambda_kill
 from kafscale_iceberg.domain.runs import FailureKind, RunPlan, RunResult, TableRole
 from kafscale_iceberg.domain.tickets import OUTCOME_NAME, FailedAttempt, RunTicket, run_document_uri
 from kafscale_iceberg.exceptions import (
@@ -335,6 +335,13 @@ class RunSteps:
             # table, or another runner committed): not the topic's failure, so re-plan at once.
             return 0, 0
         partition = self._failed_partition(plan)
+        killed = lambda_kill(ticket.runner, reason)
+        if killed is not None:
+            logger.warning(
+                "the topic's next run goes to EMR Serverless: the Lambda runner %s",
+                killed,
+                extra={"topic": ticket.topic, "run_id": ticket.run_id, "lambda_runner": killed},
+            )
         backoff = BackoffRecords(self._documents, self._runs).record_failure(
             ticket.topic,
             starts=plan.start_offsets(),
@@ -343,6 +350,7 @@ class RunSteps:
             attempt=ticket.attempt,
             now_s=self._clock(),
             partition=partition,
+            lambda_killed=killed,
         )
         if partition is not None:
             return backoff.held[partition].failures, 0
