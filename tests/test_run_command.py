@@ -82,7 +82,9 @@ class Setup:
 
 
 def _env() -> dict[str, str]:
-    return {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "KAFSCALE_METRICS_ADDR": "127.0.0.1:0"}
+    """The command's environment as a user's shell gives it: without the Makefile's protobuf choice."""
+    env = {k: v for k, v in os.environ.items() if k != "PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION"}
+    return {**env, "SPARK_LOCAL_IP": "127.0.0.1", "KAFSCALE_METRICS_ADDR": "127.0.0.1:0"}
 
 
 @pytest.fixture

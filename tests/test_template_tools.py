@@ -228,6 +228,7 @@ def zip_build(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
             "--build-dir",
             str(work / "build"),
             "--parallel",
+            "--language-extensions",  # as samconfig.toml: the template's Fn::ForEach
         ],
         cwd=ROOT,
         env=env,

@@ -28,9 +28,9 @@ commits finished: `services.stranded_runs`.
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Unpack
 
 from kafscale_iceberg.domain.anomalies import offset_anomalies
 from kafscale_iceberg.domain.commits import (
@@ -93,7 +93,7 @@ from kafscale_iceberg.services.run_writes import (
 from kafscale_iceberg.services.stranded_runs import StrandedRunLoader, finish_stranded
 from kafscale_iceberg.services.upsert_commit import UpsertTableWrite, check_upsert_committable
 from kafscale_iceberg.services.verified_commit import (
-    DEFAULT_COMMIT_ATTEMPTS,
+    CommitRetryOptions,
     TableWriter,
     commit_verified,
     read_state_if_exists,
@@ -142,15 +142,13 @@ class CommitService(TableWriter):
         tables: TableCommitter,
         checkpoints: CheckpointStore,
         *,
-        attempts: int = DEFAULT_COMMIT_ATTEMPTS,
-        backoff_s: float = 0.2,
-        sleep: Callable[[float], None] = time.sleep,
         stranded_runs: StrandedRunLoader | None = None,
+        **retry: Unpack[CommitRetryOptions],
     ) -> None:
         """`stranded_runs(topic, run_id)` loads a run's plan and result (None when they are gone): with
         it, a run whose dead-letter commit landed and whose table commit never did is finished from
         its result when a later plan runs into it, instead of refusing that plan forever."""
-        super().__init__(tables, checkpoints, attempts=attempts, backoff_s=backoff_s, sleep=sleep)
+        super().__init__(tables, checkpoints, **retry)
         self._stranded_runs = stranded_runs
 
     # -- the commit step ---------------------------------------------------------------------------

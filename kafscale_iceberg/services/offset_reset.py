@@ -10,10 +10,9 @@ write (`services.verified_commit`) - then sets the store, fenced by the lease.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Unpack
 
 from kafscale_iceberg.domain.commits import (
     QuarantinedRange,
@@ -32,7 +31,7 @@ from kafscale_iceberg.exceptions import OffsetResetRefusedError, TableMissingErr
 from kafscale_iceberg.ports import CheckpointStore, TableCommitter
 from kafscale_iceberg.services.checkpoint_sync import offsets_of, stored_timestamp
 from kafscale_iceberg.services.verified_commit import (
-    DEFAULT_COMMIT_ATTEMPTS,
+    CommitRetryOptions,
     TableWrite,
     TableWriter,
     commit_verified,
@@ -105,15 +104,13 @@ class OffsetReset(TableWriter):
         tables: TableCommitter,
         checkpoints: CheckpointStore,
         *,
-        attempts: int = DEFAULT_COMMIT_ATTEMPTS,
-        backoff_s: float = 0.2,
-        sleep: Callable[[float], None] = time.sleep,
         rewrite_prefix: Callable[[str], str] | None = None,
+        **retry: Unpack[CommitRetryOptions],
     ) -> None:
         """`rewrite_prefix(table)` is the product's data prefix of a table: a reset writes the files it
         rewrites under `{prefix}/{reset's lease run id}/`, where orphan cleanup finds them (and spares
         them while the reset holds the lease); None: the table's own data location."""
-        super().__init__(tables, checkpoints, attempts=attempts, backoff_s=backoff_s, sleep=sleep)
+        super().__init__(tables, checkpoints, **retry)
         self._rewrite_prefix = rewrite_prefix
 
     def reset_offsets(

@@ -25,7 +25,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar, TypedDict, Unpack
 
 from kafscale_iceberg.domain.commits import Standing, TableCommit, TableMarker, TableState
 from kafscale_iceberg.exceptions import (
@@ -55,22 +55,24 @@ class CommitRetry:
             raise ValueError(f"attempts must be >= 1, got {self.attempts}")
 
 
+class CommitRetryOptions(TypedDict, total=False):
+    """The keyword arguments of a `TableWriter` that make its `CommitRetry` (its defaults when left out)."""
+
+    attempts: int
+    backoff_s: float
+    sleep: Callable[[float], None]
+
+
 class TableWriter:
     """What every use case writing tables holds: the tables, the checkpoint store, and its `CommitRetry`
     (`attempts`, `backoff_s` and `sleep` bound the retries of each table's commit)."""
 
     def __init__(
-        self,
-        tables: TableCommitter,
-        checkpoints: CheckpointStore,
-        *,
-        attempts: int = DEFAULT_COMMIT_ATTEMPTS,
-        backoff_s: float = 0.2,
-        sleep: Callable[[float], None] = time.sleep,
+        self, tables: TableCommitter, checkpoints: CheckpointStore, **retry: Unpack[CommitRetryOptions]
     ) -> None:
         self._tables = tables
         self._checkpoints = checkpoints
-        self._retry = CommitRetry(attempts=attempts, backoff_s=backoff_s, sleep=sleep)
+        self._retry = CommitRetry(**retry)
 
 
 @dataclass(frozen=True)
