@@ -80,9 +80,12 @@ Flat = message(POOL, "flat.Flat")
 Note = message(POOL, "flat.Note")
 UNREAD = ("p_note", "scores", "note", "counts")
 READ = tuple(f.name for f in Flat.DESCRIPTOR.fields if f.name not in UNREAD)
-EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
-_TIMESTAMPS = st.tuples(st.integers(-62_135_596_800, 253_402_300_799), st.integers(0, 999_999_999))
+_TIMESTAMPS = st.tuples(
+    st.integers(-62_135_596_800, 253_402_300_799), st.integers(0, 999_999_999)
+) | st.tuples(
+    st.integers(-(2**63), 2**63 - 1), st.integers(-(2**31), 2**31 - 1)
+)  # valid ones, and sometimes what the wire can carry but is no Timestamp
 _FLOAT32 = st.floats(width=32, allow_nan=False)
 _SCALARS: dict[str, st.SearchStrategy[Any]] = {
     "i32": st.integers(-(2**31), 2**31 - 1),
@@ -161,8 +164,9 @@ def mutated(draw: st.DrawFn, payload: bytes) -> bytes:
     return bytes(data)
 
 
-def _expected(parsed: Any) -> dict[str, Any]:
-    """The read columns of a message the runtime parsed, as the mapping table writes them down."""
+def _expected(parsed: Any) -> dict[str, Any] | str:
+    """The read columns of a message the runtime parsed, as the mapping table writes them down; or
+    `undecodable` when the runtime refuses a read Timestamp's value (`ToDatetime`)."""
     row: dict[str, Any] = {}
     for name in READ:
         field = parsed.DESCRIPTOR.fields_by_name[name]
@@ -174,7 +178,10 @@ def _expected(parsed: Any) -> dict[str, Any]:
             named = field.enum_type.values_by_number.get(value)
             value = named.name if named is not None else str(value)
         elif field.message_type is not None and field.message_type.name == "Timestamp":
-            value = EPOCH + datetime.timedelta(microseconds=value.seconds * 1_000_000 + value.nanos // 1000)
+            try:
+                value = value.ToDatetime(tzinfo=datetime.UTC)
+            except ValueError:
+                return "undecodable"
         elif field.message_type is not None:
             value = value.value
         if name in ("u64", "f64", "w_u64"):
@@ -233,6 +240,41 @@ def test_a_damaged_payload_lands_only_as_the_runtime_reads_it_else_is_undecodabl
         except (DecodeError, UnicodeDecodeError):  # the pure-Python runtime's for bad UTF-8
             expected[n] = "undecodable"
     assert _landed(decoder, schema_id, payloads) == expected
+
+
+def _timestamped(seconds: int, nanos: int = 0) -> bytes:
+    made = Flat(i32=7)
+    made.at.seconds = seconds
+    made.at.nanos = nanos
+    return made.SerializeToString()
+
+
+@pytest.mark.parametrize("columns", [READ, ("i32", "at", "note")], ids=["wire reader", "runtime"])
+def test_a_timestamp_the_runtime_refuses_is_undecodable_naming_the_field_never_wrapped(
+    columns: tuple[str, ...], schema_registry: StandInRegistry
+) -> None:
+    schema_id = schema_registry.register("flat-value", FLAT_PROTO, schema_type="PROTOBUF")
+    cache = SchemaCache(ConfluentSchemaRegistry(RegistrySettings(url=schema_registry.url)))
+    decoder = ProtobufDecoder(cache, columns=columns)
+    payloads = [
+        _timestamped(253_402_300_799, 999_999_999),  # 9999-12-31T23:59:59.999999999Z: the last valid one
+        _timestamped(2**62),  # its microseconds would wrap around int64 to 0
+        _timestamped(-(2**36) - 1),  # before year 1
+        _timestamped(0, -1),  # negative nanos
+        _timestamped(-62_135_596_800),  # 0001-01-01T00:00:00Z: the first valid one
+        b"\x8a\x01\x0b\x08\xff\xff\xff\xff\xff\xfd\xff\xff\xff\x01",  # the full suite's: -68719476737 s
+    ]
+    decoded = decoder.decode(pa.array([_wire(schema_id, p) for p in payloads], pa.binary()))
+    assert sorted(decoded.errors) == [1, 2, 3, 5]
+    for kind, why in decoded.errors.values():
+        assert kind == "undecodable"
+        assert "field at: Timestamp is not valid" in why
+    (group,) = decoded.groups
+    assert group.positions.tolist() == [0, 4]
+    assert group.records.field("at").cast(pa.int64()).to_pylist() == [
+        253_402_300_799_999_999,
+        -62_135_596_800_000_000,
+    ]
 
 
 def _reader(columns: tuple[str, ...]) -> WireReader | None:

@@ -15,7 +15,7 @@ a newer schema version drops stays in the table, null from then on (`domain/sche
 | message | `struct` of its fields |
 | `repeated T` | `list` of T |
 | `map<K, V>` | `map` (keys as strings) |
-| `google.protobuf.Timestamp` | `timestamptz` (microseconds; nanoseconds below are cut) |
+| `google.protobuf.Timestamp` | `timestamptz` (microseconds; nanoseconds below are cut; see below) |
 | wrappers (`google.protobuf.Int32Value`, `StringValue`, ...) | the optional scalar they wrap, as above |
 
 A scalar without presence (proto3's plain fields) that a producer left at its default reads as that
@@ -24,7 +24,10 @@ oneof member, a message, a wrapper, proto2 `optional`) that is not set is null. 
 fields (`google.protobuf.Empty`) gives no column: Iceberg has no empty struct. A field named like a
 base field (`record_id`, `topic`, ..., `value`, `headers`) or like an earlier field in another case
 never becomes a column, as for Avro. A recursive message (one used inside itself, as
-`google.protobuf.Struct` is) is refused with `RecordSchemaError` naming the field.
+`google.protobuf.Struct` is) is refused with `RecordSchemaError` naming the field. A `Timestamp`
+value outside `TIMESTAMP_SECONDS` (or with nanos outside 0..999999999) is no timestamp: the runtime
+parses it but refuses to convert it (`ToDatetime`), and so its record is `undecodable`, naming the
+field, never a wrapped or nulled value.
 """
 
 from __future__ import annotations
@@ -72,6 +75,10 @@ SCALARS: Mapping[int, ColumnSpec] = {
 }
 
 TIMESTAMP = "google.protobuf.Timestamp"
+TIMESTAMP_SECONDS = (-62_135_596_800, 253_402_300_799)
+"""A valid `Timestamp`'s seconds (0001-01-01T00:00:00Z to 9999-12-31T23:59:59Z), nanos being 0 to
+999999999: what `timestamp.proto` defines and the runtime's `ToDatetime` checks. The wire carries any
+int64 (whose microseconds would wrap past about +-9.2e12 seconds); such a value is no timestamp."""
 WRAPPERS: Mapping[str, int] = {
     "google.protobuf.DoubleValue": TYPE_DOUBLE,
     "google.protobuf.FloatValue": TYPE_FLOAT,

@@ -15,9 +15,11 @@ Schemas are compiled by `protobuf_schemas.py`.
 Values without the wire prefix are read with `value_subject`'s latest schema and its message
 `value_message` (default: the file's first message) when the mapping names a subject, else are
 `wire_format` dead letters. A schema id the registry does not have (404) makes its records
-`unknown_schema` dead letters; a payload that does not parse, or a message index the schema does not
-have, `undecodable` ones naming the schema id and message. A registry outage raises
-`RegistryUnavailableError` (the run fails transiently; nothing is dead-lettered for it).
+`unknown_schema` dead letters; a payload that does not parse, a message index the schema does not
+have, or a value its column cannot hold (a `Timestamp` the runtime refuses to convert: see
+`domain/protobuf_schemas.py`), `undecodable` ones naming the schema id and message (and the
+field). A registry outage raises `RegistryUnavailableError` (the run fails transiently; nothing
+is dead-lettered for it).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import pyarrow as pa
 from google.protobuf.message import DecodeError
 
 from kafscale_iceberg.dataplane.formats.decoding import DecodedBatch, DecodedGroup
-from kafscale_iceberg.dataplane.formats.protobuf_reader import WireReader
+from kafscale_iceberg.dataplane.formats.protobuf_reader import WireReader, timestamp_valid
 from kafscale_iceberg.dataplane.formats.protobuf_schemas import (
     ProtobufFile,
     compile_protobuf_schema,
@@ -43,6 +45,7 @@ from kafscale_iceberg.dataplane.formats.wire import CONFLUENT_MISSING, HEADER_BY
 from kafscale_iceberg.dataplane.schemas import column_arrow_type
 from kafscale_iceberg.domain.protobuf_schemas import (
     TIMESTAMP,
+    TIMESTAMP_SECONDS,
     TYPE_ENUM,
     TYPE_MESSAGE,
     WRAPPERS,
@@ -151,10 +154,19 @@ class ProtobufDecoder:
             parsed, kept = self._one_by_one(message, layout, positions, starts, errors)
         try:
             return kept, _records(message, parsed)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError, OverflowError) as exc:
-            for position in kept.tolist():
-                errors[position] = ("undecodable", f"{message.label}: values do not fit its columns: {exc}")
-            return kept[:0], pa.array([], message.struct_type)
+        except _VALUE_ERRORS:
+            pass
+        fitting: list[Any] = []
+        fitted: list[int] = []
+        for position, one in zip(kept.tolist(), parsed, strict=True):  # which records do not fit
+            try:
+                _records(message, [one])
+            except _VALUE_ERRORS as exc:
+                errors[position] = ("undecodable", f"{message.label}: a value does not fit its column: {exc}")
+                continue
+            fitting.append(one)
+            fitted.append(position)
+        return np.asarray(fitted, np.int64), _records(message, fitting)
 
     @staticmethod
     def _one_by_one(
@@ -421,9 +433,19 @@ def _compile_message(compiled: ProtobufFile, descriptor: Any, wanted: frozenset[
     )
 
 
+_VALUE_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, ValueError, OverflowError)
+"""What building a column raises for a value it cannot hold."""
+
+
 def _records(message: ProtobufMessage, parsed: Sequence[Any]) -> pa.StructArray:
-    """The parsed messages as one struct array typed by the message's columns, column by column."""
-    arrays = [build(parsed) for build in message.builders]
+    """The parsed messages as one struct array typed by the message's columns, column by column;
+    a value a column cannot hold raises `ValueError` naming the field."""
+    arrays = []
+    for build, field in zip(message.builders, message.struct_type, strict=True):
+        try:
+            arrays.append(build(parsed))
+        except _VALUE_ERRORS as exc:
+            raise ValueError(f"field {field.name}: {exc}") from exc
     if not arrays:
         return pa.array([{}] * len(parsed), message.struct_type)
     return pa.StructArray.from_arrays(arrays, fields=list(message.struct_type))
@@ -440,6 +462,9 @@ def _column_builder(field: Any, arrow_type: pa.DataType) -> Builder:
         def timestamps(parsed: Sequence[Any]) -> pa.Array:
             pairs = np.array([parts(get(m)) for m in parsed], np.int64).reshape(len(parsed), 2)
             missing = np.array([not m.HasField(name) for m in parsed], bool)
+            invalid = np.flatnonzero(~missing & ~timestamp_valid(pairs[:, 0], pairs[:, 1]))
+            if invalid.size:
+                _timestamp(get(parsed[int(invalid[0])]))  # raises, as the runtime words it
             micros = pairs[:, 0] * 1_000_000 + pairs[:, 1] // 1000
             return pa.array(micros, arrow_type, mask=missing if missing.any() else None)
 
@@ -500,5 +525,13 @@ def _element_reader(field: Any) -> Callable[[Any], object]:
 
 
 def _timestamp(value: Any) -> int:
-    """A `google.protobuf.Timestamp` as microseconds since the epoch (what Arrow's `timestamp[us]` takes)."""
-    return int(value.seconds) * 1_000_000 + int(value.nanos) // 1000
+    """A `google.protobuf.Timestamp` as microseconds since the epoch (what Arrow's `timestamp[us]` takes);
+    `ValueError` (the runtime's, from `ToDatetime`) for one that is not valid (`TIMESTAMP_SECONDS`)."""
+    seconds, nanos = int(value.seconds), int(value.nanos)
+    low, high = TIMESTAMP_SECONDS
+    if not (low <= seconds <= high and 0 <= nanos <= 999_999_999):
+        check = getattr(value, "ToDatetime", None)  # the runtime's check, in its words
+        if check is not None:
+            check()
+        raise ValueError(f"Timestamp is not valid: seconds {seconds}, nanos {nanos}")
+    return seconds * 1_000_000 + nanos // 1000

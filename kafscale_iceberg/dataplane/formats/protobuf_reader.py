@@ -7,6 +7,8 @@ that is closed (proto2: an unknown number is not a value there); any message in 
 required field (the runtime checks those). Everything else is read here: every scalar type, enums
 (by name), `Timestamp`, the wrappers, oneof members, with presence as `domain/protobuf_schemas.py`
 writes it down (a field without presence that is not set is its default; one with presence, null).
+A record with a `Timestamp` that is not valid (`timestamp_valid`) is left to the general path,
+which makes it an `undecodable` dead letter naming the field.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from kafscale_iceberg.dataplane.formats import protobuf_wire as wire
 from kafscale_iceberg.dataplane.json_scan import gather_spans
 from kafscale_iceberg.domain.protobuf_schemas import (
     TIMESTAMP,
+    TIMESTAMP_SECONDS,
     TYPE_BOOL,
     TYPE_BYTES,
     TYPE_DOUBLE,
@@ -162,6 +165,10 @@ class WireReader:
             self.oneof_count,
         )
         settled = status == wire.OK
+        for slot, column in enumerate(self.columns):
+            if column.field_type == TYPE_MESSAGE:  # an invalid Timestamp: left to the general path
+                valid = timestamp_valid(values[slot], aux[slot].astype(np.int32))
+                settled &= valid | (seen[slot] == 0)
         everything = bool(settled.all())
         arrays = []
         for slot, column in enumerate(self.columns):
@@ -173,6 +180,13 @@ class WireReader:
         if not arrays:
             return settled, pa.array([{}] * count, self.struct_type)
         return settled, pa.StructArray.from_arrays(arrays, fields=list(self.struct_type))
+
+
+def timestamp_valid(seconds: np.ndarray, nanos: np.ndarray) -> np.ndarray:
+    """Per value: whether a `Timestamp`'s seconds and nanos (int64 as read) are a valid one
+    (`domain/protobuf_schemas.TIMESTAMP_SECONDS`, nanos 0..999999999): only those have microseconds."""
+    low, high = TIMESTAMP_SECONDS
+    return (seconds >= low) & (seconds <= high) & (nanos >= 0) & (nanos <= 999_999_999)
 
 
 def _reachable(descriptor: Any) -> list[Any] | None:
@@ -225,6 +239,7 @@ def _build(
         buffers = [validity, pa.py_buffer(offsets), pa.py_buffer(content)]
         return pa.Array.from_buffers(storage, len(raw), buffers).cast(column.arrow_type)
     if kind == TYPE_MESSAGE:  # Timestamp: seconds and nanos
+        # Valid values only (see `read`): no wrap-around; nanos: the low 32 bits, as the runtime reads them.
         micros = raw * 1_000_000 + more.astype(np.int32) // 1000
         return pa.array(micros, column.arrow_type, mask=mask)
     if kind == TYPE_ENUM:
