@@ -13,5 +13,6 @@ pytest_plugins = [
     "tests.support.spark_job",
     "tests.support.fast_loop",
     "tests.support.schema_registry",
+    "tests.support.aws_box",
     "tests.support.glue_registry",
 ]

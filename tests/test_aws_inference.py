@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,9 +17,7 @@ from pyiceberg.types import StringType
 
 from kafscale_iceberg.adapters.iceberg_schemas import table_columns
 from kafscale_iceberg.domain.field_ids import TopicFieldIds, field_ids_uri
-from tests.support.aws_box import Box, open_spark_box
-from tests.support.etcd import EtcdServer
-from tests.support.moto import MotoEndpoint
+from tests.support.aws_box import Box, SparkBoxOpener
 from tests.support.segments import put_segment
 
 pytestmark = [pytest.mark.slow, pytest.mark.aws]
@@ -30,18 +27,8 @@ TABLE = "shop.pizzas"
 
 
 @pytest.fixture
-def box(
-    spark: Any,
-    moto_server: MotoEndpoint,
-    etcd_server: EtcdServer,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-) -> Iterator[Box]:
-    with open_spark_box(
-        moto_url=moto_server.url,
-        etcd=etcd_server,
-        tmp_path=tmp_path,
-        monkeypatch=monkeypatch,
+def box(spark_box: SparkBoxOpener) -> Iterator[Box]:
+    with spark_box(
         mappings=[
             {
                 "topic": TOPIC,

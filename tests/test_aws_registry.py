@@ -16,16 +16,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
 import boto3
 import pytest
 
 from kafscale_iceberg.adapters.iceberg_schemas import table_columns
-from tests.support.aws_box import EMR_JOB_ROLE, Box, open_spark_box
+from tests.support.aws_box import EMR_JOB_ROLE, Box, SparkBoxOpener
 from tests.support.cfn_template import REGION
-from tests.support.etcd import EtcdServer
 from tests.support.glue_registry import GlueRegistry, compressed, open_glue_registry
 from tests.support.moto import MotoEndpoint
 from tests.support.schema_registry import StandInRegistry
@@ -60,10 +57,8 @@ def glue_registry(moto_server: MotoEndpoint) -> Iterator[GlueRegistry]:
 
 @pytest.fixture
 def box(
-    spark: Any,
+    spark_box: SparkBoxOpener,
     moto_server: MotoEndpoint,
-    etcd_server: EtcdServer,
-    tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     schema_registry: StandInRegistry,
     glue_registry: GlueRegistry,
@@ -77,11 +72,7 @@ def box(
         {"topic": topic, "table": f"shop.{topic}", "create_table_if_missing": True, "value_format": "avro"}
         for topic in (CONFLUENT_TOPIC, GLUE_TOPIC)
     ]
-    with open_spark_box(
-        moto_url=moto_server.url,
-        etcd=etcd_server,
-        tmp_path=tmp_path,
-        monkeypatch=monkeypatch,
+    with spark_box(
         mappings=mappings,
         parameters={"SchemaRegistrySecretArn": secret_arn, "GlueSchemaRegistryName": glue_registry.name},
         schema_registry={"url": schema_registry.url, "credentials_secret": secret_arn},

@@ -31,9 +31,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.aws_box import EMR_JOB_ROLE, Box, open_spark_box
-from tests.support.etcd import EtcdServer
-from tests.support.moto import MotoEndpoint
+from tests.support.aws_box import EMR_JOB_ROLE, Box, SparkBoxOpener
 from tests.support.segments import put_segment
 
 pytestmark = [pytest.mark.slow, pytest.mark.aws]
@@ -102,18 +100,8 @@ def per_renewal(runs: list[PathCounts]) -> dict[str, float]:
 
 
 @pytest.fixture
-def box(
-    moto_server: MotoEndpoint,
-    etcd_server: EtcdServer,
-    spark: Any,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-) -> Iterator[Box]:
-    with open_spark_box(
-        moto_url=moto_server.url,
-        etcd=etcd_server,
-        tmp_path=tmp_path,
-        monkeypatch=monkeypatch,
+def box(spark_box: SparkBoxOpener) -> Iterator[Box]:
+    with spark_box(
         mappings=[{"topic": TOPIC, "table": TABLE, "create_table_if_missing": True}],
     ) as opened:
         yield opened

@@ -9,14 +9,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.support.aws_box import EMR_JOB_ROLE, Box, open_spark_box
-from tests.support.etcd import EtcdServer
-from tests.support.moto import MotoEndpoint
+from tests.support.aws_box import EMR_JOB_ROLE, Box, SparkBoxOpener
 from tests.support.segments import put_segment
 
 pytestmark = [pytest.mark.slow, pytest.mark.aws]
@@ -26,18 +22,8 @@ TABLE = "shop.customers"
 
 
 @pytest.fixture
-def box(
-    spark: Any,
-    moto_server: MotoEndpoint,
-    etcd_server: EtcdServer,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-) -> Iterator[Box]:
-    with open_spark_box(
-        moto_url=moto_server.url,
-        etcd=etcd_server,
-        tmp_path=tmp_path,
-        monkeypatch=monkeypatch,
+def box(spark_box: SparkBoxOpener) -> Iterator[Box]:
+    with spark_box(
         mappings=[
             {
                 "topic": TOPIC,

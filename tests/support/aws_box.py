@@ -70,6 +70,7 @@ The fakes, each with what it does not cover:
 from __future__ import annotations
 
 import contextvars
+import functools
 import json
 import os
 import threading
@@ -78,7 +79,7 @@ import traceback
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -1111,6 +1112,20 @@ def open_spark_box(**options: Any) -> Iterator[Box]:
             yield box
     finally:
         runner.close()
+
+
+SparkBoxOpener = Callable[..., AbstractContextManager[Box]]
+
+
+@pytest.fixture
+def spark_box(
+    spark: Any, moto_server: Any, etcd_server: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> SparkBoxOpener:
+    """`open_spark_box` on this test's moto, etcd, `tmp_path` and `monkeypatch` (and after the session's
+    local Spark started): `with spark_box(mappings=[...], **options) as box:`."""
+    return functools.partial(
+        open_spark_box, moto_url=moto_server.url, etcd=etcd_server, tmp_path=tmp_path, monkeypatch=monkeypatch
+    )
 
 
 def build_box(
