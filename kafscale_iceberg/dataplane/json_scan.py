@@ -93,6 +93,20 @@ def utf8_length(buf: Any, pos: int, end: int) -> int:
 
 
 @njit(cache=True, nogil=True)
+def utf8_valid(buf: Any, pos: int, end: int) -> bool:
+    """Whether `buf[pos:end]` is valid UTF-8."""
+    while pos < end:
+        if buf[pos] < 0x80:
+            pos += 1
+            continue
+        step = utf8_length(buf, pos, end)
+        if step == 0:
+            return False
+        pos += step
+    return True
+
+
+@njit(cache=True, nogil=True)
 def _is_hex(c: int) -> bool:
     return (0x30 <= c <= 0x39) or (0x41 <= c <= 0x46) or (0x61 <= c <= 0x66)
 

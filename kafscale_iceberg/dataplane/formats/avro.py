@@ -2,15 +2,22 @@
 
 Records are grouped by schema id; each group is decoded in bulk:
 
-- **fast path** (a Rust-backed reader, `polars-avro`): the group's payloads become one Avro container
-  block, each record wrapped with an 8-byte guard after it (`{"v": record, "g": fixed(8)}`), and are
-  read at once. A reader of a block cannot tell where one record ends, so a record with bytes missing
-  or left over would shift every record after it, silently; the guards catch that: where a guard is
-  not the record's own, the records before it are kept, that record goes to the general path, and the
-  rest are read again. A block the reader refuses is halved until the bad records are found.
-- **general path** (fastavro, record by record, checking the record uses all its bytes): schemas the
-  fast reader cannot read (general unions, `uuid`, `time-*` logical types) and records the fast
-  path singled out.
+- **checked first** (`avro_skip.py`): one compiled pass walks every payload by its schema and checks
+  it is exactly one record (lengths, varints, UTF-8, enum and union indexes, array and map blocks, no
+  byte left over). A payload that is not is an `undecodable` dead letter naming the schema id, the
+  field, the byte and what is wrong, and is never handed to a reader: a block reader cannot tell where
+  a record ends, so one such record would shift every record after it, or (`polars-avro` 0.13, on
+  bytes left over in a block) spin for ever; fastavro reads some of them wrong too (a negative enum
+  index as the last symbol, an `int` beyond 32 bits).
+- **fast path** (a Rust-backed reader, `polars-avro`): the group's checked payloads become one Avro
+  container block, read at once. The 8-byte guards once written after each record to catch a shift
+  are gone: the check proves every record in the block takes exactly its bytes, so they could only
+  catch a reader that misreads valid Avro, which the property tests check against fastavro instead.
+  A block the reader refuses is halved until the refused records are found, and those are read by
+  the general path.
+- **general path** (fastavro, record by record): schemas the fast reader cannot read (general unions,
+  `uuid`, `time-*` logical types) and records the fast reader refused; a value its column cannot
+  hold (a decimal beyond its precision) makes that record a dead letter.
 
 Values without the wire prefix are read with `value_subject`'s latest schema when the mapping names
 one (Redpanda's `value_schema_latest`), else are `wire_format` dead letters. A schema id the registry
@@ -37,6 +44,7 @@ import fastavro
 import numpy as np
 import pyarrow as pa
 
+from kafscale_iceberg.dataplane.formats.avro_skip import SkipProgram, compile_skip_program
 from kafscale_iceberg.dataplane.formats.decoding import DecodedBatch, DecodedGroup
 from kafscale_iceberg.dataplane.formats.registered import RegisteredSchemaDecoder
 from kafscale_iceberg.dataplane.formats.schema_cache import SchemaCache
@@ -46,7 +54,6 @@ from kafscale_iceberg.domain.record_schemas import RegisteredSchema
 from kafscale_iceberg.domain.runs import ColumnSpec, ColumnType
 from kafscale_iceberg.exceptions import RecordSchemaError
 
-_GUARD_KEY = 0x6B61_6673_6361_6C65  # "kafscale": what a guard is XOR-ed with, so zeros never pass
 _SMALLEST_BLOCK = 16
 """A refused block of at most this many records is read record by record."""
 _FAST_UNSUPPORTED = frozenset(
@@ -60,6 +67,8 @@ class AvroSchema:
 
     registered: RegisteredSchema
     parsed: Any
+    program: SkipProgram
+    """How its payloads are checked before any reader reads them."""
     columns: tuple[ColumnSpec, ...]
     struct_type: pa.StructType
     container_header: bytes | None
@@ -111,20 +120,18 @@ def compile_avro_schema(registered: RegisteredSchema, schemas: SchemaCache) -> A
         parsed = fastavro.parse_schema(document)
     except Exception as exc:  # fastavro raises several classes for a bad schema
         raise RecordSchemaError(f"{label} is not a valid Avro schema: {exc}") from None
+    try:
+        program = compile_skip_program(parsed)
+    except RecordSchemaError as exc:
+        raise RecordSchemaError(f"{label}: {exc}") from None
     struct_type = pa.struct([pa.field(c.name, column_arrow_type(c, storage=True)) for c in columns])
     header = None
     sync = bytes(range(16))
     if columns and _fast_readable(document, set()):
-        wrapper = {
-            "type": "record",
-            "name": "KafscaleGuardedRecord",
-            "fields": [
-                {"name": "v", "type": document},
-                {"name": "g", "type": {"type": "fixed", "name": "KafscaleGuard", "size": 8}},
-            ],
-        }
+        # One field holding the record: the same bytes, read as one struct column.
+        wrapper = {"type": "record", "name": "KafscaleRecord", "fields": [{"name": "v", "type": document}]}
         header = _container_header(json.dumps(wrapper).encode(), sync)
-    return AvroSchema(registered, parsed, columns, struct_type, header, sync)
+    return AvroSchema(registered, parsed, program, columns, struct_type, header, sync)
 
 
 _MAX_REFERENCE_DEPTH = 32
@@ -194,18 +201,24 @@ def _container_header(schema_json: bytes, sync: bytes) -> bytes:
     return b"Obj\x01" + meta + sync
 
 
-def _guards(indices: np.ndarray) -> np.ndarray:
-    return (indices.astype(np.uint64) ^ np.uint64(_GUARD_KEY)).astype(">u8")
-
-
 def _decode_group(schema: AvroSchema, payloads: list[bytes]) -> tuple[pa.StructArray, dict[int, str]]:
     """The group's records (typed by its schema, failures left out) and the failures by index."""
     failures: dict[int, str] = {}
+    data = b"".join(payloads)
+    sizes = np.fromiter(map(len, payloads), np.int64, len(payloads))
+    ends = np.cumsum(sizes)
+    statuses, ops, at = schema.program.check(np.frombuffer(data, np.uint8), ends - sizes, ends)
+    refused = np.flatnonzero(statuses)
+    for index in refused.tolist():
+        failures[index] = schema.program.reason(
+            int(statuses[index]), int(ops[index]), int(at[index]), int(sizes[index])
+        )
+    checked = np.flatnonzero(statuses == 0)
     pieces: list[pa.StructArray] = []
     if schema.container_header is not None:
-        _fast(schema, payloads, np.arange(len(payloads)), pieces, failures)
+        _fast(schema, payloads, checked, pieces, failures, body=None if len(refused) else data)
     else:
-        pieces.append(_general(schema, payloads, np.arange(len(payloads)), failures))
+        pieces.append(_general(schema, payloads, checked, failures))
     # `pieces` hold the kept records in index order; rows of each piece were appended in order.
     pieces = [p for p in pieces if len(p)]
     if not pieces:
@@ -223,53 +236,35 @@ def _fast(
     indices: np.ndarray,
     pieces: list[pa.StructArray],
     failures: dict[int, str],
+    *,
+    body: bytes | None = None,
 ) -> None:
-    """Read `indices` of `payloads` with the Rust reader (see the module docstring); appends the
-    kept records to `pieces` in index order and the failures to `failures`."""
+    """Read `indices` of `payloads` (checked ones; `body`: them joined, when at hand) with the Rust
+    reader as one block; appends the kept records to `pieces` in index order and the failures to
+    `failures`."""
     import polars_avro  # noqa: PLC0415 - heavy (polars): loaded by the tasks that read Avro only
 
-    while len(indices):
-        guards = _guards(indices)
-        packed = guards.tobytes()  # big-endian (a numpy scalar's `tobytes` would be native)
-        body = b"".join(payloads[i] + packed[8 * n : 8 * n + 8] for n, i in enumerate(indices.tolist()))
-        block = _varint(len(indices)) + _varint(len(body)) + body + schema.sync
-        assert schema.container_header is not None
-        try:
-            table = polars_avro.read_avro(io.BytesIO(schema.container_header + block)).to_arrow()
-        except BaseException as exc:  # the reader panics (pyo3 PanicException) as well as raising
-            if isinstance(exc, KeyboardInterrupt | SystemExit):
-                raise
-            if len(indices) <= _SMALLEST_BLOCK:
-                pieces.append(_general(schema, payloads, indices, failures))
-                return
-            half = len(indices) // 2
-            _fast(schema, payloads, indices[:half], pieces, failures)
-            indices = indices[half:]
-            continue
-        read_guards = _fixed8(table.column("g").combine_chunks()) if table.num_rows else np.zeros(0, ">u8")
-        expected = guards[: len(read_guards)]
-        matches = read_guards == expected if len(read_guards) == len(indices) else None
-        if matches is not None and matches.all():
-            pieces.append(_struct_of(table.column("v").combine_chunks()))
+    if not len(indices):
+        return
+    if body is None:
+        body = b"".join([payloads[i] for i in indices.tolist()])
+    block = _varint(len(indices)) + _varint(len(body)) + body + schema.sync
+    assert schema.container_header is not None
+    try:
+        table = polars_avro.read_avro(io.BytesIO(schema.container_header + block)).to_arrow()
+        if table.num_rows != len(indices):
+            raise RecordSchemaError(f"the reader read {table.num_rows} of {len(indices)} records")
+    except BaseException as exc:  # the reader panics (pyo3 PanicException) as well as raising
+        if isinstance(exc, KeyboardInterrupt | SystemExit):
+            raise
+        if len(indices) <= _SMALLEST_BLOCK:
+            pieces.append(_general(schema, payloads, indices, failures))
             return
-        if matches is None:
-            matches = np.zeros(len(indices), bool)
-            n = min(len(read_guards), len(indices))
-            matches[:n] = read_guards[:n] == guards[:n]
-        bad = int(np.argmin(matches))
-        if bad:
-            pieces.append(_struct_of(table.column("v").combine_chunks().slice(0, bad)))
-        pieces.append(_general(schema, payloads, indices[bad : bad + 1], failures))
-        indices = indices[bad + 1 :]
-
-
-def _fixed8(column: pa.Array) -> np.ndarray:
-    data = column.cast(pa.large_binary())
-    flat = np.frombuffer(data.buffers()[2], np.uint8) if len(data) else np.zeros(0, np.uint8)
-    offsets = np.frombuffer(data.buffers()[1], np.int64, len(data) + 1, data.offset * 8)
-    if not (np.diff(offsets) == 8).all():
-        return np.zeros(len(data), ">u8")
-    return flat[offsets[0] : offsets[-1]].view(">u8").copy()
+        half = len(indices) // 2
+        _fast(schema, payloads, indices[:half], pieces, failures)
+        _fast(schema, payloads, indices[half:], pieces, failures)
+        return
+    pieces.append(_struct_of(table.column("v").combine_chunks()))
 
 
 def _struct_of(column: pa.Array) -> pa.StructArray:
@@ -282,6 +277,7 @@ def _general(
 ) -> pa.StructArray:
     """Read `indices` of `payloads` with fastavro, record by record; failures noted by index."""
     rows: list[object] = []
+    read: list[int] = []
     for index in indices.tolist():
         payload = payloads[index]
         stream = io.BytesIO(payload)
@@ -296,12 +292,21 @@ def _general(
             continue
         try:
             rows.append(_normalized(record, schema.columns))
+            read.append(index)
         except (ValueError, TypeError) as exc:
             failures[index] = str(exc)
     try:
         return pa.array(rows, schema.struct_type)
-    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-        raise RecordSchemaError(f"{schema.registered.label}: records do not fit its columns: {exc}") from exc
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        pass
+    # Some value its column cannot hold (a decimal beyond its precision): those records alone fail.
+    kept = []
+    for index, row in zip(read, rows, strict=True):
+        try:
+            kept.append(pa.array([row], schema.struct_type))
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+            failures[index] = f"a value its column cannot hold: {exc}"
+    return pa.concat_arrays(kept) if kept else pa.array([], schema.struct_type)
 
 
 def _normalized(record: object, columns: Sequence[ColumnSpec]) -> dict[str, object]:

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-from kafscale_iceberg.dataplane.json_scan import utf8_length
+from kafscale_iceberg.dataplane.json_scan import utf8_valid
 
 MAX_DEPTH = 64
 """Nesting the walker checks itself; deeper messages go to the runtime (whose limit is 100)."""
@@ -79,19 +79,6 @@ def _fixed(buf: Any, pos: int, width: int) -> Any:
 
 
 @njit(cache=True, nogil=True)
-def _utf8_valid(buf: Any, pos: int, end: int) -> bool:
-    while pos < end:
-        if buf[pos] < 0x80:
-            pos += 1
-            continue
-        step = utf8_length(buf, pos, end)
-        if step == 0:
-            return False
-        pos += step
-    return True
-
-
-@njit(cache=True, nogil=True)
 def _length(buf: Any, pos: int, end: int) -> tuple[int, int]:
     """A length prefix at `pos`: (where the content starts, where it ends), or (-1, -1)."""
     size, pos = _varint(buf, pos, end)
@@ -126,7 +113,7 @@ def _scalar_end(buf: Any, pos: int, end: int, kind: int, wire: int, repeated: bo
             return pos + 4 if pos + 4 <= end else -1
         if kind == STRING:
             start, stop = _length(buf, pos, end)
-            return stop if start >= 0 and _utf8_valid(buf, start, stop) else -1
+            return stop if start >= 0 and utf8_valid(buf, start, stop) else -1
         if kind == BYTES:
             return _length(buf, pos, end)[1]
         return -1
@@ -184,7 +171,7 @@ def _read_value(
         values[slot, r] = _fixed(buf, pos, width)
         return pos + width
     start, stop = _length(buf, pos, end)
-    if start < 0 or (kind == STRING and not _utf8_valid(buf, start, stop)):
+    if start < 0 or (kind == STRING and not utf8_valid(buf, start, stop)):
         return -1
     values[slot, r] = start
     aux[slot, r] = stop
