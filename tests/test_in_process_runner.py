@@ -235,8 +235,14 @@ def test_the_warm_cache_command_fills_the_numba_cache_a_cold_start_then_loads(tm
     command = [sys.executable, "-m", "kafscale_iceberg.execution.warm_cache"]
     built = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, check=False)
     assert built.returncode == 0, built.stderr
-    assert "run succeeded, 200 records" in built.stdout
-    assert list((tmp_path / "cache").rglob("*.nbi"))
+    for topic in ("warm", "warm_avro", "warm_protobuf"):
+        assert f"numba cache warmed: {topic} run succeeded, 200 records" in built.stdout
+    # Each compiled kernel a run uses, compiled by a real run of its format: the JSON record walker
+    # and scanner, the Avro payload check and the Protobuf wire reader.
+    cached = {path.name.split("-")[0] for path in (tmp_path / "cache").rglob("*.nbi")}
+    for kernel in ("scan.scan_records", "json_scan.scan_values", "avro_skip.check_records"):
+        assert kernel in cached
+    assert "protobuf_wire.scan_messages" in cached
 
     cold = subprocess.run(
         command,

@@ -3,17 +3,25 @@
 
 The Lambda runner's image runs it at build time (`infra/lambda/runner.Dockerfile`, with
 `NUMBA_CACHE_DIR` and `NUMBA_CPU_NAME=generic` so the cache fits any CPU of the architecture), so a
-cold start loads the compiled record walker and JSON scanner instead of compiling them (seconds).
-The plan is synthetic: one segment of JSON records on a local folder, mapped to typed columns, so
-every compiled kernel a run uses is compiled once. Exits 1 when the run failed.
+cold start loads the compiled kernels instead of compiling them (seconds each). The plans are
+synthetic, one segment each on a local folder, mapped to typed columns, and run as a real run does,
+so each kernel is compiled for the argument types a run passes it: JSON records (the record walker
+and JSON scanner), Avro in Confluent wire format (the payload check, `formats/avro_skip.py`) and
+Protobuf (the wire reader, `formats/protobuf_wire.py`), their schemas served by the in-process
+registry (`local/schema_registry.py`) on loopback. Exits 1 when a run failed.
 """
 
 from __future__ import annotations
 
+import io
 import json
+import struct
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
+
+import fastavro
 
 from kafscale_iceberg.domain.runs import (
     ColumnSpec,
@@ -21,13 +29,16 @@ from kafscale_iceberg.domain.runs import (
     ConversionSettings,
     PartitionPlan,
     PlannedSegment,
+    RegistrySettings,
     RunPlan,
     RunResult,
     SegmentSource,
     TableTarget,
+    ValueFormat,
     make_run_id,
 )
 from kafscale_iceberg.execution.in_process import run_plan_in_process
+from kafscale_iceberg.local.schema_registry import StandInRegistry, serve_registry
 from kafscale_iceberg.segments.decode import Record
 from kafscale_iceberg.segments.encode import build_segment, encode_record_batch
 from kafscale_iceberg.segments.keys import format_segment_key
@@ -42,6 +53,23 @@ _COLUMNS = (
 )
 
 
+_REGISTERED_COLUMNS = tuple(c for c in _COLUMNS if c.name != "at")
+_AVRO_SCHEMA = {
+    "type": "record",
+    "name": "Warm",
+    "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "name", "type": "string"},
+        {"name": "price", "type": "double"},
+        {"name": "active", "type": "boolean"},
+    ],
+}
+_PROTO_SCHEMA = """syntax = "proto3";
+package warm;
+message Warm { int64 id = 1; string name = 2; double price = 3; bool active = 4; }
+"""
+
+
 def warm_plan(root: Path, records: int = 200) -> RunPlan:
     """A plan over one synthetic segment of `records` JSON records written under `root`."""
     values = [
@@ -50,49 +78,107 @@ def warm_plan(root: Path, records: int = 200) -> RunPlan:
         ).encode()
         for i in range(records)
     ]
+    return _plan(root, "warm", values, ConversionSettings(columns=_COLUMNS))
+
+
+def registered_warm_plans(root: Path, registry: StandInRegistry, records: int = 200) -> list[RunPlan]:
+    """Plans over one synthetic segment each of `records` Avro and Protobuf records in Confluent wire
+    format, their schemas put in `registry`."""
+    avro_id = registry.register("warm_avro-value", json.dumps(_AVRO_SCHEMA))
+    proto_id = registry.register("warm_protobuf-value", _PROTO_SCHEMA, schema_type="PROTOBUF")
+    parsed = fastavro.parse_schema(_AVRO_SCHEMA)
+    avro_values = []
+    proto_values = []
+    for i in range(records):
+        row = {"id": i, "name": f"n-{i}", "price": i + 0.5, "active": i % 2 == 0}
+        out = io.BytesIO()
+        fastavro.schemaless_writer(out, parsed, row)
+        avro_values.append(b"\x00" + struct.pack(">I", avro_id) + out.getvalue())
+        name = row["name"].encode()  # type: ignore[attr-defined]
+        message = (  # fields 1 (varint), 2 (length-delimited), 3 (64-bit), 4 (varint)
+            b"\x08" + _uvarint(i) + b"\x12" + _uvarint(len(name)) + name
+            + b"\x19" + struct.pack("<d", i + 0.5) + b"\x20" + bytes([i % 2 == 0])
+        )  # fmt: skip
+        proto_values.append(b"\x00" + struct.pack(">I", proto_id) + b"\x00" + message)  # message index [0]
+    registry_settings = RegistrySettings(url=registry.url)
+    return [
+        _plan(
+            root,
+            f"warm_{value_format.value}",
+            values,
+            ConversionSettings(columns=_REGISTERED_COLUMNS, value_format=value_format),
+            registry_settings,
+        )
+        for value_format, values in ((ValueFormat.AVRO, avro_values), (ValueFormat.PROTOBUF, proto_values))
+    ]
+
+
+def _uvarint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _plan(
+    root: Path,
+    topic: str,
+    values: Sequence[bytes],
+    conversion: ConversionSettings,
+    registry: RegistrySettings | None = None,
+) -> RunPlan:
+    records = len(values)
     batch = [
         Record(offset=i, timestamp_ms=1_795_132_800_000 + i, key=f"k{i}".encode(), value=v, headers=())
         for i, v in enumerate(values)
     ]
     files = build_segment([encode_record_batch(batch, codec=Codec.NONE)], created_at_ms=1_795_132_800_000)
-    key = format_segment_key("warm", "warm", 0, files.base_offset)
+    key = format_segment_key("warm", topic, 0, files.base_offset)
     (root / key).parent.mkdir(parents=True, exist_ok=True)
     (root / key).write_bytes(files.kfs)
-    run_id = make_run_id("warm", [(0, -1, records - 1)])
+    run_id = make_run_id(topic, [(0, -1, records - 1)])
     segment = PlannedSegment(
         key=key, base_offset=files.base_offset, last_offset=files.last_offset, size_bytes=len(files.kfs)
     )
     return RunPlan(
         run_id=run_id,
-        topic="warm",
+        topic=topic,
         created_at_ms=1_795_132_800_000,
         source=SegmentSource(root=str(root)),
         partitions=(
             PartitionPlan(partition=0, start_exclusive=-1, end_inclusive=records - 1, segments=(segment,)),
         ),
-        table=TableTarget(identifier="warm.warm", data_uri=str(root / "data" / run_id)),
-        dead_letter_table=TableTarget(identifier="warm.warm_dlq", data_uri=str(root / "dlq" / run_id)),
-        conversion=ConversionSettings(columns=_COLUMNS),
+        table=TableTarget(identifier=f"warm.{topic}", data_uri=str(root / "data" / run_id)),
+        dead_letter_table=TableTarget(identifier=f"warm.{topic}_dlq", data_uri=str(root / "dlq" / run_id)),
+        conversion=conversion,
         result_uri=str(root / "runs" / run_id / "result.json"),
+        schema_registry=registry,
     )
 
 
-def warm() -> RunResult:
-    """Run the synthetic plan once in a temporary folder; its result."""
-    with tempfile.TemporaryDirectory(prefix="kafscale-warm-") as folder:
+def warm() -> list[RunResult]:
+    """Run the synthetic plans once in a temporary folder; their results (JSON, Avro, Protobuf)."""
+    with tempfile.TemporaryDirectory(prefix="kafscale-warm-") as folder, serve_registry() as registry:
         root = Path(folder)
-        plan = warm_plan(root)
-        plan_uri = str(root / "runs" / plan.run_id / "plan.json")
-        Path(plan_uri).parent.mkdir(parents=True, exist_ok=True)
-        Path(plan_uri).write_text(plan.model_dump_json())
-        return run_plan_in_process(plan_uri, workers=1)
+        results = []
+        for plan in (warm_plan(root), *registered_warm_plans(root, registry)):
+            plan_uri = str(root / "runs" / plan.run_id / "plan.json")
+            Path(plan_uri).parent.mkdir(parents=True, exist_ok=True)
+            Path(plan_uri).write_text(plan.model_dump_json())
+            results.append(run_plan_in_process(plan_uri, workers=1))
+        return results
 
 
 def main() -> int:
-    """Warm the cache; 0 when the run succeeded."""
-    result = warm()
-    print(f"numba cache warmed: run {result.status.value}, {result.counts.written} records")
-    return 0 if result.failure is None else 1
+    """Warm the cache; 0 when every run succeeded."""
+    results = warm()
+    for result in results:
+        print(
+            f"numba cache warmed: {result.topic} run {result.status.value}, {result.counts.written} records"
+        )
+    return 0 if all(r.failure is None for r in results) else 1
 
 
 if __name__ == "__main__":
