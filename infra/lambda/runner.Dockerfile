@@ -13,8 +13,8 @@ RUN pip install --no-cache-dir --requirement /tmp/requirements.txt --target "${L
 COPY kafscale_iceberg ${LAMBDA_TASK_ROOT}/kafscale_iceberg
 COPY functions ${LAMBDA_TASK_ROOT}/functions
 
-# No JIT compile on a cold start: numba's cache is filled here by running one synthetic plan
-# (kafscale_iceberg/execution/warm_cache.py) and shipped in the image. Compiled for a generic CPU of
+# No JIT compile on a cold start: numba's cache is filled here by running synthetic JSON, Avro and
+# Protobuf plans (kafscale_iceberg/execution/warm_cache.py) and shipped in the image. Compiled for a generic CPU of
 # the architecture, so it matches whatever CPU runs the function; read-only at run time is enough.
 ENV NUMBA_CACHE_DIR=/opt/numba-cache \
     NUMBA_CPU_NAME=generic

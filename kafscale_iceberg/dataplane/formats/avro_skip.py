@@ -245,21 +245,24 @@ def _least_width(ops: list[int], args: list[int], ends: list[int], start: int, s
 @njit(cache=True, nogil=True)
 def _long(buf: Any, pos: int, end: int) -> tuple[Any, int, int]:
     """The zigzag varint at `pos`: (value, position after, status)."""
-    bits: Any = np.uint64(0)
+    if pos < end and buf[pos] < 0x80:  # one byte: most lengths, counts, indexes
+        first = np.int64(buf[pos])
+        return (first >> 1) ^ -(first & 1), pos + 1, OK
+    bits: Any = 0
     shift = 0
-    while pos < end:
-        byte = buf[pos]
+    while pos < end and shift < 63:
+        byte = np.int64(buf[pos])
         pos += 1
-        if shift == 63 and byte > 1:
-            return 0, pos, BAD_VARINT
-        bits |= np.uint64(byte & 0x7F) << np.uint64(shift)
+        bits |= (byte & 0x7F) << shift
         if byte < 0x80:
-            value = np.int64(bits >> np.uint64(1)) ^ -np.int64(bits & np.uint64(1))
-            return value, pos, OK
+            return (bits >> 1) ^ -(bits & 1), pos, OK
         shift += 7
-        if shift > 63:
-            return 0, pos, BAD_VARINT
-    return 0, pos, ENDS_EARLY
+    if pos >= end:
+        return 0, pos, ENDS_EARLY
+    if buf[pos] > 1:  # the tenth byte holds the 64th bit only
+        return 0, pos + 1, BAD_VARINT
+    bits |= np.int64(buf[pos]) << 63
+    return ((bits >> 1) & 0x7FFF_FFFF_FFFF_FFFF) ^ -(bits & 1), pos + 1, OK
 
 
 @njit(cache=True, nogil=True)
