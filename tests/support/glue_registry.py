@@ -82,6 +82,21 @@ class GlueRegistry:
             )
         return str(answer["SchemaVersionId"])
 
+    def set_status(self, version_id: str, status: str) -> None:
+        """Give schema version `version_id` Glue's `status` (PENDING, FAILURE, ...). Glue sets it itself
+        after its compatibility check, which moto does not run, and moto has no API for it: this reaches
+        into the in-process moto server's Glue backend (`ThreadedMotoServer`), the only way to have it
+        answer `GetSchemaVersion` with another status than AVAILABLE."""
+        from moto.backends import get_backend  # noqa: PLC0415
+        from moto.core import DEFAULT_ACCOUNT_ID  # noqa: PLC0415
+
+        registry = get_backend("glue")[DEFAULT_ACCOUNT_ID][self.region].registries[self.name]
+        for schema in registry.schemas.values():
+            if version_id in schema.schema_versions:
+                schema.schema_versions[version_id].schema_version_status = status
+                return
+        raise KeyError(f"no schema version {version_id} in registry {self.name}")
+
     def version_id(self, schema_name: str, version: int | None = None) -> str:
         number = {"LatestVersion": True} if version is None else {"VersionNumber": version}
         answer = self.glue.get_schema_version(
