@@ -63,8 +63,8 @@ The fakes, each with what it does not cover:
   they sign with (`EMR_JOB_ACCESS_KEY`, given through the SparkContext's worker environment).
   The job's data files are written to the warehouse bucket by its workers, so those writes are
   checked too, and so are their Glue Schema Registry reads (`GetSchemaVersion`: by schema version id
-  authorized on `*`, by schema name on its registry and schema: `glue_schema_version_requests`). Not covered: threads the
-  driver starts itself (unattributed, so unchecked).
+  authorized on `*`, by schema name on its registry and schema: `glue_schema_version_requests`).
+  Not covered: threads the driver starts itself (unattributed, so unchecked).
 """
 
 from __future__ import annotations
