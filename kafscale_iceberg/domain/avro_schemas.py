@@ -3,8 +3,8 @@
 The top-level record's fields become columns, in the schema's order; a top-level schema that is not a
 record gives no columns (such values are `undecodable` dead letters), except a record key's
 (`key_format: avro`), which is read as the one-field record `as_key_record` makes of it (column
-`key_value`). Every column is optional: a field a newer schema version drops stays in the table, null from then on
-(`domain/schema_evolution.py`).
+`key_value`). Every column is optional: a field a newer schema version drops stays in the table,
+null from then on (`domain/schema_evolution.py`).
 
 | Avro | column |
 |---|---|
