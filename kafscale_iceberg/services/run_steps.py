@@ -429,7 +429,10 @@ def _after_lease_loss(job_id: str | None, *, running: bool) -> str:
     if job_id is None:
         # The state machine started the job (startJobRun.sync) or the Lambda runner runs the tasks:
         # the step has no job to cancel; its branch ends and the abort step stops what still runs.
-        return "the run is aborted: Step Functions stops its runner and the abort step cancels a job still running"
+        return (
+            "the run is aborted: Step Functions stops its runner and the abort step cancels a job "
+            "still running"
+        )
     if running:
         return f"cancelling job {job_id}; the run is aborted"
     return f"job {job_id} already ended; the run is aborted"
