@@ -423,7 +423,6 @@ class RunSteps:
         return None
 
 
-
 def _after_lease_loss(job_id: str | None, *, running: bool) -> str:
     """What happens to a run's job once its lease is lost, as the watch step's log says it."""
     if job_id is None:
