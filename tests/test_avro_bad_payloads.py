@@ -108,6 +108,16 @@ def test_a_record_written_with_another_schema_than_its_id_names_is_a_dead_letter
         ),
         ({"type": "map", "values": "int"}, b"\x02\x02k", "field `a{}`: the payload ends early"),
         ({"type": "fixed", "name": "F", "size": 4}, b"ab", "field `a`: the payload ends early"),
+        (  # 100.00: five digits, beyond decimal(4,2); a reader would put it in the column unchecked
+            {"type": "bytes", "logicalType": "decimal", "precision": 4, "scale": 2},
+            b"\x04\x27\x10",
+            "field `a`: a decimal of more digits than its precision 4 (at byte 0 of 3)",
+        ),
+        (
+            {"type": "fixed", "name": "D", "size": 2, "logicalType": "decimal", "precision": 4, "scale": 2},
+            b"\xd8\xf0",  # -100.00
+            "field `a`: a decimal of more digits than its precision 4",
+        ),
     ],
     ids=lambda v: v if isinstance(v, str) and " " in v else None,
 )
@@ -127,6 +137,8 @@ def test_a_value_its_schema_does_not_allow_is_named_in_the_dead_letter(
 
 def _sample(field: object) -> object:
     samples = {"string": "ok", "boolean": True, "int": 1, "long": 1}
+    if isinstance(field, dict) and field.get("logicalType") == "decimal":
+        return decimal.Decimal("-99.99")
     if isinstance(field, dict):
         if field["type"] == "array" and field["items"] != "int":
             return [b""]
@@ -267,14 +279,19 @@ def _comparable(value: Any) -> Any:
 
 def _check(schema: Any, payloads: list[bytes], landed: dict[int, Any]) -> None:
     """Each payload landed as fastavro reads it, or is an `undecodable` dead letter: for one
-    fastavro reads, only for a reason fastavro is laxer about (`_STRICTER`)."""
+    fastavro reads, only for a rule fastavro is laxer about (`_STRICTER`)."""
     for position, payload in enumerate(payloads):
-        expected = _expected(schema, payload)
         got = landed[position]
+        if isinstance(got, str) and any(s in got for s in _STRICTER):
+            # Not asked of fastavro: a count of items without bytes would keep it busy for ever.
+            assert got.startswith("undecodable: the payload does not decode with schema id "), got
+            event("a dead letter fastavro may read")
+            continue
+        expected = _expected(schema, payload)
         if isinstance(got, str):
             assert got.startswith("undecodable: the payload does not decode with schema id "), got
-            assert expected is None or any(s in got for s in _STRICTER), (got, expected)
-            event("a dead letter" if expected is None else "a dead letter fastavro would read")
+            assert expected is None, (got, expected)
+            event("a dead letter")
         else:
             assert expected is not None, (position, got)
             event("landed")

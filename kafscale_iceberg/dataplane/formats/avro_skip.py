@@ -11,6 +11,8 @@ checks what the Avro specification asks of the bytes:
   bytes, an `int` within 32 bits, a symbol or branch within the schema's count;
 - `bytes` and `string` lengths are not negative and stay within the payload, a `string` is UTF-8;
   `fixed`, `float` (4) and `double` (8) have their bytes; a `boolean` is the byte 0 or 1;
+- a `decimal(P,S)` (on `bytes` or `fixed`) has at most P digits: a reader would put more in the
+  column unchecked, and a Parquet decimal(P,S) cannot hold them;
 - arrays and maps are blocks of items (a negative count is followed by the block's byte size, which
   must be what its items take), ending with a zero count;
 - nothing is left over after the record.
@@ -64,6 +66,7 @@ BAD_UTF8 = 7
 BAD_INDEX = 8
 BAD_COUNT = 9
 BLOCK_SIZE = 10
+DECIMAL_DIGITS = 11
 
 ZERO_WIDTH_ITEMS = 1 << 20
 """Most items an array block of values without bytes (`null`, an empty record) may claim: such a
@@ -79,6 +82,9 @@ _PROBLEMS = {
     BAD_COUNT: "an impossible block count",
     BLOCK_SIZE: "a block whose byte size is not what its items take",
 }
+_TENS = [10**digits for digits in range(39)]
+_TEN_HIGH = np.array([ten >> 64 for ten in _TENS], np.uint64)
+_TEN_LOW = np.array([ten & (2**64 - 1) for ten in _TENS], np.uint64)
 
 
 @dataclass(frozen=True)
@@ -88,6 +94,8 @@ class SkipProgram:
     ops: np.ndarray
     args: np.ndarray
     ends: np.ndarray
+    digits: np.ndarray
+    """Per `BYTES` or `FIXED` operation that is a decimal, its precision (0: not a decimal)."""
     widths: np.ndarray
     """Per `BLOCKS`: the fewest bytes an item takes (0: `ZERO_WIDTH_ITEMS` bounds its counts)."""
     depth: int
@@ -100,7 +108,11 @@ class SkipProgram:
         """Walk the payloads `buf[starts[i]:ends[i]]`: per payload its status (`OK` or what is
         wrong), the operation it failed at and the byte (from the payload's start)."""
         return check_records(
-            buf, starts, ends, self.ops, self.args, self.ends, self.widths, max(self.depth, 1)
+            buf,
+            starts,
+            ends,
+            (self.ops, self.args, self.ends, self.digits, self.widths),
+            max(self.depth, 1),
         )
 
     def reason(self, status: int, op: int, at: int, size: int) -> str:
@@ -116,6 +128,8 @@ class SkipProgram:
         if status == BAD_INDEX and known:
             of = "branches" if self.ops[op] == UNION else "symbols"
             problem = f"an index beyond its {self.args[op]} {of}"
+        elif status == DECIMAL_DIGITS and known:
+            problem = f"a decimal of more digits than its precision {self.digits[op]}"
         return f"{where}{problem} (at byte {at} of {size})"
 
 
@@ -138,14 +152,16 @@ class _Compiler:
         self.ops: list[int] = []
         self.args: list[int] = []
         self.ends: list[int] = []
+        self.digits: list[int] = []
         self.fields: list[str] = []
         self.depth = 0
         self.open: list[str] = []
 
-    def emit(self, op: int, arg: int, field: str) -> int:
+    def emit(self, op: int, arg: int, field: str, digits: int = 0) -> int:
         self.ops.append(op)
         self.args.append(arg)
         self.ends.append(len(self.ops))
+        self.digits.append(digits)
         self.fields.append(field)
         return len(self.ops) - 1
 
@@ -171,6 +187,9 @@ class _Compiler:
         if not isinstance(schema, Mapping):
             raise RecordSchemaError(f"{schema!r} is not an Avro type")
         kind = schema.get("type")
+        digits = schema.get("precision") if schema.get("logicalType") == "decimal" else None
+        if not isinstance(digits, int) or not 0 < digits <= 38:
+            digits = 0
         if kind in ("record", "error"):
             name = str(schema.get("name"))
             self.open.append(name)
@@ -180,7 +199,9 @@ class _Compiler:
         elif kind == "enum":
             self.emit(ENUM, len(schema.get("symbols", ())), field)
         elif kind == "fixed":
-            self.emit(FIXED, int(schema["size"]), field)
+            self.emit(FIXED, int(schema["size"]), field, digits)
+        elif kind == "bytes":
+            self.emit(BYTES, 0, field, digits)
         elif kind in ("array", "map"):
             at = self.emit(BLOCKS, 0, field)
             if kind == "map":
@@ -216,6 +237,7 @@ def compile_skip_program(parsed: Mapping[str, Any] | Sequence[object] | str) -> 
         ops=ops,
         args=np.asarray(compiler.args, np.int64),
         ends=ends,
+        digits=np.asarray(compiler.digits, np.int64),
         widths=widths,
         depth=compiler.depth,
         fields=tuple(compiler.fields),
@@ -266,6 +288,29 @@ def _long(buf: Any, pos: int, end: int) -> tuple[Any, int, int]:
 
 
 @njit(cache=True, nogil=True)
+def _decimal_fits(buf: Any, start: int, stop: int, digits: int) -> bool:
+    """Whether the big-endian two's-complement integer `buf[start:stop]` has at most `digits` digits."""
+    if start == stop:
+        return True
+    negative = buf[start] >= 0x80
+    pad = 0xFF if negative else 0
+    while stop - start > 16 and buf[start] == pad:
+        start += 1
+    if stop - start > 16 or (stop - start == 16 and (buf[start] >= 0x80) != negative):
+        return False  # beyond 128 bits, so beyond 38 digits
+    high = np.uint64(0xFFFF_FFFF_FFFF_FFFF) if negative else np.uint64(0)
+    low = high
+    for i in range(start, stop):
+        high = (high << np.uint64(8)) | (low >> np.uint64(56))
+        low = (low << np.uint64(8)) | np.uint64(buf[i])
+    if negative:  # its magnitude
+        low = ~low + np.uint64(1)
+        high = ~high + (np.uint64(1) if low == 0 else np.uint64(0))
+    fits: bool = high < _TEN_HIGH[digits] or (high == _TEN_HIGH[digits] and low < _TEN_LOW[digits])
+    return fits
+
+
+@njit(cache=True, nogil=True)
 def _block_count(buf: Any, pos: int, end: int, width: int) -> tuple[Any, int, int, int]:
     """An array or map block's header at `pos`: (items, where its items end or -1 when its byte size
     is not given, position after, status)."""
@@ -293,13 +338,11 @@ def check_records(
     buf: Any,
     starts: Any,
     ends: Any,
-    ops: Any,
-    args: Any,
-    op_ends: Any,
-    widths: Any,
+    program: tuple[Any, Any, Any, Any, Any],
     depth: int,
 ) -> tuple[Any, Any, Any]:
-    """See `SkipProgram.check`."""
+    """See `SkipProgram.check`; `program`: its operations, arguments, ends, digits and widths."""
+    ops, args, op_ends, digits, widths = program
     count = starts.shape[0]
     statuses = np.zeros(count, np.uint8)
     failed_ops = np.full(count, -1, np.int64)
@@ -369,6 +412,8 @@ def check_records(
                 size = 4 if kind == FLOAT else 8 if kind == DOUBLE else args[op]
                 if size > end - pos:
                     status = ENDS_EARLY
+                elif digits[op] > 0 and not _decimal_fits(buf, pos, pos + size, digits[op]):
+                    status = DECIMAL_DIGITS
                 pos += size
             elif kind in (BYTES, STRING):
                 size, pos, status = _long(buf, pos, end)
@@ -378,6 +423,8 @@ def check_records(
                     status = ENDS_EARLY
                 elif status == OK and kind == STRING and not utf8_valid(buf, pos, pos + size):
                     status = BAD_UTF8
+                elif status == OK and digits[op] > 0 and not _decimal_fits(buf, pos, pos + size, digits[op]):
+                    status = DECIMAL_DIGITS
                 pos += size
             elif kind == BLOCKS:
                 items, block_stop, pos, status = _block_count(buf, pos, end, widths[op])
