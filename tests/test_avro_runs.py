@@ -14,10 +14,13 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import decimal
+import io
+import json
 import struct
 from pathlib import Path
 from typing import Any
 
+import fastavro
 import pyarrow.parquet as pq
 import pytest
 
@@ -46,9 +49,11 @@ from kafscale_iceberg.domain.runs import (
 )
 from kafscale_iceberg.domain.schema import table_fields
 from tests.support.glue_registry import GlueRegistry
+from tests.support.hang_limit import hang_limit
 from tests.support.iceberg_runs import sql_committer, sql_settings
 from tests.support.schema_registry import StandInRegistry
 from tests.support.spark_job import SegmentFolder, make_plan, order_record
+from tests.test_avro_bad_payloads import HANG_SECONDS, ORDER_KEY
 from tests.test_record_decoders import PIZZA_V1, PIZZA_V2, Producer, pizza
 from tests.test_schema_inference import TABLE, commit
 
@@ -204,6 +209,59 @@ def test_in_strict_mode_an_undecodable_record_fails_the_run_naming_it_and_its_sc
     assert result.failure.kind is FailureKind.STRICT_VALIDATION
     assert result.failure.record_id == "orders:0:1"
     assert "schema id 1" in result.failure.message
+
+
+def _misregistered(registry: StandInRegistry) -> list[bytes]:
+    """A good order key, then two pizzas framed with the order key schema's id (a mis-registered id)."""
+    schema_id = registry.register("orders-key", json.dumps(ORDER_KEY))
+    frame = b"\x00" + struct.pack(">I", schema_id)
+    pizzas = [frame + _avro_bytes(PIZZA_V1, pizza(n)) for n in (1, 2)]
+    return [frame + _avro_bytes(ORDER_KEY, {"id": 7, "region": "eu"}), *pizzas]
+
+
+def _avro_bytes(schema: dict[str, Any], record: dict[str, Any]) -> bytes:
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, fastavro.parse_schema(schema), record)
+    return out.getvalue()
+
+
+def test_records_written_with_another_schema_than_their_id_names_are_dead_letters_and_the_rest_land(
+    tmp_path: Path, schema_registry: StandInRegistry
+) -> None:
+    # Before the payload check (formats/avro_skip.py) this run never ended: the block reader spun
+    # (`hang_limit` ends the process should it again).
+    columns = (ColumnSpec(name="id", type=ColumnType.LONG), ColumnSpec(name="region", type=ColumnType.STRING))
+    values = _misregistered(schema_registry)
+    with hang_limit(HANG_SECONDS):
+        _plan, result = avro_run(
+            tmp_path, values, None, schema_registry, columns=columns, schema_mode=SchemaMode.LENIENT
+        )
+    assert result.status is RunStatus.SUCCEEDED
+    assert (result.counts.written, result.counts.dead_letter_reasons) == (1, {"undecodable": 2})
+    (data_file,) = result.data_files
+    assert pq.read_table(data_file.uri.removeprefix("file://")).select(["id", "region"]).to_pylist() == [
+        {"id": 7, "region": "eu"}
+    ]
+    (dead_file,) = result.dead_letter_files
+    dead = pq.read_table(dead_file.uri.removeprefix("file://")).to_pylist()
+    assert [d["offset"] for d in dead] == [1, 2]
+    assert "schema id 1: 15 bytes left over after the record (it ends at byte 8 of 23)" in dead[0]["error"]
+
+
+def test_in_strict_mode_a_record_written_with_another_schema_fails_the_run_naming_it(
+    tmp_path: Path, schema_registry: StandInRegistry
+) -> None:
+    columns = (ColumnSpec(name="id", type=ColumnType.LONG),)
+    values = _misregistered(schema_registry)
+    with hang_limit(HANG_SECONDS):
+        _plan, result = avro_run(
+            tmp_path, values, None, schema_registry, columns=columns, schema_mode=SchemaMode.STRICT
+        )
+    assert result.status is RunStatus.FAILED
+    assert result.failure is not None
+    assert result.failure.kind is FailureKind.STRICT_VALIDATION
+    assert result.failure.record_id == "orders:0:1"
+    assert "schema id 1: 15 bytes left over" in result.failure.message
 
 
 def test_a_registry_outage_fails_the_run_transiently_and_dead_letters_nothing(
