@@ -29,7 +29,12 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from kafscale_iceberg.adapters.confluent_registry import ConfluentSchemaRegistry
-from kafscale_iceberg.dataplane.formats.avro import AvroDecoder, _normalized
+from kafscale_iceberg.dataplane.formats.avro import (
+    AvroDecoder,
+    _container_header,
+    _normalized,
+    _varint,
+)
 from kafscale_iceberg.dataplane.formats.decoding import DecodedBatch
 from kafscale_iceberg.dataplane.formats.schema_cache import SchemaCache
 from kafscale_iceberg.dataplane.schemas import column_arrow_type
@@ -133,6 +138,35 @@ def test_a_value_its_schema_does_not_allow_is_named_in_the_dead_letter(
     assert landed[0] == landed[2] != landed[1]
     assert landed[1].startswith("undecodable: the payload does not decode with schema id 1: ")
     assert what in landed[1]
+
+
+@pytest.mark.parametrize(
+    ("field", "payload", "read"),
+    [
+        ("string", b"\x04\xc3\x28", "refused"),  # invalid UTF-8
+        ({"type": "enum", "name": "E", "symbols": ["A", "B"]}, b"\x06", "refused"),  # symbol 3 of 2
+        (["null", "int"], b"\x06\x02", [{"a": 1}]),  # branch 3 of 2, read as the int branch
+        ("boolean", b"\x02", [{"a": True}]),
+    ],
+)
+def test_what_the_block_reader_does_with_values_the_check_refuses(
+    field: object, payload: bytes, read: object
+) -> None:
+    """polars-avro 0.13 itself, on a block holding exactly the value: it refuses some (raises, which
+    `_fast`'s fallback handles) and reads others wrong, so the check must refuse them first. Should
+    an upgrade start to hang on one, this fails."""
+    import polars_avro
+
+    schema = {"type": "record", "name": "R", "fields": [{"name": "a", "type": field}]}
+    sync = bytes(range(16))
+    block = _varint(1) + _varint(len(payload)) + payload + sync
+    data = _container_header(json.dumps(schema).encode(), sync) + block
+    with hang_limit(HANG_SECONDS):
+        try:
+            got: object = polars_avro.read_avro(io.BytesIO(data)).to_arrow().to_pylist()
+        except Exception:  # any refusal will do (polars_avro raises its AvroError)
+            got = "refused"
+    assert got == read
 
 
 def _sample(field: object) -> object:
