@@ -3,12 +3,13 @@
 Records are grouped by schema id; each group is decoded in bulk:
 
 - **checked first** (`avro_skip.py`): one compiled pass walks every payload by its schema and checks
-  it is exactly one record (lengths, varints, UTF-8, enum and union indexes, array and map blocks, no
-  byte left over). A payload that is not is an `undecodable` dead letter naming the schema id, the
+  it is exactly one record (lengths, varints, UTF-8, enum and union indexes, array and map blocks,
+  decimal digits, no byte left over). A payload that is not is an `undecodable` dead letter naming the schema id, the
   field, the byte and what is wrong, and is never handed to a reader: a block reader cannot tell where
   a record ends, so one such record would shift every record after it, or (`polars-avro` 0.13, on
   bytes left over in a block) spin for ever; fastavro reads some of them wrong too (a negative enum
-  index as the last symbol, an `int` beyond 32 bits).
+  index as the last symbol, an `int` beyond 32 bits), and polars-avro others (a union index out of
+  range as another branch, a decimal beyond its precision into the column unchecked).
 - **fast path** (a Rust-backed reader, `polars-avro`): the group's checked payloads become one Avro
   container block, read at once. The 8-byte guards once written after each record to catch a shift
   are gone: the check proves every record in the block takes exactly its bytes, so they could only
@@ -17,7 +18,7 @@ Records are grouped by schema id; each group is decoded in bulk:
   the general path.
 - **general path** (fastavro, record by record): schemas the fast reader cannot read (general unions,
   `uuid`, `time-*` logical types) and records the fast reader refused; a value its column cannot
-  hold (a decimal beyond its precision) makes that record a dead letter.
+  hold makes that record a dead letter, not the group's run a failure.
 
 Values without the wire prefix are read with `value_subject`'s latest schema when the mapping names
 one (Redpanda's `value_schema_latest`), else are `wire_format` dead letters. A schema id the registry
