@@ -6,22 +6,21 @@ The Lambda runner's image runs it at build time (`infra/lambda/runner.Dockerfile
 cold start loads the compiled kernels instead of compiling them (seconds each). The plans are
 synthetic, one segment each on a local folder, mapped to typed columns, and run as a real run does,
 so each kernel is compiled for the argument types a run passes it: JSON records (the record walker
-and JSON scanner), Avro in Confluent wire format (the payload check, `formats/avro_skip.py`) and
-Protobuf (the wire reader, `formats/protobuf_wire.py`), their schemas served by the in-process
-registry (`local/schema_registry.py`) on loopback. Exits 1 when a run failed.
+and JSON scanner), Avro in Confluent wire format (the demo's pizzas, `local/demo_avro.py`: the
+payload check, `formats/avro_skip.py`) and Protobuf (the wire reader, `formats/protobuf_wire.py`),
+their schemas served by the in-process registry (`local/schema_registry.py`) on loopback. Exits 1
+when a run failed.
 """
 
 from __future__ import annotations
 
-import io
 import json
+import random
 import struct
 import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-
-import fastavro
 
 from kafscale_iceberg.domain.runs import (
     ColumnSpec,
@@ -38,6 +37,7 @@ from kafscale_iceberg.domain.runs import (
     make_run_id,
 )
 from kafscale_iceberg.execution.in_process import run_plan_in_process
+from kafscale_iceberg.local import demo_avro
 from kafscale_iceberg.local.schema_registry import StandInRegistry, serve_registry
 from kafscale_iceberg.segments.decode import Record
 from kafscale_iceberg.segments.encode import build_segment, encode_record_batch
@@ -53,20 +53,15 @@ _COLUMNS = (
 )
 
 
-_REGISTERED_COLUMNS = tuple(c for c in _COLUMNS if c.name != "at")
-_AVRO_SCHEMA = {
-    "type": "record",
-    "name": "Warm",
-    "fields": [
-        {"name": "id", "type": "long"},
-        {"name": "name", "type": "string"},
-        {"name": "price", "type": "double"},
-        {"name": "active", "type": "boolean"},
-    ],
-}
-_PROTO_SCHEMA = """syntax = "proto3";
+_PIZZA_COLUMNS = (
+    ColumnSpec(name="pizza_id", type=ColumnType.LONG),
+    ColumnSpec(name="name", type=ColumnType.STRING),
+    ColumnSpec(name="price", type=ColumnType.DOUBLE),
+    ColumnSpec(name="slices", type=ColumnType.INT),
+)
+_PIZZA_PROTO = """syntax = "proto3";
 package warm;
-message Warm { int64 id = 1; string name = 2; double price = 3; bool active = 4; }
+message Pizza { int64 pizza_id = 1; string name = 2; double price = 3; int32 slices = 4; }
 """
 
 
@@ -82,31 +77,29 @@ def warm_plan(root: Path, records: int = 200) -> RunPlan:
 
 
 def registered_warm_plans(root: Path, registry: StandInRegistry, records: int = 200) -> list[RunPlan]:
-    """Plans over one synthetic segment each of `records` Avro and Protobuf records in Confluent wire
-    format, their schemas put in `registry`."""
-    avro_id = registry.register("warm_avro-value", json.dumps(_AVRO_SCHEMA))
-    proto_id = registry.register("warm_protobuf-value", _PROTO_SCHEMA, schema_type="PROTOBUF")
-    parsed = fastavro.parse_schema(_AVRO_SCHEMA)
-    avro_values = []
+    """Plans over one synthetic segment each of `records` pizzas in Confluent wire format: Avro (the
+    demo's topic, both schema versions) and Protobuf, their schemas put in `registry`."""
+    demo_avro.register_schemas(registry)
+    proto_id = registry.register("warm_protobuf-value", _PIZZA_PROTO, schema_type="PROTOBUF")
+    encode = demo_avro.wire_encoder()
+    rng = random.Random(0)
+    pizzas = [demo_avro.pizza(rng, offset, 0) for offset in range(records)]
+    avro_values = [encode(pizza, offset) for offset, pizza in enumerate(pizzas)]
     proto_values = []
-    for i in range(records):
-        row = {"id": i, "name": f"n-{i}", "price": i + 0.5, "active": i % 2 == 0}
-        out = io.BytesIO()
-        fastavro.schemaless_writer(out, parsed, row)
-        avro_values.append(b"\x00" + struct.pack(">I", avro_id) + out.getvalue())
-        name = row["name"].encode()  # type: ignore[attr-defined]
+    for pizza in pizzas:
+        name = pizza["name"].encode()
         message = (  # fields 1 (varint), 2 (length-delimited), 3 (64-bit), 4 (varint)
-            b"\x08" + _uvarint(i) + b"\x12" + _uvarint(len(name)) + name
-            + b"\x19" + struct.pack("<d", i + 0.5) + b"\x20" + bytes([i % 2 == 0])
+            b"\x08" + _uvarint(pizza["pizza_id"]) + b"\x12" + _uvarint(len(name)) + name
+            + b"\x19" + struct.pack("<d", pizza["price"]) + b"\x20" + _uvarint(pizza["slices"])
         )  # fmt: skip
-        proto_values.append(b"\x00" + struct.pack(">I", proto_id) + b"\x00" + message)  # message index [0]
+        proto_values.append(b"\x00" + struct.pack(">I", proto_id) + b"\x00" + message)  # message [0]
     registry_settings = RegistrySettings(url=registry.url)
     return [
         _plan(
             root,
             f"warm_{value_format.value}",
             values,
-            ConversionSettings(columns=_REGISTERED_COLUMNS, value_format=value_format),
+            ConversionSettings(columns=_PIZZA_COLUMNS, value_format=value_format),
             registry_settings,
         )
         for value_format, values in ((ValueFormat.AVRO, avro_values), (ValueFormat.PROTOBUF, proto_values))
@@ -114,6 +107,7 @@ def registered_warm_plans(root: Path, registry: StandInRegistry, records: int = 
 
 
 def _uvarint(n: int) -> bytes:
+    """Protobuf's unsigned varint of `n` >= 0."""
     out = bytearray()
     while n > 0x7F:
         out.append((n & 0x7F) | 0x80)
