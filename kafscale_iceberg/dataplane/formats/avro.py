@@ -4,12 +4,13 @@ Records are grouped by schema id; each group is decoded in bulk:
 
 - **checked first** (`avro_skip.py`): one compiled pass walks every payload by its schema and checks
   it is exactly one record (lengths, varints, UTF-8, enum and union indexes, array and map blocks,
-  decimal digits, no byte left over). A payload that is not is an `undecodable` dead letter naming the schema id, the
-  field, the byte and what is wrong, and is never handed to a reader: a block reader cannot tell where
-  a record ends, so one such record would shift every record after it, or (`polars-avro` 0.13, on
-  bytes left over in a block) spin for ever; fastavro reads some of them wrong too (a negative enum
-  index as the last symbol, an `int` beyond 32 bits), and polars-avro others (a union index out of
-  range as another branch, a decimal beyond its precision into the column unchecked).
+  decimal digits, no byte left over). A payload that is not is an `undecodable` dead letter naming
+  the schema id, the field, the byte and what is wrong, and is never handed to a reader: a block
+  reader cannot tell where a record ends, so one such record would shift every record after it, or
+  (`polars-avro` 0.13, on bytes left over in a block) spin for ever; fastavro reads some of them
+  wrong too (a negative enum index as the last symbol, an `int` beyond 32 bits), and polars-avro
+  others (a union index out of range as another branch, a decimal beyond its precision into the
+  column unchecked).
 - **fast path** (a Rust-backed reader, `polars-avro`): the group's checked payloads become one Avro
   container block, read at once. The 8-byte guards once written after each record to catch a shift
   are gone: the check proves every record in the block takes exactly its bytes, so they could only
@@ -170,7 +171,8 @@ def _avro_document(registered: RegisteredSchema, schemas: SchemaCache, *, depth:
 
 
 def _fast_readable(schema: object, seen: set[str]) -> bool:
-    """Whether the Rust reader reads it as the columns expect (no general union, no `uuid`/`time-*`)."""
+    """Whether the Rust reader reads it as the columns expect (no general union, no `uuid`/`time-*`,
+    no `fixed` of size 0)."""
     if isinstance(schema, list):
         branches = [b for b in schema if b != "null"]
         return len(branches) == 1 and _fast_readable(branches[0], seen)
@@ -187,6 +189,8 @@ def _fast_readable(schema: object, seen: set[str]) -> bool:
             return False
         seen.add(name)
         return all(_fast_readable(f.get("type"), seen) for f in schema.get("fields", ()))
+    if kind == "fixed" and schema.get("size") == 0:
+        return False  # the Rust reader panics on a fixed of no bytes
     if kind == "array":
         return _fast_readable(schema.get("items"), seen)
     if kind == "map":

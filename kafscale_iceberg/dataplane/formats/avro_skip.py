@@ -266,7 +266,8 @@ def _least_width(ops: list[int], args: list[int], ends: list[int], start: int, s
 
 @njit(cache=True, nogil=True)
 def _long(buf: Any, pos: int, end: int) -> tuple[Any, int, int]:
-    """The zigzag varint at `pos`: (value, position after, status)."""
+    """The zigzag varint at `pos`: (value, position after, status). (Not `protobuf_wire._varint`
+    and a zigzag: called across modules, it made the whole check twice as slow.)"""
     if pos < end and buf[pos] < 0x80:  # one byte: most lengths, counts, indexes
         first = np.int64(buf[pos])
         return (first >> 1) ^ -(first & 1), pos + 1, OK
@@ -334,6 +335,17 @@ def _block_count(buf: Any, pos: int, end: int, width: int) -> tuple[Any, int, in
 
 
 @njit(cache=True, nogil=True)
+def _open(frames: Any, level: int, op: int, items: int, stop: int, outer: int) -> int:
+    """Open an array or map block of `items` (ending at `stop`, -1: unknown) or a union's branch
+    (`items` 0) at `level`, the program to end at `outer` after it; the next level."""
+    frames[level, 0] = op
+    frames[level, 1] = items
+    frames[level, 2] = stop
+    frames[level, 3] = outer
+    return level + 1
+
+
+@njit(cache=True, nogil=True)
 def check_records(
     buf: Any,
     starts: Any,
@@ -348,12 +360,9 @@ def check_records(
     failed_ops = np.full(count, -1, np.int64)
     failed_at = np.zeros(count, np.int64)
     program_end = ops.shape[0]
-    # Open arrays, maps and unions: their operation, items left in the block, where the block's
-    # items end (-1: unknown), and where the program was to end before it.
-    frame_op = np.zeros(depth, np.int64)
-    frame_left = np.zeros(depth, np.int64)
-    frame_stop = np.zeros(depth, np.int64)
-    frame_outer = np.zeros(depth, np.int64)
+    # Open arrays, maps and unions (`_open`): their operation, items left in the block, where the
+    # block's items end (-1: unknown), and where the program was to end before it.
+    frames = np.zeros((depth, 4), np.int64)
     for r in range(count):
         pos = starts[r]
         end = ends[r]
@@ -368,29 +377,30 @@ def check_records(
             if pc == stop_pc:
                 if level == 0:
                     break
-                op = frame_op[level - 1]
+                top = level - 1
+                op = frames[top, 0]
                 if ops[op] == UNION:
-                    level -= 1
+                    level = top
                     pc = op_ends[op]
-                    stop_pc = frame_outer[level]
+                    stop_pc = frames[top, 3]
                     continue
-                frame_left[level - 1] -= 1
-                if frame_left[level - 1] > 0:
+                frames[top, 1] -= 1
+                if frames[top, 1] > 0:
                     pc = op + 1
                     continue
-                if frame_stop[level - 1] >= 0 and frame_stop[level - 1] != pos:
+                if frames[top, 2] >= 0 and frames[top, 2] != pos:
                     status = BLOCK_SIZE
                     break
                 items, block_stop, pos, status = _block_count(buf, pos, end, widths[op])
                 if status != OK:
                     break
                 if items == 0:
-                    level -= 1
+                    level = top
                     pc = op_ends[op]
-                    stop_pc = frame_outer[level]
+                    stop_pc = frames[top, 3]
                 else:
-                    frame_left[level - 1] = items
-                    frame_stop[level - 1] = block_stop
+                    frames[top, 1] = items
+                    frames[top, 2] = block_stop
                     pc = op + 1
                 continue
             op = pc
@@ -429,11 +439,7 @@ def check_records(
             elif kind == BLOCKS:
                 items, block_stop, pos, status = _block_count(buf, pos, end, widths[op])
                 if status == OK and items > 0:
-                    frame_op[level] = op
-                    frame_left[level] = items
-                    frame_stop[level] = block_stop
-                    frame_outer[level] = stop_pc
-                    level += 1
+                    level = _open(frames, level, op, items, block_stop, stop_pc)
                     stop_pc = op_ends[op]
                     pc = op + 1
                     continue
@@ -446,9 +452,7 @@ def check_records(
                     for _ in range(index):
                         branch = op_ends[branch]
                     if op_ends[branch] > branch + 1:
-                        frame_op[level] = op
-                        frame_outer[level] = stop_pc
-                        level += 1
+                        level = _open(frames, level, op, 0, -1, stop_pc)
                         stop_pc = op_ends[branch]
                         pc = branch + 1
                         continue
