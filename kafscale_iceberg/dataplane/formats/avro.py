@@ -18,8 +18,9 @@ Records are grouped by schema id; each group is decoded in bulk:
   A block the reader refuses is halved until the refused records are found, and those are read by
   the general path.
 - **general path** (fastavro, record by record): schemas the fast reader cannot read (general unions,
-  `uuid`, `time-*` logical types) and records the fast reader refused; a value its column cannot
-  hold makes that record a dead letter, not the group's run a failure.
+  `uuid`, `time-*` logical types), records the fast reader refused, and records with a map holding a
+  key twice (the block reader would keep both entries; fastavro keeps the last, as Java's reader);
+  a value its column cannot hold makes that record a dead letter, not the group's run a failure.
 
 Values without the wire prefix are read with `value_subject`'s latest schema when the mapping names
 one (Redpanda's `value_schema_latest`), else are `wire_format` dead letters. A schema id the registry
@@ -46,7 +47,12 @@ import fastavro
 import numpy as np
 import pyarrow as pa
 
-from kafscale_iceberg.dataplane.formats.avro_skip import SkipProgram, compile_skip_program
+from kafscale_iceberg.dataplane.formats.avro_skip import (
+    DUPLICATE_KEYS,
+    OK,
+    SkipProgram,
+    compile_skip_program,
+)
 from kafscale_iceberg.dataplane.formats.decoding import DecodedBatch, DecodedGroup
 from kafscale_iceberg.dataplane.formats.registered import RegisteredSchemaDecoder
 from kafscale_iceberg.dataplane.formats.schema_cache import SchemaCache
@@ -227,26 +233,37 @@ def _decode_group(schema: AvroSchema, payloads: list[bytes]) -> tuple[pa.StructA
     sizes = np.fromiter(map(len, payloads), np.int64, len(payloads))
     ends = np.cumsum(sizes)
     statuses, ops, at = schema.program.check(np.frombuffer(data, np.uint8), ends - sizes, ends)
-    refused = np.flatnonzero(statuses)
+    readable = (statuses == OK) | (statuses == DUPLICATE_KEYS)
+    refused = np.flatnonzero(~readable)
     for index in refused.tolist():
         failures[index] = schema.program.reason(
             int(statuses[index]), int(ops[index]), int(at[index]), int(sizes[index])
         )
-    checked = np.flatnonzero(statuses == 0)
     pieces: list[pa.StructArray] = []
-    if schema.container_header is not None:
-        _fast(schema, payloads, checked, pieces, failures, body=None if len(refused) else data)
-    else:
-        pieces.append(_general(schema, payloads, checked, failures))
+    if schema.container_header is None:
+        pieces.append(_general(schema, payloads, np.flatnonzero(readable), failures))
+        return _joined(schema, pieces), failures
+    checked = np.flatnonzero(statuses == OK)
+    _fast(schema, payloads, checked, pieces, failures, body=data if len(checked) == len(payloads) else None)
     # `pieces` hold the kept records in index order; rows of each piece were appended in order.
+    duplicates = np.flatnonzero(statuses == DUPLICATE_KEYS)
+    if not len(duplicates):
+        return _joined(schema, pieces), failures
+    # A map with a key twice: fastavro keeps its last value; the records put back in index order.
+    pieces.append(_general(schema, payloads, duplicates, failures))
+    order = [i for i in (*checked.tolist(), *duplicates.tolist()) if i not in failures]
+    return _joined(schema, pieces).take(np.argsort(order, kind="stable")), failures
+
+
+def _joined(schema: AvroSchema, pieces: list[pa.StructArray]) -> pa.StructArray:
     pieces = [p for p in pieces if len(p)]
     if not pieces:
-        return pa.array([], schema.struct_type), failures
+        return pa.array([], schema.struct_type)
     if len(pieces) == 1:
-        return pieces[0], failures
+        return pieces[0]
     return pa.concat_arrays(
         [p.cast(schema.struct_type) if p.type != schema.struct_type else p for p in pieces]
-    ), failures
+    )
 
 
 def _fast(

@@ -17,6 +17,9 @@ checks what the Avro specification asks of the bytes:
   must be what its items take), ending with a zero count;
 - nothing is left over after the record.
 
+It also notes a record with a map holding a key twice (`DUPLICATE_KEYS`): valid Avro, but the block
+reader would land both entries, so such a record is read by fastavro, which keeps the last value.
+
 A payload that passes is exactly one record (the readers then read it as fastavro does, as the
 property tests check); one that fails is an `undecodable` dead letter with `reason`, which names the
 field, the byte and what is wrong. Named types are put in place from fastavro's parsed schema; records
@@ -53,6 +56,8 @@ BLOCKS = 9
 UNION = 10
 """`arg`: the number of branches; each branch follows as a `BRANCH`, the next at the branch's `end`."""
 BRANCH = 11
+KEY = 12
+"""A map's key: a string, compared with the map's other keys."""
 
 # Record status.
 OK = 0
@@ -67,6 +72,9 @@ BAD_INDEX = 8
 BAD_COUNT = 9
 BLOCK_SIZE = 10
 DECIMAL_DIGITS = 11
+DUPLICATE_KEYS = 12
+"""Not a failure: exactly one record, but a map of it has a key twice. The block reader would land
+both entries (Iceberg's maps hold a key once); fastavro keeps the last, as Java's reader does."""
 
 ZERO_WIDTH_ITEMS = 1 << 20
 """Most items an array block of values without bytes (`null`, an empty record) may claim: such a
@@ -105,8 +113,9 @@ class SkipProgram:
     def check(
         self, buf: np.ndarray, starts: np.ndarray, ends: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Walk the payloads `buf[starts[i]:ends[i]]`: per payload its status (`OK` or what is
-        wrong), the operation it failed at and the byte (from the payload's start)."""
+        """Walk the payloads `buf[starts[i]:ends[i]]`: per payload its status (`OK`,
+        `DUPLICATE_KEYS` or what is wrong), the operation it failed at and the byte (from the
+        payload's start)."""
         return check_records(
             buf,
             starts,
@@ -143,7 +152,7 @@ _PRIMITIVE_OPS: Mapping[str, int | None] = {
     "bytes": BYTES,
     "string": STRING,
 }
-_WIDTHS = {BOOLEAN: 1, INT: 1, LONG: 1, FLOAT: 4, DOUBLE: 8, BYTES: 1, STRING: 1, ENUM: 1, BLOCKS: 1}
+_WIDTHS = {BOOLEAN: 1, INT: 1, LONG: 1, FLOAT: 4, DOUBLE: 8, BYTES: 1, STRING: 1, KEY: 1, ENUM: 1, BLOCKS: 1}
 
 
 class _Compiler:
@@ -205,7 +214,7 @@ class _Compiler:
         elif kind in ("array", "map"):
             at = self.emit(BLOCKS, 0, field)
             if kind == "map":
-                self.emit(STRING, 0, f"{field} (a key)")
+                self.emit(KEY, 0, f"{field} (a key)")
                 self.value(schema["values"], f"{field}{{}}", depth + 1)
             else:
                 self.value(schema["items"], f"{field}[]", depth + 1)
@@ -335,14 +344,34 @@ def _block_count(buf: Any, pos: int, end: int, width: int) -> tuple[Any, int, in
 
 
 @njit(cache=True, nogil=True)
-def _open(frames: Any, level: int, op: int, items: int, stop: int, outer: int) -> int:
+def _open(frames: Any, level: int, op: int, items: int, stop: int, outer: int, keys: int) -> int:
     """Open an array or map block of `items` (ending at `stop`, -1: unknown) or a union's branch
-    (`items` 0) at `level`, the program to end at `outer` after it; the next level."""
+    (`items` 0) at `level`, the program to end at `outer` after it and a map's keys to start at
+    `keys`; the next level."""
     frames[level, 0] = op
     frames[level, 1] = items
     frames[level, 2] = stop
     frames[level, 3] = outer
+    frames[level, 4] = keys
     return level + 1
+
+
+@njit(cache=True, nogil=True)
+def _seen_key(buf: Any, start: int, stop: int, key_spans: Any, first: int, last: int) -> bool:
+    """Whether `buf[start:stop]` is one of the keys `key_spans[first:last]` (start, end)."""
+    size = stop - start
+    for k in range(first, last):
+        other = key_spans[k, 0]
+        if key_spans[k, 1] - other != size:
+            continue
+        same = True
+        for i in range(size):
+            if buf[start + i] != buf[other + i]:
+                same = False
+                break
+        if same:
+            return True
+    return False
 
 
 @njit(cache=True, nogil=True)
@@ -361,9 +390,13 @@ def check_records(
     failed_at = np.zeros(count, np.int64)
     program_end = ops.shape[0]
     # Open arrays, maps and unions (`_open`): their operation, items left in the block, where the
-    # block's items end (-1: unknown), and where the program was to end before it.
-    frames = np.zeros((depth, 4), np.int64)
+    # block's items end (-1: unknown), where the program was to end before it, and where its keys
+    # start in `key_spans` (the keys of the maps open, each map's after its outer map's).
+    frames = np.zeros((depth, 5), np.int64)
+    key_spans = np.zeros((max(int((ends - starts).max()) if count else 0, 1), 2), np.int64)
     for r in range(count):
+        keys = 0
+        duplicate = False
         pos = starts[r]
         end = ends[r]
         pc = 0
@@ -398,6 +431,7 @@ def check_records(
                     level = top
                     pc = op_ends[op]
                     stop_pc = frames[top, 3]
+                    keys = frames[top, 4]  # a map's keys are forgotten when it ends
                 else:
                     frames[top, 1] = items
                     frames[top, 2] = block_stop
@@ -425,21 +459,27 @@ def check_records(
                 elif digits[op] > 0 and not _decimal_fits(buf, pos, pos + size, digits[op]):
                     status = DECIMAL_DIGITS
                 pos += size
-            elif kind in (BYTES, STRING):
+            elif kind in (BYTES, STRING, KEY):
                 size, pos, status = _long(buf, pos, end)
                 if status == OK and size < 0:
                     status = BAD_LENGTH
                 elif status == OK and size > end - pos:
                     status = ENDS_EARLY
-                elif status == OK and kind == STRING and not utf8_valid(buf, pos, pos + size):
+                elif status == OK and kind != BYTES and not utf8_valid(buf, pos, pos + size):
                     status = BAD_UTF8
+                elif status == OK and kind == KEY:
+                    if _seen_key(buf, pos, pos + size, key_spans, frames[level - 1, 4], keys):
+                        duplicate = True
+                    key_spans[keys, 0] = pos
+                    key_spans[keys, 1] = pos + size
+                    keys += 1
                 elif status == OK and digits[op] > 0 and not _decimal_fits(buf, pos, pos + size, digits[op]):
                     status = DECIMAL_DIGITS
                 pos += size
             elif kind == BLOCKS:
                 items, block_stop, pos, status = _block_count(buf, pos, end, widths[op])
                 if status == OK and items > 0:
-                    level = _open(frames, level, op, items, block_stop, stop_pc)
+                    level = _open(frames, level, op, items, block_stop, stop_pc, keys)
                     stop_pc = op_ends[op]
                     pc = op + 1
                     continue
@@ -452,7 +492,7 @@ def check_records(
                     for _ in range(index):
                         branch = op_ends[branch]
                     if op_ends[branch] > branch + 1:
-                        level = _open(frames, level, op, 0, -1, stop_pc)
+                        level = _open(frames, level, op, 0, -1, stop_pc, keys)
                         stop_pc = op_ends[branch]
                         pc = branch + 1
                         continue
@@ -463,6 +503,8 @@ def check_records(
             status = LEFT_OVER
             op = -1
             begin = pos
+        if status == OK and duplicate:
+            statuses[r] = DUPLICATE_KEYS
         if status != OK:
             statuses[r] = status
             failed_ops[r] = op
