@@ -358,8 +358,10 @@ def _check(schema: Any, payloads: list[bytes], landed: dict[int, Any]) -> None:
             event("a dead letter fastavro may read")
             continue
         expected = _expected(schema, payload)
-        if expected is BEYOND_PYTHON:  # the block reader lands it, the general path (fastavro) not
-            assert got is BEYOND_PYTHON or any(why in got for why in _BEYOND_PYTHON), got
+        if expected is BEYOND_PYTHON:
+            # The block reader lands it, the general path (fastavro) not; and fastavro, stopped at
+            # the date, did not see whether the bytes after it are a record's.
+            assert got is BEYOND_PYTHON or got.startswith("undecodable: the payload does not decode"), got
             event("a date beyond Python's")
         elif isinstance(got, str):
             assert got.startswith("undecodable: the payload does not decode with schema id "), got
