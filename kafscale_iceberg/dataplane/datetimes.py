@@ -16,7 +16,7 @@ carries its unit keeps it: Avro `timestamp-millis`/`-micros`, Connect `Timestamp
 Iceberg's int64 microseconds reach about year 294,247, but readers do not (measured here, see
 `docs/configuration.md`, "Column types"): pyarrow's `as_py`/`to_pylist` (so pyiceberg's rows) raise
 `OverflowError` on year 10000, `to_pandas()` raises `ValueError`, Spark prints `+10000-01-01` but its
-`collect()` raises and its literals stop at 9999, and Python's `datetime` stops at 9999. A value
+`collect()` into Python raises, and Python's `datetime` stops at 9999. A value
 outside is a conversion failure of its column, counted (`lenient`) or failing the run (`strict`),
 never written: ISO strings, JSON numbers and every decoder's fields take the same check, so a
 microsecond value sent as milliseconds (year ~50,000) is caught, not landed.
