@@ -7,6 +7,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -18,6 +19,16 @@ from kafscale_iceberg.dataplane.values import decimal_of
 from kafscale_iceberg.domain.runs import ColumnSpec, ColumnType
 
 
+class DescribedSchema(Protocol):
+    """A schema a decoder compiled, as its groups name it: the columns it gives and its label."""
+
+    @property
+    def columns(self) -> tuple[ColumnSpec, ...]: ...
+
+    @property
+    def label(self) -> str: ...
+
+
 @dataclass(frozen=True)
 class DecodedGroup:
     """Records of a batch written with one schema: their positions in the batch (ascending), the
@@ -27,6 +38,13 @@ class DecodedGroup:
     records: pa.StructArray
     columns: tuple[ColumnSpec, ...]
     label: str
+
+    @classmethod
+    def of(
+        cls, schema: DescribedSchema, positions: Sequence[int] | np.ndarray, records: pa.StructArray
+    ) -> DecodedGroup:
+        """The group of `records` (in order) at `positions` of the batch, written with `schema`."""
+        return cls(np.asarray(positions, np.int64), records, schema.columns, schema.label)
 
 
 @dataclass(frozen=True)
