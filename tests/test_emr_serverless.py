@@ -7,6 +7,7 @@ from typing import Any
 
 import boto3
 import pytest
+from botocore.exceptions import ParamValidationError
 from botocore.stub import Stubber
 
 from kafscale_iceberg.adapters.emr_serverless import EmrServerlessJobRunner
@@ -15,6 +16,7 @@ from kafscale_iceberg.domain.job_sizing import GIB, job_size, sizing_conf
 from kafscale_iceberg.domain.jobs import JobState
 from kafscale_iceberg.domain.runs import RunPlan
 from kafscale_iceberg.exceptions import JobRunnerError, JobRunnerUnavailableError
+from kafscale_iceberg.local.pipeline import is_outage
 from tests.support.moto import MotoEndpoint
 from tests.support.plans import sample_plan, sample_plan_fields
 
@@ -153,6 +155,28 @@ def test_a_refused_start_is_terminal_and_names_the_application() -> None:
     with stubber, pytest.raises(JobRunnerError, match="00abc") as info:
         runner.start(sample_plan(), PLAN_URI)
     assert not info.value.transient
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda runner: runner.start(sample_plan(), PLAN_URI),
+        lambda runner: runner.status("j"),
+        lambda runner: runner.cancel("j"),
+    ],
+    ids=["start", "status", "cancel"],
+)
+def test_a_request_botocore_refuses_to_send_is_terminal_and_names_the_parameter(call: Any) -> None:
+    # An empty application id is refused by botocore before anything is sent (it checks types,
+    # lengths and ranges): the same request fails every time, so retrying it is never right.
+    client = boto3.client("emr-serverless", region_name="us-east-1")
+    runner = EmrServerlessJobRunner(_settings(application_id=""), client, timeout_minutes=30)
+    with pytest.raises(JobRunnerError, match="applicationId") as info:
+        call(runner)
+    assert not info.value.transient
+    assert "runner.emr_serverless.application_id" in str(info.value)
+    assert isinstance(info.value.__cause__, ParamValidationError)
+    assert not is_outage(info.value)  # `run` stops with the message instead of waiting it out
 
 
 @pytest.mark.parametrize(

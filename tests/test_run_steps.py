@@ -148,6 +148,22 @@ def test_a_lost_lease_cancels_the_job(steps: Steps) -> None:
     assert "lease lost" in failure_reason(result.status, lease_lost=True)
 
 
+def test_a_lost_lease_without_a_job_to_cancel_says_the_abort_step_stops_the_run(
+    steps: Steps, caplog: pytest.LogCaptureFixture
+) -> None:
+    # On AWS the ticket has no job id (the state machine's startJobRun.sync started the job, or the
+    # Lambda runner runs the tasks): this step cancels nothing, and its log must not say it does.
+    ticket = steps.ticket().model_copy(update={"job_id": None})
+    steps.now_ms += 31_000
+    assert isinstance(steps.checkpoints.claim_lease("orders", owner_id="other", run_id="r2"), LeaseGrant)
+    with steps.stubber:  # no EMR call queued: any call would fail the stubber
+        result = steps.steps.watch(ticket)
+    assert result.lease_lost
+    (message,) = [r.getMessage() for r in caplog.records if "lease lost" in r.getMessage()]
+    assert "cancelling" not in message
+    assert "the abort step cancels a job still running" in message
+
+
 def test_a_finished_job_is_final_and_its_lease_still_renewed(steps: Steps) -> None:
     """The run holds the topic until commit or abort: watch renews even once the job is final."""
     ticket = steps.ticket()

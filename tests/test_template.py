@@ -112,8 +112,6 @@ NOT_SET_BY_THE_TEMPLATE = {
     "AWS_LAMBDA_FUNCTION_NAME",
     "AWS_LAMBDA_LOG_STREAM_NAME",
     "AWS_REGION",  # the default of s3.region (config/deployment.py)
-    # The etcd adapter sets it itself (setdefault) before protobuf is first imported.
-    "PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION",
 }
 # Set by the template for a library the functions ship, not read by this package's code.
 READ_BY_LIBRARIES = {"POWERTOOLS_LOG_LEVEL": "aws_lambda_powertools"}

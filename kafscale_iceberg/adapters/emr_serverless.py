@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import boto3
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import BotoCoreError, ClientError, ParamValidationError
 
 from kafscale_iceberg.config import EmrServerlessRunnerConfig
 from kafscale_iceberg.domain.compaction_jobs import CompactionJob
@@ -188,6 +188,8 @@ class EmrServerlessJobRunner:
             if exc.response.get("Error", {}).get("Code") == "ValidationException":
                 return  # already in a final state
             raise JobRunnerUnavailableError(f"cancel job run {job_id}: {exc}") from exc
+        except ParamValidationError as exc:
+            raise self._invalid_request(f"cancel job run {job_id}", exc) from exc
         except BotoCoreError as exc:
             raise JobRunnerUnavailableError(f"cancel job run {job_id}: {exc}") from exc
 
@@ -233,9 +235,22 @@ class EmrServerlessJobRunner:
                     f"(check runner.emr_serverless.application_id {self._settings.application_id!r} "
                     "and the execution role)"
                 ) from exc
+            except ParamValidationError as exc:
+                raise self._invalid_request(what, exc) from exc
             except BotoCoreError as exc:
                 raise JobRunnerUnavailableError(f"{what}: {exc}") from exc
         raise AssertionError("unreachable")
+
+    def _invalid_request(self, what: str, exc: ParamValidationError) -> JobRunnerError:
+        """botocore refused a request before sending it (a parameter of the wrong type, length or
+        value): the same request fails every time, so it is terminal, never retried as an outage."""
+        report = str(exc.kwargs.get("report") or exc).strip().replace("\n", "; ")
+        return JobRunnerError(
+            f"{what}: the request is invalid and was not sent ({report}); check the settings it was "
+            f"built from (runner.emr_serverless.application_id {self._settings.application_id!r}, "
+            "execution_role_arn, entry_point, spark_submit_parameters); if they are right, this is a "
+            "defect of kafscale-iceberg: report it with this message"
+        )
 
 
 def _pascal_case(value: Any, *, keep_keys: bool = False) -> Any:

@@ -141,8 +141,10 @@ class RunSteps:
         try:
             self._checkpoints.renew_lease(ticket.grant)
         except LeaseLostError as exc:
+            running = job_id is not None and status is not None and not status.state.is_final
             logger.error(
-                "lease lost while the job runs; cancelling it",
+                "lease lost while the run's job runs; %s",
+                _after_lease_loss(job_id, running=running),
                 extra={
                     "topic": ticket.topic,
                     "run_id": ticket.run_id,
@@ -150,7 +152,7 @@ class RunSteps:
                     "error": str(exc),
                 },
             )
-            if job_id is not None and status is not None and not status.state.is_final:
+            if job_id is not None and running:
                 self._jobs.cancel(job_id)
             return WatchResult(status, lease_lost=True)
         return WatchResult(status)
@@ -419,6 +421,20 @@ class RunSteps:
             if any(s.key == failure.segment_key for s in partition.segments):
                 return partition.partition
         return None
+
+
+def _after_lease_loss(job_id: str | None, *, running: bool) -> str:
+    """What happens to a run's job once its lease is lost, as the watch step's log says it."""
+    if job_id is None:
+        # The state machine started the job (startJobRun.sync) or the Lambda runner runs the tasks:
+        # the step has no job to cancel; its branch ends and the abort step stops what still runs.
+        return (
+            "the run is aborted: Step Functions stops its runner and the abort step cancels a job "
+            "still running"
+        )
+    if running:
+        return f"cancelling job {job_id}; the run is aborted"
+    return f"job {job_id} already ended; the run is aborted"
 
 
 def failure_reason(status: JobStatus | None, *, lease_lost: bool) -> str:
