@@ -7,7 +7,6 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -17,16 +16,7 @@ from kafscale_iceberg.dataplane.datetimes import TEMPORAL_TYPES, expected, tempo
 from kafscale_iceberg.dataplane.schemas import column_arrow_type
 from kafscale_iceberg.dataplane.values import decimal_of
 from kafscale_iceberg.domain.runs import ColumnSpec, ColumnType
-
-
-class DescribedSchema(Protocol):
-    """A schema a decoder compiled, as its groups name it: the columns it gives and its label."""
-
-    @property
-    def columns(self) -> tuple[ColumnSpec, ...]: ...
-
-    @property
-    def label(self) -> str: ...
+from kafscale_iceberg.ports import CompiledRecordSchema
 
 
 @dataclass(frozen=True)
@@ -41,7 +31,7 @@ class DecodedGroup:
 
     @classmethod
     def of(
-        cls, schema: DescribedSchema, positions: Sequence[int] | np.ndarray, records: pa.StructArray
+        cls, schema: CompiledRecordSchema, positions: Sequence[int] | np.ndarray, records: pa.StructArray
     ) -> DecodedGroup:
         """The group of `records` (in order) at `positions` of the batch, written with `schema`."""
         return cls(np.asarray(positions, np.int64), records, schema.columns, schema.label)
