@@ -13,10 +13,10 @@ checking the unread `items` messages as it goes, and conforms them). The ratio i
 
 The protobuf runtime's implementation is chosen per process (`PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION`,
 read when protobuf is first imported): the bench runs itself twice, once with `upb` (compiled; what
-the Spark job uses) and once with `python` (what etcd3 needs, and what a process that loaded the etcd
-adapter first would get), and reports both; the wire reader does not use the runtime per record, so
-the two should agree. Schemas come from an in-memory registry (a registry is asked once per schema id
-per task; it is not what is measured). The last line is one JSON object.
+every process of the product uses) and once with `python` (what a process gets where upb is not
+installed or the variable chooses it), and reports both; the wire reader does not use the runtime
+per record, so the two should agree. Schemas come from an in-memory registry (a registry is asked
+once per schema id per task; it is not what is measured). The last line is one JSON object.
 """
 
 from __future__ import annotations

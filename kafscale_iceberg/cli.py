@@ -244,10 +244,6 @@ def _write_lines(lines: Iterator[str]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the process exit code."""
-    # etcd3's protobuf modules load only under protobuf's pure-Python implementation, which must be
-    # chosen before anything imports protobuf (`adapters/etcd_client.py` says why). `run` and `demo`
-    # start local Spark first, and pyspark imports protobuf: choose here, at the process's edge.
-    os.environ.setdefault("PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION", "python")
     args = build_parser().parse_args(argv)
     command: Command = args.command
     try:

@@ -112,7 +112,9 @@ def test_avro_topics_land_through_a_confluent_registry_then_the_glue_schema_regi
     rows = sorted(box.rows(f"shop.{GLUE_TOPIC}"), key=lambda r: r["offset"])
     assert [(r["id"], r["tip"]) for r in rows] == [(3, None), (2**40, 1.5)], box.describe()
     assert _columns(box, GLUE_TOPIC)["id"] == "long"
-    assert box.recorder.count("glue:GetSchemaVersion", EMR_JOB_ROLE) >= 2  # each call: registry + schema
+    reads = [c for c in box.recorder.calls if c.action == "glue:GetSchemaVersion" and c.role == EMR_JOB_ROLE]
+    assert len(reads) >= 2  # the two versions, each by the id in the header: authorized on "*", as on AWS
+    assert {c.resource for c in reads} == {"*"}
 
     # (c) Glue from the Lambda runner: a small run's tasks in the runner function, under its own role.
     box.rewrite_config(runner={"lambda": {"max_bytes": 64 * 1024 * 1024}})
@@ -121,7 +123,7 @@ def test_avro_topics_land_through_a_confluent_registry_then_the_glue_schema_regi
     box.pump(timeout_s=300)  # local Spark on a shared machine: settles when done
     rows = sorted(box.rows(f"shop.{GLUE_TOPIC}"), key=lambda r: r["offset"])
     assert [(r["id"], r["tip"]) for r in rows][-1] == (4, 0.5), box.describe()
-    assert box.recorder.count("glue:GetSchemaVersion", "PlanRunnerRole") >= 2
+    assert box.recorder.count("glue:GetSchemaVersion", "PlanRunnerRole") >= 1
 
     assert [e["status"] for e in box.executions()] == ["SUCCEEDED"] * 3
     assert box.recorder.denied() == []

@@ -10,6 +10,7 @@ around messages from protobuf's runtime.
 
 from __future__ import annotations
 
+import json
 import uuid
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from kafscale_iceberg.adapters.glue_registry import GlueSchemaRegistry
+from kafscale_iceberg.adapters.glue_registry import registered_schema as glue_registry_answer
 from kafscale_iceberg.dataplane.formats.avro import AvroDecoder
 from kafscale_iceberg.dataplane.formats.choice import decoder_for
 from kafscale_iceberg.dataplane.formats.decoding import DecodedBatch, conform
@@ -252,6 +254,53 @@ def test_a_schemas_latest_version_is_asked_of_glue_again_after_cache_seconds(
     assert registry.latest_schema("orders").schema_id == first
     now[0] = 61.0
     assert registry.latest_schema("orders").schema_id == second
+
+
+def test_a_version_glue_failed_to_check_makes_its_records_unknown_schema_dead_letters(
+    glue_registry: GlueRegistry,
+) -> None:
+    (record,) = glue_registry.avro(TOPIC, PIZZA_V1, [pizza(1)])
+    version_id = str(uuid.UUID(bytes=record[2:18]))
+    glue_registry.set_status(version_id, "FAILURE")
+    decoded = AvroDecoder(_cache(glue_registry)).decode(_values([record]))
+    assert decoded.groups == ()
+    ((kind, reason),) = decoded.errors.values()
+    assert kind == "unknown_schema"
+    assert f"schema version id {version_id} has status FAILURE" in reason
+    assert "register a compatible version" in reason
+
+
+def test_a_version_glue_is_still_checking_fails_the_run_transiently_and_dead_letters_nothing(
+    tmp_path: Path, glue_registry: GlueRegistry
+) -> None:
+    (record,) = glue_registry.avro(TOPIC, PIZZA_V1, [pizza(1)])
+    version_id = str(uuid.UUID(bytes=record[2:18]))
+    glue_registry.set_status(version_id, "PENDING")
+    _plan, result = avro_run(tmp_path / "pending", [record], None, glue_registry)
+    assert result.status is RunStatus.FAILED
+    assert result.failure is not None
+    assert result.failure.kind is FailureKind.REGISTRY_UNAVAILABLE
+    assert f"schema version id {version_id} is PENDING" in result.failure.message
+    assert result.dead_letter_files == ()
+    glue_registry.set_status(version_id, "AVAILABLE")  # the retry, once Glue's check has passed
+    _plan, result = avro_run(tmp_path / "retry", [record], None, glue_registry)
+    assert result.status is RunStatus.SUCCEEDED
+    assert result.counts.written == 1
+
+
+def test_the_records_of_a_version_being_deleted_are_still_decoded() -> None:
+    """moto hides a DELETING version (it answers EntityNotFoundException, as for a deleted one), so
+    the answer is the one Glue's API reference documents for `GetSchemaVersion`."""
+    answer = {
+        "SchemaVersionId": str(uuid.uuid4()),
+        "SchemaDefinition": json.dumps(PIZZA_V1),
+        "DataFormat": "AVRO",
+        "SchemaArn": "arn:aws:glue:eu-west-1:123456789012:schema/registry/pizzas-value",
+        "VersionNumber": 3,
+        "Status": "DELETING",
+    }
+    schema = glue_registry_answer(answer, "schema version id")
+    assert (schema.subject, schema.version, schema.schema_type) == ("pizzas-value", 3, "AVRO")
 
 
 def test_a_run_dead_letters_bad_glue_records_with_their_reason_and_lands_the_rest(

@@ -16,6 +16,7 @@ from typing import Any
 import pyarrow.parquet as pq
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
+from confluent_kafka.schema_registry.json_schema import JSONSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from kafscale_iceberg.adapters.confluent_registry import ConfluentSchemaRegistry
@@ -33,6 +34,7 @@ from kafscale_iceberg.domain.runs import (
     RunStatus,
     RunTimings,
     SchemaMode,
+    ValueFormat,
 )
 from kafscale_iceberg.segments.decode import Record
 from tests.support.iceberg_runs import sql_committer
@@ -61,7 +63,7 @@ def _avro_keys(
     keys: list[dict[str, Any]],
     *,
     client: SchemaRegistryClient | None = None,
-    schema: dict[str, Any] = ORDER_KEY,
+    schema: object = ORDER_KEY,
 ) -> list[bytes]:
     """Keys serialized by confluent-kafka (`client`: the values' producer's, so ids do not clash)."""
     client = client or SchemaRegistryClient.new_client({"url": "mock://key-producer"})
@@ -85,8 +87,7 @@ def _run(
         folder,
         str(root / "out"),
         ranges={0: (-1, len(pairs) - 1)},
-        columns=COLUMNS,
-        **{"key_format": KeyFormat.AVRO, **conversion},
+        **{"columns": COLUMNS, "key_format": KeyFormat.AVRO, **conversion},
     )
     settings = RegistrySettings(url=registry.url)
     plan = plan.model_copy(update={"schema_registry": settings})
@@ -248,3 +249,173 @@ def test_key_columns_come_from_the_key_schemas_and_evolve_like_the_values(
     columns, rows = _table_rows(tmp_path)
     assert columns["key_shard"] == "int"
     assert [(r["key_id"], r["key_shard"]) for r in rows] == [(1, None), (2, None), (3, 4)]
+
+
+def test_an_avro_key_that_is_not_a_record_lands_in_key_value_and_widens_with_its_schema(
+    tmp_path: Path, schema_registry: StandInRegistry
+) -> None:
+    """The most common Kafka key, a primitive (`"int"`, later `"long"`), no columns listed: one
+    column `key_value` typed by the key's schema, widened in the commit of the version that widens it."""
+    producer = Producer(schema_registry)
+    keys = _avro_keys(schema_registry, [7, 8], client=producer.client, schema="int")
+    plan, result = avro_run(
+        tmp_path / "r1",
+        producer.values(PIZZA_V1, [pizza(1), pizza(2)]),
+        None,
+        schema_registry,
+        keys=keys,
+        key_format=KeyFormat.AVRO,
+    )
+    assert result.status is RunStatus.SUCCEEDED, result.failure
+    assert result.counts.dead_letter_reasons == {}
+    commit(sql_committer(tmp_path), plan, result, -1, 1)
+    columns, rows = _table_rows(tmp_path)
+    assert (columns["key_value"], columns["id"]) == ("int", "int")
+    assert [(r["key_value"], r["id"]) for r in rows] == [(7, 1), (8, 2)]
+
+    (wide,) = _avro_keys(schema_registry, [2**40], client=producer.client, schema="long")
+    plan, result = avro_run(
+        tmp_path / "r2",
+        producer.values(PIZZA_V1, [pizza(3)]),
+        sql_committer(tmp_path),
+        schema_registry,
+        first_offset=2,
+        keys=[wide],
+        key_format=KeyFormat.AVRO,
+    )
+    assert result.status is RunStatus.SUCCEEDED, result.failure
+    commit(sql_committer(tmp_path), plan, result, 1, 2)
+    columns, rows = _table_rows(tmp_path)
+    assert columns["key_value"] == "long"
+    assert [r["key_value"] for r in rows] == [7, 8, 2**40]
+
+
+def test_a_string_avro_key_fills_a_listed_key_value_column_and_a_bad_one_is_a_dead_letter(
+    tmp_path: Path, schema_registry: StandInRegistry
+) -> None:
+    good, other = _avro_keys(schema_registry, ["order-1", "order-2"], schema="string")
+    pairs: list[tuple[bytes | None, bytes]] = [
+        (good, b'{"total": 1}'),
+        (other[:5] + b"\x14ab", b'{"total": 2}'),  # a string of 10 bytes that has 2
+        (other, b'{"total": 3}'),
+    ]
+    columns = (
+        ColumnSpec(name="key_value", type=ColumnType.STRING, required=True),
+        ColumnSpec(name="total", type=ColumnType.DOUBLE),
+    )
+    result = _run(tmp_path, schema_registry, pairs, columns=columns)
+    assert result.counts.dead_letter_reasons == {"undecodable": 1}
+    (dead_file,) = result.dead_letter_files
+    (dead,) = _rows(dead_file.uri, "offset", "error")
+    assert dead["offset"] == 1
+    assert dead["error"].startswith("record key: the payload does not decode with schema id 1")
+    (data_file,) = result.data_files
+    assert _rows(data_file.uri, "key_value", "total") == [
+        {"key_value": "order-1", "total": 1.0},
+        {"key_value": "order-2", "total": 3.0},
+    ]
+
+
+KEY_VALUE_COLUMNS = (
+    ColumnSpec(name="key_value", type=ColumnType.STRING, required=True),
+    ColumnSpec(name="total", type=ColumnType.DOUBLE),
+)
+
+
+def _dead_errors(result: RunResult) -> dict[int, str]:
+    (dead_file,) = result.dead_letter_files
+    return {r["offset"]: r["error"] for r in _rows(dead_file.uri, "offset", "error")}
+
+
+def test_a_json_schema_string_key_fills_key_value_and_one_that_does_not_validate_is_a_dead_letter(
+    tmp_path: Path, schema_registry: StandInRegistry
+) -> None:
+    client = SchemaRegistryClient.new_client({"url": "mock://json-key-producer"})
+    serializer = JSONSerializer(json.dumps({"type": "string"}), client)
+    context = SerializationContext("orders", MessageField.KEY)
+    good = serializer("order-1", context)
+    schema_registry.register_from(client, "orders-key")
+    pairs: list[tuple[bytes | None, bytes]] = [
+        (good, b'{"total": 1}'),
+        (good[:5] + b"42", b'{"total": 2}'),  # a number: not the schema's string
+    ]
+    result = _run(
+        tmp_path, schema_registry, pairs, columns=KEY_VALUE_COLUMNS, key_format=KeyFormat.JSON_SCHEMA
+    )
+    assert result.counts.dead_letter_reasons == {"undecodable": 1}
+    assert _dead_errors(result)[1].startswith("record key: the payload does not validate against schema id")
+    (data_file,) = result.data_files
+    assert _rows(data_file.uri, "key_value", "total") == [{"key_value": "order-1", "total": 1.0}]
+
+
+def _connect_key(schema: dict[str, Any], payload: object) -> bytes:
+    """A record key as Kafka Connect's JsonConverter writes it with `schemas.enable=true`."""
+    return json.dumps({"schema": schema, "payload": payload}).encode()
+
+
+def test_a_connect_key_with_a_primitive_schema_fills_key_value_and_a_misfit_is_a_dead_letter(
+    tmp_path: Path, schema_registry: StandInRegistry
+) -> None:
+    string = {"type": "string", "optional": False}
+    pairs: list[tuple[bytes | None, bytes]] = [
+        (_connect_key(string, "order-1"), b'{"total": 1}'),
+        (_connect_key(string, 7), b'{"total": 2}'),  # the payload does not fit its own schema
+    ]
+    result = _run(
+        tmp_path, schema_registry, pairs, columns=KEY_VALUE_COLUMNS, key_format=KeyFormat.CONNECT_JSON
+    )
+    assert result.counts.dead_letter_reasons == {"undecodable": 1}
+    assert _dead_errors(result)[1] == (
+        "record key: the payload does not fit its envelope schema: field value: a number is not a string"
+    )
+    (data_file,) = result.data_files
+    assert _rows(data_file.uri, "key_value", "total") == [{"key_value": "order-1", "total": 1.0}]
+
+
+def test_connect_keys_give_their_columns_from_their_own_schemas_a_primitive_one_key_value(
+    tmp_path: Path, schema_registry: StandInRegistry
+) -> None:
+    """Connect values and keys, no columns listed: a primitive key schema gives `key_value`, typed by
+    it (`int64` -> long), and a struct key's field named like a base field (`offset`) is a column."""
+    value_schema = {"type": "struct", "fields": [{"field": "total", "type": "float64"}]}
+    values = [_connect_key(value_schema, {"total": t}) for t in (1.5, 2.5)]
+    keys: list[bytes | None] = [
+        _connect_key({"type": "int64"}, 2**40),
+        _connect_key({"type": "struct", "fields": [{"field": "offset", "type": "int32"}]}, {"offset": 3}),
+    ]
+    plan, result = avro_run(
+        tmp_path,
+        values,
+        None,
+        schema_registry,
+        value_format=ValueFormat.CONNECT_JSON,
+        keys=keys,
+        key_format=KeyFormat.CONNECT_JSON,
+    )
+    assert result.status is RunStatus.SUCCEEDED, result.failure
+    assert result.counts.dead_letter_reasons == {}
+    commit(sql_committer(tmp_path), plan, result, -1, 1)
+    columns, rows = _table_rows(tmp_path)
+    assert (columns["key_value"], columns["key_offset"], columns["total"]) == ("long", "int", "double")
+    assert [(r["key_value"], r["key_offset"], r["total"]) for r in rows] == [
+        (2**40, None, 1.5),
+        (None, 3, 2.5),
+    ]
+
+
+def test_json_keys_that_are_scalars_fill_a_listed_key_value_column(
+    tmp_path: Path, schema_registry: StandInRegistry
+) -> None:
+    pairs: list[tuple[bytes | None, bytes]] = [
+        (b'"order-1"', b'{"total": 1}'),
+        (b'{"value": "order-2"}', b'{"total": 2}'),  # an object's field `value`: the same column
+        (b"order-3", b'{"total": 3}'),  # not JSON: a dead letter naming it
+    ]
+    result = _run(tmp_path, schema_registry, pairs, columns=KEY_VALUE_COLUMNS, key_format=KeyFormat.JSON)
+    assert result.counts.dead_letter_reasons == {"invalid_json": 1}
+    assert _dead_errors(result)[2].startswith("record key: value is not JSON")
+    (data_file,) = result.data_files
+    assert _rows(data_file.uri, "key_value", "total") == [
+        {"key_value": "order-1", "total": 1.0},
+        {"key_value": "order-2", "total": 2.0},
+    ]

@@ -82,7 +82,7 @@ class Setup:
 
 
 def _env() -> dict[str, str]:
-    """The command's environment as a user's shell gives it: without the Makefile's protobuf choice."""
+    """The command's environment as a user's shell gives it (no protobuf implementation chosen)."""
     env = {k: v for k, v in os.environ.items() if k != "PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION"}
     return {**env, "SPARK_LOCAL_IP": "127.0.0.1", "KAFSCALE_METRICS_ADDR": "127.0.0.1:0"}
 

@@ -112,8 +112,6 @@ NOT_SET_BY_THE_TEMPLATE = {
     "AWS_LAMBDA_FUNCTION_NAME",
     "AWS_LAMBDA_LOG_STREAM_NAME",
     "AWS_REGION",  # the default of s3.region (config/deployment.py)
-    # The etcd adapter sets it itself (setdefault) before protobuf is first imported.
-    "PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION",
 }
 # Set by the template for a library the functions ship, not read by this package's code.
 READ_BY_LIBRARIES = {"POWERTOOLS_LOG_LEVEL": "aws_lambda_powertools"}
@@ -637,23 +635,26 @@ def test_lake_formation_grants_need_the_glue_catalog() -> None:
     assert _lake_formation_grants(rest) == {}
 
 
-def test_glue_schema_versions_are_readable_by_the_task_runners_only_in_the_named_registry() -> None:
+def test_glue_schema_versions_are_readable_by_the_task_runners_by_version_id_on_any_resource() -> None:
+    """A version read by the id in a record's header (`SchemaVersionId` alone) is authorized on `*`
+    on AWS (docs/deploy.md says where that is documented): the task runners get exactly that action."""
     deployment = Deployment({**INSTALLATIONS["created-bucket"], "GlueSchemaRegistryName": "orders"})
-    registry = f"arn:aws:glue:{REGION}:{ACCOUNT}:registry/orders"
     schema = f"arn:aws:glue:{REGION}:{ACCOUNT}:schema/orders/pizzas-value"
     readers = {
-        f.role_id for f in functions() if deployment.role_allows(f.role_id, "glue:GetSchemaVersion", schema)
+        f.role_id for f in functions() if deployment.role_allows(f.role_id, "glue:GetSchemaVersion", "*")
     }
     assert readers == {"PlanRunnerRole"}
     for role in ("EmrJobRole", "PlanRunnerRole"):
-        assert deployment.role_allows(role, "glue:GetSchemaVersion", registry)
-        assert deployment.role_allows(role, "glue:GetSchemaVersion", schema)
-        assert not deployment.role_allows(
-            role, "glue:GetSchemaVersion", f"arn:aws:glue:{REGION}:{ACCOUNT}:schema/other/pizzas-value"
-        )
-        assert not deployment.role_allows(role, "glue:RegisterSchemaVersion", schema)
+        assert deployment.role_allows(role, "glue:GetSchemaVersion", "*")
+        assert deployment.role_allows(role, "glue:GetSchemaVersion", schema)  # latest version, by name
+        for action in (
+            "glue:RegisterSchemaVersion",
+            "glue:GetSchemaByDefinition",
+            "glue:DeleteSchemaVersions",
+        ):
+            assert not deployment.role_allows(role, action, "*")
     without = Deployment(INSTALLATIONS["created-bucket"])
-    assert not without.role_allows("EmrJobRole", "glue:GetSchemaVersion", schema)
+    assert not without.role_allows("EmrJobRole", "glue:GetSchemaVersion", "*")
 
 
 def test_secrets_are_readable_only_by_the_functions_that_use_them() -> None:

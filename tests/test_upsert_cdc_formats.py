@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime
 import decimal
 import json
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,8 @@ import pytest
 from kafscale_iceberg.adapters.confluent_registry import ConfluentSchemaRegistry
 from kafscale_iceberg.adapters.data_files import StagedFileStore
 from kafscale_iceberg.adapters.documents import DocumentStore
+from kafscale_iceberg.adapters.glue_registry import GlueSchemaRegistry
+from kafscale_iceberg.dataplane.formats.glue_wire import glue_header
 from kafscale_iceberg.dataplane.reports import build_run_result
 from kafscale_iceberg.dataplane.tasks import plan_tasks, run_task
 from kafscale_iceberg.domain.avro_schemas import avro_columns, parse_avro_schema
@@ -40,6 +43,7 @@ from kafscale_iceberg.domain.runs import (
 )
 from kafscale_iceberg.segments.decode import Record
 from tests.support.debezium import ENVELOPE_SCHEMA, AvroDebezium, connect_event, connect_key, row
+from tests.support.glue_registry import GlueRegistry
 from tests.support.schema_registry import StandInRegistry
 from tests.support.spark_job import BASE_TIME_MS, SegmentFolder, make_plan
 from tests.test_config import load, problems_of
@@ -64,7 +68,7 @@ def run(
     tmp_path: Path,
     changes: list[Change],
     value_format: ValueFormat,
-    registry: StandInRegistry | None = None,
+    registry: StandInRegistry | GlueRegistry | None = None,
     **upsert: Any,
 ) -> RunResult:
     """One task of an upsert mapping over `changes` (record key, value) at offsets 0, 1, …"""
@@ -81,8 +85,11 @@ def run(
         value_format=value_format,
         upsert=UpsertSettings(key=("id",), **({"cdc": CdcFormat.DEBEZIUM} | upsert)),
     )
-    client = None
-    if registry is not None:
+    client: ConfluentSchemaRegistry | GlueSchemaRegistry | None = None
+    if isinstance(registry, GlueRegistry):
+        plan = plan.model_copy(update={"schema_registry": registry.settings()})
+        client = GlueSchemaRegistry(registry.settings())
+    elif registry is not None:
         settings = RegistrySettings(url=registry.url)
         plan = plan.model_copy(update={"schema_registry": settings})
         client = ConfluentSchemaRegistry(settings)
@@ -233,6 +240,42 @@ def test_an_avro_tombstone_whose_key_schema_the_registry_lacks_is_a_dead_letter_
     assert (offset, kind) == (0, "tombstone")
     assert str(error).startswith("a tombstone whose record key does not decode: schema id 999")
     assert result.deleted_key_files == ()
+
+
+ORDER = {
+    "type": "record",
+    "name": "Order",
+    "namespace": "shop",
+    "fields": [{"name": "id", "type": "long"}, {"name": "name", "type": ["null", "string"]}],
+}
+ORDER_KEY = {
+    "type": "record",
+    "name": "OrderKey",
+    "namespace": "shop",
+    "fields": [{"name": "id", "type": "long"}],
+}
+
+
+def test_a_tombstone_whose_key_has_the_glue_header_deletes_the_key_its_avro_names(
+    tmp_path: Path, glue_registry: GlueRegistry
+) -> None:
+    """Keys and values written by the Glue serializers (`schema_registry.type: glue`): a tombstone's
+    key names the key deleted by its Avro fields, as with Confluent's wire format."""
+    keys = glue_registry.avro("orders", ORDER_KEY, [{"id": 1}, {"id": 2}], is_key=True)
+    values = glue_registry.avro("orders", ORDER, [{"id": 1, "name": "a"}, {"id": 2, "name": "b"}])
+    unknown = glue_header(str(uuid.uuid4())) + keys[1][18:]
+    result = run(
+        tmp_path,
+        [(keys[0], values[0]), (keys[1], values[1]), (keys[0], None), (unknown, None)],
+        ValueFormat.AVRO,
+        glue_registry,
+        cdc=CdcFormat.NONE,
+    )
+    assert rows(result.data_files, "offset", "id", "name") == [(0, 1, "a"), (1, 2, "b")]
+    assert rows(result.deleted_key_files, "offset", "id") == [(2, 1)]
+    [(offset, kind, error)] = dead_letters(result)
+    assert (offset, kind) == (3, "tombstone")
+    assert str(error).startswith("a tombstone whose record key does not decode: schema version id")
 
 
 def debezium_config(value_format: str) -> dict[str, Any]:

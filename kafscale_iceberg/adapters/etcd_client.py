@@ -9,11 +9,11 @@ credentials or permissions are `CheckpointAuthError`, any other refusal `Checkpo
 
 What is stored under which key, and the transactions that keep it exactly once, are the checkpoint
 store's (`adapters/etcd_checkpoints.py`); it builds transactions from `etcd_txn`, re-exported here
-so that etcd3 is loaded only after the protobuf implementation is chosen.
+so that etcd3 is loaded only after its protobuf modules are rebuilt (`adapters/etcd_protos.py`).
 
 etcd3 0.12 as found (the PyPI release; `MultiEndpointEtcd3Client` exists only on its unreleased
-master): its protobuf modules need `PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION=python` (set below, before
-protobuf loads; the import costs ~0.3 s); it sends the auth token both as metadata and as grpc call
+master): its generated protobuf modules are for protobuf 3 and are rebuilt for the installed protobuf
+before etcd3 loads (`etcd_protos.install`); it sends the auth token both as metadata and as grpc call
 credentials, which grpc refuses on a plain-text channel (only the metadata is kept there); grpc shares
 subchannels and their reconnect backoff (up to 120 s) across channels unless told not to
 (`_GRPC_OPTIONS`); `transaction()` returns no header revision (read a key back with a `Get` in the
@@ -23,43 +23,27 @@ refreshing an expired lease is not an error but answers TTL 0; compares with `ra
 
 from __future__ import annotations
 
-import os
 import ssl
 import threading
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
+from kafscale_iceberg.adapters import etcd_protos
 from kafscale_iceberg.exceptions import (
     CheckpointAuthError,
     CheckpointRequestError,
     CheckpointUnavailableError,
 )
 
-# etcd3 0.12 ships protobuf modules generated for protobuf 3; protobuf >= 4 refuses to load them
-# ("Descriptors cannot be created directly") unless the pure-Python implementation is chosen before
-# protobuf is first imported. This is the one place that chooses it; an explicit setting wins.
-os.environ.setdefault("PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION", "python")
+etcd_protos.install()  # etcd3's protobuf-3 modules, rebuilt for this protobuf (see that module)
 
-with warnings.catch_warnings():
-    # Loading those modules emits ~100 of these; a module-based filter does not catch them.
-    warnings.filterwarnings(
-        "ignore", message="Call to deprecated create function", category=DeprecationWarning
-    )
-    try:
-        import etcd3
-        import etcd3.exceptions
-        import grpc
-        from etcd3 import transactions as etcd_txn
-    except TypeError as exc:  # protobuf's "Descriptors cannot be created directly"
-        raise ImportError(
-            "etcd3 cannot load its protobuf modules: protobuf was imported before "
-            "kafscale_iceberg.adapters.etcd_client could select its pure-Python implementation; "
-            "set PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION=python in the environment"
-        ) from exc
+import etcd3  # noqa: E402 - after `install`
+import etcd3.exceptions  # noqa: E402
+import grpc  # noqa: E402
+from etcd3 import transactions as etcd_txn  # noqa: E402
 
 __all__ = [
     "DEFAULT_PORT",

@@ -8,6 +8,20 @@ immutable. The schema's `DataFormat` (`AVRO`, `JSON`, `PROTOBUF`) is its type, a
 registry's `schemaType`. Credentials come from the AWS credential chain (the job's role on AWS);
 `region` and `endpoint_url` default to the chain's region and Glue's endpoint there.
 
+A version's `Status` says whether its definition may be read with:
+
+- `AVAILABLE`: yes.
+- `PENDING`: Glue is still checking the version against the schema's compatibility mode (the
+  serializers wait for it to end before they write with it); transient: `RegistryUnavailableError`,
+  the run is retried as in a registry outage, and the version is asked for again then.
+- `FAILURE`: the version failed that check and never became a valid version of its schema; its
+  records are `unknown_schema` dead letters naming it (`SchemaNotFoundError`): landing them would
+  evolve the table with a definition the registry refused.
+- `DELETING`: the version is being deleted (`DeleteSchemaVersions`); its records were written while
+  it was valid, and its definition still reads them, so they are decoded. A warm task keeps a
+  version for its life anyway, so a dead letter here would depend on timing; once Glue no longer has
+  the version, its records are `unknown_schema`.
+
 Errors: Glue has no such schema, version or registry (`EntityNotFoundException`) ->
 `SchemaNotFoundError`; refused credentials or none (`AccessDeniedException`, no credentials) ->
 `RegistryAuthError`; unreachable, timed out, throttled or a server error -> `RegistryUnavailableError`
@@ -29,6 +43,11 @@ from kafscale_iceberg.domain.record_schemas import RegisteredSchema, SchemaId
 from kafscale_iceberg.domain.runs import RegistrySettings
 from kafscale_iceberg.exceptions import RegistryAuthError, RegistryUnavailableError, SchemaNotFoundError
 
+_AVAILABLE = "AVAILABLE"
+_PENDING = "PENDING"
+_FAILURE = "FAILURE"
+_READABLE = frozenset({_AVAILABLE, "DELETING"})
+"""Statuses whose definition reads records (PENDING is transient; FAILURE, or any other, is not)."""
 _NOT_FOUND = frozenset({"EntityNotFoundException"})
 _REFUSED = frozenset(
     {
@@ -124,12 +143,34 @@ class GlueSchemaRegistry:
             ) from None
         except BotoCoreError as exc:
             raise RegistryUnavailableError(f"{where} is unreachable for {what}: {exc}") from exc
-        return _registered(answer)
+        return registered_schema(answer, f"{where}: {what}")
 
 
-def _registered(answer: dict[str, Any]) -> RegisteredSchema:
-    """A `GetSchemaVersion` answer as a `RegisteredSchema`: the schema's name is the last part of its
-    ARN (`arn:…:schema/{registry}/{name}`)."""
+def registered_schema(answer: dict[str, Any], what: str) -> RegisteredSchema:
+    """A `GetSchemaVersion` answer for `what` as a `RegisteredSchema`, if its `Status` may be read with
+    (see the module docstring): PENDING raises `RegistryUnavailableError`, FAILURE (or a status this
+    version does not know) `SchemaNotFoundError`, naming `what` and the version id."""
+    status = str(answer.get("Status") or _AVAILABLE)
+    if status in _READABLE:
+        return _schema_of(answer)
+    version_id = str(answer.get("SchemaVersionId"))
+    named = what if version_id in what else f"{what} (schema version id {version_id})"
+    if status == _PENDING:
+        raise RegistryUnavailableError(
+            f"{named} is PENDING: Glue is still checking it against the schema's compatibility mode; "
+            "the run is retried"
+        )
+    if status == _FAILURE:
+        raise SchemaNotFoundError(
+            f"{named} has status FAILURE: it failed the schema's compatibility check and never became "
+            "a valid version; register a compatible version, re-produce these records with it, or "
+            "replay their dead letters once the producer is fixed"
+        )
+    raise SchemaNotFoundError(f"{named} has status {status}, which is not one a record can be read with")
+
+
+def _schema_of(answer: dict[str, Any]) -> RegisteredSchema:
+    """The schema's name is the last part of its ARN (`arn:…:schema/{registry}/{name}`)."""
     arn = str(answer.get("SchemaArn", ""))
     version = answer.get("VersionNumber")
     return RegisteredSchema(

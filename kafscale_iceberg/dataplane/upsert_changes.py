@@ -14,15 +14,16 @@
   a value that is not a Debezium event.
 
 A record key written by Kafka Connect's JsonConverter with schemas (`{"schema", "payload"}`) names
-its key by its `payload`; with a registered `value_format` (`avro`), a key in Confluent wire format
-is decoded through the registry like a value (Debezium with the Avro converter), and its fields name
-the key columns.
+its key by its `payload`; with a registered `value_format` (`avro`), a key with the registry's header
+(Confluent's wire format, or the Glue header with `schema_registry.type: glue`: `formats/framing.py`
+tells them) is decoded through the registry like a value (Debezium with the Avro converter), and its
+fields name the key columns.
 
 With `cdc: debezium` and a `value_format` other than `json` (`connect_json`: Debezium's default
 output, the envelope inside Connect's `{"schema", "payload"}`; `avro` through the registry), the
 mapping's decoder reads the envelopes (`dataplane/debezium_envelopes.py`) and the changes carry the
 decoded rows: `decoded_upserts` (each upsert's `after`) and `decoded_deletes` (each `d`'s `before`,
-and each tombstone's decoded wire-format key), read by the converter instead of `value`.
+and each tombstone's decoded registry-framed key), read by the converter instead of `value`.
 
 Records without their key columns become dead letters in the conversion (the key columns are
 required columns). Which change of a key wins is decided per run by the commit (`domain/upsert.py`).
@@ -42,9 +43,9 @@ from kafscale_iceberg.dataplane.conversion import ConvertedRecords, ErrorKind, R
 from kafscale_iceberg.dataplane.debezium_envelopes import DELETE, UPSERT, envelope_changes
 from kafscale_iceberg.dataplane.formats.choice import decoder_for
 from kafscale_iceberg.dataplane.formats.decoding import DecodedBatch, take_decoded
+from kafscale_iceberg.dataplane.formats.framing import frames_of
 from kafscale_iceberg.dataplane.formats.schema_cache import SchemaCache
-from kafscale_iceberg.dataplane.formats.wire import HEADER_BYTES
-from kafscale_iceberg.domain.runs import CdcFormat, ConversionSettings, UpsertSettings
+from kafscale_iceberg.domain.runs import CdcFormat, ConversionSettings, RegistryType, UpsertSettings
 from kafscale_iceberg.ports import ValueDecoder
 
 CDC_ENVELOPE = ErrorKind.CDC_ENVELOPE.value
@@ -80,7 +81,8 @@ class ChangeReader:
     """Reads the records of one upsert mapping as changes (`read`).
 
     `decoder`: the mapping's value decoder (None for `json`), which reads Debezium envelopes;
-    `key_decoder`: a registered format's decoder of wire-format record keys.
+    `key_decoder`: a registered format's decoder of record keys with the header of `key_header`'s
+    registry.
     """
 
     def __init__(
@@ -88,6 +90,7 @@ class ChangeReader:
         settings: UpsertSettings,
         decoder: ValueDecoder | None = None,
         key_decoder: ValueDecoder | None = None,
+        key_header: RegistryType = RegistryType.CONFLUENT,
     ) -> None:
         self._key = settings.key
         self._debezium = settings.cdc is CdcFormat.DEBEZIUM
@@ -96,6 +99,7 @@ class ChangeReader:
         self._encode = msgspec.json.Encoder().encode
         self._envelopes = decoder if self._debezium else None
         self._key_decoder = key_decoder if self._tombstones_delete else None
+        self._key_header = key_header
 
     def read(self, records: pa.Table) -> Changes:
         """The batch's changes; never raises for a bad record (it is rejected with its reason)."""
@@ -114,11 +118,10 @@ class ChangeReader:
             envelopes = envelope_changes(envelope_batch)
         wire_keys = set()
         if self._key_decoder is not None:
-            wire_keys = {
-                row
-                for row, value in enumerate(values)
-                if not value and (key := keys[row]) and key[:1] == b"\x00" and len(key) >= HEADER_BYTES
-            }
+            tombstone_keys = pa.array(
+                [k if not v else None for k, v in zip(keys, values, strict=True)], pa.binary()
+            )
+            wire_keys = set(np.flatnonzero(frames_of(tombstone_keys, self._key_header).prefixed).tolist())
             if wire_keys:
                 masked = [keys[row] if row in wire_keys else None for row in range(len(keys))]
                 key_batch = self._key_decoder.decode(pa.array(masked, pa.binary()))
@@ -279,7 +282,8 @@ class UpsertConversion:
                 update={"value_subject": None, "value_message": None, "columns": key_columns}
             )
             key_decoder = decoder_for(key_format, schemas)
-        self._reader = ChangeReader(settings.upsert, decoder_for(settings, schemas), key_decoder)
+        key_header = schemas.registry_type if schemas is not None else RegistryType.CONFLUENT
+        self._reader = ChangeReader(settings.upsert, decoder_for(settings, schemas), key_decoder, key_header)
         self._converter = converter
         self._keys = RecordConverter(
             topic=topic, run_id=run_id, settings=ConversionSettings(columns=key_columns)

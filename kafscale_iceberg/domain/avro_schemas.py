@@ -1,8 +1,10 @@
 """Table columns from an Avro schema (`value_format: avro`): the type mapping, written down.
 
 The top-level record's fields become columns, in the schema's order; a top-level schema that is not a
-record gives no columns (its values stay in `value`). Every column is optional: a field a newer
-schema version drops stays in the table, null from then on (`domain/schema_evolution.py`).
+record gives no columns (such values are `undecodable` dead letters), except a record key's
+(`key_format: avro`), which is read as the one-field record `as_key_record` makes of it (column
+`key_value`). Every column is optional: a field a newer schema version drops stays in the table,
+null from then on (`domain/schema_evolution.py`).
 
 | Avro | column |
 |---|---|
@@ -35,10 +37,10 @@ inferred JSON columns. A recursive schema (a named type used inside itself) is r
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from kafscale_iceberg.domain.debezium_types import avro_logical_type
-from kafscale_iceberg.domain.runs import DECIMAL_MAX_PRECISION, ColumnSpec, ColumnType
+from kafscale_iceberg.domain.runs import DECIMAL_MAX_PRECISION, KEY_VALUE_FIELD, ColumnSpec, ColumnType
 from kafscale_iceberg.domain.schema import BASE_FIELD_NAMES
 from kafscale_iceberg.exceptions import RecordSchemaError
 
@@ -143,8 +145,25 @@ def _inlined(
     return {**schema, "type": _inlined(kind, namespace, pending, defined)}
 
 
-def avro_columns(schema: object, *, schema_name: str) -> tuple[ColumnSpec, ...]:
+def as_key_record(schema: object) -> object:
+    """A key schema that is not a record (`"string"`, `"long"`, `["null", "string"]`, an enum, an
+    array, ...) as a record of one field `KEY_VALUE_FIELD` of that type; a record as it is.
+
+    Avro encodes a record as its fields one after the other, so a record of one field has exactly the
+    bytes of that field's value: the key's payload reads unchanged with the wrapper (every reader, the
+    fast block reader too)."""
+    if isinstance(schema, Mapping) and schema.get("type") in ("record", "error"):
+        return schema
+    return {"type": "record", "name": "KafscaleKey", "fields": [{"name": KEY_VALUE_FIELD, "type": schema}]}
+
+
+def avro_columns(
+    schema: object, *, schema_name: str, reserved: Collection[str] = BASE_FIELD_NAMES
+) -> tuple[ColumnSpec, ...]:
     """The columns an Avro schema's top-level record gives (see the module docstring).
+
+    `reserved`: the field names that never become columns (the base fields'; none for a record key,
+    whose columns are prefixed `key_`).
 
     Raises `RecordSchemaError` naming `schema_name` (e.g. `id 7`) for a recursive schema or a decimal
     wider than 38 digits.
@@ -155,7 +174,7 @@ def avro_columns(schema: object, *, schema_name: str) -> tuple[ColumnSpec, ...]:
     mapper.named(schema, namespace="")
     fields = schema.get("fields")
     columns: list[ColumnSpec] = []
-    taken = {name.casefold() for name in BASE_FIELD_NAMES}
+    taken = {name.casefold() for name in reserved}
     for field in fields if isinstance(fields, list) else ():
         name = str(field.get("name", ""))
         if not name or name.casefold() in taken:

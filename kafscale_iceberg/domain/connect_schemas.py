@@ -27,7 +27,7 @@ field names and case twins never become columns, as for Avro (`domain/avro_schem
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from kafscale_iceberg.domain import debezium_types
 from kafscale_iceberg.domain.runs import DECIMAL_MAX_PRECISION, ColumnSpec, ColumnType
@@ -53,15 +53,20 @@ _PHYSICAL: Mapping[str, ColumnType] = {
 _MAX_DEPTH = 32
 
 
-def connect_columns(schema: object, *, schema_name: str) -> tuple[ColumnSpec, ...]:
+def connect_columns(
+    schema: object, *, schema_name: str, reserved: Collection[str] = BASE_FIELD_NAMES
+) -> tuple[ColumnSpec, ...]:
     """The columns a Connect schema's top-level struct gives (see the module docstring).
+
+    `reserved`: the field names that never become columns (the base fields'; none for a record key,
+    whose columns are prefixed `key_`).
 
     Raises `RecordSchemaError` naming `schema_name` for a schema that is not one (a field without a
     type, a decimal wider than 38 digits, nesting deeper than 32).
     """
     if not isinstance(schema, Mapping) or schema.get("type") != "struct":
         return ()
-    taken = {name.casefold() for name in BASE_FIELD_NAMES}
+    taken = {name.casefold() for name in reserved}
     columns: list[ColumnSpec] = []
     for name, field in _fields(schema, schema_name, ()):
         if name.casefold() in taken:

@@ -32,7 +32,7 @@ field, never a wrapped or nulled value.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from kafscale_iceberg.domain.runs import ColumnSpec, ColumnType
@@ -93,12 +93,17 @@ WRAPPERS: Mapping[str, int] = {
 """The wrappers: each becomes the optional scalar it wraps (its `value` field)."""
 
 
-def protobuf_columns(message: Any, *, schema_name: str) -> tuple[ColumnSpec, ...]:
+def protobuf_columns(
+    message: Any, *, schema_name: str, reserved: Collection[str] = BASE_FIELD_NAMES
+) -> tuple[ColumnSpec, ...]:
     """The columns a message descriptor (`google.protobuf.descriptor.Descriptor`) gives (see the
     module docstring). Raises `RecordSchemaError` naming `schema_name` and the field for a recursive
-    message."""
+    message.
+
+    `reserved`: the field names that never become columns (the base fields'; none for a record key,
+    whose columns are prefixed `key_`)."""
     mapper = _ProtobufMapper(schema_name, message.full_name)
-    taken = {name.casefold() for name in BASE_FIELD_NAMES}
+    taken = {name.casefold() for name in reserved}
     columns: list[ColumnSpec] = []
     mapper.open.add(message.full_name)
     for field in message.fields:

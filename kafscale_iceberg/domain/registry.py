@@ -14,7 +14,7 @@ properties or an array without typed items stays in `value` only, as in Go.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from kafscale_iceberg.domain.runs import NESTED_TYPES, ColumnSpec, ColumnType
 from kafscale_iceberg.domain.schema import BASE_FIELD_NAMES
@@ -30,8 +30,13 @@ _STRING_FORMATS = {"date-time": ColumnType.TIMESTAMP, "date": ColumnType.DATE}
 _MAX_DEPTH = 32
 
 
-def columns_from_json_schema(schema: Mapping[str, object]) -> tuple[ColumnSpec, ...]:
-    """The mapping columns a registry schema defines (see the module docstring)."""
+def columns_from_json_schema(
+    schema: Mapping[str, object], *, reserved: Collection[str] = BASE_FIELD_NAMES
+) -> tuple[ColumnSpec, ...]:
+    """The mapping columns a registry schema defines (see the module docstring).
+
+    `reserved`: the field names that never become columns (the base fields'; none for a record key,
+    whose columns are prefixed `key_`)."""
     properties = schema.get("properties")
     if not isinstance(properties, Mapping):
         return ()
@@ -40,7 +45,7 @@ def columns_from_json_schema(schema: Mapping[str, object]) -> tuple[ColumnSpec, 
     scalars: list[ColumnSpec] = []
     nested: list[ColumnSpec] = []
     for name in sorted(properties):
-        if name in BASE_FIELD_NAMES:
+        if name in reserved:
             continue  # a base field already carries it
         column = _column(str(name), properties[name], depth=0, top_level=True)
         if column is None:

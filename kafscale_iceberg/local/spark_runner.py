@@ -237,9 +237,6 @@ class LocalSparkJobRunner:
 
     def _submit(self, plan_uri: str, *, flag: str = "--plan") -> tuple[subprocess.Popen[bytes], Path]:
         env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
-        # This process may run pure-Python protobuf for etcd3 (`adapters/etcd_client.py`); the job
-        # never loads etcd3 and parses Protobuf values ~20x faster with upb (docs/benchmarks.md).
-        env["PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION"] = "upb"
         credentials = self._registry_credentials
         if credentials is not None:
             env.update(credentials.as_environment())

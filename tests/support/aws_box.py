@@ -62,9 +62,9 @@ The fakes, each with what it does not cover:
   same hook, its Python workers' (other processes) where moto receives them, by the access key
   they sign with (`EMR_JOB_ACCESS_KEY`, given through the SparkContext's worker environment).
   The job's data files are written to the warehouse bucket by its workers, so those writes are
-  checked too, and so are their Glue Schema Registry reads (`GetSchemaVersion`, authorized on the
-  registry and schema of the version: `glue_schema_version_requests`). Not covered: threads the
-  driver starts itself (unattributed, so unchecked).
+  checked too, and so are their Glue Schema Registry reads (`GetSchemaVersion`: by schema version id
+  authorized on `*`, by schema name on its registry and schema: `glue_schema_version_requests`).
+  Not covered: threads the driver starts itself (unattributed, so unchecked).
 """
 
 from __future__ import annotations
@@ -198,28 +198,18 @@ def iam_requests(service: str, operation: str, params: dict[str, Any]) -> list[t
 
 
 def glue_schema_version_requests(params: dict[str, Any]) -> list[tuple[str, str]]:
-    """What IAM authorizes for `GetSchemaVersion`: the registry and the schema the version is of. By
-    `SchemaId` they are named; by `SchemaVersionId` they are the version's own (looked up in moto's
-    Glue, which serves this process: the call is recorded before moto answers it)."""
+    """What IAM authorizes for `GetSchemaVersion`. By `SchemaId` (a schema's latest or numbered
+    version): the registry and the schema it names. By `SchemaVersionId` alone (what a record's header
+    gives): `*`, as on AWS, where that request names no registry and only `Resource: "*"` allows it
+    (AWS's deserializer policy, Glue developer guide "Getting started with schema registry", code
+    example 15; awslabs/aws-glue-schema-registry issues #68 and #151: docs/deploy.md)."""
     schema_id = params.get("SchemaId")
-    region = REGION
-    if schema_id:
-        registry, schema = schema_id["RegistryName"], schema_id["SchemaName"]
-    else:
-        from moto.glue.models import glue_backends
-
-        version_id = params["SchemaVersionId"]
-        found = [
-            (region_name, registry_name, schema_name)
-            for region_name, backend in glue_backends[ACCOUNT].items()
-            for registry_name, registry in backend.registries.items()
-            for schema_name, known in registry.schemas.items()
-            if version_id in known.schema_versions
-        ]
-        region, registry, schema = found[0] if found else (REGION, "unknown", f"unknown-{version_id}")
+    if not schema_id:
+        return [("glue:GetSchemaVersion", "*")]
+    registry, schema = schema_id["RegistryName"], schema_id["SchemaName"]
     return [
-        ("glue:GetSchemaVersion", f"arn:aws:glue:{region}:{ACCOUNT}:registry/{registry}"),
-        ("glue:GetSchemaVersion", f"arn:aws:glue:{region}:{ACCOUNT}:schema/{registry}/{schema}"),
+        ("glue:GetSchemaVersion", f"arn:aws:glue:{REGION}:{ACCOUNT}:registry/{registry}"),
+        ("glue:GetSchemaVersion", f"arn:aws:glue:{REGION}:{ACCOUNT}:schema/{registry}/{schema}"),
     ]
 
 

@@ -18,8 +18,6 @@ from typing import Any
 
 import pytest
 
-# Selects protobuf's pure-Python implementation before etcd3 loads (the adapter module's job).
-import kafscale_iceberg.adapters.etcd_client as _etcd_adapter  # noqa: F401
 from kafscale_iceberg.local import embedded
 
 AUTH_USER = "root"

@@ -52,13 +52,16 @@ class GlueRegistry:
         """The `schema_registry` section of a config reading this registry."""
         return {"type": "glue", "registry_name": self.name, "region": self.region, "endpoint": self.moto_url}
 
-    def serializer(self) -> KafkaSerializer:
+    def serializer(self, *, is_key: bool = False) -> KafkaSerializer:
         client = SchemaRegistryClient(self.glue, registry_name=self.name, wait_interval_seconds=0)
-        return KafkaSerializer(client)
+        return KafkaSerializer(client, is_key=is_key)
 
-    def avro(self, topic: str, schema: dict[str, Any], records: list[dict[str, Any]]) -> list[bytes]:
-        """`records` as the Glue Avro serializer writes them (the schema `topic-value` registered)."""
-        serializer, avro = self.serializer(), AvroSchema(schema)
+    def avro(
+        self, topic: str, schema: dict[str, Any], records: list[dict[str, Any]], *, is_key: bool = False
+    ) -> list[bytes]:
+        """`records` as the Glue Avro serializer writes them (the schema `topic-value` registered, or
+        `topic-key` for record keys)."""
+        serializer, avro = self.serializer(is_key=is_key), AvroSchema(schema)
         return [serializer.serialize(topic, DataAndSchema(r, avro)) for r in records]
 
     def json(self, topic: str, schema: dict[str, Any], records: list[dict[str, Any]]) -> list[bytes]:
@@ -81,6 +84,21 @@ class GlueRegistry:
                 SchemaDefinition=definition,
             )
         return str(answer["SchemaVersionId"])
+
+    def set_status(self, version_id: str, status: str) -> None:
+        """Give schema version `version_id` Glue's `status` (PENDING, FAILURE, ...). Glue sets it itself
+        after its compatibility check, which moto does not run, and moto has no API for it: this reaches
+        into the in-process moto server's Glue backend (`ThreadedMotoServer`), the only way to have it
+        answer `GetSchemaVersion` with another status than AVAILABLE."""
+        from moto.backends import get_backend
+        from moto.core import DEFAULT_ACCOUNT_ID
+
+        registry = get_backend("glue")[DEFAULT_ACCOUNT_ID][self.region].registries[self.name]
+        for schema in registry.schemas.values():
+            if version_id in schema.schema_versions:
+                schema.schema_versions[version_id].schema_version_status = status
+                return
+        raise KeyError(f"no schema version {version_id} in registry {self.name}")
 
     def version_id(self, schema_name: str, version: int | None = None) -> str:
         number = {"LatestVersion": True} if version is None else {"VersionNumber": version}

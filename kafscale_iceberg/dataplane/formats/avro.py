@@ -41,9 +41,15 @@ from kafscale_iceberg.dataplane.formats.decoding import DecodedBatch, DecodedGro
 from kafscale_iceberg.dataplane.formats.registered import RegisteredSchemaDecoder
 from kafscale_iceberg.dataplane.formats.schema_cache import SchemaCache
 from kafscale_iceberg.dataplane.schemas import column_arrow_type
-from kafscale_iceberg.domain.avro_schemas import avro_columns, parse_avro_schema, with_references
+from kafscale_iceberg.domain.avro_schemas import (
+    as_key_record,
+    avro_columns,
+    parse_avro_schema,
+    with_references,
+)
 from kafscale_iceberg.domain.record_schemas import RegisteredSchema
 from kafscale_iceberg.domain.runs import ColumnSpec, ColumnType
+from kafscale_iceberg.domain.schema import BASE_FIELD_NAMES
 from kafscale_iceberg.exceptions import RecordSchemaError
 
 _GUARD_KEY = 0x6B61_6673_6361_6C65  # "kafscale": what a guard is XOR-ed with, so zeros never pass
@@ -71,7 +77,7 @@ class AvroDecoder(RegisteredSchemaDecoder[AvroSchema]):
     """Decodes Avro records in Confluent wire format (see the module docstring)."""
 
     def _compile_registered(self, registered: RegisteredSchema) -> AvroSchema:
-        return compile_avro_schema(registered, self._schemas)
+        return compile_avro_schema(registered, self._schemas, key=self._part == "key")
 
     def decode(self, values: pa.Array) -> DecodedBatch:
         """See `ValueDecoder.decode`."""
@@ -99,14 +105,22 @@ class AvroDecoder(RegisteredSchemaDecoder[AvroSchema]):
         return DecodedBatch(count=len(values), groups=tuple(groups), errors=errors)
 
 
-def compile_avro_schema(registered: RegisteredSchema, schemas: SchemaCache) -> AvroSchema:
+def compile_avro_schema(
+    registered: RegisteredSchema, schemas: SchemaCache, *, key: bool = False
+) -> AvroSchema:
     """A registered schema made ready to read records with, its `references` read through `schemas`
     (each subject version once per task). Raises `RecordSchemaError` when it (or a schema it
     references) is not an Avro schema or gives columns Iceberg cannot hold, `SchemaNotFoundError` when
-    a reference is not in the registry."""
+    a reference is not in the registry.
+
+    With `key` (a decoded `key_format`), a schema that is not a record is read as the one-field record
+    of a key (`domain/avro_schemas.as_key_record`), and no field name is reserved: the key's columns
+    are prefixed `key_`."""
     label = registered.label
     document: Any = _avro_document(registered, schemas, depth=0)
-    columns = avro_columns(document, schema_name=label)
+    if key:
+        document = as_key_record(document)
+    columns = avro_columns(document, schema_name=label, reserved=() if key else BASE_FIELD_NAMES)
     try:
         parsed = fastavro.parse_schema(document)
     except Exception as exc:  # fastavro raises several classes for a bad schema

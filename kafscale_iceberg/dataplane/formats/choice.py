@@ -27,7 +27,7 @@ def decoder_for(
     if value_format is ValueFormat.CONNECT_JSON:
         from kafscale_iceberg.dataplane.formats.connect_json import ConnectJsonDecoder  # noqa: PLC0415
 
-        return ConnectJsonDecoder()
+        return ConnectJsonDecoder(part=part)
     if value_format is ValueFormat.AVRO:
         from kafscale_iceberg.dataplane.formats.avro import AvroDecoder  # noqa: PLC0415
 

@@ -11,6 +11,11 @@ with `schema` and `payload` is `wire_format`; a schema that gives no columns Ice
 (`RecordSchemaError`) or a payload that does not fit its own schema (a string in an `int32` field, a
 non-optional field null, an `int8` out of range) is `undecodable`, with the field's path. A null
 payload (a tombstone) or a null or empty value is no error: every column is null.
+
+Record keys (`key_format: connect_json`, `part="key"`): a key whose envelope schema is not a struct
+(`{"type": "string"}`, what JsonConverter writes for a string key) is read as a struct of the one
+field `KEY_VALUE_FIELD` (column `key_value`); a key's fields named like base fields are columns too
+(they become `key_<field>`).
 """
 
 from __future__ import annotations
@@ -38,7 +43,8 @@ from kafscale_iceberg.domain.connect_schemas import (
     decimal_scale,
 )
 from kafscale_iceberg.domain.decimals import fit_decimal, from_unscaled
-from kafscale_iceberg.domain.runs import DECIMAL_MAX_PRECISION, ColumnSpec
+from kafscale_iceberg.domain.runs import DECIMAL_MAX_PRECISION, KEY_VALUE_FIELD, ColumnSpec
+from kafscale_iceberg.domain.schema import BASE_FIELD_NAMES
 from kafscale_iceberg.exceptions import RecordSchemaError
 
 _EPOCH = datetime.date(1970, 1, 1)
@@ -53,7 +59,9 @@ class _MismatchError(ValueError):
 class ConnectJsonDecoder:
     """Decodes Kafka Connect JSON envelopes; compiles each distinct schema once per task."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, part: str = "value") -> None:
+        """`part`: `key` when it decodes record keys (see the module docstring)."""
+        self._key = part == "key"
         self._decoder: Any = msgspec.json.Decoder(float_hook=decimal.Decimal)
         self._encoder = msgspec.json.Encoder(order="sorted")
         self._compiled: dict[bytes, tuple[tuple[ColumnSpec, ...], _Read, str] | RecordSchemaError] = {}
@@ -84,7 +92,7 @@ class ConnectJsonDecoder:
             key = self._encoder.encode(document["schema"])
             compiled = self._compiled.get(key)
             if compiled is None:
-                compiled = self._compiled[key] = _compile(document["schema"])
+                compiled = self._compiled[key] = _compile(document["schema"], key=self._key)
             if isinstance(compiled, RecordSchemaError):
                 errors[position] = ("undecodable", str(compiled))
                 continue
@@ -125,11 +133,16 @@ class ConnectJsonDecoder:
         return found
 
 
-def _compile(schema: object) -> tuple[tuple[ColumnSpec, ...], _Read, str] | RecordSchemaError:
+def _compile(
+    schema: object, *, key: bool = False
+) -> tuple[tuple[ColumnSpec, ...], _Read, str] | RecordSchemaError:
     name = schema.get("name") if isinstance(schema, Mapping) else None
     label = f"its envelope schema {name}" if isinstance(name, str) else "its envelope schema"
+    if key and isinstance(schema, Mapping) and schema.get("type") != "struct":
+        return _compile_whole_key(schema, label)
     try:
-        columns = connect_columns(schema, schema_name=str(name or "(unnamed)"))
+        reserved = () if key else BASE_FIELD_NAMES
+        columns = connect_columns(schema, schema_name=str(name or "(unnamed)"), reserved=reserved)
         if not columns:
             raise RecordSchemaError(f"Kafka Connect schema {name or '(unnamed)'}: not a struct with fields")
         assert isinstance(schema, Mapping)
@@ -144,6 +157,18 @@ def _compile(schema: object) -> tuple[tuple[ColumnSpec, ...], _Read, str] | Reco
         return {n: reads[n](payload.get(n), n) for n in names}
 
     return columns, read, label
+
+
+def _compile_whole_key(
+    schema: Mapping[str, Any], label: str
+) -> tuple[tuple[ColumnSpec, ...], _Read, str] | RecordSchemaError:
+    """A key schema that is not a struct, read as a struct of the one field `KEY_VALUE_FIELD`."""
+    wrapper = {"type": "struct", "fields": [{**schema, "field": KEY_VALUE_FIELD}]}
+    compiled = _compile(wrapper, key=True)
+    if isinstance(compiled, RecordSchemaError):
+        return compiled
+    columns, read, _label = compiled
+    return columns, lambda payload, path: read({KEY_VALUE_FIELD: payload}, path), label
 
 
 def _reader(schema: Mapping[str, Any]) -> _Read:

@@ -4,7 +4,9 @@ their header names, and what could not be framed.
 Two headers exist: the Confluent wire format (`wire.py`: a zero byte and a 4-byte schema id) and the
 AWS Glue Schema Registry's (`glue_wire.py`: a version byte, a compression byte and a 16-byte schema
 version id). The registry a run reads schemas from says which one its records carry
-(`schema_registry.type`); the decoders of a registered format read `Frames` and never the header.
+(`schema_registry.type`): `frames_of` frames a batch by it. The decoders of a registered format read
+`Frames` and never the header; what else must tell a registry-framed value from another (an upsert
+tombstone's record key: `dataplane/upsert_changes.py`) asks `frames_of` too.
 """
 
 from __future__ import annotations
@@ -12,8 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pyarrow as pa
 
 from kafscale_iceberg.domain.record_schemas import SchemaId
+from kafscale_iceberg.domain.runs import RegistryType
 
 
 @dataclass(frozen=True)
@@ -39,3 +43,15 @@ class Frames:
     def missing_reason(self, position: int) -> str:
         """Why the value at `position` names no schema: its first byte and the header expected."""
         return self.missing.format(first=int(self.first_bytes[position]))
+
+
+def frames_of(values: pa.Array, registry_type: RegistryType) -> Frames:
+    """`values` framed by the header the records of a `registry_type` registry carry."""
+    # The two header modules build `Frames`: imported here, not at the top, so they can import this one.
+    if registry_type is RegistryType.GLUE:
+        from kafscale_iceberg.dataplane.formats.glue_wire import glue_frames  # noqa: PLC0415
+
+        return glue_frames(values)
+    from kafscale_iceberg.dataplane.formats.wire import confluent_frames  # noqa: PLC0415
+
+    return confluent_frames(values)

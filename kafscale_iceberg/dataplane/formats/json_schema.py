@@ -40,7 +40,8 @@ from kafscale_iceberg.dataplane.formats.schema_cache import SchemaCache
 from kafscale_iceberg.dataplane.schemas import column_arrow_type
 from kafscale_iceberg.domain.record_schemas import RegisteredSchema
 from kafscale_iceberg.domain.registry import columns_from_json_schema
-from kafscale_iceberg.domain.runs import ColumnSpec, ColumnType
+from kafscale_iceberg.domain.runs import KEY_VALUE_FIELD, ColumnSpec, ColumnType
+from kafscale_iceberg.domain.schema import BASE_FIELD_NAMES
 from kafscale_iceberg.exceptions import RecordSchemaError
 
 
@@ -56,6 +57,9 @@ class JsonSchema:
     """The columns as the records are read, when some numbers are kept as exact text (else empty)."""
     exact: frozenset[tuple[str, ...]] = frozenset()
     """Paths of the numbers read as exact text (a list's element is `[]`)."""
+    whole_key: bool = False
+    """A key whose schema is not an object: each document is the value of the one field
+    `KEY_VALUE_FIELD` (its column is `key_value`)."""
 
 
 _EXACT_JSON: Final = msgspec.json.Decoder(float_hook=decimal.Decimal)
@@ -77,7 +81,7 @@ class JsonSchemaDecoder(RegisteredSchemaDecoder[JsonSchema]):
         self._columns = tuple(columns)
 
     def _compile_registered(self, registered: RegisteredSchema) -> JsonSchema:
-        return compile_json_schema(registered, self._columns)
+        return compile_json_schema(registered, self._columns, key=self._part == "key")
 
     def decode(self, values: pa.Array) -> DecodedBatch:
         """See `ValueDecoder.decode`."""
@@ -114,9 +118,13 @@ class JsonSchemaDecoder(RegisteredSchemaDecoder[JsonSchema]):
         return DecodedBatch(count=len(values), groups=tuple(groups), errors=errors)
 
 
-def compile_json_schema(registered: RegisteredSchema, targets: Sequence[ColumnSpec] = ()) -> JsonSchema:
+def compile_json_schema(
+    registered: RegisteredSchema, targets: Sequence[ColumnSpec] = (), *, key: bool = False
+) -> JsonSchema:
     """A registered JSON Schema made ready to validate and read records with; its numbers that
-    `targets` (the mapping's columns) put in a decimal are read as exact text. Raises
+    `targets` (the mapping's columns) put in a decimal are read as exact text. With `key`, a schema
+    whose type is not `object` (`{"type": "string"}`) is read as an object of the one property
+    `KEY_VALUE_FIELD` (validated as it is), and no property name is reserved. Raises
     `RecordSchemaError` when it is not a JSON Schema, does not parse, or has references."""
     label = registered.label
     if registered.schema_type.upper() != "JSON":
@@ -138,14 +146,27 @@ def compile_json_schema(registered: RegisteredSchema, targets: Sequence[ColumnSp
         kind.check_schema(document)
     except jsonschema_exceptions.SchemaError as exc:
         raise RecordSchemaError(f"{label} is not a valid JSON Schema: {exc.message}") from None
-    columns = tuple(c.model_copy(update={"required": False}) for c in columns_from_json_schema(document))
+    whole_key = key and not _is_object_schema(document)
+    described = {"type": "object", "properties": {KEY_VALUE_FIELD: document}} if whole_key else document
+    reserved = () if key else BASE_FIELD_NAMES
+    columns = tuple(
+        c.model_copy(update={"required": False})
+        for c in columns_from_json_schema(described, reserved=reserved)
+    )
     by_name = {t.name: t for t in targets}
     exact: set[tuple[str, ...]] = set()
     read = tuple(_as_read(c, by_name.get(c.name), (c.name,), exact) for c in columns)
     struct_type = pa.struct([pa.field(c.name, column_arrow_type(c)) for c in read])
     if not exact:
-        return JsonSchema(registered, kind(document), columns, struct_type)
-    return JsonSchema(registered, kind(document), columns, struct_type, read, frozenset(exact))
+        return JsonSchema(registered, kind(document), columns, struct_type, whole_key=whole_key)
+    return JsonSchema(registered, kind(document), columns, struct_type, read, frozenset(exact), whole_key)
+
+
+def _is_object_schema(document: dict[str, object]) -> bool:
+    """Whether a schema describes objects: its `type` is or includes `object`, or it names none."""
+    declared = document.get("type")
+    kinds = [t for t in (declared if isinstance(declared, list) else [declared]) if t not in (None, "null")]
+    return not kinds or "object" in kinds
 
 
 _NUMBERS = (ColumnType.LONG, ColumnType.DOUBLE)
@@ -197,6 +218,8 @@ def _row(schema: JsonSchema, payload: bytes) -> dict[str, object] | str:
     if error is not None:
         where = "/".join(str(p) for p in error.absolute_path) or "(the value)"
         return f"at {where}: {error.message}"
+    if schema.whole_key:
+        return {KEY_VALUE_FIELD: document}
     if not isinstance(document, dict):
         return f"a top-level {type(document).__name__}, not an object"
     return document

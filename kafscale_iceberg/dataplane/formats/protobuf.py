@@ -55,6 +55,7 @@ from kafscale_iceberg.domain.protobuf_schemas import (
 )
 from kafscale_iceberg.domain.record_schemas import SchemaId, schema_id_label
 from kafscale_iceberg.domain.runs import ColumnSpec
+from kafscale_iceberg.domain.schema import BASE_FIELD_NAMES
 from kafscale_iceberg.exceptions import RecordSchemaError, SchemaNotFoundError
 
 Reader = Callable[[Any], object]
@@ -320,7 +321,7 @@ class ProtobufDecoder:
             descriptor = (
                 compiled.message_named(where) if isinstance(where, str) else compiled.message_at(where)
             )
-            found = _compile_message(compiled, descriptor, self._wanted)
+            found = _compile_message(compiled, descriptor, self._wanted, key=self._part == "key")
         except RecordSchemaError as exc:
             found = exc
         self._messages[key] = found
@@ -418,9 +419,14 @@ def read_varint(value: bytes, at: int, end: int, *, most_bytes: int = 10) -> tup
             raise ValueError(f"a varint longer than {most_bytes} bytes")
 
 
-def _compile_message(compiled: ProtobufFile, descriptor: Any, wanted: frozenset[str]) -> ProtobufMessage:
+def _compile_message(
+    compiled: ProtobufFile, descriptor: Any, wanted: frozenset[str], *, key: bool = False
+) -> ProtobufMessage:
+    """`descriptor` ready to read with; a key's fields named like base fields are columns too (they
+    become `key_<field>`: a `google.protobuf.StringValue` key's `value` is `key_value`)."""
     label = f"{compiled.registered.label} message {descriptor.full_name}"
-    columns = protobuf_columns(descriptor, schema_name=compiled.registered.label)
+    reserved = () if key else BASE_FIELD_NAMES
+    columns = protobuf_columns(descriptor, schema_name=compiled.registered.label, reserved=reserved)
     read = [c for c in columns if not wanted or c.name in wanted]
     struct_type = pa.struct([pa.field(c.name, column_arrow_type(c)) for c in read])
     builders = tuple(

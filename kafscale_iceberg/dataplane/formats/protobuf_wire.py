@@ -4,7 +4,7 @@ One numba pass over a group's payloads walks each message's fields on the wire a
 the run reads, records each field's raw value (a varint, the bits of a fixed-width value, or the
 byte span of a string) per record; the columns are then built with numpy and Arrow kernels
 (`protobuf_columns.py`). No Python object is made per record, and the protobuf runtime is not used
-per record at all (so the pure-Python runtime an etcd3 process forces costs nothing here).
+per record at all (so it is as fast under protobuf's pure-Python runtime as under upb).
 
 What is not read is still checked, as the runtime's parser checks it: every tag, varint and length
 on the wire, UTF-8 in `string` fields, and nested messages field by field (to `MAX_DEPTH`), so a

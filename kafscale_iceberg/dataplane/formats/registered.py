@@ -17,11 +17,10 @@ from typing import Generic, TypeVar
 import numpy as np
 import pyarrow as pa
 
-from kafscale_iceberg.dataplane.formats.framing import Frames
+from kafscale_iceberg.dataplane.formats.framing import Frames, frames_of
 from kafscale_iceberg.dataplane.formats.schema_cache import SchemaCache
-from kafscale_iceberg.dataplane.formats.wire import confluent_frames
 from kafscale_iceberg.domain.record_schemas import RegisteredSchema, SchemaId, schema_id_label
-from kafscale_iceberg.domain.runs import ColumnSpec, RegistryType
+from kafscale_iceberg.domain.runs import ColumnSpec
 from kafscale_iceberg.exceptions import RecordSchemaError, SchemaNotFoundError
 from kafscale_iceberg.ports import CompiledRecordSchema
 
@@ -129,12 +128,3 @@ class RegisteredSchemaDecoder(Generic[CompiledT]):
             found = exc
         self._compiled[schema_id] = found
         return found
-
-
-def frames_of(values: pa.Array, registry_type: RegistryType) -> Frames:
-    """`values` framed by the header the records of a `registry_type` registry carry."""
-    if registry_type is RegistryType.GLUE:
-        from kafscale_iceberg.dataplane.formats.glue_wire import glue_frames  # noqa: PLC0415
-
-        return glue_frames(values)
-    return confluent_frames(values)

@@ -29,6 +29,7 @@ from kafscale_iceberg.domain.runs.documents import (
 )
 from kafscale_iceberg.domain.runs.formats import (
     KEY_COLUMN_PREFIX,
+    KEY_VALUE_FIELD,
     KeyFormat,
     RegistrySettings,
     RegistryType,
@@ -84,6 +85,7 @@ __all__ = [
     "DECIMAL_MAX_PRECISION",
     "DEFAULT_PARTITION_FILE_MIN_BYTES",
     "KEY_COLUMN_PREFIX",
+    "KEY_VALUE_FIELD",
     "LFS_METADATA_COLUMNS",
     "NESTED_TYPES",
     "NO_OFFSET",

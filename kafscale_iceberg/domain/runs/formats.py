@@ -56,6 +56,12 @@ class KeyFormat(StrEnum):
 KEY_COLUMN_PREFIX = "key_"
 """With a decoded `key_format`: a column named `key_<field>` holds the decoded key's field `<field>`
 (Flink's `key.fields-prefix`, fixed); the binary `key` base column stays."""
+KEY_VALUE_FIELD = "value"
+"""A decoded key whose schema is not a record (an Avro `"string"` or `"long"`, a JSON Schema
+`{"type": "string"}`, a Connect envelope with a primitive schema, a JSON scalar) is read as a record
+with this one field, so it lands in the column `key_value` (`KEY_COLUMN_PREFIX` + this), typed by its
+schema and evolving like any key field. Tools name such a key column differently (ksqlDB `ROWKEY`,
+RisingWave `_rw_key`, Materialize `INCLUDE KEY AS <name>`); `key` itself is the binary base column."""
 
 
 class RegistryType(StrEnum):
