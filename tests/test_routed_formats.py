@@ -22,10 +22,14 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from kafscale_iceberg.adapters.confluent_registry import ConfluentSchemaRegistry
 from kafscale_iceberg.adapters.data_files import StagedFileStore
 from kafscale_iceberg.adapters.documents import DocumentStore
+from kafscale_iceberg.adapters.iceberg_catalog import load_iceberg_catalog
+from kafscale_iceberg.adapters.iceberg_schemas import table_columns
+from kafscale_iceberg.adapters.iceberg_tables import IcebergTableCommitter
 from kafscale_iceberg.dataplane.inference import with_inferred_columns
 from kafscale_iceberg.dataplane.reports import build_run_result
 from kafscale_iceberg.dataplane.tasks import observe_task, plan_tasks, run_task
-from kafscale_iceberg.domain.field_ids import planned_field_ids
+from kafscale_iceberg.domain.commits import TableCommit, TableMarker, TableSpec
+from kafscale_iceberg.domain.field_ids import TableFieldIds, planned_field_ids
 from kafscale_iceberg.domain.inference import merge_observations
 from kafscale_iceberg.domain.runs import (
     ColumnSpec,
@@ -36,9 +40,11 @@ from kafscale_iceberg.domain.runs import (
     RunResult,
     RunTimings,
     ValueFormat,
+    table_outputs,
 )
 from kafscale_iceberg.domain.schema import table_fields
 from spark_app.job import with_written_columns
+from tests.support.iceberg_runs import sql_committer, sql_settings
 from tests.support.schema_registry import StandInRegistry
 from tests.support.spark_job import SegmentFolder, make_plan, order_record
 from tests.test_config import load, minimal, problems_of
@@ -88,20 +94,28 @@ class Producer:
 
 
 def routed_run(
-    tmp_path: Path, registry: StandInRegistry, values: list[bytes], *, columns: tuple[ColumnSpec, ...] = ()
+    tmp_path: Path,
+    registry: StandInRegistry,
+    values: list[bytes],
+    *,
+    columns: tuple[ColumnSpec, ...] = (),
+    first_offset: int = 0,
+    known: tuple[TableFieldIds, ...] = (),
+    value_format: ValueFormat = ValueFormat.AVRO,
 ) -> tuple[RunPlan, RunResult]:
     """A routed Avro mapping by `kind` to `shop.events_{kind}` (columns from the records' schemas, or
-    `columns` listed), run as the job runs it: observe, decide per table, convert."""
+    `columns` listed), run as the job runs it: observe, decide per table, convert. `known`: the
+    template tables that exist, as the launcher reads them from `field-ids.json`."""
     folder = SegmentFolder(tmp_path / "segments")
-    folder.add(0, [order_record(o, 0, value=v) for o, v in enumerate(values)])
+    folder.add(0, [order_record(o, 0, value=v) for o, v in enumerate(values, start=first_offset)])
     infer = not columns
     plan = make_plan(
         folder,
         str(tmp_path),
-        ranges={0: (-1, len(values) - 1)},
+        ranges={0: (first_offset - 1, first_offset + len(values) - 1)},
         columns=columns,
         infer_columns=infer,
-        value_format=ValueFormat.AVRO,
+        value_format=value_format,
     )
     base = planned_field_ids(table_fields(columns), None)
     route = RoutePlan(
@@ -109,6 +123,9 @@ def routed_run(
         table_template="shop.events_{value}",
         data_uri_template=f"{tmp_path}/w/{{path}}",
         new_field_ids=base,
+        known_field_ids={t.identifier: t.field_ids for t in known},
+        known_columns={t.identifier: t.columns or () for t in known},
+        known_last_column_ids={t.identifier: t.last_column_id for t in known},
     )
     settings = RegistrySettings(url=registry.url)
     plan = plan.model_copy(update={"table": None, "route": route, "schema_registry": settings})
@@ -125,6 +142,37 @@ def routed_run(
     ]
     result = build_run_result(plan, reports, RunTimings(started_at_ms=0, ended_at_ms=0))
     return plan, with_written_columns(plan, result) if infer else result
+
+
+def commit_routed(
+    tables: IcebergTableCommitter, plan: RunPlan, result: RunResult, start: int, end: int
+) -> None:
+    """What the commit step does with each routed table the run wrote: create it from its columns,
+    or add and widen them in the commit of its files."""
+    for output in table_outputs(plan, result):
+        if output.columns is None or not output.files:
+            continue
+        spec = TableSpec(
+            identifier=output.identifier,
+            fields=table_fields(output.columns),
+            create_if_missing=True,
+            evolve=False,
+        )
+        tables.ensure_table(spec)
+        tables.commit(
+            tables.read_state(output.identifier, "events"),
+            TableCommit(
+                topic="events",
+                run_id=result.run_id,
+                file_uris=tuple(f.uri for f in output.files),
+                files=output.files,
+                start_offsets={0: start},
+                end_offsets={0: end},
+                marker_after=TableMarker(offsets={0: end}, run_id=result.run_id),
+                field_ids=output.field_ids,
+                columns=output.columns,
+            ),
+        )
 
 
 def _rows(result: RunResult) -> dict[str, list[dict[str, Any]]]:
@@ -193,6 +241,42 @@ def test_a_routed_table_evolves_with_a_newer_version_of_its_records_schema(
     ]
 
 
+def test_a_routed_tables_next_schema_version_widens_and_adds_its_columns_in_the_commit_of_its_rows(
+    tmp_path: Path, schema_registry: StandInRegistry
+) -> None:
+    producer = Producer(schema_registry)
+    narrow = {**ORDER, "fields": [{"name": "kind", "type": "string"}, {"name": "order_id", "type": "int"}]}
+    first = [
+        producer.value(narrow, {"kind": "order", "order_id": 1}),
+        producer.value(CLICK, {"kind": "click", "page": "/"}),
+    ]
+    tables = sql_committer(tmp_path)
+    plan, result = routed_run(tmp_path / "r1", schema_registry, first)
+    commit_routed(tables, plan, result, -1, 1)
+    assert _catalog_columns(tmp_path, ORDERS) == {"kind": "string", "order_id": "int"}
+
+    tip = {"name": "tip", "type": ["null", "double"], "default": None}
+    wide = {
+        **ORDER,
+        "fields": [{"name": "kind", "type": "string"}, {"name": "order_id", "type": "long"}, tip],
+    }
+    known = (tables.field_ids(ORDERS), tables.field_ids(CLICKS))
+    second = [producer.value(wide, {"kind": "order", "order_id": 2**40, "tip": 0.5})]
+    plan, result = routed_run(tmp_path / "r2", schema_registry, second, first_offset=2, known=known)
+    assert result.failure is None, result.failure
+    commit_routed(tables, plan, result, 1, 2)
+    assert _catalog_columns(tmp_path, ORDERS) == {"kind": "string", "order_id": "long", "tip": "double"}
+    assert _catalog_columns(tmp_path, CLICKS) == {"kind": "string", "page": "string"}
+    table = load_iceberg_catalog(sql_settings(tmp_path)).load_table(ORDERS)
+    rows = sorted(table.scan().to_arrow().to_pylist(), key=lambda r: r["offset"])
+    assert [(r["order_id"], r["tip"]) for r in rows] == [(1, None), (2**40, 0.5)]
+
+
+def _catalog_columns(tmp_path: Path, identifier: str) -> dict[str, str]:
+    table = load_iceberg_catalog(sql_settings(tmp_path)).load_table(identifier)
+    return {c.name: c.type_name for c in table_columns(table.schema())}
+
+
 def test_a_routed_mapping_with_listed_columns_routes_by_the_decoded_field(
     tmp_path: Path, schema_registry: StandInRegistry
 ) -> None:
@@ -211,6 +295,34 @@ def test_a_routed_mapping_with_listed_columns_routes_by_the_decoded_field(
     rows = _rows(result)
     assert [(r["order_id"], r["page"]) for r in rows[ORDERS]] == [(7, None)]
     assert [(r["order_id"], r["page"]) for r in rows[CLICKS]] == [(None, "/menu")]
+
+
+def _connect(fields: dict[str, tuple[str, object]]) -> bytes:
+    """A value as Kafka Connect's JsonConverter writes it with `schemas.enable=true`."""
+    schema = {"type": "struct", "fields": [{"field": n, "type": t} for n, (t, _v) in fields.items()]}
+    return json.dumps({"schema": schema, "payload": {n: v for n, (_t, v) in fields.items()}}).encode()
+
+
+def test_connect_json_records_route_by_their_decoded_field_each_table_with_its_own_columns(
+    tmp_path: Path, schema_registry: StandInRegistry
+) -> None:
+    values = [
+        _connect({"kind": ("string", "order"), "order_id": ("int64", 7)}),
+        _connect({"kind": ("string", "click"), "page": ("string", "/")}),
+        _connect({"kind": ("int32", 5)}),  # not a string: route_invalid
+    ]
+    _plan, result = routed_run(tmp_path, schema_registry, values, value_format=ValueFormat.CONNECT_JSON)
+    assert result.failure is None, result.failure
+    columns = {
+        t.identifier: {c.name: c.type_name for c in t.columns or ()} for t in result.tables if t.columns
+    }
+    assert columns == {
+        ORDERS: {"kind": "string", "order_id": "long"},
+        CLICKS: {"kind": "string", "page": "string"},
+    }
+    rows = _rows(result)
+    assert [(r["offset"], r["order_id"]) for r in rows[ORDERS]] == [(0, 7)]
+    assert [(r["offset"], r["error_kind"]) for r in rows[DLQ]] == [(2, "route_invalid")]
 
 
 def test_the_config_accepts_route_with_a_registry_format() -> None:
