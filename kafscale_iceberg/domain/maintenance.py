@@ -63,6 +63,8 @@ class CompactionOutcome:
     attempts: int = 0
     abandoned: bool = False
     """The files it replaces left the table meanwhile (e.g. a reset): nothing committed."""
+    version: str | None = None
+    """The table's metadata file its commit wrote (None: nothing committed)."""
 
 
 @dataclass(frozen=True)
