@@ -273,3 +273,42 @@ def test_a_null_decoded_timestamp_stays_null_and_is_not_counted(
     converted = _convert(schema_registry, ValueFormat.CONNECT_JSON, values, column)
     assert _landed(converted) == [None, AT]
     assert converted.conversion_failures == {}
+
+
+def test_a_timestamp_inside_a_struct_takes_the_same_rule_and_counts_for_its_column(
+    schema_registry: StandInRegistry,
+) -> None:
+    visit = ColumnSpec(
+        name="visit", type=ColumnType.STRUCT, fields=(ColumnSpec(name="at", type=ColumnType.TIMESTAMPTZ),)
+    )
+    micros = {"type": "long", "logicalType": "timestamp-micros"}
+    inner = {"type": "record", "name": "Visit", "fields": [{"name": "at", "type": micros}]}
+    schema = {"type": "record", "name": "Event", "fields": [{"name": "visit", "type": inner}]}
+    client = _mock()
+    serializer = AvroSerializer(client, json.dumps(schema))
+    avro = [serializer({"visit": {"at": at}}, _context()) for at in (AT_MILLIS * 1000, LAST_MICROS + 1)]
+    schema_registry.register_from(client, f"{TOPIC}-value")
+    as_json = [json.dumps({"visit": {"at": at}}).encode() for at in (AT_MILLIS, LAST_MILLIS + 1)]
+    for value_format, values in ((ValueFormat.AVRO, avro), (ValueFormat.JSON, as_json)):
+        converted = _convert(schema_registry, value_format, values, visit)
+        assert _landed(converted, "visit") == [{"at": AT}, {"at": None}], value_format
+        assert converted.conversion_failures == {"visit": 1}, value_format
+
+
+def test_a_struct_holding_a_timestamp_beyond_9999_fails_a_strict_run_naming_its_column(
+    schema_registry: StandInRegistry,
+) -> None:
+    visit = ColumnSpec(
+        name="visit", type=ColumnType.STRUCT, fields=(ColumnSpec(name="at", type=ColumnType.TIMESTAMPTZ),)
+    )
+    micros = {"type": "long", "logicalType": "timestamp-micros"}
+    inner = {"type": "record", "name": "Visit", "fields": [{"name": "at", "type": micros}]}
+    schema = {"type": "record", "name": "Event", "fields": [{"name": "visit", "type": inner}]}
+    client = _mock()
+    serializer = AvroSerializer(client, json.dumps(schema))
+    values = [serializer({"visit": {"at": LAST_MICROS + 1}}, _context())]
+    schema_registry.register_from(client, f"{TOPIC}-value")
+    invalid = _convert(schema_registry, ValueFormat.AVRO, values, visit, strict=True).first_invalid
+    assert invalid is not None
+    assert (invalid.kind, invalid.column) == (ErrorKind.CONVERSION_FAILURE, "visit")
+    assert "schema id 1" in invalid.error

@@ -281,6 +281,8 @@ def temporal_column(source: pa.Array, kind: ColumnType, target: pa.DataType) -> 
     date-time (or, in a `date` column, a date) read as JSON's are (`parse_datetimes`). A value
     outside `READABLE_MICROS` (`READABLE_DAYS`), or of any other type, does not convert.
     """
+    if _already_readable(source, kind):  # the usual case: a typed field, every value in range
+        return source.cast(target), np.zeros(len(source), bool)
     valid = np.asarray(source.is_valid().to_numpy(zero_copy_only=False), bool)
     micros, converted = _decoded_micros(source, date=kind is ColumnType.DATE)
     converted &= valid
@@ -292,6 +294,23 @@ def temporal_column(source: pa.Array, kind: ColumnType, target: pa.DataType) -> 
         converted &= readable_micros(micros)
         column = pa.array(micros, pa.int64(), mask=~converted).cast(target)
     return column, valid & ~converted
+
+
+def _already_readable(source: pa.Array, kind: ColumnType) -> bool:
+    """Whether `source` is microseconds (days, for a date) whose values are all readable: one
+    min/max pass instead of a conversion."""
+    if kind is ColumnType.DATE:
+        if not pa.types.is_date32(source.type):
+            return False
+        low, high = READABLE_DAYS
+    elif pa.types.is_timestamp(source.type) and source.type.unit == "us":
+        low, high = READABLE_MICROS
+    else:
+        return False
+    if source.null_count == len(source):
+        return True
+    extremes = pc.min_max(source.view(pa.int32() if kind is ColumnType.DATE else pa.int64()))
+    return bool(low <= extremes["min"].as_py() and extremes["max"].as_py() <= high)
 
 
 def _decoded_micros(source: pa.Array, *, date: bool) -> tuple[np.ndarray, np.ndarray]:

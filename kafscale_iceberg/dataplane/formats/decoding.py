@@ -80,11 +80,11 @@ class DecodedColumns:
             if source is None or index >= len(group.positions) or group.positions[index] != row:
                 continue
             scalar = source[index]
-            try:  # Arrow formats any year; Python's datetime stops at 9999
+            try:  # Arrow formats any year; Python's datetime (in `as_py`) stops at 9999
                 temporal = pa.types.is_temporal(scalar.type)
                 shown = str(scalar.cast(pa.string())) if temporal else repr(scalar.as_py())
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OverflowError, ValueError):
-                shown = str(scalar)
+                shown = f"a {scalar.type} value Python cannot show"
             return shown if len(shown) <= 80 else shown[:77] + "..."
         return None
 
@@ -329,3 +329,29 @@ def _fitted(text: object, precision: int, scale: int) -> object:
 
 def _uuid_bytes(text: object) -> bytes:
     return uuid.UUID(str(text)).bytes
+
+
+def strings_at(batch: DecodedBatch, path: Sequence[str]) -> tuple[pa.Array, dict[int, str]]:
+    """Per record of `batch`, in batch order, the string at `path` (a top-level field, or a path into
+    structs) of its record: null where its schema has no such field, the value is null, or the record
+    is in no group; and, by position, what a present value there is when it is not a string (a
+    number, a struct: never taken for its text, as a route field is not: `dataplane/routing.py`)."""
+    pieces: list[pa.Array] = []
+    order: list[np.ndarray] = []
+    not_strings: dict[int, str] = {}
+    for group in batch.groups:
+        child: pa.Array | None = group.records
+        for name in path:
+            child = _field(child, name) if child is not None and pa.types.is_struct(child.type) else None
+        if child is not None and pa.types.is_dictionary(child.type):
+            child = child.dictionary_decode()
+        if child is not None and (pa.types.is_string(child.type) or pa.types.is_large_string(child.type)):
+            pieces.append(child.cast(pa.string()))
+        else:
+            pieces.append(pa.nulls(len(group.positions), pa.string()))
+            if child is not None:
+                valid = np.asarray(child.is_valid().to_numpy(zero_copy_only=False), bool)
+                for position in group.positions[valid].tolist():
+                    not_strings[position] = f"a {child.type} value (written with {group.label})"
+        order.append(group.positions)
+    return _in_batch_order(pieces, order, batch.count, pa.string()), not_strings
