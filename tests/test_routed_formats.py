@@ -175,6 +175,11 @@ def commit_routed(
         )
 
 
+def _columns(result: RunResult) -> dict[str, dict[str, str]]:
+    """Each routed table's columns (name -> type) as the run wrote them."""
+    return {t.identifier: {c.name: c.type_name for c in t.columns} for t in result.tables if t.columns}
+
+
 def _rows(result: RunResult) -> dict[str, list[dict[str, Any]]]:
     return {
         t.identifier: sorted(
@@ -198,10 +203,7 @@ def test_each_routed_table_takes_its_columns_from_the_schemas_of_the_records_rou
     ]
     _plan, result = routed_run(tmp_path, schema_registry, values)
     assert result.failure is None, result.failure
-    columns = {
-        t.identifier: {c.name: c.type_name for c in t.columns or ()} for t in result.tables if t.columns
-    }
-    assert columns == {
+    assert _columns(result) == {
         ORDERS: {"kind": "string", "order_id": "long", "total": "double"},  # its records' schema only
         CLICKS: {"kind": "string", "page": "string"},
     }
@@ -231,7 +233,7 @@ def test_a_routed_table_evolves_with_a_newer_version_of_its_records_schema(
     ]
     _plan, result = routed_run(tmp_path, schema_registry, values)
     assert result.failure is None, result.failure
-    by_table = {t.identifier: {c.name: c.type_name for c in t.columns or ()} for t in result.tables}
+    by_table = _columns(result)
     assert by_table[ORDERS] == {"kind": "string", "order_id": "long", "total": "double", "tip": "double"}
     assert by_table[CLICKS] == {"kind": "string", "page": "string"}
     rows = _rows(result)
@@ -313,10 +315,7 @@ def test_connect_json_records_route_by_their_decoded_field_each_table_with_its_o
     ]
     _plan, result = routed_run(tmp_path, schema_registry, values, value_format=ValueFormat.CONNECT_JSON)
     assert result.failure is None, result.failure
-    columns = {
-        t.identifier: {c.name: c.type_name for c in t.columns or ()} for t in result.tables if t.columns
-    }
-    assert columns == {
+    assert _columns(result) == {
         ORDERS: {"kind": "string", "order_id": "long"},
         CLICKS: {"kind": "string", "page": "string"},
     }
