@@ -50,6 +50,11 @@ FIRST_MICROS = FIRST_MILLIS * 1000
 LAST = datetime.datetime(9999, 12, 31, 23, 59, 59, 999_999, tzinfo=datetime.UTC)
 FIRST = datetime.datetime(1, 1, 1, tzinfo=datetime.UTC)
 
+MICROS = {"type": "long", "logicalType": "timestamp-micros"}
+VISIT = ColumnSpec(
+    name="visit", type=ColumnType.STRUCT, fields=(ColumnSpec(name="at", type=ColumnType.TIMESTAMPTZ),)
+)
+
 EVENT_PROTO = 'syntax = "proto3";\npackage shop;\nmessage Event { int64 at = 1; }\n'
 EventMessage = message(compile_proto({"event.proto": EVENT_PROTO}), "shop.Event")
 EVENT_JSON_SCHEMA = {
@@ -67,13 +72,22 @@ def _mock() -> Any:
     return SchemaRegistryClient.new_client({"url": f"mock://timestamps-{uuid.uuid4().hex}"})
 
 
-def _avro(registry: StandInRegistry, ats: list[int], at_type: object = "long") -> list[bytes]:
+def _avro_records(registry: StandInRegistry, field: dict[str, Any], records: list[Any]) -> list[bytes]:
     client = _mock()
-    schema = {"type": "record", "name": "Event", "fields": [{"name": "at", "type": at_type}]}
-    serializer = AvroSerializer(client, json.dumps(schema), conf={"auto.register.schemas": True})
-    values = [serializer({"at": at}, _context()) for at in ats]
+    schema = {"type": "record", "name": "Event", "fields": [field]}
+    serializer = AvroSerializer(client, json.dumps(schema))
+    values = [serializer({field["name"]: record}, _context()) for record in records]
     registry.register_from(client, f"{TOPIC}-value")
     return values
+
+
+def _avro(registry: StandInRegistry, ats: list[int], at_type: object = "long") -> list[bytes]:
+    return _avro_records(registry, {"name": "at", "type": at_type}, ats)
+
+
+def _avro_visits(registry: StandInRegistry, micros: list[int]) -> list[bytes]:
+    visit = {"type": "record", "name": "Visit", "fields": [{"name": "at", "type": MICROS}]}
+    return _avro_records(registry, {"name": "visit", "type": visit}, [{"at": at} for at in micros])
 
 
 def _protobuf(registry: StandInRegistry, ats: list[int]) -> list[bytes]:
@@ -162,8 +176,7 @@ def test_a_plain_integer_in_a_timestamp_column_is_epoch_milliseconds_in_every_fo
 
 
 def test_a_field_with_its_own_unit_keeps_it(schema_registry: StandInRegistry) -> None:
-    micros = {"type": "long", "logicalType": "timestamp-micros"}
-    values = _avro(schema_registry, [AT_MILLIS * 1000], micros)
+    values = _avro(schema_registry, [AT_MILLIS * 1000], MICROS)
     column = ColumnSpec(name="at", type=ColumnType.TIMESTAMPTZ)
     assert _landed(_convert(schema_registry, ValueFormat.AVRO, values, column)) == [AT]
     connect = _connect(schema_registry, [AT_MILLIS], "org.apache.kafka.connect.data.Timestamp")
@@ -209,8 +222,7 @@ def test_a_timestamp_beyond_9999_fails_a_strict_run_naming_the_column_and_value(
 def test_microsecond_fields_land_to_the_last_microsecond_of_9999_and_no_further(
     schema_registry: StandInRegistry,
 ) -> None:
-    micros = {"type": "long", "logicalType": "timestamp-micros"}
-    values = _avro(schema_registry, [LAST_MICROS, LAST_MICROS + 1, FIRST_MICROS, FIRST_MICROS - 1], micros)
+    values = _avro(schema_registry, [LAST_MICROS, LAST_MICROS + 1, FIRST_MICROS, FIRST_MICROS - 1], MICROS)
     column = ColumnSpec(name="at", type=ColumnType.TIMESTAMPTZ)
     converted = _convert(schema_registry, ValueFormat.AVRO, values, column)
     assert _landed(converted) == [LAST, None, FIRST, None]
@@ -278,19 +290,10 @@ def test_a_null_decoded_timestamp_stays_null_and_is_not_counted(
 def test_a_timestamp_inside_a_struct_takes_the_same_rule_and_counts_for_its_column(
     schema_registry: StandInRegistry,
 ) -> None:
-    visit = ColumnSpec(
-        name="visit", type=ColumnType.STRUCT, fields=(ColumnSpec(name="at", type=ColumnType.TIMESTAMPTZ),)
-    )
-    micros = {"type": "long", "logicalType": "timestamp-micros"}
-    inner = {"type": "record", "name": "Visit", "fields": [{"name": "at", "type": micros}]}
-    schema = {"type": "record", "name": "Event", "fields": [{"name": "visit", "type": inner}]}
-    client = _mock()
-    serializer = AvroSerializer(client, json.dumps(schema))
-    avro = [serializer({"visit": {"at": at}}, _context()) for at in (AT_MILLIS * 1000, LAST_MICROS + 1)]
-    schema_registry.register_from(client, f"{TOPIC}-value")
+    avro = _avro_visits(schema_registry, [AT_MILLIS * 1000, LAST_MICROS + 1])
     as_json = [json.dumps({"visit": {"at": at}}).encode() for at in (AT_MILLIS, LAST_MILLIS + 1)]
     for value_format, values in ((ValueFormat.AVRO, avro), (ValueFormat.JSON, as_json)):
-        converted = _convert(schema_registry, value_format, values, visit)
+        converted = _convert(schema_registry, value_format, values, VISIT)
         assert _landed(converted, "visit") == [{"at": AT}, {"at": None}], value_format
         assert converted.conversion_failures == {"visit": 1}, value_format
 
@@ -298,17 +301,8 @@ def test_a_timestamp_inside_a_struct_takes_the_same_rule_and_counts_for_its_colu
 def test_a_struct_holding_a_timestamp_beyond_9999_fails_a_strict_run_naming_its_column(
     schema_registry: StandInRegistry,
 ) -> None:
-    visit = ColumnSpec(
-        name="visit", type=ColumnType.STRUCT, fields=(ColumnSpec(name="at", type=ColumnType.TIMESTAMPTZ),)
-    )
-    micros = {"type": "long", "logicalType": "timestamp-micros"}
-    inner = {"type": "record", "name": "Visit", "fields": [{"name": "at", "type": micros}]}
-    schema = {"type": "record", "name": "Event", "fields": [{"name": "visit", "type": inner}]}
-    client = _mock()
-    serializer = AvroSerializer(client, json.dumps(schema))
-    values = [serializer({"visit": {"at": LAST_MICROS + 1}}, _context())]
-    schema_registry.register_from(client, f"{TOPIC}-value")
-    invalid = _convert(schema_registry, ValueFormat.AVRO, values, visit, strict=True).first_invalid
+    values = _avro_visits(schema_registry, [LAST_MICROS + 1])
+    invalid = _convert(schema_registry, ValueFormat.AVRO, values, VISIT, strict=True).first_invalid
     assert invalid is not None
     assert (invalid.kind, invalid.column) == (ErrorKind.CONVERSION_FAILURE, "visit")
     assert "schema id 1" in invalid.error
