@@ -226,12 +226,19 @@ def test_the_document_is_written_only_when_its_content_differs_from_what_the_pla
     assert records.read("orders") == _document("s3://w/00002.metadata.json")
 
 
-def test_a_compaction_moves_only_a_recorded_upsert_tables_version(tmp_path: Path) -> None:
+def test_a_compaction_moves_only_a_recorded_upsert_tables_version_it_follows(tmp_path: Path) -> None:
     records = FieldIdRecords(DocumentStore(), str(tmp_path / "runs"))
-    assert not records.record_version("orders", "prod.orders", "s3://w/00003.metadata.json")  # no document
+    earlier = ("s3://w/00001.metadata.json", "s3://w/00002.metadata.json")
+    compacted = "s3://w/00003.metadata.json"
+    assert not records.record_version("orders", "prod.orders", compacted, follows=earlier)  # no document
     records.write("orders", _document("s3://w/00002.metadata.json"))
-    assert records.record_version("orders", "prod.orders", "s3://w/00003.metadata.json")
-    assert records.read("orders") == _document("s3://w/00003.metadata.json")
+    assert records.record_version("orders", "prod.orders", compacted, follows=earlier)
+    assert records.read("orders") == _document(compacted)
+    # A version a run's commit recorded since is newer than the compaction's: it stays.
+    records.write("orders", _document("s3://w/00004.metadata.json"))
+    assert not records.record_version("orders", "prod.orders", compacted, follows=earlier)
+    assert records.read("orders") == _document("s3://w/00004.metadata.json")
     # A table recorded without a version (not an upsert table: nothing locates in it) is left alone.
-    assert not records.record_version("orders", "prod.orders_dlq", "s3://w/dlq/00009.metadata.json")
-    assert records.read("orders") == _document("s3://w/00003.metadata.json")
+    assert not records.record_version(
+        "orders", "prod.orders_dlq", "s3://w/dlq/9.metadata.json", follows=earlier
+    )

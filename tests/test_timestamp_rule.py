@@ -293,3 +293,22 @@ def test_a_timestamp_inside_a_struct_takes_the_same_rule_and_counts_for_its_colu
         converted = _convert(schema_registry, value_format, values, visit)
         assert _landed(converted, "visit") == [{"at": AT}, {"at": None}], value_format
         assert converted.conversion_failures == {"visit": 1}, value_format
+
+
+def test_a_struct_holding_a_timestamp_beyond_9999_fails_a_strict_run_naming_its_column(
+    schema_registry: StandInRegistry,
+) -> None:
+    visit = ColumnSpec(
+        name="visit", type=ColumnType.STRUCT, fields=(ColumnSpec(name="at", type=ColumnType.TIMESTAMPTZ),)
+    )
+    micros = {"type": "long", "logicalType": "timestamp-micros"}
+    inner = {"type": "record", "name": "Visit", "fields": [{"name": "at", "type": micros}]}
+    schema = {"type": "record", "name": "Event", "fields": [{"name": "visit", "type": inner}]}
+    client = _mock()
+    serializer = AvroSerializer(client, json.dumps(schema))
+    values = [serializer({"visit": {"at": LAST_MICROS + 1}}, _context())]
+    schema_registry.register_from(client, f"{TOPIC}-value")
+    invalid = _convert(schema_registry, ValueFormat.AVRO, values, visit, strict=True).first_invalid
+    assert invalid is not None
+    assert (invalid.kind, invalid.column) == (ErrorKind.CONVERSION_FAILURE, "visit")
+    assert "schema id 1" in invalid.error

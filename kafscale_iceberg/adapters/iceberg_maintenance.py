@@ -345,6 +345,7 @@ class IcebergTableMaintainer(CatalogTableAccess):
                 rows=write.rows,
                 attempts=attempt,
                 version=committed.metadata_location,
+                earlier_versions=tuple(e.metadata_file for e in committed.metadata.metadata_log),
             )
         return CompactionOutcome(table=plan.table, committed=False, attempts=_COMMIT_ATTEMPTS)
 

@@ -8,13 +8,15 @@
   its changed keys in the compacted files instead of being refused for locating in files the
   compaction replaced (`services/maintenance.py`).
 
-The document is a cache of the tables, never their truth: a write that lands out of order (two writers
-racing) costs at most one refused run, whose commit step writes the tables' current state again.
+The document is a cache of the tables, never their truth: a write that lands out of order (a commit
+step's and maintenance's racing between one's read and write) costs at most one refused run, whose
+commit step writes the tables' current state again.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
 
 from pydantic import ValidationError
 
@@ -52,14 +54,15 @@ class FieldIdRecords:
         self._documents.write_text(field_ids_uri(self._location, topic), document.model_dump_json())
         return True
 
-    def record_version(self, topic: str, table: str, metadata_location: str) -> bool:
+    def record_version(
+        self, topic: str, table: str, metadata_location: str, *, follows: Collection[str]
+    ) -> bool:
         """Move `table`'s recorded version to `metadata_location` (a compaction's) when the document
-        records one for it (an upsert table's); one GET, and one PUT when it moved. Whether it was
-        written. Idempotent."""
+        records one for it (an upsert table's) among `follows`, the versions `metadata_location`
+        comes after (its metadata log): a version recorded since by a run's commit is newer, and is
+        kept. One GET, and one PUT when it moved. Whether it was written. Idempotent."""
         document = self.read(topic)
         recorded = None if document is None else document.table(table)
-        if document is None or recorded is None or recorded.metadata_location is None:
-            return False
-        if recorded.metadata_location == metadata_location:
+        if document is None or recorded is None or recorded.metadata_location not in follows:
             return False
         return self.write(topic, document.with_version(table, metadata_location))

@@ -191,7 +191,9 @@ class MaintenanceService:
                 )
                 compaction = self._tables.commit_compaction(written, now_ms=self._now_ms())
         if compaction is not None and compaction.version is not None and mapping.upsert is not None:
-            self._field_ids.record_version(mapping.topic, table, compaction.version)
+            self._field_ids.record_version(
+                mapping.topic, table, compaction.version, follows=compaction.earlier_versions
+            )
         now_ms = self._now_ms()
         expiry = self._tables.expire_snapshots(
             table,

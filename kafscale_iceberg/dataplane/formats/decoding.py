@@ -80,11 +80,11 @@ class DecodedColumns:
             if source is None or index >= len(group.positions) or group.positions[index] != row:
                 continue
             scalar = source[index]
-            try:  # Arrow formats any year; Python's datetime stops at 9999
+            try:  # Arrow formats any year; Python's datetime (in `as_py`) stops at 9999
                 temporal = pa.types.is_temporal(scalar.type)
                 shown = str(scalar.cast(pa.string())) if temporal else repr(scalar.as_py())
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OverflowError, ValueError):
-                shown = str(scalar)
+                shown = f"a {scalar.type} value Python cannot show"
             return shown if len(shown) <= 80 else shown[:77] + "..."
         return None
 
