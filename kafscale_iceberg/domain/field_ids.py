@@ -3,7 +3,9 @@
 The Spark job writes the table's field ids into every Parquet file (`PARQUET:field_id`), so engines
 read the files by id, with or without the table's name mapping. The launcher has no catalog client:
 it plans from `field-ids.json` beside the topic's runs (`{runs.location}/{topic}/field-ids.json`),
-which the commit step rewrites after each commit from the tables' schemas. Columns the table does
+which the commit step writes from the tables' schemas after a commit that changed them (the plan
+carries the digest of the document it was made from: `TopicFieldIds.digest`; an upsert table's
+version changes with every commit, and `maintain` moves it to its compaction's). Columns the table does
 not have yet get the ids evolution will give them (`last_column_id + 1, + 2, …` in mapping order,
 as the commit step adds them); with no document, the ids a table created by this product gets
 (1, 2, … in field order). The commit step checks the plan's ids against the table before adding a
