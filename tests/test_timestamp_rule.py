@@ -6,7 +6,9 @@ of its column (`lenient`) or a failed run naming the column and value (`strict`)
 Records go through `RecordConverter`, what a run's tasks use, as each format's producer writes them:
 confluent-kafka's Avro, Protobuf and JSON Schema serializers (their in-process `mock://` registry),
 schemas served over HTTP by the stand-in Confluent registry (`tests/support/schema_registry.py`; no
-registry server installs here), and Kafka Connect JSON envelopes as `JsonConverter` writes them.
+registry server installs here), and Kafka Connect JSON envelopes as `JsonConverter` writes them. A
+property test holds JSON's two readers (the compiled scanner, the per-record path) and the decoders'
+projection (`conform_array`) to the same answer for any 64-bit integer.
 """
 
 from __future__ import annotations
@@ -24,9 +26,13 @@ from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.schema_registry.json_schema import JSONSerializer
 from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kafscale_iceberg.adapters.confluent_registry import ConfluentSchemaRegistry
+from kafscale_iceberg.dataplane.columns import ColumnScanner, parse_columns
 from kafscale_iceberg.dataplane.conversion import ConvertedRecords, ErrorKind, RecordConverter
+from kafscale_iceberg.dataplane.formats.decoding import conform_array
 from kafscale_iceberg.dataplane.formats.schema_cache import SchemaCache
 from kafscale_iceberg.domain.runs import (
     ColumnSpec,
@@ -306,3 +312,33 @@ def test_a_struct_holding_a_timestamp_beyond_9999_fails_a_strict_run_naming_its_
     assert invalid is not None
     assert (invalid.kind, invalid.column) == (ErrorKind.CONVERSION_FAILURE, "visit")
     assert "schema id 1" in invalid.error
+
+
+INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
+NEAR_EDGES = st.one_of(
+    INT64,
+    st.integers(min_value=FIRST_MILLIS - 3, max_value=FIRST_MILLIS + 3),
+    st.integers(min_value=LAST_MILLIS - 3, max_value=LAST_MILLIS + 3),
+    st.integers(min_value=-719_165, max_value=-719_160),
+    st.integers(min_value=2_932_894, max_value=2_932_899),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(NEAR_EDGES, min_size=1, max_size=8))
+def test_json_numbers_and_decoded_integers_give_the_same_instants_and_dates(numbers: list[int]) -> None:
+    first_day, last_day = -719_162, 2_932_896
+    expected_micros = [n * 1000 if FIRST_MILLIS <= n <= LAST_MILLIS else None for n in numbers]
+    expected_days = [n if first_day <= n <= last_day else None for n in numbers]
+    values = pa.array([json.dumps({"at": n}).encode() for n in numbers], pa.binary())
+    decoded = pa.array(numbers, pa.int64())
+    for kind, expected in ((ColumnType.TIMESTAMPTZ, expected_micros), (ColumnType.DATE, expected_days)):
+        column = ColumnSpec(name="at", type=kind)
+        physical = pa.int32() if kind is ColumnType.DATE else pa.int64()
+        results = {
+            "scanned": ColumnScanner([column]).scan(values).arrays[0],
+            "parsed": parse_columns(values, [column], documents=False).arrays[0],
+            "decoded": conform_array(decoded, column)[0],
+        }
+        for path, array in results.items():
+            assert array.cast(physical).to_pylist() == expected, (kind, path)
