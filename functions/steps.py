@@ -77,12 +77,18 @@ def watch(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
 @metrics.log_metrics
 @step_errors
 def abort(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    """Record the failed attempt, release the lease, and say when to re-signal the topic."""
+    """Record the failed attempt, release the lease, and say when to re-signal the topic. The state
+    machine passes the failure's text (`reason`) and the failed task's error name (`error`)."""
     ticket = _ticket(event)
     reason = str(event.get("reason") or event.get("error") or "run failed")
-    result = assembly().run_steps().abort(ticket, reason)
+    error = str(event.get("error") or "") or None
+    result = assembly().run_steps().abort(ticket, reason, error=error)
     record_abort(
-        sink, ticket.topic, result.consecutive_failures, run_started_at=ticket.grant.claimed_at_ms / 1000
+        sink,
+        ticket.topic,
+        result.consecutive_failures,
+        run_started_at=ticket.grant.claimed_at_ms / 1000,
+        lambda_killed=result.lambda_killed,
     )
     signal = TopicSignal(topic=ticket.topic, reason="retry after a failed run", nonce=uuid.uuid4().hex)
     return {

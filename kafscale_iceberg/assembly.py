@@ -402,6 +402,7 @@ class Assembly:
             self.table_maintainer,
             StorageFileLister(self.s3_settings),
             self.checkpoints,
+            self.documents,
             spark=spark,
             tables_of=self.tables_of,
         )

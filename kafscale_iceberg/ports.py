@@ -484,10 +484,14 @@ TaskWork = Callable[[Iterable[int]], Iterator[str]]
 
 
 class CompiledRecordSchema(Protocol):
-    """A registered schema a value decoder made ready to read records with: the columns it gives."""
+    """A schema a value decoder made ready to read records with: the columns it gives, and its name
+    in messages (`schema id 7`), which its records' `DecodedGroup` carries."""
 
     @property
     def columns(self) -> tuple[ColumnSpec, ...]: ...
+
+    @property
+    def label(self) -> str: ...
 
 
 class TaskExecutor(Protocol):

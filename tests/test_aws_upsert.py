@@ -39,6 +39,7 @@ def box(spark_box: SparkBoxOpener) -> Iterator[Box]:
                 },
             }
         ],
+        maintenance={"compaction_min_small_files": 2, "compaction_wait_seconds": 120},
     ) as opened:
         yield opened
 
@@ -91,5 +92,33 @@ def test_a_cdc_topic_lands_once_with_every_call_allowed(box: Box) -> None:
     assert {c.role for c in reads if "/upsert/" not in c.resource and "/deleted_keys/" not in c.resource} == {
         EMR_JOB_ROLE
     }, "only the run's tasks read the table's data files"
+    denied = box.recorder.denied()
+    assert denied == [], "\n".join(map(str, denied))
+
+
+def test_an_upsert_run_after_the_maintenance_functions_compaction_commits_at_its_first_attempt(
+    box: Box,
+) -> None:
+    put(box, 0, 0, ("r", 1, "a@x"), ("r", 2, "b@x"))
+    box.pump()
+    put(box, 0, 2, ("r", 3, "c@x"))
+    box.pump()
+    report = box.fleet.invoke("MaintenanceFunction", {})
+    (done,) = [t for t in report["tables"] if t["table"] == TABLE]
+    assert done["compaction"]["committed"], report  # an EMR job merged the two runs' files
+
+    put(box, 0, 3, ("u", 1, "a2@x"))  # a key of the compacted file: the run rewrites that file
+    box.pump()
+    assert sorted((r["id"], r["email"]) for r in box.rows(TABLE)) == [(1, "a2@x"), (2, "b@x"), (3, "c@x")]
+    # Located in the compacted version at once: no run refused for the files the compaction replaced.
+    assert [e["status"] for e in box.executions()] == ["SUCCEEDED"] * 3, box.describe()
+    moved = [
+        c
+        for c in box.recorder.calls
+        if c.role == "MaintenanceRole"
+        and c.action == "s3:PutObject"
+        and c.resource.endswith("/field-ids.json")
+    ]
+    assert len(moved) == 1, moved  # the compaction's version recorded for the next run
     denied = box.recorder.denied()
     assert denied == [], "\n".join(map(str, denied))

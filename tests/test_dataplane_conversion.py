@@ -255,4 +255,7 @@ def test_in_strict_mode_a_conversion_failure_is_invalid_naming_record_and_column
         ErrorKind.CONVERSION_FAILURE,
         "at",
     )
-    assert invalid.error == "column 'at' (timestamp): \"2024-13-01 00:00:00\" is not a valid timestamp"
+    assert invalid.error == (
+        "column 'at' (timestamp): \"2024-13-01 00:00:00\" is not a valid timestamp "
+        "(a date-time or epoch milliseconds, 0001-01-01T00:00:00 to 9999-12-31T23:59:59.999999 UTC)"
+    )

@@ -13,13 +13,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kafscale_iceberg.dataplane.columns import parse_columns
+from kafscale_iceberg.dataplane.datetimes import parse_datetimes
 from kafscale_iceberg.dataplane.values import (
     MISSING,
     NO_VALUE,
     ValueReader,
     coerce,
     describe_mismatch,
-    parse_datetimes,
 )
 from kafscale_iceberg.domain.runs import ColumnSpec, ColumnType
 

@@ -20,12 +20,13 @@ from kafscale_iceberg.adapters.sqlite_checkpoints import SqliteCheckpointStore
 from kafscale_iceberg.dataplane.reports import build_run_result
 from kafscale_iceberg.dataplane.schemas import FIELD_ID_KEY
 from kafscale_iceberg.dataplane.tasks import plan_tasks, run_task
-from kafscale_iceberg.domain.field_ids import TableFieldIds, TopicFieldIds, planned_field_ids
+from kafscale_iceberg.domain.field_ids import TableFieldIds, TopicFieldIds, field_ids_uri, planned_field_ids
 from kafscale_iceberg.domain.leases import LeaseGrant
 from kafscale_iceberg.domain.runs import ColumnSpec, ColumnType, RunPlan, RunResult, RunTimings
 from kafscale_iceberg.domain.schema import DEAD_LETTER_FIELDS, table_fields
 from kafscale_iceberg.exceptions import FieldIdMismatchError
 from kafscale_iceberg.services.commit import CommitService
+from kafscale_iceberg.services.field_id_records import FieldIdRecords
 from kafscale_iceberg.services.run_writes import TablePolicy
 from tests.support.iceberg_runs import sql_settings
 from tests.support.spark_job import ORDER_COLUMNS, SegmentFolder, make_plan
@@ -197,3 +198,47 @@ def test_a_nested_column_whose_parts_were_not_recorded_is_planned_without_ids() 
     assert planned_field_ids(table_fields(ORDER_COLUMNS), None) == {
         f.name: i for i, f in enumerate(table_fields(ORDER_COLUMNS), start=1)
     }
+
+
+def _document(version: str | None = None) -> TopicFieldIds:
+    return TopicFieldIds(
+        tables=(
+            TableFieldIds(
+                identifier="prod.orders", field_ids={"id": 9}, last_column_id=9, metadata_location=version
+            ),
+            TableFieldIds(identifier="prod.orders_dlq", field_ids={"error": 9}, last_column_id=9),
+        )
+    )
+
+
+def test_the_document_is_written_only_when_its_content_differs_from_what_the_plan_was_made_from(
+    tmp_path: Path,
+) -> None:
+    records = FieldIdRecords(DocumentStore(), str(tmp_path / "runs"))
+    uri = field_ids_uri(str(tmp_path / "runs"), "orders")
+    DocumentStore().write_text(uri, _document().model_dump_json(indent=2))  # another layout, same content
+    read = records.read("orders")
+    assert read is not None
+
+    assert not records.write("orders", _document(), unless_digest=read.digest())
+    assert DocumentStore().read_text(uri) == _document().model_dump_json(indent=2)  # not rewritten
+    assert records.write("orders", _document("s3://w/00002.metadata.json"), unless_digest=read.digest())
+    assert records.read("orders") == _document("s3://w/00002.metadata.json")
+
+
+def test_a_compaction_moves_only_a_recorded_upsert_tables_version_it_follows(tmp_path: Path) -> None:
+    records = FieldIdRecords(DocumentStore(), str(tmp_path / "runs"))
+    earlier = ("s3://w/00001.metadata.json", "s3://w/00002.metadata.json")
+    compacted = "s3://w/00003.metadata.json"
+    assert not records.record_version("orders", "prod.orders", compacted, follows=earlier)  # no document
+    records.write("orders", _document("s3://w/00002.metadata.json"))
+    assert records.record_version("orders", "prod.orders", compacted, follows=earlier)
+    assert records.read("orders") == _document(compacted)
+    # A version a run's commit recorded since is newer than the compaction's: it stays.
+    records.write("orders", _document("s3://w/00004.metadata.json"))
+    assert not records.record_version("orders", "prod.orders", compacted, follows=earlier)
+    assert records.read("orders") == _document("s3://w/00004.metadata.json")
+    # A table recorded without a version (not an upsert table: nothing locates in it) is left alone.
+    assert not records.record_version(
+        "orders", "prod.orders_dlq", "s3://w/dlq/9.metadata.json", follows=earlier
+    )

@@ -14,13 +14,16 @@ from functions import runtime
 from kafscale_iceberg.adapters.sqlite_checkpoints import SqliteCheckpointStore
 from kafscale_iceberg.domain.events import WorkItem
 from kafscale_iceberg.domain.leases import LeaseGrant
+from kafscale_iceberg.domain.runner_choice import RunnerKind
 from kafscale_iceberg.domain.runs import RunCounts
 from kafscale_iceberg.domain.tickets import RunTicket
+from kafscale_iceberg.services.backoff import TopicBackoff
 from kafscale_iceberg.services.run_writes import TablePolicy
 from tests.support.config_documents import local_document
 from tests.support.iceberg_runs import RunFactory
 from tests.support.lambdas import LambdaContext, emf_records, emf_values
 from tests.support.moto import MotoEndpoint
+from tests.support.plans import sample_plan
 from tests.support.segments import put_segment
 
 EVENTS = Path(__file__).resolve().parent.parent / "events"
@@ -289,6 +292,40 @@ def test_abort_handler_emits_the_failure_count_for_alarms(
     assert dimensions == {"topic": "orders", "outcome": "aborted", "service": "steps"}
     assert duration >= 0
     assert stack.checkpoints.read_lease_holder("orders") is None
+
+
+@pytest.mark.parametrize(
+    ("error", "killed"),
+    [
+        ("Sandbox.Timedout", ("timeout", "timed out")),
+        ("Runtime.OutOfMemory", ("out_of_memory", "ran out of memory")),
+        ("States.TaskFailed", None),  # failed on its own, whatever its text quotes
+    ],
+)
+def test_abort_handler_counts_a_lambda_runner_lambda_killed_from_the_failed_tasks_error_name(
+    stack: Stack, capsys: pytest.CaptureFixture[str], error: str, killed: tuple[str, str] | None
+) -> None:
+    from functions.steps import abort
+
+    plan = sample_plan(result_uri=str(stack.root / "runs" / "orders" / "r" / "result.json"))
+    plan_uri = stack.root / "runs" / "orders" / "r" / "plan.json"
+    plan_uri.parent.mkdir(parents=True)
+    plan_uri.write_text(plan.model_dump_json())
+    ticket = _ticket(stack, plan.run_id, plan_uri=str(plan_uri)).model_copy(
+        update={"job_id": None, "runner": RunnerKind.LAMBDA}
+    )
+    # The state machine's abort input: the failure's text and, apart, the failed task's error name.
+    reason = "the job or its lease renewal failed: Sandbox.Timedout: Task timed out after 900.00 seconds"
+    abort({"ticket": ticket.model_dump(mode="json"), "error": error, "reason": reason}, LambdaContext())
+
+    kills = emf_values(emf_records(capsys.readouterr().out), "lambda_runner_kills_total")
+    backoff = TopicBackoff.model_validate_json((stack.root / "runs" / "orders" / "backoff.json").read_text())
+    if killed is None:
+        assert kills == []
+        assert backoff.lambda_kill_reason == ""
+    else:
+        assert kills == [({"topic": "orders", "cause": killed[0], "service": "steps"}, [1.0])]
+        assert backoff.lambda_kill_reason == killed[1]  # the topic's next runs go to EMR
 
 
 def test_commit_handler_emits_the_runs_records_once(stack: Stack, capsys: pytest.CaptureFixture[str]) -> None:

@@ -419,3 +419,29 @@ def test_json_keys_that_are_scalars_fill_a_listed_key_value_column(
         {"key_value": "order-1", "total": 1.0},
         {"key_value": "order-2", "total": 2.0},
     ]
+
+
+def test_a_protobuf_key_message_whose_field_is_named_value_fills_key_value(
+    tmp_path: Path, schema_registry: StandInRegistry
+) -> None:
+    """Key fields named like base fields (`value`, `offset`) are `key_` columns: only a value's are
+    reserved. A one-field message (as `google.protobuf.StringValue` is) thus lands in `key_value`."""
+    proto = 'syntax = "proto3";\npackage shop;\nmessage OrderKey { string value = 1; int64 offset = 2; }\n'
+    schema_registry.register("orders-key", proto, schema_type="PROTOBUF")
+    key_class = message(compile_proto({"key.proto": proto}), "shop.OrderKey")
+    key = key_class(value="order-1", offset=4).SerializeToString()
+    columns = (*KEY_VALUE_COLUMNS, ColumnSpec(name="key_offset", type=ColumnType.LONG))
+    result = _run(
+        tmp_path,
+        schema_registry,
+        [(key, b'{"total": 3}')],
+        columns=columns,
+        key_format=KeyFormat.PROTOBUF,
+        key_subject="orders-key",
+        key_message="shop.OrderKey",
+    )
+    assert result.counts.dead_letter_reasons == {}
+    (data_file,) = result.data_files
+    assert _rows(data_file.uri, "key_value", "key_offset", "total") == [
+        {"key_value": "order-1", "key_offset": 4, "total": 3.0}
+    ]

@@ -72,6 +72,7 @@ class World:
             maintainer,
             StorageFileLister(),
             self.assembly.checkpoints,
+            self.assembly.documents,
             clock=lambda: time.time() + self.clock_offset_s,
         )
 
@@ -394,6 +395,7 @@ def _spark_service(world: World, runner: Any, **maintenance: Any) -> Maintenance
         world.maintainer(),
         StorageFileLister(),
         world.assembly.checkpoints,
+        world.assembly.documents,
         clock=lambda: time.time() + world.clock_offset_s,
         spark=spark,
     )

@@ -20,6 +20,7 @@ from kafscale_iceberg.domain.jobs import JobState
 from kafscale_iceberg.domain.leases import LeaseGrant
 from kafscale_iceberg.domain.tickets import OUTCOME_NAME, FailedAttempt, RunTicket, run_document_uri
 from kafscale_iceberg.exceptions import LeaseLostError
+from kafscale_iceberg.services.backoff import BackoffRecords, TopicBackoff
 from kafscale_iceberg.services.run_steps import RunSteps, failure_reason
 from tests.support.plans import sample_plan
 
@@ -306,3 +307,14 @@ def test_abort_of_an_upsert_plan_located_in_a_replaced_version_does_not_back_off
             ticket, "the run located its changed keys in snapshot 1, which no longer stands"
         )
     assert (result.resignal_after_seconds, result.consecutive_failures) == (0, 0)
+
+
+def test_a_backoff_document_written_before_the_rename_still_sends_the_topic_to_emr() -> None:
+    # `lambda_kill_reason` was `lambda_failed`: a topic's document from before keeps its meaning.
+    before = (
+        '{"failures":1,"not_before_ms":0,"offsets":{"0":-1},"run_id":"r1","reason":"killed",'
+        '"held":{},"lambda_failed":"timed out"}'
+    )
+    backoff = TopicBackoff.model_validate_json(before)
+    assert BackoffRecords.lambda_kill_reason(backoff, {0: -1}) == "timed out"
+    assert BackoffRecords.lambda_kill_reason(backoff, {0: 5}) == ""  # a commit since ended the streak

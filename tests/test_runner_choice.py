@@ -23,33 +23,40 @@ from tests.test_config import minimal
 def test_on_aws_a_run_up_to_max_bytes_goes_to_the_lambda_runner(
     planned: int, max_bytes: int, expected: RunnerKind
 ) -> None:
-    assert choose_runner("emr_serverless", planned, max_bytes, lambda_failed=False) is expected
+    assert choose_runner("emr_serverless", planned, max_bytes, after_lambda_kill=False) is expected
 
 
 @pytest.mark.parametrize("runner_type", ["local", "inline"])
 def test_on_one_machine_a_run_goes_to_the_configured_runner_whatever_its_size(runner_type: str) -> None:
-    assert choose_runner(runner_type, 1, 100, lambda_failed=False) is RunnerKind(runner_type)
+    assert choose_runner(runner_type, 1, 100, after_lambda_kill=False) is RunnerKind(runner_type)
 
 
 def test_after_the_lambda_runner_was_killed_even_a_small_run_goes_to_emr() -> None:
-    assert choose_runner("emr_serverless", 1, 100, lambda_failed=True) is RunnerKind.EMR_SERVERLESS
-    assert choose_runner("local", 1, 100, lambda_failed=True) is RunnerKind.LOCAL
+    assert choose_runner("emr_serverless", 1, 100, after_lambda_kill=True) is RunnerKind.EMR_SERVERLESS
+    assert choose_runner("local", 1, 100, after_lambda_kill=True) is RunnerKind.LOCAL
 
 
 @pytest.mark.parametrize(
-    ("reason", "expected"),
+    ("error", "expected"),
     [
-        ("the job or its lease renewal failed: Sandbox.Timedout: Task timed out", "timed out"),
-        ("the job or its lease renewal failed: States.Timeout: null", "timed out"),
-        ("the job or its lease renewal failed: Runtime.OutOfMemory: signal: killed", "ran out of memory"),
-        ("the job or its lease renewal failed: DataError: bad record at offset 3", None),
+        ("Sandbox.Timedout", "timed out"),
+        ("States.Timeout", "timed out"),
+        ("Runtime.OutOfMemory", "ran out of memory"),
+        ("DataError", None),
+        ("States.TaskFailed", None),
+        (None, None),  # the one-machine loop's aborts carry no error name
     ],
 )
-def test_a_lambda_runner_killed_by_lambda_is_told_from_a_run_that_failed_on_its_own(
-    reason: str, expected: str | None
+def test_a_lambda_runner_killed_by_lambda_is_told_by_the_failed_tasks_error_name(
+    error: str | None, expected: str | None
 ) -> None:
-    assert lambda_kill(RunnerKind.LAMBDA, reason) == expected
-    assert lambda_kill(RunnerKind.EMR_SERVERLESS, reason) is None  # EMR is already the bigger runner
+    assert lambda_kill(RunnerKind.LAMBDA, error) == expected
+    assert lambda_kill(RunnerKind.EMR_SERVERLESS, error) is None  # EMR is already the bigger runner
+
+
+def test_a_kills_error_name_in_the_failures_text_alone_is_not_a_kill() -> None:
+    # A run that failed on its own may quote anything in its cause (a record's text, a log line).
+    assert lambda_kill(RunnerKind.LAMBDA, "DataError: record 3 says Sandbox.Timedout") is None
 
 
 def test_runner_lambda_max_bytes_takes_sizes_and_defaults_to_the_measured_limit() -> None:

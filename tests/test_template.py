@@ -500,6 +500,7 @@ S3_ACCESS = {
     ("MaintenanceRole", "s3:GetObject", "config"),
     ("MaintenanceRole", "s3:GetObject", "plan"),
     ("MaintenanceRole", "s3:GetObject", "field ids"),
+    ("MaintenanceRole", "s3:PutObject", "field ids"),  # an upsert table's compacted version
     ("MaintenanceRole", "s3:GetObject", "run data"),
     ("MaintenanceRole", "s3:PutObject", "run data"),
     ("MaintenanceRole", "s3:DeleteObject", "run data"),
@@ -798,6 +799,8 @@ def test_alarm_metrics_are_the_ones_the_functions_emit() -> None:
     assert "committed" in {label.value for label in metrics.RunOutcomeLabel}
     failures = by_name[parameters["ConsecutiveFailuresMetricName"]["Default"]]
     assert failures.labels == ("topic",)
+    kills = by_name[parameters["LambdaRunnerKillsMetricName"]["Default"]]
+    assert kills.labels == ("topic", "cause")
 
 
 def test_every_function_emits_into_the_alarms_namespace() -> None:
@@ -827,6 +830,7 @@ def test_every_alarm_query_names_the_metric_parameters() -> None:
     ]
     assert sorted(expressions) == [
         'SELECT MAX(consecutive_failures) FROM "KafScaleIceberg"',
+        'SELECT SUM(lambda_runner_kills_total) FROM "KafScaleIceberg"',
         "SELECT SUM(runs_total) FROM \"KafScaleIceberg\" WHERE outcome = 'committed'",
     ]
 

@@ -21,6 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
 
 from kafscale_iceberg.adapters.confluent_registry import ConfluentSchemaRegistry
 from kafscale_iceberg.adapters.data_files import StagedFileStore
@@ -276,6 +279,34 @@ def test_a_tombstone_whose_key_has_the_glue_header_deletes_the_key_its_avro_name
     [(offset, kind, error)] = dead_letters(result)
     assert (offset, kind) == (3, "tombstone")
     assert str(error).startswith("a tombstone whose record key does not decode: schema version id")
+
+
+def test_a_tombstone_whose_avro_key_is_a_primitive_deletes_the_one_column_key_it_holds(
+    tmp_path: Path, schema_registry: StandInRegistry
+) -> None:
+    """The most common Kafka key, a bare Avro `"long"` (Confluent's Avro key serializer): a tombstone
+    names the upsert key's one column by it, as a JSON scalar key does."""
+    client = SchemaRegistryClient.new_client({"url": "mock://primitive-keys"})
+    keys = AvroSerializer(client, json.dumps("long"))
+    values = AvroSerializer(client, json.dumps(ORDER))
+
+    def key(n: int) -> bytes:
+        encoded = keys(n, SerializationContext("orders", MessageField.KEY))
+        assert encoded is not None
+        return encoded
+
+    def value(n: int, name: str) -> bytes:
+        encoded = values({"id": n, "name": name}, SerializationContext("orders", MessageField.VALUE))
+        assert encoded is not None
+        return encoded
+
+    changes: list[Change] = [(key(1), value(1, "a")), (key(2), value(2, "b")), (key(1), None)]
+    schema_registry.register_from(client, "orders-key")
+    schema_registry.register_from(client, "orders-value")
+    result = run(tmp_path, changes, ValueFormat.AVRO, schema_registry, cdc=CdcFormat.NONE)
+    assert dead_letters(result) == []
+    assert rows(result.data_files, "offset", "id", "name") == [(0, 1, "a"), (1, 2, "b")]
+    assert rows(result.deleted_key_files, "offset", "id") == [(2, 1)]
 
 
 def debezium_config(value_format: str) -> dict[str, Any]:

@@ -22,8 +22,10 @@ from kafscale_iceberg.adapters.iceberg_catalog import CatalogSettings, load_iceb
 from kafscale_iceberg.assembly import Assembly
 from kafscale_iceberg.commands.status import render_status
 from kafscale_iceberg.config import config_from_mapping
-from kafscale_iceberg.local.pipeline import Pipeline
+from kafscale_iceberg.execution.job_runner import InProcessJobRunner
+from kafscale_iceberg.local.pipeline import Pipeline, RunEnd
 from kafscale_iceberg.local.spark_runner import LocalSparkJobRunner
+from kafscale_iceberg.ports import JobRunner
 from kafscale_iceberg.services.status import StatusService
 from tests.support.config_documents import local_document
 from tests.support.debezium import connect_event, connect_key, row
@@ -49,7 +51,9 @@ def tombstone(key: int) -> tuple[bytes, None]:
 
 
 class World:
-    def __init__(self, moto: MotoEndpoint, tmp_path: Path, **mapping: Any) -> None:
+    def __init__(
+        self, moto: MotoEndpoint, tmp_path: Path, runner: dict[str, Any] | None = None, **mapping: Any
+    ) -> None:
         self.s3: Any = moto.client("s3")
         self.bucket = moto.new_bucket()
         self.config = config_from_mapping(
@@ -59,6 +63,7 @@ class World:
                 bucket=self.bucket,
                 namespace=NAMESPACE,
                 runs={"retry_backoff_seconds": 0},
+                **({} if runner is None else {"runner": runner}),
                 offsets={"lease_ttl_seconds": 5},
                 mappings=[
                     {
@@ -82,7 +87,7 @@ class World:
         )
         self.next: dict[int, int] = {}
         self.catalog = load_iceberg_catalog(CatalogSettings.from_config(self.config))
-        self.runner: LocalSparkJobRunner | None = None
+        self.runner: JobRunner | None = None
 
     def put(self, partition: int, records: list[tuple[bytes | None, bytes | None]]) -> None:
         base = self.next.get(partition, 0)
@@ -102,6 +107,8 @@ class World:
 
     def pipeline(self, point: str | None = None) -> Pipeline:
         assembly = Assembly(self.config, owner_id="test")
+        if self.runner is None and self.config.runner.type == "inline":
+            self.runner = InProcessJobRunner(workers=2, s3=assembly.s3_settings)
         if self.runner is None:
             self.runner = LocalSparkJobRunner(master="local[2]", s3=assembly.s3_settings)
         if point is not None:
@@ -189,3 +196,25 @@ def test_a_crash_after_the_table_commit_heals_into_the_same_state(world: World) 
         world.pipeline(Point.AFTER_TABLE_COMMIT).run_once()
     world.run_once()
     assert world.names() == {1: "a2", 4: "d"}
+
+
+def test_an_upsert_run_after_a_compaction_commits_at_its_first_attempt(
+    moto_server: MotoEndpoint, tmp_path: Path
+) -> None:
+    # The in-process runner (no JVM): the launcher plans from `field-ids.json`, as on AWS.
+    world = World(moto_server, tmp_path, runner={"type": "inline", "inline": {"workers": 2}})
+    world.put(0, [event("c", 1, "a"), event("c", 2, "b")])
+    world.run_once()
+    world.put(0, [event("c", 3, "c")])
+    world.run_once()
+    report = Assembly(world.config, owner_id="maintain").maintenance.maintain(force_compaction=True)
+    (compacted,) = [t for t in report.tables if t.table == TABLE]
+    assert compacted.compaction is not None
+    assert compacted.compaction.committed
+
+    world.put(0, [event("u", 1, "a2")])  # a key of a compacted file: the run rewrites that file
+    summary = world.pipeline().run_once()
+    assert summary.ok, summary.failed
+    # Located in the compacted table at once: not refused for the files the compaction replaced.
+    assert [r.end for r in summary.runs] == [RunEnd.COMMITTED]
+    assert world.names() == {1: "a2", 2: "b", 3: "c"}

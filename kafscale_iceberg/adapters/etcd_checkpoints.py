@@ -14,21 +14,21 @@ or another endpoint (see `claim_lease` for the one that needs care).
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Unpack
 
 from pydantic import ValidationError
 
+from kafscale_iceberg.adapters.checkpoint_stores import CheckpointStoreBase, wall_clock_ms
 from kafscale_iceberg.adapters.etcd_client import (
     EtcdClient,
+    EtcdConnectionOptions,
     EtcdErrors,
     etcd_txn,
     is_lease_not_found,
 )
 from kafscale_iceberg.domain.checkpoint_keys import (
     KAFSCALE_METADATA_SNAPSHOT_KEY,
-    CheckpointKeys,
     parse_partition,
     prefix_range_end,
 )
@@ -56,11 +56,7 @@ logger = logging.getLogger(__name__)
 _COMMIT_ATTEMPTS = 5
 
 
-def _wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-class EtcdCheckpointStore:
+class EtcdCheckpointStore(CheckpointStoreBase):
     """`CheckpointStore` over etcd. See the module docstring; keys and values in `CheckpointKeys`."""
 
     def __init__(
@@ -69,42 +65,23 @@ class EtcdCheckpointStore:
         *,
         key_prefix: str = "processors",
         lease_ttl_seconds: int = 30,
-        username: str | None = None,
-        password: str | None = None,
-        ca_cert_path: str | None = None,
-        client_cert_path: str | None = None,
-        client_key_path: str | None = None,
-        timeout_seconds: float = 5.0,
         metadata_snapshot_key: str = KAFSCALE_METADATA_SNAPSHOT_KEY,
         max_txn_ops: int = 128,
-        now_ms: Callable[[], int] = _wall_clock_ms,
-        client: Any = None,
+        now_ms: Callable[[], int] = wall_clock_ms,
+        **connection: Unpack[EtcdConnectionOptions],
     ) -> None:
         """Connect lazily to `endpoints` (URLs like `http://host:2379`; https means TLS).
 
-        The connection arguments (`endpoints` to `timeout_seconds`, and `client`, a pre-built
-        `etcd3.Etcd3Client` for tests) are `EtcdClient`'s. `lease_ttl_seconds` is the etcd lease of
+        `connection` (credentials, TLS files, `timeout_seconds`, and `client`, a pre-built
+        `etcd3.Etcd3Client` for tests) is `EtcdClient`'s. `lease_ttl_seconds` is the etcd lease of
         a topic claim; `max_txn_ops` is the server's `--max-txn-ops` (etcd's default 128).
         """
-        if lease_ttl_seconds < 1:
-            raise ValueError(f"lease_ttl_seconds must be >= 1, got {lease_ttl_seconds}")
+        super().__init__(key_prefix=key_prefix, lease_ttl_seconds=lease_ttl_seconds, now_ms=now_ms)
         if max_txn_ops < 3:
             raise ValueError(f"max_txn_ops must be >= 3 (one partition per transaction), got {max_txn_ops}")
-        self._etcd = EtcdClient(
-            endpoints,
-            username=username,
-            password=password,
-            ca_cert_path=ca_cert_path,
-            client_cert_path=client_cert_path,
-            client_key_path=client_key_path,
-            timeout_seconds=timeout_seconds,
-            client=client,
-        )
-        self._keys = CheckpointKeys(key_prefix)
-        self._ttl_seconds = lease_ttl_seconds
+        self._etcd = EtcdClient(endpoints, **connection)
         self._metadata_snapshot_key = metadata_snapshot_key
         self._max_txn_ops = max_txn_ops
-        self._now_ms = now_ms
 
     @property
     def endpoints(self) -> tuple[str, ...]:
@@ -275,16 +252,6 @@ class EtcdCheckpointStore:
         items = [(meta.key.decode("utf-8"), value) for value, meta in kvs]
         return CommittedOffsets(topic=topic, states=decode_partition_states(items, prefix=prefix))
 
-    def commit_offsets(
-        self, grant: LeaseGrant, updates: Mapping[int, OffsetUpdate]
-    ) -> dict[int, OffsetState]:
-        """Advance offsets + watermarks in one transaction fenced by the lease. See `CheckpointStore`."""
-        return self._write_offsets(grant, updates, allow_rewind=False, verb="commit")
-
-    def reset_offsets(self, grant: LeaseGrant, updates: Mapping[int, OffsetUpdate]) -> dict[int, OffsetState]:
-        """Set offsets to any value (backwards included), fenced by the lease. See `CheckpointStore`."""
-        return self._write_offsets(grant, updates, allow_rewind=True, verb="reset")
-
     def read_cluster_metadata(self) -> ClusterMetadata | None:
         """Parse the KafScale operator's metadata snapshot; None if the key does not exist."""
         key = self._metadata_snapshot_key
@@ -361,16 +328,7 @@ class EtcdCheckpointStore:
                     break
                 written.extend(chunk)
             else:
-                logger.info(
-                    "offsets committed" if verb == "commit" else "offsets reset",
-                    extra={
-                        "topic": topic,
-                        "run_id": grant.run_id,
-                        "token": grant.token,
-                        "offsets": {p: s.offset for p, s in write.states.items()},
-                    },
-                )
-                return dict(write.states)
+                return self._written(grant, verb, write.states)
             logger.warning(
                 "offsets changed concurrently; re-reading",
                 extra={"topic": topic, "run_id": grant.run_id, "attempt": attempt},

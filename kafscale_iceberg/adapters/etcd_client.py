@@ -28,7 +28,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar
 from urllib.parse import urlsplit
 
 from kafscale_iceberg.adapters import etcd_protos
@@ -100,6 +100,19 @@ def parse_etcd_endpoint(url: str) -> EtcdEndpoint:
     return EtcdEndpoint(
         url=text, host=parts.hostname, port=port or DEFAULT_PORT, secure=parts.scheme == "https"
     )
+
+
+class EtcdConnectionOptions(TypedDict, total=False):
+    """How `EtcdClient` connects besides its endpoints (its `__init__` says what each does); what a
+    store over it (`EtcdCheckpointStore`) takes and passes on."""
+
+    username: str | None
+    password: str | None
+    ca_cert_path: str | None
+    client_cert_path: str | None
+    client_key_path: str | None
+    timeout_seconds: float
+    client: Any
 
 
 class EtcdClient:

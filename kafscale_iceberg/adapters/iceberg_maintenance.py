@@ -329,7 +329,7 @@ class IcebergTableMaintainer(CatalogTableAccess):
                     overwrite.append_data_file(data_file)
             transaction.set_properties({LAST_COMPACTION_PROPERTY: str(now_ms)})
             try:
-                transaction.commit_transaction()
+                committed = transaction.commit_transaction()
             except CommitFailedException as exc:
                 logger.info(
                     "compaction lost a race with a commit; re-checking",
@@ -344,6 +344,8 @@ class IcebergTableMaintainer(CatalogTableAccess):
                 files_added=len(new_files),
                 rows=write.rows,
                 attempts=attempt,
+                version=committed.metadata_location,
+                earlier_versions=tuple(e.metadata_file for e in committed.metadata.metadata_log),
             )
         return CompactionOutcome(table=plan.table, committed=False, attempts=_COMMIT_ATTEMPTS)
 

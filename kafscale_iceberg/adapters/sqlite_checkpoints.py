@@ -17,7 +17,8 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import closing, contextmanager
 from pathlib import Path
 
-from kafscale_iceberg.domain.checkpoint_keys import CheckpointKeys, prefix_range_end
+from kafscale_iceberg.adapters.checkpoint_stores import CheckpointStoreBase, wall_clock_ms
+from kafscale_iceberg.domain.checkpoint_keys import prefix_range_end
 from kafscale_iceberg.domain.cluster_metadata import ClusterMetadata
 from kafscale_iceberg.domain.leases import LeaseBusy, LeaseGrant, LeaseHolder
 from kafscale_iceberg.domain.offsets import (
@@ -64,11 +65,7 @@ _TRANSIENT_SQLITE_ERRORS = {"SQLITE_BUSY", "SQLITE_LOCKED", "SQLITE_BUSY_SNAPSHO
 _LeaseRow = tuple[str, str, int, str, str, int, int, int]
 
 
-def _wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-class SqliteCheckpointStore:
+class SqliteCheckpointStore(CheckpointStoreBase):
     """`CheckpointStore` over a SQLite file (created on first use). See the module docstring."""
 
     def __init__(
@@ -78,15 +75,11 @@ class SqliteCheckpointStore:
         key_prefix: str = "processors",
         lease_ttl_seconds: int = 30,
         busy_timeout_seconds: float = 10.0,
-        now_ms: Callable[[], int] = _wall_clock_ms,
+        now_ms: Callable[[], int] = wall_clock_ms,
     ) -> None:
-        if lease_ttl_seconds < 1:
-            raise ValueError(f"lease_ttl_seconds must be >= 1, got {lease_ttl_seconds}")
+        super().__init__(key_prefix=key_prefix, lease_ttl_seconds=lease_ttl_seconds, now_ms=now_ms)
         self._path = Path(path)
-        self._keys = CheckpointKeys(key_prefix)
-        self._ttl_seconds = lease_ttl_seconds
         self._busy_timeout_seconds = busy_timeout_seconds
-        self._now_ms = now_ms
         self._schema_ready = False
 
     @property
@@ -173,16 +166,6 @@ class SqliteCheckpointStore:
             items = self._read_prefix(db, prefix)
         return CommittedOffsets(topic=topic, states=decode_partition_states(items, prefix=prefix))
 
-    def commit_offsets(
-        self, grant: LeaseGrant, updates: Mapping[int, OffsetUpdate]
-    ) -> dict[int, OffsetState]:
-        """Advance offsets + watermarks in one transaction fenced by the lease. See `CheckpointStore`."""
-        return self._write_offsets(grant, updates, allow_rewind=False, verb="commit")
-
-    def reset_offsets(self, grant: LeaseGrant, updates: Mapping[int, OffsetUpdate]) -> dict[int, OffsetState]:
-        """Set offsets to any value (backwards included), fenced by the lease. See `CheckpointStore`."""
-        return self._write_offsets(grant, updates, allow_rewind=True, verb="reset")
-
     def read_cluster_metadata(self) -> ClusterMetadata | None:
         """None: only etcd holds a KafScale cluster's metadata snapshot."""
         return None
@@ -221,16 +204,7 @@ class SqliteCheckpointStore:
                 "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
                 rows,
             )
-        logger.info(
-            "offsets committed" if verb == "commit" else "offsets reset",
-            extra={
-                "topic": topic,
-                "run_id": grant.run_id,
-                "token": grant.token,
-                "offsets": {p: s.offset for p, s in write.states.items()},
-            },
-        )
-        return dict(write.states)
+        return self._written(grant, verb, write.states)
 
     def _check_lease(self, db: sqlite3.Connection, grant: LeaseGrant, now: int) -> None:
         row = self._lease_row(db, self._keys.lease(grant.topic))

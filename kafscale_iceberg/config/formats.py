@@ -156,8 +156,6 @@ def format_problems(mapping: MappingConfig) -> _Problems:
     if mapping.value_message and value_format is not ValueFormat.PROTOBUF:
         problems.add("value_message", "applies to protobuf values only")
     if value_format.self_described:
-        if mapping.route is not None:
-            problems.add("route", f"is not supported with value_format {value_format.value} yet")
         if mapping.schema_.source in ("registry", "infer"):
             problems.add(
                 "schema.source",

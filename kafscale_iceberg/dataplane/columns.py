@@ -24,28 +24,31 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kafscale_iceberg.dataplane import json_scan as js
+from kafscale_iceberg.dataplane.datetimes import (
+    MICROS_PER_DAY,
+    READABLE_DAYS,
+    READABLE_MILLIS,
+    days_from_number,
+    expected,
+    millis_to_micros,
+    parse_datetimes,
+)
 from kafscale_iceberg.dataplane.schemas import column_arrow_type
 from kafscale_iceberg.dataplane.values import (
     INT32_RANGE,
     INT64_RANGE,
-    MICROS_PER_DAY,
     MISSING,
     ValueReader,
     coerce_column,
-    days_from_number,
     decimal_of,
     describe_mismatch,
     float_or_none,
     holds_decimal,
     integer_in_range,
     loads_like_go,
-    millis_to_micros,
-    parse_datetimes,
 )
 from kafscale_iceberg.domain.decimals import fit_decimal
 from kafscale_iceberg.domain.runs import ColumnSpec, ColumnType
-
-_MAX_MILLIS = INT64_RANGE[1] // 1000
 
 
 class ExtractedColumns(Protocol):
@@ -164,7 +167,7 @@ class ScannedColumns:
             text = f'"{text}"'
         if len(text) > 80:
             text = text[:77] + "..."
-        return f"{text} is not a valid {column_type.value}"
+        return f"{text} is not a valid {column_type.value}{expected(column_type)}"
 
 
 SCANNED_TYPES: frozenset[ColumnType] = frozenset(
@@ -379,7 +382,9 @@ def _build(column_type: ColumnType, tokens: _Tokens, count: int) -> pa.Array:
         result = pa.array(micros, pa.int64(), mask=~valid)
         if (kinds == js.INTEGER).any():
             millis = tokens.integer_array()
-            in_range = pc.less_equal(pc.abs(millis), _MAX_MILLIS)
+            in_range = pc.and_(
+                pc.greater_equal(millis, READABLE_MILLIS[0]), pc.less_equal(millis, READABLE_MILLIS[1])
+            )
             result = pc.coalesce(result, pc.if_else(in_range, pc.multiply(millis, 1000), None))
         rows, numbers = tokens.python_numbers()
         result = _patch(result, rows, [millis_to_micros(x) for x in numbers])
@@ -387,12 +392,11 @@ def _build(column_type: ColumnType, tokens: _Tokens, count: int) -> pa.Array:
     if column_type is ColumnType.DATE:
         micros, valid = parse_datetimes(tokens.strings(), require_time=False)
         days = np.floor_divide(micros, MICROS_PER_DAY)
-        valid &= (days >= INT32_RANGE[0]) & (days <= INT32_RANGE[1])
         result = pa.array(days.astype(np.int32), pa.int32(), mask=~valid)
         if (kinds == js.INTEGER).any():
             numbers = tokens.integer_array()
             in_range = pc.and_(
-                pc.greater_equal(numbers, INT32_RANGE[0]), pc.less_equal(numbers, INT32_RANGE[1])
+                pc.greater_equal(numbers, READABLE_DAYS[0]), pc.less_equal(numbers, READABLE_DAYS[1])
             )
             result = pc.coalesce(result, pc.if_else(in_range, numbers, None).cast(pa.int32()))
         rows, others = tokens.python_numbers()

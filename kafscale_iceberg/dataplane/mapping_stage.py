@@ -5,6 +5,10 @@ A routed inferred mapping converts each table's records with that table's own co
 are first made base rows only (no column read, no validation) and routed, then each table's share is
 converted with its table's columns. The task's writers per table are `TableFiles` (`table_files.py`,
 importable from here too).
+
+A routed mapping with a self-described `value_format` routes by its decoded records' field
+(`routing.py`); a routed one whose tables take their columns from the records' schemas decodes each
+batch once, for the base rows, the route and each table's conversion (`formats/decoding.take_decoded`).
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kafscale_iceberg.dataplane.conversion import ConvertedRecords, RecordConverter
+from kafscale_iceberg.dataplane.formats.choice import decoder_for
+from kafscale_iceberg.dataplane.formats.decoding import take_decoded
 from kafscale_iceberg.dataplane.formats.schema_cache import SchemaCache
 from kafscale_iceberg.dataplane.partitioning import split_by_partition
 from kafscale_iceberg.dataplane.routing import RecordRouter
@@ -50,7 +56,12 @@ class MappingStage:
         self.index = index
         self.mapping = mapping
         self.strict = mapping.conversion.schema_mode is SchemaMode.STRICT
-        self.router = None if mapping.route is None else RecordRouter(mapping.route, run_id=plan.run_id)
+        self._decoder = decoder_for(mapping.conversion, schemas) if mapping.route is not None else None
+        self.router = (
+            None
+            if mapping.route is None
+            else RecordRouter(mapping.route, run_id=plan.run_id, decoder=self._decoder)
+        )
         self._files = files
         self._plan = plan
         self._converters: dict[str, RecordConverter] = {}
@@ -87,22 +98,29 @@ class MappingStage:
         letters only, and per table its records converted with the table's columns)."""
         if self.upsert is not None:
             return self.upsert.convert(records, partition=partition, segment_key=segment_key), ()
+        routed_inference = self.mapping.routed_inference and self.router is not None
+        decoded = None
+        if routed_inference and self._decoder is not None:  # decoded once: rows, route, tables
+            decoded = self._decoder.decode(records.column("value").combine_chunks())
         converted = self.converter.convert(
             records,
             partition=partition,
             segment_key=segment_key,
             rejected=rejected,
             lfs_metadata=lfs_metadata,
+            decoded=decoded,
         )
-        if not self.mapping.routed_inference or self.router is None:
+        if not routed_inference or self.router is None:
             return converted, ()
-        routed = self.router.split(converted.rows, segment_key=segment_key)
-        dead_letters = _joined(converted.dead_letters, routed.dead_letters)
         kept = records
         if converted.rows.num_rows != records.num_rows:  # rejected records are dead letters already
-            kept = records.filter(
-                pc.is_in(records.column("offset"), value_set=converted.rows.column("offset"))
-            )
+            in_rows = pc.is_in(records.column("offset"), value_set=converted.rows.column("offset"))
+            kept = records.filter(in_rows)
+            if decoded is not None:
+                mask = np.asarray(in_rows.to_numpy(zero_copy_only=False), bool)
+                decoded = take_decoded(decoded, np.flatnonzero(mask).tolist())
+        routed = self.router.split(converted.rows, segment_key=segment_key, decoded=decoded)
+        dead_letters = _joined(converted.dead_letters, routed.dead_letters)
         tables = []
         for target, _rows, positions in routed.tables:
             converter = self._converters.get(target.identifier)
@@ -113,11 +131,15 @@ class MappingStage:
                     settings=self.mapping.conversion_for(target),
                     schemas=self._schemas,
                 )
+            share = None if decoded is None else take_decoded(decoded, positions.tolist())
             tables.append(
                 (
                     target,
                     converter.convert(
-                        kept.take(pa.array(positions)), partition=partition, segment_key=segment_key
+                        kept.take(pa.array(positions)),
+                        partition=partition,
+                        segment_key=segment_key,
+                        decoded=share,
                     ),
                 )
             )

@@ -37,16 +37,20 @@ def observe_task(
     A segment that cannot be read or decoded is passed over here: the conversion stage that follows
     meets it again and applies the run's rules (fail, quarantine) with the error named. A mapping
     with a self-described `value_format` notes the columns of each schema its records were written
-    with instead (`dataplane/formats/`, through `registry`), and with a decoded `key_format` each key
-    schema's columns as `key_` columns (`dataplane/key_columns.py`); a registry outage is passed over
-    too (the conversion stage fails the run for it, transiently).
+    with instead (`dataplane/formats/`, through `registry`), per table when it is routed (by the
+    decoded records' route field), and with a decoded `key_format` each key schema's columns as `key_`
+    columns (`dataplane/key_columns.py`); a registry outage is passed over too (the conversion stage
+    fails the run for it, transiently).
     """
     started = time.perf_counter()
     observers: dict[str, ValueObserver] = {}
     inferred = [m for m in plan.mappings if m.conversion.infer_columns]
-    routers = [RecordRouter(m.route, run_id=plan.run_id) if m.route is not None else None for m in inferred]
     schemas = task_schemas(registry, plan.schema_registry)
     decoders = [decoder_for(m.conversion, schemas) for m in inferred]
+    routers = [
+        RecordRouter(m.route, run_id=plan.run_id, decoder=d) if m.route is not None else None
+        for m, d in zip(inferred, decoders, strict=True)
+    ]
     key_decoders = [key_decoder_for(m.conversion, schemas) for m in inferred]
     seen: dict[str, dict[str, tuple[ColumnSpec, ...]]] = {}
     requests = [ObjectRequest(segment_uri(plan.source, w.key), w.size_bytes) for w in task.segments]
@@ -74,8 +78,16 @@ def observe_task(
                 inferred, routers, decoders, key_decoders, strict=True
             ):
                 if decoder is not None:  # a self-described format: the records' schemas
-                    assert mapping.table is not None
                     try:
+                        if router is not None:  # per table, its records' (routed by their decoded field)
+                            for routed_to, routed in router.assign(values, decoder.decode(values)):
+                                taken = pa.array(routed)
+                                found = decoder.schemas_of(
+                                    values.take(taken), offsets.take(taken), partition=window.partition
+                                )
+                                seen.setdefault(routed_to.identifier, {}).update(found)
+                            continue
+                        assert mapping.table is not None
                         found = decoder.schemas_of(values, offsets, partition=window.partition)
                         if key_decoder is not None:  # and the keys' (`key_columns.py`)
                             found = without_key_columns(found)

@@ -5,10 +5,18 @@ a top-level field, the per-record path for a dotted path into objects), as a `st
 number or an object is seen as "present but not a string", never matched by its text. The split is
 vectorised: the values are dictionary-encoded, each *distinct* value is looked up once
 (`domain.routing`'s rules), and the rows are taken per table with Arrow kernels.
+
+A mapping with a self-described `value_format` (`avro`, `protobuf`, `json_schema`, `connect_json`)
+routes by the field of its *decoded* records (`formats/decoding.strings_at`, through the mapping's
+decoder, or a batch the caller decoded already): a string field routes, a field of another type
+(an `int`, a record) is `route_invalid`, a field the record's schema lacks or a null is
+missing; a value that does not decode is the decoder's dead letter (`wire_format`, `undecodable`,
+`unknown_schema`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,8 +25,10 @@ import pyarrow.compute as pc
 
 from kafscale_iceberg.dataplane.columns import ColumnScanner, ExtractedColumns, parse_columns
 from kafscale_iceberg.dataplane.conversion import ErrorKind, dead_letter_rows
+from kafscale_iceberg.dataplane.formats.decoding import DecodedBatch, strings_at
 from kafscale_iceberg.domain.routing import ROUTE_VALUE_RULE, route_path, template_identifier
 from kafscale_iceberg.domain.runs import ColumnSpec, ColumnType, RoutePlan, TableTarget
+from kafscale_iceberg.ports import ValueDecoder
 
 UNROUTED = -1
 INVALID = -2
@@ -36,10 +46,13 @@ class RoutedRows:
 class RecordRouter:
     """Splits a routed mapping's rows by table; one per task and mapping (caches value lookups)."""
 
-    def __init__(self, route: RoutePlan, *, run_id: str) -> None:
+    def __init__(self, route: RoutePlan, *, run_id: str, decoder: ValueDecoder | None = None) -> None:
+        """`decoder`: the mapping's value decoder (a self-described `value_format`; None for `json`)."""
         self._route = route
         self._run_id = run_id
+        self._decoder = decoder
         path = route_path(route.field)
+        self._path = path
         spec = ColumnSpec(name=path[-1], type=ColumnType.STRING)
         for part in reversed(path[:-1]):
             spec = ColumnSpec(name=part, type=ColumnType.STRUCT, fields=(spec,))
@@ -64,14 +77,21 @@ class RecordRouter:
         segment_key: str,
         column: pa.Array | None = None,
         not_string: np.ndarray | None = None,
+        decoded: DecodedBatch | None = None,
     ) -> RoutedRows:
-        """Each row to its table, or a dead letter (`unrouted`, `route_invalid`, `invalid_json`).
+        """Each row to its table, or a dead letter (`unrouted`, `route_invalid`, `invalid_json`, or a
+        decoder's kind).
 
         `column` (when `reuses` says so): the mapping's converted column of the route field, with
-        `not_string` the positions whose present value did not convert (the conversion's failures)."""
+        `not_string` the positions whose present value did not convert (the conversion's failures);
+        `decoded`: the rows' values decoded already (record `i` is row `i`)."""
         count = rows.num_rows
         destination, reasons, leaf = self._destinations(
-            count, None if column is not None else rows.column("value").combine_chunks(), column, not_string
+            count,
+            None if column is not None else rows.column("value").combine_chunks(),
+            column,
+            not_string,
+            decoded,
         )
         default = self._route.default_table
         if default is None:
@@ -93,10 +113,13 @@ class RecordRouter:
         )
         return RoutedRows(tuple(tables), dead_letters)
 
-    def assign(self, values: pa.Array) -> tuple[tuple[TableTarget, np.ndarray], ...]:
+    def assign(
+        self, values: pa.Array, decoded: DecodedBatch | None = None
+    ) -> tuple[tuple[TableTarget, np.ndarray], ...]:
         """Each record value's table by the same rules as `split`, without building rows: per table,
-        the positions of `values` (binary) routed to it (the others are `split`'s dead letters)."""
-        destination, _reasons, _leaf = self._destinations(len(values), values, None, None)
+        the positions of `values` (binary; `decoded`: as the mapping's decoder read them) routed to it
+        (the others are `split`'s dead letters)."""
+        destination, _reasons, _leaf = self._destinations(len(values), values, None, None, decoded)
         found = []
         for index, target in enumerate(self._targets):
             positions = np.flatnonzero(destination == index)
@@ -110,16 +133,27 @@ class RecordRouter:
         values: pa.Array | None,
         column: pa.Array | None,
         not_string: np.ndarray | None,
+        decoded: DecodedBatch | None = None,
     ) -> tuple[np.ndarray, dict[int, tuple[str, str]], pa.Array]:
         """Per row its table index (`UNROUTED` rows left without a default), the dead-letter reasons
         of the invalid rows, and the route value column."""
-        errors: dict[int, str] = {}
+        errors: dict[int, tuple[str, str]] = {}
+        describe: Callable[[int, int], str] | None = None
         if column is not None:
             leaf = column
             failed = np.zeros(count, bool)
             if not_string is not None:
                 failed[not_string] = True
-            describe = None
+        elif decoded is not None or self._decoder is not None:
+            if decoded is None:
+                assert self._decoder is not None
+                assert values is not None
+                decoded = self._decoder.decode(values)
+            leaf, not_strings = strings_at(decoded, self._path)
+            failed = np.zeros(count, bool)
+            failed[list(not_strings)] = True
+            errors = dict(decoded.errors)
+            describe = _described(not_strings)
         else:
             assert values is not None
             extracted: ExtractedColumns = (
@@ -131,7 +165,7 @@ class RecordRouter:
             for _ in range(self._depth):
                 leaf = pc.struct_field(leaf, [0])
             failed = extracted.failed(0)
-            errors = extracted.errors
+            errors = {row: (ErrorKind.INVALID_JSON.value, reason) for row, reason in extracted.errors.items()}
             describe = extracted.describe
         destination = np.full(count, UNROUTED, np.int64)
         reasons: dict[int, tuple[str, str]] = {}
@@ -153,9 +187,9 @@ class RecordRouter:
                 ErrorKind.ROUTE_INVALID.value,
                 f"route field {self._route.field!r} is not a string: {what}",
             )
-        for row, reason in errors.items():
+        for row, (kind, reason) in errors.items():
             destination[row] = INVALID
-            reasons[row] = (ErrorKind.INVALID_JSON.value, reason)
+            reasons[row] = (kind, reason)
         default = self._route.default_table
         if default is not None:
             destination[destination == UNROUTED] = self._table_index(default)
@@ -205,3 +239,8 @@ class RecordRouter:
                 found = (self._table_index(route.template_target(identifier)), "")
         self._lookups[value] = found
         return found[0]
+
+
+def _described(not_strings: dict[int, str]) -> Callable[[int, int], str]:
+    """`describe(column, row)` for a decoded route field: what its value is."""
+    return lambda _column, row: not_strings[row]

@@ -16,8 +16,10 @@
 A record key written by Kafka Connect's JsonConverter with schemas (`{"schema", "payload"}`) names
 its key by its `payload`; with a registered `value_format` (`avro`), a key with the registry's header
 (Confluent's wire format, or the Glue header with `schema_registry.type: glue`: `formats/framing.py`
-tells them) is decoded through the registry like a value (Debezium with the Avro converter), and its
-fields name the key columns.
+tells them) is decoded through the registry as a decoded `key_format` key is (Debezium with the Avro
+converter), and its fields name the key columns; a key whose schema is not a record (a bare Avro
+`"long"` or `"string"`, read as the one field `value`: `dataplane/key_columns.py`) names a key of one
+column, as a JSON scalar key does.
 
 With `cdc: debezium` and a `value_format` other than `json` (`connect_json`: Debezium's default
 output, the envelope inside Connect's `{"schema", "payload"}`; `avro` through the registry), the
@@ -31,6 +33,7 @@ required columns). Which change of a key wins is decided per run by the commit (
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -45,7 +48,13 @@ from kafscale_iceberg.dataplane.formats.choice import decoder_for
 from kafscale_iceberg.dataplane.formats.decoding import DecodedBatch, take_decoded
 from kafscale_iceberg.dataplane.formats.framing import frames_of
 from kafscale_iceberg.dataplane.formats.schema_cache import SchemaCache
-from kafscale_iceberg.domain.runs import CdcFormat, ConversionSettings, RegistryType, UpsertSettings
+from kafscale_iceberg.domain.runs import (
+    KEY_VALUE_FIELD,
+    CdcFormat,
+    ConversionSettings,
+    RegistryType,
+    UpsertSettings,
+)
 from kafscale_iceberg.ports import ValueDecoder
 
 CDC_ENVELOPE = ErrorKind.CDC_ENVELOPE.value
@@ -183,9 +192,8 @@ class ChangeReader:
             if envelope_batch is not None:
                 groups.append(take_decoded(envelope_batch, _where(decoded_delete_rows, envelopes), "before"))
             if key_batch is not None:
-                groups.append(
-                    take_decoded(key_batch, [r if r in wire_keys else -1 for r in decoded_delete_rows])
-                )
+                taken = take_decoded(key_batch, [r if r in wire_keys else -1 for r in decoded_delete_rows])
+                groups.append(_named_by_key(taken, self._key))
             decoded_deletes = DecodedRecords(
                 records=records.take(pa.array(np.asarray(decoded_delete_rows, dtype=np.int64))),
                 batch=DecodedBatch(
@@ -281,7 +289,7 @@ class UpsertConversion:
             key_format = settings.model_copy(
                 update={"value_subject": None, "value_message": None, "columns": key_columns}
             )
-            key_decoder = decoder_for(key_format, schemas)
+            key_decoder = decoder_for(key_format, schemas, part="key")
         key_header = schemas.registry_type if schemas is not None else RegistryType.CONFLUENT
         self._reader = ChangeReader(settings.upsert, decoder_for(settings, schemas), key_decoder, key_header)
         self._converter = converter
@@ -335,6 +343,23 @@ def restore_values(rows: pa.Table, records: pa.Table) -> pa.Table:
     original = records.column("value").take(positions)
     index = rows.schema.get_field_index("value")
     return rows.set_column(index, rows.schema.field(index), original.cast(rows.schema.field(index).type))
+
+
+def _named_by_key(batch: DecodedBatch, key: Sequence[str]) -> DecodedBatch:
+    """Decoded record keys with a one-column upsert key: a key whose schema is not a record (decoded as
+    the one field `KEY_VALUE_FIELD`) names that column."""
+    if len(key) != 1 or key[0] == KEY_VALUE_FIELD:
+        return batch
+    groups = []
+    for group in batch.groups:
+        if [c.name for c in group.columns] == [KEY_VALUE_FIELD]:
+            mask = None if not group.records.null_count else group.records.is_null()
+            records = pa.StructArray.from_arrays([group.records.field(0)], names=[key[0]], mask=mask)
+            columns = (group.columns[0].model_copy(update={"name": key[0]}),)
+            groups.append(dataclasses.replace(group, records=records, columns=columns))
+            continue
+        groups.append(group)
+    return dataclasses.replace(batch, groups=tuple(groups))
 
 
 def _where(rows: Sequence[int], changes: Mapping[int, tuple[str, str]]) -> list[int]:

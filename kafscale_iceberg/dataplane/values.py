@@ -24,9 +24,10 @@ null in a required column makes the record invalid):
   does); any number of fraction digits (digits beyond microseconds are truncated); or a JSON number
   of epoch **milliseconds** (how the Go processor reads numbers; a fraction is rounded to the nearest
   microsecond). The Go processor stores milliseconds in the microsecond column (a 1000x error); this
-  does not.
+  does not. Only instants from 0001-01-01 to 9999-12-31 (UTC) convert: what readers can read.
 - `date`: `YYYY-MM-DD`, one of those date-times (the UTC date of that instant, correct before 1970;
-  the wall date when there is no offset), or a JSON integer number of days since 1970-01-01.
+  the wall date when there is no offset), or a JSON integer number of days since 1970-01-01; years
+  0001 to 9999. (`datetimes.py` has these rules, the same for every record format.)
 
 - `timestamptz` (Iceberg `timestamptz`): as `timestamp`, stored as a UTC instant.
 - `time` (Iceberg `time`, microseconds since midnight): a string `HH:MM[:SS[.fraction]]` without an
@@ -47,7 +48,6 @@ counted as a conversion failure of that column (`conversion.py`); it is never si
 
 from __future__ import annotations
 
-import datetime
 import decimal
 import json
 import re
@@ -60,8 +60,8 @@ from typing import Any, Final
 import msgspec
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from kafscale_iceberg.dataplane.datetimes import expected, json_dates, json_times, json_timestamps
 from kafscale_iceberg.dataplane.schemas import arrow_type, column_arrow_type
 from kafscale_iceberg.domain.decimals import decimal_from_text, fit_decimal
 from kafscale_iceberg.domain.runs import ColumnSpec, ColumnType
@@ -85,17 +85,6 @@ MISSING: Final = msgspec.UNSET
 INT32_RANGE: Final = (-(2**31), 2**31 - 1)
 INT64_RANGE: Final = (-(2**63), 2**63 - 1)
 _EXACT_FLOAT_INT: Final = 2**53
-# Milliseconds beyond this are outside int64 microseconds anyway (and NaN/inf fail the comparison).
-_MAX_FLOAT_MILLIS: Final = 1e16
-MICROS_PER_DAY: Final = 86_400_000_000
-# RFC 3339 plus what people write: a space for the `T`, no offset (UTC wall time), `+0530` without
-# the colon. The date alone matches too (date columns take it; timestamp columns require the time).
-_DATETIME: Final = (
-    r"^(?P<y>\d{4})-(?P<mo>\d{2})-(?P<d>\d{2})"
-    r"(?:[Tt ](?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2})(?P<f>\.\d+)?(?P<z>[Zz]|[+-]\d{2}:?\d{2})?)?$"
-)
-# On a string `_DATETIME` matched, whether it ends in an offset (a date alone never does).
-_ENDS_IN_OFFSET: Final = r"(?:[Zz]|[+-]\d{2}:?\d{2})$"
 
 
 @dataclass(frozen=True)
@@ -292,7 +281,7 @@ def describe_mismatch(value: object, column_type: ColumnType) -> str:
         shown = _SHOW_EXACT.encode(value).decode()
     if len(shown) > 80:
         shown = shown[:77] + "..."
-    return f"{shown} is not a valid {column_type.value}"
+    return f"{shown} is not a valid {column_type.value}{expected(column_type)}"
 
 
 def _booleans(raw: Sequence[object]) -> pa.Array:
@@ -350,190 +339,6 @@ def _binaries(raw: Sequence[object]) -> pa.Array:
     return pa.array([x.encode() if type(x) is str else None for x in raw], pa.binary())
 
 
-def millis_to_micros(x: object) -> int | None:
-    """A JSON number of epoch milliseconds as epoch microseconds (None if not a number or out of range)."""
-    if type(x) is int:
-        micros = x * 1000
-    elif type(x) is float and abs(x) < _MAX_FLOAT_MILLIS:
-        micros = round(x * 1000)
-    else:
-        return None
-    return micros if INT64_RANGE[0] <= micros <= INT64_RANGE[1] else None
-
-
-def _timestamps(raw: Sequence[object]) -> pa.Array:
-    strings = pa.array([x if type(x) is str else None for x in raw], pa.string())
-    micros, valid = parse_datetimes(strings, require_time=True)
-    from_strings = pa.array(micros, pa.int64(), mask=~valid)
-    if _has_numbers(raw):
-        from_numbers = pa.array([millis_to_micros(x) for x in raw], pa.int64())
-        from_strings = pc.coalesce(from_strings, from_numbers)
-    return from_strings.cast(pa.timestamp("us"))
-
-
-def _has_numbers(raw: Sequence[object]) -> bool:
-    return any(type(x) is int or type(x) is float for x in raw)
-
-
-def days_from_number(x: object) -> int | None:
-    """A JSON number of days since 1970-01-01, when integral and in int32 range, else None."""
-    if type(x) is int:
-        return x if INT32_RANGE[0] <= x <= INT32_RANGE[1] else None
-    if type(x) is float:
-        return integer_from_float(x, *INT32_RANGE)
-    return None
-
-
-def _dates(raw: Sequence[object]) -> pa.Array:
-    strings = pa.array([x if type(x) is str else None for x in raw], pa.string())
-    micros, valid = parse_datetimes(strings, require_time=False)
-    days = np.floor_divide(micros, MICROS_PER_DAY)
-    valid &= (days >= INT32_RANGE[0]) & (days <= INT32_RANGE[1])
-    from_strings = pa.array(days.astype(np.int32, copy=False), pa.int32(), mask=~valid)
-    if _has_numbers(raw):
-        from_numbers = pa.array([days_from_number(x) for x in raw], pa.int32())
-        from_strings = pc.coalesce(from_strings, from_numbers)
-    return from_strings.cast(pa.date32())
-
-
-def parse_datetimes(strings: pa.Array, *, require_time: bool) -> tuple[np.ndarray, np.ndarray]:
-    """Vectorized date-time (and, unless `require_time`, `YYYY-MM-DD`) parsing to UTC epoch µs.
-
-    Accepted: `YYYY-MM-DD{T|t| }HH:MM:SS[.fraction][Z|z|+HH:MM|+HHMM]`; without an offset the value
-    is UTC wall time. Returns `(micros, valid)`; `micros` is meaningless where `valid` is False
-    (null, no match, or an impossible date/time such as February 30, hour 24, second 60 or an
-    offset hour of 24).
-
-    The usual case takes Arrow's ISO-8601 cast on the strings the strict pattern matched (Arrow
-    refuses the same impossible values): one cast for the values with an offset, one for those
-    without (only when there are such values). When a cast refuses anything (more than 6 fraction
-    digits, lower-case `t`/`z`, an impossible date), the whole batch takes the exact slow path.
-    """
-    count = len(strings)
-    if strings.null_count == count:  # also when empty
-        return np.zeros(count, np.int64), np.zeros(count, bool)
-    fast = _parse_datetimes_with_arrow(strings, require_time=require_time)
-    if fast is not None:
-        return fast
-    return _parse_datetimes_exactly(strings, require_time=require_time)
-
-
-def _flags(array: pa.Array) -> np.ndarray:
-    return np.asarray(array.fill_null(False).to_numpy(zero_copy_only=False), dtype=bool)
-
-
-def _parse_datetimes_with_arrow(
-    strings: pa.Array, *, require_time: bool
-) -> tuple[np.ndarray, np.ndarray] | None:
-    valid = _flags(pc.match_substring_regex(strings, _DATETIME))
-    lengths = np.asarray(pc.utf8_length(strings).fill_null(0).to_numpy(zero_copy_only=False))
-    date_only = valid & (lengths == 10)
-    if require_time:
-        valid &= ~date_only
-        date_only[:] = False
-    try:
-        if date_only.any():
-            if not np.array_equal(date_only, valid):
-                return None
-            days = pc.cast(pc.if_else(pa.array(valid), strings, None), pa.date32()).cast(pa.int32())
-            micros = np.asarray(days.fill_null(0).to_numpy(), dtype=np.int64) * MICROS_PER_DAY
-            return micros, valid
-        if not valid.any():
-            return np.zeros(len(strings), np.int64), valid
-        parsed = _parse_zoned_and_wall(strings, valid)
-    except pa.ArrowInvalid:
-        return None
-    micros = np.asarray(parsed.fill_null(0).to_numpy(), dtype=np.int64)
-    return micros, valid
-
-
-def _parse_zoned_and_wall(strings: pa.Array, valid: np.ndarray) -> pa.Array:
-    """Epoch µs of the `valid` date-times, the ones with an offset and the ones without (UTC wall
-    time) cast apart, as Arrow's parser takes one kind per cast. Raises `pa.ArrowInvalid`.
-
-    Which kind a value is, is decided before casting: a cast that fails costs 100x one that does
-    not (Arrow's error path), so no cast is ever tried on the wrong kind. `Z` (the usual RFC 3339
-    ending) is one cheap suffix test; only the others take the offset pattern.
-    """
-    zoned = valid & _flags(pc.ends_with(strings, "Z"))
-    others = valid & ~zoned
-    if others.any():
-        zoned |= others & _flags(pc.match_substring_regex(strings, _ENDS_IN_OFFSET))
-    wall = valid & ~zoned
-    parsed = pa.nulls(len(strings), pa.int64())
-    if zoned.any():
-        parsed = pc.cast(pc.if_else(pa.array(zoned), strings, None), pa.timestamp("us", "UTC")).cast(
-            pa.int64()
-        )
-    if wall.any():
-        walls = pc.cast(pc.if_else(pa.array(wall), strings, None), pa.timestamp("us")).cast(pa.int64())
-        parsed = pc.coalesce(parsed, walls)
-    return parsed
-
-
-def _parse_datetimes_exactly(strings: pa.Array, *, require_time: bool) -> tuple[np.ndarray, np.ndarray]:
-    parts = pc.extract_regex(strings, _DATETIME)
-    valid = np.asarray(parts.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
-
-    def number(name: str, default: str = "0") -> np.ndarray:
-        field = pc.struct_field(parts, name).fill_null(default)
-        field = pc.if_else(pc.equal(field, ""), default, field)
-        return np.asarray(field.cast(pa.int64()).to_numpy(zero_copy_only=False), dtype=np.int64)
-
-    year, month, day = number("y"), number("mo", "1"), number("d", "1")
-    hour, minute, second = number("h"), number("mi"), number("s")
-    if require_time:
-        valid &= _flags(pc.not_equal(pc.struct_field(parts, "h").fill_null(""), ""))
-    fraction = pc.utf8_rpad(pc.utf8_slice_codeunits(pc.struct_field(parts, "f").fill_null(""), 1, 7), 6, "0")
-    micros_of_second = np.asarray(fraction.cast(pa.int64()).to_numpy(zero_copy_only=False), dtype=np.int64)
-    # `+HH:MM`, `+HHMM`, `Z` or nothing (UTC wall time), all as `+HHMM`.
-    zone = pc.replace_substring(pc.struct_field(parts, "z").fill_null(""), ":", "")
-    zone = pc.if_else(pc.or_(pc.equal(zone, ""), pc.equal(pc.utf8_upper(zone), "Z")), "+0000", zone)
-    zone_sign = np.where(np.asarray(pc.starts_with(zone, "-").to_numpy(zero_copy_only=False)), -1, 1)
-    zone_hours = np.asarray(pc.utf8_slice_codeunits(zone, 1, 3).cast(pa.int64()).to_numpy(), dtype=np.int64)
-    zone_minutes = np.asarray(pc.utf8_slice_codeunits(zone, 3, 5).cast(pa.int64()).to_numpy(), dtype=np.int64)
-
-    leap = (year % 4 == 0) & ((year % 100 != 0) | (year % 400 == 0))
-    month_index = np.clip(month, 1, 12) - 1
-    days_in_month = np.array([31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31], np.int64)[month_index]
-    days_in_month = days_in_month + ((month == 2) & leap)
-    valid &= (month >= 1) & (month <= 12) & (day >= 1) & (day <= days_in_month)
-    valid &= (hour < 24) & (minute < 60) & (second < 60) & (zone_hours < 24) & (zone_minutes < 60)
-
-    days = days_from_civil(year, month, day)
-    offset_minutes = zone_sign * (zone_hours * 60 + zone_minutes)
-    seconds = days * 86_400 + hour * 3600 + minute * 60 + second - offset_minutes * 60
-    return seconds * 1_000_000 + micros_of_second, valid
-
-
-def days_from_civil(year: np.ndarray, month: np.ndarray, day: np.ndarray) -> np.ndarray:
-    """Days since 1970-01-01 of proleptic Gregorian dates (H. Hinnant's algorithm, vectorized)."""
-    y = year - (month <= 2)
-    era = np.floor_divide(y, 400)
-    year_of_era = y - era * 400
-    day_of_year = (153 * (month + np.where(month > 2, -3, 9)) + 2) // 5 + day - 1
-    day_of_era = year_of_era * 365 + year_of_era // 4 - year_of_era // 100 + day_of_year
-    result: np.ndarray = era * 146_097 + day_of_era - 719_468
-    return result
-
-
-def time_of_day_micros(x: object) -> int | None:
-    """A JSON string `HH:MM[:SS[.fraction]]` as microseconds since midnight, else None."""
-    if type(x) is not str:
-        return None
-    try:
-        moment = datetime.time.fromisoformat(x)
-    except ValueError:
-        return None
-    if moment.tzinfo is not None:
-        return None
-    return ((moment.hour * 60 + moment.minute) * 60 + moment.second) * 1_000_000 + moment.microsecond
-
-
-def _times(raw: Sequence[object]) -> pa.Array:
-    return pa.array([time_of_day_micros(x) for x in raw], pa.int64()).cast(pa.time64("us"))
-
-
 _COERCERS: dict[ColumnType, Callable[[Sequence[object]], pa.Array]] = {
     ColumnType.BOOLEAN: _booleans,
     ColumnType.INT: _integers(*INT32_RANGE, arrow_type(ColumnType.INT)),
@@ -542,9 +347,9 @@ _COERCERS: dict[ColumnType, Callable[[Sequence[object]], pa.Array]] = {
     ColumnType.DOUBLE: _floats(arrow_type(ColumnType.DOUBLE)),
     ColumnType.STRING: _strings,
     ColumnType.BINARY: _binaries,
-    ColumnType.TIMESTAMP: _timestamps,
-    ColumnType.DATE: _dates,
-    ColumnType.TIME: _times,
+    ColumnType.TIMESTAMP: json_timestamps,
+    ColumnType.DATE: json_dates,
+    ColumnType.TIME: json_times,
 }
 
 
@@ -565,7 +370,7 @@ def coerce_column(raw: Sequence[object], column: ColumnSpec) -> tuple[pa.Array, 
     if column.type in _COERCERS:
         return _COERCERS[column.type](raw), None
     if column.type is ColumnType.TIMESTAMPTZ:
-        return _timestamps(raw).cast(pa.timestamp("us", "UTC")), None
+        return json_timestamps(raw).cast(pa.timestamp("us", "UTC")), None
     convert = _converter(column)
     values: list[object] = []
     inner = np.zeros(len(raw), bool)

@@ -4,8 +4,8 @@
 Debezium writes a `DATETIME`/`timestamp` column as an `int64` named `io.debezium.time.Timestamp`
 (epoch milliseconds, wall time without a zone) or `io.debezium.time.MicroTimestamp` (microseconds),
 a `DATE` as an `int32` named `io.debezium.time.Date` (days). Read as plain integers they would land
-in a `timestamp` column as microseconds whatever their unit - a millisecond value 1000 times too
-small, silently - so both record formats that carry them map them here:
+in a `timestamp` column as one unit whatever theirs (milliseconds: `dataplane/datetimes.py`) - a
+microsecond value 1000 times too large - so both record formats that carry them map them here:
 
 | Debezium type | column | value |
 |---|---|---|

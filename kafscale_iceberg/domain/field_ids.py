@@ -3,7 +3,9 @@
 The Spark job writes the table's field ids into every Parquet file (`PARQUET:field_id`), so engines
 read the files by id, with or without the table's name mapping. The launcher has no catalog client:
 it plans from `field-ids.json` beside the topic's runs (`{runs.location}/{topic}/field-ids.json`),
-which the commit step rewrites after each commit from the tables' schemas. Columns the table does
+which the commit step writes from the tables' schemas after a commit that changed them (the plan
+carries the digest of the document it was made from: `TopicFieldIds.digest`; an upsert table's
+version changes with every commit, and `maintain` moves it to its compaction's). Columns the table does
 not have yet get the ids evolution will give them (`last_column_id + 1, + 2, …` in mapping order,
 as the commit step adds them); with no document, the ids a table created by this product gets
 (1, 2, … in field order). The commit step checks the plan's ids against the table before adding a
@@ -18,6 +20,7 @@ columns and still read (version 1).
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Literal
@@ -50,7 +53,9 @@ class TableFieldIds(BaseModel):
     starts from); None in documents written before they were recorded. Columns of a type a mapping
     cannot name are left out (they keep their ids above)."""
     metadata_location: str | None = None
-    """The table's metadata file when the document was written (an upsert run locates in it)."""
+    """An upsert table's metadata file when the document was written (its next run locates the changed
+    keys in it); None for other tables, which no reader needs it for (so their entries change only
+    when their columns do)."""
 
 
 class TopicFieldIds(BaseModel):
@@ -64,6 +69,35 @@ class TopicFieldIds(BaseModel):
     def table(self, identifier: str) -> TableFieldIds | None:
         """The ids recorded for `identifier`, None when not recorded."""
         return next((t for t in self.tables if t.identifier == identifier), None)
+
+    def versions_only_for(self, identifiers: Collection[str]) -> TopicFieldIds:
+        """This document with `metadata_location` kept only for `identifiers` (the upsert tables)."""
+        return self.model_copy(
+            update={
+                "tables": tuple(
+                    t if t.identifier in identifiers else t.model_copy(update={"metadata_location": None})
+                    for t in self.tables
+                )
+            }
+        )
+
+    def with_version(self, identifier: str, metadata_location: str) -> TopicFieldIds:
+        """This document with `identifier`'s recorded table version replaced (its ids unchanged)."""
+        return self.model_copy(
+            update={
+                "tables": tuple(
+                    t.model_copy(update={"metadata_location": metadata_location})
+                    if t.identifier == identifier
+                    else t
+                    for t in self.tables
+                )
+            }
+        )
+
+    def digest(self) -> str:
+        """A digest of the content (its JSON as written): equal digests, equal documents. The plan
+        carries the one its launcher read, so the commit step writes the document only when it changes."""
+        return hashlib.sha256(self.model_dump_json().encode()).hexdigest()
 
 
 NESTED_TYPES = frozenset({ColumnType.STRUCT, ColumnType.LIST, ColumnType.MAP})

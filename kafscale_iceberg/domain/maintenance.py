@@ -63,6 +63,10 @@ class CompactionOutcome:
     attempts: int = 0
     abandoned: bool = False
     """The files it replaces left the table meanwhile (e.g. a reset): nothing committed."""
+    version: str | None = None
+    """The table's metadata file its commit wrote (None: nothing committed)."""
+    earlier_versions: tuple[str, ...] = ()
+    """The metadata files before `version` its metadata log keeps (the versions it follows)."""
 
 
 @dataclass(frozen=True)

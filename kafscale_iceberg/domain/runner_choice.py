@@ -9,7 +9,9 @@ goes to the configured runner (`local` Spark, `inline`).
 A run the Lambda runner could not finish (Lambda killed it: timeout, out of memory) would be planned
 again at about the same size and killed again, forever; the abort step records the kill in the topic's
 backoff document (`services/backoff.py`) and the topic's next runs go to EMR Serverless until one of
-its runs commits (`lambda_failed`).
+its runs commits (`lambda_kill_reason`). The kill is recognised by the error name of the failed task,
+which the state machine hands the abort step as a field of its own (`error`), never by the text of
+the failure.
 """
 
 from __future__ import annotations
@@ -26,24 +28,26 @@ class RunnerKind(StrEnum):
     INLINE = "inline"
 
 
-# The errors Lambda and Step Functions report for a runner invocation Lambda killed, by what they mean.
+# The error names Lambda and Step Functions report for a runner invocation Lambda killed, by what
+# they mean (`LAMBDA_KILL_CAUSES`: the same, as metric label values).
 _LAMBDA_KILLS = {
     "Sandbox.Timedout": "timed out",
     "States.Timeout": "timed out",
     "Runtime.OutOfMemory": "ran out of memory",
 }
+LAMBDA_KILL_CAUSES = {"timed out": "timeout", "ran out of memory": "out_of_memory"}
 
 
 def choose_runner(
-    runner_type: str, planned_bytes: int, lambda_max_bytes: int, *, lambda_failed: bool
+    runner_type: str, planned_bytes: int, lambda_max_bytes: int, *, after_lambda_kill: bool
 ) -> RunnerKind:
     """The runner of a run of `planned_bytes` under `runner.type` and `runner.lambda.max_bytes`;
-    `lambda_failed`: the topic's last run was killed in the Lambda runner and nothing was committed
-    since, so this one goes to EMR Serverless whatever its size."""
+    `after_lambda_kill`: the topic's last run was killed in the Lambda runner and nothing was
+    committed since, so this one goes to EMR Serverless whatever its size."""
     kind = RunnerKind(runner_type)
     if (
         kind is RunnerKind.EMR_SERVERLESS
-        and not lambda_failed
+        and not after_lambda_kill
         and lambda_max_bytes > 0
         and planned_bytes <= lambda_max_bytes
     ):
@@ -51,10 +55,11 @@ def choose_runner(
     return kind
 
 
-def lambda_kill(runner: RunnerKind, reason: str) -> str | None:
-    """What killed a run of `runner` that failed for `reason` (the abort step's, holding the state
-    machine's error and cause): "timed out" or "ran out of memory" when Lambda killed the Lambda
-    runner, else None (the run failed on its own: a bigger runner would not help)."""
-    if runner is not RunnerKind.LAMBDA:
+def lambda_kill(runner: RunnerKind, error: str | None) -> str | None:
+    """What killed a run of `runner` whose failed task reported the error name `error` (the state
+    machine's `$.error.Error`, handed to the abort step as is): "timed out" or "ran out of memory"
+    when Lambda killed the Lambda runner, else None (the run failed on its own, or on another runner:
+    a bigger runner would not help, or is already in use)."""
+    if runner is not RunnerKind.LAMBDA or not error:
         return None
-    return next((what for error, what in _LAMBDA_KILLS.items() if error in reason), None)
+    return _LAMBDA_KILLS.get(error)

@@ -187,6 +187,14 @@ CONSECUTIVE_FAILURES = MetricDef(
     "Runs of the topic's pending range aborted in a row (0 after a commit); alarm on it.",
     "Count",
 )
+LAMBDA_RUNNER_KILLS = MetricDef(
+    "lambda_runner_kills_total",
+    MetricKind.COUNTER,
+    ("topic", "cause"),
+    "Runs Lambda killed in the Lambda runner (cause: timeout, out_of_memory); the topic's next runs go "
+    "to EMR Serverless until one commits. Alarm on it: the topic's runs outgrow the Lambda runner.",
+    "Count",
+)
 LAUNCHES = MetricDef(
     "launches_total",
     MetricKind.COUNTER,
@@ -340,6 +348,7 @@ ALL_METRICS: tuple[MetricDef, ...] = (
     LAG_RECORDS,
     LAG_SECONDS,
     CONSECUTIVE_FAILURES,
+    LAMBDA_RUNNER_KILLS,
     LAUNCHES,
     WORK_ITEMS,
     NOTIFICATIONS_IGNORED,

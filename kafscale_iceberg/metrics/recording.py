@@ -11,6 +11,7 @@ from collections import Counter
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
+from kafscale_iceberg.domain.runner_choice import LAMBDA_KILL_CAUSES
 from kafscale_iceberg.domain.runs import table_outputs
 from kafscale_iceberg.exceptions import KafscaleIcebergError, RunSupersededError, SegmentIncompleteError
 from kafscale_iceberg.metrics.definitions import (
@@ -21,6 +22,7 @@ from kafscale_iceberg.metrics.definitions import (
     ERRORS,
     LAG_RECORDS,
     LAG_SECONDS,
+    LAMBDA_RUNNER_KILLS,
     LAST_OFFSET,
     LAUNCHES,
     LFS_RESOLUTION_DURATION,
@@ -244,15 +246,20 @@ def record_abort(
     *,
     run_started_at: float | None = None,
     ended_at: float | None = None,
+    lambda_killed: str | None = None,
 ) -> None:
     """Emit an aborted run: `runs_total{aborted}`, `errors_total{job}`, the consecutive-failure gauge,
-    and the run's duration when `run_started_at` (Unix s; the lease claim, `grant.claimed_at_ms / 1000`)
-    is given (`ended_at` defaults to now)."""
+    the run's duration when `run_started_at` (Unix s; the lease claim, `grant.claimed_at_ms / 1000`)
+    is given (`ended_at` defaults to now), and `lambda_runner_kills_total{cause}` when Lambda killed
+    the run's Lambda runner (`lambda_killed`, `AbortResult.lambda_killed`)."""
     samples = [
         sample(RUNS, 1, topic=topic, outcome=RunOutcomeLabel.ABORTED),
         sample(ERRORS, 1, stage=ErrorStage.JOB),
         sample(CONSECUTIVE_FAILURES, consecutive_failures, topic=topic),
     ]
+    if lambda_killed is not None:
+        cause = LAMBDA_KILL_CAUSES.get(lambda_killed, "other")
+        samples.append(sample(LAMBDA_RUNNER_KILLS, 1, topic=topic, cause=cause))
     if run_started_at is not None:
         end = time.time() if ended_at is None else ended_at
         samples.append(

@@ -7,15 +7,15 @@ local loop all wait alike (they all plan through the launcher). The streak is ke
 offsets the failed run started from, not on its range: segments keep arriving while a topic fails,
 so each re-plan covers a new range, and a backoff keyed on the range (the run id's attempt) would be
 skipped every time. A commit moves the offsets, which ends the streak without touching the document.
-A run Lambda killed in the Lambda runner (timeout, out of memory) sets `lambda_failed`: the streak's
-next runs go to EMR Serverless (`domain/runner_choice.py`), until the commit that ends it.
+A run Lambda killed in the Lambda runner (timeout, out of memory) sets `lambda_kill_reason`: the
+streak's next runs go to EMR Serverless (`domain/runner_choice.py`), until the commit that ends it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from kafscale_iceberg.config import RunsConfig
 from kafscale_iceberg.domain.tickets import join_uri
@@ -51,9 +51,12 @@ class TopicBackoff(BaseModel):
     run_id: str
     reason: str
     held: dict[int, HeldPartition] = {}
-    lambda_failed: str = ""
+    lambda_kill_reason: str = Field(
+        default="", validation_alias=AliasChoices("lambda_kill_reason", "lambda_failed")
+    )
     """Why the streak's runs go to EMR Serverless ("timed out", "ran out of memory": Lambda killed a
-    run of it in the Lambda runner); empty while they may run in Lambda."""
+    run of it in the Lambda runner); empty while they may run in Lambda. Documents written before
+    the rename carry it as `lambda_failed`, still read."""
 
     def applies_to(self, committed: Mapping[int, int]) -> bool:
         """True while nothing was committed since the failure (the streak goes on)."""
@@ -107,12 +110,12 @@ class BackoffRecords:
         return max(0.0, backoff.not_before_ms / 1000.0 - now_s), backoff
 
     @staticmethod
-    def lambda_failed(backoff: TopicBackoff | None, committed: Mapping[int, int]) -> str:
+    def lambda_kill_reason(backoff: TopicBackoff | None, committed: Mapping[int, int]) -> str:
         """Why a run from `committed` goes to EMR Serverless whatever its size (a run of the streak
         was killed in the Lambda runner), empty when nothing was (or a commit ended the streak)."""
         if backoff is None or not backoff.applies_to(committed):
             return ""
-        return backoff.lambda_failed
+        return backoff.lambda_kill_reason
 
     def record_failure(
         self,
@@ -159,7 +162,7 @@ class BackoffRecords:
             run_id=run_id,
             reason=reason[:500],
             held={p: h for p, h in held.items() if not (p in starts and h.offset != starts[p])},
-            lambda_failed=lambda_killed or (previous.lambda_failed if streak and previous else ""),
+            lambda_kill_reason=lambda_killed or (previous.lambda_kill_reason if streak and previous else ""),
         )
         self._documents.write_text(backoff_uri(self._runs.location, topic), backoff.model_dump_json())
         return backoff

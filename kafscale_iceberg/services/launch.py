@@ -29,10 +29,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
-from pydantic import ValidationError
-
 from kafscale_iceberg.config import KafscaleConfig, MappingConfig
-from kafscale_iceberg.domain.field_ids import TopicFieldIds, field_ids_uri, planned_field_ids
+from kafscale_iceberg.domain.field_ids import TopicFieldIds, planned_field_ids
 from kafscale_iceberg.domain.leases import LeaseBusy, LeaseGrant
 from kafscale_iceberg.domain.planning import (
     PartitionSelection,
@@ -64,7 +62,6 @@ from kafscale_iceberg.domain.tickets import (
     run_document_uri,
 )
 from kafscale_iceberg.exceptions import (
-    DocumentMissingError,
     RunAttemptEndedError,
     SegmentFormatError,
     UnmappedTopicError,
@@ -72,6 +69,7 @@ from kafscale_iceberg.exceptions import (
 from kafscale_iceberg.ports import CheckpointStore, RunDocuments, RunStarter, SchemaRegistry, SegmentLister
 from kafscale_iceberg.segments.layout import SegmentFooter
 from kafscale_iceberg.services.backoff import BackoffRecords
+from kafscale_iceberg.services.field_id_records import FieldIdRecords
 from kafscale_iceberg.services.pending import concurrently, run_limits, select_pending
 
 logger = logging.getLogger(__name__)
@@ -157,6 +155,7 @@ class Launcher:
         self._checkpoints = checkpoints
         self._segments = segments
         self._documents = documents
+        self._field_id_records = FieldIdRecords(documents, config.runs.location)
         self._starter = starter
         self._owner_id = owner_id
         self._registry = registry
@@ -195,7 +194,7 @@ class Launcher:
         offsets = {p: committed.offset(p) for p in self._partitions(topic)}
         held: dict[int, str] = {}
         hold = not (ignore_backoff if ignore_held is None else ignore_held)
-        to_emr = self._config.runner.type == "emr_serverless"  # reads `lambda_failed`
+        to_emr = self._config.runner.type == "emr_serverless"  # reads `lambda_kill_reason`
         recorded = self._backoff.read(topic) if hold or not ignore_backoff or to_emr else None  # one GET
         if not ignore_backoff:
             wait_s, backoff = self._backoff.wait_seconds(recorded, offsets, self._clock())
@@ -237,7 +236,7 @@ class Launcher:
                 run_id=run_id,
                 attempt=attempt,
                 grant=claim,
-                lambda_failed=self._backoff.lambda_failed(recorded, offsets),
+                lambda_kill_reason=self._backoff.lambda_kill_reason(recorded, offsets),
             )
             if held:
                 outcome = replace(outcome, held=held)
@@ -296,7 +295,7 @@ class Launcher:
         run_id: str,
         attempt: int,
         grant: LeaseGrant,
-        lambda_failed: str,
+        lambda_kill_reason: str,
     ) -> LaunchOutcome:
         if self._repair_offsets is not None:
             self._repair_offsets(topic, grant)
@@ -313,15 +312,18 @@ class Launcher:
         plan = self._plan(topic, mapping, partitions, run_id)
         runner = self._config.runner
         chosen = choose_runner(
-            runner.type, plan.total_bytes, runner.lambda_.max_bytes, lambda_failed=bool(lambda_failed)
+            runner.type,
+            plan.total_bytes,
+            runner.lambda_.max_bytes,
+            after_lambda_kill=bool(lambda_kill_reason),
         )
         if chosen is not choose_runner(
-            runner.type, plan.total_bytes, runner.lambda_.max_bytes, lambda_failed=False
+            runner.type, plan.total_bytes, runner.lambda_.max_bytes, after_lambda_kill=False
         ):
             logger.warning(
                 "run goes to EMR Serverless: the Lambda runner %s on the topic's last run",
-                lambda_failed,
-                extra={"topic": topic, "run_id": run_id, "lambda_runner": lambda_failed},
+                lambda_kill_reason,
+                extra={"topic": topic, "run_id": run_id, "lambda_runner": lambda_kill_reason},
             )
         plan = plan.model_copy(update={"runner": chosen})
         plan_uri = run_document_uri(self._config.runs.location, topic, run_id, PLAN_NAME)
@@ -400,7 +402,8 @@ class Launcher:
     ) -> RunPlan:
         """The run's plan: one `MappingPlan` per mapping of the topic (`mapping` is the first)."""
         config = self._config
-        known = self._known_field_ids(topic)
+        recorded = self._field_id_records.read(topic)  # one GET
+        known = recorded or TopicFieldIds()
         json_schema: dict[str, object] | None = None
         if self._registry is not None and any(
             m.schema_.source == "registry" or config.schema_.mode != SchemaMode.OFF
@@ -435,6 +438,7 @@ class Launcher:
                 if config.schema_registry is not None and any(m.conversion.reads_registry for m in mappings)
                 else None
             ),
+            field_ids_digest=None if recorded is None else recorded.digest(),
         )
 
     def _mapping_plan(
@@ -551,18 +555,6 @@ class Launcher:
             conversion=conversion,
             route=route,
         )
-
-    def _known_field_ids(self, topic: str) -> TopicFieldIds:
-        """The tables' field ids the commit step recorded (`field-ids.json`); none recorded yet: empty."""
-        uri = field_ids_uri(self._config.runs.location, topic)
-        try:
-            return TopicFieldIds.model_validate_json(self._documents.read_text(uri))  # one GET
-        except DocumentMissingError:
-            return TopicFieldIds()
-        except ValidationError as exc:
-            # Safe to plan without: the commit step checks the ids and rewrites the document.
-            logger.warning("unreadable field-id document ignored", extra={"uri": uri, "problem": str(exc)})
-            return TopicFieldIds()
 
     def _data_uri(self, identifier: tuple[str, ...], run_id: str) -> str:
         """Run-scoped folder for a table's new files: under the table's warehouse location when the

@@ -9,7 +9,10 @@ For each mapped table and its dead-letter table, in this order:
    committed runs are rewritten into files of the mapping's target size, partition-pure (one Kafka
    partition each, offset order), and swapped in ONE `overwrite` snapshot. It takes no lease: the
    commit is optimistic and re-checked (see `adapters/iceberg_maintenance.py`), so it never blocks
-   or races a run's commit: both land, no row lost or doubled.
+   or races a run's commit: both land, no row lost or doubled. An upsert table's compaction then
+   moves the table version recorded in `field-ids.json` to its own (`FieldIdRecords.record_version`),
+   so the next run locates its changed keys in the compacted files; otherwise a run changing a key
+   of a compacted file would be refused once (it would rewrite files the compaction replaced).
 2. **Snapshot expiry**: older than `maintenance.snapshot_retention`, keeping the newest
    `maintenance.keep_snapshots` and the snapshot each topic's last run wrote; the offsets markers
    are table properties, which expiry never touches. The metadata log is bounded by
@@ -40,9 +43,10 @@ from kafscale_iceberg.domain.maintenance import (
 from kafscale_iceberg.domain.routing import matches_template
 from kafscale_iceberg.domain.tickets import join_uri
 from kafscale_iceberg.exceptions import UnmappedTopicError
-from kafscale_iceberg.ports import CheckpointStore, FileLister, TableMaintainer
+from kafscale_iceberg.ports import CheckpointStore, FileLister, RunDocuments, TableMaintainer
 from kafscale_iceberg.services.compaction_jobs import SparkCompaction
 from kafscale_iceberg.services.compaction_trigger import SmallFileTrigger
+from kafscale_iceberg.services.field_id_records import FieldIdRecords
 from kafscale_iceberg.services.launch import run_data_prefix
 
 logger = logging.getLogger(__name__)
@@ -102,6 +106,7 @@ class MaintenanceService:
         tables: TableMaintainer,
         files: FileLister,
         checkpoints: CheckpointStore,
+        documents: RunDocuments,
         *,
         clock: Callable[[], float] = time.time,
         spark: SparkCompaction | None = None,
@@ -115,6 +120,7 @@ class MaintenanceService:
         self._tables = tables
         self._files = files
         self._checkpoints = checkpoints
+        self._field_ids = FieldIdRecords(documents, config.runs.location)
         self._clock = clock
         self._spark = spark
 
@@ -184,6 +190,10 @@ class MaintenanceService:
                     target_file_size_bytes=self._config.target_file_size_for(mapping),
                 )
                 compaction = self._tables.commit_compaction(written, now_ms=self._now_ms())
+        if compaction is not None and compaction.version is not None and mapping.upsert is not None:
+            self._field_ids.record_version(
+                mapping.topic, table, compaction.version, follows=compaction.earlier_versions
+            )
         now_ms = self._now_ms()
         expiry = self._tables.expire_snapshots(
             table,

@@ -28,10 +28,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pydantic import ValidationError
-
 from kafscale_iceberg.config import RunsConfig
-from kafscale_iceberg.domain.field_ids import TopicFieldIds, field_id_mismatches, field_ids_uri
+from kafscale_iceberg.domain.field_ids import TopicFieldIds, field_id_mismatches
 from kafscale_iceberg.domain.jobs import JobState, JobStatus
 from kafscale_iceberg.domain.leases import LeaseGrant
 from kafscale_iceberg.domain.runner_choice import RunnerKind, lambda_kill
@@ -48,6 +46,7 @@ from kafscale_iceberg.exceptions import (
 from kafscale_iceberg.ports import CheckpointStore, JobLookup, JobRunner, RunDocuments, WaitingJobRunner
 from kafscale_iceberg.services.backoff import BackoffRecords
 from kafscale_iceberg.services.commit import CommitOutcome, CommitService
+from kafscale_iceberg.services.field_id_records import FieldIdRecords
 from kafscale_iceberg.services.run_writes import TablePolicy
 
 logger = logging.getLogger(__name__)
@@ -83,6 +82,9 @@ class AbortResult:
     consecutive_failures: int
     alarm: bool
     lease_released: bool
+    lambda_killed: str | None = None
+    """What Lambda killed the run's Lambda runner for ("timed out", "ran out of memory"): the topic's
+    next runs go to EMR Serverless (`domain/runner_choice.py`); None otherwise."""
 
 
 class RunSteps:
@@ -111,6 +113,7 @@ class RunSteps:
         self._commits = commits
         self._mapping_policy = mapping_policy
         self._clock = clock
+        self._field_id_records = FieldIdRecords(documents, runs.location)
 
     def start_job(self, ticket: RunTicket) -> RunTicket:
         """Start the run's Spark job (idempotent: the run id is the job's client token).
@@ -174,7 +177,7 @@ class RunSteps:
             # an upsert table's current version.
             self._record_field_ids(plan, written=tuple(t.identifier for t in result.tables))
             raise
-        if outcome.table_committed or outcome.dead_letter_committed or not self._field_ids_recorded(plan):
+        if outcome.table_committed or outcome.dead_letter_committed or plan.field_ids_digest is None:
             self._record_field_ids(plan, outcome)
         logger.info(
             "run committed",
@@ -215,7 +218,8 @@ class RunSteps:
     ) -> None:
         """Write `field-ids.json` for the plan's topic from its tables' schemas (those the commit just
         read or made, without loading them again; `written`: more tables of the run, e.g. a template's
-        after a refused commit). Idempotent."""
+        after a refused commit), after a commit only when it differs from what the plan was made
+        from (`RunPlan.field_ids_digest`). Idempotent."""
         data = [t.identifier for m in plan.mappings for t, r in m.static_targets() if r is TableRole.DATA]
         tables = list(dict.fromkeys([*data, *(m.dead_letter_table.identifier for m in plan.mappings)]))
         if outcome is not None:  # tables a route's template named, as the commit step met them
@@ -224,32 +228,30 @@ class RunSteps:
         known = self._commit_service().field_ids(tuple(tables), None if outcome is None else outcome.states)
         if any(m.route is not None and m.route.table_template for m in plan.mappings):
             # A template's tables this run did not write keep their recorded ids (not loaded again).
-            kept = [t for t in self._recorded_field_ids(plan).tables if t.identifier not in tables]
+            recorded = self._field_id_records.read(plan.topic) or TopicFieldIds()
+            kept = [t for t in recorded.tables if t.identifier not in tables]
             known = TopicFieldIds(tables=(*known.tables, *kept))
-        uri = field_ids_uri(self._runs.location, plan.topic)
-        self._documents.write_text(uri, known.model_dump_json())
-
-    def _recorded_field_ids(self, plan: RunPlan) -> TopicFieldIds:
-        uri = field_ids_uri(self._runs.location, plan.topic)
-        if not self._documents.exists(uri):
-            return TopicFieldIds()
-        try:
-            return TopicFieldIds.model_validate_json(self._documents.read_text(uri))
-        except ValueError:  # unreadable: rewritten from the tables below
-            return TopicFieldIds()
+        # Only an upsert table's version is read (its next run locates in it): recorded for the others,
+        # it would change the document at every commit.
+        upsert = {m.table.identifier for m in plan.mappings if m.table and m.conversion.upsert is not None}
+        self._field_id_records.write(
+            plan.topic,
+            known.versions_only_for(upsert),
+            unless_digest=None if outcome is None else plan.field_ids_digest,
+        )
 
     def _commit_service(self) -> CommitService:
         if self._commits is None:
             raise ValueError("these run steps were built without a commit service")
         return self._commits()
 
-    def _field_ids_recorded(self, plan: RunPlan) -> bool:
-        return self._documents.exists(field_ids_uri(self._runs.location, plan.topic))
-
-    def abort(self, ticket: RunTicket, reason: str) -> AbortResult:
+    def abort(self, ticket: RunTicket, reason: str, *, error: str | None = None) -> AbortResult:
         """Cancel the run's job if it still runs, record the failed attempt (with where the run wrote
         its files: never committed unless a commit of this run landed, so safe to clean up) and the
-        topic's backoff, release the lease if still ours, and decide the retry. Idempotent."""
+        topic's backoff, release the lease if still ours, and decide the retry. Idempotent.
+
+        `error`: the error name of the task that failed (the state machine's `$.error.Error`, e.g.
+        `Sandbox.Timedout`), which tells a Lambda runner Lambda killed (`lambda_kill`)."""
         for job_id in self._abandoned_jobs(ticket):
             self._cancel_abandoned(ticket.topic, ticket.run_id, job_id)
         plan = self._read_plan(ticket)
@@ -264,7 +266,7 @@ class RunSteps:
         uri = run_document_uri(self._runs.location, ticket.topic, ticket.run_id, OUTCOME_NAME)
         self._documents.write_text(uri, outcome.model_dump_json())
         # Before the release: a launcher claiming the topic right after must see the backoff.
-        failures, resignal_s = self._record_backoff(ticket, plan, reason)
+        failures, resignal_s, killed = self._record_backoff(ticket, plan, reason, error)
         released = self._checkpoints.release_lease(ticket.grant)
         alarm = failures >= self._runs.max_consecutive_failures
         facts = {
@@ -286,6 +288,7 @@ class RunSteps:
             consecutive_failures=failures,
             alarm=alarm,
             lease_released=released,
+            lambda_killed=killed,
         )
 
     def _abandoned_jobs(self, ticket: RunTicket) -> list[str]:
@@ -326,18 +329,21 @@ class RunSteps:
         except DocumentMissingError:
             return None
 
-    def _record_backoff(self, ticket: RunTicket, plan: RunPlan | None, reason: str) -> tuple[int, int]:
-        """Count the failure in the topic's backoff document (honoured by the launcher); the streak
-        and the seconds before the topic is signalled again (0 when only one partition is held)."""
+    def _record_backoff(
+        self, ticket: RunTicket, plan: RunPlan | None, reason: str, error: str | None
+    ) -> tuple[int, int, str | None]:
+        """Count the failure in the topic's backoff document (honoured by the launcher); the streak,
+        the seconds before the topic is signalled again (0 when only one partition is held), and what
+        Lambda killed the run's Lambda runner for (None: it did not)."""
         if plan is None:
             failures = ticket.attempt + 1  # no plan, no starts to key the streak on: the attempt counts
-            return failures, self._runs.retry_delay_seconds(failures)
+            return failures, self._runs.retry_delay_seconds(failures), None
         if self._is_stale(ticket.topic, plan):
             # The committed offsets moved since the plan was made (a refusal repaired them from the
             # table, or another runner committed): not the topic's failure, so re-plan at once.
-            return 0, 0
+            return 0, 0, None
         partition = self._failed_partition(plan)
-        killed = lambda_kill(ticket.runner, reason)
+        killed = lambda_kill(ticket.runner, error)
         if killed is not None:
             logger.warning(
                 "the topic's next run goes to EMR Serverless: the Lambda runner %s",
@@ -355,8 +361,8 @@ class RunSteps:
             lambda_killed=killed,
         )
         if partition is not None:
-            return backoff.held[partition].failures, 0
-        return backoff.failures, self._runs.retry_delay_seconds(backoff.failures)
+            return backoff.held[partition].failures, 0, killed
+        return backoff.failures, self._runs.retry_delay_seconds(backoff.failures), killed
 
     def _is_stale(self, topic: str, plan: RunPlan) -> bool:
         """True when the store's committed offsets are no longer the plan's starts, or the table's
@@ -374,12 +380,11 @@ class RunSteps:
         what the plan was made from: the plan's ids differ, for an inferred table the table's
         `last_column_id` moved (a race with another run adding columns: not the topic's failure), or
         for an upsert table its version moved (the run located in one a compaction replaced)."""
-        uri = field_ids_uri(self._runs.location, plan.topic)
         try:
-            if not self._documents.exists(uri):
-                return False
-            known = TopicFieldIds.model_validate_json(self._documents.read_text(uri))
-        except (KafscaleIcebergError, ValidationError):
+            known = self._field_id_records.read(plan.topic)
+        except KafscaleIcebergError:
+            return False
+        if known is None:
             return False
         for mapping in plan.mappings:
             targets = list(mapping.static_targets())

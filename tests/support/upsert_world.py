@@ -4,7 +4,7 @@ write the rows, locate and rewrite), committed by the real commit service on a r
 and checkpoint store; the table read back by key. What the upsert tests share.
 
 Each plan names the table's current metadata file, as the launcher's (from `field-ids.json`, which the
-commit step rewrites after every commit) would."""
+commit step writes after every commit of an upsert table) would."""
 
 from __future__ import annotations
 

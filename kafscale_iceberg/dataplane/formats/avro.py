@@ -89,6 +89,11 @@ class AvroSchema:
     """The container file's header for the fast path (None: the general path only)."""
     sync: bytes
 
+    @property
+    def label(self) -> str:
+        """The schema's name in messages (`schema id 7`)."""
+        return self.registered.label
+
 
 class AvroDecoder(RegisteredSchemaDecoder[AvroSchema]):
     """Decodes Avro records in Confluent wire format (see the module docstring)."""
@@ -111,14 +116,7 @@ class AvroDecoder(RegisteredSchemaDecoder[AvroSchema]):
                     f"the payload does not decode with {compiled.registered.label}: {reason}",
                 )
             if kept:
-                groups.append(
-                    DecodedGroup(
-                        positions=np.asarray(kept, np.int64),
-                        records=rows,
-                        columns=compiled.columns,
-                        label=compiled.registered.label,
-                    )
-                )
+                groups.append(DecodedGroup.of(compiled, kept, rows))
         return DecodedBatch(count=len(values), groups=tuple(groups), errors=errors)
 
 

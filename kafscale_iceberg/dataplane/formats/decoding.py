@@ -12,9 +12,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from kafscale_iceberg.dataplane.datetimes import TEMPORAL_TYPES, expected, temporal_column
 from kafscale_iceberg.dataplane.schemas import column_arrow_type
-from kafscale_iceberg.dataplane.values import decimal_of, parse_datetimes
+from kafscale_iceberg.dataplane.values import decimal_of
 from kafscale_iceberg.domain.runs import ColumnSpec, ColumnType
+from kafscale_iceberg.ports import CompiledRecordSchema
 
 
 @dataclass(frozen=True)
@@ -26,6 +28,13 @@ class DecodedGroup:
     records: pa.StructArray
     columns: tuple[ColumnSpec, ...]
     label: str
+
+    @classmethod
+    def of(
+        cls, schema: CompiledRecordSchema, positions: Sequence[int] | np.ndarray, records: pa.StructArray
+    ) -> DecodedGroup:
+        """The group of `records` (in order) at `positions` of the batch, written with `schema`."""
+        return cls(np.asarray(positions, np.int64), records, schema.columns, schema.label)
 
 
 @dataclass(frozen=True)
@@ -49,14 +58,35 @@ class DecodedColumns:
     _failed: list[np.ndarray]
     _labels: list[str | None]
     _columns: tuple[ColumnSpec, ...]
+    _sources: list[list[pa.Array | None]]
+    """Per column, per group of the batch: the group's field of that name (None: it has none)."""
+    _groups: tuple[DecodedGroup, ...] = ()
 
     def describe(self, column: int, row: int) -> str:
-        """What row `row`'s value of column `column` was."""
+        """What row `row`'s value of column `column` was (the value itself, when it did not convert)."""
         label = self._labels[row] or "its schema"
         spec = self._columns[column]
         if not self._present[column][row]:
             return f"missing or null (written with {label})"
-        return f"a value written with {label} that is not a valid {spec.type_name}"
+        shown = self._shown(column, row)
+        if shown is None:
+            return f"a value written with {label} that is not a valid {spec.type_name}"
+        return f"{shown} (written with {label}) is not a valid {spec.type_name}{expected(spec.type)}"
+
+    def _shown(self, column: int, row: int) -> str | None:
+        """Row `row`'s decoded value of `column`, as text of at most 80 characters (None if unknown)."""
+        for group, source in zip(self._groups, self._sources[column], strict=True):
+            index = int(np.searchsorted(group.positions, row))
+            if source is None or index >= len(group.positions) or group.positions[index] != row:
+                continue
+            scalar = source[index]
+            try:  # Arrow formats any year; Python's datetime (in `as_py`) stops at 9999
+                temporal = pa.types.is_temporal(scalar.type)
+                shown = str(scalar.cast(pa.string())) if temporal else repr(scalar.as_py())
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OverflowError, ValueError):
+                shown = f"a {scalar.type} value Python cannot show"
+            return shown if len(shown) <= 80 else shown[:77] + "..."
+        return None
 
     def present(self, column: int) -> np.ndarray:
         """Per row: whether the record's schema had the column and the value was not null."""
@@ -78,14 +108,17 @@ def conform(batch: DecodedBatch, columns: Sequence[ColumnSpec]) -> DecodedColumn
     arrays: list[pa.Array] = []
     present_masks: list[np.ndarray] = []
     failed_masks: list[np.ndarray] = []
+    sources: list[list[pa.Array | None]] = []
     for column in columns:
         target = column_arrow_type(column)
         pieces: list[pa.Array] = []
         order: list[np.ndarray] = []
         present = np.zeros(count, bool)
         failed = np.zeros(count, bool)
+        sources.append([])
         for group in batch.groups:
             source = _field(group.records, column.name)
+            sources[-1].append(source)
             if source is None:
                 pieces.append(pa.nulls(len(group.positions), target))
             else:
@@ -99,7 +132,8 @@ def conform(batch: DecodedBatch, columns: Sequence[ColumnSpec]) -> DecodedColumn
         failed_masks.append(failed)
     errors = {row: message for row, (_kind, message) in batch.errors.items()}
     kinds = {row: kind for row, (kind, _message) in batch.errors.items()}
-    return DecodedColumns(arrays, errors, kinds, None, present_masks, failed_masks, labels, tuple(columns))
+    masks = (present_masks, failed_masks)
+    return DecodedColumns(arrays, errors, kinds, None, *masks, labels, tuple(columns), sources, batch.groups)
 
 
 def take_decoded(batch: DecodedBatch, positions: Sequence[int], part: str | None = None) -> DecodedBatch:
@@ -170,7 +204,7 @@ def conform_array(source: pa.Array, column: ColumnSpec) -> tuple[pa.Array, np.nd
     count = len(source)
     failed = np.zeros(count, bool)
     target = column_arrow_type(column)
-    if source.type == target:
+    if source.type == target and not holds_temporal(column):
         return source, failed
     if pa.types.is_dictionary(source.type):
         source = source.dictionary_decode()
@@ -205,11 +239,10 @@ def conform_array(source: pa.Array, column: ColumnSpec) -> tuple[pa.Array, np.nd
         return rebuilt.cast(target), failed
     if kind is ColumnType.MAP and column.value is not None:
         return _conform_map(source, column, valid)
+    if kind in TEMPORAL_TYPES:
+        # Plain numbers as epoch milliseconds (days), text as JSON's, years 0001-9999: one rule.
+        return temporal_column(source, kind, target)
     textual = pa.types.is_string(source.type) or pa.types.is_large_string(source.type)
-    if kind in (ColumnType.TIMESTAMP, ColumnType.TIMESTAMPTZ) and textual:
-        # Date-times as text (JSON Schema's `format: date-time`): parsed as the JSON path parses them.
-        micros, parsed = parse_datetimes(source, require_time=False)
-        return pa.array(micros, target, mask=~parsed), valid & ~parsed
     if kind is ColumnType.UUID and textual:
         as_bytes, failed = _per_value(source, pa.binary(16), _uuid_bytes)
         return as_bytes.cast(target), failed
@@ -218,6 +251,12 @@ def conform_array(source: pa.Array, column: ColumnSpec) -> tuple[pa.Array, np.nd
         precision, scale = column.precision or 1, column.scale or 0
         return _per_value(source, target, lambda text: _fitted(text, precision, scale))
     return _cast_or_per_value(source, target)
+
+
+def holds_temporal(column: ColumnSpec) -> bool:
+    """Whether `column` is a timestamp or date or has one inside (its values are range-checked)."""
+    parts = [*column.fields, column.element, column.value]
+    return column.type in TEMPORAL_TYPES or any(holds_temporal(p) for p in parts if p is not None)
 
 
 def _conform_map(source: pa.Array, column: ColumnSpec, valid: np.ndarray) -> tuple[pa.Array, np.ndarray]:
@@ -290,3 +329,29 @@ def _fitted(text: object, precision: int, scale: int) -> object:
 
 def _uuid_bytes(text: object) -> bytes:
     return uuid.UUID(str(text)).bytes
+
+
+def strings_at(batch: DecodedBatch, path: Sequence[str]) -> tuple[pa.Array, dict[int, str]]:
+    """Per record of `batch`, in batch order, the string at `path` (a top-level field, or a path into
+    structs) of its record: null where its schema has no such field, the value is null, or the record
+    is in no group; and, by position, what a present value there is when it is not a string (a
+    number, a struct: never taken for its text, as a route field is not: `dataplane/routing.py`)."""
+    pieces: list[pa.Array] = []
+    order: list[np.ndarray] = []
+    not_strings: dict[int, str] = {}
+    for group in batch.groups:
+        child: pa.Array | None = group.records
+        for name in path:
+            child = _field(child, name) if child is not None and pa.types.is_struct(child.type) else None
+        if child is not None and pa.types.is_dictionary(child.type):
+            child = child.dictionary_decode()
+        if child is not None and (pa.types.is_string(child.type) or pa.types.is_large_string(child.type)):
+            pieces.append(child.cast(pa.string()))
+        else:
+            pieces.append(pa.nulls(len(group.positions), pa.string()))
+            if child is not None:
+                valid = np.asarray(child.is_valid().to_numpy(zero_copy_only=False), bool)
+                for position in group.positions[valid].tolist():
+                    not_strings[position] = f"a {child.type} value (written with {group.label})"
+        order.append(group.positions)
+    return _in_batch_order(pieces, order, batch.count, pa.string()), not_strings

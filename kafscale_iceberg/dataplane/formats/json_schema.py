@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 import msgspec
-import numpy as np
 import pyarrow as pa
 from jsonschema import exceptions as jsonschema_exceptions
 from jsonschema import validators
@@ -60,6 +59,11 @@ class JsonSchema:
     whole_key: bool = False
     """A key whose schema is not an object: each document is the value of the one field
     `KEY_VALUE_FIELD` (its column is `key_value`)."""
+
+    @property
+    def label(self) -> str:
+        """The schema's name in messages (`schema id 7`)."""
+        return self.registered.label
 
 
 _EXACT_JSON: Final = msgspec.json.Decoder(float_hook=decimal.Decimal)
@@ -107,14 +111,7 @@ class JsonSchemaDecoder(RegisteredSchemaDecoder[JsonSchema]):
                 errors[kept[index]] = ("undecodable", f"{compiled.registered.label}: {reason}")
             if failed:
                 kept = [p for i, p in enumerate(kept) if i not in failed]
-            groups.append(
-                DecodedGroup(
-                    positions=np.asarray(kept, np.int64),
-                    records=records,
-                    columns=compiled.columns,
-                    label=compiled.registered.label,
-                )
-            )
+            groups.append(DecodedGroup.of(compiled, kept, records))
         return DecodedBatch(count=len(values), groups=tuple(groups), errors=errors)
 
 

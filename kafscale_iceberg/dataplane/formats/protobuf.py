@@ -108,11 +108,7 @@ class ProtobufDecoder:
         for message, positions, starts in self._grouped(values, layout, errors).values():
             kept, records = self._read(message, layout, positions, starts, errors)
             if len(kept):
-                groups.append(
-                    DecodedGroup(
-                        positions=kept, records=records, columns=message.columns, label=message.label
-                    )
-                )
+                groups.append(DecodedGroup.of(message, kept, records))
         return DecodedBatch(count=len(values), groups=tuple(groups), errors=errors)
 
     def _read(

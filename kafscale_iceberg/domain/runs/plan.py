@@ -402,6 +402,10 @@ class RunPlan(DocumentModel):
     schema_registry: RegistrySettings | None = None
     """The registry the records' schemas are read from (a mapping with a registered value format)."""
     runner: RunnerKind = RunnerKind.EMR_SERVERLESS  # chosen by the launcher (domain/runner_choice.py)
+    field_ids_digest: str | None = None
+    """The digest of the `field-ids.json` the launcher planned from (`TopicFieldIds.digest`; None:
+    none was stored, or it was unreadable): the commit step rewrites the document only when the
+    tables' ids, columns or an upsert table's version differ from it."""
 
     @property
     def mappings(self) -> tuple[MappingPlan, ...]:
