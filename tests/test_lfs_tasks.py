@@ -338,7 +338,7 @@ class _FailingHandler(http.server.BaseHTTPRequestHandler):
 def throttling_s3() -> Iterator[str]:
     """An HTTP server answering every request with S3's 503 SlowDown (S3 under throttling)."""
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _FailingHandler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}"

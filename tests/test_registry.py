@@ -64,7 +64,7 @@ class _Registry(BaseHTTPRequestHandler):
 @pytest.fixture
 def registry_url() -> Iterator[str]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Registry)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     _Registry.hits = []
     yield f"http://127.0.0.1:{server.server_address[1]}"

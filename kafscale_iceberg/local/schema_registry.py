@@ -151,7 +151,9 @@ def serve_registry() -> Iterator[StandInRegistry]:
     handler = type("Handler", (_Handler,), {"registry": registry})
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     registry.url = f"http://127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, name="schema-registry", daemon=True)
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, name="schema-registry", daemon=True
+    )
     thread.start()
     try:
         yield registry
