@@ -235,18 +235,7 @@ def test_key_columns_come_from_the_key_schemas_and_evolve_like_the_values(
     (new_key,) = _avro_keys(
         schema_registry, [{"id": 3, "region": "ap", "shard": 4}], client=producer.client, schema=wider
     )
-    plan, result = avro_run(
-        tmp_path / "r2",
-        producer.values(PIZZA_V1, [pizza(3)]),
-        sql_committer(tmp_path),
-        schema_registry,
-        first_offset=2,
-        keys=[new_key],
-        key_format=KeyFormat.AVRO,
-    )
-    assert result.status is RunStatus.SUCCEEDED, result.failure
-    commit(sql_committer(tmp_path), plan, result, 1, 2)
-    columns, rows = _table_rows(tmp_path)
+    columns, rows = _second_run(tmp_path, producer, schema_registry, new_key)
     assert columns["key_shard"] == "int"
     assert [(r["key_id"], r["key_shard"]) for r in rows] == [(1, None), (2, None), (3, 4)]
 
@@ -274,18 +263,7 @@ def test_an_avro_key_that_is_not_a_record_lands_in_key_value_and_widens_with_its
     assert [(r["key_value"], r["id"]) for r in rows] == [(7, 1), (8, 2)]
 
     (wide,) = _avro_keys(schema_registry, [2**40], client=producer.client, schema="long")
-    plan, result = avro_run(
-        tmp_path / "r2",
-        producer.values(PIZZA_V1, [pizza(3)]),
-        sql_committer(tmp_path),
-        schema_registry,
-        first_offset=2,
-        keys=[wide],
-        key_format=KeyFormat.AVRO,
-    )
-    assert result.status is RunStatus.SUCCEEDED, result.failure
-    commit(sql_committer(tmp_path), plan, result, 1, 2)
-    columns, rows = _table_rows(tmp_path)
+    columns, rows = _second_run(tmp_path, producer, schema_registry, wide)
     assert columns["key_value"] == "long"
     assert [r["key_value"] for r in rows] == [7, 8, 2**40]
 
@@ -346,6 +324,25 @@ def test_a_json_schema_string_key_fills_key_value_and_one_that_does_not_validate
     assert _dead_errors(result)[1].startswith("record key: the payload does not validate against schema id")
     (data_file,) = result.data_files
     assert _rows(data_file.uri, "key_value", "total") == [{"key_value": "order-1", "total": 1.0}]
+
+
+def _second_run(
+    tmp_path: Path, producer: Producer, schema_registry: StandInRegistry, key: bytes
+) -> tuple[dict[str, str], list[dict[str, Any]]]:
+    """A second run (offset 2: one pizza keyed by `key`) committed over the first; the table's
+    columns and rows after it."""
+    plan, result = avro_run(
+        tmp_path / "r2",
+        producer.values(PIZZA_V1, [pizza(3)]),
+        sql_committer(tmp_path),
+        schema_registry,
+        first_offset=2,
+        keys=[key],
+        key_format=KeyFormat.AVRO,
+    )
+    assert result.status is RunStatus.SUCCEEDED, result.failure
+    commit(sql_committer(tmp_path), plan, result, 1, 2)
+    return _table_rows(tmp_path)
 
 
 def _connect_key(schema: dict[str, Any], payload: object) -> bytes:
