@@ -24,9 +24,11 @@ $(STAMP): pyproject.toml | $(BIN)/uv
 install: $(STAMP)
 
 # `make test` runs every test, the AWS flow (test-aws) and the LocalStack deploy test included, on one
-# pytest worker per core (at most 4: each may start a local Spark JVM). A module's tests stay on one
-# worker (`loadfile`), so its module fixtures (an AWS box, LocalStack) start once.
-PYTEST_PARALLEL := -n auto --maxprocesses 4 --dist loadfile
+# pytest worker more than the machine has cores (the suite waits on servers, JVMs and subprocesses about
+# half its time), at most 4 (each may start a local Spark JVM). A module's tests stay on one worker
+# (`loadfile`), so its module fixtures (an AWS box, LocalStack) start once.
+PYTEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); echo $$(( n + 1 < 4 ? n + 1 : 4 )))
+PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist loadfile
 test: $(STAMP) $(LOCALSTACK_VENV)/.installed
 	$(BIN)/pytest $(PYTEST_PARALLEL) tests
 
