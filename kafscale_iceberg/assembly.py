@@ -289,11 +289,17 @@ class Assembly:
 
         return CommitService(self.tables, self.checkpoints, stranded_runs=self._run_documents)
 
-    def _table_data_prefix(self, table: str) -> str:
-        """The product's data prefix of `table` (run folders; where orphan cleanup looks)."""
-        from kafscale_iceberg.services.launch import run_data_prefix  # noqa: PLC0415
+    def _table_data_prefix(self, table: str) -> str | None:
+        """The product's folder in `table`'s data location (run folders; where orphan cleanup looks);
+        None when the table does not exist."""
+        from kafscale_iceberg.domain.table_locations import kafscale_data_prefix  # noqa: PLC0415
+        from kafscale_iceberg.exceptions import TableMissingError  # noqa: PLC0415
 
-        return run_data_prefix(self.config, tuple(table.split(".")))
+        try:
+            known = self.tables.field_ids(table)
+        except TableMissingError:
+            return None
+        return kafscale_data_prefix(known.data_location) if known.data_location else None
 
     @cached_property
     def offset_reset(self) -> OffsetReset:

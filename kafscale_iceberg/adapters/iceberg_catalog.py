@@ -202,6 +202,13 @@ def is_unreachable_error(exc: BaseException) -> bool:
     return isinstance(exc, unavailable) or is_unreachable(exc)
 
 
+def answered_internal_error(exc: BaseException) -> bool:
+    """True when a REST catalog answered exactly 500 (pyiceberg's `ServerError` also stands for the
+    502/504 of a gateway, which are outages); the HTTP error is the exception's cause."""
+    response = getattr(exc.__cause__, "response", None)
+    return isinstance(exc, ServerError) and getattr(response, "status_code", None) == 500
+
+
 class CatalogTableAccess:
     """What the Iceberg adapters share: one catalog, tables loaded by name, foreign errors translated once.
 

@@ -61,6 +61,7 @@ from kafscale_iceberg.domain.maintenance import (
     snapshots_to_expire,
     total_data_files,
 )
+from kafscale_iceberg.domain.table_locations import data_location_of
 from kafscale_iceberg.exceptions import (
     CompactionResultError,
     KafscaleIcebergError,
@@ -148,6 +149,7 @@ class IcebergTableMaintainer(CatalogTableAccess):
             manifest_bytes=sum(m.manifest_length for m in manifests),
             last_maintenance_ms=_int_or_none(properties.get(LAST_MAINTENANCE_PROPERTY)),
             last_compaction_ms=_int_or_none(properties.get(LAST_COMPACTION_PROPERTY)),
+            data_location=data_location_of(loaded.location(), dict(properties)),
         )
 
     # -- compaction ---------------------------------------------------------------------------------

@@ -49,6 +49,12 @@ class TableHealth:
     manifest_bytes: int
     last_maintenance_ms: int | None = None
     last_compaction_ms: int | None = None
+    data_location: str = ""
+    """Where the table keeps its data files (`write.data.path`, else `{location}/data`); this
+    product's own files are under `{data_location}/kafscale/` (`domain/table_locations.py`)."""
+    managed_compaction: bool = False
+    """The catalog compacts the table itself (Amazon S3 Tables' compaction, on unless turned off):
+    `maintain` leaves compaction to it."""
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ For each mapped table and its dead-letter table, in this order:
    `maintenance.keep_snapshots` and the snapshot each topic's last run wrote; the offsets markers
    are table properties, which expiry never touches. The metadata log is bounded by
    `maintenance.metadata_previous_versions_max`.
-3. **Orphan files**: files under the table's run-scoped data prefix (`run_data_prefix`) that no
+3. **Orphan files**: files under the table's `{data location}/kafscale/` (`domain/table_locations.py`) that no
    snapshot references and older than `maintenance.orphan_grace` are deleted; the folder of the run
    holding the topic's lease is never touched, whatever its age (a run in flight keeps its files).
 
@@ -41,13 +41,13 @@ from kafscale_iceberg.domain.maintenance import (
     TableHealth,
 )
 from kafscale_iceberg.domain.routing import matches_template
+from kafscale_iceberg.domain.table_locations import kafscale_data_prefix
 from kafscale_iceberg.domain.tickets import join_uri
 from kafscale_iceberg.exceptions import UnmappedTopicError
 from kafscale_iceberg.ports import CheckpointStore, FileLister, RunDocuments, TableMaintainer
 from kafscale_iceberg.services.compaction_jobs import SparkCompaction
 from kafscale_iceberg.services.compaction_trigger import SmallFileTrigger
 from kafscale_iceberg.services.field_id_records import FieldIdRecords
-from kafscale_iceberg.services.launch import run_data_prefix
 
 logger = logging.getLogger(__name__)
 
@@ -164,8 +164,8 @@ class MaintenanceService:
         """Compaction, expiry, orphan cleanup of one table (see the module docstring)."""
         settings = self._config.maintenance
         table = ".".join(identifier)
-        prefix = run_data_prefix(self._config, identifier)
         before = self._tables.health(table, small_file_bytes=settings.small_file_bytes)
+        prefix = kafscale_data_prefix(before.data_location)
         compaction: CompactionOutcome | None = None
         candidates = 0
         spared: tuple[str, ...] = ()
