@@ -30,6 +30,9 @@ from kafscale_iceberg.local.seaweedfs import EmbeddedSeaweedFS
 from tests.support.seaweedfs import TableBucket, seaweedfs_client
 from tests.support.segments import put_segment
 
+# Whole runs through the CLI: `make test` (not the fast loop).
+pytestmark = pytest.mark.slow
+
 NAMESPACE, TOPIC, TABLE = "prod", "orders", "shop.orders"
 COLUMNS = [
     {"name": "order_id", "type": "long", "required": True},

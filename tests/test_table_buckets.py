@@ -12,8 +12,16 @@ import boto3
 import pytest
 
 from kafscale_iceberg.adapters.documents import DocumentStore
+from kafscale_iceberg.adapters.iceberg_catalog import (
+    CatalogSettings,
+    catalog_properties,
+    load_iceberg_catalog,
+)
+from kafscale_iceberg.adapters.iceberg_tables import IcebergTableCommitter
 from kafscale_iceberg.adapters.s3_segments import S3Settings
 from kafscale_iceberg.config import parse_config
+from kafscale_iceberg.domain.commits import TableSpec
+from kafscale_iceberg.domain.schema import table_fields
 from kafscale_iceberg.exceptions import ConfigError, ConfigValidationError
 from kafscale_iceberg.local.seaweedfs import EmbeddedSeaweedFS
 from tests.support.seaweedfs import TableBucket
@@ -75,3 +83,82 @@ def test_a_run_document_in_a_table_bucket_is_a_config_error_naming_runs_location
         region_name=seaweedfs.region,
     ).list_objects_v2(Bucket=table_bucket.name)
     assert listed.get("KeyCount", 0) == 0
+
+
+def _catalog_yaml(catalog: str, warehouse: str) -> str:
+    return f"s3: {{bucket: segments}}\niceberg: {{catalog: {catalog}, warehouse: '{warehouse}'}}\n" + (
+        "runs: {location: 's3://segments/runs'}\n" + MAPPING
+    )
+
+
+def test_an_s3_tables_warehouse_is_reached_through_its_iceberg_endpoint_signed_for_s3tables() -> None:
+    arn = "arn:aws:s3tables:eu-west-1:111122223333:bucket/lake"
+
+    config = parse_config(_catalog_yaml("{type: rest}", arn), source="test")
+
+    properties = catalog_properties(CatalogSettings.from_config(config))
+    assert properties["uri"] == "https://s3tables.eu-west-1.amazonaws.com/iceberg"
+    assert properties["warehouse"] == arn
+    assert properties["rest.sigv4-enabled"] == "true"
+    assert properties["rest.signing-name"] == "s3tables"
+    assert properties["rest.signing-region"] == "eu-west-1"
+    assert "token" not in properties
+    assert "credential" not in properties
+
+
+ARN = "arn:aws:s3tables:us-east-1:111122223333:bucket/lake"
+
+
+@pytest.mark.parametrize(
+    ("catalog", "warehouse", "key"),
+    [
+        ("{type: rest, uri: 'https://c', token: t, sigv4: true}", "s3://w", "iceberg.catalog.sigv4"),
+        (
+            "{type: rest, uri: 'https://c', token: t, username: u, password: p}",
+            "s3://w",
+            "iceberg.catalog.username",
+        ),
+        ("{type: sql, uri: 'sqlite:///c.db', sigv4: true}", "s3://w", "iceberg.catalog.sigv4"),
+        ("{type: rest, uri: 'https://c', signing_name: s3tables}", "s3://w", "iceberg.catalog.signing_name"),
+        (
+            "{type: rest, uri: 'https://s3tables.us-east-1.amazonaws.com/iceberg', token: t}",
+            ARN,
+            "iceberg.catalog.sigv4",
+        ),
+        ("{type: glue}", ARN, "iceberg.catalog.type"),
+    ],
+)
+def test_a_catalog_authenticated_two_ways_or_an_s3_tables_one_unsigned_is_refused_naming_the_key(
+    catalog: str, warehouse: str, key: str
+) -> None:
+    with pytest.raises(ConfigValidationError) as raised:
+        parse_config(_catalog_yaml(catalog, warehouse), source="test")
+
+    assert key in str(raised.value)
+
+
+@pytest.mark.parametrize("secret_ok", [True, False])
+def test_sigv4_signed_for_s3tables_reaches_a_table_bucket_and_a_bad_secret_names_the_key(
+    seaweedfs: EmbeddedSeaweedFS, table_bucket: TableBucket, secret_ok: bool
+) -> None:
+    secret = seaweedfs.secret_key if secret_ok else "wrong-secret"
+    catalog = (
+        f"{{type: rest, uri: '{seaweedfs.iceberg_url}', sigv4: true, signing_name: s3tables, "
+        f"signing_region: {seaweedfs.region}, properties: {{client.access-key-id: {seaweedfs.access_key}, "
+        f"client.secret-access-key: {secret}, s3.access-key-id: {seaweedfs.access_key}, "
+        f"s3.secret-access-key: {seaweedfs.secret_key}}}}}"
+    )
+    text = _catalog_yaml(catalog, table_bucket.arn).replace(
+        "s3: {bucket: segments}",
+        f"s3: {{bucket: segments, endpoint: '{seaweedfs.s3_url}', path_style: true}}",
+    )
+    settings = CatalogSettings.from_config(parse_config(text, source="test"))
+
+    if not secret_ok:
+        with pytest.raises(ConfigError, match=r"iceberg\.catalog"):
+            IcebergTableCommitter(load_iceberg_catalog(settings)).list_tables("lake")
+        return
+    tables = IcebergTableCommitter(load_iceberg_catalog(settings))
+    tables.ensure_table(TableSpec(identifier="lake.orders", fields=table_fields(()), create_if_missing=True))
+    # The server's /v1/config prefix (the bucket) was taken; the table lives in its table bucket.
+    assert (tables.field_ids("lake.orders").data_location or "").startswith(f"s3://{table_bucket.name}/")
