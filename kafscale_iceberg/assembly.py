@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Callable
 from functools import cached_property
 from typing import TYPE_CHECKING
 
@@ -356,7 +357,27 @@ class Assembly:
         from kafscale_iceberg.adapters.iceberg_maintenance import IcebergTableMaintainer  # noqa: PLC0415
 
         catalog = load_iceberg_catalog(CatalogSettings.from_config(self.config))
-        return IcebergTableMaintainer(catalog, StagedFileStore(self.s3_settings))
+        return IcebergTableMaintainer(
+            catalog, StagedFileStore(self.s3_settings), managed_compaction=self._s3_tables_compaction()
+        )
+
+    def _s3_tables_compaction(self) -> Callable[[str], bool] | None:
+        """With an Amazon S3 Tables warehouse, whether S3 Tables compacts a table itself; else None."""
+        from kafscale_iceberg.config.sections import S3_TABLES_ARN  # noqa: PLC0415
+
+        table_bucket = S3_TABLES_ARN.fullmatch(self.config.iceberg.warehouse)
+        if table_bucket is None:
+            return None
+        import boto3  # noqa: PLC0415
+
+        from kafscale_iceberg.adapters.s3tables_maintenance import S3TablesCompactionProbe  # noqa: PLC0415
+
+        client = boto3.client(
+            "s3tables",
+            region_name=table_bucket["region"],
+            endpoint_url=self.config.s3.endpoint or None,
+        )
+        return S3TablesCompactionProbe(table_bucket.string, client).compacts
 
     @cached_property
     def maintenance(self) -> MaintenanceService:

@@ -8,6 +8,8 @@ request, as a `ConfigError` naming `runs.location` rather than an outage retried
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import boto3
 import pytest
 
@@ -19,12 +21,14 @@ from kafscale_iceberg.adapters.iceberg_catalog import (
 )
 from kafscale_iceberg.adapters.iceberg_tables import IcebergTableCommitter
 from kafscale_iceberg.adapters.s3_segments import S3Settings
+from kafscale_iceberg.assembly import Assembly
 from kafscale_iceberg.config import parse_config
 from kafscale_iceberg.domain.commits import TableSpec
 from kafscale_iceberg.domain.schema import table_fields
 from kafscale_iceberg.exceptions import ConfigError, ConfigValidationError
 from kafscale_iceberg.local.seaweedfs import EmbeddedSeaweedFS
-from tests.support.seaweedfs import TableBucket
+from tests.support.iceberg_runs import data_rows
+from tests.support.seaweedfs import TableBucket, seaweedfs_client
 
 MAPPING = (
     "mappings: [{topic: orders, table: lake.orders}]\noffsets: {backend: sqlite, sqlite_path: /tmp/o.db}\n"
@@ -162,3 +166,52 @@ def test_sigv4_signed_for_s3tables_reaches_a_table_bucket_and_a_bad_secret_names
     tables.ensure_table(TableSpec(identifier="lake.orders", fields=table_fields(()), create_if_missing=True))
     # The server's /v1/config prefix (the bucket) was taken; the table lives in its table bucket.
     assert (tables.field_ids("lake.orders").data_location or "").startswith(f"s3://{table_bucket.name}/")
+
+
+def test_maintain_leaves_compaction_to_s3_tables_where_it_is_on_and_status_says_so(
+    seaweedfs: EmbeddedSeaweedFS, table_bucket: TableBucket, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", seaweedfs.access_key)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", seaweedfs.secret_key)
+    catalog = (
+        f"{{type: rest, uri: '{seaweedfs.iceberg_url}', properties: "
+        f"{{s3.access-key-id: {seaweedfs.access_key}, s3.secret-access-key: {seaweedfs.secret_key}}}}}"
+    )
+    text = (
+        _catalog_yaml(catalog, table_bucket.arn)
+        .replace(
+            "s3: {bucket: segments}",
+            f"s3: {{bucket: segments, endpoint: '{seaweedfs.s3_url}', path_style: true}}",
+        )
+        .replace(
+            "mappings: [{topic: orders, table: lake.orders}]",
+            "mappings: [{topic: orders, table: lake.orders}, {topic: refunds, table: lake.refunds}]",
+        )
+        .replace("/tmp/o.db", str(tmp_path / "offsets.db"))
+    )
+    assembly = Assembly(parse_config(text, source="test"))
+    for table in ("lake.orders", "lake.refunds"):
+        assembly.tables.ensure_table(
+            TableSpec(identifier=table, fields=table_fields(()), create_if_missing=True)
+        )
+        loaded = load_iceberg_catalog(CatalogSettings.from_config(assembly.config)).load_table(table)
+        for offsets in (range(0, 3), range(3, 6)):
+            loaded.append(data_rows(table.split(".")[1], 0, offsets, ()))
+    seaweedfs_client(seaweedfs, "s3tables").put_table_maintenance_configuration(
+        tableBucketARN=table_bucket.arn,
+        namespace="lake",
+        name="orders",
+        type="icebergCompaction",
+        value={"status": "enabled", "settings": {"icebergCompaction": {"targetFileSizeMB": 128}}},
+    )
+
+    report = assembly.maintenance.maintain(force_compaction=True)
+
+    compacted = {t.table: t.compaction for t in report.tables if t.table in ("lake.orders", "lake.refunds")}
+    assert compacted["lake.orders"] is None  # S3 Tables compacts it
+    assert compacted["lake.refunds"] is not None
+    assert compacted["lake.refunds"].committed
+    health = assembly.table_maintainer.health("lake.orders", small_file_bytes=1 << 20)
+    assert health.managed_compaction
+    assert health.files == 2
+    assert not assembly.table_maintainer.health("lake.refunds", small_file_bytes=1 << 20).managed_compaction

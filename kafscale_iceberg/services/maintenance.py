@@ -169,7 +169,11 @@ class MaintenanceService:
         compaction: CompactionOutcome | None = None
         candidates = 0
         spared: tuple[str, ...] = ()
-        if self._spark is not None:
+        if before.managed_compaction:
+            logger.info(
+                "compaction left to the catalog (Amazon S3 Tables compacts the table)", extra={"table": table}
+            )
+        elif self._spark is not None:
             compaction, candidates = self._spark.compact(
                 mapping, table, data_prefix=prefix, health=before, dry_run=dry_run, force=force
             )
