@@ -117,11 +117,6 @@ ARN = "arn:aws:s3tables:us-east-1:111122223333:bucket/lake"
     ("catalog", "warehouse", "key"),
     [
         ("{type: rest, uri: 'https://c', token: t, sigv4: true}", "s3://w", "iceberg.catalog.sigv4"),
-        (
-            "{type: rest, uri: 'https://c', token: t, username: u, password: p}",
-            "s3://w",
-            "iceberg.catalog.username",
-        ),
         ("{type: sql, uri: 'sqlite:///c.db', sigv4: true}", "s3://w", "iceberg.catalog.sigv4"),
         ("{type: rest, uri: 'https://c', signing_name: s3tables}", "s3://w", "iceberg.catalog.signing_name"),
         (

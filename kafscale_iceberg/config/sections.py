@@ -142,21 +142,19 @@ class CatalogConfig(_Section):
         return self
 
     def _check_rest_auth(self, problems: _Problems) -> None:
-        """One way to authenticate to a REST catalog, and REST-only keys only with `rest`."""
-        ways = [
+        """SigV4 or OAuth2 (token, client credentials) for a REST catalog; REST-only keys only with `rest`."""
+        # A token and a client credential go together (pyiceberg refreshes the token with the
+        # credential); SigV4 replaces both.
+        bearer = [
             name
-            for name, chosen in (
-                ("token", bool(self.token.get_secret_value())),
-                ("username", bool(self.username)),
-                ("sigv4", self.sigv4),
-            )
-            if chosen
+            for name, given in (("token", self.token.get_secret_value()), ("username", self.username))
+            if given
         ]
-        if len(ways) > 1:
+        if self.sigv4 and bearer:
             problems.add(
-                ways[1],
-                f"cannot be combined with {ways[0]}: choose one way to authenticate to the catalog "
-                "(token: a bearer token; username/password: OAuth2 client credentials; sigv4: AWS SigV4)",
+                "sigv4",
+                f"cannot be combined with {bearer[0]}: choose one way to authenticate to the catalog "
+                "(token and/or username/password: OAuth2; sigv4: AWS SigV4 with the role's credentials)",
             )
         rest_only = {
             "sigv4": self.sigv4,
