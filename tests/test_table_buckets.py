@@ -210,3 +210,13 @@ def test_maintain_leaves_compaction_to_s3_tables_where_it_is_on_and_status_says_
     assert health.managed_compaction
     assert health.files == 2
     assert not assembly.table_maintainer.health("lake.refunds", small_file_bytes=1 << 20).managed_compaction
+
+
+def test_the_seaweedfs_config_in_the_docs_is_valid() -> None:
+    text = (Path(__file__).resolve().parents[1] / "docs" / "seaweedfs.md").read_text()
+    document = text.split("```yaml\n", 1)[1].split("```", 1)[0]
+
+    config = parse_config(document, source="docs/seaweedfs.md")
+
+    assert config.iceberg.catalog.type == "rest"
+    assert config.runs.location == "s3://kafscale-data/runs"
