@@ -33,6 +33,7 @@ from kafscale_iceberg.adapters.registries import record_schema_registry
 from kafscale_iceberg.dataplane.inference import with_inferred_columns
 from kafscale_iceberg.dataplane.reports import build_run_result
 from kafscale_iceberg.dataplane.tasks import observe_task, plan_tasks, run_task
+from kafscale_iceberg.domain import value_formats
 from kafscale_iceberg.domain.field_ids import planned_field_ids
 from kafscale_iceberg.domain.inference import merge_observations
 from kafscale_iceberg.domain.runs import (
@@ -45,9 +46,9 @@ from kafscale_iceberg.domain.runs import (
     RunStatus,
     RunTimings,
     SchemaMode,
-    ValueFormat,
 )
 from kafscale_iceberg.domain.schema import table_fields
+from kafscale_iceberg.domain.value_formats import ValueFormatSpec
 from tests.support.glue_registry import GlueRegistry
 from tests.support.hang_limit import hang_limit
 from tests.support.iceberg_runs import sql_committer, sql_settings
@@ -66,7 +67,7 @@ def avro_run(
     *,
     first_offset: int = 0,
     columns: tuple[ColumnSpec, ...] | None = None,
-    value_format: ValueFormat = ValueFormat.AVRO,
+    value_format: ValueFormatSpec = value_formats.AVRO,
     keys: list[bytes | None] | None = None,
     **conversion: Any,
 ) -> tuple[RunPlan, RunResult]:

@@ -30,10 +30,8 @@ from kafscale_iceberg.domain.runs.documents import (
 from kafscale_iceberg.domain.runs.formats import (
     KEY_COLUMN_PREFIX,
     KEY_VALUE_FIELD,
-    KeyFormat,
     RegistrySettings,
     RegistryType,
-    ValueFormat,
 )
 from kafscale_iceberg.domain.runs.plan import (
     DEFAULT_PARTITION_FILE_MIN_BYTES,
@@ -101,7 +99,6 @@ __all__ = [
     "DataFile",
     "FailureKind",
     "FileStats",
-    "KeyFormat",
     "LfsCounts",
     "LfsMode",
     "LfsSettings",
@@ -133,7 +130,6 @@ __all__ = [
     "TableTarget",
     "UpsertOutcome",
     "UpsertSettings",
-    "ValueFormat",
     "deleted_keys_target",
     "make_run_id",
     "plan_as_written",
