@@ -29,7 +29,7 @@ from pathlib import Path
 import fastavro
 import msgspec
 
-from bench.spark import Workload, clear_output
+from bench.workload import Workload, clear_output
 from kafscale_iceberg.adapters.data_files import StagedFileStore
 from kafscale_iceberg.adapters.documents import DocumentStore
 from kafscale_iceberg.dataplane.tasks import plan_tasks, run_task

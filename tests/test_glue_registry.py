@@ -23,7 +23,8 @@ from kafscale_iceberg.adapters.glue_registry import GlueSchemaRegistry
 from kafscale_iceberg.adapters.glue_registry import registered_schema as glue_registry_answer
 from kafscale_iceberg.dataplane.formats.avro import AvroDecoder
 from kafscale_iceberg.dataplane.formats.choice import decoder_for
-from kafscale_iceberg.dataplane.formats.decoding import DecodedBatch, conform
+from kafscale_iceberg.dataplane.formats.decoded import DecodedBatch
+from kafscale_iceberg.dataplane.formats.decoding import conform
 from kafscale_iceberg.dataplane.formats.glue_protobuf import GlueProtobufDecoder, glue_message_names
 from kafscale_iceberg.dataplane.formats.glue_wire import glue_header
 from kafscale_iceberg.dataplane.formats.json_schema import JsonSchemaDecoder

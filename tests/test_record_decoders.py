@@ -28,7 +28,8 @@ from kafscale_iceberg.adapters.confluent_registry import ConfluentSchemaRegistry
 from kafscale_iceberg.dataplane.formats.avro import AvroDecoder
 from kafscale_iceberg.dataplane.formats.choice import decoder_for
 from kafscale_iceberg.dataplane.formats.connect_json import ConnectJsonDecoder
-from kafscale_iceberg.dataplane.formats.decoding import DecodedBatch, conform
+from kafscale_iceberg.dataplane.formats.decoded import DecodedBatch
+from kafscale_iceberg.dataplane.formats.decoding import conform
 from kafscale_iceberg.dataplane.formats.schema_cache import SchemaCache
 from kafscale_iceberg.domain import value_formats
 from kafscale_iceberg.domain.runs import (

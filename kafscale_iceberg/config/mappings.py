@@ -461,7 +461,16 @@ class MappingConfig(_Section):
     @model_validator(mode="after")
     def _check_upsert(self) -> MappingConfig:
         problems = _Problems()
-        for key, problem in upsert_problems(self):
+        found = upsert_problems(
+            self.upsert,
+            mode=self.mode,
+            routed=self.route is not None,
+            lfs_on=self.lfs.mode != "off",
+            schema_source=self.schema_.source,
+            columns=self.schema_.columns,
+            partition_columns=[field.column for field in self.partition_by],
+        )
+        for key, problem in found:
             problems.add(key, problem)
         problems.raise_if_any()
         return self

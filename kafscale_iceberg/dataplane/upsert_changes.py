@@ -45,7 +45,8 @@ import pyarrow.compute as pc
 from kafscale_iceberg.dataplane.conversion import ConvertedRecords, ErrorKind, RecordConverter
 from kafscale_iceberg.dataplane.debezium_envelopes import DELETE, UPSERT, envelope_changes
 from kafscale_iceberg.dataplane.formats.choice import decoder_for
-from kafscale_iceberg.dataplane.formats.decoding import DecodedBatch, take_decoded
+from kafscale_iceberg.dataplane.formats.decoded import DecodedBatch
+from kafscale_iceberg.dataplane.formats.decoding import take_decoded
 from kafscale_iceberg.dataplane.formats.framing import frames_of
 from kafscale_iceberg.dataplane.formats.schema_cache import SchemaCache
 from kafscale_iceberg.domain.runs import (

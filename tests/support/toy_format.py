@@ -11,7 +11,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from kafscale_iceberg.dataplane.formats.decoding import DecodedBatch, DecodedGroup
+from kafscale_iceberg.dataplane.formats.decoded import DecodedBatch, DecodedGroup
 from kafscale_iceberg.dataplane.formats.schema_cache import SchemaCache
 from kafscale_iceberg.domain.runs import ColumnSpec, ColumnType, ConversionSettings
 

@@ -53,7 +53,7 @@ from kafscale_iceberg.dataplane.formats.avro_skip import (
     SkipProgram,
     compile_skip_program,
 )
-from kafscale_iceberg.dataplane.formats.decoding import DecodedBatch, DecodedGroup
+from kafscale_iceberg.dataplane.formats.decoded import DecodedBatch, DecodedGroup
 from kafscale_iceberg.dataplane.formats.registered import RegisteredSchemaDecoder
 from kafscale_iceberg.dataplane.formats.schema_cache import SchemaCache, no_registry
 from kafscale_iceberg.dataplane.schemas import column_arrow_type

@@ -30,7 +30,7 @@ import msgspec
 import numpy as np
 import pyarrow as pa
 
-from kafscale_iceberg.dataplane.formats.decoding import DecodedBatch, DecodedGroup
+from kafscale_iceberg.dataplane.formats.decoded import DecodedBatch, DecodedGroup
 from kafscale_iceberg.dataplane.schemas import column_arrow_type
 from kafscale_iceberg.domain import debezium_types
 from kafscale_iceberg.domain.connect_schemas import (

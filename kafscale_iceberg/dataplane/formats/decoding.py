@@ -1,49 +1,22 @@
-"""What the decoders return (`DecodedBatch`; their interface is the `ValueDecoder` port in
-`ports.py`) and the projection of decoded records onto a run's columns (`conform`); see the package
-docstring."""
+"""The projection of decoded records (`decoded.py`'s `DecodedBatch`, what the `ValueDecoder` port in
+`ports.py` returns) onto a run's columns (`conform`), and the reads of decoded records by field; see
+the package docstring."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from kafscale_iceberg.dataplane.datetimes import TEMPORAL_TYPES, expected, temporal_column
+from kafscale_iceberg.dataplane.formats.decoded import DecodedBatch, DecodedGroup
 from kafscale_iceberg.dataplane.schemas import column_arrow_type
 from kafscale_iceberg.dataplane.values import decimal_of
 from kafscale_iceberg.domain.runs import ColumnSpec, ColumnType
-from kafscale_iceberg.ports import CompiledRecordSchema
-
-
-@dataclass(frozen=True)
-class DecodedGroup:
-    """Records of a batch written with one schema: their positions in the batch (ascending), the
-    records typed by that schema, the columns the schema gives, and its name for messages."""
-
-    positions: np.ndarray
-    records: pa.StructArray
-    columns: tuple[ColumnSpec, ...]
-    label: str
-
-    @classmethod
-    def of(
-        cls, schema: CompiledRecordSchema, positions: Sequence[int] | np.ndarray, records: pa.StructArray
-    ) -> DecodedGroup:
-        """The group of `records` (in order) at `positions` of the batch, written with `schema`."""
-        return cls(np.asarray(positions, np.int64), records, schema.columns, schema.label)
-
-
-@dataclass(frozen=True)
-class DecodedBatch:
-    """What a decoder made of a batch of values (see the package docstring)."""
-
-    count: int
-    groups: tuple[DecodedGroup, ...] = ()
-    errors: dict[int, tuple[str, str]] = field(default_factory=dict)
 
 
 @dataclass

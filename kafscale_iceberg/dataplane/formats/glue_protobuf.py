@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from kafscale_iceberg.dataplane.formats.framing import Frames
+from kafscale_iceberg.dataplane.formats.frames import Frames
 from kafscale_iceberg.dataplane.formats.glue_wire import GLUE_MISSING, glue_frames
 from kafscale_iceberg.dataplane.formats.protobuf import (
     Grouped,

@@ -33,7 +33,7 @@ import pyarrow as pa
 from jsonschema import exceptions as jsonschema_exceptions
 from jsonschema import validators
 
-from kafscale_iceberg.dataplane.formats.decoding import DecodedBatch, DecodedGroup
+from kafscale_iceberg.dataplane.formats.decoded import DecodedBatch, DecodedGroup
 from kafscale_iceberg.dataplane.formats.registered import RegisteredSchemaDecoder
 from kafscale_iceberg.dataplane.formats.schema_cache import SchemaCache, no_registry
 from kafscale_iceberg.dataplane.schemas import column_arrow_type

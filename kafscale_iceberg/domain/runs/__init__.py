@@ -56,6 +56,7 @@ from kafscale_iceberg.domain.runs.plan import (
     validate_run_id,
 )
 from kafscale_iceberg.domain.runs.result import (
+    LFS_DURATION_BUCKETS,
     RESULT_VERSION,
     ColumnStats,
     DataFile,
@@ -84,6 +85,7 @@ __all__ = [
     "DEFAULT_PARTITION_FILE_MIN_BYTES",
     "KEY_COLUMN_PREFIX",
     "KEY_VALUE_FIELD",
+    "LFS_DURATION_BUCKETS",
     "LFS_METADATA_COLUMNS",
     "NESTED_TYPES",
     "NO_OFFSET",
