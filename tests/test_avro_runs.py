@@ -46,6 +46,7 @@ from kafscale_iceberg.domain.runs import (
     RunStatus,
     RunTimings,
     SchemaMode,
+    TimeColumns,
 )
 from kafscale_iceberg.domain.schema import table_fields
 from kafscale_iceberg.domain.value_formats import ValueFormatSpec
@@ -308,3 +309,29 @@ def test_avro_times_of_day_land_in_iceberg_time_columns_that_readers_read_as_tim
     assert duckdb.sql(
         f"SELECT typeof(opens), CAST(closes AS VARCHAR) FROM read_parquet('{task.file.file_path}')"
     ).fetchall() == [("TIME", "23:59:59.999999")]
+
+
+@pytest.mark.parametrize(
+    ("choice", "column_type", "landed"),
+    [
+        (TimeColumns.LONG_MICROS, "long", (34_215_250_000, 86_399_999_999)),
+        (TimeColumns.STRING, "string", ("09:30:15.250000", "23:59:59.999999")),
+    ],
+)
+def test_types_time_lands_avro_times_of_day_as_the_chosen_type_spark_reads(
+    tmp_path: Path,
+    schema_registry: StandInRegistry,
+    choice: TimeColumns,
+    column_type: str,
+    landed: tuple[Any, Any],
+) -> None:
+    opens, closes = datetime.time(9, 30, 15, 250_000), datetime.time(23, 59, 59, 999_999)
+    values = Producer(schema_registry).values(SHIFT, [{"opens": opens, "closes": closes}])
+    plan, result = avro_run(tmp_path / "r1", values, None, schema_registry, time_columns=choice)
+    assert result.status is RunStatus.SUCCEEDED
+    assert not result.counts.conversion_failures
+    commit(sql_committer(tmp_path), plan, result, -1, 0)
+
+    columns, rows = _table_rows(tmp_path)
+    assert (columns["opens"], columns["closes"]) == (column_type, column_type)
+    assert [(r["opens"], r["closes"]) for r in rows] == [landed]

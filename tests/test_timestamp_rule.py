@@ -170,7 +170,7 @@ def _landed(converted: ConvertedRecords, name: str = "at") -> list[Any]:
     return converted.rows.column(name).to_pylist()
 
 
-@pytest.mark.parametrize("value_format", list(PRODUCERS), ids=lambda f: f.value)
+@pytest.mark.parametrize("value_format", list(PRODUCERS), ids=lambda f: f.name)
 @pytest.mark.parametrize("column_type", [ColumnType.TIMESTAMPTZ, ColumnType.TIMESTAMP])
 def test_a_plain_integer_in_a_timestamp_column_is_epoch_milliseconds_in_every_format(
     schema_registry: StandInRegistry, value_format: ValueFormatSpec, column_type: ColumnType
@@ -190,7 +190,7 @@ def test_a_field_with_its_own_unit_keeps_it(schema_registry: StandInRegistry) ->
     assert _landed(_convert(schema_registry, value_formats.CONNECT_JSON, connect, column)) == [AT]
 
 
-@pytest.mark.parametrize("value_format", list(PRODUCERS), ids=lambda f: f.value)
+@pytest.mark.parametrize("value_format", list(PRODUCERS), ids=lambda f: f.name)
 def test_epoch_milliseconds_land_from_year_1_to_9999_and_beyond_are_counted_failures(
     schema_registry: StandInRegistry, value_format: ValueFormatSpec
 ) -> None:
@@ -209,7 +209,7 @@ def test_epoch_milliseconds_land_from_year_1_to_9999_and_beyond_are_counted_fail
     assert converted.conversion_failures == {"at": 3}
 
 
-@pytest.mark.parametrize("value_format", list(PRODUCERS), ids=lambda f: f.value)
+@pytest.mark.parametrize("value_format", list(PRODUCERS), ids=lambda f: f.name)
 def test_a_timestamp_beyond_9999_fails_a_strict_run_naming_the_column_and_value(
     schema_registry: StandInRegistry, value_format: ValueFormatSpec
 ) -> None:

@@ -22,6 +22,7 @@ from kafscale_iceberg.config.sections import (
     RunsConfig,
     S3Config,
     SchemaConfig,
+    TypesConfig,
 )
 from kafscale_iceberg.domain.routing import check_template, templates_overlap
 from kafscale_iceberg.domain.runs import CorruptSegmentPolicy
@@ -55,6 +56,7 @@ class KafscaleConfig(_Section):
     runs: RunsConfig = Field(default_factory=RunsConfig)
     runner: RunnerConfig = Field(default_factory=RunnerConfig)
     notifications: NotificationsConfig = Field(default_factory=NotificationsConfig)
+    types: TypesConfig = Field(default_factory=TypesConfig)
     maintenance: MaintenanceConfig = Field(default_factory=MaintenanceConfig)
     schema_registry: SchemaRegistryConfig | None = None
 

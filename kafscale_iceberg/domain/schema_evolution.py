@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from kafscale_iceberg.domain.runs import ColumnSpec, ColumnType
+from kafscale_iceberg.domain.runs import ColumnSpec, ColumnType, TimeColumns
 
 _WIDER: dict[tuple[ColumnType, ColumnType], ColumnType] = {
     (ColumnType.INT, ColumnType.LONG): ColumnType.LONG,
@@ -106,3 +106,41 @@ def _collect_widened(
         return
     if current.type_name != evolved.type_name:
         found.append((path, evolved))
+
+
+_TIME_AS: dict[TimeColumns, ColumnType] = {
+    TimeColumns.LONG_MICROS: ColumnType.LONG,
+    TimeColumns.STRING: ColumnType.STRING,
+}
+
+
+def with_time_as(
+    columns: Sequence[ColumnSpec], choice: TimeColumns, current: Sequence[ColumnSpec] = ()
+) -> tuple[ColumnSpec, ...]:
+    """The columns a schema gives with every `time` (nested ones included) as `types.time` chooses:
+    `long_micros` a `long` of microseconds since midnight, `string` its `HH:MM:SS.ffffff` text; `time`
+    keeps them. A column `current` (the table's) already holds as `time` stays `time`: a table's
+    column never changes type."""
+    target = _TIME_AS.get(choice)
+    if target is None:
+        return tuple(columns)
+    return tuple(_time_as(column, target, _named(current).get(column.name)) for column in columns)
+
+
+def _named(columns: Sequence[ColumnSpec]) -> dict[str, ColumnSpec]:
+    return {column.name: column for column in columns}
+
+
+def _time_as(column: ColumnSpec, target: ColumnType, current: ColumnSpec | None) -> ColumnSpec:
+    if column.type is ColumnType.TIME:
+        kept = current is not None and current.type is ColumnType.TIME
+        return column if kept else column.model_copy(update={"type": target})
+    update: dict[str, object] = {}
+    if column.fields:
+        known = _named(current.fields) if current is not None else {}
+        update["fields"] = tuple(_time_as(f, target, known.get(f.name)) for f in column.fields)
+    for part in ("element", "value"):
+        inner = getattr(column, part)
+        if inner is not None:
+            update[part] = _time_as(inner, target, getattr(current, part, None))
+    return column.model_copy(update=update) if update else column

@@ -20,6 +20,7 @@ from kafscale_iceberg.domain.runs.columns import (
     ColumnType,
     PartitionField,
     PartitionTransform,
+    TimeColumns,
 )
 from kafscale_iceberg.domain.runs.documents import (
     NO_OFFSET,
@@ -130,6 +131,7 @@ __all__ = [
     "TableOutput",
     "TableRole",
     "TableTarget",
+    "TimeColumns",
     "UpsertOutcome",
     "UpsertSettings",
     "deleted_keys_target",

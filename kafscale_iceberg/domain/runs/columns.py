@@ -9,6 +9,20 @@ from pydantic import Field, model_validator
 from kafscale_iceberg.domain.runs.documents import DocumentModel
 
 
+class TimeColumns(StrEnum):
+    """`types.time`: the column type of a schema's time of day (Avro `time-millis`/`time-micros`, Kafka
+    Connect `Time`, Debezium `Time`/`MicroTime`) in a table whose columns come from schemas.
+
+    `time`: Iceberg's `time` (exact; read by Trino/Athena, DuckDB, iceberg-rust, pyiceberg, Flink, but
+    Spark 3.5 and 4.0 refuse a whole table holding one, apache/iceberg #9006); `long_micros`: a `long`,
+    microseconds since midnight; `string`: `HH:MM:SS.ffffff` (fixed width, so it sorts as the time).
+    """
+
+    TIME = "time"
+    LONG_MICROS = "long_micros"
+    STRING = "string"
+
+
 class ColumnType(StrEnum):
     """Mapping column types, as the KafScale processor config names them."""
 

@@ -16,7 +16,7 @@ from pydantic import Field, field_validator, model_validator
 
 from kafscale_iceberg.domain.routing import matches_template
 from kafscale_iceberg.domain.runner_choice import RunnerKind
-from kafscale_iceberg.domain.runs.columns import ColumnSpec, ColumnType, PartitionField
+from kafscale_iceberg.domain.runs.columns import ColumnSpec, ColumnType, PartitionField, TimeColumns
 from kafscale_iceberg.domain.runs.documents import DocumentModel, Offset, PartitionNumber
 from kafscale_iceberg.domain.runs.formats import KEY_COLUMN_PREFIX, RegistrySettings
 from kafscale_iceberg.domain.runs.upsert import UpsertSettings
@@ -276,6 +276,8 @@ class ConversionSettings(DocumentModel):
     allow_type_widening: bool = False
     """With `infer_columns`: a new field holding integers and other numbers becomes `double`
     (else `long`)."""
+    time_columns: TimeColumns = TimeColumns.TIME
+    """`types.time`: the type a time of day from a record schema gets (`TimeColumns`)."""
     value_format: ValueFormatName = JSON
     """How the values are written (`domain/value_formats.py`); with a format other than `json` and
     `infer_columns`, the columns come from the records' own schemas and evolve with them."""
