@@ -104,15 +104,8 @@ def test_the_walk_sees_imports_at_every_level() -> None:
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
-PENDING = [["kafscale_iceberg.services.commit", "kafscale_iceberg.services.stranded_runs"]]
-"""The one circle left, removed by issue 29's move of the commit cluster into `services/commits/`;
-emptied then (the test also fails when a pending circle is gone, so the list cannot go stale)."""
-
-
 def test_no_module_imports_itself_through_others() -> None:
     found = cycles(import_graph())
-    assert all(c in found for c in PENDING), f"a pending circle is gone: drop it from PENDING ({PENDING})"
-    found = [c for c in found if c not in PENDING]
     assert not found, "import circles (move the type both sides need below both):\n" + "\n".join(
         " <-> ".join(component) for component in found
     )
