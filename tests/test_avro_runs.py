@@ -335,3 +335,33 @@ def test_types_time_lands_avro_times_of_day_as_the_chosen_type_spark_reads(
     columns, rows = _table_rows(tmp_path)
     assert (columns["opens"], columns["closes"]) == (column_type, column_type)
     assert [(r["opens"], r["closes"]) for r in rows] == [landed]
+
+
+PIZZA_SIZED = {
+    **PIZZA_V1,
+    "fields": [
+        *PIZZA_V1["fields"],
+        {"name": "size", "type": "string", "default": "medium"},
+        {"name": "slices", "type": ["int", "null"], "default": 8},
+        {"name": "note", "type": ["null", "string"], "default": None},
+    ],
+}
+
+
+def test_a_record_written_with_an_older_schema_lands_the_newer_schemas_declared_defaults(
+    tmp_path: Path, schema_registry: StandInRegistry
+) -> None:
+    producer = Producer(schema_registry)
+    old = producer.values(PIZZA_V1, [pizza(1)])
+    new = producer.values(PIZZA_SIZED, [pizza(2, size="large", slices=12, note="extra")])
+    plan, result = avro_run(tmp_path / "r1", [*old, *new, *old], None, schema_registry)
+    assert result.status is RunStatus.SUCCEEDED
+    assert not result.counts.conversion_failures
+    commit(sql_committer(tmp_path), plan, result, -1, 2)
+
+    _columns, rows = _table_rows(tmp_path)
+    assert [(r["id"], r["size"], r["slices"], r["note"]) for r in rows] == [
+        (1, "medium", 8, None),  # Avro's resolution: the reader's default for a field the writer lacks
+        (2, "large", 12, "extra"),
+        (1, "medium", 8, None),
+    ]

@@ -10,7 +10,10 @@ Rules, applied to each schema in turn (in schema-id order: older versions first)
   column merges its fields by these rules, a list its element, a map its value;
 - any other change of type (a `string` field becoming `long`) keeps the column's type: the values
   that do not convert are counted as conversion failures of the column (never silently null);
-- a column the schema lacks stays (a field a newer version dropped): null from then on.
+- a column the schema lacks stays (a field a newer version dropped): null from then on;
+- a scalar default a schema declares for a field (Avro) is carried by its column, the newest
+  schema's winning: a record written with a schema without the field lands it (Avro's schema
+  resolution), in the run whose records carry that schema.
 
 Names are compared exactly, and a new name equal to a column's ignoring case is left out (it stays in
 the `value` bytes), as for inferred columns (`domain/inference.py`).
@@ -55,7 +58,16 @@ def _merged_fields(
 
 
 def merged_column(current: ColumnSpec, incoming: ColumnSpec) -> ColumnSpec:
-    """`current` widened and extended by `incoming` where the rules allow (else `current`)."""
+    """`current` widened and extended by `incoming` where the rules allow (else `current`), with
+    `incoming`'s declared default when it has one its type takes (a newer schema's default wins)."""
+    merged = _merged_parts(current, incoming)
+    fits = merged.type is incoming.type or _WIDER.get((incoming.type, merged.type)) is merged.type
+    if incoming.default is not None and fits and merged.default != incoming.default:
+        return merged.model_copy(update={"default": incoming.default})
+    return merged
+
+
+def _merged_parts(current: ColumnSpec, incoming: ColumnSpec) -> ColumnSpec:
     kind = current.type
     if kind is ColumnType.STRUCT and incoming.type is ColumnType.STRUCT:
         return current.model_copy(update={"fields": _merged_fields(current.fields, incoming.fields, set())})

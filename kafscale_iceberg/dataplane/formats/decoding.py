@@ -92,8 +92,8 @@ def conform(batch: DecodedBatch, columns: Sequence[ColumnSpec]) -> DecodedColumn
         for group in batch.groups:
             source = _field(group.records, column.name)
             sources[-1].append(source)
-            if source is None:
-                pieces.append(pa.nulls(len(group.positions), target))
+            if source is None:  # its schema lacks the field: the declared default (Avro's resolution)
+                pieces.append(default_or_nulls(column, len(group.positions)))
             else:
                 converted, bad = conform_array(source, column)
                 pieces.append(converted)
@@ -190,7 +190,7 @@ def conform_array(source: pa.Array, column: ColumnSpec) -> tuple[pa.Array, np.nd
         for part in column.fields:
             index = source.type.get_field_index(part.name)
             if index < 0:
-                children.append(pa.nulls(count, column_arrow_type(part)))
+                children.append(default_or_nulls(part, count))
                 continue
             child, bad = conform_array(source.field(index), part)
             children.append(child)
@@ -224,6 +224,15 @@ def conform_array(source: pa.Array, column: ColumnSpec) -> tuple[pa.Array, np.nd
         precision, scale = column.precision or 1, column.scale or 0
         return _per_value(source, target, lambda text: _fitted(text, precision, scale))
     return _cast_or_per_value(source, target)
+
+
+def default_or_nulls(column: ColumnSpec, count: int) -> pa.Array:
+    """`count` values of a field a record's schema lacks: the column's declared default, else null."""
+    target = column_arrow_type(column)
+    if column.default is None:
+        return pa.nulls(count, target)
+    converted, failed = _cast_or_per_value(pa.array([column.default] * count), target)
+    return pa.nulls(count, target) if failed.any() else converted
 
 
 def holds_temporal(column: ColumnSpec) -> bool:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from pydantic import Field, model_validator
+from pydantic import Field, JsonValue, model_validator
 
 from kafscale_iceberg.domain.runs.documents import DocumentModel
 
@@ -87,6 +87,9 @@ class ColumnSpec(DocumentModel):
     fields: tuple[ColumnSpec, ...] = ()
     element: ColumnSpec | None = None
     value: ColumnSpec | None = None
+    default: JsonValue = Field(default=None, exclude_if=lambda value: value is None)
+    """The default a record schema declares for the field (Avro, a scalar), landed for a record written
+    with a schema without the field (Avro's schema resolution); None (left out of documents): null."""
 
     @model_validator(mode="after")
     def _parts_match_type(self) -> ColumnSpec:
