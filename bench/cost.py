@@ -26,7 +26,8 @@ def print_inputs(artefacts: Artefacts) -> None:
         seconds = FUNCTION_SECONDS.get(f.name)
         print(
             f"  {f.name:22} {f.memory_mb:5} MB {f.architecture:7} tracing {f.tracing:11} "
-            f"{'VPC' if f.in_vpc else '   '} {'calls AWS APIs from the VPC' if f.calls_aws_apis_from_vpc else ''}"
+            f"{'VPC' if f.in_vpc else '   '} "
+            f"{'calls AWS APIs from the VPC' if f.calls_aws_apis_from_vpc else ''}"
             + (f" (assumed {seconds} s an invocation)" if seconds else "")
         )
     machine = stack.state_machine
@@ -34,7 +35,8 @@ def print_inputs(artefacts: Artefacts) -> None:
         f"  state machine {machine.type}, {machine.transitions_per_run} transitions a committed run, "
         f"renewal every {machine.renew_every_s:.0f} s ({machine.renewal_transitions} transitions); "
         f"EMR {stack.emr_architecture}; reconcile every {stack.reconcile_every_s:.0f} s, maintenance every "
-        f"{stack.maintenance_every_s:.0f} s; {len(stack.alarm_metrics)} alarms, {stack.dashboards} dashboard(s); "
+        f"{stack.maintenance_every_s:.0f} s; {len(stack.alarm_metrics)} alarms, "
+        f"{stack.dashboards} dashboard(s); "
         f"X-Ray rule {stack.xray_fixed_rate:.0%} beyond {stack.xray_reservoir_per_s:g}/s"
     )
     print("measured (box counts: per run + per segment):")

@@ -1,4 +1,4 @@
-"""The cost model's throughput input: `make cost-throughput` writes kafscale_iceberg/cost/measured/throughput.json.
+"""The cost model's throughput input: `make cost-throughput` writes it (cost/measured/throughput.json).
 
 The same segments (bench/spark.py's workload: synthetic JSON order events, 7 columns, partitioned by
 day) processed, in child processes pinned with `os.sched_setaffinity`, by
@@ -20,9 +20,7 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
-
 
 ROOT = Path(__file__).resolve().parent.parent
 

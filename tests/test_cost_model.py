@@ -71,13 +71,13 @@ def test_custom_metrics_per_topic_is_what_the_emf_sink_makes_of_the_definitions(
 
 
 def test_dimension_value_counts_are_the_fixed_sets_they_stand_for() -> None:
-    assert CLOUDWATCH_DIMENSION_VALUES == {
+    assert {
         "result": len(RecordResult),
         "stage": len(ErrorStage),
         "outcome": len(RunOutcomeLabel),
         "cause": len(set(LAMBDA_KILL_CAUSES.values())),
         "status": len(LaunchStatus),
-    }
+    } == CLOUDWATCH_DIMENSION_VALUES
 
 
 def test_vpc_functions_calling_aws_apis_agree_with_the_template_as_cloudformation_resolves_it() -> None:
@@ -119,7 +119,8 @@ def test_half_the_throughput_costs_more_and_an_idle_stack_runs_nothing() -> None
     workload = WORKLOADS["1mbps"]
     assert half.month(workload).total > full.month(workload).total
     idle = full.month(IDLE)
-    assert idle.gigabytes == 0 and idle.runs == {"lambda": 0.0, "emr": 0.0}
+    assert idle.gigabytes == 0
+    assert idle.runs == {"lambda": 0.0, "emr": 0.0}
     assert idle.usd["runs"] == idle.usd["commits"] == 0.0
     assert idle.usd["fixed stack"] > 0
 
@@ -138,7 +139,8 @@ def test_every_price_is_in_docs_cost_md_with_its_source() -> None:
     text = COST_DOC.read_text()
     for name, info in PriceList.model_fields.items():
         assert f"`{name}`" in text, name
-        assert info.json_schema_extra and str(info.json_schema_extra["source"]) in text, name
+        assert isinstance(info.json_schema_extra, dict), name
+        assert str(info.json_schema_extra["source"]) in text, name
 
 
 def test_the_cost_command_prices_the_example_fleet_beside_firehose(

@@ -488,9 +488,7 @@ def _metric_names(record: dict[str, Any]) -> dict[str, str]:
 
 def _record_with(records: list[dict[str, Any]], metric: str, **properties: Any) -> dict[str, Any]:
     (record,) = [
-        r
-        for r in records
-        if metric in _metric_names(r) and all(r.get(k) == v for k, v in properties.items())
+        r for r in records if metric in _metric_names(r) and all(r.get(k) == v for k, v in properties.items())
     ]
     return record
 
@@ -534,7 +532,8 @@ def test_a_commit_as_emf_topic_a_dimension_only_of_per_topic_metrics_partition_a
     assert partition_one["last_offset"] == [29.0]
     assert partition_one["watermark_offset"] == [29.0]
     assert partition_one["watermark_timestamp_ms"] == [8000.0]
-    assert _record_with(records, "conversion_failures_total", column="at")["conversion_failures_total"] == [2.0]
+    conversion = _record_with(records, "conversion_failures_total", column="at")
+    assert conversion["conversion_failures_total"] == [2.0]
     undecodable = _record_with(records, "dead_letters_total", reason="undecodable")
     assert undecodable["dead_letters_total"] == [2.0]
     assert _dimensions(undecodable) == [["topic", "service"]]

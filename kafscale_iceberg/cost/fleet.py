@@ -27,7 +27,7 @@ from pydantic import BaseModel, ByteSize, ConfigDict, Field, ValidationError
 
 from kafscale_iceberg.cost.model import MIB, TopicGroup, Workload
 from kafscale_iceberg.cost.prices import PriceList
-from kafscale_iceberg.exceptions import ConfigError
+from kafscale_iceberg.exceptions import ConfigError, ConfigValidationError
 
 
 class FleetTopic(BaseModel):
@@ -78,9 +78,13 @@ def load_fleet(path: Path) -> Fleet:
     try:
         document = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"cannot read the fleet file {path}: {exc}") from exc
+        raise ConfigError("--fleet", f"cannot read the fleet file {path}: {exc}") from exc
     try:
         return Fleet.model_validate(document)
     except ValidationError as exc:
-        problems = "; ".join(f"{_location(e['loc'])}: {e['msg']}" for e in exc.errors())
-        raise ConfigError(f"fleet file {path}: {problems} (see docs/cost.md for its keys)") from exc
+        problems = [(_location(e["loc"]), e["msg"]) for e in exc.errors()]
+        raise ConfigValidationError(
+            f"fleet file {path}",
+            problems,
+            note="the keys are docs/cost.md's (kafscale_iceberg/cost/fleet.py)",
+        ) from exc

@@ -78,8 +78,9 @@ def _read(path: Path) -> dict[str, Any]:
         document: dict[str, Any] = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
         raise ConfigError(
+            str(path),
             f"cannot read the cost model's measurement {path}: {exc}; regenerate it "
-            "(make cost-box-counts / make cost-throughput)"
+            "(make cost-box-counts / make cost-throughput)",
         ) from exc
     return document
 
@@ -93,7 +94,7 @@ def read_box_counts(path: Path = BOX_COUNTS) -> BoxCounts:
             renewal=document.get("renewal", {}),
         )
     except (KeyError, TypeError) as exc:
-        raise ConfigError(f"{path} is not a box-count document ({exc}): regenerate it") from exc
+        raise ConfigError(str(path), f"not a box-count document ({exc}): make cost-box-counts") from exc
 
 
 def read_throughput(path: Path = THROUGHPUT) -> Throughput:
@@ -109,4 +110,4 @@ def read_throughput(path: Path = THROUGHPUT) -> Throughput:
             load_average=tuple(float(x) for x in document.get("load_average_1min", ())),
         )
     except (KeyError, TypeError, ValueError) as exc:
-        raise ConfigError(f"{path} is not a throughput measurement ({exc}): regenerate it") from exc
+        raise ConfigError(str(path), f"not a throughput measurement ({exc}): make cost-throughput") from exc

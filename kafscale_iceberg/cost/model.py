@@ -396,7 +396,7 @@ class CostModel:
             bill.add("network", count * vpc_requests * NAT_BYTES_PER_REQUEST / GB * prices.nat_gb)
 
     def _compaction(self, bill: Bill, group: TopicGroup, runs: TopicRuns) -> None:
-        """Each table's maintenance passes, and its compaction jobs (EMR, the maintenance function waiting)."""
+        """Each table's maintenance passes, and its compaction jobs (EMR; the maintenance function waits)."""
         maintenance = self.stack.function("MaintenanceFunction")
         passes = MONTH_S / self.stack.maintenance_every_s if self.stack.maintenance_every_s else 0.0
         bill.add("compaction", group.count * self.function_usd("MaintenanceFunction", passes))
@@ -413,7 +413,7 @@ class CostModel:
         bill.add("compaction", group.count * jobs * per_job)
 
     def _traced_usd(self, function: FunctionSpec, invocations: float) -> float:
-        """X-Ray traces of an `Active` function's invocations (Lambda samples the first each second, then 5%)."""
+        """X-Ray traces of an `Active` function's invocations (Lambda samples 1 a second, then 5%)."""
         if function.tracing != "Active":
             return 0.0
         reservoir = MONTH_S  # one a second
@@ -464,7 +464,7 @@ def _emr_shape(planned_bytes: float) -> tuple[float, float]:
 
 
 def _weighted_median(values: list[tuple[float, float]]) -> float:
-    """The median of `(value, weight)` pairs (the p50 of a fleet's records, each topic weighted by its bytes)."""
+    """The median of `(value, weight)` pairs (a fleet's p50: each topic weighted by its bytes)."""
     ordered = sorted(values)
     half = sum(w for _, w in ordered) / 2
     seen = 0.0

@@ -22,7 +22,9 @@ FIREHOSE = "aws.amazon.com/firehose/pricing"
 
 
 def _price(default: float, source: str, description: str) -> float:
-    return Field(default=default, ge=0, description=description, json_schema_extra={"source": source})  # type: ignore[no-any-return]
+    """A price field: its default, the page that publishes it (docs/cost.md lists both)."""
+    price: float = Field(default=default, ge=0, description=description, json_schema_extra={"source": source})
+    return price
 
 
 class PriceList(BaseModel):

@@ -102,6 +102,7 @@ def render_bill(bill: Bill) -> str:
     elif bill.p50_s is not None:
         lines.append(f"  PUT->committed p50 {bill.p50_s:.0f} s")
     lines.append(
-        f"  runs a month: {bill.runs['lambda']:,.0f} on the Lambda runner, {bill.runs['emr']:,.0f} on EMR Serverless"
+        f"  runs a month: {bill.runs['lambda']:,.0f} on the Lambda runner, "
+        f"{bill.runs['emr']:,.0f} on EMR Serverless"
     )
     return "\n".join(lines)

@@ -117,8 +117,9 @@ class DeployedStack:
             return self.functions[name]
         except KeyError:
             raise ConfigError(
-                f"template.yaml has no function {name!r} (it has {sorted(self.functions)}): "
-                "the cost model prices the functions the stack deploys; update kafscale_iceberg/cost"
+                "template.yaml",
+                f"no function {name!r} (it has {sorted(self.functions)}): "
+                "the cost model prices the functions the stack deploys; update kafscale_iceberg/cost",
             ) from None
 
 
@@ -127,11 +128,12 @@ class _Template:
 
     def __init__(self, path: Path) -> None:
         try:
-            self.document: dict[str, Any] = yaml.load(path.read_text(), Loader=_CfnLoader)  # noqa: S506
+            self.document: dict[str, Any] = yaml.load(path.read_text(), Loader=_CfnLoader)
         except OSError as exc:
             raise ConfigError(
+                "--template",
                 f"cannot read the stack template {path}: {exc}; pass --template (the repository's "
-                "template.yaml)"
+                "template.yaml)",
             ) from exc
         self.path = path
         self.resources: dict[str, Any] = {
@@ -165,7 +167,7 @@ class _Template:
             return all(self._truth(x) for x in arg)
         if key == "Fn::Or":
             return any(self._truth(x) for x in arg)
-        raise ConfigError(f"{self.path}: condition {node} is not one the cost model evaluates")
+        raise ConfigError(str(self.path), f"condition {node} is not one the cost model evaluates")
 
     def _scalar(self, node: Any) -> str:
         node = self.value(node)
@@ -212,8 +214,8 @@ def _role_actions(template: _Template, role_id: str) -> frozenset[str]:
     actions: set[str] = set()
     for policy in role.get("Policies", []):
         actions |= _policy_actions(template, policy["PolicyDocument"])
-    for arn in role.get("ManagedPolicyArns", []):
-        arn = template.value(arn)
+    for written in role.get("ManagedPolicyArns", []):
+        arn = template.value(written)
         if isinstance(arn, dict) and arn.get("Ref") in template.resources:
             managed = template.properties(arn["Ref"])
             actions |= _policy_actions(template, managed["PolicyDocument"])
@@ -280,7 +282,7 @@ def _count_entered(states: Mapping[str, Any], start: str, *, until_wait: bool) -
 
 
 def _state_machine(template: _Template) -> StateMachineSpec:
-    ((name, resource),) = template.of_type("AWS::Serverless::StateMachine").items()
+    ((_name, resource),) = template.of_type("AWS::Serverless::StateMachine").items()
     props = resource["Properties"]
     definition = json.loads((template.path.parent / props["DefinitionUri"]).read_text())
     renew = _renewal_loop(definition)
