@@ -31,6 +31,7 @@ from typing import Any
 
 import pytest
 
+from kafscale_iceberg.cost.measured import artefact_digests
 from kafscale_iceberg.cost.stack import read_stack
 from tests.support.aws_box import EMR_JOB_ROLE, Box, SparkBoxOpener
 from tests.support.segments import put_segment
@@ -213,6 +214,7 @@ def test_requests_per_run_and_per_segment_along_the_path_are_counted(box: Box) -
             "runs": [asdict(small), asdict(large)],
             "lines": lines,
             "renewal": per_renewal([small, large]),
+            "measured_on": artefact_digests(),
         }
         Path(destination).write_text(json.dumps(document, indent=1) + "\n")
     total = PARTITIONS + SMALL_RUN + LARGE_RUN

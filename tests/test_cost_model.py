@@ -14,7 +14,7 @@ from kafscale_iceberg.cli import main
 from kafscale_iceberg.cost.fleet import load_fleet
 from kafscale_iceberg.cost.model import LINE_ITEMS, TopicGroup, Workload
 from kafscale_iceberg.cost.prices import PriceList
-from kafscale_iceberg.cost.report import IDLE, WORKLOADS, build_model, summary
+from kafscale_iceberg.cost.report import IDLE, WORKLOADS, Artefacts, build_model, summary
 from kafscale_iceberg.cost.stack import ETCD_ONLY_ACTIONS, read_stack
 from kafscale_iceberg.domain.runner_choice import LAMBDA_KILL_CAUSES
 from kafscale_iceberg.exceptions import ConfigError
@@ -174,3 +174,24 @@ def test_region_prices_from_the_fleet_file_change_the_bill(tmp_path: Path) -> No
     dearer = fleet.model_copy(update={"prices": fleet.prices.model_copy(update={"lambda_request": 1e-5})})
     model, dear_model = build_model(prices=fleet.prices), build_model(prices=dearer.prices)
     assert dear_model.month(fleet.workload()).total > model.month(fleet.workload()).total
+
+
+def test_the_bill_follows_what_the_template_deploys(tmp_path: Path) -> None:
+    """Switch the state machine's type (Standard <-> Express) in a copy of the template and the runs'
+    line moves with it: no number of the stack is copied into the model."""
+    (tmp_path / "infra").mkdir()
+    asl = ROOT / "infra" / "state_machine.asl.json"
+    (tmp_path / "infra" / asl.name).write_text(asl.read_text())
+    text = TEMPLATE.read_text()
+    deployed = read_stack(TEMPLATE).state_machine.type
+    other = "EXPRESS" if deployed == "STANDARD" else "STANDARD"
+    switched = re.sub(rf"(\n      Type: ){deployed}\n", rf"\g<1>{other}\n", text, count=1)
+    assert switched != text
+    path = tmp_path / "template.yaml"
+    path.write_text(switched)
+    assert read_stack(path).state_machine.type == other
+    workload = WORKLOADS["1mbps"]
+    before = build_model().month(workload)
+    after = build_model(Artefacts(template=path)).month(workload)
+    assert after.usd["runs"] != pytest.approx(before.usd["runs"], rel=1e-3)
+    assert after.usd["commits"] == pytest.approx(before.usd["commits"])

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -18,6 +19,9 @@ from typing import Any
 from kafscale_iceberg.exceptions import ConfigError
 
 MEASURED = Path(__file__).resolve().parent / "measured"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+COUNTED_ARTEFACTS = ("template.yaml", "infra/state_machine.asl.json")
+"""What the box's counts depend on besides the code: a change to either calls for new counts."""
 BOX_COUNTS = MEASURED / "box_counts.json"
 THROUGHPUT = MEASURED / "throughput.json"
 
@@ -63,6 +67,12 @@ class BoxCounts:
 
     lines: Mapping[str, Line]
     renewal: Mapping[str, float] = field(default_factory=dict)
+    measured_on: Mapping[str, str] = field(default_factory=dict)
+    """The digests of the artefacts the box ran (`artefact_digests`) when it counted."""
+
+    def current(self, root: Path = REPO_ROOT) -> bool:
+        """Counted on the template and state machine `root` holds now (else: make cost-box-counts)."""
+        return dict(self.measured_on) == artefact_digests(root)
 
     def count(self, name: str, segments: float) -> float:
         line = self.lines.get(name)
@@ -71,6 +81,15 @@ class BoxCounts:
     def invocations(self) -> dict[str, Line]:
         """Lambda invocations of a run by function (the template's logical id)."""
         return {k.split(":", 1)[1]: v for k, v in self.lines.items() if k.startswith("lambda:")}
+
+
+def artefact_digests(root: Path = REPO_ROOT) -> dict[str, str]:
+    """SHA-256 of each of `COUNTED_ARTEFACTS` under `root` (missing ones left out)."""
+    return {
+        name: hashlib.sha256((root / name).read_bytes()).hexdigest()
+        for name in COUNTED_ARTEFACTS
+        if (root / name).exists()
+    }
 
 
 def _read(path: Path) -> dict[str, Any]:
@@ -92,6 +111,7 @@ def read_box_counts(path: Path = BOX_COUNTS) -> BoxCounts:
         return BoxCounts(
             lines={name: Line(**line) for name, line in document["lines"].items()},
             renewal=document.get("renewal", {}),
+            measured_on=document.get("measured_on", {}),
         )
     except (KeyError, TypeError) as exc:
         raise ConfigError(str(path), f"not a box-count document ({exc}): make cost-box-counts") from exc

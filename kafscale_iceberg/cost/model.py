@@ -273,10 +273,10 @@ class CostModel:
         bill.add(
             "metrics", self._alarms_usd(bill.workload) + stack.dashboards * prices.cloudwatch_dashboard_month
         )
-        bill.add("metrics", custom_metrics_aggregated() * prices.cloudwatch_metric_month)
-        bill.add(
-            "metrics", custom_metrics_per_topic() * bill.workload.topics * prices.cloudwatch_metric_month
-        )
+        # CloudWatch bills a metric for the hours it receives data: per-topic ones for topics with traffic
+        active = sum(g.count for g in bill.workload.groups if g.mb_per_s > 0)
+        metrics = custom_metrics_aggregated(idle=not active) + custom_metrics_per_topic() * active
+        bill.add("metrics", metrics * prices.cloudwatch_metric_month)
         bill.add("network", self._vpc_hours_usd())
 
     def _alarms_usd(self, workload: Workload) -> float:
