@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 
+from kafscale_iceberg.domain.runs import LFS_DURATION_BUCKETS
 from kafscale_iceberg.exceptions import CatalogError, CheckpointError, QueueUnavailableError
 
 PROMETHEUS_NAMESPACE = "kafscale_processor"
@@ -151,8 +152,6 @@ WATERMARK_TIMESTAMP = MetricDef(
     "Timestamp of the newest committed record, Unix milliseconds.",
     "None",
 )
-LFS_DURATION_BUCKETS: tuple[float, ...] = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
-"""Bucket bounds of `lfs_resolution_duration_seconds` (Prometheus' defaults, as the Go processor's)."""
 LFS_RESOLVED = MetricDef(
     "lfs_resolved_total",
     MetricKind.COUNTER,
