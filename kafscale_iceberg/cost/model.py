@@ -275,7 +275,11 @@ class CostModel:
         )
         # CloudWatch bills a metric for the hours it receives data: per-topic ones for topics with traffic
         active = sum(g.count for g in bill.workload.groups if g.mb_per_s > 0)
-        metrics = custom_metrics_aggregated(idle=not active) + custom_metrics_per_topic() * active
+        emitted = self.counts.emitted_metrics  # what a run emits (the box), else every definition
+        definitions = [m for m in ALL_METRICS if emitted is None or m.name in emitted or not m.labels]
+        metrics = (
+            custom_metrics_aggregated(definitions, idle=not active) + custom_metrics_per_topic() * active
+        )
         bill.add("metrics", metrics * prices.cloudwatch_metric_month)
         bill.add("network", self._vpc_hours_usd())
 
