@@ -195,3 +195,5 @@ def test_the_bill_follows_what_the_template_deploys(tmp_path: Path) -> None:
     after = build_model(Artefacts(template=path)).month(workload)
     assert after.usd["runs"] != pytest.approx(before.usd["runs"], rel=1e-3)
     assert after.usd["commits"] == pytest.approx(before.usd["commits"])
+    # and the box's counts, made on the repository's template, are no longer this one's
+    assert build_model(Artefacts(template=path)).counts.current(path.parent) is False

@@ -69,6 +69,7 @@ FUNCTION_SECONDS: Mapping[str, float] = {
     "AbortFunction": 0.5,
     "ReconcilerFunction": 2.0,
     "MaintenanceFunction": 3.0,  # a pass over one table with nothing to compact (expiry, orphans)
+    "CheckpointFunction": 0.1,  # one etcd request from a warm function beside it
 }
 DEFAULT_FUNCTION_S = 1.0  # a function the list above does not name
 SQS_POLLERS_PER_SOURCE = 5  # Lambda's pollers of an idle SQS event source, each long-polling 20 s
