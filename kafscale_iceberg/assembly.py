@@ -372,7 +372,7 @@ class Assembly:
 
         from kafscale_iceberg.adapters.s3tables_maintenance import S3TablesCompactionProbe  # noqa: PLC0415
 
-        client = boto3.client(
+        client = boto3.session.Session().client(
             "s3tables",
             region_name=table_bucket["region"],
             endpoint_url=self.config.s3.endpoint or None,
