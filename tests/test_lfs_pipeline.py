@@ -106,7 +106,7 @@ def test_a_go_processor_table_is_resolved_into_with_metadata_and_dead_letters(
             bucket=bucket,
             namespace=NAMESPACE,
             etcd_url=etcd_server.url,
-            offsets={"lease_ttl_seconds": 5},
+            offsets={"lease_ttl_seconds": 30},
             runs={"retry_backoff_seconds": 0},
             mappings=[
                 {
