@@ -15,12 +15,12 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from types import FrameType
+from typing import TYPE_CHECKING
 
-from kafscale_iceberg.config import load_config_from
 from kafscale_iceberg.exceptions import KafscaleIcebergError
-from kafscale_iceberg.local.pipeline import OnceSummary, RunEnd, RunReport
-from kafscale_iceberg.local.wiring import ProgressPrinter, lfs_summary, open_pipeline
-from kafscale_iceberg.metrics import MetricsServer, PrometheusMetricsSink
+
+if TYPE_CHECKING:
+    from kafscale_iceberg.local.pipeline import OnceSummary, RunReport
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -41,11 +41,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_command(args: argparse.Namespace) -> int:
     """Run the pipeline; the exit code of `--once`, or 0 after a clean shutdown."""
+    # Imported here, not at the top: `kafscale-iceberg <other command>` never loads the pipeline.
+    from kafscale_iceberg.config import load_config_from  # noqa: PLC0415
+    from kafscale_iceberg.local.wiring import ProgressPrinter, open_pipeline  # noqa: PLC0415
+    from kafscale_iceberg.metrics import MetricsServer, PrometheusMetricsSink  # noqa: PLC0415
+
     config = load_config_from(args.config, strict=args.strict_config)
     sink = PrometheusMetricsSink()
     server = MetricsServer.from_environment(sink)
-    port = server.start()
-    print(f"kafscale-iceberg run: metrics on :{port}/metrics, health on :{port}/healthz", file=sys.stderr)
+    server.start()
+    where = server.where
+    print(f"kafscale-iceberg run: metrics on {where}/metrics, health on {where}/healthz", file=sys.stderr)
     with (
         server,
         open_pipeline(config, observers=[ProgressPrinter()], metrics=sink) as pipeline,
@@ -97,6 +103,9 @@ def stop_on_signals(stop: Callable[[], None]) -> Iterator[None]:
 
 def print_summary(summary: OnceSummary) -> None:
     """The `--once` summary: runs, records, and each topic left behind with why."""
+    from kafscale_iceberg.local.pipeline import RunEnd  # noqa: PLC0415
+    from kafscale_iceberg.local.wiring import lfs_summary  # noqa: PLC0415
+
     committed = [r for r in summary.runs if r.end is RunEnd.COMMITTED]
     finished = summary.finished
     records = sum(r.records for r in committed) + sum(f.records for f in finished)
