@@ -98,7 +98,7 @@ def test_run_once_commits_everything_and_is_idempotent(setup: Setup) -> None:
     setup.put(1, 30, 30, codec=Codec.GZIP)
     first = setup.run("--once")
     assert first.returncode == 0, first.stderr[-3000:]
-    assert "1 runs committed, 100 records" in first.stderr
+    assert "1 run committed, 100 records" in first.stderr
     assert setup.keys() == [(0, o) for o in range(40)] + [(1, o) for o in range(60)]
     snapshots = setup.snapshots()
 
