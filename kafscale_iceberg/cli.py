@@ -238,6 +238,7 @@ _COMMANDS: dict[str, str] = {
     "status": "per topic and partition: offsets, lag, lease, failures",
     "replay": "re-enqueue a topic's segments; --reset-offsets rebuilds the range",
     "maintain": "compact the tables, expire snapshots, delete orphan files",
+    "cost": "a fleet of topics' monthly AWS bill, per line item, beside Firehose's",
 }
 """Top-level commands (`kafscale-iceberg run ...`): name -> help. Each is the module
 `kafscale_iceberg.commands.<name>`, whose `add_arguments` adds its arguments and `command`; only

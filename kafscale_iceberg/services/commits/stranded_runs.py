@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
-from kafscale_iceberg.domain.commits import FinishedRun
+from kafscale_iceberg.domain.finished_runs import FinishedRun
 from kafscale_iceberg.domain.leases import LeaseGrant
 from kafscale_iceberg.domain.runs import RunPlan, RunResult
 from kafscale_iceberg.exceptions import (
@@ -21,10 +20,8 @@ from kafscale_iceberg.exceptions import (
     OffsetMismatchError,
     RunNotCommittableError,
 )
-from kafscale_iceberg.services.run_writes import check_committable
-
-if TYPE_CHECKING:
-    from kafscale_iceberg.services.commit import CommitOutcome
+from kafscale_iceberg.services.commits.outcome import CommitOutcome
+from kafscale_iceberg.services.commits.run_writes import check_committable
 
 logger = logging.getLogger(__name__)
 
