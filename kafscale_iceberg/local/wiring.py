@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, TextIO
 from kafscale_iceberg.adapters.confluent_registry import RegistryCredentials
 from kafscale_iceberg.assembly import Assembly
 from kafscale_iceberg.config import KafscaleConfig
+from kafscale_iceberg.domain.column_fill import unfilled_columns
 from kafscale_iceberg.domain.finished_runs import describe_offsets
 from kafscale_iceberg.domain.runs import RunPlan
 from kafscale_iceberg.domain.tickets import RunTicket
@@ -291,11 +292,25 @@ class ProgressPrinter:
                 )
                 return
             self._print(
-                f"  {report.topic}: run {_short(report.run_id)} committed {report.records} records{extra} "
-                f"in {report.seconds:.1f} s; offsets {describe_offsets(report.offsets)}"
+                f"  {report.topic}: run {_short(report.run_id)} committed {counted(report.records, 'record')}"
+                f"{extra} in {report.seconds:.1f} s; offsets {describe_offsets(report.offsets)}"
             )
+            self._warn_unfilled(report, plan)
         else:
             self._print(f"  {report.topic}: run {_short(report.run_id)} {report.end.value}: {report.reason}")
+
+    def _warn_unfilled(self, report: RunReport, plan: RunPlan) -> None:
+        """Once per run: the mapping columns no record filled (a field name the records do not carry)."""
+        if report.commit is None:
+            return
+        empty = unfilled_columns(plan, report.commit.result)
+        if empty:
+            self._print(
+                f"  {report.topic}: WARNING: column{'' if len(empty) == 1 else 's'} {', '.join(empty)} "
+                f"null in all {counted(report.records, 'record')} of run {_short(report.run_id)}: no record "
+                "carries the field (check the mapping's column names against the records' fields, "
+                "`kafscale-iceberg segments inspect`)"
+            )
 
     def error(self, stage: str, topic: str | None, error: Exception) -> None:
         self._print(f"  {topic + ': ' if topic else ''}{stage} error: {error}")
