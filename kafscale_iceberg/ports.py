@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from kafscale_iceberg.domain.compaction_jobs import CompactionJob, CompactionJobResult
     from kafscale_iceberg.domain.events import WorkItem
     from kafscale_iceberg.domain.field_ids import TableFieldIds
+    from kafscale_iceberg.domain.history import TableHistory
     from kafscale_iceberg.domain.jobs import JobStatus
     from kafscale_iceberg.domain.leases import LeaseBusy, LeaseGrant, LeaseHolder
     from kafscale_iceberg.domain.maintenance import CompactionOutcome, ExpiryOutcome, OrphanFile, TableHealth
@@ -320,6 +321,12 @@ class TableStatusReader(Protocol):
     def offset_anomalies(self, table: str, topic: str) -> OffsetAnomalies: ...
 
     def upsert_counts(self, table: str, topic: str) -> UpsertCounts: ...
+
+
+class TableHistoryReader(Protocol):
+    """A topic's snapshots in a table, from their summaries (adapter: `IcebergTableCommitter`)."""
+
+    def topic_history(self, table: str, topic: str) -> TableHistory: ...
 
 
 class TableHealthReader(Protocol):
