@@ -18,10 +18,10 @@ from kafscale_iceberg.cli import main
 from kafscale_iceberg.config import config_from_mapping
 from kafscale_iceberg.domain.leases import LeaseGrant
 from kafscale_iceberg.exceptions import OffsetNotInHistoryError
-from kafscale_iceberg.services.commit import CommitService
+from kafscale_iceberg.services.commits.commit import CommitService
+from kafscale_iceberg.services.commits.run_writes import TablePolicy
 from kafscale_iceberg.services.history import HistoryService
 from kafscale_iceberg.services.offset_reset import OffsetReset
-from kafscale_iceberg.services.run_writes import TablePolicy
 from tests.support.config_documents import local_document
 from tests.support.iceberg_runs import RunFactory, sql_settings
 
