@@ -77,10 +77,10 @@ class IcebergDeadLetters(CatalogTableAccess):
             SUMMARY_REDRIVE_ID: redrive_id,
             SUMMARY_REDRIVEN: encode_pairs(pairs),
         }
-        rows = rows.cast(loaded.schema().as_arrow()) if rows.schema != loaded.schema().as_arrow() else rows
+        typed = _as_table_types(rows, loaded.schema().as_arrow())
         self._call(
             f"append the re-driven rows of {topic!r} to {table!r}",
-            lambda: loaded.append(rows, snapshot_properties=summary),
+            lambda: loaded.append(typed, snapshot_properties=summary),
         )
 
     def resolve_dead_letters(
@@ -108,7 +108,9 @@ class IcebergDeadLetters(CatalogTableAccess):
                         snapshot_properties=summary,
                     )
                 if failing.num_rows:
-                    transaction.append(failing.cast(loaded.schema().as_arrow()), snapshot_properties=summary)
+                    transaction.append(
+                        _as_table_types(failing, loaded.schema().as_arrow()), snapshot_properties=summary
+                    )
 
         self._call(f"resolve the re-driven dead letters of {topic!r} in {table!r}", commit)
 
@@ -119,6 +121,13 @@ class IcebergDeadLetters(CatalogTableAccess):
             raise
         except Exception as exc:
             raise self._translate(operation, exc) from exc
+
+
+def _as_table_types(rows: pa.Table, table: pa.Schema) -> pa.Table:
+    """`rows` with the table's Arrow types and nullability for the columns both have (a column the
+    table kept but the mapping no longer lists is left out: it lands null, as in a run)."""
+    fields = [table.field(name) for name in rows.column_names if name in table.names]
+    return rows.select([f.name for f in fields]).cast(pa.schema(fields))
 
 
 def _filter(topic: str, selection: RedriveSelection) -> BooleanExpression:

@@ -13,7 +13,7 @@ A crash between the two leaves rows in both tables for a moment; the next redriv
 the summaries, lands nothing of them again and removes them from the dead letters. The topic's lease is
 held throughout, so no run commits in between. The sets are kept in snapshot summaries, so the guarantee
 holds while the snapshot of step 1 is retained (`maintain` expires snapshots after
-`maintenance.snapshot_max_age`: re-run a crashed redrive before that).
+`maintenance.snapshot_retention`: re-run a crashed redrive before that).
 """
 
 from __future__ import annotations
