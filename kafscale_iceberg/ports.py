@@ -12,8 +12,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from kafscale_iceberg.dataplane.formats.decoding import DecodedBatch
-    from kafscale_iceberg.dataplane.redrive import ConvertedDeadLetters
+    from kafscale_iceberg.dataplane.formats.decoded import DecodedBatch
     from kafscale_iceberg.domain.anomalies import OffsetAnomalies
     from kafscale_iceberg.domain.cluster_metadata import ClusterMetadata
     from kafscale_iceberg.domain.commits import TableCommit, TableSpec, TableState
@@ -27,7 +26,7 @@ if TYPE_CHECKING:
     from kafscale_iceberg.domain.offsets import CommittedOffsets, OffsetState, OffsetUpdate
     from kafscale_iceberg.domain.planning import ListedSegment
     from kafscale_iceberg.domain.record_schemas import RegisteredSchema, SchemaId
-    from kafscale_iceberg.domain.redrive import Pair, RedriveSelection
+    from kafscale_iceberg.domain.redrive import ConvertedDeadLetters, Pair, RedriveSelection
     from kafscale_iceberg.domain.runs import ColumnSpec, RunPlan
     from kafscale_iceberg.domain.runs.plan import ConversionSettings
     from kafscale_iceberg.domain.tickets import RunTicket
@@ -523,17 +522,6 @@ class BlobReader(Protocol):
 TaskWork = Callable[[Iterable[int]], Iterator[str]]
 """What a task executor maps: task indexes in, one JSON document per task out (the run driver's
 `TaskRunner`, `ObservationRunner` in `execution/driver.py`)."""
-
-
-class CompiledRecordSchema(Protocol):
-    """A schema a value decoder made ready to read records with: the columns it gives, and its name
-    in messages (`schema id 7`), which its records' `DecodedGroup` carries."""
-
-    @property
-    def columns(self) -> tuple[ColumnSpec, ...]: ...
-
-    @property
-    def label(self) -> str: ...
 
 
 class TaskExecutor(Protocol):

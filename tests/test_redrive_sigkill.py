@@ -32,6 +32,7 @@ from kafscale_iceberg.adapters.iceberg_dead_letters import IcebergDeadLetters
 from kafscale_iceberg.assembly import Assembly
 from kafscale_iceberg.config import load_config_from
 from kafscale_iceberg.dataplane.redrive import convert_dead_letters
+from kafscale_iceberg.domain.redrive import RedriveSelection
 from kafscale_iceberg.services.redrive import RedriveService
 
 step = sys.argv[2]

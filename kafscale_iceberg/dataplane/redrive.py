@@ -10,42 +10,18 @@ record whose blob could not be read) are not converted here: the caller keeps th
 from __future__ import annotations
 
 from collections.abc import Set
-from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from kafscale_iceberg.dataplane.conversion import RecordConverter
 from kafscale_iceberg.dataplane.schemas import DEAD_LETTER_SCHEMA
-from kafscale_iceberg.domain.redrive import Pair, redrive_id
+from kafscale_iceberg.domain.redrive import ConvertedDeadLetters, Pair, redrive_id
 from kafscale_iceberg.domain.runs import ConversionSettings
 from kafscale_iceberg.segments.decode import SEGMENT_RECORD_SCHEMA
 
 _PAYLOAD_KINDS = frozenset({"corrupt_segment"})
 """Reasons whose row has no record to convert (a whole segment stands for its offsets)."""
-
-
-@dataclass(frozen=True)
-class ConvertedDeadLetters:
-    """What the re-read dead letters became: Arrow tables for the commits, plain values for the counts."""
-
-    redrive_id: str
-
-    rows: pa.Table
-    """Table rows of those that now convert (the mapping's data schema): to land."""
-    failing: pa.Table
-    """Dead-letter rows of those that still fail, with their new reason: to rewrite."""
-    landed: tuple[tuple[Pair, str], ...]
-    """Per row of `rows`: its (partition, offset) and the reason it had been dead-lettered for."""
-    already_landed: tuple[str, ...]
-    """Reasons of the rows an earlier redrive landed (their pair is in a summary): only resolved."""
-    failing_kinds: tuple[str, ...]
-    """Per row of `failing`: its new reason."""
-    no_payload: tuple[str, ...]
-    """Reasons of the rows without a payload, kept as they are."""
-    resolved_ids: tuple[str, ...]
-    """Record ids whose dead-letter row the dead-letter commit deletes (landed now or before, and the
-    failing ones, rewritten)."""
 
 
 def convert_dead_letters(

@@ -22,6 +22,7 @@ import hashlib
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 SUMMARY_REDRIVEN = "kafscale.redriven"
 """JSON `{"partition": [[first, last], ...]}`: the dead letters a redrive landed in this snapshot."""
@@ -97,6 +98,30 @@ def redrive_id(topic: str, record_ids: Iterable[str]) -> str:
     """A redrive's id, from the dead letters it read (the same rows give the same id)."""
     digest = hashlib.sha256("\n".join(sorted(record_ids)).encode()).hexdigest()[:16]
     return f"redrive-{topic[:32]}-{digest}"
+
+
+@dataclass(frozen=True)
+class ConvertedDeadLetters:
+    """What the re-read dead letters became (`dataplane/redrive.py`): Arrow tables for the commits (typed
+    `Any`: the domain imports no pyarrow), plain values for the counts."""
+
+    redrive_id: str
+
+    rows: Any
+    """Table rows of those that now convert (the mapping's data schema): to land."""
+    failing: Any
+    """Dead-letter rows of those that still fail, with their new reason: to rewrite."""
+    landed: tuple[tuple[Pair, str], ...]
+    """Per row of `rows`: its (partition, offset) and the reason it had been dead-lettered for."""
+    already_landed: tuple[str, ...]
+    """Reasons of the rows an earlier redrive landed (their pair is in a summary): only resolved."""
+    failing_kinds: tuple[str, ...]
+    """Per row of `failing`: its new reason."""
+    no_payload: tuple[str, ...]
+    """Reasons of the rows without a payload, kept as they are."""
+    resolved_ids: tuple[str, ...]
+    """Record ids whose dead-letter row the dead-letter commit deletes (landed now or before, and the
+    failing ones, rewritten)."""
 
 
 @dataclass(frozen=True)
