@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from kafscale_iceberg.adapters.documents import DocumentStore
 from kafscale_iceberg.adapters.s3_segments import S3SegmentStore, S3Settings, make_s3_client
 from kafscale_iceberg.config import KafscaleConfig
+from kafscale_iceberg.domain.runner_choice import RunnerKind, RunnerLineup
 from kafscale_iceberg.exceptions import ConfigError
 
 if TYPE_CHECKING:
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     from kafscale_iceberg.adapters.step_functions import StepFunctionsRunStarter
     from kafscale_iceberg.domain.leases import LeaseGrant
     from kafscale_iceberg.domain.runs import RunPlan, RunResult
-    from kafscale_iceberg.execution.job_runner import InProcessJobRunner
+    from kafscale_iceberg.execution.job_runner import ChosenJobRunner, InProcessJobRunner
     from kafscale_iceberg.ports import (
         CheckpointStore,
         CompactionJobRunner,
@@ -419,7 +420,21 @@ class Assembly:
         """Runs plans in this process (the Lambda runner; `execution/job_runner.py`)."""
         from kafscale_iceberg.execution.job_runner import InProcessJobRunner  # noqa: PLC0415
 
-        return InProcessJobRunner(s3=self.s3_settings)
+        return InProcessJobRunner(s3=self.s3_settings, traits=self.runner_lineup.traits(RunnerKind.LAMBDA))
+
+    @cached_property
+    def runner_lineup(self) -> RunnerLineup:
+        """The runners a run may go to, in the order the launcher tries them (`domain/runner_choice.py`)."""
+        runner = self.config.runner
+        return RunnerLineup.configured(runner.type, runner.lambda_.max_bytes)
+
+    @cached_property
+    def aws_runners(self) -> ChosenJobRunner:
+        """The runners the state machine runs a plan on (the Lambda runner, EMR Serverless), each
+        asked for its own step request; builds no task executor."""
+        from kafscale_iceberg.execution.job_runner import ChosenJobRunner  # noqa: PLC0415
+
+        return ChosenJobRunner([self.in_process_runner, self.emr_runner])
 
     def run_steps(self) -> RunSteps:
         """The run steps on EMR Serverless (the catalog is loaded by the commit step only)."""
@@ -436,4 +451,5 @@ class Assembly:
             self.documents,
             commits=lambda: self.commits,
             mapping_policy=self.table_policy,
+            runners=self.runner_lineup,
         )

@@ -66,7 +66,7 @@ def test_the_state_machine_gets_the_job_request_and_no_job_is_started_for_it(
     plan = sample_plan()
     calls: list[str] = []
     emr.meta.events.register("before-call.emr-serverless", lambda model, **_: calls.append(model.name))
-    request = runner.step_functions_request(plan, PLAN_URI)
+    request = runner.step_request(plan, PLAN_URI)
     assert calls == []
     asl = json.loads((Path(__file__).parent.parent / "infra" / "state_machine.asl.json").read_text())
     fields = asl["States"]["RunJob"]["Branches"][0]["States"]["WaitOnJob"]["Parameters"]

@@ -19,6 +19,7 @@ from kafscale_iceberg.config import EmrServerlessRunnerConfig
 from kafscale_iceberg.domain.compaction_jobs import CompactionJob
 from kafscale_iceberg.domain.job_sizing import sizing_conf
 from kafscale_iceberg.domain.jobs import JobState, JobStatus
+from kafscale_iceberg.domain.runner_choice import EMR_SERVERLESS_TRAITS, RunnerTraits
 from kafscale_iceberg.domain.runs import RunPlan
 from kafscale_iceberg.exceptions import (
     JobRunnerError,
@@ -57,6 +58,8 @@ def make_emr_serverless_client(region: str | None = None) -> EMRServerlessClient
 
 class EmrServerlessJobRunner:
     """Runs the Spark job of a plan on an EMR Serverless application."""
+
+    traits: RunnerTraits = EMR_SERVERLESS_TRAITS
 
     def __init__(
         self,
@@ -97,7 +100,7 @@ class EmrServerlessJobRunner:
         job_id: str = response["jobRunId"]
         return job_id
 
-    def step_functions_request(self, plan: RunPlan, plan_uri: str) -> dict[str, Any]:
+    def step_request(self, plan: RunPlan, plan_uri: str) -> dict[str, Any]:
         """The `StartJobRun` request of the plan's job, as the state machine's
         `emr-serverless:startJobRun.sync` task takes it (Step Functions' PascalCase field names; tag
         keys kept): that task is the one call that starts the job, the run id its `ClientToken`
