@@ -106,7 +106,9 @@ class LambdaCheckpointStore:
             raise
         except ValueError as exc:
             raise CheckpointUnavailableError(
-                op, (self._function,), f"its answer is not a checkpoint answer: {exc}"
+                op,
+                (self._function,),
+                f"the checkpoint function {self._function} gave no checkpoint answer: {exc}",
             ) from exc
         if answer.error is not None:
             raise decode_error(answer.error, function=self._function, op=op)
@@ -123,12 +125,17 @@ class LambdaCheckpointStore:
         try:
             response = self._client.invoke(FunctionName=self._function, Payload=payload)
         except (ClientError, BotoCoreError) as exc:
-            raise CheckpointUnavailableError(operation, (self._function,), f"invoke failed: {exc}") from exc
+            raise CheckpointUnavailableError(
+                operation,
+                (self._function,),
+                f"invoking the checkpoint function {self._function} failed: {exc}",
+            ) from exc
         body: bytes = response["Payload"].read()
         if response.get("FunctionError"):
             raise CheckpointUnavailableError(
                 operation,
                 (self._function,),
-                f"the function failed ({response['FunctionError']}): {body[:500]!r}",
+                f"the checkpoint function {self._function} failed ({response['FunctionError']}): "
+                f"{body[:500]!r} (a timeout: it could not reach etcd; see its log group)",
             )
         return body
