@@ -345,7 +345,9 @@ class Launcher:
         ignore_min_batch: bool,
         segment_ends: Mapping[int, int] | None,
     ) -> Selection:
-        limits = run_limits(self._config.runs, ignore_min_batch=ignore_min_batch)
+        limits = run_limits(
+            self._config.runs, ignore_min_batch=ignore_min_batch, mappings=self._config.mappings_for(topic)
+        )
         now_ms = int(self._clock() * 1000)
         return select_pending(
             self._segments, topic, committed, limits, now_ms=now_ms, segment_ends=segment_ends
