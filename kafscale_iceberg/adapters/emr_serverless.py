@@ -88,11 +88,17 @@ class EmrServerlessJobRunner:
 
     def start_compaction(self, job: CompactionJob, job_uri: str) -> str:
         """Start a table's compaction job (`spark_app/main.py --compaction <uri>`) on the same
-        application, role and Python environment as the runs; idempotent by the job id."""
+        application, role and Python environment as the runs, sized like a run of its bytes
+        (`domain/job_sizing.py`: a table of small files gets the 2 vCPU job, not EMR's 16 vCPU
+        defaults); idempotent by the job id."""
+        sizing = (
+            sizing_conf(job.total_bytes, self._settings.spark_submit_parameters) if job.total_bytes else None
+        )
         request = self._job_request(
             job.job_id,
             ["--compaction", job_uri],
             {"kafscale:table": job.table, "kafscale:compaction": job.job_id},
+            sizing=sizing,
         )
         response = self._call(
             f"start compaction job {job.job_id} of {job.table}", lambda: self._emr.start_job_run(**request)
