@@ -314,9 +314,7 @@ def test_the_checkpoint_function_is_the_one_in_the_vpc_and_the_others_reach_etcd
             "RouterFunction",
             "PlanRunnerFunction",
         }
-        named = environment.get("KAFSCALE_ICEBERG_CHECKPOINT_FUNCTION") == deployment.attribute(
-            "CheckpointFunction", "Ref"
-        )
+        named = environment.get("KAFSCALE_ICEBERG_CHECKPOINT_FUNCTION") == checkpoint  # the ARN IAM matches
         assert named == calls_store, function.logical_id
         assert deployment.role_allows(function.role_id, "lambda:InvokeFunction", checkpoint) == calls_store
 
