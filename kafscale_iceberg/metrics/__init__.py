@@ -15,6 +15,7 @@ extra installs it).
 
 from __future__ import annotations
 
+from kafscale_iceberg.domain.runs import LFS_DURATION_BUCKETS
 from kafscale_iceberg.metrics.definitions import (
     ALL_METRICS,
     BATCHES,
@@ -22,12 +23,12 @@ from kafscale_iceberg.metrics.definitions import (
     CONVERSION_FAILURES,
     EMF_NAMESPACE,
     EMF_PROPERTY_LABELS,
+    EMF_SERVICE,
     ERRORS,
     LAG_RECORDS,
     LAG_SECONDS,
     LAST_OFFSET,
     LAUNCHES,
-    LFS_DURATION_BUCKETS,
     LFS_RESOLUTION_DURATION,
     LFS_RESOLUTION_ERRORS,
     LFS_RESOLVED,
@@ -48,6 +49,7 @@ from kafscale_iceberg.metrics.definitions import (
     RUN_DURATION,
     RUNS,
     TABLE_RECORDS,
+    WATERMARK_AGE,
     WATERMARK_OFFSET,
     WATERMARK_TIMESTAMP,
     WORK_ITEMS,
@@ -58,6 +60,8 @@ from kafscale_iceberg.metrics.definitions import (
     RecordResult,
     RunOutcomeLabel,
     Sample,
+    custom_metrics_aggregated,
+    custom_metrics_per_topic,
     error_stage,
     sample,
 )
@@ -97,6 +101,7 @@ __all__ = [
     "DEFAULT_METRICS_ADDR",
     "EMF_NAMESPACE",
     "EMF_PROPERTY_LABELS",
+    "EMF_SERVICE",
     "ERRORS",
     "LAG_RECORDS",
     "LAG_SECONDS",
@@ -125,6 +130,7 @@ __all__ = [
     "RUNS",
     "RUN_DURATION",
     "TABLE_RECORDS",
+    "WATERMARK_AGE",
     "WATERMARK_OFFSET",
     "WATERMARK_TIMESTAMP",
     "WORK_ITEMS",
@@ -141,6 +147,8 @@ __all__ = [
     "RecordResult",
     "RunOutcomeLabel",
     "Sample",
+    "custom_metrics_aggregated",
+    "custom_metrics_per_topic",
     "error_stage",
     "maintenance_totals",
     "parse_metrics_address",
