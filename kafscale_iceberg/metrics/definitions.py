@@ -9,7 +9,7 @@ Prometheus, so its dashboards keep working), plus this product's own. See docs/a
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
@@ -430,7 +430,7 @@ def custom_metrics_per_topic(metrics: tuple[MetricDef, ...] = ALL_METRICS) -> in
     return sum(m.cloudwatch_metrics_per_topic for m in metrics)
 
 
-def custom_metrics_aggregated(metrics: tuple[MetricDef, ...] = ALL_METRICS, *, idle: bool = False) -> int:
+def custom_metrics_aggregated(metrics: Iterable[MetricDef] = ALL_METRICS, *, idle: bool = False) -> int:
     """CloudWatch custom metrics of the stack whatever its topics (each dimension combination once);
     with `idle`, only those a stack with no traffic emits (the label-less ones of the scheduled
     reconciler and maintenance passes): CloudWatch bills a metric for the hours it receives data."""
