@@ -236,7 +236,9 @@ _COMMANDS: dict[str, str] = {
     "run": "run the pipeline in this process (continuously, or --once)",
     "demo": "the whole pipeline on embedded services, with checks (no AWS account)",
     "status": "per topic and partition: offsets, lag, lease, failures",
+    "history": "a topic's snapshots; the snapshot holding an offset, with SQL",
     "replay": "re-enqueue a topic's segments; --reset-offsets rebuilds the range",
+    "redrive": "land a topic's dead letters again after the mapping was fixed, once",
     "maintain": "compact the tables, expire snapshots, delete orphan files",
     "cost": "a fleet of topics' monthly AWS bill, per line item, beside Firehose's",
 }

@@ -85,6 +85,7 @@ from kafscale_iceberg.domain.commits import (
     read_marker,
 )
 from kafscale_iceberg.domain.field_ids import TableFieldIds, field_id_mismatches
+from kafscale_iceberg.domain.history import TableHistory, TopicSnapshot
 from kafscale_iceberg.domain.maintenance import files_baseline, total_data_files
 from kafscale_iceberg.domain.partitioning import partition_field_name
 from kafscale_iceberg.domain.upsert import UpsertCounts, upsert_counts_of
@@ -292,6 +293,25 @@ class IcebergTableCommitter(CatalogTableAccess):
             if counts is not None:
                 total = total.plus(counts)
         return total
+
+    def topic_history(self, table: str, topic: str) -> TableHistory:
+        """The snapshots of the current lineage committed for `topic`, oldest first, from their
+        summaries (no data file read). Raises like `read_state`."""
+        loaded = self._load(table)
+        metadata = loaded.metadata
+        by_id = {snapshot.snapshot_id: snapshot for snapshot in metadata.snapshots}
+        lineage: list[TopicSnapshot] = []
+        snapshot_id = metadata.current_snapshot_id
+        while snapshot_id is not None and snapshot_id in by_id:
+            snapshot = by_id[snapshot_id]
+            if snapshot.summary is not None and snapshot.summary.get(SUMMARY_TOPIC) == topic:
+                lineage.append(
+                    TopicSnapshot.from_summary(
+                        table, snapshot.snapshot_id, snapshot.timestamp_ms, snapshot.summary
+                    )
+                )
+            snapshot_id = snapshot.parent_snapshot_id
+        return TableHistory(table, loaded.metadata_location, tuple(reversed(lineage)))
 
     def offset_anomalies(self, table: str, topic: str) -> OffsetAnomalies:
         """Per partition, the offset gaps and overlapped records of `topic`'s runs: the sum of the

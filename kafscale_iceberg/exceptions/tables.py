@@ -75,6 +75,21 @@ class TableMarkerError(KafscaleIcebergError):
         )
 
 
+class OffsetNotInHistoryError(KafscaleIcebergError):
+    """No retained snapshot of the table committed the offset (`history --partition --offset`). Terminal."""
+
+    def __init__(self, topic: str, table: str, partition: int, offset: int, span: str) -> None:
+        self.topic = topic
+        self.table = table
+        self.partition = partition
+        self.offset = offset
+        super().__init__(
+            f"topic {topic!r} partition {partition} offset {offset}: no retained snapshot of table "
+            f"{table!r} committed it ({span}); it is not committed yet (see `status`), its snapshot was "
+            "expired by maintenance, or it is in another table of the topic (--table)"
+        )
+
+
 class DataFileRejectedError(KafscaleIcebergError):
     """The catalog refused to add a run's data file (schema, partition values, missing file). Terminal."""
 
