@@ -373,6 +373,12 @@ class IcebergTableCommitter(CatalogTableAccess):
             raise CatalogUnavailableError(
                 self._describe, f"read the data files of run {commit.run_id!r}", str(exc)
             ) from exc
+        except ValidationException as exc:
+            # pyiceberg's own check that the files to delete are in the version staged on: the
+            # version just checked says they are, so the table moved (or the check misjudged): the
+            # commit step reads the table again and re-verifies - a file truly gone is then refused
+            # as a stale plan (`files_to_replace`), re-planned, never committed without it.
+            raise TableChangedError(expected.table, f"staging run {commit.run_id!r}: {exc}") from exc
         except Exception as exc:  # staging only: nothing reached the catalog
             raise self._translate(f"prepare the commit of run {commit.run_id!r}", exc) from exc
         try:
