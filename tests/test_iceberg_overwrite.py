@@ -30,7 +30,8 @@ def many_manifests(tmp_path: Path) -> Table:
     schema = Schema(
         NestedField(1, "k", LongType(), required=False), NestedField(2, "v", StringType(), required=False)
     )
-    spec = PartitionSpec(PartitionField(source_id=1, field_id=1000, transform=BucketTransform(16), name="k_b"))
+    bucket = PartitionField(source_id=1, field_id=1000, transform=BucketTransform(16), name="k_b")
+    spec = PartitionSpec(bucket)
     table = catalog.create_table("n.t", schema, partition_spec=spec)
     for i in range(_MANIFESTS):
         table.append(pa.table({"k": pa.array([i * 7], pa.int64()), "v": ["x"]}))
