@@ -25,7 +25,9 @@ _MANIFESTS = 24
 @pytest.fixture
 def many_manifests(tmp_path: Path) -> Table:
     """A `bucket(16)` table of one file per append, so one manifest per file with narrow bounds."""
-    catalog = SqlCatalog("c", uri=f"sqlite:///{tmp_path}/catalog.db", warehouse=f"file://{tmp_path}/warehouse")
+    catalog = SqlCatalog(
+        "c", uri=f"sqlite:///{tmp_path}/catalog.db", warehouse=f"file://{tmp_path}/warehouse"
+    )
     catalog.create_namespace("n")
     schema = Schema(
         NestedField(1, "k", LongType(), required=False), NestedField(2, "v", StringType(), required=False)
