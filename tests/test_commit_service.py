@@ -59,6 +59,12 @@ class CrashingTables:
     def read_state(self, table: str, topic: str) -> TableState:
         return self._inner.read_state(table, topic)
 
+    def missing_files(self, uris: Any) -> tuple[str, ...]:
+        return self._inner.missing_files(uris)
+
+    def check_commit(self, expected: TableState, commit: TableCommit) -> None:
+        self._inner.check_commit(expected, commit)
+
     def commit(self, expected: TableState, commit: TableCommit) -> TableState:
         after = self._inner.commit(expected, commit)
         if expected.table == self._table and not self.crashed:

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import (
@@ -43,6 +43,7 @@ from pyiceberg.exceptions import (
     TableAlreadyExistsError,
     ValidationException,
 )
+from pyiceberg.io import load_file_io
 from pyiceberg.partitioning import PartitionField as IcebergPartitionField
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
@@ -244,6 +245,34 @@ class IcebergTableCommitter(CatalogTableAccess):
             return None
         table = self._read.get(state.table)
         return table if table is not None and table.metadata_location == state.version else None
+
+    def missing_files(self, uris: Sequence[str]) -> tuple[str, ...]:
+        """Those of `uris` that do not exist (one HEAD per file, through the catalog's file IO).
+
+        Raises `CatalogUnavailableError` when the storage does not answer."""
+        if not uris:
+            return ()
+        try:
+            io = load_file_io(self._catalog.properties, uris[0])
+            return tuple(uri for uri in uris if not io.new_input(uri).exists())
+        except OSError as exc:
+            raise CatalogUnavailableError(
+                self._describe, f"check that {len(uris)} file(s) exist", str(exc)
+            ) from exc
+
+    def check_commit(self, expected: TableState, commit: TableCommit) -> None:
+        """Refuse, writing nothing, an upsert commit whose located version no longer stands on the
+        table as `expected` was read (`UpsertLocateStaleError`): what `commit` would refuse, asked
+        before a run's first table commit. Raises like `read_state` otherwise."""
+        table = self._version_read(expected) or self._load(expected.table)
+        try:
+            files_to_replace(table, expected.table, commit)
+        except KafscaleIcebergError:
+            raise
+        except OSError as exc:
+            raise CatalogUnavailableError(
+                self._describe, f"read the manifests of {expected.table!r}", str(exc)
+            ) from exc
 
     def last_commit_ms(self, table: str, topic: str) -> int | None:
         """When `topic` was last committed to `table`: the newest snapshot on the current lineage whose

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from kafscale_iceberg.exceptions.base import KafscaleIcebergError, TransientError
 
@@ -119,6 +119,22 @@ class UpsertLocateStaleError(DataFileRejectedError):
             run_id,
             f"the run located its changed keys in snapshot {located}, which no longer stands: {problem}. "
             "Abort the run: the next attempt locates in the table's current version",
+        )
+
+
+class DataFileMissingError(KafscaleIcebergError):
+    """A file a commit would reference does not exist (deleted after the run wrote it: orphan cleanup,
+    an `aws s3 rm`). Terminal for this commit (nothing written); the run is planned again and rewrites
+    it - a table never references a file the commit has not seen exist."""
+
+    def __init__(self, run_id: str, tables: Sequence[str], missing: Sequence[str]) -> None:
+        self.run_id = run_id
+        self.tables = tuple(tables)
+        self.missing = tuple(missing)
+        super().__init__(
+            f"run {run_id!r}: {len(self.missing)} file(s) it would commit to {', '.join(self.tables)} do "
+            f"not exist, e.g. {self.missing[0]!r} (deleted after the run wrote them: orphan cleanup or a "
+            "manual delete?); nothing was committed - the range is planned again and its files rewritten"
         )
 
 
