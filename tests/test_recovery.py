@@ -43,7 +43,8 @@ def test_a_stranded_upsert_run_located_in_a_compacted_version_is_written_again_n
     assert world.run_once(Kill.AFTER_DEAD_LETTERS) is None
     world.expire_lease()
     compacted = {t.table: t for t in world.maintain(compact=True).tables}[TABLE]
-    assert compacted.compaction is not None and compacted.compaction.committed
+    assert compacted.compaction is not None
+    assert compacted.compaction.committed
     world.put([(4, "d"), (2, None)])
     with caplog.at_level(logging.INFO):
         _settle(world)

@@ -155,9 +155,8 @@ class RecoveryWorld:
                 self.last_state[key] = name
             elif name is not None:
                 self.appended.append((key, name))
-        put_segment(
-            self.s3, self.bucket, NAMESPACE, TOPIC, 0, self.next_offset, len(changes), keys=keys, values=values
-        )
+        first, count = self.next_offset, len(changes)
+        put_segment(self.s3, self.bucket, NAMESPACE, TOPIC, 0, first, count, keys=keys, values=values)
         self.next_offset += len(changes)
 
     # -- processes -----------------------------------------------------------------------------------
