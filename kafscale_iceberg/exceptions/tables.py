@@ -78,12 +78,18 @@ class TableMarkerError(KafscaleIcebergError):
 class DataFileRejectedError(KafscaleIcebergError):
     """The catalog refused to add a run's data file (schema, partition values, missing file). Terminal."""
 
-    def __init__(self, table: str, run_id: str, problem: str) -> None:
+    def __init__(
+        self,
+        table: str,
+        run_id: str,
+        problem: str,
+        action: str = "fix the Spark output or the table, then retry the commit",
+    ) -> None:
         self.table = table
         self.run_id = run_id
         super().__init__(
             f"run {run_id!r}: the data files could not be added to table {table!r}: {problem} "
-            "(nothing was committed; fix the Spark output or the table, then retry the commit)"
+            f"(nothing was committed; {action})"
         )
 
 
@@ -100,8 +106,8 @@ class FieldIdMismatchError(DataFileRejectedError):
             table,
             run_id,
             f"the files' Parquet field ids differ from the table's ({described}); the table's schema "
-            "changed after the run was planned. Abort the run: the next attempt is planned with the "
-            "table's ids",
+            "changed after the run was planned",
+            "the topic is planned again at once, with the table's ids - no action needed",
         )
 
 
@@ -117,8 +123,8 @@ class UpsertLocateStaleError(DataFileRejectedError):
             self,
             table,
             run_id,
-            f"the run located its changed keys in snapshot {located}, which no longer stands: {problem}. "
-            "Abort the run: the next attempt locates in the table's current version",
+            f"the run located its changed keys in snapshot {located}, which no longer stands: {problem}",
+            "the topic is planned again at once, located in the table's current version - no action needed",
         )
 
 
