@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # end to end, a few seconds a run: `make test`, not the fast loop
+
 from tests.support.moto import MotoEndpoint
 from tests.support.recovery_world import BAD, Kill, RecoveryWorld
 

@@ -16,6 +16,8 @@ import pytest
 from tests.support.moto import MotoEndpoint
 from tests.support.recovery_world import BAD, DLQ, TABLE, TOPIC, Kill, RecoveryWorld
 
+pytestmark = pytest.mark.slow  # end to end, a few seconds a run: `make test`, not the fast loop
+
 
 def _settle(world: RecoveryWorld) -> None:
     """`run --once` as an operator would after a crash: each ends ok and committed (exit 0)."""
