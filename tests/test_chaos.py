@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow  # end to end, a few seconds a run: `make test`, not the fast loop
-
 from tests.support.moto import MotoEndpoint
 from tests.support.recovery_world import BAD, Kill, RecoveryWorld
+
+pytestmark = pytest.mark.slow  # end to end, a few seconds a run: `make test`, not the fast loop
 
 MODES = ("upsert", "append")
 MEANWHILE = ("nothing", "compaction", "orphan cleanup", "files deleted by hand")
