@@ -27,7 +27,6 @@ from kafscale_iceberg.domain.schema import table_fields
 from kafscale_iceberg.exceptions import (
     CommitConflictError,
     CommitOutcomeUnknownError,
-    DeadLetterAheadError,
     LeaseLostError,
     OffsetMismatchError,
     RunNotCommittableError,
