@@ -573,12 +573,7 @@ class Pipeline:
                     decision.action is CommitAction.BACK_OFF and not isinstance(exc, OffsetsNotRecordedError)
                 )
                 if again and attempt < _COMMIT_ATTEMPTS:
-                    logger.info(
-                        "commit of run %s failed for now (attempt %d); trying again",
-                        ticket.run_id,
-                        attempt,
-                        extra={"topic": ticket.topic, "run_id": ticket.run_id, "problem": str(exc)},
-                    )
+                    logger.info("commit failed for now (attempt %d), trying again: %s", attempt, exc)
                     self.stopping.wait(self._outage_backoff_s[0] * attempt)
                     continue
                 return self._commit_failed(ticket, plan, start, exc, decision)
