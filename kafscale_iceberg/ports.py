@@ -133,9 +133,10 @@ class TableCommitter(Protocol):
         """Rows of `table` whose `offset` is greater than `after[partition]` (what a reset would delete)."""
         ...
 
-    def missing_files(self, uris: Sequence[str]) -> tuple[str, ...]:
-        """Those of `uris` that do not exist (one HEAD each): a commit never references a file it has
-        not seen exist. `CatalogUnavailableError` when the storage does not answer."""
+    def missing_files(self, table: str, uris: Sequence[str]) -> tuple[str, ...]:
+        """Those of `uris` (files to commit to `table`) that do not exist (one HEAD each, with the
+        table's storage credentials): a commit never references a file it has not seen exist.
+        `CatalogUnavailableError` when the storage does not answer."""
         ...
 
     def check_commit(self, expected: TableState, commit: TableCommit) -> None:

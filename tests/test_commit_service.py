@@ -58,8 +58,8 @@ class CrashingTables:
     def read_state(self, table: str, topic: str) -> TableState:
         return self._inner.read_state(table, topic)
 
-    def missing_files(self, uris: Any) -> tuple[str, ...]:
-        return self._inner.missing_files(uris)
+    def missing_files(self, table: str, uris: Any) -> tuple[str, ...]:
+        return self._inner.missing_files(table, uris)
 
     def check_commit(self, expected: TableState, commit: TableCommit) -> None:
         self._inner.check_commit(expected, commit)

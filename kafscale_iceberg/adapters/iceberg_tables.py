@@ -246,19 +246,22 @@ class IcebergTableCommitter(CatalogTableAccess):
         table = self._read.get(state.table)
         return table if table is not None and table.metadata_location == state.version else None
 
-    def missing_files(self, uris: Sequence[str]) -> tuple[str, ...]:
-        """Those of `uris` that do not exist (one HEAD per file, through the catalog's file IO).
+    def missing_files(self, table: str, uris: Sequence[str]) -> tuple[str, ...]:
+        """Those of `uris` that do not exist (one HEAD per file, with `table`'s file IO: the credentials
+        its catalog vends for it; the catalog's own when the table does not exist yet).
 
         Raises `CatalogUnavailableError` when the storage does not answer."""
         if not uris:
             return ()
         try:
-            io = load_file_io(self._catalog.properties, uris[0])
+            loaded = self._read.get(table) or (
+                self._load(table) if self._catalog.table_exists(table) else None
+            )
+            io = loaded.io if loaded is not None else load_file_io(self._catalog.properties, uris[0])
             return tuple(uri for uri in uris if not io.new_input(uri).exists())
         except OSError as exc:
-            raise CatalogUnavailableError(
-                self._describe, f"check that {len(uris)} file(s) exist", str(exc)
-            ) from exc
+            checked = f"check that {len(uris)} file(s) of {table!r} exist"
+            raise CatalogUnavailableError(self._describe, checked, str(exc)) from exc
 
     def check_commit(self, expected: TableState, commit: TableCommit) -> None:
         """Refuse, writing nothing, an upsert commit whose located version no longer stands on the

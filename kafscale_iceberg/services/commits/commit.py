@@ -286,10 +286,12 @@ class CommitService(TableWriter):
         file) or, for an upsert, a located version that no longer stands (`UpsertLocateStaleError`).
         A refusal between two tables' commits would strand the run (issue 29)."""
         writes = [*lagging, data]
-        missing = set(self._tables.missing_files([f.uri for w in writes for f in w.files]))
-        if missing:
-            tables = [w.table for w in writes if any(f.uri in missing for f in w.files)]
-            raise DataFileMissingError(data.run_id, tables, sorted(missing))
+        missing = {w.table: self._tables.missing_files(w.table, [f.uri for f in w.files]) for w in writes}
+        if any(missing.values()):
+            tables = [table for table, files in missing.items() if files]
+            raise DataFileMissingError(
+                data.run_id, tables, sorted(f for files in missing.values() for f in files)
+            )
         if isinstance(data, UpsertTableWrite) and main.snapshot_id is not None:
             self._tables.check_commit(main, data.build(main))
 
