@@ -13,7 +13,7 @@ from kafscale_iceberg.domain.commit_failures import (
     CommitFailure,
     decide_commit_failure,
 )
-from kafscale_iceberg.domain.commits import FinishedRun
+from kafscale_iceberg.domain.finished_runs import FinishedRun
 from kafscale_iceberg.exceptions import (
     CatalogUnavailableError,
     CheckpointUnavailableError,
