@@ -17,7 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kafscale_iceberg.commands import cost, demo, maintain, replay, run, status
+from kafscale_iceberg.commands import cost, demo, history, maintain, redrive, replay, run, status
 from kafscale_iceberg.exceptions import KafscaleIcebergError
 
 if TYPE_CHECKING:
@@ -210,7 +210,9 @@ _COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
     "run": ("run the pipeline in this process (continuously, or --once)", run.add_arguments),
     "demo": ("the whole pipeline on embedded services, with checks (no AWS account)", demo.add_arguments),
     "status": ("per topic and partition: offsets, lag, lease, failures", status.add_arguments),
+    "history": ("a topic's snapshots; the snapshot holding an offset, with SQL", history.add_arguments),
     "replay": ("re-enqueue a topic's segments; --reset-offsets rebuilds the range", replay.add_arguments),
+    "redrive": ("land a topic's dead letters again after the mapping was fixed, once", redrive.add_arguments),
     "maintain": ("compact the tables, expire snapshots, delete orphan files", maintain.add_arguments),
     "cost": ("a fleet of topics' monthly AWS bill, per line item, beside Firehose's", cost.add_arguments),
 }

@@ -126,7 +126,18 @@ def _render_topic(topic: TopicStatus) -> str:
             )
         )
     rows: list[Sequence[str]] = [
-        ("partition", "committed", "table", "store", "newest", "lag", "lag_s", "pending", "store updated")
+        (
+            "partition",
+            "committed",
+            "table",
+            "store",
+            "newest",
+            "lag",
+            "lag_s",
+            "wm_age_s",
+            "pending",
+            "store updated",
+        )
     ]
     for p in topic.partitions:
         pending = str(p.pending_segments) + (" (blocked)" if p.blocked_segment else "")
@@ -139,6 +150,7 @@ def _render_topic(topic: TopicStatus) -> str:
                 str(p.newest_offset),
                 str(p.lag_records),
                 f"{p.lag_seconds:.1f}",
+                "-" if p.watermark_age_seconds is None else f"{p.watermark_age_seconds:.1f}",
                 pending,
                 _time(p.store_updated_at_ms) if p.store_updated_at_ms else "-",
             )
