@@ -137,6 +137,18 @@ class TableCommitter(Protocol):
         """Rows of `table` whose `offset` is greater than `after[partition]` (what a reset would delete)."""
         ...
 
+    def missing_files(self, table: str, uris: Sequence[str]) -> tuple[str, ...]:
+        """Those of `uris` (files to commit to `table`) that do not exist (one HEAD each, with the
+        table's storage credentials): a commit never references a file it has not seen exist.
+        `CatalogUnavailableError` when the storage does not answer."""
+        ...
+
+    def check_commit(self, expected: TableState, commit: TableCommit) -> None:
+        """Refuse, writing nothing, what `commit` built on `expected` would be refused for by `commit`
+        (an upsert's located version no longer standing: `UpsertLocateStaleError`), so a run is
+        refused before its first table commit, never between two."""
+        ...
+
     def field_ids(self, table: str, current: TableState | None = None) -> TableFieldIds:
         """The table's top-level column ids and its last assigned column id (`TableMissingError`).
 
