@@ -37,9 +37,11 @@ def status_command(args: argparse.Namespace) -> int:
     """Print the status of every mapped topic; 0 once printed (errors reading it end the command)."""
     from kafscale_iceberg.assembly import Assembly  # noqa: PLC0415
     from kafscale_iceberg.config import load_config_from  # noqa: PLC0415
+    from kafscale_iceberg.local.preflight import check_before_start  # noqa: PLC0415
     from kafscale_iceberg.services.status import StatusService  # noqa: PLC0415
 
     config = load_config_from(args.config, strict=args.strict_config)
+    check_before_start(config, command="status")
     assembly = Assembly(config)
     service = StatusService(
         config,
