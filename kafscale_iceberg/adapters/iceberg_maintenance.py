@@ -42,7 +42,7 @@ from kafscale_iceberg.adapters.data_files import StagedFileStore
 from kafscale_iceberg.adapters.iceberg_catalog import CatalogTableAccess
 from kafscale_iceberg.adapters.iceberg_compaction_files import rewrite_group
 from kafscale_iceberg.adapters.iceberg_data_files import bucket_values, data_file_from_footer
-from kafscale_iceberg.adapters.iceberg_writes import single_attempt
+from kafscale_iceberg.adapters.iceberg_writes import overwrite, single_attempt
 from kafscale_iceberg.dataplane.storage import join_uri
 from kafscale_iceberg.domain.commits import SUMMARY_TOPIC
 from kafscale_iceberg.domain.compaction_jobs import (
@@ -253,6 +253,7 @@ class IcebergTableMaintainer(CatalogTableAccess):
                     partition_key=g.partition_key,
                     files=tuple(f.file_path for f in g.files),
                     rows=sum(f.record_count for f in g.files),
+                    bytes=sum(f.file_size_in_bytes for f in g.files),
                 )
                 for g in plan.groups
             ),
@@ -334,11 +335,11 @@ class IcebergTableMaintainer(CatalogTableAccess):
                     return CompactionOutcome(table=plan.table, committed=False, abandoned=True)
             transaction = single_attempt(loaded).transaction()
             snapshot = transaction.update_snapshot(snapshot_properties={SUMMARY_COMPACTION: "true"})
-            with snapshot.overwrite() as overwrite:
+            with overwrite(snapshot) as producer:
                 for data_file in replaced:
-                    overwrite.delete_data_file(data_file)
+                    producer.delete_data_file(data_file)
                 for data_file in new_files:
-                    overwrite.append_data_file(data_file)
+                    producer.append_data_file(data_file)
             transaction.set_properties({LAST_COMPACTION_PROPERTY: str(now_ms)})
             try:
                 committed = transaction.commit_transaction()

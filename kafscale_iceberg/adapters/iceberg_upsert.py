@@ -68,6 +68,7 @@ def files_to_replace(table: Table, identifier: str, commit: TableCommit) -> list
             identifier,
             commit.run_id,
             None if commit.located is None else commit.located.snapshot_id,
-            f"{len(gone)} file(s) it replaces left the table (a compaction?), e.g. {gone[0]}",
+            f"{len(gone)} file(s) it replaces left the table (replaced by a compaction or another writer), "
+            f"e.g. {gone[0]}",
         )
     return removed

@@ -29,10 +29,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kafscale_iceberg.config import RunsConfig
-from kafscale_iceberg.domain.field_ids import TopicFieldIds, field_id_mismatches
+from kafscale_iceberg.domain.commit_failures import decide_commit_failure
+from kafscale_iceberg.domain.field_ids import TopicFieldIds
 from kafscale_iceberg.domain.jobs import JobState, JobStatus
 from kafscale_iceberg.domain.leases import LeaseGrant
-from kafscale_iceberg.domain.runner_choice import RunnerKind, lambda_kill
+from kafscale_iceberg.domain.runner_choice import RunnerLineup
 from kafscale_iceberg.domain.runs import FailureKind, RunPlan, RunResult, TableRole
 from kafscale_iceberg.domain.tickets import OUTCOME_NAME, FailedAttempt, RunTicket, run_document_uri
 from kafscale_iceberg.exceptions import (
@@ -93,7 +94,9 @@ class RunSteps:
     docstring).
 
     `commits` builds the commit service on first use (only the commit step loads the catalog, and
-    with it pyiceberg and pyarrow).
+    with it pyiceberg and pyarrow). `runners`: the deployment's runner declarations, asked what the
+    runner of an aborted run can do (its job found by run id, a kill by its platform); by default
+    each kind's own.
     """
 
     def __init__(
@@ -106,8 +109,10 @@ class RunSteps:
         commits: Callable[[], CommitService] | None = None,
         mapping_policy: Callable[[str], TablePolicy] | None = None,
         clock: Callable[[], float] = time.time,
+        runners: RunnerLineup | None = None,
     ) -> None:
         self._runs = runs
+        self._runners = runners or RunnerLineup(())
         self._checkpoints = checkpoints
         self._jobs = jobs
         self._documents = documents
@@ -252,7 +257,7 @@ class RunSteps:
         topic's backoff, release the lease if still ours, and decide the retry. Idempotent.
 
         `error`: the error name of the task that failed (the state machine's `$.error.Error`, e.g.
-        `Sandbox.Timedout`), which tells a Lambda runner Lambda killed (`lambda_kill`)."""
+        `Sandbox.Timedout`), which tells a runner its platform killed (`RunnerTraits.killed_by`)."""
         for job_id in self._abandoned_jobs(ticket):
             self._cancel_abandoned(ticket.topic, ticket.run_id, job_id)
         plan = self._read_plan(ticket)
@@ -276,11 +281,13 @@ class RunSteps:
             "reason": reason,
             "consecutive_failures": failures,
         }
-        if failures == 0:  # a stale plan (`_record_backoff`): not the topic's failure
+        decision = None if error is None else decide_commit_failure(error)
+        if failures == 0 and decision is not None:  # `_record_backoff`: not the topic's failure
             logger.info(
-                "run %s not committed: its plan is stale; the topic is planned again",
+                "run %s not committed (%s): the topic is planned again now",
                 ticket.run_id,
-                extra=facts,
+                decision.failure.value.replace("_", " "),
+                extra={**facts, "failure": decision.failure.value},
             )
         else:
             (logger.error if alarm else logger.warning)("run aborted", extra=facts)
@@ -298,7 +305,9 @@ class RunSteps:
         since the lease was claimed. A lookup the runner refuses is logged; a transient one raised."""
         if ticket.job_id is not None:
             return [ticket.job_id]
-        if ticket.runner is not RunnerKind.EMR_SERVERLESS or not isinstance(self._jobs, JobLookup):
+        if not self._runners.traits(ticket.runner).job_started_by_state_machine or not isinstance(
+            self._jobs, JobLookup
+        ):
             return []
         try:
             return self._jobs.unfinished_jobs(ticket.run_id, created_after_ms=ticket.grant.claimed_at_ms)
@@ -335,16 +344,17 @@ class RunSteps:
     ) -> tuple[int, int, str | None]:
         """Count the failure in the topic's backoff document (honoured by the launcher); the streak,
         the seconds before the topic is signalled again (0 when only one partition is held), and what
-        Lambda killed the run's Lambda runner for (None: it did not)."""
+        the platform killed the run's runner for (None: it did not; `RunnerTraits.killed_by`)."""
         if plan is None:
             failures = ticket.attempt + 1  # no plan, no starts to key the streak on: the attempt counts
             return failures, self._runs.retry_delay_seconds(failures), None
-        if self._is_stale(ticket.topic, plan):
-            # The committed offsets moved since the plan was made (a refusal repaired them from the
-            # table, or another runner committed): not the topic's failure, so re-plan at once.
+        decision = None if error is None else decide_commit_failure(error)
+        if decision is not None and not decision.topic_failed:
+            # A stale plan, a superseded or fenced run (`domain.commit_failures`, the one-machine
+            # loop's rule too): not the topic's failure, so re-plan at once.
             return 0, 0, None
         partition = self._failed_partition(plan)
-        killed = lambda_kill(ticket.runner, error)
+        killed = self._runners.traits(ticket.runner).killed_by(error)
         if killed is not None:
             logger.warning(
                 "the topic's next run goes to EMR Serverless: the Lambda runner %s",
@@ -364,54 +374,6 @@ class RunSteps:
         if partition is not None:
             return backoff.held[partition].failures, 0, killed
         return backoff.failures, self._runs.retry_delay_seconds(backoff.failures), killed
-
-    def _is_stale(self, topic: str, plan: RunPlan) -> bool:
-        """True when the store's committed offsets are no longer the plan's starts, or the table's
-        schema moved since the plan was made (best effort)."""
-        try:
-            committed = self._checkpoints.load_committed_offsets(topic)
-        except KafscaleIcebergError:
-            return False
-        if any(committed.offset(p) != start for p, start in plan.start_offsets().items()):
-            return True
-        return self._schema_moved(plan)
-
-    def _schema_moved(self, plan: RunPlan) -> bool:
-        """True when `field-ids.json` (rewritten by a commit refused for its field ids) no longer says
-        what the plan was made from: the plan's ids differ, for an inferred table the table's
-        `last_column_id` moved (a race with another run adding columns: not the topic's failure), or
-        for an upsert table its version moved (the run located in one a compaction replaced)."""
-        try:
-            known = self._field_id_records.read(plan.topic)
-        except KafscaleIcebergError:
-            return False
-        if known is None:
-            return False
-        for mapping in plan.mappings:
-            targets = list(mapping.static_targets())
-            if mapping.route is not None and mapping.route.table_template is not None:
-                # A template's tables the plan knew (an inferred one's columns race per table too).
-                targets += [
-                    (mapping.route.template_target(identifier), TableRole.DATA)
-                    for identifier in sorted(mapping.route.known_field_ids)
-                ]
-            for target, role in targets:
-                recorded = known.table(target.identifier)
-                if recorded is None:
-                    continue
-                inferred = mapping.conversion.infer_columns and role is TableRole.DATA
-                if inferred and target.last_column_id != recorded.last_column_id:
-                    return True
-                upsert = mapping.conversion.upsert is not None and role is TableRole.DATA
-                if upsert and recorded.metadata_location not in (None, target.metadata_location):
-                    return True  # recorded by a commit refusing the version the run located in
-                if target.field_ids is None:
-                    continue
-                # Only columns the document records: a mapping's new columns have planned ids it lacks.
-                shared = {path: i for path, i in target.field_ids.items() if path in recorded.field_ids}
-                if field_id_mismatches(shared, recorded.field_ids):
-                    return True
-        return False
 
     def _failed_partition(self, plan: RunPlan) -> int | None:
         """The partition a failed run's corrupt segment belongs to (policy `fail`), else None."""

@@ -71,6 +71,7 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import io
 import json
 import os
 import threading
@@ -88,6 +89,7 @@ from typing import Any
 
 import boto3
 import pytest
+from botocore.response import StreamingBody
 
 from tests.support.cfn_template import ACCOUNT, REGION, ROOT, Deployment, Function, functions
 from tests.support.lambdas import LambdaContext
@@ -426,13 +428,15 @@ class LambdaFleet:
             saved = dict(os.environ)
             os.environ.update(self.environment[logical_id])
             token = _principal.set(function.role_id)
+            caller_role = self.active_role  # a synchronous invocation from a function's: its caller's
             self.active_role = function.role_id
             started = time.perf_counter()
             error: str | None = None
             try:
                 from functions import runtime
 
-                runtime.assembly.cache_clear()
+                if caller_role is None:  # a nested invocation leaves its caller's dependencies be
+                    runtime.assembly.cache_clear()
                 for fault in self.faults.get(logical_id, [])[:1]:
                     self.faults[logical_id].pop(0)
                     fault()
@@ -454,7 +458,7 @@ class LambdaFleet:
             finally:
                 self.invocations.append(Invocation(logical_id, time.perf_counter() - started, error))
                 _principal.reset(token)
-                self.active_role = None
+                self.active_role = caller_role
                 os.environ.clear()
                 os.environ.update(saved)
 
@@ -953,21 +957,27 @@ class Box:
         self, *, until: Callable[[], bool] | None = None, timeout_s: float = 120.0, pollers: int = 1
     ) -> None:
         """Run the event sources until nothing is left to do (no message, no execution running) or
-        `until()` holds; fails after `timeout_s`. `pollers` > 1 polls each source that many times at
-        once."""
-        deadline = time.monotonic() + timeout_s
+        `until()` holds; fails once `timeout_s` pass with no progress (nothing handed out, no
+        function invoked, the running executions and pending messages unchanged), so a loaded
+        machine that is slow but moving is waited for (a run's job watched for minutes), and a stuck
+        box still fails; a box moving forever (a job that never ends) fails after 10 x `timeout_s`.
+        `pollers` > 1 polls each source that many times at once."""
+        started = last_progress = time.monotonic()
         idle_rounds = 0
-        while time.monotonic() < deadline:
+        seen: tuple[int, int, int] | None = None
+        while time.monotonic() - last_progress < timeout_s and time.monotonic() - started < 10 * timeout_s:
             handed = self.mappings.poll_concurrently(pollers) if pollers > 1 else self.mappings.poll_once()
             handed += self.run_async_invokes()
             if until is not None and until():
                 return
-            busy = handed or self.running_executions() or self.messages_pending()
-            idle_rounds = 0 if busy else idle_rounds + 1
+            state = (self.running_executions(), self.messages_pending(), len(self.fleet.invocations))
+            if handed or state != seen:
+                last_progress, seen = time.monotonic(), state
+            idle_rounds = 0 if handed or state[0] or state[1] else idle_rounds + 1
             if until is None and idle_rounds >= 3:
                 return
             time.sleep(0.05 if handed else 0.2)
-        pytest.fail(f"the box did not settle within {timeout_s} s: {self.describe()}")
+        pytest.fail(f"the box made no progress for {timeout_s} s (or none to an end): {self.describe()}")
 
     def redrive(self, dlq: str, source: str) -> int:
         """Move the messages of the `dlq` queue back to `source` (an operator's `aws sqs
@@ -1270,15 +1280,23 @@ def build_box(
     async_invokes: list[tuple[str, dict[str, Any]]] = []
 
     def queue_async_invoke(model: Any, context: dict[str, Any], request_signer: Any = None, **_: Any) -> Any:
-        """A function's `Invoke` with `InvocationType=Event`: recorded for IAM (this answer stops
-        the other `before-call` handlers), queued for `pump` (Lambda's event queue), answered 202 as
-        Lambda does; other invocations go on to moto."""
+        """A function's `Invoke`, recorded for IAM (this answer stops the other `before-call`
+        handlers): with `InvocationType=Event` queued for `pump` (Lambda's event queue) and answered
+        202 as Lambda does; synchronous (`RequestResponse`, the checkpoint function) run at once,
+        inside the calling invocation, and answered as Lambda does; an invocation of a function that
+        is not the stack's goes on to moto."""
         params = context.get("aws_box_params", {})
-        if params.get("InvocationType") != "Event":
+        if params.get("InvocationType") == "Event":
+            recorder.hook(model, context, request_signer)
+            async_invokes.append((params["FunctionName"], json.loads(params.get("Payload") or b"{}")))
+            return SimpleNamespace(status_code=202, headers={}), {"StatusCode": 202}
+        if params.get("FunctionName") not in fleet.by_name:
             return None
         recorder.hook(model, context, request_signer)
-        async_invokes.append((params["FunctionName"], json.loads(params.get("Payload") or b"{}")))
-        return SimpleNamespace(status_code=202, headers={}), {"StatusCode": 202}
+        answer = fleet.invoke_payload(params["FunctionName"], params.get("Payload") or b"")
+        body = json.dumps(answer.pop("Payload")).encode()
+        answer["Payload"] = StreamingBody(io.BytesIO(body), len(body))
+        return SimpleNamespace(status_code=200, headers={}), answer
 
     def recording_init(session: Any, *args: Any, **kwargs: Any) -> None:
         original_init(session, *args, **kwargs)
@@ -1308,6 +1326,9 @@ def build_box(
     monkeypatch.setitem(spark_context.environment, "AWS_SECRET_ACCESS_KEY", "emr-job-secret")
 
     fleet = LambdaFleet(deployment, environment)
+    from functions import checkpoints
+
+    checkpoints._stores.cache_clear()  # the checkpoint function's etcd: this box's, built on first use
     recorder.active_role = lambda: fleet.active_role
     # A pool thread runs in its submitter's context (the function's principal, for IAM attribution).
     from concurrent.futures import ThreadPoolExecutor
