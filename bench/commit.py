@@ -45,8 +45,8 @@ from kafscale_iceberg.domain.runs import (
     make_run_id,
 )
 from kafscale_iceberg.domain.schema import table_fields
-from kafscale_iceberg.services.commit import CommitService
-from kafscale_iceberg.services.run_writes import TablePolicy
+from kafscale_iceberg.services.commits.commit import CommitService
+from kafscale_iceberg.services.commits.run_writes import TablePolicy
 
 TOPIC = "orders"
 COLUMNS = (

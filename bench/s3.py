@@ -83,9 +83,9 @@ from kafscale_iceberg.local.embedded import (
 from kafscale_iceberg.segments.generate import generate_segments
 from kafscale_iceberg.segments.layout import Codec
 from kafscale_iceberg.services import pending
-from kafscale_iceberg.services.commit import CommitService
+from kafscale_iceberg.services.commits.commit import CommitService
+from kafscale_iceberg.services.commits.run_writes import TablePolicy
 from kafscale_iceberg.services.launch import LaunchStatus
-from kafscale_iceberg.services.run_writes import TablePolicy
 
 TOPIC = "orders"
 NAMESPACE = "bench"

@@ -39,8 +39,8 @@ from kafscale_iceberg.segments.decode import Record
 from kafscale_iceberg.segments.encode import build_segment, encode_record_batch
 from kafscale_iceberg.segments.generate import pizza_order
 from kafscale_iceberg.segments.keys import format_segment_key
+from kafscale_iceberg.services.commits.run_writes import TablePolicy
 from kafscale_iceberg.services.launch import run_data_prefix
-from kafscale_iceberg.services.run_writes import TablePolicy
 
 TOPIC, TABLE, DEAD_LETTERS = "orders", "bench.orders", "bench.orders__dlq"
 BASE_TIME_MS = 1_763_600_000_000

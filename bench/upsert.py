@@ -47,8 +47,8 @@ from kafscale_iceberg.local.config_document import one_machine_document
 from kafscale_iceberg.segments.decode import Record
 from kafscale_iceberg.segments.encode import build_segment, encode_record_batch
 from kafscale_iceberg.segments.keys import format_segment_key
+from kafscale_iceberg.services.commits.run_writes import TablePolicy
 from kafscale_iceberg.services.launch import run_data_prefix
-from kafscale_iceberg.services.run_writes import TablePolicy
 
 TOPIC, TABLE = "customers", "bench.customers"
 BASE_TIME_MS = 1_763_600_000_000

@@ -37,7 +37,8 @@ if TYPE_CHECKING:
         TopicSignaller,
         WorkQueue,
     )
-    from kafscale_iceberg.services.commit import CommitService
+    from kafscale_iceberg.services.commits.commit import CommitService
+    from kafscale_iceberg.services.commits.run_writes import TablePolicy
     from kafscale_iceberg.services.compaction_trigger import MaintenanceTrigger
     from kafscale_iceberg.services.discovery import TopicDiscovery
     from kafscale_iceberg.services.launch import Launcher
@@ -47,7 +48,6 @@ if TYPE_CHECKING:
     from kafscale_iceberg.services.replay import ReplayService
     from kafscale_iceberg.services.route import Router
     from kafscale_iceberg.services.run_steps import RunSteps
-    from kafscale_iceberg.services.run_writes import TablePolicy
 
 STATE_MACHINE_ENV = "KAFSCALE_ICEBERG_STATE_MACHINE_ARN"
 MAINTENANCE_FUNCTION_ENV = "KAFSCALE_ICEBERG_MAINTENANCE_FUNCTION_ARN"
@@ -285,7 +285,7 @@ class Assembly:
     @cached_property
     def commits(self) -> CommitService:
         """The commit step over the configured catalog (imports pyiceberg and pyarrow)."""
-        from kafscale_iceberg.services.commit import CommitService  # noqa: PLC0415
+        from kafscale_iceberg.services.commits.commit import CommitService  # noqa: PLC0415
 
         return CommitService(self.tables, self.checkpoints, stranded_runs=self._run_documents)
 
@@ -409,7 +409,7 @@ class Assembly:
 
     def table_policy(self, topic: str) -> TablePolicy:
         """What the commit step may do to `topic`'s table, from its mapping."""
-        from kafscale_iceberg.services.run_writes import TablePolicy  # noqa: PLC0415
+        from kafscale_iceberg.services.commits.run_writes import TablePolicy  # noqa: PLC0415
 
         mappings = self.config.mappings_for(topic)
         return TablePolicy.from_mapping(*mappings) if mappings else TablePolicy()

@@ -13,7 +13,7 @@ DOC = ROOT / "docs" / "architecture.md"
 
 
 def _named_paths(text: str) -> set[str]:
-    """Backticked file and folder names: `services/commit.py`, `infra/`, `template.yaml`."""
+    """Backticked file and folder names: `services/commits/commit.py`, `infra/`, `template.yaml`."""
     names = set()
     for token in re.findall(r"`([^`\s]+)`", text):
         if any(mark in token for mark in ("{", ":", "*", "=")):

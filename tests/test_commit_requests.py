@@ -17,8 +17,8 @@ from kafscale_iceberg.adapters.sqlite_checkpoints import SqliteCheckpointStore
 from kafscale_iceberg.domain.commits import TableSpec
 from kafscale_iceberg.domain.leases import LeaseGrant
 from kafscale_iceberg.domain.schema import table_fields
-from kafscale_iceberg.services.commit import CommitService
-from kafscale_iceberg.services.run_writes import TablePolicy
+from kafscale_iceberg.services.commits.commit import CommitService
+from kafscale_iceberg.services.commits.run_writes import TablePolicy
 from tests.support.iceberg_runs import RunFactory
 from tests.support.moto import MotoEndpoint
 

@@ -34,9 +34,9 @@ from kafscale_iceberg.exceptions import (
     TableChangedError,
 )
 from kafscale_iceberg.ports import CheckpointStore
-from kafscale_iceberg.services.commit import CommitService
+from kafscale_iceberg.services.commits.commit import CommitService
+from kafscale_iceberg.services.commits.run_writes import TablePolicy
 from kafscale_iceberg.services.offset_reset import OffsetReset
-from kafscale_iceberg.services.run_writes import TablePolicy
 from tests.support.iceberg_runs import RunFactory, sql_settings
 
 TOPIC, TABLE, DLQ = "orders", "lake.orders", "lake.orders__dlq"

@@ -25,9 +25,9 @@ from kafscale_iceberg.domain.leases import LeaseGrant
 from kafscale_iceberg.domain.runs import ColumnSpec, ColumnType, RunPlan, RunResult, RunTimings
 from kafscale_iceberg.domain.schema import DEAD_LETTER_FIELDS, table_fields
 from kafscale_iceberg.exceptions import FieldIdMismatchError
-from kafscale_iceberg.services.commit import CommitService
+from kafscale_iceberg.services.commits.commit import CommitService
+from kafscale_iceberg.services.commits.run_writes import TablePolicy
 from kafscale_iceberg.services.field_id_records import FieldIdRecords
-from kafscale_iceberg.services.run_writes import TablePolicy
 from tests.support.iceberg_runs import sql_settings
 from tests.support.spark_job import ORDER_COLUMNS, SegmentFolder, make_plan
 

@@ -18,7 +18,7 @@ from kafscale_iceberg.domain.runner_choice import RunnerKind
 from kafscale_iceberg.domain.runs import RunCounts
 from kafscale_iceberg.domain.tickets import RunTicket
 from kafscale_iceberg.services.backoff import TopicBackoff
-from kafscale_iceberg.services.run_writes import TablePolicy
+from kafscale_iceberg.services.commits.run_writes import TablePolicy
 from tests.support.config_documents import local_document
 from tests.support.iceberg_runs import RunFactory
 from tests.support.lambdas import LambdaContext, emf_records, emf_values

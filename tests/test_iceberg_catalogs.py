@@ -31,8 +31,8 @@ from kafscale_iceberg.config import parse_config
 from kafscale_iceberg.domain.leases import LeaseGrant
 from kafscale_iceberg.domain.runs import DataFile, RunPlan, RunResult, TableTarget
 from kafscale_iceberg.exceptions import CatalogUnavailableError, ConfigError
-from kafscale_iceberg.services.commit import CommitService
-from kafscale_iceberg.services.run_writes import TablePolicy
+from kafscale_iceberg.services.commits.commit import CommitService
+from kafscale_iceberg.services.commits.run_writes import TablePolicy
 from tests.support.iceberg_runs import RunFactory
 from tests.support.moto import MotoEndpoint, free_port
 

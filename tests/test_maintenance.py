@@ -33,10 +33,10 @@ from kafscale_iceberg.domain.leases import LeaseGrant
 from kafscale_iceberg.domain.maintenance import SUMMARY_COMPACTION
 from kafscale_iceberg.domain.runs import RunPlan, RunResult, RunTimings
 from kafscale_iceberg.domain.tickets import join_uri
-from kafscale_iceberg.services.commit import CommitOutcome
+from kafscale_iceberg.services.commits.outcome import CommitOutcome
+from kafscale_iceberg.services.commits.run_writes import TablePolicy
 from kafscale_iceberg.services.launch import run_data_prefix
 from kafscale_iceberg.services.maintenance import MaintenanceSchedule, MaintenanceService
-from kafscale_iceberg.services.run_writes import TablePolicy
 from tests.support.config_documents import local_document
 from tests.support.spark_job import SegmentFolder, make_plan
 

@@ -54,7 +54,7 @@ from kafscale_iceberg.metrics import (
     record_route_failure,
     sample,
 )
-from kafscale_iceberg.services.commit import CommitOutcome
+from kafscale_iceberg.services.commits.outcome import CommitOutcome
 from tests.support.config_documents import local_document
 from tests.support.lambdas import emf_records
 

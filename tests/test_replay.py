@@ -36,11 +36,11 @@ from kafscale_iceberg.domain.runs import RunPlan
 from kafscale_iceberg.exceptions import OffsetResetRefusedError, ReplayLeaseBusyError, ReplayRequestError
 from kafscale_iceberg.ports import CheckpointStore
 from kafscale_iceberg.segments.keys import format_segment_key
-from kafscale_iceberg.services.commit import CommitService
+from kafscale_iceberg.services.commits.commit import CommitService
+from kafscale_iceberg.services.commits.run_writes import TablePolicy
 from kafscale_iceberg.services.launch import Launcher, LaunchStatus
 from kafscale_iceberg.services.offset_reset import OffsetReset
 from kafscale_iceberg.services.replay import ReplayService
-from kafscale_iceberg.services.run_writes import TablePolicy
 from tests.support.config_documents import local_document
 from tests.support.etcd import EtcdServer
 from tests.support.iceberg_runs import RunFactory

@@ -22,9 +22,9 @@ from kafscale_iceberg.dataplane.tasks import plan_tasks, run_task
 from kafscale_iceberg.domain.leases import LeaseGrant
 from kafscale_iceberg.domain.runs import RunPlan, RunTimings
 from kafscale_iceberg.ports import CheckpointStore
-from kafscale_iceberg.services.commit import CommitService
+from kafscale_iceberg.services.commits.commit import CommitService
+from kafscale_iceberg.services.commits.run_writes import TablePolicy
 from kafscale_iceberg.services.offset_reset import OffsetReset
-from kafscale_iceberg.services.run_writes import TablePolicy
 from tests.support.iceberg_runs import sql_settings
 from tests.support.spark_job import SegmentFolder, make_plan
 

@@ -17,8 +17,8 @@ from kafscale_iceberg.domain.commits import TableCommit, TableState
 from kafscale_iceberg.domain.runs import RoutePlan, RunPlan, RunResult, TableOutput, TableRole, TableTarget
 from kafscale_iceberg.exceptions import CatalogUnavailableError, OffsetMismatchError
 from kafscale_iceberg.ports import CheckpointStore
-from kafscale_iceberg.services.commit import CommitService
-from kafscale_iceberg.services.run_writes import TablePolicy
+from kafscale_iceberg.services.commits.commit import CommitService
+from kafscale_iceberg.services.commits.run_writes import TablePolicy
 from tests.support.iceberg_runs import RunFactory, sql_settings
 from tests.test_commit_service import DLQ, TABLE, _claim, _rows, _snapshots, _store_offsets
 

@@ -28,7 +28,7 @@ from kafscale_iceberg.domain.runs import (
 )
 from kafscale_iceberg.metrics.definitions import TABLE_RECORDS, Sample
 from kafscale_iceberg.metrics.recording import record_commit
-from kafscale_iceberg.services.commit import CommitOutcome
+from kafscale_iceberg.services.commits.outcome import CommitOutcome
 from tests.support.spark_job import SegmentFolder, make_plan, order_record
 
 COLUMNS = (

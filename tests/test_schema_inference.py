@@ -371,7 +371,7 @@ def test_two_runs_adding_the_same_column_both_land(tmp_path: Path) -> None:
     seen = racing.read_state(TABLE, "orders")
     commit(sql_committer(tmp_path), *first, 0, 1)
     # The second commit was built on the state before the first: refused, nothing written; the
-    # commit step reads the table again and retries (`services/verified_commit.py`).
+    # commit step reads the table again and retries (`services/commits/verified_commit.py`).
     with pytest.raises(TableChangedError):
         commit(racing, *second, 1, 2, state=seen)
     commit(sql_committer(tmp_path), *second, 1, 2)  # `tip` is there now, with the id it planned

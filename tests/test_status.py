@@ -28,10 +28,10 @@ from kafscale_iceberg.exceptions import UnmappedTopicError
 from kafscale_iceberg.metrics import PrometheusMetricsSink, record_status
 from kafscale_iceberg.ports import CheckpointStore
 from kafscale_iceberg.segments.keys import format_segment_key
-from kafscale_iceberg.services.commit import CommitService
+from kafscale_iceberg.services.commits.commit import CommitService
+from kafscale_iceberg.services.commits.run_writes import TablePolicy
 from kafscale_iceberg.services.launch import Launcher, LaunchStatus
 from kafscale_iceberg.services.run_steps import RunSteps
-from kafscale_iceberg.services.run_writes import TablePolicy
 from kafscale_iceberg.services.status import PartitionStatus, StatusService, TopicStatus
 from tests.support.config_documents import local_document
 from tests.support.iceberg_runs import RunFactory, sql_settings

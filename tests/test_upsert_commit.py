@@ -26,8 +26,8 @@ from kafscale_iceberg.local.pipeline import RunEnd, RunReport
 from kafscale_iceberg.local.wiring import MetricsObserver
 from kafscale_iceberg.metrics import record_commit, record_commit_failure
 from kafscale_iceberg.metrics.definitions import Sample
-from kafscale_iceberg.services.commit import CommitService
-from kafscale_iceberg.services.run_writes import TablePolicy
+from kafscale_iceberg.services.commits.commit import CommitService
+from kafscale_iceberg.services.commits.run_writes import TablePolicy
 from tests.support.upsert_world import TABLE, UpsertWorld
 
 DEAD_LETTERS = "prod.orders_dead_letters"

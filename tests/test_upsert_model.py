@@ -27,8 +27,8 @@ from kafscale_iceberg.domain.commits import TableCommit, TableState
 from kafscale_iceberg.domain.leases import LeaseGrant
 from kafscale_iceberg.domain.runs import RunPlan, RunResult
 from kafscale_iceberg.exceptions import UpsertLocateStaleError
-from kafscale_iceberg.services.commit import CommitService
-from kafscale_iceberg.services.run_writes import TablePolicy
+from kafscale_iceberg.services.commits.commit import CommitService
+from kafscale_iceberg.services.commits.run_writes import TablePolicy
 from tests.support.upsert_world import TABLE, UpsertWorld
 
 duckdb = pytest.importorskip("duckdb")

@@ -13,7 +13,7 @@ driver and tasks make the files (`execution/upsert_stage.py`), so the commit ste
    key is written again without those rows (same columns and field ids, a name derived from the run
    and the file it replaces); the run's own files lose the rows a later change of their key superseded.
 
-The commit (`services/upsert_commit.py`) removes the replaced files and adds the rewritten ones and
+The commit (`services/commits/upsert_commit.py`) removes the replaced files and adds the rewritten ones and
 the run's, with the offsets marker, through the verified loop - only while the located version still
 stands (`LocatedIn`, checked in `adapters/iceberg_upsert.py`): a file the run replaces that left the
 table (a `maintain` compaction), or a commit that added files after it, refuses the run

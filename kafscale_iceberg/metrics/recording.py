@@ -64,7 +64,7 @@ if TYPE_CHECKING:
     from kafscale_iceberg.domain.runs import RunPlan, RunResult
     from kafscale_iceberg.domain.upsert import UpsertCounts
     from kafscale_iceberg.ports import MetricsSink
-    from kafscale_iceberg.services.commit import CommitOutcome
+    from kafscale_iceberg.services.commits.outcome import CommitOutcome
     from kafscale_iceberg.services.launch import LaunchOutcome
     from kafscale_iceberg.services.maintenance import MaintenanceReport
     from kafscale_iceberg.services.reconcile import ReconcileReport

@@ -4,7 +4,7 @@ Since the table's marker wins over the checkpoint store, a reset of the store al
 `OffsetReset.reset_offsets` gives each table (the table, then its dead-letter table) ONE Iceberg
 commit that deletes its rows after the new offsets, records the new offsets and drops the quarantined
 ranges lying after them (summary `kafscale.reset`) - verified before every attempt like every table
-write (`services.verified_commit`) - then sets the store, fenced by the lease.
+write (`services.commits.verified_commit`) - then sets the store, fenced by the lease.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from kafscale_iceberg.domain.runs import NO_OFFSET
 from kafscale_iceberg.domain.tickets import join_uri
 from kafscale_iceberg.exceptions import OffsetResetRefusedError, TableMissingError
 from kafscale_iceberg.ports import CheckpointStore, TableCommitter
-from kafscale_iceberg.services.checkpoint_sync import offsets_of, stored_timestamp
-from kafscale_iceberg.services.verified_commit import (
+from kafscale_iceberg.services.commits.checkpoint_sync import offsets_of, stored_timestamp
+from kafscale_iceberg.services.commits.verified_commit import (
     CommitRetryOptions,
     TableWrite,
     TableWriter,

@@ -44,7 +44,7 @@ from kafscale_iceberg.services.pending import list_after_committed
 
 if TYPE_CHECKING:
     from kafscale_iceberg.config import KafscaleConfig
-    from kafscale_iceberg.services.commit import CommitService
+    from kafscale_iceberg.services.commits.commit import CommitService
     from kafscale_iceberg.services.offset_reset import OffsetReset
 
 logger = logging.getLogger(__name__)

@@ -45,9 +45,10 @@ from kafscale_iceberg.exceptions import (
 )
 from kafscale_iceberg.ports import CheckpointStore, JobLookup, JobRunner, RunDocuments, WaitingJobRunner
 from kafscale_iceberg.services.backoff import BackoffRecords
-from kafscale_iceberg.services.commit import CommitOutcome, CommitService
+from kafscale_iceberg.services.commits.commit import CommitService
+from kafscale_iceberg.services.commits.outcome import CommitOutcome
+from kafscale_iceberg.services.commits.run_writes import TablePolicy
 from kafscale_iceberg.services.field_id_records import FieldIdRecords
-from kafscale_iceberg.services.run_writes import TablePolicy
 
 logger = logging.getLogger(__name__)
 

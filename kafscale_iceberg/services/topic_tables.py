@@ -11,7 +11,7 @@ from __future__ import annotations
 from kafscale_iceberg.config import KafscaleConfig
 from kafscale_iceberg.domain.routing import matches_template, template_namespace
 from kafscale_iceberg.ports import TableCommitter, TableLister, TableStatusReader
-from kafscale_iceberg.services.verified_commit import read_state_if_exists
+from kafscale_iceberg.services.commits.verified_commit import read_state_if_exists
 
 
 def topic_tables(

@@ -36,8 +36,9 @@ from kafscale_iceberg.execution.driver import TaskSizing
 from kafscale_iceberg.execution.in_process import run_plan_in_process
 from kafscale_iceberg.ports import TableCommitter
 from kafscale_iceberg.segments.decode import Record
-from kafscale_iceberg.services.commit import CommitOutcome, CommitService
-from kafscale_iceberg.services.run_writes import TablePolicy
+from kafscale_iceberg.services.commits.commit import CommitService
+from kafscale_iceberg.services.commits.outcome import CommitOutcome
+from kafscale_iceberg.services.commits.run_writes import TablePolicy
 from tests.support.iceberg_runs import sql_settings
 from tests.support.spark_job import BASE_TIME_MS, SegmentFolder, make_plan, write_plan
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from kafscale_iceberg.domain.commits import FinishedRun
 from kafscale_iceberg.domain.leases import LeaseGrant
@@ -21,10 +20,8 @@ from kafscale_iceberg.exceptions import (
     OffsetMismatchError,
     RunNotCommittableError,
 )
-from kafscale_iceberg.services.run_writes import check_committable
-
-if TYPE_CHECKING:
-    from kafscale_iceberg.services.commit import CommitOutcome
+from kafscale_iceberg.services.commits.outcome import CommitOutcome
+from kafscale_iceberg.services.commits.run_writes import check_committable
 
 logger = logging.getLogger(__name__)
 

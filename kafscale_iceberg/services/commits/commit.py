@@ -12,7 +12,7 @@
    then the data files to the table: ONE Iceberg commit per table, each carrying its marker. Each
    commit is built on the state just verified; when the table changed meanwhile, or the outcome is
    unknown, the state is read again and verified again (already in? still at the start?) before
-   another attempt - never a blind retry (`services.verified_commit`, shared with the offset
+   another attempt - never a blind retry (`services.commits.verified_commit`, shared with the offset
    reset).
 4. Advance the checkpoint store's offsets to what the table records (fenced by the lease), then
    release the lease.
@@ -20,16 +20,16 @@
 Any step may crash; running `commit_run` again with the same plan, result and lease finishes the
 job and duplicates nothing. See docs/architecture.md, "The commit step".
 
-What each table's write is, read from the plan and result: `services.run_writes`; the checkpoint
-store kept in step with the tables: `services.checkpoint_sync`; a run stranded between its tables'
-commits finished: `services.stranded_runs`.
+What each table's write is, read from the plan and result: `services.commits.run_writes`; the checkpoint
+store kept in step with the tables: `services.commits.checkpoint_sync`; a run stranded between its tables'
+commits finished: `services.commits.stranded_runs`.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Unpack
 
 from kafscale_iceberg.domain.anomalies import offset_anomalies
@@ -59,7 +59,6 @@ from kafscale_iceberg.domain.runs import (
 )
 from kafscale_iceberg.domain.schema import table_fields
 from kafscale_iceberg.domain.schema_evolution import merged_column
-from kafscale_iceberg.domain.upsert import UpsertCounts
 from kafscale_iceberg.exceptions import (
     CheckpointUnavailableError,
     DeadLetterAheadError,
@@ -71,13 +70,14 @@ from kafscale_iceberg.exceptions import (
     TableMissingError,
 )
 from kafscale_iceberg.ports import CheckpointStore, TableCommitter
-from kafscale_iceberg.services.checkpoint_sync import (
+from kafscale_iceberg.services.commits.checkpoint_sync import (
     advance_store,
     offsets_of,
     reconciled_offsets,
     repair_store,
 )
-from kafscale_iceberg.services.run_writes import (
+from kafscale_iceberg.services.commits.outcome import CommitOutcome
+from kafscale_iceberg.services.commits.run_writes import (
     DataTableWrite,
     DeadLetterTableWrite,
     LaggingTableWrite,
@@ -90,9 +90,9 @@ from kafscale_iceberg.services.run_writes import (
     plan_target,
     quarantined_ranges,
 )
-from kafscale_iceberg.services.stranded_runs import StrandedRunLoader, finish_stranded
-from kafscale_iceberg.services.upsert_commit import UpsertTableWrite, check_upsert_committable
-from kafscale_iceberg.services.verified_commit import (
+from kafscale_iceberg.services.commits.stranded_runs import StrandedRunLoader, finish_stranded
+from kafscale_iceberg.services.commits.upsert_commit import UpsertTableWrite, check_upsert_committable
+from kafscale_iceberg.services.commits.verified_commit import (
     CommitRetryOptions,
     TableWriter,
     commit_verified,
@@ -101,32 +101,6 @@ from kafscale_iceberg.services.verified_commit import (
 )
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class CommitOutcome:
-    """What `commit_run` did."""
-
-    run_id: str
-    topic: str
-    table_committed: bool
-    """False when the table already held the run (a replayed commit)."""
-    dead_letter_committed: bool
-    table_snapshot_id: int | None
-    offsets: Mapping[int, int]
-    """The run partitions' committed offsets, as the table records them after the commit."""
-    offsets_written: Mapping[int, int] = field(default_factory=dict)
-    """What this call wrote to the checkpoint store (empty when it already agreed)."""
-    lease_released: bool = False
-    states: Mapping[str, TableState] = field(default_factory=dict)
-    """The states this call read or committed last, by table (what `field_ids` may use)."""
-    upsert: UpsertCounts | None = None
-    """An upsert run's counts, when this call's commit landed (None otherwise)."""
-    upsert_table: str = ""
-    tables_committed: tuple[str, ...] = ()
-    """The tables this call committed the run to, in commit order."""
-    finished: FinishedRun | None = None
-    """A run stranded between its tables' commits that this call finished first."""
 
 
 class CommitService(TableWriter):

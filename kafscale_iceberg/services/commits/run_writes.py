@@ -2,14 +2,14 @@
 
 - `TablePolicy`: what the commit may do to a mapping's table (create it, widen its types).
 - `check_committable`: a result that can never be committed is refused before anything is read.
-- The writes, each a `TableWrite` that `services.verified_commit` verifies and commits once:
+- The writes, each a `TableWrite` that `services.commits.verified_commit` verifies and commits once:
   `DataTableWrite` (the topic's anchor table; adopts the checkpoint store's offsets when the table never
   recorded the topic), `DeadLetterTableWrite` and `LaggingTableWrite` (tables committed before the
   anchor, whose offsets lag).
 - `output_spec`, `plan_target`, `inferred_columns`: how each table of the run is created or evolved,
   and which of the plan's targets it is.
 
-`services.commit.CommitService` orders these writes; nothing here reads or writes a table.
+`services.commits.commit.CommitService` orders these writes; nothing here reads or writes a table.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from kafscale_iceberg.domain.runs import (
 )
 from kafscale_iceberg.domain.schema import DEAD_LETTER_FIELDS, table_fields
 from kafscale_iceberg.exceptions import DeadLetterAheadError, OffsetMismatchError, RunNotCommittableError
-from kafscale_iceberg.services.verified_commit import TableWrite
+from kafscale_iceberg.services.commits.verified_commit import TableWrite
 
 if TYPE_CHECKING:
     from kafscale_iceberg.config import MappingConfig

@@ -1,6 +1,6 @@
 """The exactly-once core: one change to one table, verified before every attempt, never retried blindly.
 
-Every table write of the product - a run's files (`services.run_writes`), an explicit offset reset
+Every table write of the product - a run's files (`services.commits.run_writes`), an explicit offset reset
 (`services.offset_reset`) - is a `TableWrite` handed to `commit_verified`:
 
 1. read the table's state (or take the one the caller just read);

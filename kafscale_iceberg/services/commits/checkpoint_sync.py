@@ -16,7 +16,7 @@ from kafscale_iceberg.domain.offsets import CommittedOffsets, OffsetUpdate
 from kafscale_iceberg.domain.runs import NO_OFFSET, RunPlan, RunResult
 from kafscale_iceberg.exceptions import KafscaleIcebergError
 from kafscale_iceberg.ports import CheckpointStore, TableCommitter
-from kafscale_iceberg.services.verified_commit import read_state_or_empty
+from kafscale_iceberg.services.commits.verified_commit import read_state_or_empty
 
 logger = logging.getLogger(__name__)
 

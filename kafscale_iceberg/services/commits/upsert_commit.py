@@ -22,7 +22,7 @@ from kafscale_iceberg.domain.commits import TableCommit, TableState
 from kafscale_iceberg.domain.runs import RunPlan, RunResult, RunStatus, UpsertOutcome
 from kafscale_iceberg.domain.upsert import LocatedIn, UpsertCounts
 from kafscale_iceberg.exceptions import RunNotCommittableError
-from kafscale_iceberg.services.run_writes import DataTableWrite
+from kafscale_iceberg.services.commits.run_writes import DataTableWrite
 
 logger = logging.getLogger(__name__)
 
