@@ -93,6 +93,8 @@ class UpsertOutcome(DocumentModel):
     changed_keys: int = Field(default=0, ge=0)
     """How many keys the run changed (none: the commit only moves the offsets)."""
     replaced: tuple[ReplacedFile, ...] = ()
+    policy: UpsertWrite = UpsertWrite.AUTO
+    """`upsert.write` of the plan: what the table's `write.*.mode` properties tell other writers."""
     write: UpsertWrite = UpsertWrite.COPY_ON_WRITE
     """How the run removed replaced rows: `copy-on-write` (`replaced`) or `merge-on-read` (`deletes`)."""
     deletes: tuple[PositionDeleteFile, ...] = ()

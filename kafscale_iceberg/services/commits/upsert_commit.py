@@ -20,7 +20,7 @@ from typing import ClassVar
 
 from kafscale_iceberg.domain.commits import TableCommit, TableState
 from kafscale_iceberg.domain.runs import RunPlan, RunResult, RunStatus, UpsertOutcome
-from kafscale_iceberg.domain.upsert import LocatedIn, UpsertCounts
+from kafscale_iceberg.domain.upsert import LocatedIn, UpsertCounts, write_mode_properties
 from kafscale_iceberg.exceptions import RunNotCommittableError
 from kafscale_iceberg.services.commits.run_writes import DataTableWrite
 
@@ -50,6 +50,8 @@ class UpsertTableWrite(DataTableWrite):
                     "updated": commit.upsert.updated,
                     "deleted": commit.upsert.deleted,
                     "files_rewritten": commit.upsert.files_rewritten,
+                    "delete_files": commit.upsert.delete_files,
+                    "bytes_located": commit.upsert.bytes_located,
                     "bytes_rewritten": commit.upsert.bytes_rewritten,
                     "located_snapshot_id": self.outcome.located_snapshot_id,
                     "snapshot_id": after.snapshot_id,
@@ -69,14 +71,18 @@ class UpsertTableWrite(DataTableWrite):
         return replace(
             super().build(state),
             removed_files=tuple(f.uri for f in outcome.replaced),
+            added_deletes=outcome.deletes,
             upsert=UpsertCounts(
                 inserted=outcome.inserted,
                 updated=outcome.updated,
                 deleted=outcome.deleted,
                 files_rewritten=len(outcome.replaced),
                 bytes_rewritten=sum(f.size_bytes for f in outcome.replaced),
+                delete_files=len(outcome.deletes),
+                bytes_located=outcome.located_bytes_read,
             ),
             located=LocatedIn(outcome.located_snapshot_id) if outcome.changed_keys else None,
+            table_properties=write_mode_properties(outcome.policy),
         )
 
 
