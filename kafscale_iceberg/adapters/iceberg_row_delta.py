@@ -13,7 +13,10 @@ This module is the smallest adapter over its manifest and snapshot classes that 
   applies to the table's older files and never to the rows added beside it) plus a delete manifest
   per partition spec, and the summary's `added-delete-files` / `added-position-deletes` (pyiceberg's
   own summary collector counts them by the files' content);
-- `_Replace`: pyiceberg's overwrite as a `replace` operation that also removes delete files.
+- `_Replace`: a `replace` snapshot (rows unchanged: a compaction) removing data files and the
+  delete files folded into their rewrite - pyiceberg's overwrite removes data files only, would
+  rewrite a delete manifest as a data manifest, and calls itself `overwrite`, which incremental
+  readers take for changed data.
 
 Once pyiceberg writes delete files itself (#3618: a `RowDelta`-like producer), delete this module and
 call that from `iceberg_writes.add_row_delta` and the compaction commit.
@@ -28,6 +31,7 @@ from typing import Any
 
 from pyiceberg.avro.file import AvroOutputFile
 from pyiceberg.manifest import (
+    DATA_FILE_TYPE,
     DataFile,
     DataFileContent,
     FileFormat,
@@ -39,8 +43,8 @@ from pyiceberg.manifest import (
 )
 from pyiceberg.schema import Schema
 from pyiceberg.table import Transaction
-from pyiceberg.table.snapshots import Operation
-from pyiceberg.table.update.snapshot import _FastAppendFiles
+from pyiceberg.table.snapshots import Operation, Summary
+from pyiceberg.table.update.snapshot import _FastAppendFiles, _SnapshotProducer
 from pyiceberg.typedef import EMPTY_DICT
 from pyiceberg.types import NestedField, StringType, StructType
 
@@ -105,6 +109,25 @@ class _DeleteManifestWriter(ManifestWriterV2):
                 continue
             fields.append(entry_field)
         return Schema(*fields, schema_id=schema.schema_id)
+
+    def add_entry(self, entry: ManifestEntry) -> ManifestWriterV2:
+        # An entry read from a manifest is a v2 record (no `referenced_data_file`): widened to v3.
+        data_file = entry.data_file
+        if len(data_file._data) < len(DATA_FILE_TYPE[3].fields):
+            widened = DataFile.from_args(
+                _table_format_version=3,
+                **{f.name: data_file._data[i] for i, f in enumerate(DATA_FILE_TYPE[2].fields)},
+            )
+            widened.spec_id = data_file.spec_id
+            entry = ManifestEntry.from_args(
+                status=entry.status,
+                snapshot_id=entry.snapshot_id,
+                sequence_number=entry.sequence_number,
+                file_sequence_number=entry.file_sequence_number,
+                data_file=widened,
+            )
+        super().add_entry(entry)
+        return self
 
     def new_writer(self) -> AvroOutputFile[ManifestEntry]:
         # The entries are v3 records (they hold `referenced_data_file`); the file is v2 plus that field.
@@ -172,6 +195,85 @@ def _added(snapshot_id: int, data_file: DataFile) -> ManifestEntry:
         file_sequence_number=None,
         data_file=data_file,
     )
+
+
+class _Replace(_SnapshotProducer["_Replace"]):
+    """Data and delete files removed, data files added, rows unchanged (see the module docstring)."""
+
+    def __init__(self, transaction: Transaction, snapshot_properties: dict[str, str] = EMPTY_DICT) -> None:
+        super().__init__(
+            operation=Operation.REPLACE,
+            transaction=transaction,
+            io=transaction._table.io,
+            snapshot_properties=snapshot_properties,
+        )
+
+    def _deleted_entries(self) -> list[ManifestEntry]:
+        return []  # written by `_manifests`, in manifests of their content
+
+    def _summary(self, snapshot_properties: dict[str, str] = EMPTY_DICT) -> Summary:
+        # pyiceberg totals only append/overwrite/delete summaries; a replace's totals add up the same.
+        self._operation = Operation.OVERWRITE
+        try:
+            summary = super()._summary(snapshot_properties)
+        finally:
+            self._operation = Operation.REPLACE
+        return Summary(operation=Operation.REPLACE, **summary.additional_properties)
+
+    def _existing_manifests(self) -> list[ManifestFile]:
+        return []  # written by `_manifests`
+
+    def _manifests(self) -> list[ManifestFile]:
+        manifests: list[ManifestFile] = []
+        if self._added_data_files:
+            with self.new_manifest_writer(spec=self._transaction.table_metadata.spec()) as writer:
+                for data_file in self._added_data_files:
+                    writer.add_entry(_added(self._snapshot_id, data_file))
+            manifests.append(writer.to_manifest_file())
+        removed = {f.file_path for f in self._deleted_data_files}
+        parent = self._transaction.table_metadata.snapshot_by_id(self._parent_snapshot_id or -1)
+        for manifest in parent.manifests(self._io) if parent is not None else ():
+            entries = manifest.fetch_manifest_entry(self._io, discard_deleted=True)
+            if not any(e.data_file.file_path in removed for e in entries):
+                manifests.append(manifest)
+                continue
+            writer = self._writer_like(manifest)
+            with writer:
+                for entry in entries:
+                    if entry.data_file.file_path in removed:
+                        writer.delete(entry)
+                    else:
+                        writer.existing(entry)
+            manifests.append(writer.to_manifest_file())
+        return manifests
+
+    def _writer_like(self, manifest: ManifestFile) -> ManifestWriterV2:
+        """A writer of a manifest of `manifest`'s content and partition spec."""
+        kind = _DeleteManifestWriter if manifest.content == ManifestContent.DELETES else ManifestWriterV2
+        return kind(
+            spec=self.spec(manifest.partition_spec_id),
+            schema=self.schema(),
+            output_file=self.new_manifest_output(),
+            snapshot_id=self._snapshot_id,
+            avro_compression=self._compression,
+        )
+
+
+def replace_files(
+    transaction: Transaction,
+    removed: Sequence[DataFile],
+    added: Sequence[DataFile],
+    summary: dict[str, str],
+) -> None:
+    """ONE `replace` snapshot of `transaction`: `removed` (the table's data and delete files) out,
+    `added` (data files holding the same rows) in, carrying `summary`. The caller checks that no
+    row-level change landed on a removed file since it read it."""
+    producer = _Replace(transaction, snapshot_properties=summary)
+    for data_file in removed:
+        producer.delete_data_file(data_file)
+    for data_file in added:
+        producer.append_data_file(data_file)
+    producer.commit()
 
 
 def add_row_delta(
