@@ -9,11 +9,13 @@
   bounds do not overlap (`iceberg_compaction_files.py`) - and written with the table's field ids
   under the product's run-scoped prefix (`…/kafscale/compaction-…/`), so files of an interrupted
   compaction are orphans the
-  cleanup finds. ONE `overwrite` snapshot deletes the old files and adds the new ones. The commit is
-  optimistic: built on the snapshot planned from and asserted by the catalog; when a run's commit
-  landed meanwhile, it re-checks that every file it replaces is still in the table and commits again
-  on the new snapshot (the run's files are untouched). No row changes; table properties (the
-  `kafscale.*` offsets markers) are kept as they are.
+  cleanup finds. Files whose position deletes pass `DeleteFolding`'s thresholds are rewritten too,
+  deletes applied (`iceberg_delete_folding.py`). ONE `replace` snapshot deletes the old files and the
+  delete files no remaining file needs, and adds the new ones. The commit is optimistic: built on
+  the snapshot planned from and asserted by the catalog; when a run's commit landed meanwhile, it
+  re-checks that every file it replaces is still in the table and carries no delete file its
+  rewrite did not apply, and commits again on the new snapshot (the run's files are untouched). No
+  row changes; table properties (the `kafscale.*` offsets markers) are kept as they are.
 - **Snapshot expiry**: snapshots older than the retention, beyond the newest `keep`, never the
   current one and never, per topic, the newest snapshot carrying its commit summary
   (`kafscale.topic`: the audit trail of the last run and what `status` reads). Manifest lists and

@@ -11,7 +11,7 @@ gone, a change of their key neither updates nor deletes them again.
 from __future__ import annotations
 
 import io
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -84,12 +84,22 @@ def read_columns(reader: ObjectReader, uri: str, size: int, columns: Sequence[st
     return pq.read_table(io.BytesIO(data), columns=list(columns)), len(data)
 
 
-def deleted_positions(reader: ObjectReader, delete_files: Sequence[str], uri: str) -> np.ndarray:
-    """The positions of `uri` the position delete files `delete_files` delete (sorted, each once)."""
+def read_delete_rows(reader: ObjectReader, delete_uri: str) -> pa.Table:
+    """The (`file_path`, `pos`) rows of a position delete file."""
+    rows = pq.read_table(io.BytesIO(reader.read_bytes(delete_uri)), columns=["file_path", "pos"])
+    return rows.set_column(0, "file_path", rows.column("file_path").cast(pa.string()))
+
+
+def deleted_positions(
+    delete_rows: Callable[[str], pa.Table], delete_files: Sequence[str], uri: str
+) -> np.ndarray:
+    """The positions of `uri` the position delete files `delete_files` delete (sorted, each once);
+    `delete_rows` reads a delete file's rows (`read_delete_rows`, cached by the caller: a delete file
+    of a partition names rows of many of its files)."""
     found: list[np.ndarray] = []
     for delete_uri in delete_files:
-        rows = pq.read_table(io.BytesIO(reader.read_bytes(delete_uri)), columns=["file_path", "pos"])
-        mine = rows.filter(pc.equal(rows.column("file_path").cast(pa.string()), uri))
+        rows = delete_rows(delete_uri)
+        mine = rows.filter(pc.equal(rows.column("file_path"), uri))
         found.append(mine.column("pos").to_numpy())
     if not found:
         return np.zeros(0, np.int64)
@@ -97,13 +107,20 @@ def deleted_positions(reader: ObjectReader, delete_files: Sequence[str], uri: st
 
 
 def locate_rows(
-    reader: ObjectReader, uri: str, size: int, changes: KeyChanges, delete_files: Sequence[str] = ()
+    reader: ObjectReader,
+    uri: str,
+    size: int,
+    changes: KeyChanges,
+    delete_files: Sequence[str] = (),
+    delete_rows: Callable[[str], pa.Table] | None = None,
 ) -> LocatedRows:
-    """The rows of table file `uri` that hold a key `changes` changes (see the module docstring).
-    Storage errors of `reader`."""
+    """The rows of table file `uri` that hold a key `changes` changes (see the module docstring);
+    `delete_rows` reads a delete file's rows (default: `read_delete_rows`, uncached). Storage errors
+    of `reader`."""
     keys, bytes_read = read_columns(reader, uri, size, changes.key)
     replaced, deleted = changes.replaced(keys)
-    before = deleted_positions(reader, delete_files, uri)
+    load = delete_rows or (lambda delete_uri: read_delete_rows(reader, delete_uri))
+    before = deleted_positions(load, delete_files, uri)
     if before.size:
         live = np.ones(keys.num_rows, bool)
         live[before[before < keys.num_rows]] = False

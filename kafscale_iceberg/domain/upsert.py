@@ -139,7 +139,7 @@ def upsert_counts_of(summary: Mapping[str, str]) -> UpsertCounts | None:
         return None
 
     def count(key: str) -> int:
-        text = summary.get(key, "")
+        text = summary.get(key) or ""
         return int(text) if text.isdigit() else 0
 
     return UpsertCounts(

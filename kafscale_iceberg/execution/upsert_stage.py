@@ -31,6 +31,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import pyarrow as pa
 from pydantic import Field
 
 from kafscale_iceberg.adapters.data_files import StagedFileStore
@@ -40,7 +41,7 @@ from kafscale_iceberg.dataplane.position_deletes import write_position_deletes
 from kafscale_iceberg.dataplane.storage import join_uri
 from kafscale_iceberg.dataplane.upsert_keys import KeyChanges
 from kafscale_iceberg.dataplane.upsert_locate import Located, locate
-from kafscale_iceberg.dataplane.upsert_positions import locate_rows
+from kafscale_iceberg.dataplane.upsert_positions import locate_rows, read_delete_rows
 from kafscale_iceberg.dataplane.upsert_rewrite import (
     read_change_columns,
     read_winners,
@@ -134,7 +135,14 @@ class RewriteRunner:
         located by position, then rewritten without them or reported for the delete step."""
         located = None
         if not source.own:
-            located = locate_rows(reader, source.uri, source.size_bytes, changes, source.delete_files)
+            located = locate_rows(
+                reader,
+                source.uri,
+                source.size_bytes,
+                changes,
+                source.delete_files,
+                functools.partial(_delete_rows, self.s3),
+            )
             if self.merge_on_read:
                 return FileRewritten(
                     source=source,
@@ -167,6 +175,14 @@ def _winners(s3: S3Settings, uri: str, key: tuple[str, ...]) -> KeyChanges:
     """The run's resolved changes, read once per process (every rewrite task of a run reads the same)."""
     reader, _sink = worker_stores(s3)
     return read_winners(reader, uri, key)
+
+
+@functools.lru_cache(maxsize=512)
+def _delete_rows(s3: S3Settings, uri: str) -> pa.Table:
+    """A position delete file's rows, read once per process (immutable; a partition's delete file
+    names rows of many of the files the tasks locate in)."""
+    reader, _sink = worker_stores(s3)
+    return read_delete_rows(reader, uri)
 
 
 def run_upsert_stage(

@@ -89,7 +89,7 @@ class UpsertTableWrite(DataTableWrite):
 def check_upsert_committable(plan: RunPlan, result: RunResult) -> None:
     """Refuse (`RunNotCommittableError`) an upsert outcome or deleted keys in a result of a plan that
     is not an upsert's, a succeeded upsert result without its outcome (a job that did not locate and
-    rewrite), and deleted-key files outside the table's run prefix."""
+    rewrite), and deleted-key or position delete files outside the table's run prefix."""
     upsert = plan.conversion.upsert is not None and plan.table is not None
     if not upsert and (result.deleted_key_files or result.upsert is not None):
         raise RunNotCommittableError(
@@ -106,8 +106,11 @@ def check_upsert_committable(plan: RunPlan, result: RunResult) -> None:
         )
     prefix = plan.table.data_uri.rstrip("/") + "/"
     foreign = [f.uri for f in result.deleted_key_files if not f.uri.startswith(prefix)]
+    if result.upsert is not None:
+        foreign += [d.uri for d in result.upsert.deletes if not d.uri.startswith(prefix)]
     if foreign:
         raise RunNotCommittableError(
             plan.run_id,
-            f"{len(foreign)} deleted-key file(s) lie outside the run's prefix {prefix!r}: {foreign[0]!r}",
+            f"{len(foreign)} deleted-key or position delete file(s) lie outside the run's prefix "
+            f"{prefix!r}: {foreign[0]!r}",
         )
