@@ -7,13 +7,19 @@ service, a SQLite catalog, the real maintainer (`tests/support/upsert_world.py`)
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from kafscale_iceberg.adapters.data_files import StagedFileStore
+from kafscale_iceberg.adapters.documents import DocumentStore
 from kafscale_iceberg.adapters.iceberg_maintenance import IcebergTableMaintainer
+from kafscale_iceberg.dataplane.upsert_keys import KeyChanges
+from kafscale_iceberg.dataplane.upsert_positions import locate_rows
 from kafscale_iceberg.domain.maintenance import DeleteFolding
 from kafscale_iceberg.domain.runs import UpsertSettings, UpsertWrite
 from kafscale_iceberg.domain.upsert import AUTO_COPY_ON_WRITE_MAX_FILES, choose_write
@@ -164,3 +170,20 @@ def test_auto_rewrites_few_small_files_and_writes_deletes_beyond() -> None:
     assert choose_write(UpsertWrite.AUTO, []) is UpsertWrite.COPY_ON_WRITE
     assert choose_write(UpsertWrite.COPY_ON_WRITE, [1 << 30] * 9) is UpsertWrite.COPY_ON_WRITE
     assert choose_write(UpsertWrite.MERGE_ON_READ, [1]) is UpsertWrite.MERGE_ON_READ
+
+
+def test_locating_reads_the_key_column_not_the_file(tmp_path: Path) -> None:
+    ids = list(range(20_000))
+    noise = random.Random(3)
+    payload = [noise.randbytes(160).hex() for _ in ids]  # incompressible: the file is mostly payload
+    wide = pa.table({"id": pa.array(ids, pa.int64()), "payload": payload})
+    path = tmp_path / "table-file.parquet"
+    pq.write_table(wide, path, compression="zstd")
+    size = path.stat().st_size
+    rows = pa.table({"id": pa.array([5, 19_999], pa.int64()), "partition": [0, 0], "offset": [1, 2]})
+    none = rows.slice(0, 0)
+    changes = KeyChanges(("id",), rows, none)
+    located = locate_rows(DocumentStore(), f"file://{path}", size, changes)
+    assert located.replaced.tolist() == [5, 19_999]
+    assert located.deleted.tolist() == []
+    assert 0 < located.bytes_read < size / 20  # the footer and the key column chunk, not the payload

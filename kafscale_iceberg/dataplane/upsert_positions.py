@@ -11,6 +11,7 @@ gone, a change of their key neither updates nor deletes them again.
 from __future__ import annotations
 
 import io
+import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -76,9 +77,9 @@ class _RangedFile(io.RawIOBase):
 def read_columns(reader: ObjectReader, uri: str, size: int, columns: Sequence[str]) -> tuple[pa.Table, int]:
     """`columns` of the Parquet file `uri` (of `size` bytes), and the bytes read to get them: ranged
     reads of its footer and those columns when `reader` offers them, else the whole object."""
-    if isinstance(reader, RangedObjectReader) and size > 0:
+    if isinstance(reader, RangedObjectReader) and size > 12:
         ranged = _RangedFile(reader, uri, size)
-        table = pq.ParquetFile(ranged).read(columns=list(columns))
+        table = pq.ParquetFile(ranged, metadata=_footer(ranged, uri, size)).read(columns=list(columns))
         return table, ranged.bytes_read
     data = reader.read_bytes(uri)
     return pq.read_table(io.BytesIO(data), columns=list(columns)), len(data)
@@ -88,6 +89,19 @@ def read_delete_rows(reader: ObjectReader, delete_uri: str) -> pa.Table:
     """The (`file_path`, `pos`) rows of a position delete file."""
     rows = pq.read_table(io.BytesIO(reader.read_bytes(delete_uri)), columns=["file_path", "pos"])
     return rows.set_column(0, "file_path", rows.column("file_path").cast(pa.string()))
+
+
+def _footer(ranged: _RangedFile, uri: str, size: int) -> pq.FileMetaData:
+    """The file's footer in two small reads (its length, then it): pyarrow's own footer read takes
+    the last 64 KiB whatever the footer's size, more than a small file's key column."""
+    ranged.seek(size - 8)
+    tail = ranged.read(8)
+    length = struct.unpack("<I", tail[:4])[0]
+    if tail[4:] != b"PAR1" or length + 12 > size:
+        raise ValueError(f"{uri} is not a Parquet file (no footer)")
+    ranged.seek(size - 8 - length)
+    footer = ranged.read(length)
+    return pq.read_metadata(io.BytesIO(b"PAR1" + footer + tail))
 
 
 def deleted_positions(
