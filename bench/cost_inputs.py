@@ -1,17 +1,15 @@
-"""The measured inputs of `make bench-cost`: the runners' throughput here, the AWS box's counts.
+"""The cost model's throughput input: `make cost-throughput` writes it (cost/measured/throughput.json).
 
-Throughput: the same segments (bench/spark.py's workload: synthetic JSON order events, 7 columns,
-partitioned by day) processed, in child processes pinned with `os.sched_setaffinity`, by
+The same segments (bench/spark.py's workload: synthetic JSON order events, 7 columns, partitioned by
+day) processed, in child processes pinned with `os.sched_setaffinity`, by
 - the Lambda runner's task code in-process (`dataplane.tasks.run_task` over the plan's tasks, one
   thread per usable core, as the in-process runner runs them), pinned to one core and to two;
 - a Spark task: `spark_app.job.run_job` on a `local[1]` session, pinned to one core (one task slot:
   the JVM and the Python worker share that core, as they share an EMR executor's vCPU);
 sampled interleaved over rounds (best of each), in the same run. Session start and the first
-(cold) run are excluded from both.
-
-Counts: `tests/test_aws_requests.py` run in the AWS box (`KAFSCALE_BOX_COUNTS` names the JSON file
-it writes): requests per run and per segment by service (S3 GETs also by role), and what one lease
-renewal costs (the model counts renewals from a run's time: the box's count is its machine's load).
+(cold) run are excluded from both. The file records when, on what machine and at what load average:
+measure on a quiet machine (docs/cost.md). The request counts are the AWS box's
+(`make cost-box-counts`: tests/test_aws_requests.py with `KAFSCALE_BOX_COUNTS`).
 """
 
 from __future__ import annotations
@@ -22,47 +20,9 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 
-from bench.cost_model import Line
-
 ROOT = Path(__file__).resolve().parent.parent
-
-
-@dataclass(frozen=True)
-class BoxCounts:
-    """What the box's execution gave: each count per run and per segment, what one lease renewal
-    costs (empty when no run renewed), each function's seconds per run on this machine."""
-
-    lines: dict[str, Line]
-    renewal: dict[str, float]
-    seconds: dict[str, float]
-
-
-def box_counts(path: Path) -> BoxCounts:
-    """Run the AWS-box test that counts the path's requests (unless `path` exists) and read it."""
-    if not path.exists():
-        env = {**os.environ, "KAFSCALE_BOX_COUNTS": str(path)}
-        command = [
-            sys.executable,
-            "-m",
-            "pytest",
-            "tests/test_aws_requests.py",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-        ]
-        print("counting requests in the AWS box:", " ".join(command[2:]), flush=True)
-        subprocess.run(command, cwd=ROOT, env=env, check=True)
-    document = json.loads(path.read_text())
-    runs = document["runs"]
-    functions = {f for run in runs for f in run.get("seconds", {})}
-    return BoxCounts(
-        lines={name: Line(**line) for name, line in document["lines"].items()},
-        renewal=document.get("renewal", {}),
-        seconds={f: sum(run.get("seconds", {}).get(f, 0.0) for run in runs) / len(runs) for f in functions},
-    )
 
 
 def _measure_child(plan_path: str, kind: str, cores: list[int], repeats: int) -> list[float]:
@@ -148,7 +108,48 @@ def throughput(plan_path: Path, megabytes: float, *, rounds: int = 2, repeats: i
     return {name: megabytes / seconds for name, seconds in best.items()}
 
 
+def _cpu_model() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return "unknown CPU"
+
+
+def record_throughput(destination: Path) -> dict[str, object]:
+    """Measure (bench/spark.py's workload) and write the throughput document the cost model reads."""
+    import tempfile
+
+    from bench.spark import make_workload, plan_uri
+    from kafscale_iceberg.segments.layout import Codec
+
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    loads = [os.getloadavg()[0]]
+    with tempfile.TemporaryDirectory(prefix="cost-throughput-") as tmp:
+        workload = make_workload(Path(tmp), partitions=2, segments=3, codec=Codec.NONE)
+        speeds = throughput(Path(plan_uri(workload)), workload.megabytes)
+    loads.append(os.getloadavg()[0])
+    ended = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    document: dict[str, object] = {
+        "measured_at": f"{started}/{ended}",
+        "machine": f"{os.cpu_count()} vCPUs ({_cpu_model()}), Python {sys.version.split()[0]}",
+        "load_average_1min": [round(x, 2) for x in loads],
+        "load_note": "",
+        "command": "make cost-throughput (bench/cost_inputs.py)",
+        "workload": f"bench/spark.py's workload: {workload.megabytes:.2f} MB, {workload.records:,} records",
+        "mb_per_s": {
+            "lambda_runner_1_vcpu": round(speeds["lambda_1_core"], 2),
+            "lambda_runner_2_vcpu": round(speeds.get("lambda_2_cores", speeds["lambda_1_core"]), 2),
+            "spark_task_1_vcpu": round(speeds["spark_task"], 2),
+        },
+    }
+    destination.write_text(json.dumps(document, indent=1) + "\n")
+    return document
+
+
 if __name__ == "__main__":
-    plan_arg, kind_arg, cores_arg, repeats_arg = sys.argv[1:5]
-    times = _measure_child(plan_arg, kind_arg, [int(c) for c in cores_arg.split(",")], int(repeats_arg))
-    print(json.dumps(times))
+    if sys.argv[1:2] == ["--record"]:
+        print(json.dumps(record_throughput(Path(sys.argv[2]))))
+    else:
+        plan_arg, kind_arg, cores_arg, repeats_arg = sys.argv[1:5]
+        times = _measure_child(plan_arg, kind_arg, [int(c) for c in cores_arg.split(",")], int(repeats_arg))
+        print(json.dumps(times))

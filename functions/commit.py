@@ -12,10 +12,16 @@ from functions.runtime import assembly, step_errors
 from kafscale_iceberg.domain.events import TopicSignal
 from kafscale_iceberg.domain.tickets import RunTicket
 from kafscale_iceberg.exceptions import KafscaleIcebergError
-from kafscale_iceberg.metrics import EMF_NAMESPACE, EmfMetricsSink, record_commit, record_commit_failure
+from kafscale_iceberg.metrics import (
+    EMF_NAMESPACE,
+    EMF_SERVICE,
+    EmfMetricsSink,
+    record_commit,
+    record_commit_failure,
+)
 
 logger = Logger(service="kafscale-iceberg-commit")
-metrics = Metrics(namespace=EMF_NAMESPACE, service="commit")
+metrics = Metrics(namespace=EMF_NAMESPACE, service=EMF_SERVICE)
 sink = EmfMetricsSink(metrics)
 tracer = Tracer(service="kafscale-iceberg-commit")
 

@@ -28,6 +28,7 @@ from kafscale_iceberg.domain.events import TopicSignal, parse_topic_message
 from kafscale_iceberg.exceptions import KafscaleIcebergError, TopicBatchingError
 from kafscale_iceberg.metrics import (
     EMF_NAMESPACE,
+    EMF_SERVICE,
     EmfMetricsSink,
     ErrorStage,
     error_stage,
@@ -36,7 +37,7 @@ from kafscale_iceberg.metrics import (
 )
 
 logger = Logger(service="kafscale-iceberg-launcher")
-metrics = Metrics(namespace=EMF_NAMESPACE, service="launcher")
+metrics = Metrics(namespace=EMF_NAMESPACE, service=EMF_SERVICE)
 sink = EmfMetricsSink(metrics)
 tracer = Tracer(service="kafscale-iceberg-launcher")
 processor = SqsFifoPartialProcessor(skip_group_on_error=True)

@@ -17,10 +17,16 @@ from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions.runtime import assembly
-from kafscale_iceberg.metrics import EMF_NAMESPACE, EmfMetricsSink, maintenance_totals, record_maintenance
+from kafscale_iceberg.metrics import (
+    EMF_NAMESPACE,
+    EMF_SERVICE,
+    EmfMetricsSink,
+    maintenance_totals,
+    record_maintenance,
+)
 
 logger = Logger(service="kafscale-iceberg-maintenance")
-metrics = Metrics(namespace=EMF_NAMESPACE, service="maintenance")
+metrics = Metrics(namespace=EMF_NAMESPACE, service=EMF_SERVICE)
 sink = EmfMetricsSink(metrics)
 tracer = Tracer(service="kafscale-iceberg-maintenance")
 

@@ -13,10 +13,10 @@ from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions.runtime import assembly
-from kafscale_iceberg.metrics import EMF_NAMESPACE, EmfMetricsSink, record_reconcile
+from kafscale_iceberg.metrics import EMF_NAMESPACE, EMF_SERVICE, EmfMetricsSink, record_reconcile
 
 logger = Logger(service="kafscale-iceberg-reconciler")
-metrics = Metrics(namespace=EMF_NAMESPACE, service="reconciler")
+metrics = Metrics(namespace=EMF_NAMESPACE, service=EMF_SERVICE)
 sink = EmfMetricsSink(metrics)
 tracer = Tracer(service="kafscale-iceberg-reconciler")
 

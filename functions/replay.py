@@ -18,6 +18,7 @@ from kafscale_iceberg.domain.replay import ReplayEvent
 from kafscale_iceberg.exceptions import KafscaleIcebergError
 from kafscale_iceberg.metrics import (
     EMF_NAMESPACE,
+    EMF_SERVICE,
     EmfMetricsSink,
     ErrorStage,
     error_stage,
@@ -26,7 +27,7 @@ from kafscale_iceberg.metrics import (
 )
 
 logger = Logger(service="kafscale-iceberg-replay")
-metrics = Metrics(namespace=EMF_NAMESPACE, service="replay")
+metrics = Metrics(namespace=EMF_NAMESPACE, service=EMF_SERVICE)
 sink = EmfMetricsSink(metrics)
 tracer = Tracer(service="kafscale-iceberg-replay")
 

@@ -12,11 +12,17 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions.runtime import assembly, reject_or_raise
 from kafscale_iceberg.exceptions import KafscaleIcebergError, SegmentIncompleteError
-from kafscale_iceberg.metrics import EMF_NAMESPACE, EmfMetricsSink, record_route, record_route_failure
+from kafscale_iceberg.metrics import (
+    EMF_NAMESPACE,
+    EMF_SERVICE,
+    EmfMetricsSink,
+    record_route,
+    record_route_failure,
+)
 from kafscale_iceberg.services.route import RouteBatch
 
 logger = Logger(service="kafscale-iceberg-router")
-metrics = Metrics(namespace=EMF_NAMESPACE, service="router")
+metrics = Metrics(namespace=EMF_NAMESPACE, service=EMF_SERVICE)
 sink = EmfMetricsSink(metrics)
 tracer = Tracer(service="kafscale-iceberg-router")
 processor = BatchProcessor(event_type=EventType.SQS)

@@ -20,11 +20,11 @@ from functions.runtime import assembly, step_errors
 from kafscale_iceberg.domain.events import TopicSignal
 from kafscale_iceberg.domain.runner_choice import RunnerKind
 from kafscale_iceberg.domain.tickets import RunTicket
-from kafscale_iceberg.metrics import EMF_NAMESPACE, EmfMetricsSink, record_abort
+from kafscale_iceberg.metrics import EMF_NAMESPACE, EMF_SERVICE, EmfMetricsSink, record_abort
 from kafscale_iceberg.services.run_steps import failure_reason
 
 logger = Logger(service="kafscale-iceberg-steps")
-metrics = Metrics(namespace=EMF_NAMESPACE, service="steps")
+metrics = Metrics(namespace=EMF_NAMESPACE, service=EMF_SERVICE)
 sink = EmfMetricsSink(metrics)
 tracer = Tracer(service="kafscale-iceberg-steps")
 

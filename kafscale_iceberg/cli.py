@@ -17,7 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kafscale_iceberg.commands import demo, maintain, replay, run, status
+from kafscale_iceberg.commands import cost, demo, maintain, replay, run, status
 from kafscale_iceberg.exceptions import KafscaleIcebergError
 
 if TYPE_CHECKING:
@@ -212,6 +212,7 @@ _COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
     "status": ("per topic and partition: offsets, lag, lease, failures", status.add_arguments),
     "replay": ("re-enqueue a topic's segments; --reset-offsets rebuilds the range", replay.add_arguments),
     "maintain": ("compact the tables, expire snapshots, delete orphan files", maintain.add_arguments),
+    "cost": ("a fleet of topics' monthly AWS bill, per line item, beside Firehose's", cost.add_arguments),
 }
 """Top-level commands (`kafscale-iceberg run ...`): name -> (help, adds its arguments and `command`)."""
 

@@ -31,6 +31,8 @@ from typing import Any
 
 import pytest
 
+from kafscale_iceberg.cost.measured import artefact_digests
+from kafscale_iceberg.cost.stack import read_stack
 from tests.support.aws_box import EMR_JOB_ROLE, Box, SparkBoxOpener
 from tests.support.segments import put_segment
 
@@ -212,6 +214,7 @@ def test_requests_per_run_and_per_segment_along_the_path_are_counted(box: Box) -
             "runs": [asdict(small), asdict(large)],
             "lines": lines,
             "renewal": per_renewal([small, large]),
+            "measured_on": artefact_digests(),
         }
         Path(destination).write_text(json.dumps(document, indent=1) + "\n")
     total = PARTITIONS + SMALL_RUN + LARGE_RUN
@@ -245,8 +248,12 @@ def test_requests_per_run_and_per_segment_along_the_path_are_counted(box: Box) -
     assert lines["s3_list"]["per_segment"] == pytest.approx(0.0, abs=0.1), lines
     assert 1.0 <= lines["sqs_standard"]["per_segment"] <= 1.3, lines
     assert lines["sqs_fifo"]["per_segment"] == pytest.approx(0.0, abs=0.1), lines
-    # The state machine's transitions are per run (lease renewals apart, counted by the run's time).
+    # The state machine's transitions are per run (lease renewals apart, counted by the run's time), as
+    # many as the cost model counts on the committed path of the definition the stack deploys.
     assert lines["sfn_transitions"]["per_segment"] == pytest.approx(0.0, abs=0.01), lines
+    assert lines["sfn_transitions"]["per_run"] == pytest.approx(
+        read_stack().state_machine.transitions_per_run, abs=0.01
+    ), lines
     # Per run, the launcher lists the topic's partitions and each partition once, twice: the launch,
     # and the launch the signal after the commit asks for, which finds the partitions idle at the
     # ends the signal names (no probing back for the segment holding them, no footer read).

@@ -105,7 +105,7 @@ def test_router_handler_turns_the_sample_notification_into_one_work_item(
     item = WorkItem.model_validate_json(message["Body"])
     assert (item.topic, item.partition, item.last_offset) == ("orders", 0, 4)
     records = emf_records(capsys.readouterr().out)
-    assert emf_values(records, "work_items_total") == [({"topic": "orders", "service": "router"}, [1.0])]
+    assert emf_values(records, "work_items_total") == [({"service": "kafscale-iceberg"}, [1.0])]
     assert emf_values(records, "errors_total") == []
 
 
@@ -122,7 +122,7 @@ def test_router_handler_returns_an_incomplete_segment_for_redelivery(
     assert response == {"batchItemFailures": [{"itemIdentifier": event["Records"][1]["messageId"]}]}
     assert _drain(stack, stack.work_url) == []
     records = emf_records(capsys.readouterr().out)
-    assert emf_values(records, "notifications_deferred_total") == [({"service": "router"}, [1.0])]
+    assert emf_values(records, "notifications_deferred_total") == [({"service": "kafscale-iceberg"}, [1.0])]
     assert emf_values(records, "errors_total") == []
 
 
@@ -183,7 +183,7 @@ def test_router_handler_parks_a_hopeless_message_with_its_reason(
     (rejected,) = _drain(stack, stack.rejected_url)
     assert "END!" in rejected["MessageAttributes"]["reason"]["StringValue"]
     records = emf_records(capsys.readouterr().out)
-    assert emf_values(records, "errors_total") == [({"stage": "route", "service": "router"}, [1.0])]
+    assert emf_values(records, "errors_total") == [({"stage": "route", "service": "kafscale-iceberg"}, [1.0])]
 
 
 def _run_state_machine(stack: Stack, moto_server: MotoEndpoint, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -212,7 +212,7 @@ def test_launcher_handler_counts_the_started_run(
 
     assert handler(event, LambdaContext(function_name="launcher")) == {"batchItemFailures": []}
     records = emf_values(emf_records(capsys.readouterr().out), "runs_total")
-    assert records == [({"topic": "orders", "outcome": "started", "service": "launcher"}, [1.0])]
+    assert records == [({"outcome": "started", "service": "kafscale-iceberg"}, [1.0])]
     holder = stack.checkpoints.read_lease_holder("orders")
     assert holder is not None
 
@@ -252,9 +252,11 @@ def test_launcher_handler_fails_a_failed_topics_later_items_and_launches_the_oth
 
     assert response == {"batchItemFailures": [{"itemIdentifier": "ghosts-0"}, {"itemIdentifier": "ghosts-5"}]}
     emitted = emf_records(capsys.readouterr().out)
-    assert emf_values(emitted, "errors_total") == [({"stage": "launch", "service": "launcher"}, [1.0])]
+    assert emf_values(emitted, "errors_total") == [
+        ({"stage": "launch", "service": "kafscale-iceberg"}, [1.0])
+    ]
     assert emf_values(emitted, "launches_total") == [
-        ({"topic": "orders", "status": "started", "service": "launcher"}, [1.0])
+        ({"status": "started", "service": "kafscale-iceberg"}, [1.0])
     ]
 
 
@@ -284,12 +286,14 @@ def test_abort_handler_emits_the_failure_count_for_alarms(
     assert response["topic"] == "orders"
     records = emf_records(capsys.readouterr().out)
     assert emf_values(records, "runs_total") == [
-        ({"topic": "orders", "outcome": "aborted", "service": "steps"}, [1.0])
+        ({"outcome": "aborted", "service": "kafscale-iceberg"}, [1.0])
     ]
-    assert emf_values(records, "consecutive_failures") == [({"topic": "orders", "service": "steps"}, [2.0])]
-    assert emf_values(records, "errors_total") == [({"stage": "job", "service": "steps"}, [1.0])]
+    assert emf_values(records, "consecutive_failures") == [
+        ({"topic": "orders", "service": "kafscale-iceberg"}, [2.0])
+    ]
+    assert emf_values(records, "errors_total") == [({"stage": "job", "service": "kafscale-iceberg"}, [1.0])]
     ((dimensions, (duration,)),) = emf_values(records, "run_duration_seconds")
-    assert dimensions == {"topic": "orders", "outcome": "aborted", "service": "steps"}
+    assert dimensions == {"outcome": "aborted", "service": "kafscale-iceberg"}
     assert duration >= 0
     assert stack.checkpoints.read_lease_holder("orders") is None
 
@@ -324,7 +328,7 @@ def test_abort_handler_counts_a_lambda_runner_lambda_killed_from_the_failed_task
         assert kills == []
         assert backoff.lambda_kill_reason == ""
     else:
-        assert kills == [({"topic": "orders", "cause": killed[0], "service": "steps"}, [1.0])]
+        assert kills == [({"cause": killed[0], "service": "kafscale-iceberg"}, [1.0])]
         assert backoff.lambda_kill_reason == killed[1]  # the topic's next runs go to EMR
 
 
@@ -358,7 +362,7 @@ def test_commit_handler_emits_the_runs_records_once(stack: Stack, capsys: pytest
         "overlapped": [0.0],
     }
     assert emf_values(records, "runs_total") == [
-        ({"topic": "orders", "outcome": "committed", "service": "commit"}, [1.0])
+        ({"outcome": "committed", "service": "kafscale-iceberg"}, [1.0])
     ]
     last_offsets = {r["partition"]: r["last_offset"] for r in records if "last_offset" in r}
     assert last_offsets == {0: [9.0], 1: [4.0]}
@@ -369,7 +373,7 @@ def test_commit_handler_emits_the_runs_records_once(stack: Stack, capsys: pytest
     records = emf_records(capsys.readouterr().out)
     assert emf_values(records, "records_total") == []
     assert emf_values(records, "runs_total") == [
-        ({"topic": "orders", "outcome": "already_committed", "service": "commit"}, [1.0])
+        ({"outcome": "already_committed", "service": "kafscale-iceberg"}, [1.0])
     ]
 
 
@@ -409,8 +413,10 @@ def test_reconciler_handler_signals_a_topic_whose_notification_was_lost(
     (message,) = _drain(stack, stack.work_url)
     assert json.loads(message["Body"])["topic"] == "orders"
     emitted = emf_records(capsys.readouterr().out)
-    assert emf_values(emitted, "reconciler_signals_total") == [({"service": "reconciler"}, [1.0])]
-    assert emf_values(emitted, "reconciler_released_leases_total") == [({"service": "reconciler"}, [0.0])]
+    assert emf_values(emitted, "reconciler_signals_total") == [({"service": "kafscale-iceberg"}, [1.0])]
+    assert emf_values(emitted, "reconciler_released_leases_total") == [
+        ({"service": "kafscale-iceberg"}, [0.0])
+    ]
 
 
 def test_maintenance_handler_compacts_and_reports_each_table(

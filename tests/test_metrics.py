@@ -34,6 +34,7 @@ from kafscale_iceberg.local.wiring import MetricsObserver
 from kafscale_iceberg.metrics import (
     ALL_METRICS,
     EMF_NAMESPACE,
+    EMF_SERVICE,
     ERRORS,
     LAG_RECORDS,
     LAG_SECONDS,
@@ -485,52 +486,57 @@ def _metric_names(record: dict[str, Any]) -> dict[str, str]:
     return {m["Name"]: m["Unit"] for m in directive["Metrics"]}
 
 
-def test_a_commit_as_emf_one_record_per_dimension_set_partition_as_a_property(
+def _record_with(records: list[dict[str, Any]], metric: str, **properties: Any) -> dict[str, Any]:
+    (record,) = [
+        r for r in records if metric in _metric_names(r) and all(r.get(k) == v for k, v in properties.items())
+    ]
+    return record
+
+
+def test_a_commit_as_emf_topic_a_dimension_only_of_per_topic_metrics_partition_a_property(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    sink = EmfMetricsSink(Metrics(namespace=EMF_NAMESPACE, service="commit"))
+    """Issue 33: every dimension value combination is a billed CloudWatch metric, so `topic` is a
+    dimension only of the per-topic metrics, and labels without a fixed set of values (partition,
+    column, reason) are properties of the record - still in it, for Logs Insights."""
+    sink = EmfMetricsSink(Metrics(namespace=EMF_NAMESPACE, service=EMF_SERVICE))
     _commit(sink)
     sink.flush()
     records = emf_records(capsys.readouterr().out)
-
-    by_dimensions: dict[tuple[tuple[str, Any], ...], dict[str, Any]] = {}
+    per_topic = {m.name for m in ALL_METRICS if m.per_topic}
+    assert per_topic == {"consecutive_failures", "dead_letters_total", "watermark_age_seconds"}
     for record in records:
         (dimension_names,) = _dimensions(record)
-        assert "partition" not in dimension_names
         assert dimension_names[-1] == "service"
-        key = (*((name, record[name]) for name in dimension_names), ("partition", record.get("partition")))
-        assert key not in by_dimensions, f"two records for one dimension set: {key}"
-        by_dimensions[key] = record
+        assert record["service"] == EMF_SERVICE
+        assert not {"partition", "column", "reason"} & set(dimension_names), record
+        assert ("topic" in dimension_names) == (set(_metric_names(record)) <= per_topic), record
+        assert record["topic"] == TOPIC  # a property where it is not a dimension
 
-    written = by_dimensions[
-        (("topic", TOPIC), ("result", "written"), ("service", "commit"), ("partition", None))
-    ]
+    written = _record_with(records, "records_total", result="written")
     assert written["records_total"] == [25.0]
-    assert _metric_names(written) == {"records_total": "Count"}
-    topic_level = by_dimensions[(("topic", TOPIC), ("service", "commit"), ("partition", None))]
-    assert topic_level["batches_total"] == [3.0]
-    assert topic_level["write_latency_ms"] == [8750.0]
-    assert topic_level["queue_to_start_latency_seconds"] == [15.0]
-    assert topic_level["consecutive_failures"] == [0.0]
-    assert _metric_names(topic_level)["write_latency_ms"] == "Milliseconds"
-    committed = by_dimensions[
-        (("topic", TOPIC), ("outcome", "committed"), ("service", "commit"), ("partition", None))
-    ]
+    assert _dimensions(written) == [["result", "service"]]
+    batches = _record_with(records, "batches_total")
+    assert batches["batches_total"] == [3.0]
+    assert batches["write_latency_ms"] == [8750.0]
+    assert batches["queue_to_start_latency_seconds"] == [15.0]
+    assert _metric_names(batches)["write_latency_ms"] == "Milliseconds"
+    per_topic_record = _record_with(records, "consecutive_failures")
+    assert per_topic_record["consecutive_failures"] == [0.0]
+    assert per_topic_record["watermark_age_seconds"][0] > 0
+    assert _dimensions(per_topic_record) == [["topic", "service"]]
+    committed = _record_with(records, "runs_total", outcome="committed")
     assert committed["runs_total"] == [1.0]
     assert committed["run_duration_seconds"] == [14.25]
-    partition_one = by_dimensions[(("topic", TOPIC), ("service", "commit"), ("partition", 1))]
+    partition_one = _record_with(records, "last_offset", partition=1)
     assert partition_one["last_offset"] == [29.0]
     assert partition_one["watermark_offset"] == [29.0]
     assert partition_one["watermark_timestamp_ms"] == [8000.0]
-    failures = by_dimensions[(("topic", TOPIC), ("column", "at"), ("service", "commit"), ("partition", None))]
-    assert failures["conversion_failures_total"] == [2.0]
-    reasons = by_dimensions[
-        (("topic", TOPIC), ("reason", "undecodable"), ("service", "commit"), ("partition", None))
-    ]
-    assert reasons["dead_letters_total"] == [2.0]
-    # 5 record results, topic-level, run outcome, 2 partitions, 2 columns with conversion failures,
-    # 2 dead-letter reasons.
-    assert len(records) == 5 + 1 + 1 + 2 + 2 + 2
+    conversion = _record_with(records, "conversion_failures_total", column="at")
+    assert conversion["conversion_failures_total"] == [2.0]
+    undecodable = _record_with(records, "dead_letters_total", reason="undecodable")
+    assert undecodable["dead_letters_total"] == [2.0]
+    assert _dimensions(undecodable) == [["topic", "service"]]
 
 
 def test_emf_leaves_metrics_added_before_it_with_their_own_dimensions(

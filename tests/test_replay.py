@@ -779,7 +779,7 @@ def test_the_function_resets_with_the_sample_event(
     )
     assert world.store() == {0: 9, 1: 19}
     emitted = emf_records(capsys.readouterr().out)
-    dimensions = {"topic": TOPIC, "service": "replay"}
+    dimensions = {"service": "kafscale-iceberg"}  # topic is a property: an aggregated metric
     assert emf_values(emitted, "replay_segments_enqueued_total") == [(dimensions, [2.0])]
     assert emf_values(emitted, "offset_resets_total") == [(dimensions, [1.0])]
     world.drain()
@@ -820,4 +820,4 @@ def test_the_function_refuses_an_unconfirmed_reset_naming_the_field(
         handler({"topic": TOPIC, "partitions": [-1]}, LambdaContext(function_name="replay"))
     assert world.state() == before
     errors = emf_values(emf_records(capsys.readouterr().out), "errors_total")
-    assert errors == [({"stage": "replay", "service": "replay"}, [1.0])] * 2
+    assert errors == [({"stage": "replay", "service": "kafscale-iceberg"}, [1.0])] * 2

@@ -801,6 +801,9 @@ def test_alarm_metrics_are_the_ones_the_functions_emit() -> None:
     assert failures.labels == ("topic",)
     kills = by_name[parameters["LambdaRunnerKillsMetricName"]["Default"]]
     assert kills.labels == ("topic", "cause")
+    age = by_name[parameters["WatermarkAgeMetricName"]["Default"]]
+    assert age.labels == ("topic",)
+    assert age.per_topic
 
 
 def test_every_function_emits_into_the_alarms_namespace() -> None:
@@ -830,6 +833,7 @@ def test_every_alarm_query_names_the_metric_parameters() -> None:
     ]
     assert sorted(expressions) == [
         'SELECT MAX(consecutive_failures) FROM "KafScaleIceberg"',
+        'SELECT MAX(watermark_age_seconds) FROM "KafScaleIceberg"',
         'SELECT SUM(lambda_runner_kills_total) FROM "KafScaleIceberg"',
         "SELECT SUM(runs_total) FROM \"KafScaleIceberg\" WHERE outcome = 'committed'",
     ]

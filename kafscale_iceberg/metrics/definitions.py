@@ -21,9 +21,23 @@ PROMETHEUS_NAMESPACE = "kafscale_processor"
 EMF_NAMESPACE = "KafScaleIceberg"
 """The CloudWatch namespace of the Lambdas' EMF metrics."""
 
+EMF_SERVICE = "kafscale-iceberg"
+"""The `service` dimension every Lambda's Powertools `Metrics` object sets: one name for the whole stack,
+so a metric two functions emit (the commit and abort steps' `consecutive_failures`) is one CloudWatch
+metric, not one per function."""
+
 EMF_PROPERTY_LABELS = frozenset({"partition"})
-"""Labels that are EMF properties (searchable in the log record), never CloudWatch dimensions: every
-dimension value combination is a billed custom metric, and partitions multiply it."""
+"""Labels that are always EMF properties (searchable in the log record), never CloudWatch dimensions:
+every dimension value combination is a billed custom metric, and partitions multiply it."""
+
+CLOUDWATCH_DIMENSION_VALUES: Mapping[str, int] = MappingProxyType(
+    {"result": 6, "stage": 10, "outcome": 4, "cause": 2, "status": 5}
+)
+"""The labels kept as CloudWatch dimensions besides a per-topic metric's `topic`, with how many values
+each takes (a fixed set: `RecordResult`, `ErrorStage`, `RunOutcomeLabel`, the Lambda runner's kill
+causes, the launcher's statuses; tests/test_metrics_cost.py holds the counts to those sets). Every
+other label (`topic` of an aggregated metric, `reason`, `column`, `table`, ...) is an EMF property:
+in the log record, queryable with Logs Insights, not a billed metric."""
 
 
 class MetricKind(StrEnum):
@@ -46,11 +60,40 @@ class MetricDef:
     """CloudWatch unit of the EMF metric (`Count`, `Seconds`, `Milliseconds`, `None`)."""
     buckets: tuple[float, ...] = ()
     """Histogram bucket upper bounds (Prometheus)."""
+    per_topic: bool = False
+    """CloudWatch keeps `topic` as a dimension (a billed metric per topic): only where an operator acts
+    per topic. Prometheus keeps every label of every metric either way (a series costs nothing there)."""
 
     @property
     def emf_dimensions(self) -> tuple[str, ...]:
-        """The labels that are EMF dimensions (all but `EMF_PROPERTY_LABELS`)."""
-        return tuple(label for label in self.labels if label not in EMF_PROPERTY_LABELS)
+        """The labels that are CloudWatch dimensions: `topic` of a per-topic metric, and the labels
+        with a fixed set of values (`CLOUDWATCH_DIMENSION_VALUES`); the others are EMF properties."""
+        return tuple(
+            label
+            for label in self.labels
+            if (label == "topic" and self.per_topic) or label in CLOUDWATCH_DIMENSION_VALUES
+        )
+
+    @property
+    def emf_properties(self) -> tuple[str, ...]:
+        """The labels written as EMF properties of the log record (not billed as metrics)."""
+        return tuple(label for label in self.labels if label not in self.emf_dimensions)
+
+    @property
+    def cloudwatch_metrics_per_topic(self) -> int:
+        """Billed CloudWatch metrics this definition adds per topic (0 unless `per_topic`)."""
+        return self._combinations() if self.per_topic else 0
+
+    @property
+    def cloudwatch_metrics_aggregated(self) -> int:
+        """Billed CloudWatch metrics this definition makes whatever the number of topics."""
+        return 0 if self.per_topic else self._combinations()
+
+    def _combinations(self) -> int:
+        count = 1
+        for label in self.emf_dimensions:
+            count *= CLOUDWATCH_DIMENSION_VALUES.get(label, 1)
+        return count
 
 
 # -- the Go processor's metrics (IP/internal/metrics/metrics.go) -------------------------------------
@@ -186,6 +229,7 @@ CONSECUTIVE_FAILURES = MetricDef(
     ("topic",),
     "Runs of the topic's pending range aborted in a row (0 after a commit); alarm on it.",
     "Count",
+    per_topic=True,
 )
 LAMBDA_RUNNER_KILLS = MetricDef(
     "lambda_runner_kills_total",
@@ -239,6 +283,17 @@ DEAD_LETTERS = MetricDef(
     "Dead-letter rows of committed runs per reason (the row's error_kind: invalid_json, undecodable, "
     "unknown_schema, wire_format, corrupt_segment, ...).",
     "Count",
+    per_topic=True,
+)
+WATERMARK_AGE = MetricDef(
+    "watermark_age_seconds",
+    MetricKind.GAUGE,
+    ("topic",),
+    "Age of what a commit made visible: the commit's time minus the oldest of the newest record "
+    "timestamps it committed per partition (freshness; lag, as it grows while runs fall behind). "
+    "Alarm on it per topic.",
+    "Seconds",
+    per_topic=True,
 )
 TABLE_RECORDS = MetricDef(
     "table_records_total",
@@ -362,6 +417,7 @@ ALL_METRICS: tuple[MetricDef, ...] = (
     LAG_RECORDS,
     LAG_SECONDS,
     CONSECUTIVE_FAILURES,
+    WATERMARK_AGE,
     LAMBDA_RUNNER_KILLS,
     LAUNCHES,
     WORK_ITEMS,
@@ -384,6 +440,18 @@ ALL_METRICS: tuple[MetricDef, ...] = (
     MAINTENANCE_SNAPSHOTS_EXPIRED,
     MAINTENANCE_ORPHANS_DELETED,
 )
+
+
+def custom_metrics_per_topic(metrics: tuple[MetricDef, ...] = ALL_METRICS) -> int:
+    """CloudWatch custom metrics each topic adds (the `topic` dimension's metrics), from the definitions."""
+    return sum(m.cloudwatch_metrics_per_topic for m in metrics)
+
+
+def custom_metrics_aggregated(metrics: tuple[MetricDef, ...] = ALL_METRICS, *, idle: bool = False) -> int:
+    """CloudWatch custom metrics of the stack whatever its topics (each dimension combination once);
+    with `idle`, only those a stack with no traffic emits (the label-less ones of the scheduled
+    reconciler and maintenance passes): CloudWatch bills a metric for the hours it receives data."""
+    return sum(m.cloudwatch_metrics_aggregated for m in metrics if not (idle and m.labels))
 
 
 class ErrorStage(StrEnum):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from kafscale_iceberg.metrics.definitions import EMF_PROPERTY_LABELS, Sample
+from kafscale_iceberg.metrics.definitions import Sample
 
 
 class PowertoolsMetrics(Protocol):
@@ -27,9 +27,11 @@ class EmfMetricsSink:
     dimension, `POWERTOOLS_METRICS_DISABLED` and stdout printing are Powertools').
 
     EMF puts one dimension set on every metric of a log record, so samples are grouped by their
-    dimension values (and EMF properties): one record per group. Labels in `EMF_PROPERTY_LABELS`
-    (`partition`) are properties of the record, not dimensions - each partition would otherwise be a
-    billed custom metric; per-partition values stay queryable with Logs Insights.
+    dimension values (and EMF properties): one record per group. Only a definition's
+    `emf_dimensions` are dimensions (`topic` only on the per-topic metrics, and labels with a fixed
+    set of values); the other labels (`partition`, an aggregated metric's `topic`, `reason`, ...) are
+    properties of the record - each value would otherwise be a billed custom metric - and stay
+    queryable with Logs Insights.
 
     Each `emit` prints its groups at once except the last, which stays in the `Metrics` object for
     `@metrics.log_metrics` to print at the end of the invocation (or the next `emit`, or `flush()`).
@@ -69,8 +71,6 @@ def _emf_groups(samples: Sequence[Sample]) -> dict[_GroupKey, list[Sample]]:
     groups: dict[_GroupKey, list[Sample]] = {}
     for item in samples:
         dimensions = tuple((name, item.labels[name]) for name in item.metric.emf_dimensions)
-        properties = tuple(
-            (name, item.labels[name]) for name in item.metric.labels if name in EMF_PROPERTY_LABELS
-        )
+        properties = tuple((name, item.labels[name]) for name in item.metric.emf_properties)
         groups.setdefault((dimensions, properties), []).append(item)
     return groups

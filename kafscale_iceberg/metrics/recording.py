@@ -49,6 +49,7 @@ from kafscale_iceberg.metrics.definitions import (
     UPSERT_DELETE_FILES,
     UPSERT_FILES_REWRITTEN,
     UPSERT_ROWS,
+    WATERMARK_AGE,
     WATERMARK_OFFSET,
     WATERMARK_TIMESTAMP,
     WORK_ITEMS,
@@ -183,9 +184,13 @@ def _committed_samples(
         if queued is not None:
             samples.append(sample(QUEUE_TO_START, queued, topic=topic))
         newest = {o.partition: o.max_timestamp_ms for o in result.partitions}
+        stamps = []
         for partition, stamp in sorted(newest.items()):
             if stamp is not None and partition in offsets:
                 samples.append(sample(WATERMARK_TIMESTAMP, stamp, topic=topic, partition=partition))
+                stamps.append(stamp)
+        if stamps:
+            samples.append(sample(WATERMARK_AGE, max(0.0, ended_at - min(stamps) / 1000), topic=topic))
     for partition, offset in sorted(offsets.items()):
         samples.append(sample(LAST_OFFSET, offset, topic=topic, partition=partition))
         samples.append(sample(WATERMARK_OFFSET, offset, topic=topic, partition=partition))
