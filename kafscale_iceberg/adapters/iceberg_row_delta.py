@@ -283,12 +283,15 @@ def add_row_delta(
     summary: dict[str, str],
 ) -> None:
     """Add `data_files` and `delete_files` (`position_delete_entry`) to `transaction` as ONE snapshot
-    carrying `summary` (operation `overwrite` when it deletes rows, `append` when it only adds).
+    carrying `summary` (operation `overwrite` when it adds and deletes rows, `delete` when it only
+    deletes, `append` when it only adds: Iceberg's row delta).
     pyiceberg's commit retries must be off for the transaction (`single_attempt`): a lost race is for
     the caller to verify again, never to re-apply blindly."""
     producer = _RowDelta(transaction, snapshot_properties=summary)
     if not delete_files:
         producer._operation = Operation.APPEND
+    elif not data_files:
+        producer._operation = Operation.DELETE
     for data_file in data_files:
         producer.append_data_file(data_file)
     for delete_file in delete_files:
