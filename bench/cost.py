@@ -39,7 +39,8 @@ def print_inputs(artefacts: Artefacts) -> None:
         f"{stack.dashboards} dashboard(s); "
         f"X-Ray rule {stack.xray_fixed_rate:.0%} beyond {stack.xray_reservoir_per_s:g}/s"
     )
-    current = "" if model.counts.current() else " - COUNTED ON ANOTHER TEMPLATE: run make cost-box-counts"
+    stale = " - COUNTED ON ANOTHER TEMPLATE: run make cost-box-counts"
+    current = "" if model.counts.current(artefacts.template.parent) else stale
     print(f"measured (box counts: per run + per segment){current}:")
     for name, line in sorted(model.counts.lines.items()):
         print(f"  {name:28} {line.per_run:7.2f} per run + {line.per_segment:5.2f} per segment")

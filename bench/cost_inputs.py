@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def _measure_child(plan_path: str, kind: str, cores: list[int], repeats: int) -> list[float]:
     """In the child: pin, warm up, then `repeats` timed runs; their seconds."""
     os.sched_setaffinity(0, cores)
-    from bench.spark import Workload, clear_output
+    from bench.workload import Workload, clear_output
     from kafscale_iceberg.domain.runs import RunPlan
 
     plan = RunPlan.model_validate_json(Path(plan_path).read_text())

@@ -20,7 +20,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from bench.spark import Workload, make_workload, pipeline_runner, timed
+from bench.spark import make_workload, pipeline_runner, timed
+from bench.workload import Workload
 from kafscale_iceberg.domain.runs import ColumnSpec, ColumnType
 from kafscale_iceberg.segments.layout import Codec
 

@@ -29,12 +29,13 @@ from pathlib import Path
 import fastavro
 import msgspec
 
-from bench.spark import Workload, clear_output
+from bench.workload import Workload, clear_output
 from kafscale_iceberg.adapters.data_files import StagedFileStore
 from kafscale_iceberg.adapters.documents import DocumentStore
 from kafscale_iceberg.dataplane.tasks import plan_tasks, run_task
 from kafscale_iceberg.domain.record_schemas import RegisteredSchema
-from kafscale_iceberg.domain.runs import RegistrySettings, RunPlan, SegmentSource, ValueFormat
+from kafscale_iceberg.domain.runs import RegistrySettings, RunPlan, SegmentSource
+from kafscale_iceberg.domain.value_formats import AVRO
 from kafscale_iceberg.exceptions import SchemaNotFoundError
 from kafscale_iceberg.segments.decode import Record, decode_segment
 from kafscale_iceberg.segments.encode import build_segment, encode_record_batch
@@ -115,7 +116,7 @@ def avro_workload(workload: Workload) -> Workload:
             path = root / segment.key
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(files.kfs)
-    conversion = plan.conversion.model_copy(update={"value_format": ValueFormat.AVRO})
+    conversion = plan.conversion.model_copy(update={"value_format": AVRO})
     avro_plan = plan.model_copy(
         update={
             "source": SegmentSource(root=str(root)),

@@ -61,7 +61,8 @@ def _measure(rounds: int) -> dict[str, object]:
     from kafscale_iceberg.dataplane.formats.protobuf_schemas import _protoc, message_class
     from kafscale_iceberg.dataplane.formats.schema_cache import SchemaCache
     from kafscale_iceberg.domain.record_schemas import RegisteredSchema
-    from kafscale_iceberg.domain.runs import ConversionSettings, ValueFormat
+    from kafscale_iceberg.domain.runs import ConversionSettings
+    from kafscale_iceberg.domain.value_formats import PROTOBUF
     from kafscale_iceberg.segments.decode import decode_segment
     from kafscale_iceberg.segments.generate import generate_segments
 
@@ -106,7 +107,7 @@ def _measure(rounds: int) -> dict[str, object]:
     json_converter = RecordConverter(
         topic="orders", run_id="bench", settings=ConversionSettings(columns=COLUMNS)
     )
-    proto_settings = ConversionSettings(columns=COLUMNS, value_format=ValueFormat.PROTOBUF)
+    proto_settings = ConversionSettings(columns=COLUMNS, value_format=PROTOBUF)
     schemas = SchemaCache(Registry())
     proto_converter = RecordConverter(
         topic="orders", run_id="bench", settings=proto_settings, schemas=schemas

@@ -61,6 +61,7 @@ from typing import TYPE_CHECKING
 import pyarrow.parquet as pq
 
 from bench.s3_proxy import LatencyProxy
+from bench.workload import Workload, clear_output
 from kafscale_iceberg.adapters.data_files import StagedFileStore
 from kafscale_iceberg.adapters.documents import DocumentStore
 from kafscale_iceberg.adapters.s3_segments import S3Settings, make_s3_client
@@ -101,20 +102,6 @@ COLUMNS = (
 )
 S3_BUCKET = "bench-spark"
 TARGETS = {"mb_per_s_per_core": 50.0, "scaling_2_vs_1": 1.6, "vs_pyarrow_pipeline": 0.7}
-
-
-@dataclass(frozen=True)
-class Workload:
-    """The generated segments and the plan over them (`s3`: where the segments are read from)."""
-
-    root: Path
-    plan: RunPlan
-    records: int
-    s3: S3Settings | None = None
-
-    @property
-    def megabytes(self) -> float:
-        return self.plan.total_bytes / 1e6
 
 
 @dataclass(frozen=True)
@@ -243,12 +230,6 @@ def timed(run: Callable[[], None], before: Callable[[], None] | None = None) -> 
     started = time.perf_counter()
     run()
     return time.perf_counter() - started
-
-
-def clear_output(workload: Workload) -> None:
-    for mapping in workload.plan.mappings:
-        for target, _role in mapping.static_targets():
-            shutil.rmtree(target.data_uri, ignore_errors=True)
 
 
 def pipeline_runner(

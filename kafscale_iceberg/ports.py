@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from kafscale_iceberg.dataplane.formats.decoding import DecodedBatch
+    from kafscale_iceberg.dataplane.formats.decoded import DecodedBatch
     from kafscale_iceberg.domain.anomalies import OffsetAnomalies
     from kafscale_iceberg.domain.cluster_metadata import ClusterMetadata
     from kafscale_iceberg.domain.commits import TableCommit, TableSpec, TableState
@@ -499,17 +499,6 @@ class BlobReader(Protocol):
 TaskWork = Callable[[Iterable[int]], Iterator[str]]
 """What a task executor maps: task indexes in, one JSON document per task out (the run driver's
 `TaskRunner`, `ObservationRunner` in `execution/driver.py`)."""
-
-
-class CompiledRecordSchema(Protocol):
-    """A schema a value decoder made ready to read records with: the columns it gives, and its name
-    in messages (`schema id 7`), which its records' `DecodedGroup` carries."""
-
-    @property
-    def columns(self) -> tuple[ColumnSpec, ...]: ...
-
-    @property
-    def label(self) -> str: ...
 
 
 class TaskExecutor(Protocol):

@@ -35,7 +35,7 @@ from kafscale_iceberg.dataplane.formats.avro import (
     _normalized,
     _varint,
 )
-from kafscale_iceberg.dataplane.formats.decoding import DecodedBatch
+from kafscale_iceberg.dataplane.formats.decoded import DecodedBatch
 from kafscale_iceberg.dataplane.formats.schema_cache import SchemaCache
 from kafscale_iceberg.dataplane.schemas import column_arrow_type
 from kafscale_iceberg.domain.avro_schemas import avro_columns

@@ -33,6 +33,7 @@ from kafscale_iceberg.adapters.registries import record_schema_registry
 from kafscale_iceberg.dataplane.inference import with_inferred_columns
 from kafscale_iceberg.dataplane.reports import build_run_result
 from kafscale_iceberg.dataplane.tasks import observe_task, plan_tasks, run_task
+from kafscale_iceberg.domain import value_formats
 from kafscale_iceberg.domain.field_ids import planned_field_ids
 from kafscale_iceberg.domain.inference import merge_observations
 from kafscale_iceberg.domain.runs import (
@@ -45,9 +46,10 @@ from kafscale_iceberg.domain.runs import (
     RunStatus,
     RunTimings,
     SchemaMode,
-    ValueFormat,
+    TimeColumns,
 )
 from kafscale_iceberg.domain.schema import table_fields
+from kafscale_iceberg.domain.value_formats import ValueFormatSpec
 from tests.support.glue_registry import GlueRegistry
 from tests.support.hang_limit import hang_limit
 from tests.support.iceberg_runs import sql_committer, sql_settings
@@ -66,7 +68,7 @@ def avro_run(
     *,
     first_offset: int = 0,
     columns: tuple[ColumnSpec, ...] | None = None,
-    value_format: ValueFormat = ValueFormat.AVRO,
+    value_format: ValueFormatSpec = value_formats.AVRO,
     keys: list[bytes | None] | None = None,
     **conversion: Any,
 ) -> tuple[RunPlan, RunResult]:
@@ -307,3 +309,59 @@ def test_avro_times_of_day_land_in_iceberg_time_columns_that_readers_read_as_tim
     assert duckdb.sql(
         f"SELECT typeof(opens), CAST(closes AS VARCHAR) FROM read_parquet('{task.file.file_path}')"
     ).fetchall() == [("TIME", "23:59:59.999999")]
+
+
+@pytest.mark.parametrize(
+    ("choice", "column_type", "landed"),
+    [
+        (TimeColumns.LONG_MICROS, "long", (34_215_250_000, 86_399_999_999)),
+        (TimeColumns.STRING, "string", ("09:30:15.250000", "23:59:59.999999")),
+    ],
+)
+def test_types_time_lands_avro_times_of_day_as_the_chosen_type_spark_reads(
+    tmp_path: Path,
+    schema_registry: StandInRegistry,
+    choice: TimeColumns,
+    column_type: str,
+    landed: tuple[Any, Any],
+) -> None:
+    opens, closes = datetime.time(9, 30, 15, 250_000), datetime.time(23, 59, 59, 999_999)
+    values = Producer(schema_registry).values(SHIFT, [{"opens": opens, "closes": closes}])
+    plan, result = avro_run(tmp_path / "r1", values, None, schema_registry, time_columns=choice)
+    assert result.status is RunStatus.SUCCEEDED
+    assert not result.counts.conversion_failures
+    commit(sql_committer(tmp_path), plan, result, -1, 0)
+
+    columns, rows = _table_rows(tmp_path)
+    assert (columns["opens"], columns["closes"]) == (column_type, column_type)
+    assert [(r["opens"], r["closes"]) for r in rows] == [landed]
+
+
+PIZZA_SIZED = {
+    **PIZZA_V1,
+    "fields": [
+        *PIZZA_V1["fields"],
+        {"name": "size", "type": "string", "default": "medium"},
+        {"name": "slices", "type": ["int", "null"], "default": 8},
+        {"name": "note", "type": ["null", "string"], "default": None},
+    ],
+}
+
+
+def test_a_record_written_with_an_older_schema_lands_the_newer_schemas_declared_defaults(
+    tmp_path: Path, schema_registry: StandInRegistry
+) -> None:
+    producer = Producer(schema_registry)
+    old = producer.values(PIZZA_V1, [pizza(1)])
+    new = producer.values(PIZZA_SIZED, [pizza(2, size="large", slices=12, note="extra")])
+    plan, result = avro_run(tmp_path / "r1", [*old, *new, *old], None, schema_registry)
+    assert result.status is RunStatus.SUCCEEDED
+    assert not result.counts.conversion_failures
+    commit(sql_committer(tmp_path), plan, result, -1, 2)
+
+    _columns, rows = _table_rows(tmp_path)
+    assert [(r["id"], r["size"], r["slices"], r["note"]) for r in rows] == [
+        (1, "medium", 8, None),  # Avro's resolution: the reader's default for a field the writer lacks
+        (2, "large", 12, "extra"),
+        (1, "medium", 8, None),
+    ]

@@ -156,3 +156,29 @@ def test_struct_fields_evolve_inside_their_column() -> None:
     (evolved,) = evolved_columns(v1, [v2])
     assert evolved.type_name == "struct<a: long, b: string>"
     assert [(p, c.type_name) for p, c in widened_parts(v1[0], evolved)] == [(("s", "a"), "long")]
+
+
+def test_a_fields_scalar_default_is_carried_by_its_column_and_the_newest_schemas_wins() -> None:
+    def schema(*fields: dict[str, Any]) -> dict[str, Any]:
+        return {"type": "record", "name": "R", "fields": [{"name": "id", "type": "long"}, *fields]}
+
+    older = avro_columns(schema({"name": "size", "type": "string", "default": "small"}), schema_name="id 1")
+    newer = avro_columns(
+        schema(
+            {"name": "size", "type": "string", "default": "medium"},
+            {"name": "slices", "type": ["int", "null"], "default": 8},
+            {"name": "flag", "type": "int", "default": True},  # not an int: not carried
+            {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}, "default": 0},
+        ),
+        schema_name="id 2",
+    )
+    assert [(c.name, c.default) for c in newer] == [
+        ("id", None),
+        ("size", "medium"),
+        ("slices", 8),
+        ("flag", None),
+        ("at", None),
+    ]
+    evolved = evolved_columns((ColumnSpec(name="size", type=ColumnType.STRING),), [older, newer])
+    assert {c.name: c.default for c in evolved}["size"] == "medium"
+    assert "default" not in ColumnSpec(name="id", type=ColumnType.LONG).model_dump_json()

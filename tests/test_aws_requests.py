@@ -34,6 +34,7 @@ import pytest
 from kafscale_iceberg.cost.measured import artefact_digests
 from kafscale_iceberg.cost.stack import read_stack
 from tests.support.aws_box import EMR_JOB_ROLE, Box, SparkBoxOpener
+from tests.support.lambdas import emf_records
 from tests.support.segments import put_segment
 
 pytestmark = [pytest.mark.slow, pytest.mark.aws]
@@ -72,6 +73,11 @@ class PathCounts:
     @property
     def sqs(self) -> int:
         return self.sqs_standard + self.sqs_fifo
+
+
+def _directive(record: dict[str, Any]) -> dict[str, Any]:
+    (directive,) = record["_aws"]["CloudWatchMetrics"]
+    return dict(directive)
 
 
 def per_segment(small: PathCounts, large: PathCounts) -> dict[str, dict[str, float]]:
@@ -200,7 +206,9 @@ def _run(box: Box, segments: int, first_offset: int) -> PathCounts:
     )
 
 
-def test_requests_per_run_and_per_segment_along_the_path_are_counted(box: Box) -> None:
+def test_requests_per_run_and_per_segment_along_the_path_are_counted(
+    box: Box, capsys: pytest.CaptureFixture[str]
+) -> None:
     _run(box, PARTITIONS, 0)  # the first run creates the table: not what a run costs after it
     after_first = len(box.recorder.calls)
     offset = RECORDS_PER_SEGMENT
@@ -215,6 +223,11 @@ def test_requests_per_run_and_per_segment_along_the_path_are_counted(box: Box) -
             "lines": lines,
             "renewal": per_renewal([small, large]),
             "measured_on": artefact_digests(),
+            # The metrics the stack's functions emitted (EMF on stdout): CloudWatch bills a metric for
+            # the hours it receives data, so the cost model prices these, not every definition.
+            "emitted_metrics": sorted(
+                {m["Name"] for r in emf_records(capsys.readouterr().out) for m in _directive(r)["Metrics"]}
+            ),
         }
         Path(destination).write_text(json.dumps(document, indent=1) + "\n")
     total = PARTITIONS + SMALL_RUN + LARGE_RUN

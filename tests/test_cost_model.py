@@ -195,3 +195,19 @@ def test_the_bill_follows_what_the_template_deploys(tmp_path: Path) -> None:
     after = build_model(Artefacts(template=path)).month(workload)
     assert after.usd["runs"] != pytest.approx(before.usd["runs"], rel=1e-3)
     assert after.usd["commits"] == pytest.approx(before.usd["commits"])
+    # and the box's counts, made on the repository's template, are no longer this one's
+    assert build_model(Artefacts(template=path)).counts.current(path.parent) is False
+
+
+def test_every_function_emits_under_the_one_service_dimension() -> None:
+    """A `service` per function would make a metric two functions emit two billed metrics."""
+    import ast
+
+    services = {}
+    for path in (ROOT / "functions").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and ast.unparse(node.func) == "Metrics":
+                service = next(k.value for k in node.keywords if k.arg == "service")
+                services[path.name] = ast.unparse(service)
+    assert services, "no Metrics(...) found in functions/"
+    assert set(services.values()) == {"EMF_SERVICE"}, services

@@ -23,11 +23,13 @@ from kafscale_iceberg.adapters.glue_registry import GlueSchemaRegistry
 from kafscale_iceberg.adapters.glue_registry import registered_schema as glue_registry_answer
 from kafscale_iceberg.dataplane.formats.avro import AvroDecoder
 from kafscale_iceberg.dataplane.formats.choice import decoder_for
-from kafscale_iceberg.dataplane.formats.decoding import DecodedBatch, conform
+from kafscale_iceberg.dataplane.formats.decoded import DecodedBatch
+from kafscale_iceberg.dataplane.formats.decoding import conform
 from kafscale_iceberg.dataplane.formats.glue_protobuf import GlueProtobufDecoder, glue_message_names
 from kafscale_iceberg.dataplane.formats.glue_wire import glue_header
 from kafscale_iceberg.dataplane.formats.json_schema import JsonSchemaDecoder
 from kafscale_iceberg.dataplane.formats.schema_cache import SchemaCache
+from kafscale_iceberg.domain import value_formats
 from kafscale_iceberg.domain.runs import (
     ColumnSpec,
     ColumnType,
@@ -36,7 +38,6 @@ from kafscale_iceberg.domain.runs import (
     RegistryType,
     RunStatus,
     SchemaMode,
-    ValueFormat,
 )
 from kafscale_iceberg.exceptions import RegistryUnavailableError, SchemaNotFoundError
 from tests.support.glue_registry import GlueRegistry, compressed, protobuf_record
@@ -166,7 +167,7 @@ def test_protobuf_messages_are_found_by_the_glue_message_index(glue_registry: Gl
 
 
 def test_a_mapping_reading_protobuf_from_glue_gets_the_glue_decoder(glue_registry: GlueRegistry) -> None:
-    settings = ConversionSettings(value_format=ValueFormat.PROTOBUF)
+    settings = ConversionSettings(value_format=value_formats.PROTOBUF)
     assert isinstance(decoder_for(settings, _cache(glue_registry)), GlueProtobufDecoder)
 
 

@@ -24,17 +24,16 @@ from kafscale_iceberg.adapters.data_files import StagedFileStore
 from kafscale_iceberg.adapters.documents import DocumentStore
 from kafscale_iceberg.dataplane.reports import build_run_result
 from kafscale_iceberg.dataplane.tasks import plan_tasks, run_task
+from kafscale_iceberg.domain import value_formats
 from kafscale_iceberg.domain.runs import (
     ColumnSpec,
     ColumnType,
     FailureKind,
-    KeyFormat,
     RegistrySettings,
     RunResult,
     RunStatus,
     RunTimings,
     SchemaMode,
-    ValueFormat,
 )
 from kafscale_iceberg.segments.decode import Record
 from tests.support.iceberg_runs import sql_committer
@@ -87,7 +86,7 @@ def _run(
         folder,
         str(root / "out"),
         ranges={0: (-1, len(pairs) - 1)},
-        **{"columns": COLUMNS, "key_format": KeyFormat.AVRO, **conversion},
+        **{"columns": COLUMNS, "key_format": value_formats.AVRO, **conversion},
     )
     settings = RegistrySettings(url=registry.url)
     plan = plan.model_copy(update={"schema_registry": settings})
@@ -174,7 +173,7 @@ def test_json_keys_fill_the_key_columns_with_the_json_rules(
         (b'{"id": 3, "region": "eu"}', b'{"total": 1}'),
         (b'{"id": "three"}', b'{"total": 2}'),  # not a long: required, so a dead letter
     ]
-    result = _run(tmp_path, schema_registry, pairs, key_format=KeyFormat.JSON)
+    result = _run(tmp_path, schema_registry, pairs, key_format=value_formats.JSON)
     assert result.counts.dead_letter_reasons == {"required_column": 1}
     (data_file,) = result.data_files
     assert _rows(data_file.uri, "key_id", "key_region", "total") == [
@@ -200,7 +199,7 @@ def test_protobuf_keys_without_the_prefix_are_read_with_key_subject_and_key_mess
         tmp_path,
         schema_registry,
         pairs,
-        key_format=KeyFormat.PROTOBUF,
+        key_format=value_formats.PROTOBUF,
         key_subject="orders-key",
         key_message="shop.OrderKey",
     )
@@ -222,7 +221,7 @@ def test_key_columns_come_from_the_key_schemas_and_evolve_like_the_values(
         schema_registry, [{"id": 1, "region": "eu"}, {"id": 2, "region": "us"}], client=producer.client
     )
     plan, result = avro_run(
-        tmp_path / "r1", values, None, schema_registry, keys=keys, key_format=KeyFormat.AVRO
+        tmp_path / "r1", values, None, schema_registry, keys=keys, key_format=value_formats.AVRO
     )
     assert result.status is RunStatus.SUCCEEDED, result.failure
     commit(sql_committer(tmp_path), plan, result, -1, 1)
@@ -253,7 +252,7 @@ def test_an_avro_key_that_is_not_a_record_lands_in_key_value_and_widens_with_its
         None,
         schema_registry,
         keys=keys,
-        key_format=KeyFormat.AVRO,
+        key_format=value_formats.AVRO,
     )
     assert result.status is RunStatus.SUCCEEDED, result.failure
     assert result.counts.dead_letter_reasons == {}
@@ -318,7 +317,7 @@ def test_a_json_schema_string_key_fills_key_value_and_one_that_does_not_validate
         (good[:5] + b"42", b'{"total": 2}'),  # a number: not the schema's string
     ]
     result = _run(
-        tmp_path, schema_registry, pairs, columns=KEY_VALUE_COLUMNS, key_format=KeyFormat.JSON_SCHEMA
+        tmp_path, schema_registry, pairs, columns=KEY_VALUE_COLUMNS, key_format=value_formats.JSON_SCHEMA
     )
     assert result.counts.dead_letter_reasons == {"undecodable": 1}
     assert _dead_errors(result)[1].startswith("record key: the payload does not validate against schema id")
@@ -338,7 +337,7 @@ def _second_run(
         schema_registry,
         first_offset=2,
         keys=[key],
-        key_format=KeyFormat.AVRO,
+        key_format=value_formats.AVRO,
     )
     assert result.status is RunStatus.SUCCEEDED, result.failure
     commit(sql_committer(tmp_path), plan, result, 1, 2)
@@ -359,7 +358,7 @@ def test_a_connect_key_with_a_primitive_schema_fills_key_value_and_a_misfit_is_a
         (_connect_key(string, 7), b'{"total": 2}'),  # the payload does not fit its own schema
     ]
     result = _run(
-        tmp_path, schema_registry, pairs, columns=KEY_VALUE_COLUMNS, key_format=KeyFormat.CONNECT_JSON
+        tmp_path, schema_registry, pairs, columns=KEY_VALUE_COLUMNS, key_format=value_formats.CONNECT_JSON
     )
     assert result.counts.dead_letter_reasons == {"undecodable": 1}
     assert _dead_errors(result)[1] == (
@@ -385,9 +384,9 @@ def test_connect_keys_give_their_columns_from_their_own_schemas_a_primitive_one_
         values,
         None,
         schema_registry,
-        value_format=ValueFormat.CONNECT_JSON,
+        value_format=value_formats.CONNECT_JSON,
         keys=keys,
-        key_format=KeyFormat.CONNECT_JSON,
+        key_format=value_formats.CONNECT_JSON,
     )
     assert result.status is RunStatus.SUCCEEDED, result.failure
     assert result.counts.dead_letter_reasons == {}
@@ -408,7 +407,7 @@ def test_json_keys_that_are_scalars_fill_a_listed_key_value_column(
         (b'{"value": "order-2"}', b'{"total": 2}'),  # an object's field `value`: the same column
         (b"order-3", b'{"total": 3}'),  # not JSON: a dead letter naming it
     ]
-    result = _run(tmp_path, schema_registry, pairs, columns=KEY_VALUE_COLUMNS, key_format=KeyFormat.JSON)
+    result = _run(tmp_path, schema_registry, pairs, columns=KEY_VALUE_COLUMNS, key_format=value_formats.JSON)
     assert result.counts.dead_letter_reasons == {"invalid_json": 1}
     assert _dead_errors(result)[2].startswith("record key: value is not JSON")
     (data_file,) = result.data_files
@@ -433,7 +432,7 @@ def test_a_protobuf_key_message_whose_field_is_named_value_fills_key_value(
         schema_registry,
         [(key, b'{"total": 3}')],
         columns=columns,
-        key_format=KeyFormat.PROTOBUF,
+        key_format=value_formats.PROTOBUF,
         key_subject="orders-key",
         key_message="shop.OrderKey",
     )

@@ -52,6 +52,9 @@ NOT_PORTS = {
     "kafscale_iceberg/metrics/emf.py": {"PowertoolsMetrics"},  # the shape of Powertools' `Metrics` object
     "kafscale_iceberg/dataplane/columns.py": {"ExtractedColumns"},  # a value's shape, not a dependency
     "kafscale_iceberg/local/pipeline.py": {"PipelineObserver"},  # the loop's callbacks, over its `RunReport`
+    "kafscale_iceberg/dataplane/formats/decoded.py": {"CompiledRecordSchema"},  # what a decoder groups by
+    "kafscale_iceberg/dataplane/formats/choice.py": {"DecoderFactory"},  # a format module's `decoder`
+    "kafscale_iceberg/config/upsert.py": {"KeyColumnCandidate"},  # what the upsert rules read of a column
 }
 """Protocols that are not ports (nothing outside their module implements them as an adapter)."""
 

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from kafscale_iceberg.adapters.iceberg_catalog import load_iceberg_catalog
 from kafscale_iceberg.adapters.iceberg_schemas import table_columns
-from kafscale_iceberg.domain.runs import RunStatus, SchemaMode, ValueFormat
+from kafscale_iceberg.domain import value_formats
+from kafscale_iceberg.domain.runs import RunStatus, SchemaMode
 from tests.support.iceberg_runs import sql_committer, sql_settings
 from tests.support.protobuf_messages import compile_proto, message
 from tests.support.schema_registry import StandInRegistry
@@ -56,7 +57,9 @@ def test_the_table_is_created_from_the_message_and_evolves_with_its_next_version
 ) -> None:
     producer = Producer(schema_registry)
     values = producer.values(V1, [order(V1, 1), order(V1, 2)])
-    plan, result = avro_run(tmp_path / "r1", values, None, schema_registry, value_format=ValueFormat.PROTOBUF)
+    plan, result = avro_run(
+        tmp_path / "r1", values, None, schema_registry, value_format=value_formats.PROTOBUF
+    )
     assert result.status is RunStatus.SUCCEEDED
     commit(sql_committer(tmp_path), plan, result, -1, 1)
     table = load_iceberg_catalog(sql_settings(tmp_path)).load_table(TABLE)
@@ -76,7 +79,7 @@ def test_the_table_is_created_from_the_message_and_evolves_with_its_next_version
         sql_committer(tmp_path),
         schema_registry,
         first_offset=2,
-        value_format=ValueFormat.PROTOBUF,
+        value_format=value_formats.PROTOBUF,
     )
     assert result.status is RunStatus.SUCCEEDED
     commit(sql_committer(tmp_path), plan, result, 1, 2)
@@ -102,7 +105,7 @@ def test_bad_protobuf_input_lands_in_the_dead_letter_table_with_its_reason(
         values,
         None,
         schema_registry,
-        value_format=ValueFormat.PROTOBUF,
+        value_format=value_formats.PROTOBUF,
         schema_mode=SchemaMode.LENIENT,
     )
     assert result.status is RunStatus.SUCCEEDED

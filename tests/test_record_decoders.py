@@ -28,14 +28,15 @@ from kafscale_iceberg.adapters.confluent_registry import ConfluentSchemaRegistry
 from kafscale_iceberg.dataplane.formats.avro import AvroDecoder
 from kafscale_iceberg.dataplane.formats.choice import decoder_for
 from kafscale_iceberg.dataplane.formats.connect_json import ConnectJsonDecoder
-from kafscale_iceberg.dataplane.formats.decoding import DecodedBatch, conform
+from kafscale_iceberg.dataplane.formats.decoded import DecodedBatch
+from kafscale_iceberg.dataplane.formats.decoding import conform
 from kafscale_iceberg.dataplane.formats.schema_cache import SchemaCache
+from kafscale_iceberg.domain import value_formats
 from kafscale_iceberg.domain.runs import (
     ColumnSpec,
     ColumnType,
     ConversionSettings,
     RegistrySettings,
-    ValueFormat,
 )
 from kafscale_iceberg.exceptions import (
     ConfigError,
@@ -414,7 +415,7 @@ def test_connect_envelopes_that_do_not_fit_become_dead_letters_with_the_field_na
 
 
 def test_a_plan_is_checked_without_a_registry_and_decoding_without_one_names_the_key() -> None:
-    decoder = decoder_for(ConversionSettings(value_format=ValueFormat.AVRO), None)
+    decoder = decoder_for(ConversionSettings(value_format=value_formats.AVRO), None)
     assert decoder is not None
     with pytest.raises(ConfigError, match="schema_registry"):
         decoder.decode(_values([b"\x00\x00\x00\x00\x01\x02"]))

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from kafscale_iceberg.domain.runs import KeyFormat, ValueFormat
+from kafscale_iceberg.domain import value_formats
 from tests.test_config import load, minimal, problems_of
 
 REGISTRY = {"url": "https://registry.example.com/", "username": "reader", "password": "s3cret"}
@@ -24,7 +24,7 @@ def test_an_avro_mapping_with_a_registry_loads() -> None:
     data = with_mapping(value_format="AVRO", value_subject="orders-value")
     data["schema_registry"] = REGISTRY
     config = load(data)
-    assert config.mappings[0].value_format is ValueFormat.AVRO
+    assert config.mappings[0].value_format is value_formats.AVRO
     assert config.schema_registry is not None
     settings = config.schema_registry.settings()
     assert (settings.url, settings.auth) == ("https://registry.example.com", "basic")
@@ -78,7 +78,7 @@ def test_a_decoded_key_format_with_listed_key_columns_loads() -> None:
     data = with_mapping(key_format="AVRO", key_subject="orders-key", schema=KEY_COLUMNS)
     data["schema_registry"] = REGISTRY
     (mapping,) = load(data).mappings
-    assert (mapping.key_format, mapping.key_subject) == (KeyFormat.AVRO, "orders-key")
+    assert (mapping.key_format, mapping.key_subject) == (value_formats.AVRO, "orders-key")
 
 
 @pytest.mark.parametrize(

@@ -28,6 +28,7 @@ from kafscale_iceberg.adapters.iceberg_tables import IcebergTableCommitter
 from kafscale_iceberg.dataplane.inference import with_inferred_columns
 from kafscale_iceberg.dataplane.reports import build_run_result
 from kafscale_iceberg.dataplane.tasks import observe_task, plan_tasks, run_task
+from kafscale_iceberg.domain import value_formats
 from kafscale_iceberg.domain.commits import TableCommit, TableMarker, TableSpec
 from kafscale_iceberg.domain.field_ids import TableFieldIds, planned_field_ids
 from kafscale_iceberg.domain.inference import merge_observations
@@ -39,10 +40,10 @@ from kafscale_iceberg.domain.runs import (
     RunPlan,
     RunResult,
     RunTimings,
-    ValueFormat,
     table_outputs,
 )
 from kafscale_iceberg.domain.schema import table_fields
+from kafscale_iceberg.domain.value_formats import ValueFormatSpec
 from spark_app.job import with_written_columns
 from tests.support.iceberg_runs import sql_committer, sql_settings
 from tests.support.schema_registry import StandInRegistry
@@ -101,7 +102,7 @@ def routed_run(
     columns: tuple[ColumnSpec, ...] = (),
     first_offset: int = 0,
     known: tuple[TableFieldIds, ...] = (),
-    value_format: ValueFormat = ValueFormat.AVRO,
+    value_format: ValueFormatSpec = value_formats.AVRO,
 ) -> tuple[RunPlan, RunResult]:
     """A routed Avro mapping by `kind` to `shop.events_{kind}` (columns from the records' schemas, or
     `columns` listed), run as the job runs it: observe, decide per table, convert. `known`: the
@@ -313,7 +314,7 @@ def test_connect_json_records_route_by_their_decoded_field_each_table_with_its_o
         _connect({"kind": ("string", "click"), "page": ("string", "/")}),
         _connect({"kind": ("int32", 5)}),  # not a string: route_invalid
     ]
-    _plan, result = routed_run(tmp_path, schema_registry, values, value_format=ValueFormat.CONNECT_JSON)
+    _plan, result = routed_run(tmp_path, schema_registry, values, value_format=value_formats.CONNECT_JSON)
     assert result.failure is None, result.failure
     assert _columns(result) == {
         ORDERS: {"kind": "string", "order_id": "long"},

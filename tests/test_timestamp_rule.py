@@ -34,14 +34,15 @@ from kafscale_iceberg.dataplane.columns import ColumnScanner, parse_columns
 from kafscale_iceberg.dataplane.conversion import ConvertedRecords, ErrorKind, RecordConverter
 from kafscale_iceberg.dataplane.formats.decoding import conform_array
 from kafscale_iceberg.dataplane.formats.schema_cache import SchemaCache
+from kafscale_iceberg.domain import value_formats
 from kafscale_iceberg.domain.runs import (
     ColumnSpec,
     ColumnType,
     ConversionSettings,
     RegistrySettings,
     SchemaMode,
-    ValueFormat,
 )
+from kafscale_iceberg.domain.value_formats import ValueFormatSpec
 from kafscale_iceberg.segments.decode import SEGMENT_RECORD_SCHEMA
 from tests.support.protobuf_messages import compile_proto, message
 from tests.support.schema_registry import StandInRegistry
@@ -124,18 +125,18 @@ def _json(registry: StandInRegistry, ats: list[int]) -> list[bytes]:
     return [json.dumps({"at": at}).encode() for at in ats]
 
 
-PRODUCERS: dict[ValueFormat, Callable[[StandInRegistry, list[int]], list[bytes]]] = {
-    ValueFormat.JSON: _json,
-    ValueFormat.AVRO: _avro,
-    ValueFormat.PROTOBUF: _protobuf,
-    ValueFormat.JSON_SCHEMA: _json_schema,
-    ValueFormat.CONNECT_JSON: _connect,
+PRODUCERS: dict[ValueFormatSpec, Callable[[StandInRegistry, list[int]], list[bytes]]] = {
+    value_formats.JSON: _json,
+    value_formats.AVRO: _avro,
+    value_formats.PROTOBUF: _protobuf,
+    value_formats.JSON_SCHEMA: _json_schema,
+    value_formats.CONNECT_JSON: _connect,
 }
 
 
 def _convert(
     registry: StandInRegistry,
-    value_format: ValueFormat,
+    value_format: ValueFormatSpec,
     values: list[bytes],
     column: ColumnSpec,
     *,
@@ -145,7 +146,7 @@ def _convert(
         columns=(column,),
         value_format=value_format,
         schema_mode=SchemaMode.STRICT if strict else SchemaMode.OFF,
-        json_schema={} if strict and value_format is ValueFormat.JSON else None,
+        json_schema={} if strict and value_format is value_formats.JSON else None,
     )
     schemas = SchemaCache(ConfluentSchemaRegistry(RegistrySettings(url=registry.url)))
     converter = RecordConverter(topic=TOPIC, run_id="run-1", settings=settings, schemas=schemas)
@@ -169,10 +170,10 @@ def _landed(converted: ConvertedRecords, name: str = "at") -> list[Any]:
     return converted.rows.column(name).to_pylist()
 
 
-@pytest.mark.parametrize("value_format", list(PRODUCERS), ids=lambda f: f.value)
+@pytest.mark.parametrize("value_format", list(PRODUCERS), ids=lambda f: f.name)
 @pytest.mark.parametrize("column_type", [ColumnType.TIMESTAMPTZ, ColumnType.TIMESTAMP])
 def test_a_plain_integer_in_a_timestamp_column_is_epoch_milliseconds_in_every_format(
-    schema_registry: StandInRegistry, value_format: ValueFormat, column_type: ColumnType
+    schema_registry: StandInRegistry, value_format: ValueFormatSpec, column_type: ColumnType
 ) -> None:
     values = PRODUCERS[value_format](schema_registry, [AT_MILLIS])
     converted = _convert(schema_registry, value_format, values, ColumnSpec(name="at", type=column_type))
@@ -184,14 +185,14 @@ def test_a_plain_integer_in_a_timestamp_column_is_epoch_milliseconds_in_every_fo
 def test_a_field_with_its_own_unit_keeps_it(schema_registry: StandInRegistry) -> None:
     values = _avro(schema_registry, [AT_MILLIS * 1000], MICROS)
     column = ColumnSpec(name="at", type=ColumnType.TIMESTAMPTZ)
-    assert _landed(_convert(schema_registry, ValueFormat.AVRO, values, column)) == [AT]
+    assert _landed(_convert(schema_registry, value_formats.AVRO, values, column)) == [AT]
     connect = _connect(schema_registry, [AT_MILLIS], "org.apache.kafka.connect.data.Timestamp")
-    assert _landed(_convert(schema_registry, ValueFormat.CONNECT_JSON, connect, column)) == [AT]
+    assert _landed(_convert(schema_registry, value_formats.CONNECT_JSON, connect, column)) == [AT]
 
 
-@pytest.mark.parametrize("value_format", list(PRODUCERS), ids=lambda f: f.value)
+@pytest.mark.parametrize("value_format", list(PRODUCERS), ids=lambda f: f.name)
 def test_epoch_milliseconds_land_from_year_1_to_9999_and_beyond_are_counted_failures(
-    schema_registry: StandInRegistry, value_format: ValueFormat
+    schema_registry: StandInRegistry, value_format: ValueFormatSpec
 ) -> None:
     inside = [LAST_MILLIS, FIRST_MILLIS]
     outside = [LAST_MILLIS + 1, FIRST_MILLIS - 1, AT_MILLIS * 1000]  # the last: micros sent as millis
@@ -208,9 +209,9 @@ def test_epoch_milliseconds_land_from_year_1_to_9999_and_beyond_are_counted_fail
     assert converted.conversion_failures == {"at": 3}
 
 
-@pytest.mark.parametrize("value_format", list(PRODUCERS), ids=lambda f: f.value)
+@pytest.mark.parametrize("value_format", list(PRODUCERS), ids=lambda f: f.name)
 def test_a_timestamp_beyond_9999_fails_a_strict_run_naming_the_column_and_value(
-    schema_registry: StandInRegistry, value_format: ValueFormat
+    schema_registry: StandInRegistry, value_format: ValueFormatSpec
 ) -> None:
     values = PRODUCERS[value_format](schema_registry, [AT_MILLIS, LAST_MILLIS + 1])
     column = ColumnSpec(name="at", type=ColumnType.TIMESTAMPTZ)
@@ -230,7 +231,7 @@ def test_microsecond_fields_land_to_the_last_microsecond_of_9999_and_no_further(
 ) -> None:
     values = _avro(schema_registry, [LAST_MICROS, LAST_MICROS + 1, FIRST_MICROS, FIRST_MICROS - 1], MICROS)
     column = ColumnSpec(name="at", type=ColumnType.TIMESTAMPTZ)
-    converted = _convert(schema_registry, ValueFormat.AVRO, values, column)
+    converted = _convert(schema_registry, value_formats.AVRO, values, column)
     assert _landed(converted) == [LAST, None, FIRST, None]
     assert converted.conversion_failures == {"at": 2}
 
@@ -247,7 +248,7 @@ def test_a_date_time_string_lands_to_the_last_microsecond_of_9999_and_no_further
     ]
     values = [json.dumps({"at": text}).encode() for text in texts]
     column = ColumnSpec(name="at", type=ColumnType.TIMESTAMPTZ)
-    converted = _convert(schema_registry, ValueFormat.JSON, values, column)
+    converted = _convert(schema_registry, value_formats.JSON, values, column)
     assert _landed(converted) == [LAST, None, FIRST, None, None]
     assert converted.conversion_failures == {"at": 3}
 
@@ -255,13 +256,13 @@ def test_a_date_time_string_lands_to_the_last_microsecond_of_9999_and_no_further
 @pytest.mark.parametrize(
     ("value_format", "produce"),
     [
-        (ValueFormat.JSON, _json),
+        (value_formats.JSON, _json),
         (
-            ValueFormat.AVRO,
+            value_formats.AVRO,
             lambda registry, days: _avro(registry, days, {"type": "int", "logicalType": "date"}),
         ),
         (
-            ValueFormat.CONNECT_JSON,
+            value_formats.CONNECT_JSON,
             lambda registry, days: _connect(registry, days, "org.apache.kafka.connect.data.Date"),
         ),
     ],
@@ -269,12 +270,12 @@ def test_a_date_time_string_lands_to_the_last_microsecond_of_9999_and_no_further
 )
 def test_dates_land_from_year_1_to_9999_and_beyond_are_counted_failures(
     schema_registry: StandInRegistry,
-    value_format: ValueFormat,
+    value_format: ValueFormatSpec,
     produce: Callable[[StandInRegistry, list[int]], list[bytes]],
 ) -> None:
     first_day, last_day = -719_162, 2_932_896
     values = produce(schema_registry, [last_day, last_day + 1, first_day, first_day - 1])
-    if value_format is ValueFormat.CONNECT_JSON:
+    if value_format is value_formats.CONNECT_JSON:
         values = [v.replace(b'"type": "int64"', b'"type": "int32"') for v in values]
     column = ColumnSpec(name="at", type=ColumnType.DATE)
     converted = _convert(schema_registry, value_format, values, column)
@@ -288,7 +289,7 @@ def test_a_null_decoded_timestamp_stays_null_and_is_not_counted(
 ) -> None:
     values = [v.replace(b'"at": 0', b'"at": null') for v in _connect(schema_registry, [0, AT_MILLIS], name)]
     column = ColumnSpec(name="at", type=ColumnType.TIMESTAMPTZ)
-    converted = _convert(schema_registry, ValueFormat.CONNECT_JSON, values, column)
+    converted = _convert(schema_registry, value_formats.CONNECT_JSON, values, column)
     assert _landed(converted) == [None, AT]
     assert converted.conversion_failures == {}
 
@@ -298,7 +299,7 @@ def test_a_timestamp_inside_a_struct_takes_the_same_rule_and_counts_for_its_colu
 ) -> None:
     avro = _avro_visits(schema_registry, [AT_MILLIS * 1000, LAST_MICROS + 1])
     as_json = [json.dumps({"visit": {"at": at}}).encode() for at in (AT_MILLIS, LAST_MILLIS + 1)]
-    for value_format, values in ((ValueFormat.AVRO, avro), (ValueFormat.JSON, as_json)):
+    for value_format, values in ((value_formats.AVRO, avro), (value_formats.JSON, as_json)):
         converted = _convert(schema_registry, value_format, values, VISIT)
         assert _landed(converted, "visit") == [{"at": AT}, {"at": None}], value_format
         assert converted.conversion_failures == {"visit": 1}, value_format
@@ -308,7 +309,7 @@ def test_a_struct_holding_a_timestamp_beyond_9999_fails_a_strict_run_naming_its_
     schema_registry: StandInRegistry,
 ) -> None:
     values = _avro_visits(schema_registry, [LAST_MICROS + 1])
-    invalid = _convert(schema_registry, ValueFormat.AVRO, values, VISIT, strict=True).first_invalid
+    invalid = _convert(schema_registry, value_formats.AVRO, values, VISIT, strict=True).first_invalid
     assert invalid is not None
     assert (invalid.kind, invalid.column) == (ErrorKind.CONVERSION_FAILURE, "visit")
     assert "schema id 1" in invalid.error

@@ -32,6 +32,7 @@ from kafscale_iceberg.adapters.glue_registry import GlueSchemaRegistry
 from kafscale_iceberg.dataplane.formats.glue_wire import glue_header
 from kafscale_iceberg.dataplane.reports import build_run_result
 from kafscale_iceberg.dataplane.tasks import plan_tasks, run_task
+from kafscale_iceberg.domain import value_formats
 from kafscale_iceberg.domain.avro_schemas import avro_columns, parse_avro_schema
 from kafscale_iceberg.domain.connect_schemas import connect_columns
 from kafscale_iceberg.domain.runs import (
@@ -42,8 +43,8 @@ from kafscale_iceberg.domain.runs import (
     RunResult,
     RunTimings,
     UpsertSettings,
-    ValueFormat,
 )
+from kafscale_iceberg.domain.value_formats import ValueFormatSpec
 from kafscale_iceberg.segments.decode import Record
 from tests.support.debezium import ENVELOPE_SCHEMA, AvroDebezium, connect_event, connect_key, row
 from tests.support.glue_registry import GlueRegistry
@@ -70,7 +71,7 @@ Change = tuple[bytes | None, bytes | None]
 def run(
     tmp_path: Path,
     changes: list[Change],
-    value_format: ValueFormat,
+    value_format: ValueFormatSpec,
     registry: StandInRegistry | GlueRegistry | None = None,
     **upsert: Any,
 ) -> RunResult:
@@ -123,7 +124,7 @@ def test_debezium_in_connects_envelope_writes_after_with_its_types_and_deletes_b
             (connect_key(2), None),  # the tombstone after the delete: its key in Connect's envelope
             (connect_key(3), None),
         ],
-        ValueFormat.CONNECT_JSON,
+        value_formats.CONNECT_JSON,
     )
     assert dead_letters(result) == []
     assert rows(result.data_files, "offset", "id", "name", "price", "updated_at", "opens_at") == [
@@ -136,7 +137,7 @@ def test_debezium_in_connects_envelope_writes_after_with_its_types_and_deletes_b
 
 def test_a_row_keeps_the_connect_envelope_it_arrived_in(tmp_path: Path) -> None:
     event = connect_event("c", None, row(7, "x", "1.00"))
-    result = run(tmp_path, [(connect_key(7), event)], ValueFormat.CONNECT_JSON)
+    result = run(tmp_path, [(connect_key(7), event)], value_formats.CONNECT_JSON)
     [(value, record_id)] = rows(result.data_files, "value", "record_id")
     assert (value, record_id) == (event, "orders:0:0")
 
@@ -167,7 +168,7 @@ def test_a_row_keeps_the_connect_envelope_it_arrived_in(tmp_path: Path) -> None:
 def test_what_is_not_a_debezium_event_in_connects_envelope_is_a_dead_letter_with_the_reason(
     tmp_path: Path, value: str, kind: str, reason: str
 ) -> None:
-    result = run(tmp_path, [(connect_key(1), value.encode())], ValueFormat.CONNECT_JSON)
+    result = run(tmp_path, [(connect_key(1), value.encode())], value_formats.CONNECT_JSON)
     [(offset, found_kind, error)] = dead_letters(result)
     assert (offset, found_kind) == (0, kind)
     assert str(error).startswith(reason)
@@ -178,7 +179,7 @@ def test_a_delete_whose_before_lacks_the_key_column_is_a_dead_letter_naming_it(t
     event = json.loads(connect_event("d", row(1, "a"), None))
     event["payload"]["before"]["id"] = None  # a connector emitting a `before` without its key
     event["schema"]["fields"][0]["fields"][0]["optional"] = True
-    result = run(tmp_path, [(connect_key(1), json.dumps(event).encode())], ValueFormat.CONNECT_JSON)
+    result = run(tmp_path, [(connect_key(1), json.dumps(event).encode())], value_formats.CONNECT_JSON)
     [(offset, kind, error)] = dead_letters(result)
     assert (offset, kind) == (0, "required_column")
     assert "'id'" in str(error)
@@ -192,7 +193,7 @@ def test_plain_connect_rows_upsert_with_cdc_none_and_a_connect_key_tombstone_del
     result = run(
         tmp_path,
         [(connect_key(4), value.encode()), (connect_key(5), None)],
-        ValueFormat.CONNECT_JSON,
+        value_formats.CONNECT_JSON,
         cdc=CdcFormat.NONE,
     )
     assert rows(result.data_files, "offset", "id", "name") == [(0, 4, "d")]
@@ -200,7 +201,7 @@ def test_plain_connect_rows_upsert_with_cdc_none_and_a_connect_key_tombstone_del
 
 
 def test_a_json_mappings_tombstone_keyed_in_connects_envelope_deletes_its_key(tmp_path: Path) -> None:
-    result = run(tmp_path, [(connect_key(9), None)], ValueFormat.JSON, cdc=CdcFormat.NONE)
+    result = run(tmp_path, [(connect_key(9), None)], value_formats.JSON, cdc=CdcFormat.NONE)
     assert rows(result.deleted_key_files, "offset", "id") == [(0, 9)]
     assert dead_letters(result) == []
 
@@ -222,7 +223,7 @@ def test_debezium_through_the_avro_converter_upserts_and_deletes_by_before_and_b
             (debezium.key(2), None),
             (debezium.key(3), None),
         ],
-        ValueFormat.AVRO,
+        value_formats.AVRO,
         schema_registry,
     )
     assert dead_letters(result) == []
@@ -238,7 +239,7 @@ def test_an_avro_tombstone_whose_key_schema_the_registry_lacks_is_a_dead_letter_
     tmp_path: Path, schema_registry: StandInRegistry
 ) -> None:
     unknown_key = b"\x00\x00\x00\x03\xe7\x02"  # schema id 999
-    result = run(tmp_path, [(unknown_key, None)], ValueFormat.AVRO, schema_registry)
+    result = run(tmp_path, [(unknown_key, None)], value_formats.AVRO, schema_registry)
     [(offset, kind, error)] = dead_letters(result)
     assert (offset, kind) == (0, "tombstone")
     assert str(error).startswith("a tombstone whose record key does not decode: schema id 999")
@@ -270,7 +271,7 @@ def test_a_tombstone_whose_key_has_the_glue_header_deletes_the_key_its_avro_name
     result = run(
         tmp_path,
         [(keys[0], values[0]), (keys[1], values[1]), (keys[0], None), (unknown, None)],
-        ValueFormat.AVRO,
+        value_formats.AVRO,
         glue_registry,
         cdc=CdcFormat.NONE,
     )
@@ -303,7 +304,7 @@ def test_a_tombstone_whose_avro_key_is_a_primitive_deletes_the_one_column_key_it
     changes: list[Change] = [(key(1), value(1, "a")), (key(2), value(2, "b")), (key(1), None)]
     schema_registry.register_from(client, "orders-key")
     schema_registry.register_from(client, "orders-value")
-    result = run(tmp_path, changes, ValueFormat.AVRO, schema_registry, cdc=CdcFormat.NONE)
+    result = run(tmp_path, changes, value_formats.AVRO, schema_registry, cdc=CdcFormat.NONE)
     assert dead_letters(result) == []
     assert rows(result.data_files, "offset", "id", "name") == [(0, 1, "a"), (1, 2, "b")]
     assert rows(result.deleted_key_files, "offset", "id") == [(2, 1)]
@@ -318,7 +319,7 @@ def debezium_config(value_format: str) -> dict[str, Any]:
 @pytest.mark.parametrize("value_format", ["connect_json", "avro"])
 def test_an_upsert_mapping_reads_debeziums_connect_json_and_avro_values(value_format: str) -> None:
     mapping = load(debezium_config(value_format)).mappings[0]
-    assert (mapping.mode, mapping.value_format.value) == ("upsert", value_format)
+    assert (mapping.mode, mapping.value_format.name) == ("upsert", value_format)
 
 
 def test_an_upsert_mapping_refuses_the_formats_it_does_not_read_naming_those_it_does() -> None:

@@ -113,13 +113,45 @@ def test_debezium_writes_after_deletes_by_before_and_the_tombstone_after_a_delet
     assert rows(result.deleted_key_files, "offset", "id") == [(2, 1), (3, 1)]
 
 
+def test_under_json_a_topic_of_plain_and_connect_enveloped_debezium_events_lands_whole(
+    tmp_path: Path,
+) -> None:
+    def enveloped(event: dict[str, Any]) -> dict[str, Any]:  # JsonConverter with schemas.enable=true
+        return {"schema": {"type": "struct", "name": "shop.orders.Envelope", "fields": []}, "payload": event}
+
+    result = run(
+        tmp_path,
+        [
+            record(0, {"id": 1}, {"op": "c", "before": None, "after": {"id": 1, "name": "a"}}),
+            record(
+                1,
+                {"schema": {}, "payload": {"id": 2}},
+                enveloped({"op": "c", "after": {"id": 2, "name": "b"}}),
+            ),
+            record(2, {"id": 1}, enveloped({"op": "u", "before": None, "after": {"id": 1, "name": "a2"}})),
+            record(3, {"id": 2}, enveloped({"op": "d", "before": {"id": 2, "name": "b"}, "after": None})),
+            record(4, {"id": 3}, {"op": "r", "after": {"id": 3, "name": "c"}}),
+        ],
+        cdc=CdcFormat.DEBEZIUM,
+    )
+    assert dead_letters(result) == []
+    assert rows(result.data_files, "offset", "id", "name") == [
+        (0, 1, "a"),
+        (1, 2, "b"),
+        (2, 1, "a2"),
+        (4, 3, "c"),
+    ]
+    assert rows(result.deleted_key_files, "offset", "id") == [(3, 2)]
+
+
 @pytest.mark.parametrize(
     ("value", "reason"),
     [
         ({"id": 1, "name": "a"}, "not a Debezium event: 'op' is None"),
         ({"op": "u", "after": None}, "Debezium op 'u' without an 'after' object"),
         ({"op": "d", "before": {"name": "a"}}, "Debezium op 'd' whose 'before' lacks key column(s) id"),
-        ({"schema": {}, "payload": {"op": "c"}}, "a Kafka Connect {schema, payload} envelope"),
+        ({"schema": {}, "payload": {"op": "c"}}, "Debezium op 'c' without an 'after' object"),
+        ({"schema": {}, "payload": None}, "a Kafka Connect {schema, payload} envelope whose payload"),
         (b"not json", "the value is not JSON, so not a Debezium event"),
     ],
 )

@@ -106,6 +106,7 @@ from kafscale_iceberg.config.sections import (
     RunsConfig,
     S3Config,
     SchemaConfig,
+    TypesConfig,
 )
 from kafscale_iceberg.domain.partitioning import describe_partition_field
 
@@ -157,6 +158,7 @@ __all__ = [
     "SchemaSource",
     "SecretSource",
     "StringMap",
+    "TypesConfig",
     "apply_deployment_environment",
     "config_from_environment",
     "config_from_mapping",

@@ -1,39 +1,20 @@
 """Record formats in the config: the top-level `schema_registry` section, and the checks of a mapping's
 `value_format`, `value_subject`, `value_message`, `key_format`, `key_subject` and `key_message` (the
-keys are on `MappingConfig`)."""
+keys are on `MappingConfig`, which hands them in as `MappingFormats`). What each format can do is its
+spec's answer (`domain/value_formats.py`); no rule here names a format."""
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 from pydantic import BeforeValidator, Field, SecretStr, field_validator, model_validator
 
 from kafscale_iceberg.config.base import _invalid, _lowercase, _Problems, _Section
-from kafscale_iceberg.domain.runs import (
-    KEY_COLUMN_PREFIX,
-    KeyFormat,
-    RegistrySettings,
-    RegistryType,
-    ValueFormat,
-)
-
-if TYPE_CHECKING:
-    from kafscale_iceberg.config.mappings import MappingConfig
-
-DECODED_VALUE_FORMATS = frozenset(
-    {
-        ValueFormat.JSON,
-        ValueFormat.CONNECT_JSON,
-        ValueFormat.AVRO,
-        ValueFormat.PROTOBUF,
-        ValueFormat.JSON_SCHEMA,
-    }
-)
-"""The value formats this version decodes (the others are refused at the edge, not accepted silently)."""
-UPSERT_VALUE_FORMATS = frozenset({ValueFormat.JSON, ValueFormat.CONNECT_JSON, ValueFormat.AVRO})
-"""The value formats `mode: upsert` reads (Debezium's JSON, JsonConverter and Avro converter outputs)."""
+from kafscale_iceberg.domain.runs import KEY_COLUMN_PREFIX, RegistrySettings, RegistryType
+from kafscale_iceberg.domain.value_formats import ValueFormatSpec, key_format_name, names_of
 
 
 class RegistryTlsConfig(_Section):
@@ -138,73 +119,82 @@ class SchemaRegistryConfig(_Section):
         )
 
 
-def format_problems(mapping: MappingConfig) -> _Problems:
-    """What is wrong with a mapping's format keys (paths relative to the mapping)."""
+@dataclass(frozen=True, kw_only=True)
+class MappingFormats:
+    """What the format rules read of a mapping: its format keys and the keys they constrain
+    (`MappingConfig` builds it; paths in problems are relative to the mapping)."""
+
+    value_format: ValueFormatSpec
+    value_subject: str
+    value_message: str
+    key_format: ValueFormatSpec | None
+    key_subject: str
+    key_message: str
+    schema_source: str
+    column_names: tuple[str, ...]
+    lfs_on: bool
+    upsert: bool
+    routed: bool
+
+
+def format_problems(mapping: MappingFormats) -> _Problems:
+    """What is wrong with a mapping's format keys: each rule asks the formats' specs."""
     problems = _Problems()
     value_format = mapping.value_format
-    if value_format not in DECODED_VALUE_FORMATS:
-        problems.add(
-            "value_format",
-            f"{value_format.value} is not decoded by this version yet (decoded: "
-            f"{', '.join(sorted(f.value for f in DECODED_VALUE_FORMATS))})",
-        )
     _add_key_format_problems(mapping, problems)
     if mapping.value_subject and not value_format.registered:
         problems.add(
-            "value_subject", f"applies to avro, protobuf and json_schema values, not {value_format.value}"
+            "value_subject",
+            f"applies to {names_of(lambda f: f.registered)} values, not {value_format.name}",
         )
-    if mapping.value_message and value_format is not ValueFormat.PROTOBUF:
-        problems.add("value_message", "applies to protobuf values only")
-    if value_format.self_described:
-        if mapping.schema_.source in ("registry", "infer"):
-            problems.add(
-                "schema.source",
-                f"must be 'none' (columns from the records' own schemas, evolving) or 'mapping' (columns "
-                f"listed, fields projected onto them by name) with value_format {value_format.value}",
-            )
-        if mapping.lfs.mode != "off":
-            problems.add("lfs.mode", f"must be off with value_format {value_format.value}")
-        if mapping.upsert is not None and value_format not in UPSERT_VALUE_FORMATS:
-            problems.add(
-                "upsert",
-                f"is not supported with value_format {value_format.value} yet (upsert reads "
-                f"{', '.join(sorted(f.value for f in UPSERT_VALUE_FORMATS))} values)",
-            )
+    if mapping.value_message and not value_format.named_message:
+        problems.add("value_message", f"applies to {names_of(lambda f: f.named_message)} values only")
+    if not value_format.self_described:
+        return problems
+    if mapping.schema_source in ("registry", "infer"):
+        problems.add(
+            "schema.source",
+            f"must be 'none' (columns from the records' own schemas, evolving) or 'mapping' (columns "
+            f"listed, fields projected onto them by name) with value_format {value_format.name}",
+        )
+    if mapping.lfs_on:
+        problems.add("lfs.mode", f"must be off with value_format {value_format.name}")
+    if mapping.upsert and not value_format.upsert:
+        problems.add(
+            "upsert",
+            f"is not supported with value_format {value_format.name} yet (upsert reads "
+            f"{names_of(lambda f: f.upsert)} values)",
+        )
     return problems
 
 
-def _add_key_format_problems(mapping: MappingConfig, problems: _Problems) -> None:
+def _add_key_format_problems(mapping: MappingFormats, problems: _Problems) -> None:
     """A decoded `key_format` fills the listed `key_` columns (`KEY_COLUMN_PREFIX`) from the keys."""
-    key_format = mapping.key_format.as_value_format
+    key_format = mapping.key_format
+    key_name = key_format_name(key_format)
     if mapping.key_subject and (key_format is None or not key_format.registered):
-        problems.add(
-            "key_subject", f"applies to avro, protobuf and json_schema keys, not {mapping.key_format.value}"
-        )
-    if mapping.key_message and key_format is not ValueFormat.PROTOBUF:
-        problems.add("key_message", "applies to protobuf keys only")
+        problems.add("key_subject", f"applies to {names_of(lambda f: f.registered)} keys, not {key_name}")
+    if mapping.key_message and (key_format is None or not key_format.named_message):
+        problems.add("key_message", f"applies to {names_of(lambda f: f.named_message)} keys only")
     if key_format is None:
         return
-    listed = [c.name for c in mapping.schema_.columns if c.name.startswith(KEY_COLUMN_PREFIX)]
-    from_schemas = mapping.value_format.self_described and mapping.schema_.source == "none"
+    listed = [name for name in mapping.column_names if name.startswith(KEY_COLUMN_PREFIX)]
+    from_schemas = mapping.value_format.self_described and mapping.schema_source == "none"
     if from_schemas and not key_format.self_described:
         problems.add(
             "key_format",
-            f"{key_format.value} keys name no schema to take columns from: list the key's fields as "
+            f"{key_name} keys name no schema to take columns from: list the key's fields as "
             f"'{KEY_COLUMN_PREFIX}<field>' columns (schema.source: mapping), or keep key_format raw",
         )
-    elif not from_schemas and (mapping.schema_.source != "mapping" or not listed):
+    elif not from_schemas and (mapping.schema_source != "mapping" or not listed):
         problems.add(
             "key_format",
-            f"{key_format.value} keys are read into the columns schema.columns lists as "
-            f"'{KEY_COLUMN_PREFIX}<field>' (schema.source: mapping), or, with a value_format other than "
-            "json and no schema.source, into columns from the keys' schemas; list the key's fields",
+            f"{key_name} keys are read into the columns schema.columns lists as "
+            f"'{KEY_COLUMN_PREFIX}<field>' (schema.source: mapping), or, with a self-described "
+            "value_format and no schema.source, into columns from the keys' schemas; list the key's fields",
         )
-    for key, used in (("route", mapping.route is not None), ("upsert", mapping.upsert is not None)):
+    for key, used in (("route", mapping.routed), ("upsert", mapping.upsert)):
         if used:
-            problems.add(key, f"is not supported with key_format {key_format.value} yet (keys are kept raw)")
-    if mapping.lfs.mode != "off":
-        problems.add("lfs.mode", f"must be off with key_format {key_format.value}")
-
-
-ValueFormatKey = Annotated[ValueFormat, BeforeValidator(_lowercase)]
-KeyFormatKey = Annotated[KeyFormat, BeforeValidator(_lowercase)]
+            problems.add(key, f"is not supported with key_format {key_name} yet (keys are kept raw)")
+    if mapping.lfs_on:
+        problems.add("lfs.mode", f"must be off with key_format {key_name}")

@@ -26,7 +26,7 @@ from kafscale_iceberg.config.base import (
     _Section,
     _zero_means,
 )
-from kafscale_iceberg.config.formats import KeyFormatKey, ValueFormatKey, format_problems
+from kafscale_iceberg.config.formats import MappingFormats, format_problems
 from kafscale_iceberg.config.upsert import UpsertConfig, upsert_problems
 from kafscale_iceberg.domain.partitioning import (
     describe_partition_field,
@@ -39,14 +39,13 @@ from kafscale_iceberg.domain.runs import (
     ColumnSpec,
     ColumnType,
     CorruptSegmentPolicy,
-    KeyFormat,
     LfsSettings,
     PartitionField,
     PartitionTransform,
-    ValueFormat,
 )
 from kafscale_iceberg.domain.runs import LfsMode as PlanLfsMode
 from kafscale_iceberg.domain.schema import BASE_FIELDS
+from kafscale_iceberg.domain.value_formats import JSON, KeyFormatName, ValueFormatName
 from kafscale_iceberg.exceptions import SegmentKeyError
 from kafscale_iceberg.segments.keys import validate_topic
 
@@ -345,16 +344,29 @@ class MappingConfig(_Section):
     corrupt_segment_policy: Annotated[CorruptSegmentPolicy | None, BeforeValidator(_lowercase)] = None
     target_file_size_bytes: PositiveByteSize | None = None
     # Record formats (`config/formats.py`):
-    value_format: ValueFormatKey = ValueFormat.JSON
+    value_format: ValueFormatName = JSON
     value_subject: str = ""
     value_message: str = ""
-    key_format: KeyFormatKey = KeyFormat.RAW
+    key_format: KeyFormatName = None
     key_subject: str = ""
     key_message: str = ""
 
     @model_validator(mode="after")
     def _formats_fit(self) -> MappingConfig:
-        format_problems(self).raise_if_any()
+        formats = MappingFormats(
+            value_format=self.value_format,
+            value_subject=self.value_subject,
+            value_message=self.value_message,
+            key_format=self.key_format,
+            key_subject=self.key_subject,
+            key_message=self.key_message,
+            schema_source=self.schema_.source,
+            column_names=tuple(c.name for c in self.schema_.columns),
+            lfs_on=self.lfs.mode != "off",
+            upsert=self.upsert is not None,
+            routed=self.route is not None,
+        )
+        format_problems(formats).raise_if_any()
         return self
 
     upsert: UpsertConfig | None = None
@@ -449,7 +461,16 @@ class MappingConfig(_Section):
     @model_validator(mode="after")
     def _check_upsert(self) -> MappingConfig:
         problems = _Problems()
-        for key, problem in upsert_problems(self):
+        found = upsert_problems(
+            self.upsert,
+            mode=self.mode,
+            routed=self.route is not None,
+            lfs_on=self.lfs.mode != "off",
+            schema_source=self.schema_.source,
+            columns=self.schema_.columns,
+            partition_columns=[field.column for field in self.partition_by],
+        )
+        for key, problem in found:
             problems.add(key, problem)
         problems.raise_if_any()
         return self

@@ -22,6 +22,7 @@ from kafscale_iceberg.config.sections import (
     RunsConfig,
     S3Config,
     SchemaConfig,
+    TypesConfig,
 )
 from kafscale_iceberg.domain.routing import check_template, templates_overlap
 from kafscale_iceberg.domain.runs import CorruptSegmentPolicy
@@ -55,6 +56,7 @@ class KafscaleConfig(_Section):
     runs: RunsConfig = Field(default_factory=RunsConfig)
     runner: RunnerConfig = Field(default_factory=RunnerConfig)
     notifications: NotificationsConfig = Field(default_factory=NotificationsConfig)
+    types: TypesConfig = Field(default_factory=TypesConfig)
     maintenance: MaintenanceConfig = Field(default_factory=MaintenanceConfig)
     schema_registry: SchemaRegistryConfig | None = None
 
@@ -121,12 +123,11 @@ class KafscaleConfig(_Section):
                 f"is required when schema.mode is '{self.schema_.mode.value}'",
             )
         for index, mapping in enumerate(self.mappings):
-            key_format = mapping.key_format.as_value_format
-            for key, chosen in (("value_format", mapping.value_format), ("key_format", key_format)):
+            for key, chosen in (("value_format", mapping.value_format), ("key_format", mapping.key_format)):
                 if chosen is not None and chosen.registered and self.schema_registry is None:
                     problems.add(
                         f"mappings[{index}].{key}",
-                        f"{chosen.value} needs the top-level schema_registry (a url, or type glue and "
+                        f"{chosen.name} needs the top-level schema_registry (a url, or type glue and "
                         "its registry_name)",
                     )
         lfs_topics = [mapping.topic for mapping in self.mappings if mapping.lfs.mode != "off"]

@@ -41,7 +41,7 @@ from kafscale_iceberg.config.base import (
     _zero_means,
 )
 from kafscale_iceberg.domain.maintenance import DeleteFolding, TableHealth
-from kafscale_iceberg.domain.runs import CorruptSegmentPolicy, SchemaMode
+from kafscale_iceberg.domain.runs import CorruptSegmentPolicy, SchemaMode, TimeColumns
 from kafscale_iceberg.segments.keys import normalize_namespace
 
 _EMR_PYTHON = "./environment/bin/python"
@@ -502,6 +502,20 @@ class RunnerConfig(_Section):
                 problems.add(f"emr_serverless.{key}", problem)
             problems.raise_if_any()
         return self
+
+
+class TypesConfig(_Section):
+    """`types`: the column types this product chooses where a record schema leaves a choice.
+
+    `time` (`time`, `long_micros`, `string`; default `time`): a schema's time of day (Avro
+    `time-millis`/`time-micros`, Connect and Debezium `Time`, Debezium `MicroTime`) in a table whose
+    columns come from the schemas. `time` is exact and read by Trino/Athena, DuckDB, iceberg-rust,
+    pyiceberg and Flink, but Spark 3.5 and 4.0 refuse the whole table (apache/iceberg #9006): choose
+    `long_micros` (microseconds since midnight) or `string` (`HH:MM:SS.ffffff`) when Spark reads the
+    tables. Applies to new columns; a table's existing `time` column stays `time`.
+    """
+
+    time: Annotated[TimeColumns, BeforeValidator(_lowercase)] = TimeColumns.TIME
 
 
 class NotificationsConfig(_Section):

@@ -10,15 +10,27 @@ yet for upsert (a route, several mappings of one topic - checked by the whole co
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Literal
+from collections.abc import Sequence
+from typing import Annotated, Literal, Protocol
 
 from pydantic import BeforeValidator, field_validator
 
 from kafscale_iceberg.config.base import _lowercase, _Section
 from kafscale_iceberg.domain.runs import CdcFormat, ColumnType, UpsertSettings, UpsertWrite
 
-if TYPE_CHECKING:
-    from kafscale_iceberg.config.mappings import MappingConfig
+
+class KeyColumnCandidate(Protocol):
+    """What the rules read of a listed column (`schema.columns[]`, a `ColumnConfig`)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def required(self) -> bool: ...
+
+    @property
+    def type(self) -> ColumnType: ...
+
 
 # Iceberg refuses float, double and nested fields as identifier fields.
 _KEY_TYPES_REFUSED = frozenset(
@@ -50,41 +62,49 @@ class UpsertConfig(_Section):
         )
 
 
-def upsert_problems(mapping: MappingConfig) -> list[tuple[str, str]]:
+def upsert_problems(
+    upsert: UpsertConfig | None,
+    *,
+    mode: str,
+    routed: bool,
+    lfs_on: bool,
+    schema_source: str,
+    columns: Sequence[KeyColumnCandidate],
+    partition_columns: Sequence[str],
+) -> list[tuple[str, str]]:
     """`(YAML key, problem)` for each rule of an upsert mapping it breaks (none for `mode: append`
-    without an `upsert` section)."""
-    upsert = mapping.upsert
-    if mapping.mode != "upsert":
+    without an `upsert` section); the arguments are the mapping's keys the rules read."""
+    if mode != "upsert":
         if upsert is not None:
             return [("upsert", "is only read with mode: upsert; set mode: upsert or drop the section")]
         return []
     if upsert is None or not upsert.key:
         return [("upsert.key", "is required with mode: upsert: the key columns, e.g. upsert: {key: [id]}")]
     problems: list[tuple[str, str]] = []
-    if mapping.route is not None:
+    if routed:
         problems.append(("route", "is not supported with mode: upsert yet: give the mapping one table"))
-    if mapping.lfs.mode != "off":
+    if lfs_on:
         problems.append(
             ("lfs.mode", "must be off with mode: upsert (LFS values are not supported for upsert yet)")
         )
-    if mapping.schema_.source != "mapping":
+    if schema_source != "mapping":
         problems.append(
             (
                 "schema.source",
-                f"must be mapping with mode: upsert (got {mapping.schema_.source!r}): the key columns are "
+                f"must be mapping with mode: upsert (got {schema_source!r}): the key columns are "
                 "listed in schema.columns, required",
             )
         )
         return problems
-    columns = {column.name: column for column in mapping.schema_.columns}
+    by_name = {column.name: column for column in columns}
     for index, name in enumerate(upsert.key):
         key = f"upsert.key[{index}]"
-        column = columns.get(name)
+        column = by_name.get(name)
         if name in upsert.key[:index]:
             problems.append((key, f"{name!r} is listed twice"))
         elif column is None:
             problems.append(
-                (key, f"{name!r} is not a column of schema.columns ({', '.join(columns) or 'none listed'})")
+                (key, f"{name!r} is not a column of schema.columns ({', '.join(by_name) or 'none listed'})")
             )
         elif not column.required:
             problems.append(
@@ -92,12 +112,12 @@ def upsert_problems(mapping: MappingConfig) -> list[tuple[str, str]]:
             )
         elif column.type in _KEY_TYPES_REFUSED:
             problems.append((key, f"column {name!r} is {column.type.value}, which cannot be a key column"))
-    for index, field in enumerate(mapping.partition_by):
-        if field.column not in upsert.key:
+    for index, column_name in enumerate(partition_columns):
+        if column_name not in upsert.key:
             problems.append(
                 (
                     f"partition_by[{index}]",
-                    f"partitions {field.column!r}, which is not a key column ({', '.join(upsert.key)}): an "
+                    f"partitions {column_name!r}, which is not a key column ({', '.join(upsert.key)}): an "
                     "upsert table's partition fields derive from its key, so a key lives in one partition "
                     "(bucket(N, key) spreads keys evenly)",
                 )

@@ -69,6 +69,8 @@ class BoxCounts:
     renewal: Mapping[str, float] = field(default_factory=dict)
     measured_on: Mapping[str, str] = field(default_factory=dict)
     """The digests of the artefacts the box ran (`artefact_digests`) when it counted."""
+    emitted_metrics: frozenset[str] | None = None
+    """The metrics the box's functions emitted while it ran (None: not recorded)."""
 
     def current(self, root: Path = REPO_ROOT) -> bool:
         """Counted on the template and state machine `root` holds now (else: make cost-box-counts)."""
@@ -112,6 +114,7 @@ def read_box_counts(path: Path = BOX_COUNTS) -> BoxCounts:
             lines={name: Line(**line) for name, line in document["lines"].items()},
             renewal=document.get("renewal", {}),
             measured_on=document.get("measured_on", {}),
+            emitted_metrics=frozenset(document["emitted_metrics"]) if "emitted_metrics" in document else None,
         )
     except (KeyError, TypeError) as exc:
         raise ConfigError(str(path), f"not a box-count document ({exc}): make cost-box-counts") from exc

@@ -69,6 +69,7 @@ FUNCTION_SECONDS: Mapping[str, float] = {
     "AbortFunction": 0.5,
     "ReconcilerFunction": 2.0,
     "MaintenanceFunction": 3.0,  # a pass over one table with nothing to compact (expiry, orphans)
+    "CheckpointFunction": 0.1,  # one etcd request from a warm function beside it
 }
 DEFAULT_FUNCTION_S = 1.0  # a function the list above does not name
 SQS_POLLERS_PER_SOURCE = 5  # Lambda's pollers of an idle SQS event source, each long-polling 20 s
@@ -275,7 +276,11 @@ class CostModel:
         )
         # CloudWatch bills a metric for the hours it receives data: per-topic ones for topics with traffic
         active = sum(g.count for g in bill.workload.groups if g.mb_per_s > 0)
-        metrics = custom_metrics_aggregated(idle=not active) + custom_metrics_per_topic() * active
+        emitted = self.counts.emitted_metrics  # what a run emits (the box), else every definition
+        definitions = [m for m in ALL_METRICS if emitted is None or m.name in emitted or not m.labels]
+        metrics = (
+            custom_metrics_aggregated(definitions, idle=not active) + custom_metrics_per_topic() * active
+        )
         bill.add("metrics", metrics * prices.cloudwatch_metric_month)
         bill.add("network", self._vpc_hours_usd())
 

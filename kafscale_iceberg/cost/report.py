@@ -81,7 +81,7 @@ def summary(artefacts: Artefacts = Artefacts()) -> tuple[dict[str, Any], dict[st
             result[f"keeps_up_{key}"] = bill.keeps_up
             result[f"p50_latency_s_{key}"] = _round(bill.p50_s, 1)
     result["firehose_usd_per_gb"] = model.prices.firehose_iceberg_gb
-    result["box_counts_on_this_template"] = model.counts.current()
+    result["box_counts_on_this_template"] = model.counts.current(artefacts.template.parent)
     result["throughput_measured_at"] = model.throughput.measured_at
     return result, bills
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from kafscale_iceberg.dataplane.conversion import ErrorKind
-from kafscale_iceberg.dataplane.formats.decoding import DecodedBatch
+from kafscale_iceberg.dataplane.formats.decoded import DecodedBatch
 from kafscale_iceberg.domain.runs import ColumnType
 
 UPSERT = "upsert"

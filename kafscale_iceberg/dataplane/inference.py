@@ -33,7 +33,7 @@ from kafscale_iceberg.domain.runs import (
     TableTarget,
 )
 from kafscale_iceberg.domain.schema import BASE_FIELD_NAMES, table_fields
-from kafscale_iceberg.domain.schema_evolution import evolved_columns
+from kafscale_iceberg.domain.schema_evolution import evolved_columns, with_time_as
 
 logger = logging.getLogger(__name__)
 
@@ -195,7 +195,8 @@ def _resolved_table(
     observed = observations.get(target.identifier)
     if conversion.value_format.self_described:  # columns from the records' own schemas
         schemas = observed.schemas if observed is not None else {}
-        columns = evolved_columns(current, [schemas[key] for key in sorted(schemas)], reserved=reserved)
+        given = [with_time_as(schemas[key], conversion.time_columns, current) for key in sorted(schemas)]
+        columns = evolved_columns(current, given, reserved=reserved)
     else:
         columns = resolve_columns(
             current, observed, allow_type_widening=conversion.allow_type_widening, reserved=reserved

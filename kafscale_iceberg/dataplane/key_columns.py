@@ -43,7 +43,7 @@ class KeyColumnReader:
 
     def __init__(self, settings: ConversionSettings, schemas: SchemaCache | None) -> None:
         """Raises `ConfigError` when `settings.key_format` is `raw` or has no decoder."""
-        key_format = settings.key_format.as_value_format
+        key_format = settings.key_format
         self.columns: tuple[ColumnSpec, ...] = settings.key_columns
         self._fields = tuple(
             c.model_copy(update={"name": c.name.removeprefix(KEY_COLUMN_PREFIX)}) for c in self.columns
@@ -95,7 +95,7 @@ def _json_scalars_wrapped(keys: pa.Array) -> pa.Array:
 def key_decoder_for(settings: ConversionSettings, schemas: SchemaCache | None) -> ValueDecoder | None:
     """The decoder of a mapping's decoded keys whose columns come from their schemas (None: keys
     `raw`, or `json`, which names no schema)."""
-    key_format = settings.key_format.as_value_format
+    key_format = settings.key_format
     if key_format is None or not key_format.self_described:
         return None
     as_value = settings.model_copy(

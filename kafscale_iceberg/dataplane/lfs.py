@@ -34,9 +34,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kafscale_iceberg.domain.runs import LFS_METADATA_COLUMNS, LfsCounts, LfsMode, LfsSettings
+from kafscale_iceberg.domain.runs import (
+    LFS_DURATION_BUCKETS,
+    LFS_METADATA_COLUMNS,
+    LfsCounts,
+    LfsMode,
+    LfsSettings,
+)
 from kafscale_iceberg.exceptions import EnvelopeError, LfsBlobMissingError, LfsBlobTooLargeError
-from kafscale_iceberg.metrics import LFS_DURATION_BUCKETS
 from kafscale_iceberg.ports import BlobReader
 from kafscale_iceberg.segments.lfs import (
     ENVELOPE_MARKER,

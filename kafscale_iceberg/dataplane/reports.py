@@ -133,38 +133,58 @@ def failed_result(plan_run_id: str, topic: str, failure: RunFailure, timings: Ru
 
 def build_run_result(plan: RunPlan, reports: Sequence[TaskReport], timings: RunTimings) -> RunResult:
     """Fold task reports into the run's result (failed if any task failed)."""
-    totals = TaskTimings(
-        read=sum(r.timings.read for r in reports),
-        decode=sum(r.timings.decode for r in reports),
-        lfs=sum(r.timings.lfs for r in reports),
-        convert=sum(r.timings.convert for r in reports),
-        write=sum(r.timings.write for r in reports),
-    )
-    timings = timings.model_copy(
-        update={
-            "tasks": len(reports),
-            "task_read_s": totals.read,
-            "task_decode_s": totals.decode,
-            "task_convert_s": totals.convert,
-            "task_write_s": totals.write,
-            "task_lfs_s": totals.lfs,
-        }
-    )
-    failures = [r for r in reports if r.failure is not None]
-    if failures:
-        first = min(failures, key=lambda r: (r.failure_at or (2**31, 2**63), r.task_index))
-        assert first.failure is not None
-        failure = first.failure
-        if len(failures) > 1:
-            failure = failure.model_copy(
-                update={"message": f"{failure.message} (and {len(failures) - 1} more failed task(s))"}
-            )
+    timings = _with_task_timings(timings, reports)
+    failure = _first_failure(reports)
+    if failure is not None:
         return failed_result(plan.run_id, plan.topic, failure, timings)
     outcomes = [o for r in reports for o in r.segments]
     partitions = tuple(
         _partition_outcome(p, [o for o in outcomes if o.partition == p.partition]) for p in plan.partitions
     )
-    counts = RunCounts(
+    return RunResult(
+        run_id=plan.run_id,
+        topic=plan.topic,
+        status=RunStatus.SUCCEEDED,
+        data_files=_files_by_uri(f for r in reports for f in r.data_files),
+        dead_letter_files=_files_by_uri(f for r in reports for f in r.dead_letter_files),
+        deleted_key_files=_files_by_uri(f for r in reports for f in r.deleted_key_files),
+        partitions=partitions,
+        counts=_run_counts(outcomes),
+        timings=timings,
+        tables=merge_table_outputs(t for r in reports for t in r.tables),
+    )
+
+
+def _with_task_timings(timings: RunTimings, reports: Sequence[TaskReport]) -> RunTimings:
+    """The run's timings with the tasks' stage times summed over its tasks."""
+    return timings.model_copy(
+        update={
+            "tasks": len(reports),
+            "task_read_s": sum(r.timings.read for r in reports),
+            "task_decode_s": sum(r.timings.decode for r in reports),
+            "task_convert_s": sum(r.timings.convert for r in reports),
+            "task_write_s": sum(r.timings.write for r in reports),
+            "task_lfs_s": sum(r.timings.lfs for r in reports),
+        }
+    )
+
+
+def _first_failure(reports: Sequence[TaskReport]) -> RunFailure | None:
+    """The failure at the lowest (partition, offset) of the failed tasks, saying how many others failed."""
+    failures = [r for r in reports if r.failure is not None]
+    if not failures:
+        return None
+    first = min(failures, key=lambda r: (r.failure_at or (2**31, 2**63), r.task_index))
+    assert first.failure is not None
+    if len(failures) == 1:
+        return first.failure
+    more = f" (and {len(failures) - 1} more failed task(s))"
+    return first.failure.model_copy(update={"message": first.failure.message + more})
+
+
+def _run_counts(outcomes: Sequence[SegmentOutcome]) -> RunCounts:
+    """The run's records by outcome: its segments' counts summed."""
+    return RunCounts(
         written=sum(o.records_written for o in outcomes),
         dead_lettered=sum(o.records_dead_lettered for o in outcomes),
         out_of_range=sum(o.out_of_range for o in outcomes),
@@ -177,22 +197,10 @@ def build_run_result(plan: RunPlan, reports: Sequence[TaskReport], timings: RunT
         conversion_failures=sum_counts(o.conversion_failures for o in outcomes),
         dead_letter_reasons=sum_counts(o.dead_letter_reasons for o in outcomes),
     )
-    return RunResult(
-        run_id=plan.run_id,
-        topic=plan.topic,
-        status=RunStatus.SUCCEEDED,
-        data_files=tuple(sorted((f for r in reports for f in r.data_files), key=lambda f: f.uri)),
-        dead_letter_files=tuple(
-            sorted((f for r in reports for f in r.dead_letter_files), key=lambda f: f.uri)
-        ),
-        deleted_key_files=tuple(
-            sorted((f for r in reports for f in r.deleted_key_files), key=lambda f: f.uri)
-        ),
-        partitions=partitions,
-        counts=counts,
-        timings=timings,
-        tables=merge_table_outputs(t for r in reports for t in r.tables),
-    )
+
+
+def _files_by_uri(files: Iterable[DataFile]) -> tuple[DataFile, ...]:
+    return tuple(sorted(files, key=lambda f: f.uri))
 
 
 def merge_table_outputs(outputs: Iterable[TableOutput]) -> tuple[TableOutput, ...]:

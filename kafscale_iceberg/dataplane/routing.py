@@ -25,7 +25,8 @@ import pyarrow.compute as pc
 
 from kafscale_iceberg.dataplane.columns import ColumnScanner, ExtractedColumns, parse_columns
 from kafscale_iceberg.dataplane.conversion import ErrorKind, dead_letter_rows
-from kafscale_iceberg.dataplane.formats.decoding import DecodedBatch, strings_at
+from kafscale_iceberg.dataplane.formats.decoded import DecodedBatch
+from kafscale_iceberg.dataplane.formats.decoding import strings_at
 from kafscale_iceberg.domain.routing import ROUTE_VALUE_RULE, route_path, template_identifier
 from kafscale_iceberg.domain.runs import ColumnSpec, ColumnType, RoutePlan, TableTarget
 from kafscale_iceberg.ports import ValueDecoder

@@ -21,6 +21,9 @@ converter), and its fields name the key columns; a key whose schema is not a rec
 `"long"` or `"string"`, read as the one field `value`: `dataplane/key_columns.py`) names a key of one
 column, as a JSON scalar key does.
 
+With `cdc: debezium` and `value_format: json`, an event inside Kafka Connect's `{"schema", "payload"}`
+envelope (a connector's `schemas.enable` flipped mid-stream) is read by its `payload`, as a record key
+is: a topic holding both lands whole (its values are the plain events' JSON, the schema unread).
 With `cdc: debezium` and a `value_format` other than `json` (`connect_json`: Debezium's default
 output, the envelope inside Connect's `{"schema", "payload"}`; `avro` through the registry), the
 mapping's decoder reads the envelopes (`dataplane/debezium_envelopes.py`) and the changes carry the
@@ -45,7 +48,8 @@ import pyarrow.compute as pc
 from kafscale_iceberg.dataplane.conversion import ConvertedRecords, ErrorKind, RecordConverter
 from kafscale_iceberg.dataplane.debezium_envelopes import DELETE, UPSERT, envelope_changes
 from kafscale_iceberg.dataplane.formats.choice import decoder_for
-from kafscale_iceberg.dataplane.formats.decoding import DecodedBatch, take_decoded
+from kafscale_iceberg.dataplane.formats.decoded import DecodedBatch
+from kafscale_iceberg.dataplane.formats.decoding import take_decoded
 from kafscale_iceberg.dataplane.formats.framing import frames_of
 from kafscale_iceberg.dataplane.formats.schema_cache import SchemaCache
 from kafscale_iceberg.domain.runs import (
@@ -241,11 +245,10 @@ class ChangeReader:
             return "reject", b"the value is not JSON, so not a Debezium event"
         if not isinstance(event, dict):
             return "reject", b"the value is not a JSON object, so not a Debezium event"
-        if "payload" in event and "schema" in event and "op" not in event:
-            return "reject", (
-                b"a Kafka Connect {schema, payload} envelope: set the mapping's value_format to "
-                b"connect_json to read it (or Debezium's JsonConverter schemas.enable=false)"
-            )
+        if event.keys() == {"schema", "payload"}:  # Connect's JsonConverter, schemas.enable=true
+            event = event["payload"]
+            if not isinstance(event, dict):
+                return "reject", b"a Kafka Connect {schema, payload} envelope whose payload is not an object"
         op = event.get("op")
         if op in _DEBEZIUM_WRITES:
             after = event.get("after")

@@ -181,8 +181,36 @@ def avro_columns(
             continue
         taken.add(name.casefold())
         column = mapper.column(name, field.get("type"), namespace=_namespace(schema, ""), path=(name,))
-        columns.append(column)
+        columns.append(with_default(column, field))
     return tuple(columns)
+
+
+_SCALAR_DEFAULTS: dict[ColumnType, type | tuple[type, ...]] = {
+    ColumnType.STRING: str,
+    ColumnType.BOOLEAN: bool,
+    ColumnType.INT: int,
+    ColumnType.LONG: int,
+    ColumnType.FLOAT: (int, float),
+    ColumnType.DOUBLE: (int, float),
+}
+
+
+def with_default(column: ColumnSpec, field: Mapping[str, object]) -> ColumnSpec:
+    """`column` carrying the field's declared `default` when it is a scalar of the column's type (an
+    enum's symbol too): what a record written with a schema without the field lands (Avro's schema
+    resolution). Other defaults (bytes, logical types, records, arrays) are not carried: such a
+    record's value stays null."""
+    default = field.get("default")
+    expected = _SCALAR_DEFAULTS.get(column.type)
+    if (
+        default is None
+        or expected is None
+        or isinstance(default, bool) != (column.type is ColumnType.BOOLEAN)
+    ):
+        return column
+    if not isinstance(default, expected):
+        return column
+    return column.model_copy(update={"default": default})
 
 
 def _namespace(schema: Mapping[str, object], enclosing: str) -> str:
@@ -266,11 +294,10 @@ class _AvroMapper:
                 if not field_name or field_name.casefold() in seen:
                     continue
                 seen.add(field_name.casefold())
-                parts.append(
-                    self.column(
-                        field_name, field.get("type"), namespace=inner_namespace, path=(*path, field_name)
-                    )
+                part = self.column(
+                    field_name, field.get("type"), namespace=inner_namespace, path=(*path, field_name)
                 )
+                parts.append(with_default(part, field))
             self._open.discard(full)
             if not parts:
                 raise self._error(path, f"is the record {full!r} without fields: Iceberg has no empty struct")

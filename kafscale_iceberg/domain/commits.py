@@ -28,15 +28,7 @@ from enum import StrEnum
 from types import MappingProxyType
 
 from kafscale_iceberg.domain.anomalies import OffsetAnomalies
-from kafscale_iceberg.domain.runs import (
-    NO_OFFSET,
-    ColumnSpec,
-    DataFile,
-    PartitionField,
-    PositionDeleteFile,
-    RunPlan,
-    RunResult,
-)
+from kafscale_iceberg.domain.runs import NO_OFFSET, ColumnSpec, DataFile, PartitionField, PositionDeleteFile
 from kafscale_iceberg.domain.schema import FieldSpec
 from kafscale_iceberg.domain.upsert import LocatedIn, UpsertCounts
 from kafscale_iceberg.exceptions import TableMarkerError
@@ -439,45 +431,6 @@ def reconcile(topic: str, marker: TableMarker, store: Mapping[int, int]) -> Reco
     return Reconciliation(
         topic=topic, offsets=dict(marker.offsets), from_table=True, store_behind=behind, store_ahead=ahead
     )
-
-
-def describe_offsets(offsets: Mapping[int, int]) -> str:
-    """`p0=11, p1=7` (`-` for none): offsets as the product's log lines and summaries print them."""
-    return ", ".join(f"p{p}={o}" for p, o in sorted(offsets.items())) or "-"
-
-
-@dataclass(frozen=True)
-class FinishedRun:
-    """A run stranded between its tables' commits (a crash after some of them), finished from its own
-    plan and result by a later run's commit: what an operator needs to know it is in."""
-
-    run_id: str
-    topic: str
-    tables: tuple[str, ...]
-    """The tables its finishing committed, in commit order (those already holding it left out)."""
-    records: int
-    dead_letters: int
-    offsets: Mapping[int, int]
-    """The run's partitions' committed offsets after it."""
-    plan: RunPlan | None = None
-    result: RunResult | None = None
-    """Its plan and result: what its metrics are counted from, once (`metrics.record_finished`)."""
-    upsert: UpsertCounts | None = None
-    """An upsert run's counts, and its table."""
-    upsert_table: str = ""
-
-    def describe(self) -> str:
-        """`run R (tables a, b: 17 records, 1 dead letter; offsets p0=11)`."""
-        tables = ", ".join(self.tables) or "none left to commit"
-        dead = (
-            f", {self.dead_letters} dead letter{'' if self.dead_letters == 1 else 's'}"
-            if self.dead_letters
-            else ""
-        )
-        return (
-            f"run {self.run_id} (tables {tables}: {self.records} records{dead}; "
-            f"offsets {describe_offsets(self.offsets)})"
-        )
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,10 @@ Rules, applied to each schema in turn (in schema-id order: older versions first)
   column merges its fields by these rules, a list its element, a map its value;
 - any other change of type (a `string` field becoming `long`) keeps the column's type: the values
   that do not convert are counted as conversion failures of the column (never silently null);
-- a column the schema lacks stays (a field a newer version dropped): null from then on.
+- a column the schema lacks stays (a field a newer version dropped): null from then on;
+- a scalar default a schema declares for a field (Avro) is carried by its column, the newest
+  schema's winning: a record written with a schema without the field lands it (Avro's schema
+  resolution), in the run whose records carry that schema.
 
 Names are compared exactly, and a new name equal to a column's ignoring case is left out (it stays in
 the `value` bytes), as for inferred columns (`domain/inference.py`).
@@ -20,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from kafscale_iceberg.domain.runs import ColumnSpec, ColumnType
+from kafscale_iceberg.domain.runs import ColumnSpec, ColumnType, TimeColumns
 
 _WIDER: dict[tuple[ColumnType, ColumnType], ColumnType] = {
     (ColumnType.INT, ColumnType.LONG): ColumnType.LONG,
@@ -55,7 +58,16 @@ def _merged_fields(
 
 
 def merged_column(current: ColumnSpec, incoming: ColumnSpec) -> ColumnSpec:
-    """`current` widened and extended by `incoming` where the rules allow (else `current`)."""
+    """`current` widened and extended by `incoming` where the rules allow (else `current`), with
+    `incoming`'s declared default when it has one its type takes (a newer schema's default wins)."""
+    merged = _merged_parts(current, incoming)
+    fits = merged.type is incoming.type or _WIDER.get((incoming.type, merged.type)) is merged.type
+    if incoming.default is not None and fits and merged.default != incoming.default:
+        return merged.model_copy(update={"default": incoming.default})
+    return merged
+
+
+def _merged_parts(current: ColumnSpec, incoming: ColumnSpec) -> ColumnSpec:
     kind = current.type
     if kind is ColumnType.STRUCT and incoming.type is ColumnType.STRUCT:
         return current.model_copy(update={"fields": _merged_fields(current.fields, incoming.fields, set())})
@@ -106,3 +118,41 @@ def _collect_widened(
         return
     if current.type_name != evolved.type_name:
         found.append((path, evolved))
+
+
+_TIME_AS: dict[TimeColumns, ColumnType] = {
+    TimeColumns.LONG_MICROS: ColumnType.LONG,
+    TimeColumns.STRING: ColumnType.STRING,
+}
+
+
+def with_time_as(
+    columns: Sequence[ColumnSpec], choice: TimeColumns, current: Sequence[ColumnSpec] = ()
+) -> tuple[ColumnSpec, ...]:
+    """The columns a schema gives with every `time` (nested ones included) as `types.time` chooses:
+    `long_micros` a `long` of microseconds since midnight, `string` its `HH:MM:SS.ffffff` text; `time`
+    keeps them. A column `current` (the table's) already holds as `time` stays `time`: a table's
+    column never changes type."""
+    target = _TIME_AS.get(choice)
+    if target is None:
+        return tuple(columns)
+    return tuple(_time_as(column, target, _named(current).get(column.name)) for column in columns)
+
+
+def _named(columns: Sequence[ColumnSpec]) -> dict[str, ColumnSpec]:
+    return {column.name: column for column in columns}
+
+
+def _time_as(column: ColumnSpec, target: ColumnType, current: ColumnSpec | None) -> ColumnSpec:
+    if column.type is ColumnType.TIME:
+        kept = current is not None and current.type is ColumnType.TIME
+        return column if kept else column.model_copy(update={"type": target})
+    update: dict[str, object] = {}
+    if column.fields:
+        known = _named(current.fields) if current is not None else {}
+        update["fields"] = tuple(_time_as(f, target, known.get(f.name)) for f in column.fields)
+    for part in ("element", "value"):
+        inner = getattr(column, part)
+        if inner is not None:
+            update[part] = _time_as(inner, target, getattr(current, part, None))
+    return column.model_copy(update=update) if update else column

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from kafscale_iceberg.exceptions.base import KafscaleIcebergError, TransientError
 
 if TYPE_CHECKING:
-    from kafscale_iceberg.domain.commits import FinishedRun
+    from kafscale_iceberg.domain.finished_runs import FinishedRun
 
 
 class RunNotCommittableError(KafscaleIcebergError):

@@ -33,9 +33,9 @@ from kafscale_iceberg.domain.runs import (
     RunResult,
     SegmentSource,
     TableTarget,
-    ValueFormat,
     make_run_id,
 )
+from kafscale_iceberg.domain.value_formats import AVRO, PROTOBUF
 from kafscale_iceberg.execution.in_process import run_plan_in_process
 from kafscale_iceberg.local import demo_avro
 from kafscale_iceberg.local.schema_registry import StandInRegistry, serve_registry
@@ -97,12 +97,12 @@ def registered_warm_plans(root: Path, registry: StandInRegistry, records: int = 
     return [
         _plan(
             root,
-            f"warm_{value_format.value}",
+            f"warm_{value_format.name}",
             values,
             ConversionSettings(columns=_PIZZA_COLUMNS, value_format=value_format),
             registry_settings,
         )
-        for value_format, values in ((ValueFormat.AVRO, avro_values), (ValueFormat.PROTOBUF, proto_values))
+        for value_format, values in ((AVRO, avro_values), (PROTOBUF, proto_values))
     ]
 
 

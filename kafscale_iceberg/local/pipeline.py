@@ -31,8 +31,8 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol
 
 from kafscale_iceberg.adapters.foreign_errors import is_unreachable
-from kafscale_iceberg.domain.commits import FinishedRun
 from kafscale_iceberg.domain.events import WorkItem
+from kafscale_iceberg.domain.finished_runs import FinishedRun
 from kafscale_iceberg.domain.jobs import JobState
 from kafscale_iceberg.domain.runs import RunPlan
 from kafscale_iceberg.domain.tickets import RunTicket

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, TextIO
 from kafscale_iceberg.adapters.confluent_registry import RegistryCredentials
 from kafscale_iceberg.assembly import Assembly
 from kafscale_iceberg.config import KafscaleConfig
-from kafscale_iceberg.domain.commits import describe_offsets
+from kafscale_iceberg.domain.finished_runs import describe_offsets
 from kafscale_iceberg.domain.runs import RunPlan
 from kafscale_iceberg.domain.tickets import RunTicket
 from kafscale_iceberg.exceptions import JavaMissingError

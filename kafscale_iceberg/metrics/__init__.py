@@ -15,6 +15,7 @@ extra installs it).
 
 from __future__ import annotations
 
+from kafscale_iceberg.domain.runs import LFS_DURATION_BUCKETS
 from kafscale_iceberg.metrics.definitions import (
     ALL_METRICS,
     BATCHES,
@@ -28,7 +29,6 @@ from kafscale_iceberg.metrics.definitions import (
     LAG_SECONDS,
     LAST_OFFSET,
     LAUNCHES,
-    LFS_DURATION_BUCKETS,
     LFS_RESOLUTION_DURATION,
     LFS_RESOLUTION_ERRORS,
     LFS_RESOLVED,

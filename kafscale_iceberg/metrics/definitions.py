@@ -9,11 +9,12 @@ Prometheus, so its dashboards keep working), plus this product's own. See docs/a
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 
+from kafscale_iceberg.domain.runs import LFS_DURATION_BUCKETS
 from kafscale_iceberg.exceptions import CatalogError, CheckpointError, QueueUnavailableError
 
 PROMETHEUS_NAMESPACE = "kafscale_processor"
@@ -151,8 +152,6 @@ WATERMARK_TIMESTAMP = MetricDef(
     "Timestamp of the newest committed record, Unix milliseconds.",
     "None",
 )
-LFS_DURATION_BUCKETS: tuple[float, ...] = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
-"""Bucket bounds of `lfs_resolution_duration_seconds` (Prometheus' defaults, as the Go processor's)."""
 LFS_RESOLVED = MetricDef(
     "lfs_resolved_total",
     MetricKind.COUNTER,
@@ -447,7 +446,7 @@ def custom_metrics_per_topic(metrics: tuple[MetricDef, ...] = ALL_METRICS) -> in
     return sum(m.cloudwatch_metrics_per_topic for m in metrics)
 
 
-def custom_metrics_aggregated(metrics: tuple[MetricDef, ...] = ALL_METRICS, *, idle: bool = False) -> int:
+def custom_metrics_aggregated(metrics: Iterable[MetricDef] = ALL_METRICS, *, idle: bool = False) -> int:
     """CloudWatch custom metrics of the stack whatever its topics (each dimension combination once);
     with `idle`, only those a stack with no traffic emits (the label-less ones of the scheduled
     reconciler and maintenance passes): CloudWatch bills a metric for the hours it receives data."""

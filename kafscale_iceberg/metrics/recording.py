@@ -63,7 +63,7 @@ from kafscale_iceberg.metrics.definitions import (
 )
 
 if TYPE_CHECKING:
-    from kafscale_iceberg.domain.commits import FinishedRun
+    from kafscale_iceberg.domain.finished_runs import FinishedRun
     from kafscale_iceberg.domain.runs import RunPlan, RunResult
     from kafscale_iceberg.domain.upsert import UpsertCounts
     from kafscale_iceberg.ports import MetricsSink

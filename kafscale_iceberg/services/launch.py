@@ -474,6 +474,7 @@ class Launcher:
             lfs=mapping.lfs_settings(config.s3.bucket),
             infer_columns=infer,
             allow_type_widening=infer and mapping.schema_.allow_type_widening,
+            time_columns=config.types.time,
             value_format=mapping.value_format,
             value_subject=mapping.value_subject or None,
             value_message=mapping.value_message or None,

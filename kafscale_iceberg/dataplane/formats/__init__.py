@@ -25,9 +25,13 @@ format. The columns a batch's schemas give are what the observation stage report
 (Confluent wire format; a Rust-backed reader fed container blocks of records sharing a schema id,
 fastavro for what it refuses). Registered formats read schemas through a `SchemaCache`
 (`schema_cache.py`: per schema id, per task, at most one registry look-up) over the
-`RecordSchemaRegistry` port (`ports.py`); the wire header is `wire.py`'s. `decoder_for` picks the
-decoder of a mapping's `value_format` (None for `json`, which `RecordConverter` reads itself).
+`RecordSchemaRegistry` port (`ports.py`); the wire header is `wire.py`'s. Each format is described once,
+by its `ValueFormatSpec` in `domain/value_formats.py` (where its schema comes from, upsert, keys, its
+decoder factory); `decoder_for` (`choice.py`) makes the decoder the spec of a mapping's `value_format`
+names (None for `json`, which `RecordConverter` reads itself).
 
-To add a format: a module with a class that has `decode(values) -> DecodedBatch`, its schema ->
-columns mapping in `domain/`, and a line in `decoder_for`.
+To add a format: a module here with a class that has `decode(values) -> DecodedBatch` and a factory
+`decoder(settings, schemas, *, part)`, its schema -> columns mapping in `domain/` when it has one, and
+one `ValueFormatSpec` line in `domain/value_formats.VALUE_FORMATS` (`tests/test_value_formats.py`
+adds a toy format so).
 """

@@ -53,9 +53,9 @@ from kafscale_iceberg.dataplane.formats.avro_skip import (
     SkipProgram,
     compile_skip_program,
 )
-from kafscale_iceberg.dataplane.formats.decoding import DecodedBatch, DecodedGroup
+from kafscale_iceberg.dataplane.formats.decoded import DecodedBatch, DecodedGroup
 from kafscale_iceberg.dataplane.formats.registered import RegisteredSchemaDecoder
-from kafscale_iceberg.dataplane.formats.schema_cache import SchemaCache
+from kafscale_iceberg.dataplane.formats.schema_cache import SchemaCache, no_registry
 from kafscale_iceberg.dataplane.schemas import column_arrow_type
 from kafscale_iceberg.domain.avro_schemas import (
     as_key_record,
@@ -64,7 +64,7 @@ from kafscale_iceberg.domain.avro_schemas import (
     with_references,
 )
 from kafscale_iceberg.domain.record_schemas import RegisteredSchema
-from kafscale_iceberg.domain.runs import ColumnSpec, ColumnType
+from kafscale_iceberg.domain.runs import ColumnSpec, ColumnType, ConversionSettings
 from kafscale_iceberg.domain.schema import BASE_FIELD_NAMES
 from kafscale_iceberg.exceptions import RecordSchemaError
 
@@ -118,6 +118,11 @@ class AvroDecoder(RegisteredSchemaDecoder[AvroSchema]):
             if kept:
                 groups.append(DecodedGroup.of(compiled, kept, rows))
         return DecodedBatch(count=len(values), groups=tuple(groups), errors=errors)
+
+
+def decoder(settings: ConversionSettings, schemas: SchemaCache | None, *, part: str) -> AvroDecoder:
+    """`value_format: avro`'s decoder (its `ValueFormatSpec.decoder`)."""
+    return AvroDecoder(schemas or no_registry("avro"), subject=settings.value_subject, part=part)
 
 
 def compile_avro_schema(

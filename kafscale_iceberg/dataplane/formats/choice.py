@@ -1,61 +1,56 @@
-"""Which decoder reads a mapping's values: by its `value_format` (see the package docstring)."""
+"""Which decoder reads a mapping's values: the one its `value_format`'s spec names
+(`domain/value_formats.py`)."""
 
 from __future__ import annotations
 
-from kafscale_iceberg.dataplane.formats.schema_cache import SchemaCache, no_registry
-from kafscale_iceberg.domain.runs import ConversionSettings, RegistryType, ValueFormat
+import importlib
+from typing import Protocol, cast
+
+from kafscale_iceberg.dataplane.formats.schema_cache import SchemaCache
+from kafscale_iceberg.domain.runs import ConversionSettings
+from kafscale_iceberg.domain.value_formats import ValueFormatSpec
 from kafscale_iceberg.exceptions import ConfigError
 from kafscale_iceberg.ports import ValueDecoder
+
+
+class DecoderFactory(Protocol):
+    """A format module's `decoder` function: the decoder of `settings.value_format`, reading its
+    schemas through `schemas` (None: no registry; a registered format's decoder then raises
+    `ConfigError` when it is used)."""
+
+    def __call__(
+        self, settings: ConversionSettings, schemas: SchemaCache | None, *, part: str
+    ) -> ValueDecoder: ...
 
 
 def decoder_for(
     settings: ConversionSettings, schemas: SchemaCache | None, *, part: str = "value"
 ) -> ValueDecoder | None:
-    """The decoder of `settings.value_format` (None for `json`: `RecordConverter` reads JSON itself).
+    """The decoder of `settings.value_format` (None for a format read as JSON by `RecordConverter`).
 
     `part`: `key` when it decodes keys (`dataplane/key_columns.py` gives it the key's format, subject
     and message as a value's), so dead-letter reasons name `key_subject`.
 
     A registered format without `schemas` gets a decoder that raises `ConfigError` when it is used
-    (a plan is checked before its tasks get a registry). Raises `ConfigError` for a format this
-    version does not decode yet.
+    (a plan is checked before its tasks get a registry). Raises `ConfigError` when the format's
+    decoder cannot be imported.
     """
-    value_format = settings.value_format
-    if value_format is ValueFormat.JSON:
+    factory = decoder_factory(settings.value_format)
+    return None if factory is None else factory(settings, schemas, part=part)
+
+
+def decoder_factory(spec: ValueFormatSpec) -> DecoderFactory | None:
+    """The function making `spec`'s decoders, imported now (each format module imports its own
+    libraries - fastavro, polars, protobuf - so only the tasks reading the format load them)."""
+    if spec.decoder is None:
         return None
-    # Each decoder imports its format's libraries (fastavro, polars): only the tasks that read it.
-    if value_format is ValueFormat.CONNECT_JSON:
-        from kafscale_iceberg.dataplane.formats.connect_json import ConnectJsonDecoder  # noqa: PLC0415
-
-        return ConnectJsonDecoder(part=part)
-    if value_format is ValueFormat.AVRO:
-        from kafscale_iceberg.dataplane.formats.avro import AvroDecoder  # noqa: PLC0415
-
-        return AvroDecoder(
-            schemas or no_registry(value_format.value), subject=settings.value_subject, part=part
-        )
-    if value_format is ValueFormat.PROTOBUF:
-        from kafscale_iceberg.dataplane.formats.protobuf import ProtobufDecoder  # noqa: PLC0415
-
-        protobuf = ProtobufDecoder
-        if schemas is not None and schemas.registry_type is RegistryType.GLUE:
-            from kafscale_iceberg.dataplane.formats.glue_protobuf import GlueProtobufDecoder  # noqa: PLC0415
-
-            protobuf = GlueProtobufDecoder
-        return protobuf(
-            schemas or no_registry(value_format.value),
-            subject=settings.value_subject,
-            message=settings.value_message,
-            columns=[c.name for c in settings.columns],
-            part=part,
-        )
-    if value_format is ValueFormat.JSON_SCHEMA:
-        from kafscale_iceberg.dataplane.formats.json_schema import JsonSchemaDecoder  # noqa: PLC0415
-
-        return JsonSchemaDecoder(
-            schemas or no_registry(value_format.value),
-            subject=settings.value_subject,
-            columns=settings.columns,
-            part=part,
-        )
-    raise ConfigError("mappings[].value_format", f"{value_format.value} is not decoded yet by this version")
+    module_name, _, function = spec.decoder.partition(":")
+    try:
+        factory = getattr(importlib.import_module(module_name), function)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(
+            "mappings[].value_format",
+            f"{spec.name}'s decoder {spec.decoder!r} cannot be loaded ({exc}): install the format's "
+            "libraries, or fix its line in domain/value_formats.py",
+        ) from exc
+    return cast("DecoderFactory", factory)

@@ -24,13 +24,13 @@ import base64
 import binascii
 import decimal
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import numpy as np
 import pyarrow as pa
 
-from kafscale_iceberg.dataplane.formats.decoding import DecodedBatch, DecodedGroup
+from kafscale_iceberg.dataplane.formats.decoded import DecodedBatch, DecodedGroup
 from kafscale_iceberg.dataplane.schemas import column_arrow_type
 from kafscale_iceberg.domain import debezium_types
 from kafscale_iceberg.domain.connect_schemas import (
@@ -42,9 +42,17 @@ from kafscale_iceberg.domain.connect_schemas import (
     decimal_scale,
 )
 from kafscale_iceberg.domain.decimals import fit_decimal, from_unscaled
-from kafscale_iceberg.domain.runs import DECIMAL_MAX_PRECISION, KEY_VALUE_FIELD, ColumnSpec
+from kafscale_iceberg.domain.runs import (
+    DECIMAL_MAX_PRECISION,
+    KEY_VALUE_FIELD,
+    ColumnSpec,
+    ConversionSettings,
+)
 from kafscale_iceberg.domain.schema import BASE_FIELD_NAMES
 from kafscale_iceberg.exceptions import RecordSchemaError
+
+if TYPE_CHECKING:
+    from kafscale_iceberg.dataplane.formats.schema_cache import SchemaCache
 
 _RANGES = {"int8": 2**7, "int16": 2**15, "int32": 2**31, "int64": 2**63}
 _Read = Callable[[object, str], object]
@@ -129,6 +137,13 @@ class ConnectJsonDecoder:
             offset = offsets[int(group.positions[0])].as_py()
             found[f"at:{partition:010d}:{offset:020d}"] = group.columns
         return found
+
+
+def decoder(settings: ConversionSettings, schemas: SchemaCache | None, *, part: str) -> ConnectJsonDecoder:
+    """`value_format: connect_json`'s decoder (its `ValueFormatSpec.decoder`; each record carries its
+    schema, so neither the settings nor a registry are read)."""
+    del settings, schemas
+    return ConnectJsonDecoder(part=part)
 
 
 def _compile(

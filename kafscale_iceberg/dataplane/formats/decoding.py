@@ -1,49 +1,22 @@
-"""What the decoders return (`DecodedBatch`; their interface is the `ValueDecoder` port in
-`ports.py`) and the projection of decoded records onto a run's columns (`conform`); see the package
-docstring."""
+"""The projection of decoded records (`decoded.py`'s `DecodedBatch`, what the `ValueDecoder` port in
+`ports.py` returns) onto a run's columns (`conform`), and the reads of decoded records by field; see
+the package docstring."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from kafscale_iceberg.dataplane.datetimes import TEMPORAL_TYPES, expected, temporal_column
+from kafscale_iceberg.dataplane.formats.decoded import DecodedBatch, DecodedGroup
 from kafscale_iceberg.dataplane.schemas import column_arrow_type
 from kafscale_iceberg.dataplane.values import decimal_of
 from kafscale_iceberg.domain.runs import ColumnSpec, ColumnType
-from kafscale_iceberg.ports import CompiledRecordSchema
-
-
-@dataclass(frozen=True)
-class DecodedGroup:
-    """Records of a batch written with one schema: their positions in the batch (ascending), the
-    records typed by that schema, the columns the schema gives, and its name for messages."""
-
-    positions: np.ndarray
-    records: pa.StructArray
-    columns: tuple[ColumnSpec, ...]
-    label: str
-
-    @classmethod
-    def of(
-        cls, schema: CompiledRecordSchema, positions: Sequence[int] | np.ndarray, records: pa.StructArray
-    ) -> DecodedGroup:
-        """The group of `records` (in order) at `positions` of the batch, written with `schema`."""
-        return cls(np.asarray(positions, np.int64), records, schema.columns, schema.label)
-
-
-@dataclass(frozen=True)
-class DecodedBatch:
-    """What a decoder made of a batch of values (see the package docstring)."""
-
-    count: int
-    groups: tuple[DecodedGroup, ...] = ()
-    errors: dict[int, tuple[str, str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -119,8 +92,8 @@ def conform(batch: DecodedBatch, columns: Sequence[ColumnSpec]) -> DecodedColumn
         for group in batch.groups:
             source = _field(group.records, column.name)
             sources[-1].append(source)
-            if source is None:
-                pieces.append(pa.nulls(len(group.positions), target))
+            if source is None:  # its schema lacks the field: the declared default (Avro's resolution)
+                pieces.append(default_or_nulls(column, len(group.positions)))
             else:
                 converted, bad = conform_array(source, column)
                 pieces.append(converted)
@@ -217,7 +190,7 @@ def conform_array(source: pa.Array, column: ColumnSpec) -> tuple[pa.Array, np.nd
         for part in column.fields:
             index = source.type.get_field_index(part.name)
             if index < 0:
-                children.append(pa.nulls(count, column_arrow_type(part)))
+                children.append(default_or_nulls(part, count))
                 continue
             child, bad = conform_array(source.field(index), part)
             children.append(child)
@@ -251,6 +224,15 @@ def conform_array(source: pa.Array, column: ColumnSpec) -> tuple[pa.Array, np.nd
         precision, scale = column.precision or 1, column.scale or 0
         return _per_value(source, target, lambda text: _fitted(text, precision, scale))
     return _cast_or_per_value(source, target)
+
+
+def default_or_nulls(column: ColumnSpec, count: int) -> pa.Array:
+    """`count` values of a field a record's schema lacks: the column's declared default, else null."""
+    target = column_arrow_type(column)
+    if column.default is None:
+        return pa.nulls(count, target)
+    converted, failed = _cast_or_per_value(pa.array([column.default] * count), target)
+    return pa.nulls(count, target) if failed.any() else converted
 
 
 def holds_temporal(column: ColumnSpec) -> bool:

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from kafscale_iceberg.dataplane.formats.framing import Frames
+from kafscale_iceberg.dataplane.formats.frames import Frames
 from kafscale_iceberg.dataplane.formats.glue_wire import GLUE_MISSING, glue_frames
 from kafscale_iceberg.dataplane.formats.protobuf import (
     Grouped,
@@ -27,7 +27,9 @@ from kafscale_iceberg.dataplane.formats.protobuf import (
     _Layout,
     read_varint,
 )
+from kafscale_iceberg.dataplane.formats.schema_cache import SchemaCache, no_registry
 from kafscale_iceberg.domain.record_schemas import SchemaId
+from kafscale_iceberg.domain.runs import ConversionSettings, RegistryType
 
 
 def glue_message_names(file: Any) -> list[str]:
@@ -114,3 +116,18 @@ class GlueProtobufDecoder(ProtobufDecoder):
             return ""
         names = glue_message_names(compiled.file)
         return names[index] if 0 <= index < len(names) else None
+
+
+def decoder(settings: ConversionSettings, schemas: SchemaCache | None, *, part: str) -> ProtobufDecoder:
+    """`value_format: protobuf`'s decoder (its `ValueFormatSpec.decoder`): behind Glue's header with a
+    Glue registry, Confluent's wire format otherwise (here, not in `protobuf.py`, which this module
+    builds on)."""
+    glue = schemas is not None and schemas.registry_type is RegistryType.GLUE
+    protobuf = GlueProtobufDecoder if glue else ProtobufDecoder
+    return protobuf(
+        schemas or no_registry("protobuf"),
+        subject=settings.value_subject,
+        message=settings.value_message,
+        columns=[c.name for c in settings.columns],
+        part=part,
+    )

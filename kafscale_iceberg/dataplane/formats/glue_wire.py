@@ -21,7 +21,7 @@ import zlib
 import numpy as np
 import pyarrow as pa
 
-from kafscale_iceberg.dataplane.formats.framing import Frames
+from kafscale_iceberg.dataplane.formats.frames import Frames
 from kafscale_iceberg.dataplane.formats.wire import first_bytes, value_layout
 from kafscale_iceberg.domain.record_schemas import SchemaId
 

@@ -33,13 +33,13 @@ import pyarrow as pa
 from jsonschema import exceptions as jsonschema_exceptions
 from jsonschema import validators
 
-from kafscale_iceberg.dataplane.formats.decoding import DecodedBatch, DecodedGroup
+from kafscale_iceberg.dataplane.formats.decoded import DecodedBatch, DecodedGroup
 from kafscale_iceberg.dataplane.formats.registered import RegisteredSchemaDecoder
-from kafscale_iceberg.dataplane.formats.schema_cache import SchemaCache
+from kafscale_iceberg.dataplane.formats.schema_cache import SchemaCache, no_registry
 from kafscale_iceberg.dataplane.schemas import column_arrow_type
 from kafscale_iceberg.domain.record_schemas import RegisteredSchema
 from kafscale_iceberg.domain.registry import columns_from_json_schema
-from kafscale_iceberg.domain.runs import KEY_VALUE_FIELD, ColumnSpec, ColumnType
+from kafscale_iceberg.domain.runs import KEY_VALUE_FIELD, ColumnSpec, ColumnType, ConversionSettings
 from kafscale_iceberg.domain.schema import BASE_FIELD_NAMES
 from kafscale_iceberg.exceptions import RecordSchemaError
 
@@ -113,6 +113,16 @@ class JsonSchemaDecoder(RegisteredSchemaDecoder[JsonSchema]):
                 kept = [p for i, p in enumerate(kept) if i not in failed]
             groups.append(DecodedGroup.of(compiled, kept, records))
         return DecodedBatch(count=len(values), groups=tuple(groups), errors=errors)
+
+
+def decoder(settings: ConversionSettings, schemas: SchemaCache | None, *, part: str) -> JsonSchemaDecoder:
+    """`value_format: json_schema`'s decoder (its `ValueFormatSpec.decoder`)."""
+    return JsonSchemaDecoder(
+        schemas or no_registry("json_schema"),
+        subject=settings.value_subject,
+        columns=settings.columns,
+        part=part,
+    )
 
 
 def compile_json_schema(

@@ -33,7 +33,7 @@ import numpy as np
 import pyarrow as pa
 from google.protobuf.message import DecodeError
 
-from kafscale_iceberg.dataplane.formats.decoding import DecodedBatch, DecodedGroup
+from kafscale_iceberg.dataplane.formats.decoded import DecodedBatch, DecodedGroup
 from kafscale_iceberg.dataplane.formats.protobuf_reader import WireReader, timestamp_valid
 from kafscale_iceberg.dataplane.formats.protobuf_schemas import (
     ProtobufFile,

@@ -17,12 +17,13 @@ from typing import Generic, TypeVar
 import numpy as np
 import pyarrow as pa
 
-from kafscale_iceberg.dataplane.formats.framing import Frames, frames_of
+from kafscale_iceberg.dataplane.formats.decoded import CompiledRecordSchema
+from kafscale_iceberg.dataplane.formats.frames import Frames
+from kafscale_iceberg.dataplane.formats.framing import frames_of
 from kafscale_iceberg.dataplane.formats.schema_cache import SchemaCache
 from kafscale_iceberg.domain.record_schemas import RegisteredSchema, SchemaId, schema_id_label
 from kafscale_iceberg.domain.runs import ColumnSpec
 from kafscale_iceberg.exceptions import RecordSchemaError, SchemaNotFoundError
-from kafscale_iceberg.ports import CompiledRecordSchema
 
 CompiledT = TypeVar("CompiledT", bound=CompiledRecordSchema)
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from kafscale_iceberg.dataplane.formats.framing import Frames
+from kafscale_iceberg.dataplane.formats.frames import Frames
 from kafscale_iceberg.domain.record_schemas import SchemaId
 
 MAGIC_BYTE = 0

@@ -20,6 +20,7 @@ from kafscale_iceberg.domain.runs.columns import (
     ColumnType,
     PartitionField,
     PartitionTransform,
+    TimeColumns,
 )
 from kafscale_iceberg.domain.runs.documents import (
     NO_OFFSET,
@@ -30,10 +31,8 @@ from kafscale_iceberg.domain.runs.documents import (
 from kafscale_iceberg.domain.runs.formats import (
     KEY_COLUMN_PREFIX,
     KEY_VALUE_FIELD,
-    KeyFormat,
     RegistrySettings,
     RegistryType,
-    ValueFormat,
 )
 from kafscale_iceberg.domain.runs.plan import (
     DEFAULT_PARTITION_FILE_MIN_BYTES,
@@ -58,6 +57,7 @@ from kafscale_iceberg.domain.runs.plan import (
     validate_run_id,
 )
 from kafscale_iceberg.domain.runs.result import (
+    LFS_DURATION_BUCKETS,
     RESULT_VERSION,
     ColumnStats,
     DataFile,
@@ -93,6 +93,7 @@ __all__ = [
     "DEFAULT_PARTITION_FILE_MIN_BYTES",
     "KEY_COLUMN_PREFIX",
     "KEY_VALUE_FIELD",
+    "LFS_DURATION_BUCKETS",
     "LFS_METADATA_COLUMNS",
     "NESTED_TYPES",
     "NO_OFFSET",
@@ -108,7 +109,6 @@ __all__ = [
     "DataFile",
     "FailureKind",
     "FileStats",
-    "KeyFormat",
     "LfsCounts",
     "LfsMode",
     "LfsSettings",
@@ -139,10 +139,10 @@ __all__ = [
     "TableOutput",
     "TableRole",
     "TableTarget",
+    "TimeColumns",
     "UpsertOutcome",
     "UpsertSettings",
     "UpsertWrite",
-    "ValueFormat",
     "deleted_keys_target",
     "make_run_id",
     "plan_as_written",

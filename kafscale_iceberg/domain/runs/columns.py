@@ -4,9 +4,23 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from pydantic import Field, model_validator
+from pydantic import Field, JsonValue, model_validator
 
 from kafscale_iceberg.domain.runs.documents import DocumentModel
+
+
+class TimeColumns(StrEnum):
+    """`types.time`: the column type of a schema's time of day (Avro `time-millis`/`time-micros`, Kafka
+    Connect `Time`, Debezium `Time`/`MicroTime`) in a table whose columns come from schemas.
+
+    `time`: Iceberg's `time` (exact; read by Trino/Athena, DuckDB, iceberg-rust, pyiceberg, Flink, but
+    Spark 3.5 and 4.0 refuse a whole table holding one, apache/iceberg #9006); `long_micros`: a `long`,
+    microseconds since midnight; `string`: `HH:MM:SS.ffffff` (fixed width, so it sorts as the time).
+    """
+
+    TIME = "time"
+    LONG_MICROS = "long_micros"
+    STRING = "string"
 
 
 class ColumnType(StrEnum):
@@ -73,6 +87,9 @@ class ColumnSpec(DocumentModel):
     fields: tuple[ColumnSpec, ...] = ()
     element: ColumnSpec | None = None
     value: ColumnSpec | None = None
+    default: JsonValue = Field(default=None, exclude_if=lambda value: value is None)
+    """The default a record schema declares for the field (Avro, a scalar), landed for a record written
+    with a schema without the field (Avro's schema resolution); None (left out of documents): null."""
 
     @model_validator(mode="after")
     def _parts_match_type(self) -> ColumnSpec:

@@ -1,10 +1,6 @@
-"""How a mapping's record values (and keys) are written by their producers, and the schema registry a
-run reads their schemas from (`mappings[].value_format`, `.key_format`, top-level `schema_registry`).
-
-`json` is today's schemaless JSON (mapping, registry-described or inferred columns). The others carry
-or name their own schema: `connect_json` (Kafka Connect's `{"schema", "payload"}` envelope), `avro`,
-`protobuf` and `json_schema` (Confluent wire format: a zero byte, a 4-byte big-endian schema id, the
-payload). Their decoders live in `dataplane/formats/`; the rest of the data plane does not know them.
+"""The schema registry a run reads record schemas from (top-level `schema_registry`), and how decoded
+keys name their columns. The formats themselves (`mappings[].value_format`, `.key_format`) are
+described once, in `domain/value_formats.py`; their decoders live in `dataplane/formats/`.
 """
 
 from __future__ import annotations
@@ -14,44 +10,6 @@ from enum import StrEnum
 from pydantic import Field
 
 from kafscale_iceberg.domain.runs.documents import DocumentModel
-
-
-class ValueFormat(StrEnum):
-    """`mappings[].value_format`: how the producers wrote the record values."""
-
-    JSON = "json"
-    CONNECT_JSON = "connect_json"
-    AVRO = "avro"
-    PROTOBUF = "protobuf"
-    JSON_SCHEMA = "json_schema"
-
-    @property
-    def registered(self) -> bool:
-        """Whether its values name a schema in a schema registry (Confluent wire format)."""
-        return self in (ValueFormat.AVRO, ValueFormat.PROTOBUF, ValueFormat.JSON_SCHEMA)
-
-    @property
-    def self_described(self) -> bool:
-        """Whether its columns come from the records' own schemas (every format but `json`)."""
-        return self is not ValueFormat.JSON
-
-
-class KeyFormat(StrEnum):
-    """`mappings[].key_format`: how the producers wrote the record keys (`raw`: bytes, not decoded;
-    the others are read as values of that format are, into the `key_` columns: `KEY_COLUMN_PREFIX`)."""
-
-    RAW = "raw"
-    JSON = "json"
-    CONNECT_JSON = "connect_json"
-    AVRO = "avro"
-    PROTOBUF = "protobuf"
-    JSON_SCHEMA = "json_schema"
-
-    @property
-    def as_value_format(self) -> ValueFormat | None:
-        """The value format whose decoder reads such keys (None for `raw`)."""
-        return None if self is KeyFormat.RAW else ValueFormat(self.value)
-
 
 KEY_COLUMN_PREFIX = "key_"
 """With a decoded `key_format`: a column named `key_<field>` holds the decoded key's field `<field>`

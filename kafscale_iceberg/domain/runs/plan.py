@@ -16,10 +16,11 @@ from pydantic import Field, field_validator, model_validator
 
 from kafscale_iceberg.domain.routing import matches_template
 from kafscale_iceberg.domain.runner_choice import RunnerKind
-from kafscale_iceberg.domain.runs.columns import ColumnSpec, ColumnType, PartitionField
+from kafscale_iceberg.domain.runs.columns import ColumnSpec, ColumnType, PartitionField, TimeColumns
 from kafscale_iceberg.domain.runs.documents import DocumentModel, Offset, PartitionNumber
-from kafscale_iceberg.domain.runs.formats import KEY_COLUMN_PREFIX, KeyFormat, RegistrySettings, ValueFormat
+from kafscale_iceberg.domain.runs.formats import KEY_COLUMN_PREFIX, RegistrySettings
 from kafscale_iceberg.domain.runs.upsert import UpsertSettings
+from kafscale_iceberg.domain.value_formats import JSON, KeyFormatName, ValueFormatName
 
 PLAN_VERSION: Literal[1] = 1
 RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9._-]{1,64}")
@@ -275,15 +276,17 @@ class ConversionSettings(DocumentModel):
     allow_type_widening: bool = False
     """With `infer_columns`: a new field holding integers and other numbers becomes `double`
     (else `long`)."""
-    value_format: ValueFormat = ValueFormat.JSON
-    """How the values are written (`domain/runs/formats.py`); with a format other than `json` and
+    time_columns: TimeColumns = TimeColumns.TIME
+    """`types.time`: the type a time of day from a record schema gets (`TimeColumns`)."""
+    value_format: ValueFormatName = JSON
+    """How the values are written (`domain/value_formats.py`); with a format other than `json` and
     `infer_columns`, the columns come from the records' own schemas and evolve with them."""
     value_subject: str | None = None
     """Registered formats: the subject whose latest schema reads values without the wire prefix."""
     value_message: str | None = None
     """Protobuf: the message type of values without the wire prefix."""
-    key_format: KeyFormat = KeyFormat.RAW
-    """How the keys are written; decoded (not `raw`), the `key_` columns are read from them."""
+    key_format: KeyFormatName = None
+    """How the keys are written (None: `raw`); decoded, the `key_` columns are read from them."""
     key_subject: str | None = None
     """Registered key formats: the subject whose latest schema reads keys without the wire prefix."""
     key_message: str | None = None
@@ -303,13 +306,12 @@ class ConversionSettings(DocumentModel):
     @property
     def reads_registry(self) -> bool:
         """Whether its values or keys name schemas in the schema registry."""
-        key_format = self.key_format.as_value_format
-        return self.value_format.registered or (key_format is not None and key_format.registered)
+        return self.value_format.registered or (self.key_format is not None and self.key_format.registered)
 
     @property
     def key_columns(self) -> tuple[ColumnSpec, ...]:
         """The columns read from the decoded key (`key_<field>`; none when keys are `raw`)."""
-        if self.key_format is KeyFormat.RAW:
+        if self.key_format is None:
             return ()
         return tuple(c for c in self.columns if c.name.startswith(KEY_COLUMN_PREFIX))
 

@@ -129,12 +129,17 @@ class PartitionOutcome(DocumentModel):
     quarantined: tuple[QuarantinedSegment, ...] = ()
 
 
+LFS_DURATION_BUCKETS: tuple[float, ...] = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+"""Bucket bounds of LFS resolution times, in seconds: `LfsCounts.duration_counts`'s layout and the
+metric `lfs_resolution_duration_seconds`'s buckets (Prometheus' defaults, as the Go processor's)."""
+
+
 class LfsCounts(DocumentModel):
     """What LFS resolution did in a run (or a segment): blobs resolved, errors by reason, durations.
 
     `errors` is keyed by reason (`decode`, `missing_blob`, `checksum`, `too_large`); each such record
     is a dead-letter row. `duration_counts[i]` / `duration_sums[i]` are the blobs whose resolution
-    took at most the i-th bound of `metrics.LFS_DURATION_BUCKETS` (the last: more), and their seconds.
+    took at most the i-th bound of `LFS_DURATION_BUCKETS` (the last: more), and their seconds.
     """
 
     resolved: int = 0

@@ -33,20 +33,14 @@ from dataclasses import replace
 from typing import Unpack
 
 from kafscale_iceberg.domain.anomalies import offset_anomalies
-from kafscale_iceberg.domain.commits import (
-    FinishedRun,
-    QuarantinedRange,
-    Reconciliation,
-    Standing,
-    TableState,
-    describe_offsets,
-)
+from kafscale_iceberg.domain.commits import QuarantinedRange, Reconciliation, Standing, TableState
 from kafscale_iceberg.domain.field_ids import (
     TableFieldIds,
     TopicFieldIds,
     field_id_mismatches,
     planned_field_ids,
 )
+from kafscale_iceberg.domain.finished_runs import FinishedRun, describe_offsets
 from kafscale_iceberg.domain.leases import LeaseGrant
 from kafscale_iceberg.domain.runs import (
     NO_OFFSET,

@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from kafscale_iceberg.domain.commits import FinishedRun, TableState
+from kafscale_iceberg.domain.commits import TableState
+from kafscale_iceberg.domain.finished_runs import FinishedRun
 from kafscale_iceberg.domain.upsert import UpsertCounts
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from kafscale_iceberg.domain.commits import FinishedRun
+from kafscale_iceberg.domain.finished_runs import FinishedRun
 from kafscale_iceberg.domain.leases import LeaseGrant
 from kafscale_iceberg.domain.runs import RunPlan, RunResult
 from kafscale_iceberg.exceptions import (
