@@ -250,6 +250,11 @@ def main() -> None:
         append = Topic(Path(tmp) / "append", mode="append", target_file_size_bytes=args.target_file_size)
         append_s = append.run(recent_changes)
         table_rows = upsert.catalog.load_table(TABLE).scan().count()
+        print(  # before the long read check, so a run stopped in it still reports the runs
+            f"random run: wrote {scattered.bytes_written:,}, read {scattered.bytes_located:,} of "
+            f"{scattered.table_bytes:,} table bytes in {scattered.seconds:.2f} s (append {append_s:.2f} s)",
+            flush=True,
+        )
         reads = mor_reads(upsert, rng, rows, runs=args.mor_runs, updates=args.mor_updates)
     for name, m in (("recent keys", recent), ("random keys", scattered)):
         print(
