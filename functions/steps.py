@@ -18,7 +18,6 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions.runtime import assembly, step_errors
 from kafscale_iceberg.domain.events import TopicSignal
-from kafscale_iceberg.domain.runner_choice import RunnerKind
 from kafscale_iceberg.domain.tickets import RunTicket
 from kafscale_iceberg.metrics import EMF_NAMESPACE, EMF_SERVICE, EmfMetricsSink, record_abort
 from kafscale_iceberg.services.run_steps import failure_reason
@@ -37,17 +36,14 @@ def _ticket(event: dict[str, Any]) -> RunTicket:
 @tracer.capture_lambda_handler
 @step_errors
 def start_job(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    """Renew the lease and hand the state machine the run's EMR job request (`job`): its
-    startJobRun.sync task is the one call that starts the job (the run id is its ClientToken). A run
-    for the Lambda runner (`ticket.runner`) gets no request: the state machine invokes the runner."""
+    """Renew the lease and hand the state machine the request of the run's runner (`job`, asked of
+    the runner the launcher chose, `ticket.runner`): EMR's is the one `StartJobRun` call of its
+    startJobRun.sync task (the run id is its ClientToken); the Lambda runner's is empty (the state
+    machine invokes it with the ticket)."""
     steps = assembly()
     ticket = _ticket(event)
     plan = steps.run_steps().prepare_job(ticket)
-    job = (
-        {}
-        if plan.runner is RunnerKind.LAMBDA
-        else steps.emr_runner.step_functions_request(plan, ticket.plan_uri)
-    )
+    job = steps.aws_runners.step_request(plan, ticket.plan_uri)
     return {"ticket": ticket.model_dump(mode="json"), "job": job}
 
 

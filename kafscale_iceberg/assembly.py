@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Mapping
 from functools import cached_property
 from typing import TYPE_CHECKING
 
 from kafscale_iceberg.adapters.documents import DocumentStore
 from kafscale_iceberg.adapters.s3_segments import S3SegmentStore, S3Settings, make_s3_client
 from kafscale_iceberg.config import KafscaleConfig
+from kafscale_iceberg.domain.runner_choice import RunnerKind, RunnerLineup
 from kafscale_iceberg.exceptions import ConfigError
 
 if TYPE_CHECKING:
@@ -24,9 +26,10 @@ if TYPE_CHECKING:
     from kafscale_iceberg.adapters.iceberg_tables import IcebergTableCommitter
     from kafscale_iceberg.adapters.sqs_queues import SqsReceiver, SqsRedelivery, SqsWorkQueue
     from kafscale_iceberg.adapters.step_functions import StepFunctionsRunStarter
+    from kafscale_iceberg.domain.checkpoint_wire import StoreScope
     from kafscale_iceberg.domain.leases import LeaseGrant
     from kafscale_iceberg.domain.runs import RunPlan, RunResult
-    from kafscale_iceberg.execution.job_runner import InProcessJobRunner
+    from kafscale_iceberg.execution.job_runner import ChosenJobRunner, InProcessJobRunner
     from kafscale_iceberg.ports import (
         CheckpointStore,
         CompactionJobRunner,
@@ -96,6 +99,16 @@ class Assembly:
                 key_prefix=offsets.key_prefix,
                 lease_ttl_seconds=offsets.lease_ttl_seconds,
             )
+        if offsets.checkpoint_function:
+            from kafscale_iceberg.adapters.lambda_checkpoints import LambdaCheckpointStore  # noqa: PLC0415
+            from kafscale_iceberg.domain.checkpoint_wire import StoreScope  # noqa: PLC0415
+
+            scope = StoreScope(
+                key_prefix=offsets.key_prefix,
+                lease_ttl_seconds=offsets.lease_ttl_seconds,
+                endpoints=tuple(self.config.etcd.endpoints),
+            )
+            return LambdaCheckpointStore(offsets.checkpoint_function, scope)
         return self._etcd_store(lease_ttl_seconds=offsets.lease_ttl_seconds)
 
     def _etcd_store(self, *, lease_ttl_seconds: int = 30) -> EtcdCheckpointStore:
@@ -419,7 +432,21 @@ class Assembly:
         """Runs plans in this process (the Lambda runner; `execution/job_runner.py`)."""
         from kafscale_iceberg.execution.job_runner import InProcessJobRunner  # noqa: PLC0415
 
-        return InProcessJobRunner(s3=self.s3_settings)
+        return InProcessJobRunner(s3=self.s3_settings, traits=self.runner_lineup.traits(RunnerKind.LAMBDA))
+
+    @cached_property
+    def runner_lineup(self) -> RunnerLineup:
+        """The runners a run may go to, in the order the launcher tries them (`domain/runner_choice.py`)."""
+        runner = self.config.runner
+        return RunnerLineup.configured(runner.type, runner.lambda_.max_bytes)
+
+    @cached_property
+    def aws_runners(self) -> ChosenJobRunner:
+        """The runners the state machine runs a plan on (the Lambda runner, EMR Serverless), each
+        asked for its own step request; builds no task executor."""
+        from kafscale_iceberg.execution.job_runner import ChosenJobRunner  # noqa: PLC0415
+
+        return ChosenJobRunner([self.in_process_runner, self.emr_runner])
 
     def run_steps(self) -> RunSteps:
         """The run steps on EMR Serverless (the catalog is loaded by the commit step only)."""
@@ -436,4 +463,36 @@ class Assembly:
             self.documents,
             commits=lambda: self.commits,
             mapping_policy=self.table_policy,
+            runners=self.runner_lineup,
         )
+
+
+class CheckpointGatewayStores:
+    """The checkpoint function's etcd stores (`functions/checkpoints.py`): one per caller scope (key
+    prefix, lease TTL), built from the function's environment (`config.etcd_from_environment`) and
+    connected once per process."""
+
+    def __init__(self, environ: Mapping[str, str]) -> None:
+        self._environ = dict(environ)
+        self._stores: dict[StoreScope, CheckpointStore] = {}
+
+    def __call__(self, scope: StoreScope) -> CheckpointStore:
+        """The store of `scope`. Raises `ConfigError` when no etcd endpoint is known."""
+        store = self._stores.get(scope)
+        if store is None:
+            from kafscale_iceberg.adapters.etcd_checkpoints import EtcdCheckpointStore  # noqa: PLC0415
+            from kafscale_iceberg.config.deployment import etcd_from_environment  # noqa: PLC0415
+
+            etcd = etcd_from_environment(self._environ, endpoints=scope.endpoints)
+            store = EtcdCheckpointStore(
+                list(etcd.endpoints),
+                key_prefix=scope.key_prefix,
+                username=etcd.username or None,
+                password=etcd.password.get_secret_value() or None,
+                ca_cert_path=etcd.tls.ca_file or None,
+                client_cert_path=etcd.tls.cert_file or None,
+                client_key_path=etcd.tls.key_file or None,
+                lease_ttl_seconds=scope.lease_ttl_seconds,
+            )
+            self._stores[scope] = store
+        return store

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from kafscale_iceberg.domain.offsets import CommittedOffsets, OffsetState, OffsetUpdate
     from kafscale_iceberg.domain.planning import ListedSegment
     from kafscale_iceberg.domain.record_schemas import RegisteredSchema, SchemaId
+    from kafscale_iceberg.domain.runner_choice import RunnerTraits
     from kafscale_iceberg.domain.runs import ColumnSpec, RunPlan
     from kafscale_iceberg.domain.tickets import RunTicket
     from kafscale_iceberg.domain.upsert import UpsertCounts
@@ -275,7 +276,19 @@ class RecordSchemaRegistry(Protocol):
 
 
 class JobRunner(Protocol):
-    """Starts, looks at and cancels Spark jobs (EMR Serverless, or local Spark)."""
+    """Starts, looks at and cancels a run's job (EMR Serverless, local Spark, in-process), and says
+    what it can do: callers ask it (`traits`, `step_request`) instead of testing which runner it is."""
+
+    @property
+    def traits(self) -> RunnerTraits:
+        """Its kind, the sizes it takes, who starts its job, how its platform reports a kill."""
+        ...
+
+    def step_request(self, plan: RunPlan, plan_uri: str) -> dict[str, Any]:
+        """What the state machine's task for this runner takes besides the ticket (EMR Serverless:
+        the `StartJobRun` request; a runner the state machine invokes with the ticket: nothing).
+        Calls nothing."""
+        ...
 
     def start(self, plan: RunPlan, plan_uri: str) -> str:
         """Start the plan's job, or find the one already started for its run id; returns its id."""

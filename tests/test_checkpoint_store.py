@@ -1,4 +1,6 @@
-"""The `CheckpointStore` contract, run against both backends: a real etcd server and a SQLite file.
+"""The `CheckpointStore` contract, run against every backend: a real etcd server, the same etcd
+through the checkpoint function (AWS: the one etcd client in the VPC; each call a JSON request and
+answer, as Lambda's `Invoke` carries them), and a SQLite file.
 
 Each test gets a fresh key prefix (and SQLite file). Leases use a 1 s TTL; on etcd expiry is real
 (the test waits for etcd to delete the key), on SQLite the injected clock jumps.
@@ -19,11 +21,14 @@ from uuid import uuid4
 import pytest
 
 from kafscale_iceberg.adapters.etcd_checkpoints import EtcdCheckpointStore
+from kafscale_iceberg.adapters.lambda_checkpoints import LambdaCheckpointStore
 from kafscale_iceberg.adapters.sqlite_checkpoints import SqliteCheckpointStore
+from kafscale_iceberg.domain.checkpoint_wire import CheckpointRequest, StoreScope
 from kafscale_iceberg.domain.leases import LeaseBusy, LeaseGrant
 from kafscale_iceberg.domain.offsets import NO_OFFSET, OffsetState, OffsetUpdate
 from kafscale_iceberg.exceptions import LeaseLostError, OffsetRegressionError
 from kafscale_iceberg.ports import CheckpointStore
+from kafscale_iceberg.services.checkpoint_gateway import serve_checkpoint_request
 from tests.support.etcd import EtcdServer
 
 TOPIC = "orders"
@@ -86,6 +91,26 @@ def _etcd_backend(server: EtcdServer, prefix: str, clock: FakeClock) -> Backend:
     return Backend("etcd", prefix, clock, new_store, raw_get, raw.put, pass_time)
 
 
+def _function_backend(server: EtcdServer, prefix: str, clock: FakeClock) -> Backend:
+    """etcd through the checkpoint function's service: every call crosses as JSON bytes."""
+    etcd = _etcd_backend(server, prefix, clock)
+
+    def store_of(scope: StoreScope) -> CheckpointStore:
+        return EtcdCheckpointStore(
+            [server.url], key_prefix=scope.key_prefix, lease_ttl_seconds=scope.lease_ttl_seconds, now_ms=clock
+        )
+
+    def invoke(payload: bytes) -> bytes:
+        answer = serve_checkpoint_request(store_of, CheckpointRequest.model_validate_json(payload))
+        return answer.model_dump_json().encode()
+
+    def new_store(ttl_seconds: int = 1) -> CheckpointStore:
+        scope = StoreScope(key_prefix=prefix, lease_ttl_seconds=ttl_seconds)
+        return LambdaCheckpointStore("checkpoints", scope, invoke=invoke)
+
+    return Backend("function", prefix, clock, new_store, etcd.raw_get, etcd.raw_put, etcd.pass_time)
+
+
 def _sqlite_backend(path: Path, prefix: str, clock: FakeClock) -> Backend:
     def new_store(ttl_seconds: int = 1) -> CheckpointStore:
         return SqliteCheckpointStore(path, key_prefix=prefix, lease_ttl_seconds=ttl_seconds, now_ms=clock)
@@ -103,12 +128,14 @@ def _sqlite_backend(path: Path, prefix: str, clock: FakeClock) -> Backend:
     return Backend("sqlite", prefix, clock, new_store, raw_get, raw_put, clock.advance)
 
 
-@pytest.fixture(params=["etcd", "sqlite"])
+@pytest.fixture(params=["etcd", "function", "sqlite"])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
     prefix = f"test-{uuid4().hex[:10]}"
     clock = FakeClock(T0_MS)
     if request.param == "etcd":
         yield _etcd_backend(request.getfixturevalue("etcd_server"), prefix, clock)
+    elif request.param == "function":
+        yield _function_backend(request.getfixturevalue("etcd_server"), prefix, clock)
     else:
         yield _sqlite_backend(tmp_path / "checkpoints.sqlite", prefix, clock)
 

@@ -438,7 +438,7 @@ def test_a_runner_killed_at_its_timeout_is_aborted_and_its_topic_resignalled_aft
     ]
     assert aborting["Payload"] == {
         "ticket": ticket.model_dump(mode="json"),
-        "error": "Sandbox.Timedout",  # the failed task's error name: what tells a kill (lambda_kill)
+        "error": "Sandbox.Timedout",  # the failed task's error name: what tells a kill (killed_by)
         "reason": "the job or its lease renewal failed: Sandbox.Timedout: "
         "Task timed out after 900.00 seconds",
     }

@@ -66,7 +66,7 @@ def test_the_state_machine_gets_the_job_request_and_no_job_is_started_for_it(
     plan = sample_plan()
     calls: list[str] = []
     emr.meta.events.register("before-call.emr-serverless", lambda model, **_: calls.append(model.name))
-    request = runner.step_functions_request(plan, PLAN_URI)
+    request = runner.step_request(plan, PLAN_URI)
     assert calls == []
     asl = json.loads((Path(__file__).parent.parent / "infra" / "state_machine.asl.json").read_text())
     fields = asl["States"]["RunJob"]["Branches"][0]["States"]["WaitOnJob"]["Parameters"]
@@ -325,3 +325,40 @@ def test_a_run_s_unfinished_jobs_are_found_by_its_run_id_in_the_window_since_its
     with stubber:
         assert runner.unfinished_jobs("orders-abc-a0", created_after_ms=claimed_ms) == ["j1"]
     stubber.assert_no_pending_responses()
+
+
+def test_a_compaction_job_is_sized_like_a_run_of_its_bytes(moto_server: MotoEndpoint) -> None:
+    """A table of small files is rewritten by the 2 vCPU job a run of its bytes gets, not EMR's 16 vCPU
+    defaults; a job document from before the byte count keeps the defaults."""
+    from kafscale_iceberg.domain.compaction_jobs import CompactionJob, CompactionJobGroup
+
+    emr: Any = moto_server.client("emr-serverless")
+    app_id = emr.create_application(name="kafscale", releaseLabel="emr-7.2.0", type="SPARK")["applicationId"]
+    runner = EmrServerlessJobRunner(_settings(app_id), emr, timeout_minutes=60)
+
+    def started(job_id: str, group_bytes: int) -> str:
+        job = CompactionJob(
+            job_id=job_id,
+            table="shop.orders",
+            metadata_location="s3://lake/shop/orders/metadata/v3.metadata.json",
+            snapshot_id=7,
+            groups=(
+                CompactionJobGroup(
+                    partition_key="", files=("a.parquet", "b.parquet"), rows=10, bytes=group_bytes
+                ),
+            ),
+            folder="s3://lake/shop/orders/data/_kafscale_runs/c1",
+            target_file_size_bytes=128 * 1024**2,
+            result_uri="s3://runs/maintenance/shop.orders/c1/result.json",
+        )
+        run_id = runner.start_compaction(job, "s3://runs/maintenance/shop.orders/c1/job.json")
+        parameters: str = emr.get_job_run(applicationId=app_id, jobRunId=run_id)["jobRun"]["jobDriver"][
+            "sparkSubmit"
+        ]["sparkSubmitParameters"]
+        return parameters
+
+    small = started("c1", 40 * 1024**2)
+    assert "--conf spark.executor.instances=1" in small
+    assert "--conf spark.dynamicAllocation.enabled=false" in small
+    legacy = started("c2", 0)
+    assert "spark.executor.instances" not in legacy

@@ -384,6 +384,8 @@ def test_control_plane_functions_import_no_data_plane_libraries() -> None:
 
     code = (
         "import sys, functions.router, functions.launcher, functions.steps; "
+        "from kafscale_iceberg.execution.job_runner import InProcessJobRunner; "
+        "InProcessJobRunner().step_request(None, ''); "  # the StartJob step asks the Lambda runner
         "print(sorted(m for m in ('pyarrow', 'pyiceberg', 'pyspark', 'numpy', 'numba') if m in sys.modules))"
     )
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -24,7 +24,7 @@ from kafscale_iceberg.adapters.iceberg_catalog import CatalogSettings, load_iceb
 from kafscale_iceberg.assembly import Assembly
 from kafscale_iceberg.config import config_from_mapping
 from kafscale_iceberg.domain.jobs import JobState
-from kafscale_iceberg.domain.runner_choice import RunnerKind
+from kafscale_iceberg.domain.runner_choice import RunnerKind, lambda_runner_traits
 from kafscale_iceberg.domain.runs import FailureKind, RunPlan, RunResult, RunStatus
 from kafscale_iceberg.execution.driver import TaskSizing, run_plan
 from kafscale_iceberg.execution.in_process import InProcessTaskExecutor, run_plan_in_process
@@ -267,8 +267,9 @@ def test_run_on_emr_serverless_runs_the_lambda_sized_plans_in_process_and_the_ot
 
     emr: Any = moto_server.client("emr-serverless")
     app_id = emr.create_application(name="kafscale", releaseLabel="emr-7.2.0", type="SPARK")["applicationId"]
+    lambda_runner = InProcessJobRunner(workers=1, traits=lambda_runner_traits(10**6))
     runner = ChosenJobRunner(
-        InProcessJobRunner(workers=1), EmrServerlessJobRunner(_settings(app_id), emr, timeout_minutes=5)
+        [lambda_runner, EmrServerlessJobRunner(_settings(app_id), emr, timeout_minutes=5)]
     )
     small = make_plan(folder, str(tmp_path / "small"), ranges={2: (-1, 9)})
     small = small.model_copy(update={"runner": RunnerKind.LAMBDA})

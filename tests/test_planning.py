@@ -101,3 +101,41 @@ def test_interior_last_offsets_come_from_the_next_base() -> None:
 
 def test_nothing_pending_is_empty() -> None:
     assert select_segments({0: 5}, {0: []}, LIMITS, now_ms=NOW).is_empty
+
+
+def test_a_topics_own_batching_overrides_the_runs_defaults_and_the_most_eager_mapping_decides() -> None:
+    """`mappings[].max_wait_seconds` / `.min_bytes_per_run`: a small topic waits as Firehose buffers
+    (300 s) while the others keep `runs.*`; of a topic's mappings the smallest wait and bytes win."""
+    from kafscale_iceberg.config import config_from_mapping
+    from kafscale_iceberg.services.pending import run_limits
+    from tests.test_config import minimal
+
+    base = minimal()
+    config = config_from_mapping(
+        {
+            **base,
+            "runs": {**base["runs"], "max_wait_seconds": 60, "min_bytes_per_run": "256MiB"},
+            "mappings": [
+                {"topic": "orders", "table": "shop.orders"},
+                {
+                    "topic": "audit",
+                    "table": "shop.audit",
+                    "max_wait_seconds": 300,
+                    "min_bytes_per_run": "5MB",
+                },
+                {"topic": "audit", "table": "shop.audit_copy", "max_wait_seconds": 600},
+            ],
+        },
+        source="test",
+    )
+    orders = run_limits(config.runs, mappings=config.mappings_for("orders"))
+    audit = run_limits(config.runs, mappings=config.mappings_for("audit"))
+    assert (orders.max_wait_seconds, orders.min_bytes) == (60, 256 * 1024**2)
+    assert (audit.max_wait_seconds, audit.min_bytes) == (300, 5_000_000)
+    assert (
+        run_limits(config.runs, ignore_min_batch=True, mappings=config.mappings_for("audit")).min_bytes == 0
+    )
+    # The limits the launcher plans with: a 200 s old segment waits for audit, not for orders.
+    pending = {0: [seg(0, 0, 1_000, age_s=200)]}
+    assert select_segments({}, pending, audit, now_ms=NOW).wait_seconds == 100
+    assert not select_segments({}, pending, orders, now_ms=NOW).is_empty

@@ -299,13 +299,61 @@ def test_each_function_builds_the_deployed_config(
         assert config.iceberg.catalog.token.get_secret_value() == "catalog-token"
 
 
-def test_the_functions_that_reach_etcd_are_the_ones_in_the_vpc_and_get_its_secret() -> None:
+def test_the_checkpoint_function_is_the_one_in_the_vpc_and_the_others_reach_etcd_through_it() -> None:
     deployment = Deployment(INSTALLATIONS["existing-bucket"])
+    assert [f.logical_id for f in functions() if f.in_vpc] == ["CheckpointFunction"]
+    checkpoint = deployment.attribute("CheckpointFunction", "Arn")
     for function in functions():
-        has_secret = "KAFSCALE_ICEBERG_ETCD_SECRET_ARN" in deployment.environment(function)
+        environment = deployment.environment(function)
+        has_secret = "KAFSCALE_ICEBERG_ETCD_SECRET_ARN" in environment
         assert has_secret == function.in_vpc, function.logical_id
-    # The router and the Lambda runner touch S3 only (the runner's lease is the state machine's).
-    assert {f.logical_id for f in functions() if not f.in_vpc} == {"RouterFunction", "PlanRunnerFunction"}
+        # Every function that calls the checkpoint store is told the function and may invoke it; the
+        # router and the Lambda runner touch S3 only (the runner's lease is the state machine's).
+        calls_store = function.logical_id not in {
+            "CheckpointFunction",
+            "RouterFunction",
+            "PlanRunnerFunction",
+        }
+        named = environment.get("KAFSCALE_ICEBERG_CHECKPOINT_FUNCTION") == checkpoint  # the ARN IAM matches
+        assert named == calls_store, function.logical_id
+        assert deployment.role_allows(function.role_id, "lambda:InvokeFunction", checkpoint) == calls_store
+
+
+# What a function in the VPC may call without a NAT gateway or an interface endpoint: its logs and
+# traces (delivered by Lambda), its network interfaces (managed by Lambda), and etcd's credentials.
+_NO_ENDPOINT_ACTIONS = ("logs:", "xray:", "ec2:", "secretsmanager:GetSecretValue", "kms:Decrypt")
+
+
+def vpc_functions_calling_aws_apis(
+    deployment: Deployment, candidates: list[Function] | None = None
+) -> list[str]:
+    """The functions in the VPC whose role allows an AWS API beyond `_NO_ENDPOINT_ACTIONS`: each would
+    need a NAT gateway (~$33 per AZ-month) or an interface endpoint (~$7.30 per AZ-month each)."""
+    calling = []
+    for function in functions() if candidates is None else candidates:
+        if not function.in_vpc:
+            continue
+        actions = {
+            a for s in deployment.role_statements(function.role_id) if s.effect == "Allow" for a in s.actions
+        }
+        if any(not a.startswith(_NO_ENDPOINT_ACTIONS) for a in actions):
+            calling.append(function.logical_id)
+    return calling
+
+
+@pytest.mark.parametrize("installation", sorted(INSTALLATIONS))
+def test_no_function_in_the_vpc_calls_an_aws_api_so_the_vpc_needs_no_nat_and_no_interface_endpoint(
+    installation: str,
+) -> None:
+    """Issue 33's `vpc_functions_calling_aws_apis`, from template.yaml as deployed (with an etcd secret:
+    the one endpoint it costs is Secrets Manager's, or none with EtcdUsername/EtcdPassword)."""
+    deployment = Deployment({**INSTALLATIONS[installation], "EtcdSecretArn": ETCD_SECRET})
+    assert vpc_functions_calling_aws_apis(deployment) == []
+    # The check can fail: the launcher in the VPC, as it was before the checkpoint function (SQS, S3,
+    # Step Functions).
+    (launcher,) = [f for f in functions() if f.logical_id == "LauncherFunction"]
+    in_vpc = Function(launcher.logical_id, {**launcher.properties, "VpcConfig": {}}, launcher.metadata)
+    assert vpc_functions_calling_aws_apis(deployment, [in_vpc]) == ["LauncherFunction"]
 
 
 def test_the_state_machine_arn_goes_to_the_functions_that_start_or_track_runs() -> None:
@@ -661,6 +709,7 @@ def test_secrets_are_readable_only_by_the_functions_that_use_them() -> None:
     deployment = Deployment({**INSTALLATIONS["created-bucket"], "EtcdSecretArn": ETCD_SECRET})
     for function in functions():
         role = function.role_id
+        # Only the checkpoint function (the one in the VPC, the only etcd client) reads etcd's.
         assert deployment.role_allows(role, "secretsmanager:GetSecretValue", ETCD_SECRET) == function.in_vpc
         catalog = function.is_image and function.logical_id != "PlanRunnerFunction"  # the commit image's
         assert deployment.role_allows(role, "secretsmanager:GetSecretValue", CATALOG_SECRET) == catalog

@@ -19,6 +19,7 @@ from kafscale_iceberg.config import EmrServerlessRunnerConfig
 from kafscale_iceberg.domain.compaction_jobs import CompactionJob
 from kafscale_iceberg.domain.job_sizing import sizing_conf
 from kafscale_iceberg.domain.jobs import JobState, JobStatus
+from kafscale_iceberg.domain.runner_choice import EMR_SERVERLESS_TRAITS, RunnerTraits
 from kafscale_iceberg.domain.runs import RunPlan
 from kafscale_iceberg.exceptions import (
     JobRunnerError,
@@ -58,6 +59,8 @@ def make_emr_serverless_client(region: str | None = None) -> EMRServerlessClient
 class EmrServerlessJobRunner:
     """Runs the Spark job of a plan on an EMR Serverless application."""
 
+    traits: RunnerTraits = EMR_SERVERLESS_TRAITS
+
     def __init__(
         self,
         settings: EmrServerlessRunnerConfig,
@@ -85,11 +88,17 @@ class EmrServerlessJobRunner:
 
     def start_compaction(self, job: CompactionJob, job_uri: str) -> str:
         """Start a table's compaction job (`spark_app/main.py --compaction <uri>`) on the same
-        application, role and Python environment as the runs; idempotent by the job id."""
+        application, role and Python environment as the runs, sized like a run of its bytes
+        (`domain/job_sizing.py`: a table of small files gets the 2 vCPU job, not EMR's 16 vCPU
+        defaults); idempotent by the job id."""
+        sizing = (
+            sizing_conf(job.total_bytes, self._settings.spark_submit_parameters) if job.total_bytes else None
+        )
         request = self._job_request(
             job.job_id,
             ["--compaction", job_uri],
             {"kafscale:table": job.table, "kafscale:compaction": job.job_id},
+            sizing=sizing,
         )
         response = self._call(
             f"start compaction job {job.job_id} of {job.table}", lambda: self._emr.start_job_run(**request)
@@ -97,7 +106,7 @@ class EmrServerlessJobRunner:
         job_id: str = response["jobRunId"]
         return job_id
 
-    def step_functions_request(self, plan: RunPlan, plan_uri: str) -> dict[str, Any]:
+    def step_request(self, plan: RunPlan, plan_uri: str) -> dict[str, Any]:
         """The `StartJobRun` request of the plan's job, as the state machine's
         `emr-serverless:startJobRun.sync` task takes it (Step Functions' PascalCase field names; tag
         keys kept): that task is the one call that starts the job, the run id its `ClientToken`

@@ -264,6 +264,7 @@ class IcebergTableMaintainer(CatalogTableAccess):
                     partition_key=g.partition_key,
                     files=tuple(f.file_path for f in g.files),
                     rows=sum(f.record_count for f in g.files),
+                    bytes=sum(f.file_size_in_bytes for f in g.files),
                 )
                 for g in plan.groups
             ),

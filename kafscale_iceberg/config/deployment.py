@@ -25,6 +25,7 @@ from typing import Any
 
 from kafscale_iceberg.config.loading import config_from_mapping, parse_config_yaml
 from kafscale_iceberg.config.model import KafscaleConfig
+from kafscale_iceberg.config.sections import EtcdConfig
 from kafscale_iceberg.exceptions import ConfigError, ConfigValidationError
 from kafscale_iceberg.ports import SecretSource
 
@@ -37,6 +38,7 @@ __all__ = [
     "SecretSource",
     "apply_deployment_environment",
     "config_from_environment",
+    "etcd_from_environment",
     "load_deployed_config",
 ]
 
@@ -64,6 +66,7 @@ DEPLOYMENT_VARIABLES: tuple[DeploymentVariable, ...] = (
     DeploymentVariable("KAFSCALE_ICEBERG_ETCD_ENDPOINTS", "etcd.endpoints"),
     DeploymentVariable("KAFSCALE_ICEBERG_OFFSETS_BACKEND", "offsets.backend"),
     DeploymentVariable("KAFSCALE_ICEBERG_LEASE_TTL_SECONDS", "offsets.lease_ttl_seconds"),
+    DeploymentVariable("KAFSCALE_ICEBERG_CHECKPOINT_FUNCTION", "offsets.checkpoint_function"),
     DeploymentVariable("KAFSCALE_ICEBERG_WORK_QUEUE_URL", "notifications.work_queue_url"),
     DeploymentVariable("KAFSCALE_ICEBERG_REJECTED_QUEUE_URL", "notifications.rejected_queue_url"),
     DeploymentVariable("KAFSCALE_ICEBERG_RUNS_LOCATION", "runs.location"),
@@ -191,6 +194,46 @@ def apply_deployment_environment(
         if not origins:
             raise
         raise _naming_variables(exc, origins) from None
+
+
+# The checkpoint function's etcd credentials when passed in (parameters `EtcdUsername`/`EtcdPassword`)
+# rather than read from Secrets Manager, whose endpoint inside the VPC costs (docs/deploy.md).
+ETCD_USERNAME_ENV = "KAFSCALE_ICEBERG_ETCD_USERNAME"
+ETCD_PASSWORD_ENV = "KAFSCALE_ICEBERG_ETCD_PASSWORD"
+ETCD_ENDPOINTS_ENV = "KAFSCALE_ICEBERG_ETCD_ENDPOINTS"
+
+
+def etcd_from_environment(
+    environ: Mapping[str, str], *, endpoints: tuple[str, ...] = (), secrets: SecretSource | None = None
+) -> EtcdConfig:
+    """The etcd connection of the checkpoint function, which reads no config file (it calls no AWS
+    API but its secret's): the endpoints of `KAFSCALE_ICEBERG_ETCD_ENDPOINTS`, else `endpoints` (the
+    caller's `etcd.endpoints`); the credentials passed in (`KAFSCALE_ICEBERG_ETCD_USERNAME`/`_PASSWORD`)
+    or, over them, the secret named by `KAFSCALE_ICEBERG_ETCD_SECRET_ARN` (keys as for every
+    function). Raises `ConfigError` naming the variable when no endpoint is known or the secret is
+    not the expected JSON."""
+    raw = environ.get(ETCD_ENDPOINTS_ENV, "").strip()
+    values: dict[str, Any] = {
+        "endpoints": [e.strip() for e in raw.split(",") if e.strip()] or list(endpoints),
+        "username": environ.get(ETCD_USERNAME_ENV, ""),
+        "password": environ.get(ETCD_PASSWORD_ENV, ""),
+    }
+    tls: dict[str, str] = {}
+    secret_id = environ.get(ETCD_SECRET_ENV, "").strip()
+    if secret_id:
+        section, fields = _SECRET_FIELDS[ETCD_SECRET_ENV]
+        for field, value in _secret_values(ETCD_SECRET_ENV, secret_id, section, fields, secrets).items():
+            if field.startswith("tls_") and isinstance(value, str):
+                tls[fields[field].rsplit(".", 1)[1]] = _pem_file(field, value)
+            else:
+                values[field] = value
+    if not values["endpoints"]:
+        raise ConfigError(
+            f"${ETCD_ENDPOINTS_ENV}",
+            "the checkpoint function knows no etcd endpoint: set the stack's EtcdEndpoints parameter, "
+            'the secret\'s "endpoints", or etcd.endpoints in the config file',
+        )
+    return EtcdConfig.model_validate({**values, "tls": tls})
 
 
 def _secret_values(

@@ -12,7 +12,15 @@ import types
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BeforeValidator, Field, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    ByteSize,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from kafscale_iceberg.config.base import (
     DEAD_LETTER_SUFFIX,
@@ -343,6 +351,10 @@ class MappingConfig(_Section):
     partition_by: tuple[Annotated[PartitionField, BeforeValidator(_parse_partition_field)], ...] = ()
     corrupt_segment_policy: Annotated[CorruptSegmentPolicy | None, BeforeValidator(_lowercase)] = None
     target_file_size_bytes: PositiveByteSize | None = None
+    # This topic's batching, over `runs.*` (a small topic can wait longer and cost less per GB, as
+    # Firehose's buffers do; docs/configuration.md "Batching").
+    min_bytes_per_run: Annotated[ByteSize, Field(ge=0)] | None = None
+    max_wait_seconds: Annotated[int, Field(ge=0)] | None = None
     # Record formats (`config/formats.py`):
     value_format: ValueFormatName = JSON
     value_subject: str = ""

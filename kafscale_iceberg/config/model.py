@@ -84,7 +84,7 @@ class KafscaleConfig(_Section):
                 "mappings", "at least one {topic, table} mapping is required (nothing would be ingested)"
             )
         if not self.etcd.endpoints:
-            if self.offsets.backend == "etcd":
+            if self.offsets.backend == "etcd" and not self.offsets.checkpoint_function:
                 problems.add(
                     "etcd.endpoints",
                     "is required when offsets.backend is 'etcd' (the default); on one machine without etcd "

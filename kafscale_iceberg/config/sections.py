@@ -226,6 +226,9 @@ class OffsetsConfig(_Section):
     # Used exactly as written, as Go does: it is part of etcd keys shared with the Go processor.
     key_prefix: str = "processors"
     sqlite_path: str = DEFAULT_SQLITE_PATH
+    # AWS: the stack's one function in the VPC, the only etcd client; the store is reached through it
+    # (adapters/lambda_checkpoints.py), so nothing else needs the VPC. Set by the template.
+    checkpoint_function: str = ""
 
 
 class ProcessorConfig(_Section):

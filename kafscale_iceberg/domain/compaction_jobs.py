@@ -50,6 +50,8 @@ class CompactionJobGroup(_Model):
     files: tuple[str, ...] = Field(min_length=1)
     rows: int = Field(ge=0)
     """Rows the files hold (their manifests' record counts): the result must hold exactly as many."""
+    bytes: int = Field(default=0, ge=0)
+    """The files' bytes (their manifests' sizes): what sizes the job (0 in a job written before)."""
 
 
 class CompactionJob(_Model):
@@ -77,6 +79,11 @@ class CompactionJob(_Model):
     @property
     def rows(self) -> int:
         return sum(g.rows for g in self.groups)
+
+    @property
+    def total_bytes(self) -> int:
+        """The bytes the job rewrites (0 when its document predates the count)."""
+        return sum(g.bytes for g in self.groups)
 
 
 class CompactionGroupOutput(_Model):

@@ -1,22 +1,32 @@
-"""Which runner executes a run, chosen by the launcher from the run's planned bytes.
+"""What each runner can do, declared once (`RunnerTraits`), and which runner a run goes to.
 
-On AWS (`runner.type: emr_serverless`) a run of at most `runner.lambda.max_bytes` planned bytes runs
-in the Lambda runner (the Spark job's tasks in-process, `functions/plan_runner.py`), a bigger one as
-an EMR Serverless job; `max_bytes: 0` sends every run to EMR. The launcher writes the choice in the
-plan and the ticket, and the state machine's `Choice` reads it from the ticket. Elsewhere the run
-goes to the configured runner (`local` Spark, `inline`).
+A runner declares itself: its kind, the largest run it takes, whether the state machine starts its
+job (so a job an aborted run abandons is found by the run id, not the ticket), and the error names by
+which its platform reports that it killed a run. The launcher, the run steps and the one-machine loop
+ask the declaration; none tests a runner's kind. Its adapter answers `JobRunner.traits` with it and
+builds its own state-machine request (`JobRunner.step_request`), so a third way to run a plan (a
+batched multi-topic run, say) is one declaration here, one adapter and one branch of the state
+machine's `Runner?` choice.
 
-A run the Lambda runner could not finish (Lambda killed it: timeout, out of memory) would be planned
-again at about the same size and killed again, forever; the abort step records the kill in the topic's
-backoff document (`services/backoff.py`) and the topic's next runs go to EMR Serverless until one of
-its runs commits (`lambda_kill_reason`). The kill is recognised by the error name of the failed task,
-which the state machine hands the abort step as a field of its own (`error`), never by the text of
-the failure.
+On AWS (`runner.type: emr_serverless`) the lineup is the Lambda runner (the Spark job's tasks
+in-process, `functions/plan_runner.py`; at most `runner.lambda.max_bytes` planned bytes, `0` leaves it
+out), then EMR Serverless (any size). A run goes to the first runner of the lineup that takes its
+planned bytes. Elsewhere the lineup is the configured runner alone (`local` Spark, `inline`).
+
+A run a size-capped runner could not finish (Lambda killed it: timeout, out of memory) would be
+planned again at about the same size and killed again, forever; the abort step records the kill in
+the topic's backoff document (`services/backoff.py`) and the topic's next runs skip every capped
+runner until one of its runs commits (`lambda_kill_reason`). The kill is recognised by the error name
+of the failed task, which the state machine hands the abort step as a field of its own (`error`),
+never by the text of the failure.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from enum import StrEnum
+from types import MappingProxyType
 
 
 class RunnerKind(StrEnum):
@@ -30,36 +40,88 @@ class RunnerKind(StrEnum):
 
 # The error names Lambda and Step Functions report for a runner invocation Lambda killed, by what
 # they mean (`LAMBDA_KILL_CAUSES`: the same, as metric label values).
-_LAMBDA_KILLS = {
-    "Sandbox.Timedout": "timed out",
-    "States.Timeout": "timed out",
-    "Runtime.OutOfMemory": "ran out of memory",
-}
+_LAMBDA_KILLS = MappingProxyType(
+    {
+        "Sandbox.Timedout": "timed out",
+        "States.Timeout": "timed out",
+        "Runtime.OutOfMemory": "ran out of memory",
+    }
+)
 LAMBDA_KILL_CAUSES = {"timed out": "timeout", "ran out of memory": "out_of_memory"}
 
 
-def choose_runner(
-    runner_type: str, planned_bytes: int, lambda_max_bytes: int, *, after_lambda_kill: bool
-) -> RunnerKind:
-    """The runner of a run of `planned_bytes` under `runner.type` and `runner.lambda.max_bytes`;
-    `after_lambda_kill`: the topic's last run was killed in the Lambda runner and nothing was
-    committed since, so this one goes to EMR Serverless whatever its size."""
-    kind = RunnerKind(runner_type)
-    if (
-        kind is RunnerKind.EMR_SERVERLESS
-        and not after_lambda_kill
-        and lambda_max_bytes > 0
-        and planned_bytes <= lambda_max_bytes
-    ):
-        return RunnerKind.LAMBDA
-    return kind
+@dataclass(frozen=True)
+class RunnerTraits:
+    """What a runner can do. `max_bytes`: the largest run (planned bytes) it takes, None for any;
+    `job_started_by_state_machine`: its job is started by the state machine's task from the request
+    the runner built (`JobRunner.step_request`), so a ticket carries no job id and the abort step
+    finds a job still running by the run id; `kill_errors`: the task error names meaning its platform
+    killed the run, by what happened ("timed out")."""
+
+    kind: RunnerKind
+    max_bytes: int | None = None
+    job_started_by_state_machine: bool = False
+    kill_errors: Mapping[str, str] = field(default_factory=dict)
+
+    def takes(self, planned_bytes: int) -> bool:
+        """Whether a run of `planned_bytes` fits this runner."""
+        return self.max_bytes is None or planned_bytes <= self.max_bytes
+
+    def killed_by(self, error: str | None) -> str | None:
+        """What the platform killed this runner's run for, from the failed task's error name (the
+        state machine's `$.error.Error`, as is); None when it was not killed (the run failed on its
+        own: a bigger runner would not help)."""
+        return self.kill_errors.get(error) if error else None
 
 
-def lambda_kill(runner: RunnerKind, error: str | None) -> str | None:
-    """What killed a run of `runner` whose failed task reported the error name `error` (the state
-    machine's `$.error.Error`, handed to the abort step as is): "timed out" or "ran out of memory"
-    when Lambda killed the Lambda runner, else None (the run failed on its own, or on another runner:
-    a bigger runner would not help, or is already in use)."""
-    if runner is not RunnerKind.LAMBDA or not error:
-        return None
-    return _LAMBDA_KILLS.get(error)
+EMR_SERVERLESS_TRAITS = RunnerTraits(RunnerKind.EMR_SERVERLESS, job_started_by_state_machine=True)
+LOCAL_TRAITS = RunnerTraits(RunnerKind.LOCAL)
+INLINE_TRAITS = RunnerTraits(RunnerKind.INLINE)
+
+
+def lambda_runner_traits(max_bytes: int) -> RunnerTraits:
+    """The Lambda runner: runs of at most `max_bytes` (`runner.lambda.max_bytes`), killed by Lambda
+    at its timeout or memory."""
+    return RunnerTraits(RunnerKind.LAMBDA, max_bytes=max_bytes, kill_errors=_LAMBDA_KILLS)
+
+
+@dataclass(frozen=True)
+class RunnerLineup:
+    """The runners a deployment offers, in the order a run tries them (the cheapest per run first;
+    the last takes any size)."""
+
+    runners: tuple[RunnerTraits, ...]
+
+    @classmethod
+    def configured(cls, runner_type: str, lambda_max_bytes: int) -> RunnerLineup:
+        """The lineup of `runner.type` and `runner.lambda.max_bytes` (see the module docstring)."""
+        kind = RunnerKind(runner_type)
+        if kind is RunnerKind.EMR_SERVERLESS:
+            small = (lambda_runner_traits(lambda_max_bytes),) if lambda_max_bytes > 0 else ()
+            return cls((*small, EMR_SERVERLESS_TRAITS))
+        return cls((LOCAL_TRAITS if kind is RunnerKind.LOCAL else INLINE_TRAITS,))
+
+    def choose(self, planned_bytes: int, *, after_kill: bool) -> RunnerTraits:
+        """The first runner that takes `planned_bytes`; `after_kill`: the topic's last run was killed
+        in a size-capped runner and nothing was committed since, so only an uncapped one."""
+        fitting = [
+            r for r in self.runners if r.takes(planned_bytes) and not (after_kill and r.max_bytes is not None)
+        ]
+        return fitting[0] if fitting else self.runners[-1]
+
+    def traits(self, kind: RunnerKind) -> RunnerTraits:
+        """The declaration of `kind` (a ticket from before a lineup change: the kind's own)."""
+        for runner in self.runners:
+            if runner.kind is kind:
+                return runner
+        return _DECLARED[kind]
+
+
+_DECLARED: Mapping[RunnerKind, RunnerTraits] = MappingProxyType(
+    {
+        RunnerKind.EMR_SERVERLESS: EMR_SERVERLESS_TRAITS,
+        RunnerKind.LAMBDA: lambda_runner_traits(0),
+        RunnerKind.LOCAL: LOCAL_TRAITS,
+        RunnerKind.INLINE: INLINE_TRAITS,
+    }
+)

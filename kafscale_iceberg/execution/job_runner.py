@@ -6,6 +6,11 @@ executor (`execution/in_process.py`): plan.json in, the same data files and resu
 `runner.type: inline` it is `kafscale-iceberg run` as one small process, for a user replacing
 KafScale's Go processor.
 
+It declares itself as the runner it serves (`traits`): `inline` by default, the Lambda runner's
+declaration (its size cap, Lambda's kill errors) in the Lambda runner and where `run` follows the
+launcher's choice. The task executor is imported when a run starts, so a process that only asks a
+runner what it can do (the step functions, the launcher) loads no pyarrow.
+
 Runs execute one at a time on a background thread, as the warm local Spark session's do; the job id
 is the run id, so starting the same run twice finds the first job, and the job's verdict is its
 result document. `cancel` starts no further task of the run (the tasks already running finish);
@@ -17,18 +22,22 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as futures_wait
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from kafscale_iceberg.adapters.s3_segments import S3Settings
 from kafscale_iceberg.domain.compaction_jobs import CompactionJobResult
 from kafscale_iceberg.domain.jobs import JobState, JobStatus
-from kafscale_iceberg.domain.runner_choice import RunnerKind
+from kafscale_iceberg.domain.runner_choice import INLINE_TRAITS, RunnerKind, RunnerTraits
 from kafscale_iceberg.domain.runs import RunPlan, RunResult, RunStatus
 from kafscale_iceberg.exceptions import UnknownJobError
-from kafscale_iceberg.execution.in_process import InProcessTaskExecutor, run_plan_in_process
-from kafscale_iceberg.ports import JobRunner
+
+if TYPE_CHECKING:
+    from kafscale_iceberg.execution.in_process import InProcessTaskExecutor
+    from kafscale_iceberg.ports import JobRunner
 
 logger = logging.getLogger(__name__)
 
@@ -43,17 +52,34 @@ class _Job:
 
 class InProcessJobRunner:
     """Runs plans in this process (see the module docstring); `workers` threads per run (default:
-    the cores this process may use). Close it to wait for the run in flight."""
+    the cores this process may use); `traits`: the runner it serves (`inline`, or the Lambda
+    runner's). Close it to wait for the run in flight."""
 
-    def __init__(self, *, workers: int | None = None, s3: S3Settings | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        workers: int | None = None,
+        s3: S3Settings | None = None,
+        traits: RunnerTraits = INLINE_TRAITS,
+    ) -> None:
         self.workers = workers
+        self.traits = traits
         self._s3 = s3 or S3Settings()
         self._jobs: dict[str, _Job] = {}
         self._lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
 
+    def step_request(self, plan: RunPlan, plan_uri: str) -> dict[str, Any]:
+        """Nothing: the state machine invokes the Lambda runner with the ticket alone."""
+        return {}
+
     def start(self, plan: RunPlan, plan_uri: str) -> str:
         """Start the plan's run, or find the one already started for its run id; returns its id."""
+        from kafscale_iceberg.execution.in_process import (  # noqa: PLC0415 - pyarrow, only to run
+            InProcessTaskExecutor,
+            run_plan_in_process,
+        )
+
         with self._lock:
             if plan.run_id in self._jobs:
                 return plan.run_id
@@ -134,18 +160,33 @@ def job_status_of(
 
 
 class ChosenJobRunner:
-    """Runs each plan on the runner the launcher chose for it (`RunPlan.runner`): the in-process runner
-    for a `lambda` run, `emr` for any other. `run` with `runner.type: emr_serverless` uses it, so a
-    small run costs what it does on AWS (no EMR job) there too."""
+    """Runs each plan on the runner the launcher chose for it (`RunPlan.runner`), among `runners`,
+    each found by the kind it declares (`traits`); the last is the default: a plan of a kind none
+    declares, and a job id this process did not start. `run` with `runner.type: emr_serverless` uses
+    it (the in-process runner as the Lambda runner, then EMR), so a small run costs what it does on
+    AWS (no EMR job) there too."""
 
-    def __init__(self, in_process: InProcessJobRunner, emr: JobRunner) -> None:
-        self._in_process = in_process
-        self._emr = emr
+    def __init__(self, runners: Iterable[JobRunner]) -> None:
+        self._runners = {runner.traits.kind: runner for runner in runners}
+        self._default = list(self._runners.values())[-1]
         self._owners: dict[str, JobRunner] = {}
+
+    @property
+    def traits(self) -> RunnerTraits:
+        """The default runner's (the one a job of unknown origin is asked of)."""
+        return self._default.traits
+
+    def runner_of(self, kind: RunnerKind) -> JobRunner:
+        """The runner declaring `kind` (the default one when none does)."""
+        return self._runners.get(kind, self._default)
+
+    def step_request(self, plan: RunPlan, plan_uri: str) -> dict[str, Any]:
+        """The request of the plan's runner."""
+        return self.runner_of(plan.runner).step_request(plan, plan_uri)
 
     def start(self, plan: RunPlan, plan_uri: str) -> str:
         """Start the plan's job on its runner, or find the one already started; returns its id."""
-        runner: JobRunner = self._in_process if plan.runner is RunnerKind.LAMBDA else self._emr
+        runner = self.runner_of(plan.runner)
         job_id = runner.start(plan, plan_uri)
         self._owners[job_id] = runner
         return job_id
@@ -159,9 +200,12 @@ class ChosenJobRunner:
         self._owner(job_id).cancel(job_id)
 
     def close(self) -> None:
-        """Close the in-process runner (the EMR runner holds nothing)."""
-        self._in_process.close()
+        """Close every runner that holds something (the in-process one; EMR's holds nothing)."""
+        for runner in self._runners.values():
+            close = getattr(runner, "close", None)
+            if close is not None:
+                close()
 
     def _owner(self, job_id: str) -> JobRunner:
-        # A job id this process did not start (before a restart) is EMR's, as before the choice.
-        return self._owners.get(job_id, self._emr)
+        # A job id this process did not start (before a restart) is the default runner's (EMR's).
+        return self._owners.get(job_id, self._default)

@@ -28,12 +28,13 @@ from concurrent.futures import wait as futures_wait
 from dataclasses import dataclass
 from importlib.util import find_spec
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kafscale_iceberg.adapters.confluent_registry import RegistryCredentials
 from kafscale_iceberg.adapters.s3_segments import S3Settings
 from kafscale_iceberg.domain.compaction_jobs import CompactionJob, CompactionJobResult
 from kafscale_iceberg.domain.jobs import JobState, JobStatus
+from kafscale_iceberg.domain.runner_choice import LOCAL_TRAITS, RunnerTraits
 from kafscale_iceberg.domain.runs import RunPlan, RunResult
 from kafscale_iceberg.exceptions import KafscaleIcebergError, UnknownJobError
 from kafscale_iceberg.execution.job_runner import job_status_of
@@ -57,6 +58,8 @@ class _Job:
 
 class LocalSparkJobRunner:
     """Runs plans with local Spark (see the module docstring). Close it to stop the session."""
+
+    traits: RunnerTraits = LOCAL_TRAITS
 
     def __init__(
         self,
@@ -82,6 +85,10 @@ class LocalSparkJobRunner:
         self.session_start_s = 0.0
 
     # -- JobRunner ---------------------------------------------------------------------------------
+
+    def step_request(self, plan: RunPlan, plan_uri: str) -> dict[str, Any]:
+        """Nothing: no state machine runs local Spark (the one-machine loop starts it)."""
+        return {}
 
     def start(self, plan: RunPlan, plan_uri: str) -> str:
         """Start the plan's job, or find the one already started for its run id; returns its id."""

@@ -71,7 +71,7 @@ def make_runner(assembly: Assembly) -> JobRunner:
         if config.runner.lambda_.max_bytes == 0:
             return assembly.emr_runner
         # The runs AWS would send to the Lambda runner run in this process, the others on EMR.
-        return ChosenJobRunner(assembly.in_process_runner, assembly.emr_runner)
+        return ChosenJobRunner([assembly.in_process_runner, assembly.emr_runner])
     if config.runner.type == "inline":
         return InProcessJobRunner(workers=config.runner.inline.workers or None, s3=assembly.s3_settings)
     ensure_java()

@@ -38,7 +38,7 @@ from kafscale_iceberg.domain.planning import (
 )
 from kafscale_iceberg.domain.registry import columns_from_json_schema
 from kafscale_iceberg.domain.routing import PATH_PLACEHOLDER, matches_template
-from kafscale_iceberg.domain.runner_choice import choose_runner
+from kafscale_iceberg.domain.runner_choice import RunnerLineup
 from kafscale_iceberg.domain.runs import (
     ConversionSettings,
     MappingPlan,
@@ -151,6 +151,7 @@ class Launcher:
         self._repair_offsets = repair_offsets
         self._backoff = BackoffRecords(documents, config.runs)
         self._config = config
+        self._runners = RunnerLineup.configured(config.runner.type, config.runner.lambda_.max_bytes)
         self._partition_filter = partition_filter
         self._checkpoints = checkpoints
         self._segments = segments
@@ -194,8 +195,8 @@ class Launcher:
         offsets = {p: committed.offset(p) for p in self._partitions(topic)}
         held: dict[int, str] = {}
         hold = not (ignore_backoff if ignore_held is None else ignore_held)
-        to_emr = self._config.runner.type == "emr_serverless"  # reads `lambda_kill_reason`
-        recorded = self._backoff.read(topic) if hold or not ignore_backoff or to_emr else None  # one GET
+        capped = any(r.max_bytes is not None for r in self._runners.runners)  # reads `lambda_kill_reason`
+        recorded = self._backoff.read(topic) if hold or not ignore_backoff or capped else None  # one GET
         if not ignore_backoff:
             wait_s, backoff = self._backoff.wait_seconds(recorded, offsets, self._clock())
             if backoff is not None and wait_s > 0:
@@ -310,22 +311,15 @@ class Launcher:
                 replan=True,
             )
         plan = self._plan(topic, mapping, partitions, run_id)
-        runner = self._config.runner
-        chosen = choose_runner(
-            runner.type,
-            plan.total_bytes,
-            runner.lambda_.max_bytes,
-            after_lambda_kill=bool(lambda_kill_reason),
-        )
-        if chosen is not choose_runner(
-            runner.type, plan.total_bytes, runner.lambda_.max_bytes, after_lambda_kill=False
-        ):
+        chosen = self._runners.choose(plan.total_bytes, after_kill=bool(lambda_kill_reason))
+        if chosen != self._runners.choose(plan.total_bytes, after_kill=False):
             logger.warning(
-                "run goes to EMR Serverless: the Lambda runner %s on the topic's last run",
+                "run goes to %s: the capped runner %s on the topic's last run",
+                chosen.kind.value,
                 lambda_kill_reason,
                 extra={"topic": topic, "run_id": run_id, "lambda_runner": lambda_kill_reason},
             )
-        plan = plan.model_copy(update={"runner": chosen})
+        plan = plan.model_copy(update={"runner": chosen.kind})
         plan_uri = run_document_uri(self._config.runs.location, topic, run_id, PLAN_NAME)
         self._documents.write_text(plan_uri, plan.model_dump_json(indent=1))
         ticket = RunTicket(
@@ -351,7 +345,9 @@ class Launcher:
         ignore_min_batch: bool,
         segment_ends: Mapping[int, int] | None,
     ) -> Selection:
-        limits = run_limits(self._config.runs, ignore_min_batch=ignore_min_batch)
+        limits = run_limits(
+            self._config.runs, ignore_min_batch=ignore_min_batch, mappings=self._config.mappings_for(topic)
+        )
         now_ms = int(self._clock() * 1000)
         return select_pending(
             self._segments, topic, committed, limits, now_ms=now_ms, segment_ends=segment_ends

@@ -7,12 +7,12 @@ signals topics with pending segments) and replay (which lists a range's segments
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import TypeVar
 
-from kafscale_iceberg.config import RunsConfig
+from kafscale_iceberg.config import MappingConfig, RunsConfig
 from kafscale_iceberg.domain.planning import (
     ListedSegment,
     RunLimits,
@@ -95,13 +95,20 @@ def pending_segments(
     return chosen, stopper
 
 
-def run_limits(runs: RunsConfig, *, ignore_min_batch: bool = False) -> RunLimits:
-    """The `runs.*` limits one run is planned within."""
+def run_limits(
+    runs: RunsConfig, *, ignore_min_batch: bool = False, mappings: Sequence[MappingConfig] = ()
+) -> RunLimits:
+    """The limits one run of a topic is planned within: `runs.*`, with the batching its `mappings` set
+    (`mappings[].min_bytes_per_run`, `.max_wait_seconds`; of several, the smallest: the most
+    latency-sensitive mapping of the topic decides when its run starts)."""
+    own_bytes = [int(m.min_bytes_per_run) for m in mappings if m.min_bytes_per_run is not None]
+    own_waits = [m.max_wait_seconds for m in mappings if m.max_wait_seconds is not None]
+    min_bytes = min(own_bytes) if own_bytes else int(runs.min_bytes_per_run)
     return RunLimits(
         max_bytes=int(runs.max_bytes_per_run),
         max_segments=runs.max_segments_per_run,
-        min_bytes=0 if ignore_min_batch else int(runs.min_bytes_per_run),
-        max_wait_seconds=runs.max_wait_seconds,
+        min_bytes=0 if ignore_min_batch else min(min_bytes, int(runs.max_bytes_per_run)),
+        max_wait_seconds=min(own_waits) if own_waits else runs.max_wait_seconds,
     )
 
 

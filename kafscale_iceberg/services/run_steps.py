@@ -32,7 +32,7 @@ from kafscale_iceberg.config import RunsConfig
 from kafscale_iceberg.domain.field_ids import TopicFieldIds, field_id_mismatches
 from kafscale_iceberg.domain.jobs import JobState, JobStatus
 from kafscale_iceberg.domain.leases import LeaseGrant
-from kafscale_iceberg.domain.runner_choice import RunnerKind, lambda_kill
+from kafscale_iceberg.domain.runner_choice import RunnerLineup
 from kafscale_iceberg.domain.runs import FailureKind, RunPlan, RunResult, TableRole
 from kafscale_iceberg.domain.tickets import OUTCOME_NAME, FailedAttempt, RunTicket, run_document_uri
 from kafscale_iceberg.exceptions import (
@@ -93,7 +93,9 @@ class RunSteps:
     docstring).
 
     `commits` builds the commit service on first use (only the commit step loads the catalog, and
-    with it pyiceberg and pyarrow).
+    with it pyiceberg and pyarrow). `runners`: the deployment's runner declarations, asked what the
+    runner of an aborted run can do (its job found by run id, a kill by its platform); by default
+    each kind's own.
     """
 
     def __init__(
@@ -106,8 +108,10 @@ class RunSteps:
         commits: Callable[[], CommitService] | None = None,
         mapping_policy: Callable[[str], TablePolicy] | None = None,
         clock: Callable[[], float] = time.time,
+        runners: RunnerLineup | None = None,
     ) -> None:
         self._runs = runs
+        self._runners = runners or RunnerLineup(())
         self._checkpoints = checkpoints
         self._jobs = jobs
         self._documents = documents
@@ -252,7 +256,7 @@ class RunSteps:
         topic's backoff, release the lease if still ours, and decide the retry. Idempotent.
 
         `error`: the error name of the task that failed (the state machine's `$.error.Error`, e.g.
-        `Sandbox.Timedout`), which tells a Lambda runner Lambda killed (`lambda_kill`)."""
+        `Sandbox.Timedout`), which tells a runner its platform killed (`RunnerTraits.killed_by`)."""
         for job_id in self._abandoned_jobs(ticket):
             self._cancel_abandoned(ticket.topic, ticket.run_id, job_id)
         plan = self._read_plan(ticket)
@@ -298,7 +302,9 @@ class RunSteps:
         since the lease was claimed. A lookup the runner refuses is logged; a transient one raised."""
         if ticket.job_id is not None:
             return [ticket.job_id]
-        if ticket.runner is not RunnerKind.EMR_SERVERLESS or not isinstance(self._jobs, JobLookup):
+        if not self._runners.traits(ticket.runner).job_started_by_state_machine or not isinstance(
+            self._jobs, JobLookup
+        ):
             return []
         try:
             return self._jobs.unfinished_jobs(ticket.run_id, created_after_ms=ticket.grant.claimed_at_ms)
@@ -335,7 +341,7 @@ class RunSteps:
     ) -> tuple[int, int, str | None]:
         """Count the failure in the topic's backoff document (honoured by the launcher); the streak,
         the seconds before the topic is signalled again (0 when only one partition is held), and what
-        Lambda killed the run's Lambda runner for (None: it did not)."""
+        the platform killed the run's runner for (None: it did not; `RunnerTraits.killed_by`)."""
         if plan is None:
             failures = ticket.attempt + 1  # no plan, no starts to key the streak on: the attempt counts
             return failures, self._runs.retry_delay_seconds(failures), None
@@ -344,7 +350,7 @@ class RunSteps:
             # table, or another runner committed): not the topic's failure, so re-plan at once.
             return 0, 0, None
         partition = self._failed_partition(plan)
-        killed = lambda_kill(ticket.runner, error)
+        killed = self._runners.traits(ticket.runner).killed_by(error)
         if killed is not None:
             logger.warning(
                 "the topic's next run goes to EMR Serverless: the Lambda runner %s",

@@ -463,7 +463,8 @@ class StatusService:
         runs = self._config.runs
         if not runs.location:
             return 0
-        selection = select_pending(probe.segments, topic, committed, run_limits(runs), now_ms=now_ms)
+        limits = run_limits(runs, mappings=self._config.mappings_for(topic))
+        selection = select_pending(probe.segments, topic, committed, limits, now_ms=now_ms)
         ranges = []
         for chosen in selection.partitions:
             try:

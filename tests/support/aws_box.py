@@ -71,6 +71,7 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import io
 import json
 import os
 import threading
@@ -88,6 +89,7 @@ from typing import Any
 
 import boto3
 import pytest
+from botocore.response import StreamingBody
 
 from tests.support.cfn_template import ACCOUNT, REGION, ROOT, Deployment, Function, functions
 from tests.support.lambdas import LambdaContext
@@ -426,13 +428,15 @@ class LambdaFleet:
             saved = dict(os.environ)
             os.environ.update(self.environment[logical_id])
             token = _principal.set(function.role_id)
+            caller_role = self.active_role  # a synchronous invocation from a function's: its caller's
             self.active_role = function.role_id
             started = time.perf_counter()
             error: str | None = None
             try:
                 from functions import runtime
 
-                runtime.assembly.cache_clear()
+                if caller_role is None:  # a nested invocation leaves its caller's dependencies be
+                    runtime.assembly.cache_clear()
                 for fault in self.faults.get(logical_id, [])[:1]:
                     self.faults[logical_id].pop(0)
                     fault()
@@ -454,7 +458,7 @@ class LambdaFleet:
             finally:
                 self.invocations.append(Invocation(logical_id, time.perf_counter() - started, error))
                 _principal.reset(token)
-                self.active_role = None
+                self.active_role = caller_role
                 os.environ.clear()
                 os.environ.update(saved)
 
@@ -1270,15 +1274,23 @@ def build_box(
     async_invokes: list[tuple[str, dict[str, Any]]] = []
 
     def queue_async_invoke(model: Any, context: dict[str, Any], request_signer: Any = None, **_: Any) -> Any:
-        """A function's `Invoke` with `InvocationType=Event`: recorded for IAM (this answer stops
-        the other `before-call` handlers), queued for `pump` (Lambda's event queue), answered 202 as
-        Lambda does; other invocations go on to moto."""
+        """A function's `Invoke`, recorded for IAM (this answer stops the other `before-call`
+        handlers): with `InvocationType=Event` queued for `pump` (Lambda's event queue) and answered
+        202 as Lambda does; synchronous (`RequestResponse`, the checkpoint function) run at once,
+        inside the calling invocation, and answered as Lambda does; an invocation of a function that
+        is not the stack's goes on to moto."""
         params = context.get("aws_box_params", {})
-        if params.get("InvocationType") != "Event":
+        if params.get("InvocationType") == "Event":
+            recorder.hook(model, context, request_signer)
+            async_invokes.append((params["FunctionName"], json.loads(params.get("Payload") or b"{}")))
+            return SimpleNamespace(status_code=202, headers={}), {"StatusCode": 202}
+        if params.get("FunctionName") not in fleet.by_name:
             return None
         recorder.hook(model, context, request_signer)
-        async_invokes.append((params["FunctionName"], json.loads(params.get("Payload") or b"{}")))
-        return SimpleNamespace(status_code=202, headers={}), {"StatusCode": 202}
+        answer = fleet.invoke_payload(params["FunctionName"], params.get("Payload") or b"")
+        body = json.dumps(answer.pop("Payload")).encode()
+        answer["Payload"] = StreamingBody(io.BytesIO(body), len(body))
+        return SimpleNamespace(status_code=200, headers={}), answer
 
     def recording_init(session: Any, *args: Any, **kwargs: Any) -> None:
         original_init(session, *args, **kwargs)
@@ -1308,6 +1320,9 @@ def build_box(
     monkeypatch.setitem(spark_context.environment, "AWS_SECRET_ACCESS_KEY", "emr-job-secret")
 
     fleet = LambdaFleet(deployment, environment)
+    from functions import checkpoints
+
+    checkpoints._stores.cache_clear()  # the checkpoint function's etcd: this box's, built on first use
     recorder.active_role = lambda: fleet.active_role
     # A pool thread runs in its submitter's context (the function's principal, for IAM attribution).
     from concurrent.futures import ThreadPoolExecutor
