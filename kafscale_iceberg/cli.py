@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import importlib
 import json
 import os
 import sys
@@ -17,7 +18,6 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kafscale_iceberg.commands import cost, demo, maintain, replay, run, status
 from kafscale_iceberg.exceptions import KafscaleIcebergError
 
 if TYPE_CHECKING:
@@ -26,8 +26,17 @@ if TYPE_CHECKING:
 Command = Callable[[argparse.Namespace], int]
 
 
-def _b64(data: bytes | None) -> str | None:
-    return None if data is None else base64.b64encode(data).decode("ascii")
+def _bytes_field(name: str, data: bytes | None, *, base64_only: bool) -> dict[str, str | None]:
+    """`{name: text}` for UTF-8 bytes (JSON, strings: what a person reads), else (or with
+    `base64_only`) `{name_base64: ...}`, so binary payloads (Avro, Protobuf) survive intact."""
+    if data is None:
+        return {name: None}
+    if not base64_only:
+        try:
+            return {name: data.decode("utf-8")}
+        except UnicodeDecodeError:
+            pass
+    return {f"{name}_base64": base64.b64encode(data).decode("ascii")}
 
 
 def segments_inspect(args: argparse.Namespace) -> int:
@@ -44,11 +53,11 @@ def segments_inspect(args: argparse.Namespace) -> int:
     if args.summary:
         _print_json(_summary(decoded, path, size=len(data)))
         return 0
-    _write_lines(_record_lines(decoded.records.to_pydict()))
+    _write_lines(_record_lines(decoded.records.to_pydict(), base64_only=args.base64))
     return 0
 
 
-def _record_lines(columns: dict[str, list[Any]]) -> Iterator[str]:
+def _record_lines(columns: dict[str, list[Any]], *, base64_only: bool) -> Iterator[str]:
     for partition, offset, timestamp, key, value, headers in zip(
         columns["partition"],
         columns["offset"],
@@ -63,9 +72,12 @@ def _record_lines(columns: dict[str, list[Any]]) -> Iterator[str]:
                 "partition": partition,
                 "offset": offset,
                 "timestamp_ms": timestamp,
-                "key": _b64(key),
-                "value": _b64(value),
-                "headers": [{"key": h["key"], "value": _b64(h["value"])} for h in headers],
+                **_bytes_field("key", key, base64_only=base64_only),
+                **_bytes_field("value", value, base64_only=base64_only),
+                "headers": [
+                    {"key": h["key"], **_bytes_field("value", h["value"], base64_only=base64_only)}
+                    for h in headers
+                ],
             }
         )
 
@@ -134,6 +146,7 @@ def segments_generate(args: argparse.Namespace) -> int:
             lfs_blob_bytes=args.lfs_blob_bytes,
             lfs_bucket=lfs_bucket,
             lfs_checksum_alg=ChecksumAlg(args.lfs_checksum_alg),
+            start_offset=args.start_offset,
         ),
         endpoint_url=args.endpoint_url,
     )
@@ -161,6 +174,12 @@ def _add_segments_commands(group: argparse._SubParsersAction[argparse.ArgumentPa
     inspect.add_argument(
         "--summary", action="store_true", help="print header, footer, batches and the sibling .index instead"
     )
+    inspect.add_argument(
+        "--base64",
+        action="store_true",
+        help="print every key, value and header value as base64 (default: UTF-8 text as text, "
+        "anything else base64 under `<field>_base64`)",
+    )
     inspect.set_defaults(command=segments_inspect)
 
     generate = group.add_parser("generate", help="write synthetic pizza-order segments")
@@ -175,6 +194,13 @@ def _add_segments_commands(group: argparse._SubParsersAction[argparse.ArgumentPa
     generate.add_argument("--records-per-batch", type=_positive_int, default=100)
     generate.add_argument(
         "--codec", choices=["none", "gzip", "snappy", "lz4", "zstd", "mixed"], default="none"
+    )
+    generate.add_argument(
+        "--start-offset",
+        type=int,
+        default=0,
+        help="each partition's first offset (default 0); a later batch starts after the last one "
+        "written, so it adds segments instead of overwriting them",
     )
     generate.add_argument("--seed", type=int, default=0)
     generate.add_argument("--namespace", default="default", help="KafScale namespace (first key component)")
@@ -206,25 +232,32 @@ _COMMAND_GROUPS: dict[
     "segments": ("read and write KafScale segment files", _add_segments_commands),
 }
 
-_COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
-    "run": ("run the pipeline in this process (continuously, or --once)", run.add_arguments),
-    "demo": ("the whole pipeline on embedded services, with checks (no AWS account)", demo.add_arguments),
-    "status": ("per topic and partition: offsets, lag, lease, failures", status.add_arguments),
-    "replay": ("re-enqueue a topic's segments; --reset-offsets rebuilds the range", replay.add_arguments),
-    "maintain": ("compact the tables, expire snapshots, delete orphan files", maintain.add_arguments),
-    "cost": ("a fleet of topics' monthly AWS bill, per line item, beside Firehose's", cost.add_arguments),
+_COMMANDS: dict[str, str] = {
+    "run": "run the pipeline in this process (continuously, or --once)",
+    "demo": "the whole pipeline on embedded services, with checks (no AWS account)",
+    "status": "per topic and partition: offsets, lag, lease, failures",
+    "history": "a topic's snapshots; the snapshot holding an offset, with SQL",
+    "replay": "re-enqueue a topic's segments; --reset-offsets rebuilds the range",
+    "redrive": "land a topic's dead letters again after the mapping was fixed, once",
+    "maintain": "compact the tables, expire snapshots, delete orphan files",
+    "cost": "a fleet of topics' monthly AWS bill, per line item, beside Firehose's",
 }
-"""Top-level commands (`kafscale-iceberg run ...`): name -> (help, adds its arguments and `command`)."""
+"""Top-level commands (`kafscale-iceberg run ...`): name -> help. Each is the module
+`kafscale_iceberg.commands.<name>`, whose `add_arguments` adds its arguments and `command`; only
+the module of the command asked for is imported, so a command loads only what it uses."""
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser with every command and command group registered."""
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The argument parser with every command and command group registered; the arguments of
+    the top-level command `argv` names (all of them when `argv` is None)."""
+    chosen = None if argv is None else next((a for a in argv if not a.startswith("-")), "")
     parser = argparse.ArgumentParser(prog="kafscale-iceberg")
     groups = parser.add_subparsers(dest="group", required=True, metavar="<command>")
-    for name, (help_text, add_arguments) in _COMMANDS.items():
+    for name, help_text in _COMMANDS.items():
         command_parser = groups.add_parser(name, help=help_text)
         command_parser.set_defaults(name="")
-        add_arguments(command_parser)
+        if chosen is None or chosen == name:
+            importlib.import_module(f"kafscale_iceberg.commands.{name}").add_arguments(command_parser)
     for name, (help_text, add_commands) in _COMMAND_GROUPS.items():
         group_parser = groups.add_parser(name, help=help_text)
         add_commands(group_parser.add_subparsers(dest="name", required=True, metavar="<command>"))
@@ -245,7 +278,7 @@ def _write_lines(lines: Iterator[str]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the process exit code."""
-    args = build_parser().parse_args(argv)
+    args = build_parser(sys.argv[1:] if argv is None else argv).parse_args(argv)
     command: Command = args.command
     try:
         return command(args)

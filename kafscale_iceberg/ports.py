@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from kafscale_iceberg.domain.compaction_jobs import CompactionJob, CompactionJobResult
     from kafscale_iceberg.domain.events import WorkItem
     from kafscale_iceberg.domain.field_ids import TableFieldIds
+    from kafscale_iceberg.domain.history import TableHistory
     from kafscale_iceberg.domain.jobs import JobStatus
     from kafscale_iceberg.domain.leases import LeaseBusy, LeaseGrant, LeaseHolder
     from kafscale_iceberg.domain.maintenance import (
@@ -31,8 +32,10 @@ if TYPE_CHECKING:
     from kafscale_iceberg.domain.offsets import CommittedOffsets, OffsetState, OffsetUpdate
     from kafscale_iceberg.domain.planning import ListedSegment
     from kafscale_iceberg.domain.record_schemas import RegisteredSchema, SchemaId
+    from kafscale_iceberg.domain.redrive import ConvertedDeadLetters, Pair, RedriveSelection
     from kafscale_iceberg.domain.runner_choice import RunnerTraits
     from kafscale_iceberg.domain.runs import ColumnSpec, RunPlan
+    from kafscale_iceberg.domain.runs.plan import ConversionSettings
     from kafscale_iceberg.domain.tickets import RunTicket
     from kafscale_iceberg.domain.upsert import UpsertCounts
     from kafscale_iceberg.metrics.definitions import Sample
@@ -138,6 +141,18 @@ class TableCommitter(Protocol):
 
     def count_rows(self, table: str, after: Mapping[int, int]) -> int:
         """Rows of `table` whose `offset` is greater than `after[partition]` (what a reset would delete)."""
+        ...
+
+    def missing_files(self, table: str, uris: Sequence[str]) -> tuple[str, ...]:
+        """Those of `uris` (files to commit to `table`) that do not exist (one HEAD each, with the
+        table's storage credentials): a commit never references a file it has not seen exist.
+        `CatalogUnavailableError` when the storage does not answer."""
+        ...
+
+    def check_commit(self, expected: TableState, commit: TableCommit) -> None:
+        """Refuse, writing nothing, what `commit` built on `expected` would be refused for by `commit`
+        (an upsert's located version no longer standing: `UpsertLocateStaleError`), so a run is
+        refused before its first table commit, never between two."""
         ...
 
     def field_ids(self, table: str, current: TableState | None = None) -> TableFieldIds:
@@ -339,6 +354,44 @@ class TableStatusReader(Protocol):
     def offset_anomalies(self, table: str, topic: str) -> OffsetAnomalies: ...
 
     def upsert_counts(self, table: str, topic: str) -> UpsertCounts: ...
+
+
+class DeadLetterStore(Protocol):
+    """A topic's dead-letter rows and a redrive's two commits (adapter: `IcebergDeadLetters`).
+
+    Rows cross this port as Arrow tables typed `Any`: the services import no pyarrow."""
+
+    def read_dead_letters(self, table: str, topic: str, selection: RedriveSelection) -> Any: ...
+
+    def redriven_pairs(self, table: str, topic: str) -> set[Pair]: ...
+
+    def land_redriven(
+        self, table: str, topic: str, rows: Any, pairs: Sequence[Pair], redrive_id: str
+    ) -> None: ...
+
+    def resolve_dead_letters(
+        self, table: str, topic: str, record_ids: Sequence[str], failing: Any, redrive_id: str
+    ) -> None: ...
+
+
+class TableSchemaEnsurer(Protocol):
+    """A table created or evolved to a spec, as a run's commit does (adapter: `IcebergTableCommitter`)."""
+
+    def ensure_table(self, spec: TableSpec, current: TableState | None = None) -> Any: ...
+
+
+class DeadLetterConverter(Protocol):
+    """Dead-letter rows converted again (`dataplane.redrive.convert_dead_letters`)."""
+
+    def __call__(
+        self, topic: str, settings: ConversionSettings, dead: Any, *, already: set[Pair]
+    ) -> ConvertedDeadLetters: ...
+
+
+class TableHistoryReader(Protocol):
+    """A topic's snapshots in a table, from their summaries (adapter: `IcebergTableCommitter`)."""
+
+    def topic_history(self, table: str, topic: str) -> TableHistory: ...
 
 
 class TableHealthReader(Protocol):

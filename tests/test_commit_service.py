@@ -27,7 +27,6 @@ from kafscale_iceberg.domain.schema import table_fields
 from kafscale_iceberg.exceptions import (
     CommitConflictError,
     CommitOutcomeUnknownError,
-    DeadLetterAheadError,
     LeaseLostError,
     OffsetMismatchError,
     RunNotCommittableError,
@@ -58,6 +57,12 @@ class CrashingTables:
 
     def read_state(self, table: str, topic: str) -> TableState:
         return self._inner.read_state(table, topic)
+
+    def missing_files(self, table: str, uris: Any) -> tuple[str, ...]:
+        return self._inner.missing_files(table, uris)
+
+    def check_commit(self, expected: TableState, commit: TableCommit) -> None:
+        self._inner.check_commit(expected, commit)
 
     def commit(self, expected: TableState, commit: TableCommit) -> TableState:
         after = self._inner.commit(expected, commit)
@@ -385,9 +390,12 @@ def test_a_store_ahead_of_the_table_is_reported_and_the_table_wins(
     assert _store_offsets(sqlite_store) == {0: 9}
 
 
-def test_dead_letters_of_an_abandoned_run_block_a_different_range(
+def test_dead_letters_of_an_abandoned_run_that_cannot_be_finished_are_written_again_by_a_different_range(
     catalog: Catalog, tables: IcebergTableCommitter, sqlite_store: CheckpointStore, runs: RunFactory
 ) -> None:
+    """Issue 29: a run stranded after its dead-letter commit whose documents are gone (no loader here)
+    never blocks the topic for good: its dead-letter table is set back to the anchor's offsets and the
+    wider run, starting there, commits its own dead letters of the range - each row once."""
     abandoned = runs.plan({0: (-1, 9)})
     lease = _claim(sqlite_store, abandoned.run_id)
     with pytest.raises(CrashError):
@@ -397,13 +405,14 @@ def test_dead_letters_of_an_abandoned_run_block_a_different_range(
     sqlite_store.release_lease(lease)
     wider = runs.plan({0: (-1, 14)})
 
-    with pytest.raises(DeadLetterAheadError, match=abandoned.run_id):
-        CommitService(tables, sqlite_store).commit_run(
-            wider, runs.result(wider, dead_letters={0: [3]}), _claim(sqlite_store, wider.run_id), CREATE
-        )
+    outcome = CommitService(tables, sqlite_store).commit_run(
+        wider, runs.result(wider, dead_letters={0: [3, 12]}), _claim(sqlite_store, wider.run_id), CREATE
+    )
 
-    assert _rows(catalog, DLQ) == [(0, 3)]
-    assert not catalog.load_table(TABLE).snapshots()
+    assert outcome.table_committed
+    assert outcome.dead_letter_committed
+    assert _rows(catalog, DLQ) == [(0, 3), (0, 12)]
+    assert _rows(catalog, TABLE) == _expected({0: (-1, 14)}, {0: {3, 12}})
 
 
 def test_an_abandoned_run_committed_again_from_its_result_finishes_without_duplicates(

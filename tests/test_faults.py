@@ -128,14 +128,14 @@ class World:
         *,
         etcd_url: str | None = None,
         endpoint: str | None = None,
-        lease_ttl_seconds: int = 2,
+        lease_ttl_seconds: int = 60,
         **sections: Mapping[str, Any],
     ) -> None:
         """`etcd_url`: the checkpoint store's etcd (None: the SQLite store); `endpoint`: S3 as the
         product sees it (a proxy in front of moto for outages), moto itself by default;
-        `lease_ttl_seconds`: short, so a lease a dead process left is soon gone, but every step
-        between two renewals (planning, a commit) must fit in it; `sections`: config sections merged
-        over the world's."""
+        `lease_ttl_seconds`: long, so every step between two renewals (planning, a commit) fits in
+        it on a loaded machine; a lease a dead process left is expired by `expire_dead_lease`, not
+        waited for; `sections`: config sections merged over the world's."""
         self.s3: Any = moto.client("s3")
         self.bucket = moto.new_bucket()
         self.config: KafscaleConfig = config_from_mapping(
@@ -195,6 +195,24 @@ class World:
             assembly, runner, **{"watch_interval_s": 0.1, "outage_backoff_s": (0.2, 1.0), **options}
         )
 
+    def expire_dead_lease(self) -> None:
+        """The lease a dead process left runs out now: what the store does once its TTL passes,
+        without a wall-clock wait a busy machine could make a step outlast."""
+        assembly = Assembly(self.config, owner_id="the-ttl")
+        holder = assembly.checkpoints.read_lease_holder(TOPIC)
+        if holder is None or holder.run_id is None:
+            return
+        grant = LeaseGrant(
+            topic=TOPIC,
+            owner_id=holder.owner_id,
+            run_id=holder.run_id,
+            token=holder.token,
+            lease_id=holder.lease_id,
+            ttl_seconds=self.config.offsets.lease_ttl_seconds,
+            claimed_at_ms=holder.claimed_at_ms or 0,
+        )
+        assert assembly.checkpoints.release_lease(grant)
+
     def check_exactly_once(self) -> None:
         """Table, dead-letter table, checkpoint store and lease: exactly what was produced, once."""
         assembly = Assembly(self.config, owner_id="checker")
@@ -238,9 +256,11 @@ def world(
     return World(moto_server, tmp_path)
 
 
-def _die(pipeline: Pipeline) -> None:
+def _die(world: World, point: str) -> None:
+    """A process dies at `point`; whatever lease it held then expires."""
     with pytest.raises(ProcessDied):
-        pipeline.run_once()
+        world.process(point).run_once()
+    world.expire_dead_lease()
 
 
 @pytest.mark.parametrize("new_segments", [False, True], ids=["same-segments", "new-segments"])
@@ -251,7 +271,7 @@ def test_a_crash_between_the_table_commit_and_the_offset_write_heals_without_a_p
     older offsets. The refusal (or the launcher) repairs the store from the table and the topic flows."""
     world.put(0, 20)
     world.put(1, 10)
-    _die(world.process(Point.AFTER_TABLE_COMMIT))
+    _die(world, Point.AFTER_TABLE_COMMIT)
     behind = Assembly(world.config, owner_id="look").checkpoints.load_committed_offsets(TOPIC)
     assert behind.offset(0) == -1  # the store never got the run's offsets
     if new_segments:
@@ -271,7 +291,7 @@ def test_a_stale_plan_refused_at_commit_repairs_the_store_and_is_replanned_at_on
     """The commit-step path (the AWS launcher cannot read the table): a plan made from a store behind
     the table is refused once, the store is repaired under the run's lease, and the re-plan commits."""
     world.put(0, 20)
-    _die(world.process(Point.AFTER_TABLE_COMMIT))
+    _die(world, Point.AFTER_TABLE_COMMIT)
     world.put(0, 10)
     pipeline = world.process()
     pipeline.launcher._repair_offsets = None  # as on AWS: plans come from the store alone
@@ -299,7 +319,7 @@ def test_a_stale_plan_refused_at_commit_repairs_the_store_and_is_replanned_at_on
 def test_a_crash_between_any_two_steps_loses_and_duplicates_nothing(world: World, point: str) -> None:
     world.put(0, 12, bad_at=3)
     world.put(1, 8)
-    _die(world.process(point))
+    _die(world, point)
     world.put(0, 6, bad_at=15)
     summary = world.process().run_once()
     assert summary.ok, summary.failed

@@ -50,11 +50,10 @@ print("not killed", flush=True)
 def test_sigkill_between_the_table_commit_and_the_offset_write_heals_with_new_segments(
     moto_server: MotoEndpoint, etcd_server: EtcdServer, tmp_path: Path, spark: SparkSession
 ) -> None:
-    # Between two renewals of the lease the child's and this process's runs plan a run or write
-    # Iceberg commits; under load (> 12 on 2 cores) such a step can outlast the other fault tests'
-    # 2 s lease, and a run that loses its lease fails this test. The killed child's lease then holds
-    # the topic up to this TTL, which `run_once` waits out (twice the TTL at most).
-    world = World(moto_server, tmp_path, etcd_url=etcd_server.url, lease_ttl_seconds=10)
+    # The world's lease TTL is long, so no step between two renewals outlasts it on a loaded
+    # machine; the killed child's lease is expired by the test (`expire_dead_lease`), as etcd would
+    # once the TTL passed, instead of waited for.
+    world = World(moto_server, tmp_path, etcd_url=etcd_server.url)
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(world.config.model_dump(mode="json", by_alias=True, exclude_unset=True)))
     world.put(0, 12)
@@ -70,6 +69,7 @@ def test_sigkill_between_the_table_commit_and_the_offset_write_heals_with_new_se
     assert child.returncode == -9, child.stderr[-3000:]
     look = Assembly(world.config, owner_id="look")
     assert look.commits.reconciled_offsets(TOPIC, TABLE).store_behind  # the table has it, etcd not
+    world.expire_dead_lease()
     world.put(0, 4)
     world.put(1, 3)
     summary = world.process().run_once()

@@ -106,7 +106,7 @@ def test_a_go_processor_table_is_resolved_into_with_metadata_and_dead_letters(
             bucket=bucket,
             namespace=NAMESPACE,
             etcd_url=etcd_server.url,
-            offsets={"lease_ttl_seconds": 5},
+            offsets={"lease_ttl_seconds": 30},
             runs={"retry_backoff_seconds": 0},
             mappings=[
                 {
@@ -213,7 +213,7 @@ def test_run_once_follows_the_lfs_environment_overrides(
     )
 
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "1 runs committed, 3 records" in done.stderr
+    assert "1 run committed, 3 records" in done.stderr
     assert "3 LFS blobs resolved" in done.stderr
     config = load_config(config_path, environ={})
     table = load_iceberg_catalog(CatalogSettings.from_config(config)).load_table("media.images")

@@ -62,7 +62,7 @@ class World:
                 bucket=self.bucket,
                 namespace=NAMESPACE,
                 etcd_url=etcd.url,
-                offsets={"lease_ttl_seconds": 5},
+                offsets={"lease_ttl_seconds": 30},
                 notifications=notify,
                 processor={"poll_interval_seconds": 1},
                 runs={"retry_backoff_seconds": 0, **runs},

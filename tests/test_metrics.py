@@ -414,9 +414,11 @@ def test_a_bad_metrics_address_is_refused_naming_the_variable(text: str) -> None
     assert repr(text) in str(caught.value)
 
 
-def test_the_default_metrics_address_is_the_go_processors() -> None:
+def test_the_default_metrics_address_is_off_kafkas_ports() -> None:
+    """Not the Go processor's :9093, Kafka's usual SSL listener port (issue 35)."""
     server = MetricsServer.from_environment(PrometheusMetricsSink(), {})
-    assert (server.address, server.port) == (":9093", 9093)
+    assert (server.address, server.port) == (":9480", 9480)
+    assert not 9092 <= server.port <= 9094
 
 
 def test_a_taken_port_is_a_clear_error_naming_the_variable() -> None:

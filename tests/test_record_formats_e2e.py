@@ -102,7 +102,7 @@ def test_pizza_events_land_with_their_timestamps_and_unconvertible_values_are_co
         env=_env(),
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    assert f"1 runs committed, {count} records" in done.stderr
+    assert f"1 run committed, {count} records" in done.stderr
     # Never silently null: the summary names the column and how many values did not convert.
     assert f"{TOPIC}: values that did not convert to their column's type" in done.stderr
     assert "date_ordered 8" in done.stderr

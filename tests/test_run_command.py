@@ -98,7 +98,7 @@ def test_run_once_commits_everything_and_is_idempotent(setup: Setup) -> None:
     setup.put(1, 30, 30, codec=Codec.GZIP)
     first = setup.run("--once")
     assert first.returncode == 0, first.stderr[-3000:]
-    assert "1 runs committed, 100 records" in first.stderr
+    assert "1 run committed, 100 records" in first.stderr
     assert setup.keys() == [(0, o) for o in range(40)] + [(1, o) for o in range(60)]
     snapshots = setup.snapshots()
 
@@ -175,7 +175,9 @@ def test_sigterm_mid_run_leaves_a_state_the_next_start_completes_exactly_once(se
         process.kill()
         pytest.fail("no run started:\n" + "".join(lines))
     (port,) = [
-        re.search(r"metrics on :(\d+)/metrics", line).group(1) for line in lines if "metrics on" in line
+        re.search(r"metrics on 127\.0\.0\.1:(\d+)/metrics", line).group(1)
+        for line in lines
+        if "metrics on" in line
     ]  # type: ignore[union-attr]
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as response:
         assert response.read() == b"ok"

@@ -273,7 +273,9 @@ def test_abort_of_a_stale_plan_does_not_back_off(steps: Steps, tmp_path: Path) -
     )  # the repair the refusal made
     steps.cancel_accepted()
     with steps.stubber:
-        result = steps.steps.abort(ticket, "refusing to commit ... repaired to the table's offsets")
+        result = steps.steps.abort(
+            ticket, "refusing to commit ... repaired to the table's offsets", error="OffsetMismatchError"
+        )
     assert (result.resignal_after_seconds, result.consecutive_failures) == (0, 0)
 
 
@@ -304,7 +306,9 @@ def test_abort_of_an_upsert_plan_located_in_a_replaced_version_does_not_back_off
     steps.cancel_accepted()
     with steps.stubber:
         result = steps.steps.abort(
-            ticket, "the run located its changed keys in snapshot 1, which no longer stands"
+            ticket,
+            "the run located its changed keys in snapshot 1, which no longer stands",
+            error="UpsertLocateStaleError",
         )
     assert (result.resignal_after_seconds, result.consecutive_failures) == (0, 0)
 

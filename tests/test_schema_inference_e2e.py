@@ -62,7 +62,7 @@ class World:
                 bucket=bucket,
                 namespace=NAMESPACE,
                 etcd_url=etcd_server.url,
-                offsets={"lease_ttl_seconds": 5},
+                offsets={"lease_ttl_seconds": 30},
                 runs={"retry_backoff_seconds": 0},
                 mappings=[
                     {

@@ -58,8 +58,9 @@ def world(tmp_path: Path, moto_server: MotoEndpoint) -> World:
     )
 
 
-def _abort(world: World, plan: RunPlan, tmp_path: Path) -> int:
-    """Abort a run of `plan` after its commit was refused; the seconds before it is re-signalled."""
+def _abort(world: World, plan: RunPlan, tmp_path: Path, error: str | None = None) -> int:
+    """Abort a run of `plan` after its commit failed with `error` (the name the state machine passes;
+    None: the run failed otherwise); the seconds before it is re-signalled."""
     plan = plan.model_copy(update={"result_uri": str(tmp_path / "result.json")})  # none: never written
     assert plan.table is not None
     table = plan.table.identifier
@@ -70,7 +71,7 @@ def _abort(world: World, plan: RunPlan, tmp_path: Path) -> int:
     grant = world.checkpoints.claim_lease(plan.topic, owner_id="launcher", run_id=plan.run_id)
     assert isinstance(grant, LeaseGrant)
     ticket = RunTicket(topic=plan.topic, run_id=plan.run_id, plan_uri=plan_uri, grant=grant, attempt=0)
-    return world.steps.abort(ticket, "commit failed: ...").resignal_after_seconds
+    return world.steps.abort(ticket, "commit failed: ...", error=error).resignal_after_seconds
 
 
 def _with_table(plan: RunPlan, **table: object) -> RunPlan:
@@ -84,13 +85,15 @@ def test_an_inferred_plan_made_before_the_table_gained_columns_is_resignalled_at
     inferred = plan.model_copy(
         update={"conversion": plan.conversion.model_copy(update={"infer_columns": True})}
     )
-    assert _abort(world, _with_table(inferred, last_column_id=9, field_ids={"record_id": 1}), tmp_path) == 0
+    plan = _with_table(inferred, last_column_id=9, field_ids={"record_id": 1})
+    assert _abort(world, plan, tmp_path, "InferredColumnChangedError") == 0
 
 
 def test_a_plan_whose_ids_the_table_no_longer_has_is_resignalled_at_once(
     world: World, tmp_path: Path
 ) -> None:
-    assert _abort(world, _with_table(sample_plan(), field_ids={"record_id": 1, "tip": 11}), tmp_path) == 0
+    plan = _with_table(sample_plan(), field_ids={"record_id": 1, "tip": 11})
+    assert _abort(world, plan, tmp_path, "FieldIdMismatchError") == 0
 
 
 def test_a_failed_run_planning_a_mappings_new_column_still_backs_off(world: World, tmp_path: Path) -> None:
@@ -99,7 +102,9 @@ def test_a_failed_run_planning_a_mappings_new_column_still_backs_off(world: Worl
     assert _abort(world, plan, tmp_path) == 60
 
 
-def _abort_routed(world: World, tmp_path: Path, *, planned_last_column_id: int) -> int:
+def _abort_routed(
+    world: World, tmp_path: Path, *, planned_last_column_id: int, error: str | None = None
+) -> int:
     """Abort a run of a routed inferred plan whose template table `shop.kind_a` was planned with
     `planned_last_column_id`; `field-ids.json` records the table with last-column-id 10."""
     plan = sample_plan()
@@ -129,13 +134,14 @@ def _abort_routed(world: World, tmp_path: Path, *, planned_last_column_id: int) 
     grant = world.checkpoints.claim_lease(plan.topic, owner_id="launcher", run_id=plan.run_id)
     assert isinstance(grant, LeaseGrant)
     ticket = RunTicket(topic=plan.topic, run_id=plan.run_id, plan_uri=plan_uri, grant=grant, attempt=0)
-    return world.steps.abort(ticket, "commit failed: ...").resignal_after_seconds
+    return world.steps.abort(ticket, "commit failed: ...", error=error).resignal_after_seconds
 
 
 def test_a_routed_inferred_plan_made_before_a_template_table_gained_columns_is_resignalled_at_once(
     world: World, tmp_path: Path
 ) -> None:
-    assert _abort_routed(world, tmp_path, planned_last_column_id=9) == 0
+    refused = "InferredColumnChangedError"
+    assert _abort_routed(world, tmp_path, planned_last_column_id=9, error=refused) == 0
 
 
 def test_a_failed_routed_inferred_run_whose_template_table_did_not_move_still_backs_off(

@@ -14,6 +14,7 @@ from kafscale_iceberg.segments.decode import decode_segment
 from kafscale_iceberg.segments.generate import generate_segments
 from kafscale_iceberg.segments.layout import Codec
 from tests.support.moto import MotoEndpoint
+from tests.support.segments import encode_segment
 
 KFS_0 = "default/orders/1/segment-00000000000000000000.kfs"
 
@@ -61,6 +62,27 @@ def test_generate_writes_both_objects_per_segment_with_running_offsets(
     assert (second["base_offset"], second["last_offset"], second["records"]) == (400, 799, 400)
 
 
+def test_a_second_batch_from_a_start_offset_adds_segments_instead_of_overwriting(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["segments", "generate", "--out", str(tmp_path)]) == 0
+    first_kfs = (tmp_path / "default/orders/0/segment-00000000000000000000.kfs").read_bytes()
+    capsys.readouterr()
+    assert main(["segments", "generate", "--out", str(tmp_path), "--start-offset", "400"]) == 0
+    (second,) = json.loads(capsys.readouterr().out)["segments"]
+    assert (second["base_offset"], second["last_offset"]) == (400, 799)
+    assert (tmp_path / "default/orders/0/segment-00000000000000000000.kfs").read_bytes() == first_kfs
+    later = decode_segment(
+        (tmp_path / "default/orders/0/segment-00000000000000000400.kfs").read_bytes(), source="gen"
+    ).records.to_pydict()
+    first = decode_segment(first_kfs, source="gen").records.to_pydict()
+    assert later["offset"][0] == 400
+    assert min(later["timestamp_ms"]) > min(first["timestamp_ms"]) + 300_000  # times follow on
+    assert not {json.loads(v)["order_id"] for v in later["value"]} & {
+        json.loads(v)["order_id"] for v in first["value"]
+    }
+
+
 def test_generation_is_deterministic_per_seed() -> None:
     def kfs(seed: int) -> list[bytes]:
         return [g.files.kfs for g in generate_segments(partitions=2, codec="mixed", seed=seed)]
@@ -98,9 +120,23 @@ def test_inspect_prints_one_json_object_per_record(
     first = json.loads(lines[0])
     assert set(first) == {"partition", "offset", "timestamp_ms", "key", "value", "headers"}
     assert (first["partition"], first["offset"]) == (1, 0)
-    assert json.loads(base64.b64decode(first["value"]))["order_id"] == 10_000_001
+    assert json.loads(first["value"])["order_id"] == 10_000_001  # UTF-8 text, readable as is
     assert [h["key"] for h in first["headers"]] == ["content-type", "trace-id"]
-    assert base64.b64decode(first["headers"][0]["value"]) == b"application/json"
+    assert first["headers"][0]["value"] == "application/json"
+
+
+def test_inspect_prints_bytes_that_are_not_utf8_as_base64(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    binary = b"\x00\x00\x00\x00\x07\xff\xfe avro"
+    path = tmp_path / "segment-00000000000000000000.kfs"
+    path.write_bytes(encode_segment(0, 0, 1, values=[binary]).kfs)
+    assert main(["segments", "inspect", str(path)]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert "value" not in record
+    assert base64.b64decode(record["value_base64"]) == binary
+    assert main(["segments", "inspect", "--base64", str(path)]) == 0
+    assert base64.b64decode(json.loads(capsys.readouterr().out)["value_base64"]) == binary
 
 
 def test_inspect_outside_the_key_layout_has_null_partitions(

@@ -148,6 +148,7 @@ def test_lag_is_the_newest_complete_offset_minus_the_committed_one(world: World)
             blocked_segment=None,
             last_record_timestamp_ms=TIMESTAMP_BASE + 9,
             store_updated_at_ms=stored.updated_at_ms,
+            watermark_age_seconds=(world.now_ms - (TIMESTAMP_BASE + 9)) / 1000,
         ),
         # Nothing committed: the table records the topic but not this partition; the oldest pending
         # segment's landing time stands in for a committed record's timestamp.
@@ -187,6 +188,8 @@ def test_a_caught_up_partition_has_no_lag(world: World) -> None:
     (partition,) = world.topic().partitions
     assert (partition.committed_offset, partition.newest_offset, partition.lag_records) == (9, 9, 0)
     assert (partition.lag_seconds, partition.pending_segments) == (0.0, 0)
+    # Caught up, the watermark still ages: how old the newest committed record is.
+    assert partition.watermark_age_seconds == (world.now_ms - (TIMESTAMP_BASE + 9)) / 1000
 
 
 def test_table_and_store_offsets_are_shown_apart_and_the_table_wins(sqlite_world: World) -> None:
@@ -418,10 +421,20 @@ def test_status_command_prints_a_readable_table(
     assert "  failures      1 consecutive" in lines
     assert "  table health  1 files (1 small), 1 snapshots, last maintenance -, last compaction -" in lines
     header = next(i for i, line in enumerate(lines) if line.strip().startswith("partition"))
-    assert lines[header].split()[:7] == ["partition", "committed", "table", "store", "newest", "lag", "lag_s"]
+    assert lines[header].split()[:8] == [
+        "partition",
+        "committed",
+        "table",
+        "store",
+        "newest",
+        "lag",
+        "lag_s",
+        "wm_age_s",
+    ]
     row = lines[header + 1].split()
     assert row[:6] == ["0", "9", "9", "9", "19", "10"]
     assert float(row[6]) > 0
+    assert float(row[7]) == pytest.approx(float(row[6]), abs=0.1)
 
 
 def test_status_command_names_an_unreadable_config(

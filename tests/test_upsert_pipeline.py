@@ -64,7 +64,7 @@ class World:
                 namespace=NAMESPACE,
                 runs={"retry_backoff_seconds": 0},
                 **({} if runner is None else {"runner": runner}),
-                offsets={"lease_ttl_seconds": 5},
+                offsets={"lease_ttl_seconds": 30},
                 mappings=[
                     {
                         "topic": TOPIC,

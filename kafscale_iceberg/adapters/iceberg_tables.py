@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import (
@@ -43,6 +43,7 @@ from pyiceberg.exceptions import (
     TableAlreadyExistsError,
     ValidationException,
 )
+from pyiceberg.io import load_file_io
 from pyiceberg.partitioning import PartitionField as IcebergPartitionField
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
@@ -86,6 +87,7 @@ from kafscale_iceberg.domain.commits import (
     read_marker,
 )
 from kafscale_iceberg.domain.field_ids import TableFieldIds, field_id_mismatches
+from kafscale_iceberg.domain.history import TableHistory, TopicSnapshot
 from kafscale_iceberg.domain.maintenance import files_baseline, total_data_files
 from kafscale_iceberg.domain.partitioning import partition_field_name
 from kafscale_iceberg.domain.upsert import UpsertCounts, upsert_counts_of
@@ -246,6 +248,37 @@ class IcebergTableCommitter(CatalogTableAccess):
         table = self._read.get(state.table)
         return table if table is not None and table.metadata_location == state.version else None
 
+    def missing_files(self, table: str, uris: Sequence[str]) -> tuple[str, ...]:
+        """Those of `uris` that do not exist (one HEAD per file, with `table`'s file IO: the credentials
+        its catalog vends for it; the catalog's own when the table does not exist yet).
+
+        Raises `CatalogUnavailableError` when the storage does not answer."""
+        if not uris:
+            return ()
+        try:
+            loaded = self._read.get(table) or (
+                self._load(table) if self._catalog.table_exists(table) else None
+            )
+            io = loaded.io if loaded is not None else load_file_io(self._catalog.properties, uris[0])
+            return tuple(uri for uri in uris if not io.new_input(uri).exists())
+        except OSError as exc:
+            checked = f"check that {len(uris)} file(s) of {table!r} exist"
+            raise CatalogUnavailableError(self._describe, checked, str(exc)) from exc
+
+    def check_commit(self, expected: TableState, commit: TableCommit) -> None:
+        """Refuse, writing nothing, an upsert commit whose located version no longer stands on the
+        table as `expected` was read (`UpsertLocateStaleError`): what `commit` would refuse, asked
+        before a run's first table commit. Raises like `read_state` otherwise."""
+        table = self._version_read(expected) or self._load(expected.table)
+        try:
+            files_to_replace(table, expected.table, commit)
+        except KafscaleIcebergError:
+            raise
+        except OSError as exc:
+            raise CatalogUnavailableError(
+                self._describe, f"read the manifests of {expected.table!r}", str(exc)
+            ) from exc
+
     def last_commit_ms(self, table: str, topic: str) -> int | None:
         """When `topic` was last committed to `table`: the newest snapshot on the current lineage whose
         summary names the topic (`kafscale.topic`), Unix ms; None when no snapshot does (never
@@ -293,6 +326,25 @@ class IcebergTableCommitter(CatalogTableAccess):
             if counts is not None:
                 total = total.plus(counts)
         return total
+
+    def topic_history(self, table: str, topic: str) -> TableHistory:
+        """The snapshots of the current lineage committed for `topic`, oldest first, from their
+        summaries (no data file read). Raises like `read_state`."""
+        loaded = self._load(table)
+        metadata = loaded.metadata
+        by_id = {snapshot.snapshot_id: snapshot for snapshot in metadata.snapshots}
+        lineage: list[TopicSnapshot] = []
+        snapshot_id = metadata.current_snapshot_id
+        while snapshot_id is not None and snapshot_id in by_id:
+            snapshot = by_id[snapshot_id]
+            if snapshot.summary is not None and snapshot.summary.get(SUMMARY_TOPIC) == topic:
+                lineage.append(
+                    TopicSnapshot.from_summary(
+                        table, snapshot.snapshot_id, snapshot.timestamp_ms, snapshot.summary
+                    )
+                )
+            snapshot_id = snapshot.parent_snapshot_id
+        return TableHistory(table, loaded.metadata_location, tuple(reversed(lineage)))
 
     def offset_anomalies(self, table: str, topic: str) -> OffsetAnomalies:
         """Per partition, the offset gaps and overlapped records of `topic`'s runs: the sum of the
@@ -376,6 +428,12 @@ class IcebergTableCommitter(CatalogTableAccess):
             raise CatalogUnavailableError(
                 self._describe, f"read the data files of run {commit.run_id!r}", str(exc)
             ) from exc
+        except ValidationException as exc:
+            # pyiceberg's own check that the files to delete are in the version staged on: the
+            # version just checked says they are, so the table moved (or the check misjudged): the
+            # commit step reads the table again and re-verifies - a file truly gone is then refused
+            # as a stale plan (`files_to_replace`), re-planned, never committed without it.
+            raise TableChangedError(expected.table, f"staging run {commit.run_id!r}: {exc}") from exc
         except Exception as exc:  # staging only: nothing reached the catalog
             raise self._translate(f"prepare the commit of run {commit.run_id!r}", exc) from exc
         try:

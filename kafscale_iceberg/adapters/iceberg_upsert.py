@@ -71,7 +71,8 @@ def files_to_replace(table: Table, identifier: str, commit: TableCommit) -> list
             identifier,
             commit.run_id,
             None if commit.located is None else commit.located.snapshot_id,
-            f"{len(gone)} file(s) it replaces or deletes rows of left the table (a compaction?), "
+            f"{len(gone)} file(s) it replaces or deletes rows of left the table (replaced by a compaction "
+            f"or another writer), "
             f"e.g. {gone[0]}",
         )
     return removed

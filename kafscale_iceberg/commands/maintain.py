@@ -27,6 +27,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="compact whatever the small-file count (default: at the threshold)",
     )
     parser.add_argument("--json", action="store_true", help="print the report as one JSON document")
+    parser.add_argument(
+        "--strict-config",
+        action="store_true",
+        help="fail at start on an unknown (e.g. misspelled) config key instead of warning",
+    )
     parser.set_defaults(command=maintain_command)
 
 
@@ -34,8 +39,10 @@ def maintain_command(args: argparse.Namespace) -> int:
     """Maintain the tables once; 0 when done (errors end the command with 1)."""
     from kafscale_iceberg.assembly import Assembly  # noqa: PLC0415
     from kafscale_iceberg.config import load_config_from  # noqa: PLC0415
+    from kafscale_iceberg.local.preflight import check_before_start  # noqa: PLC0415
 
-    config = load_config_from(args.config)
+    config = load_config_from(args.config, strict=args.strict_config)
+    check_before_start(config, command="maintain")
     assembly = Assembly(config)
     if config.maintenance.compaction_engine == "spark" and config.runner.type == "local" and not args.dry_run:
         # One machine: the compaction job runs on local Spark, as `run`'s runs do.

@@ -58,6 +58,7 @@ def replay_command(args: argparse.Namespace) -> int:
     from kafscale_iceberg.assembly import Assembly  # noqa: PLC0415
     from kafscale_iceberg.config import load_config_from  # noqa: PLC0415
     from kafscale_iceberg.domain.replay import ReplayRequest  # noqa: PLC0415
+    from kafscale_iceberg.local.preflight import check_before_start  # noqa: PLC0415
 
     request = ReplayRequest.parse(
         {
@@ -68,7 +69,9 @@ def replay_command(args: argparse.Namespace) -> int:
         },
         source="replay",
     )
-    service = Assembly(load_config_from(args.config, strict=args.strict_config)).replay
+    config = load_config_from(args.config, strict=args.strict_config)
+    check_before_start(config, command="replay")
+    service = Assembly(config).replay
     if request.reset_offsets:
         preview = service.plan(request)
         # The preview goes to stderr with --json, so stdout stays one JSON document.

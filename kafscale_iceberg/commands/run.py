@@ -15,12 +15,12 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from types import FrameType
+from typing import TYPE_CHECKING
 
-from kafscale_iceberg.config import load_config_from
 from kafscale_iceberg.exceptions import KafscaleIcebergError
-from kafscale_iceberg.local.pipeline import OnceSummary, RunEnd, RunReport
-from kafscale_iceberg.local.wiring import ProgressPrinter, lfs_summary, open_pipeline
-from kafscale_iceberg.metrics import MetricsServer, PrometheusMetricsSink
+
+if TYPE_CHECKING:
+    from kafscale_iceberg.local.pipeline import OnceSummary, RunReport
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -41,14 +41,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_command(args: argparse.Namespace) -> int:
     """Run the pipeline; the exit code of `--once`, or 0 after a clean shutdown."""
+    # Imported here, not at the top: `kafscale-iceberg <other command>` never loads the pipeline.
+    from kafscale_iceberg.config import load_config_from  # noqa: PLC0415
+    from kafscale_iceberg.local.preflight import check_before_start  # noqa: PLC0415
+    from kafscale_iceberg.local.wiring import ProgressPrinter, open_pipeline  # noqa: PLC0415
+    from kafscale_iceberg.metrics import MetricsServer, PrometheusMetricsSink  # noqa: PLC0415
+
     config = load_config_from(args.config, strict=args.strict_config)
     sink = PrometheusMetricsSink()
     server = MetricsServer.from_environment(sink)
-    port = server.start()
-    print(f"kafscale-iceberg run: metrics on :{port}/metrics, health on :{port}/healthz", file=sys.stderr)
+    server.start()  # a metrics port already taken fails here, first, naming KAFSCALE_METRICS_ADDR
+    try:
+        check_before_start(config, command="run")  # before any JVM: each mistake in seconds
+    except BaseException:
+        server.stop()
+        raise
+    where = server.where
+    print(f"kafscale-iceberg run: metrics on {where}/metrics, health on {where}/healthz", file=sys.stderr)
     with (
         server,
-        open_pipeline(config, observers=[ProgressPrinter()], metrics=sink) as pipeline,
+        open_pipeline(config, observers=[ProgressPrinter()], metrics=sink, warm_up=not args.once) as pipeline,
         stop_on_signals(pipeline.stop),
     ):
         pipeline.health = server.readiness
@@ -97,13 +109,17 @@ def stop_on_signals(stop: Callable[[], None]) -> Iterator[None]:
 
 def print_summary(summary: OnceSummary) -> None:
     """The `--once` summary: runs, records, and each topic left behind with why."""
+    from kafscale_iceberg.domain.wording import counted  # noqa: PLC0415
+    from kafscale_iceberg.local.pipeline import RunEnd  # noqa: PLC0415
+    from kafscale_iceberg.local.wiring import lfs_summary  # noqa: PLC0415
+
     committed = [r for r in summary.runs if r.end is RunEnd.COMMITTED]
     finished = summary.finished
     records = sum(r.records for r in committed) + sum(f.records for f in finished)
     recovered = f" ({len(finished)} of them left by an earlier crash and finished)" if finished else ""
     print(
-        f"kafscale-iceberg run --once: {len(committed) + len(finished)} runs committed{recovered}, "
-        f"{records} records, {len(summary.failed)} topics failed",
+        f"kafscale-iceberg run --once: {counted(len(committed) + len(finished), 'run')} committed"
+        f"{recovered}, {counted(records, 'record')}, {counted(len(summary.failed), 'topic')} failed",
         file=sys.stderr,
     )
     for run in finished:

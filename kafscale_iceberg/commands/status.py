@@ -37,9 +37,11 @@ def status_command(args: argparse.Namespace) -> int:
     """Print the status of every mapped topic; 0 once printed (errors reading it end the command)."""
     from kafscale_iceberg.assembly import Assembly  # noqa: PLC0415
     from kafscale_iceberg.config import load_config_from  # noqa: PLC0415
+    from kafscale_iceberg.local.preflight import check_before_start  # noqa: PLC0415
     from kafscale_iceberg.services.status import StatusService  # noqa: PLC0415
 
     config = load_config_from(args.config, strict=args.strict_config)
+    check_before_start(config, command="status")
     assembly = Assembly(config)
     service = StatusService(
         config,
@@ -126,7 +128,18 @@ def _render_topic(topic: TopicStatus) -> str:
             )
         )
     rows: list[Sequence[str]] = [
-        ("partition", "committed", "table", "store", "newest", "lag", "lag_s", "pending", "store updated")
+        (
+            "partition",
+            "committed",
+            "table",
+            "store",
+            "newest",
+            "lag",
+            "lag_s",
+            "wm_age_s",
+            "pending",
+            "store updated",
+        )
     ]
     for p in topic.partitions:
         pending = str(p.pending_segments) + (" (blocked)" if p.blocked_segment else "")
@@ -139,6 +152,7 @@ def _render_topic(topic: TopicStatus) -> str:
                 str(p.newest_offset),
                 str(p.lag_records),
                 f"{p.lag_seconds:.1f}",
+                "-" if p.watermark_age_seconds is None else f"{p.watermark_age_seconds:.1f}",
                 pending,
                 _time(p.store_updated_at_ms) if p.store_updated_at_ms else "-",
             )

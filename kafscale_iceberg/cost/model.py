@@ -56,7 +56,7 @@ LINE_ITEMS = (
 
 # -- assumptions (not measurable here), each with its reason ---------------------------------------------
 EMR_JOB_START_S = 45.0  # application started (auto-start, 15 min idle stop); driver and executor come up
-EMR_DEFAULT_WORKERS = (4, 4, 16)  # a job no sizing covers (> 4 GiB, compaction): workers x vCPU x GB
+EMR_DEFAULT_WORKERS = (4, 4, 16)  # a job no sizing covers (> 4 GiB): workers x vCPU x GB
 LAMBDA_RUNNER_START_S = 2.0  # container image, warm numba cache: init and plan read (cold starts rare)
 LAMBDA_MB_PER_VCPU = 1769  # Lambda gives one vCPU per 1,769 MB
 # Seconds per invocation of each function (the box's invocations took about these on its machine).
@@ -411,8 +411,11 @@ class CostModel:
         policy = self.policy
         jobs = max(min(passes, files / policy.compaction_min_small_files), files / policy.trigger_small_files)
         job_bytes = runs.runs_per_month * runs.planned_bytes / jobs
-        vcpu, memory_gb = _emr_shape(math.inf)
-        job_s = EMR_JOB_START_S + job_bytes / 1e6 / (self.throughput.spark_task_1_vcpu * _emr_cores(math.inf))
+        # sized like a run of its bytes (adapters/emr_serverless.py: job_sizing.sizing_conf)
+        vcpu, memory_gb = _emr_shape(job_bytes)
+        job_s = EMR_JOB_START_S + job_bytes / 1e6 / (
+            self.throughput.spark_task_1_vcpu * _emr_cores(job_bytes)
+        )
         waited = min(job_s, policy.compaction_wait_s)
         per_job = self._emr_usd(vcpu, memory_gb, job_s) + self.lambda_usd(maintenance, 1, waited)
         bill.add("compaction", group.count * jobs * per_job)

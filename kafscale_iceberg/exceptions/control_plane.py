@@ -102,5 +102,29 @@ class ReplayLeaseBusyError(TransientError):
         )
 
 
+class RedriveLeaseBusyError(TransientError):
+    """A redrive needs the topic's lease and a run (or a reset, or another redrive) holds it."""
+
+    def __init__(self, busy: LeaseBusy) -> None:
+        self.busy = busy
+        super().__init__(
+            f"cannot re-drive the dead letters of topic {busy.topic!r}: its lease is held by "
+            f"{busy.holder.describe()}; nothing was changed - retry `redrive` when that run ends (a dead "
+            "holder's lease expires after offsets.lease_ttl_seconds)"
+        )
+
+
+class RedriveRefusedError(KafscaleIcebergError):
+    """A redrive this version cannot do for a mapping (nothing was changed). Terminal."""
+
+    def __init__(self, topic: str, table: str, problem: str) -> None:
+        self.topic = topic
+        self.table = table
+        super().__init__(
+            f"cannot re-drive the dead letters of topic {topic!r} into {table!r}: {problem}; nothing was "
+            "changed (use `replay --reset-offsets` over the dead letters' offsets to re-read them instead)"
+        )
+
+
 class LambdaInvokeError(TransientError):
     """A function could not be invoked (throttled, unreachable, refused); the schedule still runs it."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from kafscale_iceberg.exceptions.base import KafscaleIcebergError, TransientError
 
@@ -75,15 +75,36 @@ class TableMarkerError(KafscaleIcebergError):
         )
 
 
+class OffsetNotInHistoryError(KafscaleIcebergError):
+    """No retained snapshot of the table committed the offset (`history --partition --offset`). Terminal."""
+
+    def __init__(self, topic: str, table: str, partition: int, offset: int, span: str) -> None:
+        self.topic = topic
+        self.table = table
+        self.partition = partition
+        self.offset = offset
+        super().__init__(
+            f"topic {topic!r} partition {partition} offset {offset}: no retained snapshot of table "
+            f"{table!r} committed it ({span}); it is not committed yet (see `status`), its snapshot was "
+            "expired by maintenance, or it is in another table of the topic (--table)"
+        )
+
+
 class DataFileRejectedError(KafscaleIcebergError):
     """The catalog refused to add a run's data file (schema, partition values, missing file). Terminal."""
 
-    def __init__(self, table: str, run_id: str, problem: str) -> None:
+    def __init__(
+        self,
+        table: str,
+        run_id: str,
+        problem: str,
+        action: str = "fix the Spark output or the table, then retry the commit",
+    ) -> None:
         self.table = table
         self.run_id = run_id
         super().__init__(
             f"run {run_id!r}: the data files could not be added to table {table!r}: {problem} "
-            "(nothing was committed; fix the Spark output or the table, then retry the commit)"
+            f"(nothing was committed; {action})"
         )
 
 
@@ -100,8 +121,8 @@ class FieldIdMismatchError(DataFileRejectedError):
             table,
             run_id,
             f"the files' Parquet field ids differ from the table's ({described}); the table's schema "
-            "changed after the run was planned. Abort the run: the next attempt is planned with the "
-            "table's ids",
+            "changed after the run was planned",
+            "the topic is planned again at once, with the table's ids - no action needed",
         )
 
 
@@ -117,8 +138,24 @@ class UpsertLocateStaleError(DataFileRejectedError):
             self,
             table,
             run_id,
-            f"the run located its changed keys in snapshot {located}, which no longer stands: {problem}. "
-            "Abort the run: the next attempt locates in the table's current version",
+            f"the run located its changed keys in snapshot {located}, which no longer stands: {problem}",
+            "the topic is planned again at once, located in the table's current version - no action needed",
+        )
+
+
+class DataFileMissingError(KafscaleIcebergError):
+    """A file a commit would reference does not exist (deleted after the run wrote it: orphan cleanup,
+    an `aws s3 rm`). Terminal for this commit (nothing written); the run is planned again and rewrites
+    it - a table never references a file the commit has not seen exist."""
+
+    def __init__(self, run_id: str, tables: Sequence[str], missing: Sequence[str]) -> None:
+        self.run_id = run_id
+        self.tables = tuple(tables)
+        self.missing = tuple(missing)
+        super().__init__(
+            f"run {run_id!r}: {len(self.missing)} file(s) it would commit to {', '.join(self.tables)} do "
+            f"not exist, e.g. {self.missing[0]!r} (deleted after the run wrote them: orphan cleanup or a "
+            "manual delete?); nothing was committed - the range is planned again and its files rewritten"
         )
 
 

@@ -42,6 +42,7 @@ import boto3
 import yaml
 
 from kafscale_iceberg.config import KafscaleConfig, config_from_mapping, require_known_keys
+from kafscale_iceberg.domain.wording import counted
 from kafscale_iceberg.exceptions import EmbeddedServiceError
 from kafscale_iceberg.local import demo_avro
 from kafscale_iceberg.local.config_document import one_machine_document
@@ -467,7 +468,9 @@ class Demo:
                 f"(missing {len(expected - set(seen))}, duplicated {len(duplicates)})",
             )
             self.check(
-                dead_keys == invalid, f"{topic.name}: the {len(invalid)} invalid records are dead letters"
+                dead_keys == invalid,
+                f"{topic.name}: every invalid record is a dead letter "
+                f"({counted(len(invalid), 'invalid record')})",
             )
         orders = tables.rows("shop.orders")
         totals: Counter[str] = Counter()

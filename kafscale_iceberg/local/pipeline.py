@@ -31,6 +31,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol
 
 from kafscale_iceberg.adapters.foreign_errors import is_unreachable
+from kafscale_iceberg.domain.commit_failures import CommitAction, CommitDecision, decide_commit_failure
 from kafscale_iceberg.domain.events import WorkItem
 from kafscale_iceberg.domain.finished_runs import FinishedRun
 from kafscale_iceberg.domain.jobs import JobState
@@ -38,14 +39,10 @@ from kafscale_iceberg.domain.runs import RunPlan
 from kafscale_iceberg.domain.tickets import RunTicket
 from kafscale_iceberg.exceptions import (
     ConfigError,
-    FieldIdMismatchError,
     KafscaleIcebergError,
-    OffsetMismatchError,
     OffsetsNotRecordedError,
     RunAttemptEndedError,
-    RunNotCommittableError,
     RunSupersededError,
-    UpsertLocateStaleError,
 )
 from kafscale_iceberg.metrics import ErrorStage, Readiness, error_stage
 from kafscale_iceberg.ports import AwaitableJobRunner, JobRunner
@@ -567,38 +564,19 @@ class Pipeline:
             try:
                 committed = self.steps.commit_run(ticket)
                 break
-            except RunNotCommittableError as exc:
-                self._error(ErrorStage.SINK, ticket.topic, exc)
-                return self._abort(ticket, plan, start, str(exc))
-            except OffsetsNotRecordedError as exc:
-                # The rows are in; retrying only waits on the store: the loop backs off, and the next
-                # plan of the topic brings the store up to the table (`_abandon` aborts nothing).
-                self._error(ErrorStage.SINK, ticket.topic, exc)
-                raise
-            except RunSupersededError as exc:  # a recovery, not a failure: no error reported
-                superseded = self._abort(ticket, plan, start, str(exc))
-                return replace(
-                    superseded,
-                    end=RunEnd.SUPERSEDED,
-                    retry_after_seconds=0,
-                    replan=True,
-                    finished=exc.finished,
-                )
-            except (OffsetMismatchError, FieldIdMismatchError, UpsertLocateStaleError) as exc:
-                # A stale plan: the store was repaired from the table (or `field-ids.json` rewritten
-                # from its schema), so the topic is re-planned at once (one wasted run, not a failure
-                # to back off from).
-                self._error(ErrorStage.SINK, ticket.topic, exc)
-                return replace(self._abort(ticket, plan, start, str(exc)), retry_after_seconds=0, replan=True)
             except KafscaleIcebergError as exc:
-                self._error(ErrorStage.SINK, ticket.topic, exc)
-                if not exc.transient:
-                    return self._abort(ticket, plan, start, f"commit failed: {exc}")
-                if attempt == _COMMIT_ATTEMPTS:
-                    # Still unavailable (the catalog, etcd, S3): an outage, not this run's failure -
-                    # abandoned by `drive`, then the loop reports not ready and backs off.
-                    raise
-                self.stopping.wait(self._outage_backoff_s[0] * attempt)
+                decision = decide_commit_failure(exc)
+                assert decision is not None  # an exception always has a meaning
+                # A conflict, or an outage that may pass within the attempts (the offsets of a
+                # committed run wait on the store instead: the next plan brings them up).
+                again = decision.action is CommitAction.RETRY or (
+                    decision.action is CommitAction.BACK_OFF and not isinstance(exc, OffsetsNotRecordedError)
+                )
+                if again and attempt < _COMMIT_ATTEMPTS:
+                    logger.info("commit failed for now (attempt %d), trying again: %s", attempt, exc)
+                    self.stopping.wait(self._outage_backoff_s[0] * attempt)
+                    continue
+                return self._commit_failed(ticket, plan, start, exc, decision)
         result = committed.result
         return RunReport(
             topic=ticket.topic,
@@ -619,6 +597,40 @@ class Pipeline:
             commit_ended_at=time.time(),
             finished=committed.outcome.finished,
         )
+
+    def _commit_failed(
+        self,
+        ticket: RunTicket,
+        plan: RunPlan,
+        start: _Start,
+        error: KafscaleIcebergError,
+        decision: CommitDecision,
+    ) -> RunReport:
+        """Act on a commit failure as `domain.commit_failures` decides (the AWS abort step's rule too):
+        re-plan now (no ERROR: nothing is wrong with the topic), abort with the fix, or raise an outage
+        (`drive` abandons the run, the loop backs off)."""
+        if decision.action in (CommitAction.BACK_OFF, CommitAction.RETRY):
+            # Still unavailable (the catalog, etcd, S3) or still conflicting after the attempts: an
+            # outage, not this run's failure (`OffsetsNotRecordedError`: the rows are in, the offsets
+            # catch up from the table once the store is back; `_abandon` aborts nothing then).
+            self._error(ErrorStage.SINK, ticket.topic, error)
+            raise error
+        if decision.topic_failed:
+            self._error(ErrorStage.SINK, ticket.topic, error)
+            return self._abort(ticket, plan, start, f"commit failed: {error}", error=type(error).__name__)
+        aborted = self._abort(ticket, plan, start, str(error), error=type(error).__name__)
+        if isinstance(error, RunSupersededError):  # a recovery, not a failure: no error reported
+            return replace(
+                aborted, end=RunEnd.SUPERSEDED, retry_after_seconds=0, replan=True, finished=error.finished
+            )
+        logger.warning(
+            "run %s not committed (%s): %s; the topic is planned again now",
+            ticket.run_id,
+            decision.failure.value.replace("_", " "),
+            error,
+            extra={"topic": ticket.topic, "run_id": ticket.run_id, "failure": decision.failure.value},
+        )
+        return replace(aborted, retry_after_seconds=0, replan=True)
 
     def _cancel(self, ticket: RunTicket, plan: RunPlan, start: _Start) -> RunReport:
         job_id = ticket.job_id or ticket.run_id
@@ -660,8 +672,10 @@ class Pipeline:
                 extra={"topic": ticket.topic, "run_id": ticket.run_id},
             )
 
-    def _abort(self, ticket: RunTicket, plan: RunPlan, start: _Start, reason: str) -> RunReport:
-        aborted = self.steps.abort(ticket, reason)
+    def _abort(
+        self, ticket: RunTicket, plan: RunPlan, start: _Start, reason: str, *, error: str | None = None
+    ) -> RunReport:
+        aborted = self.steps.abort(ticket, reason, error=error)
         return RunReport(
             topic=ticket.topic,
             run_id=ticket.run_id,

@@ -22,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as futures_wait
 from dataclasses import dataclass
@@ -192,10 +192,23 @@ class LocalSparkJobRunner:
             # A session this process already runs (a test's, a notebook's) is used, and left running.
             self._owns_session = getattr(SparkContext, "_active_spark_context", None) is None
             started = time.perf_counter()
-            self._session = build_session(master=self.master, conf=self.spark_conf)
+            self._session = self._start_session(build_session)
             self.session_start_s = time.perf_counter() - started
             logger.info("local SparkSession started", extra={"seconds": round(self.session_start_s, 1)})
         return self._session
+
+    def _start_session(self, build: Callable[..., SparkSession]) -> SparkSession:
+        """The session, its JVM launch retried twice: forked after a gRPC channel (etcd) exists, the
+        launch intermittently died before answering (`JAVA_GATEWAY_EXITED`, ~1 in 7 here)."""
+        failures = 0
+        while True:
+            try:
+                return build(master=self.master, conf=self.spark_conf)
+            except Exception as exc:
+                failures += 1
+                if "JAVA_GATEWAY_EXITED" not in str(exc) or failures > 2:
+                    raise
+                logger.warning("the Spark JVM exited at launch; starting it again (%d)", failures)
 
     def _run_warm(self, run_id: str, plan_uri: str) -> RunResult:
         from spark_app.job import run_job  # noqa: PLC0415

@@ -20,9 +20,11 @@ from typing import TYPE_CHECKING, TextIO
 from kafscale_iceberg.adapters.confluent_registry import RegistryCredentials
 from kafscale_iceberg.assembly import Assembly
 from kafscale_iceberg.config import KafscaleConfig
+from kafscale_iceberg.domain.column_fill import unfilled_columns
 from kafscale_iceberg.domain.finished_runs import describe_offsets
 from kafscale_iceberg.domain.runs import RunPlan
 from kafscale_iceberg.domain.tickets import RunTicket
+from kafscale_iceberg.domain.wording import counted
 from kafscale_iceberg.exceptions import JavaMissingError
 from kafscale_iceberg.execution.job_runner import ChosenJobRunner, InProcessJobRunner
 from kafscale_iceberg.local.pipeline import Pipeline, PipelineObserver, RunEnd, RunReport
@@ -104,15 +106,19 @@ def open_pipeline(
     *,
     observers: Sequence[PipelineObserver] = (),
     metrics: MetricsSink | None = None,
+    warm_up: bool = True,
 ) -> Iterator[Pipeline]:
     """A pipeline over `config`'s services and runner; the runner (and its Spark) closes on exit.
+
+    `warm_up`: start local Spark's JVM now, before any gRPC channel exists (a continuous `run`);
+    False for `run --once`, whose JVM starts with its first run, so nothing pending starts none.
 
     With `metrics`, runs and errors are recorded there, and after each poll the status gauges
     (lag, committed offsets, watermark timestamps, consecutive failures) are refreshed.
     """
     assembly = Assembly(config)
     runner = make_runner(assembly)
-    if isinstance(runner, LocalSparkJobRunner):
+    if warm_up and isinstance(runner, LocalSparkJobRunner):
         # The JVM is forked before any gRPC channel (etcd) exists: forking a process with gRPC's
         # threads running intermittently killed the JVM launch (JAVA_GATEWAY_EXITED, ~1 in 7 here).
         runner.warm_up()
@@ -261,7 +267,8 @@ class ProgressPrinter:
             f"p{p.partition} {p.start_exclusive + 1}..{p.end_inclusive}" for p in plan.partitions
         )
         self._print(
-            f"  {ticket.topic}: run {_short(ticket.run_id)} started: {plan.segment_count} segments ({ranges})"
+            f"  {ticket.topic}: run {_short(ticket.run_id)} started: "
+            f"{counted(plan.segment_count, 'segment')} ({ranges})"
         )
 
     def run_ended(self, report: RunReport, plan: RunPlan) -> None:
@@ -272,7 +279,7 @@ class ProgressPrinter:
             )
         if report.end is RunEnd.COMMITTED:
             extra = f", {report.dead_lettered} dead-lettered" if report.dead_lettered else ""
-            extra += f", {report.quarantined} segments quarantined" if report.quarantined else ""
+            extra += f", {counted(report.quarantined, 'segment')} quarantined" if report.quarantined else ""
             extra += lfs_summary(report.lfs_resolved, report.skipped_lfs, report.lfs_errors)
             extra += _anomalies(report)
             committed = report.commit
@@ -285,11 +292,25 @@ class ProgressPrinter:
                 )
                 return
             self._print(
-                f"  {report.topic}: run {_short(report.run_id)} committed {report.records} records{extra} "
-                f"in {report.seconds:.1f} s; offsets {describe_offsets(report.offsets)}"
+                f"  {report.topic}: run {_short(report.run_id)} committed {counted(report.records, 'record')}"
+                f"{extra} in {report.seconds:.1f} s; offsets {describe_offsets(report.offsets)}"
             )
+            self._warn_unfilled(report, plan)
         else:
             self._print(f"  {report.topic}: run {_short(report.run_id)} {report.end.value}: {report.reason}")
+
+    def _warn_unfilled(self, report: RunReport, plan: RunPlan) -> None:
+        """Once per run: the mapping columns no record filled (a field name the records do not carry)."""
+        if report.commit is None:
+            return
+        empty = unfilled_columns(plan, report.commit.result)
+        if empty:
+            self._print(
+                f"  {report.topic}: WARNING: column{'' if len(empty) == 1 else 's'} {', '.join(empty)} "
+                f"null in all {counted(report.records, 'record')} of run {_short(report.run_id)}: no record "
+                "carries the field (check the mapping's column names against the records' fields, "
+                "`kafscale-iceberg segments inspect`)"
+            )
 
     def error(self, stage: str, topic: str | None, error: Exception) -> None:
         self._print(f"  {topic + ': ' if topic else ''}{stage} error: {error}")

@@ -24,7 +24,9 @@ PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 """What Go's client (the Go processor) serves; every Prometheus version reads it. Our names and labels
 are plain ASCII, so prometheus_client's text output is this format whatever version it announces."""
 METRICS_ADDR_ENV = "KAFSCALE_METRICS_ADDR"
-DEFAULT_METRICS_ADDR = ":9093"
+DEFAULT_METRICS_ADDR = ":9480"
+"""Not the Go processor's `:9093`: that is Kafka's usual SSL listener port, taken on a broker's host
+(set `KAFSCALE_METRICS_ADDR=:9093` to keep the Go processor's address)."""
 
 logger = logging.getLogger(__name__)
 
@@ -202,9 +204,15 @@ class MetricsServer:
     def from_environment(
         cls, sink: PrometheusMetricsSink, environ: Mapping[str, str] | None = None
     ) -> MetricsServer:
-        """A server on `KAFSCALE_METRICS_ADDR`, `:9093` when unset or empty."""
+        """A server on `KAFSCALE_METRICS_ADDR`, `:9480` when unset or empty."""
         env = os.environ if environ is None else environ
         return cls(sink, env.get(METRICS_ADDR_ENV) or DEFAULT_METRICS_ADDR)
+
+    @property
+    def where(self) -> str:
+        """`host:port` as bound (the port `start()` chose for port 0; `0.0.0.0` for every interface)."""
+        host = self._host or "0.0.0.0"
+        return f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
 
     @property
     def port(self) -> int:

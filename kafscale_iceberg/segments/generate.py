@@ -129,6 +129,7 @@ def generate_segments(
     lfs_bucket: str = "kafscale",
     lfs_checksum_alg: ChecksumAlg = ChecksumAlg.SHA256,
     time_formats: TimeFormats = "rfc3339",
+    start_offset: int = 0,
 ) -> Iterator[GeneratedSegment]:
     """Build segments of pizza orders for every topic and partition, in key order.
 
@@ -138,8 +139,12 @@ def generate_segments(
     Nth record is produced through KafScale's LFS proxy: its value (the order with a padding
     `attachment` making it `lfs_blob_bytes` long) becomes a blob at the proxy's key
     (`{ns}/{topic}/lfs/YYYY/MM/DD/obj-{uuid}`, in `lfs_bucket`) and the record carries the
-    proxy's envelope instead. Raises `ValueError` for counts below 1.
+    proxy's envelope instead. Each partition's first record is at `start_offset` (a later batch
+    after segments already written: keys never collide with theirs, times follow on). Raises
+    `ValueError` for counts below 1 or a negative `start_offset`.
     """
+    if start_offset < 0:
+        raise ValueError(f"start_offset must be >= 0, got {start_offset}")
     for name, count in (
         ("partitions", partitions),
         ("segments", segments),
@@ -152,8 +157,8 @@ def generate_segments(
         for partition in range(partitions):
             rng = random.Random(f"{seed}:{topic}:{partition}")
             codecs = itertools.cycle(_MIXED_CYCLE) if codec == "mixed" else itertools.repeat(codec)
-            offset = 0
-            clock = start_time_ms
+            offset = start_offset
+            clock = start_time_ms + start_offset * 1000  # ~1 s a record, as the records' own steps
             for _ in range(segments):
                 batches = []
                 used = []

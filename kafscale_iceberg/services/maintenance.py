@@ -19,7 +19,11 @@ For each mapped table and its dead-letter table, in this order:
    `maintenance.metadata_previous_versions_max`.
 3. **Orphan files**: files under the table's run-scoped data prefix (`run_data_prefix`) that no
    snapshot references and older than `maintenance.orphan_grace` are deleted; the folder of the run
-   holding the topic's lease is never touched, whatever its age (a run in flight keeps its files).
+   holding the topic's lease is never touched, whatever its age (a run in flight keeps its files),
+   nor the folder of any run whose stored result succeeded and whose range the topic has not passed
+   (a run stranded between its tables' commits, whoever holds the lease: it may still be finished).
+   The commit step checks every file it references exists besides, so neither a maintenance bug
+   nor a manual delete can make a table reference a missing file.
 
 `dry_run` reads only and reports what each step would do. Every step is idempotent.
 """
@@ -41,8 +45,9 @@ from kafscale_iceberg.domain.maintenance import (
     TableHealth,
 )
 from kafscale_iceberg.domain.routing import matches_template
-from kafscale_iceberg.domain.tickets import join_uri
-from kafscale_iceberg.exceptions import UnmappedTopicError
+from kafscale_iceberg.domain.runs import RunPlan, RunResult, RunStatus
+from kafscale_iceberg.domain.tickets import PLAN_NAME, join_uri, run_document_uri
+from kafscale_iceberg.exceptions import DocumentMissingError, UnmappedTopicError
 from kafscale_iceberg.ports import CheckpointStore, FileLister, RunDocuments, TableMaintainer
 from kafscale_iceberg.services.compaction_jobs import SparkCompaction
 from kafscale_iceberg.services.compaction_trigger import SmallFileTrigger
@@ -76,6 +81,15 @@ class MaintenanceReport:
     def to_json(self) -> dict[str, Any]:
         """The report as JSON-ready values (`maintain --json`, the maintenance function's answer)."""
         return {"dry_run": self.dry_run, "tables": [_table_json(t) for t in self.tables]}
+
+
+def _run_folder(prefix: str, uri: str) -> str:
+    """The first folder of `uri` under `prefix` (a run's id, or a compaction job's); "" when none."""
+    head = prefix.rstrip("/") + "/"
+    if not uri.startswith(head):
+        return ""
+    rest = uri[len(head) :]
+    return rest.split("/", 1)[0] if "/" in rest else ""
 
 
 def _table_json(done: TableMaintenance) -> dict[str, Any]:
@@ -121,6 +135,7 @@ class MaintenanceService:
         self._files = files
         self._checkpoints = checkpoints
         self._field_ids = FieldIdRecords(documents, config.runs.location)
+        self._documents = documents
         self._clock = clock
         self._spark = spark
 
@@ -232,8 +247,8 @@ class MaintenanceService:
         self, topic: str, table: str, prefix: str, *, spared: tuple[str, ...] = ()
     ) -> list[OrphanFile]:
         """Files under `prefix` no snapshot of `table` references, older than the grace period, and not
-        in the folder of the run holding `topic`'s lease nor in `spared` folders (a compaction job
-        waiting to be committed). Reads only.
+        in the folder of the run holding `topic`'s lease, of an unfinished run (`_unfinished_runs`),
+        nor in `spared` folders (a compaction job waiting to be committed). Reads only.
 
         The lease is read before the listing and the references after it: a file a run commits
         while this runs is referenced by then, and a run that starts meanwhile writes files younger
@@ -244,17 +259,48 @@ class MaintenanceService:
         listed = self._files.list_files(prefix)
         referenced = self._tables.referenced_files(table)
         cutoff = self._now_ms() - self._config.maintenance.orphan_grace * 1000
+        candidates = [
+            f
+            for f in listed
+            if f.uri not in referenced
+            and f.modified_ms < cutoff
+            and (spared_run is None or not f.uri.startswith(spared_run))
+            and not f.uri.startswith(spared)
+        ]
+        folders = {_run_folder(prefix, f.uri) for f in candidates} - {""}
+        unfinished = self._unfinished_runs(topic, folders)
         return sorted(
-            (
-                f
-                for f in listed
-                if f.uri not in referenced
-                and f.modified_ms < cutoff
-                and (spared_run is None or not f.uri.startswith(spared_run))
-                and not f.uri.startswith(spared)
-            ),
-            key=lambda f: f.uri,
+            (f for f in candidates if _run_folder(prefix, f.uri) not in unfinished), key=lambda f: f.uri
         )
+
+    def _unfinished_runs(self, topic: str, run_ids: set[str]) -> set[str]:
+        """Those of `run_ids` whose stored result succeeded and whose range the topic has not passed
+        on every partition (the checkpoint store's offsets): a run stranded between its tables'
+        commits, or one still to be committed, whoever holds the lease - its files may still be
+        committed (`services/commits/stranded_runs.py`), so they are never deleted. A run folder
+        without documents (a compaction's, a run's whose documents were removed) is not spared."""
+        if not run_ids:
+            return set()
+        committed = self._checkpoints.load_committed_offsets(topic)
+        location = self._config.runs.location
+        unfinished: set[str] = set()
+        for run_id in sorted(run_ids):
+            try:
+                plan = RunPlan.model_validate_json(
+                    self._documents.read_text(run_document_uri(location, topic, run_id, PLAN_NAME))
+                )
+                result = RunResult.model_validate_json(self._documents.read_text(plan.result_uri))
+            except DocumentMissingError:
+                continue
+            ends = plan.end_offsets()
+            if result.status is RunStatus.SUCCEEDED and any(committed.offset(p) < e for p, e in ends.items()):
+                unfinished.add(run_id)
+        if unfinished:
+            logger.info(
+                "orphan cleanup spares the files of unfinished runs",
+                extra={"topic": topic, "run_ids": sorted(unfinished)},
+            )
+        return unfinished
 
     def _mappings(self, topics: Sequence[str]) -> list[MappingConfig]:
         mappings = list(self._config.mappings)

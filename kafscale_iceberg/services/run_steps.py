@@ -29,7 +29,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kafscale_iceberg.config import RunsConfig
-from kafscale_iceberg.domain.field_ids import TopicFieldIds, field_id_mismatches
+from kafscale_iceberg.domain.commit_failures import decide_commit_failure
+from kafscale_iceberg.domain.field_ids import TopicFieldIds
 from kafscale_iceberg.domain.jobs import JobState, JobStatus
 from kafscale_iceberg.domain.leases import LeaseGrant
 from kafscale_iceberg.domain.runner_choice import RunnerLineup
@@ -280,11 +281,13 @@ class RunSteps:
             "reason": reason,
             "consecutive_failures": failures,
         }
-        if failures == 0:  # a stale plan (`_record_backoff`): not the topic's failure
+        decision = None if error is None else decide_commit_failure(error)
+        if failures == 0 and decision is not None:  # `_record_backoff`: not the topic's failure
             logger.info(
-                "run %s not committed: its plan is stale; the topic is planned again",
+                "run %s not committed (%s): the topic is planned again now",
                 ticket.run_id,
-                extra=facts,
+                decision.failure.value.replace("_", " "),
+                extra={**facts, "failure": decision.failure.value},
             )
         else:
             (logger.error if alarm else logger.warning)("run aborted", extra=facts)
@@ -345,9 +348,10 @@ class RunSteps:
         if plan is None:
             failures = ticket.attempt + 1  # no plan, no starts to key the streak on: the attempt counts
             return failures, self._runs.retry_delay_seconds(failures), None
-        if self._is_stale(ticket.topic, plan):
-            # The committed offsets moved since the plan was made (a refusal repaired them from the
-            # table, or another runner committed): not the topic's failure, so re-plan at once.
+        decision = None if error is None else decide_commit_failure(error)
+        if decision is not None and not decision.topic_failed:
+            # A stale plan, a superseded or fenced run (`domain.commit_failures`, the one-machine
+            # loop's rule too): not the topic's failure, so re-plan at once.
             return 0, 0, None
         partition = self._failed_partition(plan)
         killed = self._runners.traits(ticket.runner).killed_by(error)
@@ -370,54 +374,6 @@ class RunSteps:
         if partition is not None:
             return backoff.held[partition].failures, 0, killed
         return backoff.failures, self._runs.retry_delay_seconds(backoff.failures), killed
-
-    def _is_stale(self, topic: str, plan: RunPlan) -> bool:
-        """True when the store's committed offsets are no longer the plan's starts, or the table's
-        schema moved since the plan was made (best effort)."""
-        try:
-            committed = self._checkpoints.load_committed_offsets(topic)
-        except KafscaleIcebergError:
-            return False
-        if any(committed.offset(p) != start for p, start in plan.start_offsets().items()):
-            return True
-        return self._schema_moved(plan)
-
-    def _schema_moved(self, plan: RunPlan) -> bool:
-        """True when `field-ids.json` (rewritten by a commit refused for its field ids) no longer says
-        what the plan was made from: the plan's ids differ, for an inferred table the table's
-        `last_column_id` moved (a race with another run adding columns: not the topic's failure), or
-        for an upsert table its version moved (the run located in one a compaction replaced)."""
-        try:
-            known = self._field_id_records.read(plan.topic)
-        except KafscaleIcebergError:
-            return False
-        if known is None:
-            return False
-        for mapping in plan.mappings:
-            targets = list(mapping.static_targets())
-            if mapping.route is not None and mapping.route.table_template is not None:
-                # A template's tables the plan knew (an inferred one's columns race per table too).
-                targets += [
-                    (mapping.route.template_target(identifier), TableRole.DATA)
-                    for identifier in sorted(mapping.route.known_field_ids)
-                ]
-            for target, role in targets:
-                recorded = known.table(target.identifier)
-                if recorded is None:
-                    continue
-                inferred = mapping.conversion.infer_columns and role is TableRole.DATA
-                if inferred and target.last_column_id != recorded.last_column_id:
-                    return True
-                upsert = mapping.conversion.upsert is not None and role is TableRole.DATA
-                if upsert and recorded.metadata_location not in (None, target.metadata_location):
-                    return True  # recorded by a commit refusing the version the run located in
-                if target.field_ids is None:
-                    continue
-                # Only columns the document records: a mapping's new columns have planned ids it lacks.
-                shared = {path: i for path, i in target.field_ids.items() if path in recorded.field_ids}
-                if field_id_mismatches(shared, recorded.field_ids):
-                    return True
-        return False
 
     def _failed_partition(self, plan: RunPlan) -> int | None:
         """The partition a failed run's corrupt segment belongs to (policy `fail`), else None."""

@@ -13,6 +13,8 @@ For each topic of the config's mappings:
   seconds `now - last committed record timestamp` while that is above 0, else 0. With nothing committed
   yet the oldest pending segment's S3 LastModified stands in for the timestamp. A store behind the
   table shows a larger lag in seconds than the truth (its timestamp is older);
+- **watermark age**: `now - last committed record timestamp` (the store's `last_timestamp_ms`), caught
+  up or not: how old the newest committed data is, what the freshness alarm watches;
 - **lease**: holder, its run (the run in flight) and since when; a KafScale Go processor's partition
   lease is shown as such;
 - **last commit**: the timestamp of the table's newest snapshot committed for the topic, else the
@@ -151,6 +153,9 @@ class PartitionStatus:
     """Offsets inside committed runs' ranges that no segment contained (retained snapshots)."""
     overlapped_records: int = 0
     """Records repeated by an overlapping segment, written once (retained snapshots)."""
+    watermark_age_seconds: float | None = None
+    """Now minus the committed watermark's timestamp (the newest committed record), whether or not
+    records wait: what a freshness alarm watches. None while nothing is committed."""
 
     def to_json(self) -> dict[str, object]:
         """A JSON-ready dict."""
@@ -172,6 +177,9 @@ class PartitionStatus:
                 "ranges": [list(r) for r in self.offset_gaps.ranges],
             },
             "overlapped_records": self.overlapped_records,
+            "watermark_age_seconds": (
+                None if self.watermark_age_seconds is None else round(self.watermark_age_seconds, 3)
+            ),
         }
 
 
@@ -454,6 +462,11 @@ class StatusService:
             last_record_timestamp_ms=stored.last_timestamp_ms if stored is not None else None,
             store_updated_at_ms=stored.updated_at_ms if stored is not None else None,
             problem=problem,
+            watermark_age_seconds=(
+                max(0.0, (now_ms - stored.last_timestamp_ms) / 1000)
+                if stored is not None and stored.last_timestamp_ms > 0
+                else None
+            ),
         )
 
     def _aborted_attempts(

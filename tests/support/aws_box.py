@@ -957,21 +957,27 @@ class Box:
         self, *, until: Callable[[], bool] | None = None, timeout_s: float = 120.0, pollers: int = 1
     ) -> None:
         """Run the event sources until nothing is left to do (no message, no execution running) or
-        `until()` holds; fails after `timeout_s`. `pollers` > 1 polls each source that many times at
-        once."""
-        deadline = time.monotonic() + timeout_s
+        `until()` holds; fails once `timeout_s` pass with no progress (nothing handed out, no
+        function invoked, the running executions and pending messages unchanged), so a loaded
+        machine that is slow but moving is waited for (a run's job watched for minutes), and a stuck
+        box still fails; a box moving forever (a job that never ends) fails after 10 x `timeout_s`.
+        `pollers` > 1 polls each source that many times at once."""
+        started = last_progress = time.monotonic()
         idle_rounds = 0
-        while time.monotonic() < deadline:
+        seen: tuple[int, int, int] | None = None
+        while time.monotonic() - last_progress < timeout_s and time.monotonic() - started < 10 * timeout_s:
             handed = self.mappings.poll_concurrently(pollers) if pollers > 1 else self.mappings.poll_once()
             handed += self.run_async_invokes()
             if until is not None and until():
                 return
-            busy = handed or self.running_executions() or self.messages_pending()
-            idle_rounds = 0 if busy else idle_rounds + 1
+            state = (self.running_executions(), self.messages_pending(), len(self.fleet.invocations))
+            if handed or state != seen:
+                last_progress, seen = time.monotonic(), state
+            idle_rounds = 0 if handed or state[0] or state[1] else idle_rounds + 1
             if until is None and idle_rounds >= 3:
                 return
             time.sleep(0.05 if handed else 0.2)
-        pytest.fail(f"the box did not settle within {timeout_s} s: {self.describe()}")
+        pytest.fail(f"the box made no progress for {timeout_s} s (or none to an end): {self.describe()}")
 
     def redrive(self, dlq: str, source: str) -> int:
         """Move the messages of the `dlq` queue back to `source` (an operator's `aws sqs

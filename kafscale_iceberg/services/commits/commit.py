@@ -55,6 +55,7 @@ from kafscale_iceberg.domain.schema import table_fields
 from kafscale_iceberg.domain.schema_evolution import merged_column
 from kafscale_iceberg.exceptions import (
     CheckpointUnavailableError,
+    DataFileMissingError,
     DeadLetterAheadError,
     FieldIdMismatchError,
     InferredColumnChangedError,
@@ -84,7 +85,7 @@ from kafscale_iceberg.services.commits.run_writes import (
     plan_target,
     quarantined_ranges,
 )
-from kafscale_iceberg.services.commits.stranded_runs import StrandedRunLoader, finish_stranded
+from kafscale_iceberg.services.commits.stranded_runs import StrandedRunLoader, finish_stranded, rewind_lagging
 from kafscale_iceberg.services.commits.upsert_commit import UpsertTableWrite, check_upsert_committable
 from kafscale_iceberg.services.commits.verified_commit import (
     CommitRetryOptions,
@@ -154,7 +155,10 @@ class CommitService(TableWriter):
                     ),
                 )
                 if finished is None:
-                    raise
+                    # It cannot be finished as it was (its located version gone, its files deleted,
+                    # its documents gone): its lagging tables are set back to the anchor, and this
+                    # run, starting where the anchor is, writes the range again.
+                    return self._commit_after_rewinding(exc, plan, result, lease, policy)
                 # Refused again when the stranded run moved the table past this plan's start.
                 return replace(self._commit_run(plan, result, lease, policy), finished=finished)
         except OffsetMismatchError as exc:
@@ -213,6 +217,7 @@ class CommitService(TableWriter):
             # before the first table's commit, not between two tables' commits.
             for write, state in [(w, s) for w, s, _o in lagging] + [(data, main)]:
                 self._check_inferred_ids(write, state)
+            self._check_before_commits(data, main, [w for w, _s, _o in lagging])
             # Tables before the anchor, in the plan's fixed order; each verified COMMITTED is skipped.
             # Quarantined ranges go to the dead-letter table's marker even without files, so both
             # tables list them (an offset reset to before a range drops it from both).
@@ -266,6 +271,44 @@ class CommitService(TableWriter):
             upsert=data.landed_counts() if isinstance(data, UpsertTableWrite) and table_committed else None,
             upsert_table=data.table if isinstance(data, UpsertTableWrite) else "",
         )
+
+    def _check_before_commits(
+        self, data: RunFilesWrite, main: TableState, lagging: Sequence[RunFilesWrite]
+    ) -> None:
+        """Refuse the run, before its first table commit, for what a later one of its commits would be
+        refused for: a file it references that does not exist (`DataFileMissingError`: one HEAD per
+        file) or, for an upsert, a located version that no longer stands (`UpsertLocateStaleError`).
+        A refusal between two tables' commits would strand the run (issue 29)."""
+        writes = [*lagging, data]
+        missing = {w.table: self._tables.missing_files(w.table, [f.uri for f in w.files]) for w in writes}
+        if any(missing.values()):
+            tables = [table for table, files in missing.items() if files]
+            raise DataFileMissingError(
+                data.run_id, tables, sorted(f for files in missing.values() for f in files)
+            )
+        if isinstance(data, UpsertTableWrite) and main.snapshot_id is not None:
+            self._tables.check_commit(main, data.build(main))
+
+    def _commit_after_rewinding(
+        self,
+        refusal: DeadLetterAheadError,
+        plan: RunPlan,
+        result: RunResult,
+        lease: LeaseGrant,
+        policy: TablePolicy,
+    ) -> CommitOutcome:
+        """Set back each lagging table holding a stranded run that cannot be finished to this plan's
+        starts (where the anchor is: rows after it are only a stranded run's), then commit this run."""
+        rewound: set[str] = set()
+        while True:
+            if refusal.table in rewound:
+                raise refusal
+            rewind_lagging(self._tables, self._checkpoints, refusal, plan, lease, self._retry)
+            rewound.add(refusal.table)
+            try:
+                return self._commit_run(plan, result, lease, policy)
+            except DeadLetterAheadError as again:
+                refusal = again
 
     def _check_inferred_ids(self, write: RunFilesWrite, state: TableState | None) -> None:
         """Refuse (`FieldIdMismatchError`, `InferredColumnChangedError`) an inferred table's write whose
