@@ -11,8 +11,13 @@ rewrite, as Spark's do - and committed by the real commit service on a SQLite ca
 
 Measured: bytes of the table files each upsert run rewrote (its `kafscale.upsert.bytes-rewritten`)
 over the table's bytes before it (`*_rewritten_share`), and each run's time (driver + tasks + commit) against
-the append run's (`upsert_vs_append_run_s`, `random_vs_append_run_s`). The last line is one JSON
-object.
+the append run's (`upsert_vs_append_run_s`, `random_vs_append_run_s`). Under `--write` (`upsert.write`,
+default `auto`: the random run writes position deletes) the random run's bytes written - data and
+delete files - over the table's (`random_keys_written_share`) and bytes read to locate its keys
+(`random_keys_read_share`, key columns only). Then `--mor-runs` (100) more runs of `--mor-updates`
+(100) random updates each, a full pyiceberg scan timed, `maintain`'s compaction folding every delete,
+the scan timed again (`read_after_100_mor_runs_vs_compacted`), checked to hold the same rows and no
+delete file. The last line is one JSON object.
 """
 
 from __future__ import annotations
@@ -26,11 +31,13 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from kafscale_iceberg.adapters.iceberg_catalog import CatalogSettings, load_iceberg_catalog
 from kafscale_iceberg.assembly import Assembly
 from kafscale_iceberg.config import config_from_mapping
 from kafscale_iceberg.domain.leases import LeaseGrant
+from kafscale_iceberg.domain.maintenance import DeleteFolding
 from kafscale_iceberg.domain.runs import (
     ConversionSettings,
     PartitionPlan,
@@ -71,6 +78,8 @@ class RunMeasure:
     table_bytes: int
     files_rewritten: int
     table_files: int
+    bytes_written: int = 0
+    bytes_located: int = 0
 
     @property
     def share(self) -> float:
@@ -80,7 +89,7 @@ class RunMeasure:
 class Topic:
     """One topic's segments, and a table (upsert or append) it lands in, run by run."""
 
-    def __init__(self, root: Path, *, mode: str, target_file_size_bytes: int) -> None:
+    def __init__(self, root: Path, *, mode: str, target_file_size_bytes: int, write: str = "auto") -> None:
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
         mapping = {
@@ -90,7 +99,7 @@ class Topic:
             "create_table_if_missing": True,
             "target_file_size_bytes": target_file_size_bytes,
             "schema": {"columns": COLUMNS},
-            **({"upsert": {"key": ["id"]}} if mode == "upsert" else {}),
+            **({"upsert": {"key": ["id"], "write": write}} if mode == "upsert" else {}),
         }
         self.config = config_from_mapping(
             one_machine_document(root, bucket="unused", mappings=[mapping]), source="bench"
@@ -98,6 +107,7 @@ class Topic:
         self.assembly = Assembly(self.config, owner_id="bench")
         self.mapping = self.config.mappings[0]
         self.segments = root / "segments"
+        self.target_file_size_bytes = target_file_size_bytes
         self.next_offset = 0
         self.catalog = load_iceberg_catalog(CatalogSettings.from_config(self.config))
 
@@ -142,6 +152,35 @@ class Topic:
             table_bytes=table_bytes,
             files_rewritten=int(snapshot.summary.get("kafscale.upsert.files-rewritten") or 0),
             table_files=table_files,
+            bytes_written=int(snapshot.summary.get("added-files-size") or 0),
+            bytes_located=int(snapshot.summary.get("kafscale.upsert.bytes-located") or 0),
+        )
+
+    def scan_seconds(self) -> tuple[float, int]:
+        """A full scan of the table with pyiceberg (deletes applied): its seconds and rows."""
+        table = self.catalog.load_table(TABLE)
+        started = time.perf_counter()
+        rows = table.scan().to_arrow()
+        return time.perf_counter() - started, rows.num_rows
+
+    def compact(self) -> bool:
+        """`maintain`'s compaction of every file, every position delete folded; whether it landed."""
+        maintainer = self.assembly.table_maintainer
+        plan = maintainer.plan_compaction(
+            TABLE,
+            small_file_bytes=1 << 40,
+            min_small_files=2,
+            max_bytes=1 << 40,
+            folding=DeleteFolding(max_delete_ratio=1e-9, max_delete_files=1),
+        )
+        written = maintainer.write_compaction(
+            plan, data_prefix=str(self.root / "compacted"), target_file_size_bytes=self.target_file_size_bytes
+        )
+        return bool(maintainer.commit_compaction(written, now_ms=0).committed)
+
+    def delete_files(self) -> int:
+        return len(
+            {d.file_path for t in self.catalog.load_table(TABLE).scan().plan_files() for d in t.delete_files}
         )
 
     def size(self) -> tuple[int, int]:
@@ -186,11 +225,19 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=40, help="runs the table is built by")
     parser.add_argument("--updates", type=int, default=1000)
     parser.add_argument("--target-file-size", type=int, default=128 * 1024 * 1024)
+    parser.add_argument("--write", default="auto", choices=["auto", "merge-on-read", "copy-on-write"])
+    parser.add_argument("--mor-runs", type=int, default=100, help="random-update runs before the read check")
+    parser.add_argument("--mor-updates", type=int, default=100, help="random updates per such run")
     args = parser.parse_args()
     rng = random.Random(11)
     per_run = args.rows // args.runs
     with tempfile.TemporaryDirectory(prefix="bench-upsert-") as tmp:
-        upsert = Topic(Path(tmp) / "upsert", mode="upsert", target_file_size_bytes=args.target_file_size)
+        upsert = Topic(
+            Path(tmp) / "upsert",
+            mode="upsert",
+            target_file_size_bytes=args.target_file_size,
+            write=args.write,
+        )
         started = time.perf_counter()
         for run in range(args.runs):
             upsert.run([(k, 0) for k in range(run * per_run, (run + 1) * per_run)])
@@ -203,31 +250,76 @@ def main() -> None:
         append = Topic(Path(tmp) / "append", mode="append", target_file_size_bytes=args.target_file_size)
         append_s = append.run(recent_changes)
         table_rows = upsert.catalog.load_table(TABLE).scan().count()
+        print(  # before the long read check, so a run stopped in it still reports the runs
+            f"random run: wrote {scattered.bytes_written:,}, read {scattered.bytes_located:,} of "
+            f"{scattered.table_bytes:,} table bytes in {scattered.seconds:.2f} s (append {append_s:.2f} s)",
+            flush=True,
+        )
+        reads = mor_reads(upsert, rng, rows, runs=args.mor_runs, updates=args.mor_updates)
     for name, m in (("recent keys", recent), ("random keys", scattered)):
         print(
             f"{name:12s} rewrote {m.files_rewritten}/{m.table_files} files, {m.bytes_rewritten:,} of "
-            f"{m.table_bytes:,} bytes ({m.share:.1%}) in {m.seconds:.2f} s"
+            f"{m.table_bytes:,} bytes ({m.share:.1%}), wrote {m.bytes_written:,}, read {m.bytes_located:,} "
+            f"to locate, in {m.seconds:.2f} s"
         )
     print(f"append of the same records: {append_s:.2f} s; table built in {built_s:.0f} s ({args.runs} runs)")
+    print(
+        f"full scan after {args.mor_runs} runs of {args.mor_updates} random updates: "
+        f"{reads['mor_scan_s']:.2f} s "
+        f"({reads['delete_files']} delete files); after compaction: {reads['compacted_scan_s']:.2f} s"
+    )
     print(
         json.dumps(
             {
                 "rows": table_rows,
                 "build_runs": args.runs,
                 "updates": args.updates,
+                "write": args.write,
                 "table_files": recent.table_files,
                 "recent_keys_rewritten_share": round(recent.share, 4),
                 "random_keys_rewritten_share": round(scattered.share, 4),
+                "random_keys_written_share": round(scattered.bytes_written / scattered.table_bytes, 4),
+                "random_keys_read_share": round(scattered.bytes_located / scattered.table_bytes, 4),
+                "random_keys_bytes_written": scattered.bytes_written,
+                "random_keys_bytes_read": scattered.bytes_located,
                 "recent_keys_run_s": round(recent.seconds, 3),
                 "random_keys_run_s": round(scattered.seconds, 3),
                 "append_run_s": round(append_s, 3),
                 "upsert_vs_append_run_s": round(recent.seconds / append_s, 2),
                 "random_vs_append_run_s": round(scattered.seconds / append_s, 2),
+                **reads,
                 "machine": platform.machine(),
                 "cpus": os.cpu_count(),
+                "load_1m": round(os.getloadavg()[0], 1),
             }
         )
     )
+
+
+def mor_reads(topic: Topic, rng: random.Random, rows: int, *, runs: int, updates: int) -> dict[str, Any]:
+    """`runs` runs of `updates` random updates, then a full scan before and after a compaction that
+    folds every delete; the compacted table must hold the same rows and no delete file."""
+    run_seconds = []
+    for version in range(3, 3 + runs):
+        run_seconds.append(topic.run([(k, version) for k in sorted(rng.sample(range(rows), updates))]))
+    delete_files = topic.delete_files()
+    mor_s, mor_rows = topic.scan_seconds()
+    before = topic.catalog.load_table(TABLE).scan().to_arrow().sort_by("id")
+    assert topic.compact(), "the compaction did not land"
+    compacted_s, compacted_rows = topic.scan_seconds()
+    after = topic.catalog.load_table(TABLE).scan().to_arrow().sort_by("id")
+    assert topic.delete_files() == 0, "delete files left after compaction"
+    assert mor_rows == compacted_rows == rows
+    assert before.select(["id", "email", "score"]).equals(after.select(["id", "email", "score"]))
+    return {
+        "mor_runs": runs,
+        "mor_updates": updates,
+        "mor_run_s_median": round(sorted(run_seconds)[len(run_seconds) // 2], 3) if run_seconds else 0.0,
+        "delete_files": delete_files,
+        "mor_scan_s": round(mor_s, 3),
+        "compacted_scan_s": round(compacted_s, 3),
+        "read_after_100_mor_runs_vs_compacted": round(mor_s / compacted_s, 2) if compacted_s else 0.0,
+    }
 
 
 if __name__ == "__main__":

@@ -22,7 +22,13 @@ if TYPE_CHECKING:
     from kafscale_iceberg.domain.history import TableHistory
     from kafscale_iceberg.domain.jobs import JobStatus
     from kafscale_iceberg.domain.leases import LeaseBusy, LeaseGrant, LeaseHolder
-    from kafscale_iceberg.domain.maintenance import CompactionOutcome, ExpiryOutcome, OrphanFile, TableHealth
+    from kafscale_iceberg.domain.maintenance import (
+        CompactionOutcome,
+        DeleteFolding,
+        ExpiryOutcome,
+        OrphanFile,
+        TableHealth,
+    )
     from kafscale_iceberg.domain.offsets import CommittedOffsets, OffsetState, OffsetUpdate
     from kafscale_iceberg.domain.planning import ListedSegment
     from kafscale_iceberg.domain.record_schemas import RegisteredSchema, SchemaId
@@ -409,7 +415,13 @@ class TableMaintainer(Protocol):
     def health(self, table: str, *, small_file_bytes: int) -> TableHealth: ...
 
     def plan_compaction(
-        self, table: str, *, small_file_bytes: int, min_small_files: int, max_bytes: int
+        self,
+        table: str,
+        *,
+        small_file_bytes: int,
+        min_small_files: int,
+        max_bytes: int,
+        folding: DeleteFolding | None = None,
     ) -> CompactionPlanLike: ...
 
     def write_compaction(self, plan: Any, *, data_prefix: str, target_file_size_bytes: int) -> Any: ...
@@ -446,7 +458,13 @@ class CompactionJobTables(Protocol):
     """The table side of a Spark compaction (adapter: `IcebergTableMaintainer`)."""
 
     def plan_compaction(
-        self, table: str, *, small_file_bytes: int, min_small_files: int, max_bytes: int
+        self,
+        table: str,
+        *,
+        small_file_bytes: int,
+        min_small_files: int,
+        max_bytes: int,
+        folding: DeleteFolding | None = None,
     ) -> Any: ...
 
     def compaction_job(

@@ -122,3 +122,45 @@ def test_an_upsert_run_after_the_maintenance_functions_compaction_commits_at_its
     assert len(moved) == 1, moved  # the compaction's version recorded for the next run
     denied = box.recorder.denied()
     assert denied == [], "\n".join(map(str, denied))
+
+
+@pytest.fixture
+def mor_box(spark_box: SparkBoxOpener) -> Iterator[Box]:
+    with spark_box(
+        mappings=[
+            {
+                "topic": TOPIC,
+                "table": TABLE,
+                "mode": "upsert",
+                "upsert": {"key": ["id"], "cdc": "debezium", "write": "merge-on-read"},
+                "create_table_if_missing": True,
+                "schema": {
+                    "columns": [
+                        {"name": "id", "type": "long", "required": True},
+                        {"name": "email", "type": "string"},
+                    ]
+                },
+            }
+        ],
+        maintenance={"compaction_min_small_files": 2, "compaction_wait_seconds": 120},
+    ) as opened:
+        yield opened
+
+
+def test_a_merge_on_read_cdc_topic_lands_once_with_every_call_allowed(mor_box: Box) -> None:
+    box = mor_box
+    put(box, 0, 0, ("r", 1, "a@x"), ("r", 2, "b@x"), ("c", 3, "c@x"), ("u", 1, "a2@x"))
+    box.pump()
+    put(box, 0, 4, ("d", 2, "b@x"), ("t", 2, None), ("u", 3, "c2@x"), ("c", 4, "d@x"))
+    box.pump()
+
+    expected = [(1, "a2@x"), (3, "c2@x"), (4, "d@x")]
+    assert sorted((r["id"], r["email"]) for r in box.rows(TABLE)) == expected, box.describe()
+    assert box.committed_offsets(TOPIC) == {0: 7}
+    table = box.catalog().load_table(TABLE)
+    summary = table.current_snapshot().summary
+    assert summary["kafscale.upsert.files-rewritten"] == "0"  # the first run's file stays...
+    assert summary["added-position-deletes"] == "2"  # ...its rows of keys 2 and 3 deleted by position
+    assert table.properties["write.update.mode"] == "merge-on-read"
+    denied = box.recorder.denied()
+    assert denied == [], "\n".join(map(str, denied))

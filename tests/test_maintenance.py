@@ -161,7 +161,7 @@ def test_compaction_makes_files_partition_pure_in_one_snapshot_and_changes_no_ro
     assert len(table.snapshots()) == snapshots_before + 1
     summary = table.current_snapshot().summary  # type: ignore[union-attr]
     assert summary is not None
-    assert (summary.operation.value, summary[SUMMARY_COMPACTION]) == ("overwrite", "true")
+    assert (summary.operation.value, summary[SUMMARY_COMPACTION]) == ("replace", "true")
     assert world.rows().equals(rows_before)
     partition_id = table.schema().find_field("partition").field_id
     files = world.files()

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from kafscale_iceberg.adapters.data_files import StagedFileStore
 from kafscale_iceberg.adapters.iceberg_maintenance import CompactionPlan, IcebergTableMaintainer
+from kafscale_iceberg.domain.maintenance import DeleteFolding
 from kafscale_iceberg.domain.runs import PartitionField, PartitionTransform
 from tests.support.upsert_world import TABLE, UpsertWorld
 
@@ -34,7 +35,14 @@ def keyed_world(tmp_path: Path) -> UpsertWorld:
 
 
 def plan(maintainer: IcebergTableMaintainer) -> CompactionPlan:
-    return maintainer.plan_compaction(TABLE, small_file_bytes=1 << 30, min_small_files=2, max_bytes=1 << 30)
+    # Every position delete folded too (the runs of random keys are merge-on-read under `auto`).
+    return maintainer.plan_compaction(
+        TABLE,
+        small_file_bytes=1 << 30,
+        min_small_files=2,
+        max_bytes=1 << 30,
+        folding=DeleteFolding(max_delete_ratio=1e-9, max_delete_files=1),
+    )
 
 
 def compact(world: UpsertWorld, target_file_size_bytes: int) -> None:

@@ -11,8 +11,8 @@ import pyarrow as pa
 import pytest
 
 from kafscale_iceberg.adapters.documents import DocumentStore
+from kafscale_iceberg.dataplane.upsert_keys import KeyChanges
 from kafscale_iceberg.dataplane.upsert_locate import locate
-from kafscale_iceberg.dataplane.upsert_rewrite import KeyChanges
 from kafscale_iceberg.domain.runs import PartitionField, PartitionTransform
 from kafscale_iceberg.exceptions import UpsertTableError
 from tests.support.upsert_world import TABLE, UpsertWorld

@@ -1,7 +1,8 @@
 """Upsert against a model (a dict per key): random interleavings of inserts, updates, deletes and
-tombstones across runs, with the process dying at every step of a commit, a `maintain` compaction
-landing between a run and its commit, and committed runs replayed; the table, and DuckDB reading the
-files the table lists, always agree with the model.
+tombstones across runs, written copy-on-write, merge-on-read (position deletes) or as `auto` chooses,
+with the process dying at every step of a commit, a `maintain` compaction (folding deletes) landing
+between a run and its commit, and committed runs replayed; the table, and DuckDB reading the files the
+table lists (position deletes applied), always agree with the model.
 
 Real parts: a pyiceberg SQLite catalog, the SQLite checkpoint store, the commit service, the real
 maintainer; each run executed by the run driver in this process (its tasks write, locate and
@@ -10,8 +11,8 @@ and the run is planned again, as the abort step and the next launch do. A death 
 `ProcessDied` (a BaseException nothing in the product catches) raised by a wrapped real adapter at
 the named point; the next "process" retries the same plan and result, as the commit step's retry
 (or the next runner) does. DuckDB has no Iceberg extension here (it downloads it): it reads the data
-files of the table's current snapshot with its own Parquet reader, which is all a reader of this
-table needs (no delete files).
+files of the table's current snapshot with its own Parquet reader and drops the rows the snapshot's
+position delete files name (`tests/support/table_readers.py`).
 """
 
 from __future__ import annotations
@@ -25,10 +26,11 @@ from hypothesis import strategies as st
 
 from kafscale_iceberg.domain.commits import TableCommit, TableState
 from kafscale_iceberg.domain.leases import LeaseGrant
-from kafscale_iceberg.domain.runs import RunPlan, RunResult
+from kafscale_iceberg.domain.runs import RunPlan, RunResult, UpsertSettings, UpsertWrite
 from kafscale_iceberg.exceptions import UpsertLocateStaleError
 from kafscale_iceberg.services.commits.commit import CommitService
 from kafscale_iceberg.services.commits.run_writes import TablePolicy
+from tests.support.table_readers import duckdb_rows
 from tests.support.upsert_world import TABLE, UpsertWorld
 
 duckdb = pytest.importorskip("duckdb")
@@ -116,19 +118,28 @@ step = st.tuples(
     suppress_health_check=[HealthCheck.function_scoped_fixture],
     phases=[Phase.explicit, Phase.reuse, Phase.generate],  # a failing case is printed as generated
 )
-@given(steps=st.lists(step, min_size=2, max_size=4))
+@given(steps=st.lists(step, min_size=2, max_size=4), write=st.sampled_from(list(UpsertWrite)))
 # A compaction takes the file the third run replaces (key 0's), then the commit after it dies.
 @example(
     steps=[
         ([(0, "upsert"), (1, "upsert")], None, False, False),
         ([(2, "upsert")], None, False, False),
         ([(0, "upsert"), (4, "tombstone")], Point.AFTER_COMMIT, True, True),
-    ]
+    ],
+    write=UpsertWrite.MERGE_ON_READ,
+)
+@example(
+    steps=[
+        ([(0, "upsert"), (1, "upsert")], None, False, False),
+        ([(2, "upsert")], None, False, False),
+        ([(0, "upsert"), (4, "tombstone")], Point.AFTER_COMMIT, True, True),
+    ],
+    write=UpsertWrite.COPY_ON_WRITE,
 )
 def test_the_table_always_holds_each_keys_last_state(
-    tmp_path_factory: pytest.TempPathFactory, steps: Any
+    tmp_path_factory: pytest.TempPathFactory, steps: Any, write: UpsertWrite
 ) -> None:
-    world = UpsertWorld(tmp_path_factory.mktemp("upsert"))
+    world = UpsertWorld(tmp_path_factory.mktemp("upsert"), upsert=UpsertSettings(key=("id",), write=write))
     model: dict[int, str] = {}
     done: list[tuple[RunPlan, RunResult]] = []
     version = 0
@@ -172,15 +183,15 @@ def located_gone(world: UpsertWorld, result: RunResult) -> bool:
     """Whether the compaction took a file the run replaces (else the run still commits as it is)."""
     assert result.upsert is not None
     live = {task.file.file_path for task in world.catalog.load_table(TABLE).scan().plan_files()}
-    return any(f.uri not in live for f in result.upsert.replaced)
+    targets = [
+        *(f.uri for f in result.upsert.replaced),
+        *(t for d in result.upsert.deletes for t in d.targets),
+    ]
+    return any(uri not in live for uri in targets)
 
 
 def duckdb_names(world: UpsertWorld) -> dict[int, str | None]:
-    """The table as DuckDB reads the files of its current snapshot."""
-    table = world.catalog.load_table(TABLE)
-    files = [task.file.file_path.removeprefix("file://") for task in table.scan().plan_files()]
-    if not files:
-        return {}
-    rows = duckdb.sql(f"SELECT id, name FROM read_parquet({files!r})").fetchall()
+    """The table as DuckDB reads the files of its current snapshot, position deletes applied."""
+    rows = duckdb_rows(world.catalog.load_table(TABLE), "id, name")
     assert len(rows) == len({key for key, _ in rows}), "a key has two rows"
     return dict(rows)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from kafscale_iceberg.dataplane.upsert_rewrite import KeyChanges
+from kafscale_iceberg.dataplane.upsert_keys import KeyChanges
 
 STRING = pa.string()
 

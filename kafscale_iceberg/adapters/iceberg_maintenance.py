@@ -9,11 +9,13 @@
   bounds do not overlap (`iceberg_compaction_files.py`) - and written with the table's field ids
   under the product's run-scoped prefix (`…/kafscale/compaction-…/`), so files of an interrupted
   compaction are orphans the
-  cleanup finds. ONE `overwrite` snapshot deletes the old files and adds the new ones. The commit is
-  optimistic: built on the snapshot planned from and asserted by the catalog; when a run's commit
-  landed meanwhile, it re-checks that every file it replaces is still in the table and commits again
-  on the new snapshot (the run's files are untouched). No row changes; table properties (the
-  `kafscale.*` offsets markers) are kept as they are.
+  cleanup finds. Files whose position deletes pass `DeleteFolding`'s thresholds are rewritten too,
+  deletes applied (`iceberg_delete_folding.py`). ONE `replace` snapshot deletes the old files and the
+  delete files no remaining file needs, and adds the new ones. The commit is optimistic: built on
+  the snapshot planned from and asserted by the catalog; when a run's commit landed meanwhile, it
+  re-checks that every file it replaces is still in the table and carries no delete file its
+  rewrite did not apply, and commits again on the new snapshot (the run's files are untouched). No
+  row changes; table properties (the `kafscale.*` offsets markers) are kept as they are.
 - **Snapshot expiry**: snapshots older than the retention, beyond the newest `keep`, never the
   current one and never, per topic, the newest snapshot carrying its commit summary
   (`kafscale.topic`: the audit trail of the last run and what `status` reads). Manifest lists and
@@ -28,6 +30,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 from pyiceberg.catalog import Catalog
@@ -42,7 +45,14 @@ from kafscale_iceberg.adapters.data_files import StagedFileStore
 from kafscale_iceberg.adapters.iceberg_catalog import CatalogTableAccess
 from kafscale_iceberg.adapters.iceberg_compaction_files import rewrite_group
 from kafscale_iceberg.adapters.iceberg_data_files import bucket_values, data_file_from_footer
-from kafscale_iceberg.adapters.iceberg_writes import overwrite, single_attempt
+from kafscale_iceberg.adapters.iceberg_delete_folding import (
+    applied_deletes,
+    delete_files_to_remove,
+    deletes_landed_on,
+    folded_files,
+)
+from kafscale_iceberg.adapters.iceberg_row_delta import replace_files as replace_data_files
+from kafscale_iceberg.adapters.iceberg_writes import single_attempt
 from kafscale_iceberg.dataplane.storage import join_uri
 from kafscale_iceberg.domain.commits import SUMMARY_TOPIC
 from kafscale_iceberg.domain.compaction_jobs import (
@@ -56,6 +66,7 @@ from kafscale_iceberg.domain.maintenance import (
     LAST_MAINTENANCE_PROPERTY,
     SUMMARY_COMPACTION,
     CompactionOutcome,
+    DeleteFolding,
     ExpiryOutcome,
     TableHealth,
     snapshots_to_expire,
@@ -141,7 +152,8 @@ class IcebergTableMaintainer(CatalogTableAccess):
         """Files, small files, snapshots and manifest bytes of the current snapshot; last maintenance."""
         loaded = self._load(table)
         try:
-            files = [t.file for t in loaded.scan().plan_files()]
+            tasks = list(loaded.scan().plan_files())
+            files = [t.file for t in tasks]
             snapshot = loaded.current_snapshot()
             manifests = snapshot.manifests(loaded.io) if snapshot is not None else []
         except Exception as exc:
@@ -160,31 +172,42 @@ class IcebergTableMaintainer(CatalogTableAccess):
             last_compaction_ms=_int_or_none(properties.get(LAST_COMPACTION_PROPERTY)),
             data_location=data_location_of(loaded.location(), dict(properties)),
             managed_compaction=self._managed_compaction is not None and self._managed_compaction(table),
+            delete_files=len({d.file_path for t in tasks for d in t.delete_files}),
         )
 
     # -- compaction ---------------------------------------------------------------------------------
 
     def plan_compaction(
-        self, table: str, *, small_file_bytes: int, min_small_files: int, max_bytes: int
+        self,
+        table: str,
+        *,
+        small_file_bytes: int,
+        min_small_files: int,
+        max_bytes: int,
+        folding: DeleteFolding | None = None,
     ) -> CompactionPlan:
         """The small files to rewrite: per Iceberg partition of the current spec, groups of >= 2 files
         (or one file mixing Kafka partitions), up to `max_bytes` read in all, when the table has at
-        least `min_small_files` small files. Reads only."""
+        least `min_small_files` small files; and the files whose position deletes `folding` says to
+        fold (`folded_files`), rewritten with their deletes applied. Reads only."""
         loaded = self._load(table)
         try:
             spec_id = loaded.metadata.default_spec_id
-            tasks = [
+            live = [
                 t
                 for t in loaded.scan().plan_files()
-                if t.file.content == DataFileContent.DATA
-                and t.file.spec_id == spec_id
-                and not t.delete_files
-                and t.file.file_size_in_bytes < small_file_bytes
+                if t.file.content == DataFileContent.DATA and t.file.spec_id == spec_id
             ]
         except Exception as exc:
             raise self._translate(f"plan the compaction of {table!r}", exc) from exc
+        folded = folded_files(live, folding) if folding is not None else set()
+        small = [t for t in live if not t.delete_files and t.file.file_size_in_bytes < small_file_bytes]
+        tasks = [
+            *(small if len(small) >= min_small_files else ()),
+            *(t for t in live if t.file.file_path in folded),
+        ]
         snapshot_id = loaded.metadata.current_snapshot_id
-        if len(tasks) < min_small_files:
+        if not tasks:
             return CompactionPlan(table, snapshot_id, ())
         partition_column = _partition_field_id(loaded)
         keyed = bool(loaded.schema().identifier_field_ids)
@@ -194,14 +217,14 @@ class IcebergTableMaintainer(CatalogTableAccess):
         groups: list[CompactionGroup] = []
         budget = max_bytes
         for key in sorted(by_partition):
-            files = _worth_rewriting(by_partition[key], partition_column, keyed=keyed)
+            files = _worth_rewriting(by_partition[key], partition_column, keyed=keyed, folded=folded)
             chosen: list[IcebergDataFile] = []
             for data_file in files:
                 if data_file.file_size_in_bytes > budget:
                     break
                 chosen.append(data_file)
                 budget -= data_file.file_size_in_bytes
-            if chosen and _worth_rewriting(chosen, partition_column, keyed=keyed):
+            if chosen and _worth_rewriting(chosen, partition_column, keyed=keyed, folded=folded):
                 groups.append(CompactionGroup(key, tuple(chosen)))
             if budget <= 0:
                 break
@@ -299,16 +322,22 @@ class IcebergTableMaintainer(CatalogTableAccess):
         groups = tuple(
             CompactionGroup(g.partition_key, tuple(live[path].file for path in g.files)) for g in job.groups
         )
-        plan = CompactionPlan(job.table, loaded.metadata.current_snapshot_id, groups, {}, loaded)
+        # The deletes the job applied: those of the snapshot it read (none known once it expired).
+        read = {}
+        if job.snapshot_id is not None and loaded.metadata.snapshot_by_id(job.snapshot_id) is not None:
+            read = {t.file.file_path: t for t in loaded.scan(snapshot_id=job.snapshot_id).plan_files()}
+        plan = CompactionPlan(job.table, loaded.metadata.current_snapshot_id, groups, read, loaded)
         return self.commit_compaction(
             CompactionWrite(plan, files_by_group, sum(o.rows for o in result.groups)), now_ms=now_ms
         )
 
     def commit_compaction(self, write: CompactionWrite, *, now_ms: int) -> CompactionOutcome:
-        """ONE `overwrite` snapshot: the planned files out, the new files in; optimistic with a re-check.
+        """ONE `replace` snapshot: the planned files out (and the delete files folded into them), the
+        new files in; optimistic with a re-check.
 
         Raises nothing for a lost race it cannot repair (a replaced file left the table meanwhile,
-        e.g. a reset): the outcome says `committed=False` and the new files are orphans.
+        e.g. a reset, or an upsert run committed deletes against one): the outcome says
+        `committed=False` and the new files are orphans.
         """
         plan = write.plan
         replaced = [f for g in plan.groups for f in g.files]
@@ -323,23 +352,17 @@ class IcebergTableMaintainer(CatalogTableAccess):
             for group, files in zip(plan.groups, write.files_by_group, strict=True)
             for uri in files
         ]
+        paths = {f.file_path for f in replaced}
+        applied = applied_deletes(plan.tasks)
         for attempt in range(1, _COMMIT_ATTEMPTS + 1):
-            if attempt > 1:
-                live = {t.file.file_path for t in loaded.scan().plan_files()}
-                gone = [f.file_path for f in replaced if f.file_path not in live]
-                if gone:
-                    logger.warning(
-                        "compaction abandoned: files it replaces left the table",
-                        extra={"table": plan.table, "gone": gone[:5]},
-                    )
-                    return CompactionOutcome(table=plan.table, committed=False, abandoned=True)
+            live = list(loaded.scan().plan_files())
+            problem = _replaced_moved(live, paths, applied)
+            if problem:
+                logger.warning("compaction abandoned: %s", problem, extra={"table": plan.table})
+                return CompactionOutcome(table=plan.table, committed=False, abandoned=True)
+            folded = delete_files_to_remove(loaded, live, paths)
             transaction = single_attempt(loaded).transaction()
-            snapshot = transaction.update_snapshot(snapshot_properties={SUMMARY_COMPACTION: "true"})
-            with overwrite(snapshot) as producer:
-                for data_file in replaced:
-                    producer.delete_data_file(data_file)
-                for data_file in new_files:
-                    producer.append_data_file(data_file)
+            replace_data_files(transaction, [*replaced, *folded], new_files, {SUMMARY_COMPACTION: "true"})
             transaction.set_properties({LAST_COMPACTION_PROPERTY: str(now_ms)})
             try:
                 committed = transaction.commit_transaction()
@@ -359,6 +382,7 @@ class IcebergTableMaintainer(CatalogTableAccess):
                 attempts=attempt,
                 version=committed.metadata_location,
                 earlier_versions=tuple(e.metadata_file for e in committed.metadata.metadata_log),
+                delete_files_removed=len(folded),
             )
         return CompactionOutcome(table=plan.table, committed=False, attempts=_COMMIT_ATTEMPTS)
 
@@ -478,14 +502,21 @@ def _partition_field_id(table: Table) -> int | None:
 
 
 def _worth_rewriting(
-    files: Sequence[IcebergDataFile], field_id: int | None, *, keyed: bool = False
+    files: Sequence[IcebergDataFile],
+    field_id: int | None,
+    *,
+    keyed: bool = False,
+    folded: AbstractSet[str] = frozenset(),
 ) -> list[IcebergDataFile]:
     """The files whose rewrite lowers the file count: every file mixing Kafka partitions, and the
     partition-pure files of Kafka partitions with more than one, or whose rows the mixed files may
     hold too (its compacted output joins them). A lone pure file no mixed file may add to stays.
 
     `keyed` (an upsert table, written in key order, not per Kafka partition): every file when there
-    are two or more, none for a lone file (already sorted)."""
+    are two or more, none for a lone file (already sorted). A file whose deletes are `folded` is
+    always worth it (its rewrite drops delete files)."""
+    if any(f.file_path in folded for f in files):
+        return sorted(files, key=lambda f: f.file_path)
     if keyed:
         return sorted(files, key=lambda f: f.file_path) if len(files) > 1 else []
     mixed = [f for f in files if _mixes_partitions(f, field_id)]
@@ -526,6 +557,20 @@ def _mixes_partitions(data_file: IcebergDataFile, field_id: int | None) -> bool:
     lower = (data_file.lower_bounds or {}).get(field_id)
     upper = (data_file.upper_bounds or {}).get(field_id)
     return lower is None or lower != upper
+
+
+def _replaced_moved(
+    live: Sequence[FileScanTask], replaced: AbstractSet[str], applied: dict[str, frozenset[str]]
+) -> str | None:
+    """Why the compaction can no longer replace `replaced` (None: it can): a file left the table, or
+    carries a delete file its rewrite did not apply (an upsert run's, committed meanwhile)."""
+    gone = sorted(replaced - {t.file.file_path for t in live})
+    if gone:
+        return f"{len(gone)} file(s) it replaces left the table, e.g. {gone[0]}"
+    changed = deletes_landed_on(live, replaced, applied)
+    if changed:
+        return f"rows of {len(changed)} file(s) it replaces were deleted meanwhile, e.g. {changed[0]}"
+    return None
 
 
 def _metadata_files(table: Table, snapshots: Iterable[Snapshot]) -> set[str]:

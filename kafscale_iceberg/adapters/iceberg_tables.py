@@ -68,6 +68,7 @@ from kafscale_iceberg.adapters.iceberg_schemas import (
 )
 from kafscale_iceberg.adapters.iceberg_upsert import files_to_replace
 from kafscale_iceberg.adapters.iceberg_writes import (
+    add_row_delta,
     append_files,
     delete_rows,
     replace_files,
@@ -407,7 +408,7 @@ class IcebergTableCommitter(CatalogTableAccess):
         try:
             # An upsert run: only while its located version stands (manifests read, no data file).
             replaced = files_to_replace(table, expected.table, commit)
-            transaction.set_properties(updates)
+            transaction.set_properties({**commit.table_properties, **updates})
             present = tuple(key for key in removals if key in table.properties)
             if present:
                 transaction.remove_properties(*present)
@@ -418,7 +419,9 @@ class IcebergTableCommitter(CatalogTableAccess):
                     commit.summary(),
                     data_location=commit.rewrite_location,
                 )
-            if commit.removed_files:
+            if commit.added_deletes:
+                add_row_delta(transaction, table, commit, replaced)
+            elif commit.removed_files:
                 replace_files(transaction, table, commit, replaced)
             elif commit.file_uris:
                 # What `add_files` does, from the metrics the run carried instead of one footer read

@@ -8,7 +8,9 @@ lands only when
 - the located snapshot is on the table's current lineage, and every snapshot after it is a
   compaction (`kafscale.compaction`) or adds no data file - nothing can hold a changed key the run
   did not see (a compaction only moves rows; the next check catches it moving the run's);
-- every file the run replaces is still in the current snapshot.
+- every file the run replaces, and every data file its position deletes target (merge-on-read), is
+  still in the current snapshot - a compaction that took one meanwhile moved the rows the deletes
+  name, so the run is refused rather than resurrecting them.
 
 Otherwise `UpsertLocateStaleError` (nothing written): the run is aborted and planned again on the
 table's current version. Only manifests are read here, never a data file.
@@ -27,10 +29,11 @@ _ADDED_DATA_FILES = "added-data-files"
 
 
 def files_to_replace(table: Table, identifier: str, commit: TableCommit) -> list[IcebergDataFile]:
-    """The current snapshot's entries of `commit.removed_files`, once `commit.located` is checked to
-    still stand on `table` (see the module docstring). Raises `UpsertLocateStaleError`."""
+    """The current snapshot's entries of `commit.removed_files` and of the data files its position
+    deletes target, once `commit.located` is checked to still stand on `table` (see the module
+    docstring). Raises `UpsertLocateStaleError`."""
     metadata = table.metadata
-    if commit.located is None and not commit.removed_files:
+    if commit.located is None and not commit.removed_files and not commit.added_deletes:
         return []
     if commit.located is not None:
         located = commit.located.snapshot_id
@@ -56,9 +59,9 @@ def files_to_replace(table: Table, identifier: str, commit: TableCommit) -> list
                     f"snapshot {walked} ({operation}, {added} data file(s) added) landed after it",
                 )
             walked = snapshot.parent_snapshot_id
-    if not commit.removed_files:
+    wanted = {*commit.removed_files, *(t for d in commit.added_deletes for t in d.targets)}
+    if not wanted:
         return []
-    wanted = set(commit.removed_files)
     snapshot_id = metadata.current_snapshot_id
     live = [] if snapshot_id is None else table.scan(snapshot_id=snapshot_id).plan_files()
     removed = [task.file for task in live if task.file.file_path in wanted]
@@ -68,7 +71,8 @@ def files_to_replace(table: Table, identifier: str, commit: TableCommit) -> list
             identifier,
             commit.run_id,
             None if commit.located is None else commit.located.snapshot_id,
-            f"{len(gone)} file(s) it replaces left the table (replaced by a compaction or another writer), "
+            f"{len(gone)} file(s) it replaces or deletes rows of left the table (replaced by a compaction "
+            f"or another writer), "
             f"e.g. {gone[0]}",
         )
     return removed

@@ -3,6 +3,8 @@
 - `append_files`: a run's data files, from the metrics the run carried (no footer read), as
   `add_files` would (merge or fast append, as the table says).
 - `replace_files`: files removed and files added as ONE `overwrite` snapshot (an upsert run).
+- `add_row_delta`: a run's data files and position delete files as ONE snapshot (a merge-on-read
+  upsert run; `iceberg_row_delta.py`).
 - `delete_rows`: rows deleted copy-on-write as ONE `overwrite` snapshot (the offset reset).
 - `rows_after`: the rows after each partition's offset, as an Iceberg expression.
 - `single_attempt`: a table whose transactions pyiceberg never retries blindly.
@@ -32,6 +34,8 @@ from pyiceberg.table.update.snapshot import UpdateSnapshot, _OverwriteFiles
 from pyiceberg.utils.properties import property_as_bool
 
 from kafscale_iceberg.adapters.iceberg_data_files import data_files_to_add
+from kafscale_iceberg.adapters.iceberg_row_delta import add_row_delta as add_row_delta_snapshot
+from kafscale_iceberg.adapters.iceberg_row_delta import position_delete_entry
 from kafscale_iceberg.adapters.iceberg_schemas import NAME_MAPPING
 from kafscale_iceberg.domain.commits import TableCommit
 
@@ -101,6 +105,20 @@ def overwrite(snapshot: UpdateSnapshot, commit_uuid: uuid.UUID | None = None) ->
     # An instance attribute: `_deleted_entries` and `_existing_manifests` look the builder up per call.
     producer.__dict__["_build_manifest_evaluator"] = serialized
     return producer
+
+
+def add_row_delta(
+    transaction: Transaction, table: Table, commit: TableCommit, live: Sequence[IcebergDataFile]
+) -> None:
+    """Add `commit`'s files and its position delete files (`commit.added_deletes`, each in the
+    partition of the data files it targets, found in `live`) as ONE snapshot carrying its summary."""
+    metadata = transaction.table_metadata
+    files = data_files_to_add(metadata, table.io, commit.file_uris, {f.uri: f for f in commit.files})
+    if metadata.name_mapping() is None:
+        transaction.set_properties({NAME_MAPPING: metadata.schema().name_mapping.model_dump_json()})
+    by_path = {f.file_path: f for f in live}
+    deletes = [position_delete_entry(d, by_path[d.targets[0]]) for d in commit.added_deletes]
+    add_row_delta_snapshot(transaction, files, deletes, commit.summary())
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,7 @@ from kafscale_iceberg.config.base import (
     _Section,
     _zero_means,
 )
+from kafscale_iceberg.domain.maintenance import DeleteFolding, TableHealth
 from kafscale_iceberg.domain.runs import CorruptSegmentPolicy, SchemaMode, TimeColumns
 from kafscale_iceberg.segments.keys import normalize_namespace
 
@@ -447,6 +448,18 @@ class MaintenanceConfig(_Section):
     small_file_bytes: PositiveByteSize = ByteSize(32 * MIB)
     compaction_min_small_files: Annotated[int, Field(ge=2)] = 20
     compaction_max_bytes: PositiveByteSize = ByteSize(GIB)
+    # Merge-on-read upsert tables: when compaction folds position deletes (domain/maintenance.py).
+    max_delete_ratio: Annotated[float, Field(gt=0, le=1)] = 0.3
+    max_delete_files: Annotated[int, Field(ge=1)] = 20
+
+    def delete_folding(self) -> DeleteFolding:
+        """When compaction folds position deletes (`max_delete_ratio`, `max_delete_files`)."""
+        return DeleteFolding(max_delete_ratio=self.max_delete_ratio, max_delete_files=self.max_delete_files)
+
+    def compaction_due(self, health: TableHealth, *, force: bool) -> bool:
+        """Whether a pass plans a compaction: forced, enough small files, or delete files to fold."""
+        return force or health.small_files >= self.compaction_min_small_files or health.delete_files > 0
+
     # Compaction as Spark work and the small-file trigger (services/compaction_jobs.py,
     # services/compaction_trigger.py).
     compaction_engine: Literal["spark", "inline"] = "spark"

@@ -16,7 +16,7 @@ from typing import Annotated, Literal, Protocol
 from pydantic import BeforeValidator, field_validator
 
 from kafscale_iceberg.config.base import _lowercase, _Section
-from kafscale_iceberg.domain.runs import CdcFormat, ColumnType, UpsertSettings
+from kafscale_iceberg.domain.runs import CdcFormat, ColumnType, UpsertSettings, UpsertWrite
 
 
 class KeyColumnCandidate(Protocol):
@@ -39,11 +39,13 @@ _KEY_TYPES_REFUSED = frozenset(
 
 
 class UpsertConfig(_Section):
-    """`mappings[].upsert`: `key` (the key columns), `cdc` (`none` or `debezium`), `delete_on_tombstone`."""
+    """`mappings[].upsert`: `key` (the key columns), `cdc` (`none` or `debezium`), `delete_on_tombstone`,
+    `write` (`merge-on-read`, `copy-on-write` or `auto`: how replaced rows leave the table)."""
 
     key: tuple[str, ...] = ()
     cdc: Annotated[Literal["none", "debezium"], BeforeValidator(_lowercase)] = "none"
     delete_on_tombstone: bool = True
+    write: Annotated[Literal["merge-on-read", "copy-on-write", "auto"], BeforeValidator(_lowercase)] = "auto"
 
     @field_validator("key", mode="before")
     @classmethod
@@ -53,7 +55,10 @@ class UpsertConfig(_Section):
     def to_settings(self) -> UpsertSettings:
         """The settings a run plan carries."""
         return UpsertSettings(
-            key=self.key, cdc=CdcFormat(self.cdc), delete_on_tombstone=self.delete_on_tombstone
+            key=self.key,
+            cdc=CdcFormat(self.cdc),
+            delete_on_tombstone=self.delete_on_tombstone,
+            write=UpsertWrite(self.write),
         )
 
 

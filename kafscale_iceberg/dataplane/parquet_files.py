@@ -95,8 +95,17 @@ class RollingParquetWriter:
         row_group_bytes: int = DEFAULT_ROW_GROUP_BYTES,
         max_buffered_bytes: int = DEFAULT_MAX_BUFFERED_BYTES,
         partition_file_min_bytes: int = 0,
+        delta_columns: frozenset[str] = frozenset(),
     ) -> None:
         self._sink = sink
+        # Integer columns written DELTA_BINARY_PACKED (an upsert table's key: a run locating its keys
+        # reads that column of the table's files, and sequential or sorted keys cost bytes per file,
+        # not per row, so).
+        self._delta = {
+            name: "DELTA_BINARY_PACKED"
+            for name in delta_columns
+            if name in schema.names and pa.types.is_integer(schema.field(name).type)
+        }
         self._data_uri = data_uri
         self._schema = schema
         self._statistics = statistics_columns(self._schema)  # none for uuids: `unbounded_columns`
@@ -204,7 +213,10 @@ class RollingParquetWriter:
             self._schema,
             compression=COMPRESSION,
             compression_level=COMPRESSION_LEVEL,
-            use_dictionary=[name for name in self._schema.names if name not in UNIQUE_COLUMNS],
+            use_dictionary=[
+                name for name in self._schema.names if name not in UNIQUE_COLUMNS and name not in self._delta
+            ],
+            column_encoding=self._delta or None,
             store_schema=False,
             write_statistics=self._statistics,
         )

@@ -41,6 +41,7 @@ class TableFiles:
                 schema=with_field_ids(schema, target.field_ids, table=target.identifier),
                 task_index=self._task_index,
                 target_file_size_bytes=settings.target_file_size_bytes,
+                delta_columns=frozenset(settings.upsert.key if settings.upsert is not None else ()),
                 **(
                     {"partition_file_min_bytes": settings.partition_file_min_bytes}
                     if partition_file_min_bytes

@@ -11,9 +11,11 @@ the current snapshot's manifest list and its data manifests (Avro, through `fast
 - **bounds**: a key column whose lower/upper bounds hold none of the changed keys (integers, dates,
   timestamps, strings and binaries; other types are never pruned by bounds).
 
-Only the candidates' key columns are then read, by the run's rewrite tasks (`upsert_rewrite.py`). A
-table with delete files is refused (`UpsertTableError`): a copy-on-write rewrite would drop the deletes
-and bring their rows back.
+Only the candidates' key columns are then read, by the run's tasks (`upsert_positions.py`). Each
+candidate carries the table's position delete files whose `file_path` bounds (or referenced data
+file) hold it: the rows they delete are gone, neither replaced again nor brought back by a rewrite.
+A table with equality delete files is refused (`UpsertTableError`): no position says which rows
+they delete.
 """
 
 from __future__ import annotations
@@ -23,20 +25,22 @@ import io
 import json
 import struct
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import fastavro
 import pyarrow as pa
 
 from kafscale_iceberg.dataplane.partitioning import partition_value, transform_values
-from kafscale_iceberg.dataplane.upsert_rewrite import KeyChanges
+from kafscale_iceberg.dataplane.upsert_keys import KeyChanges
 from kafscale_iceberg.domain.runs import PartitionField, PartitionTransform, PartitionValue
 from kafscale_iceberg.exceptions import UpsertTableError
 from kafscale_iceberg.ports import ObjectReader
 
 _ENTRY_DELETED = 2
 _DATA_CONTENT = 0
+_POSITION_DELETES = 1
+_FILE_PATH_FIELD_ID = 2147483546
 # Iceberg's single-value serialization of the types bounds prune by: how to decode each.
 _SIGNED = {"int": "<i", "long": "<q", "date": "<i", "timestamp": "<q", "timestamptz": "<q"}
 _TEXT = {"string"}
@@ -51,6 +55,14 @@ class TableFile:
     uri: str
     size_bytes: int
     partition_values: Mapping[str, PartitionValue]
+    partition_key: str = ""
+    """Its partition spec and values: the files of one key share an Iceberg partition."""
+    delete_files: tuple[str, ...] = ()
+    """The table's position delete files that may delete rows of it (their path bounds hold it)."""
+
+    def with_deletes(self, deletes: Sequence[_DeleteFile]) -> TableFile:
+        """The file with the delete files of `deletes` that may delete rows of it."""
+        return replace(self, delete_files=tuple(d.uri for d in deletes if d.may_delete_in(self.uri)))
 
 
 @dataclass(frozen=True)
@@ -72,10 +84,11 @@ class _SpecField:
 
 
 def locate(reader: ObjectReader, metadata_location: str | None, changes: KeyChanges) -> Located:
-    """The data files of the table at `metadata_location` that may hold one of `changes`' keys.
+    """The data files of the table at `metadata_location` that may hold one of `changes`' keys, each
+    with the position delete files that may delete rows of it.
 
-    Raises `UpsertTableError` for a table with delete files, a key column the table lacks, or
-    metadata this reader cannot parse; storage errors of `reader`.
+    Raises `UpsertTableError` for a table with equality delete files, a key column the table lacks,
+    or metadata this reader cannot parse; storage errors of `reader`.
     """
     if metadata_location is None:
         return Located(snapshot_id=None, candidates=(), table_files=0)
@@ -90,35 +103,74 @@ def locate(reader: ObjectReader, metadata_location: str | None, changes: KeyChan
     specs = _specs(metadata, columns)
     pruning = _Pruning(changes, columns)
     candidates: list[TableFile] = []
+    deletes: list[_DeleteFile] = []
     files = 0
     for manifest in _avro(reader, snapshot["manifest-list"]):
-        if manifest.get("content", _DATA_CONTENT) != _DATA_CONTENT:
-            raise UpsertTableError(
-                metadata_location,
-                f"snapshot {snapshot_id} has delete files ({manifest['manifest_path']}): an upsert run "
-                "rewrites files copy-on-write and would drop them; rewrite the table's data files "
-                "(Spark's rewrite_data_files) or land into a new table",
-            )
-        spec = specs.get(manifest.get("partition_spec_id", 0), ())
+        deleting = manifest.get("content", _DATA_CONTENT) != _DATA_CONTENT
+        spec_id = manifest.get("partition_spec_id", 0)
+        spec = specs.get(spec_id, ())
         for entry in _avro(reader, manifest["manifest_path"]):
             if entry["status"] == _ENTRY_DELETED:
                 continue
             data_file = entry["data_file"]
+            if deleting:
+                deletes.append(_delete_file(metadata_location, snapshot_id, data_file))
+                continue
             files += 1
             partition = list((data_file.get("partition") or {}).values())
             if pruning.may_hold(spec, partition, data_file):
-                candidates.append(
-                    TableFile(
-                        uri=data_file["file_path"],
-                        size_bytes=int(data_file["file_size_in_bytes"]),
-                        partition_values={
-                            f.name: partition_value(v)
-                            for f, v in zip(spec, partition, strict=False)
-                            if f.transform.startswith("bucket")
-                        },
-                    )
-                )
-    return Located(snapshot_id=int(snapshot_id), candidates=tuple(candidates), table_files=files)
+                candidates.append(_table_file(spec_id, spec, partition, data_file))
+    with_deletes = tuple(c.with_deletes(deletes) for c in candidates)
+    return Located(snapshot_id=int(snapshot_id), candidates=with_deletes, table_files=files)
+
+
+@dataclass(frozen=True)
+class _DeleteFile:
+    """A position delete file of the table: the range of data file paths it may delete rows of."""
+
+    uri: str
+    lowest: str | None
+    highest: str | None
+
+    def may_delete_in(self, uri: str) -> bool:
+        if self.lowest is None or self.highest is None:
+            return True
+        return self.lowest <= uri <= self.highest
+
+
+def _delete_file(location: str, snapshot_id: object, data_file: Mapping[str, Any]) -> _DeleteFile:
+    if data_file.get("content") != _POSITION_DELETES:
+        raise UpsertTableError(
+            location,
+            f"snapshot {snapshot_id} has an equality delete file ({data_file['file_path']}): an upsert "
+            "run cannot tell which rows it deletes; rewrite the table's data files (Spark's "
+            "rewrite_data_files) or land into a new table",
+        )
+    referenced = data_file.get("referenced_data_file")
+    if referenced:
+        return _DeleteFile(data_file["file_path"], referenced, referenced)
+    lowers, uppers = _bounds(data_file.get("lower_bounds")), _bounds(data_file.get("upper_bounds"))
+    low, high = lowers.get(_FILE_PATH_FIELD_ID), uppers.get(_FILE_PATH_FIELD_ID)
+    return _DeleteFile(
+        data_file["file_path"],
+        low.decode("utf-8") if low is not None else None,
+        high.decode("utf-8") if high is not None else None,
+    )
+
+
+def _table_file(
+    spec_id: int, spec: Sequence[_SpecField], partition: Sequence[Any], data_file: Mapping[str, Any]
+) -> TableFile:
+    return TableFile(
+        uri=data_file["file_path"],
+        size_bytes=int(data_file["file_size_in_bytes"]),
+        partition_values={
+            f.name: partition_value(v)
+            for f, v in zip(spec, partition, strict=False)
+            if f.transform.startswith("bucket")
+        },
+        partition_key=f"{spec_id}:{partition!r}",
+    )
 
 
 class _Pruning:

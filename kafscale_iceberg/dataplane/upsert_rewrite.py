@@ -18,95 +18,10 @@ import pyarrow.parquet as pq
 
 from kafscale_iceberg.dataplane.file_stats import file_stats
 from kafscale_iceberg.dataplane.storage import join_uri
+from kafscale_iceberg.dataplane.upsert_keys import KeyChanges
+from kafscale_iceberg.dataplane.upsert_positions import LocatedRows
 from kafscale_iceberg.domain.runs import DataFile, PartitionValue
 from kafscale_iceberg.ports import FileSink, ObjectReader
-
-_POSITION = "__kafscale_position"
-_DELETED = "__kafscale_deleted"
-_WIN_PARTITION = "__kafscale_win_partition"
-_WIN_OFFSET = "__kafscale_win_offset"
-
-
-class KeyChanges:
-    """A run's changes reduced to the last one per key (by offset within a Kafka partition; across
-    partitions the higher partition's), from its new rows and its deleted keys (each a table of the
-    key columns, `partition` and `offset`)."""
-
-    def __init__(self, key: Sequence[str], rows: pa.Table, deletes: pa.Table) -> None:
-        self.key = tuple(key)
-        columns = [*self.key, "partition", "offset"]
-        # The key columns' types: the rows' when the run has some (files without rows carry none).
-        schema = (rows if rows.num_rows or not deletes.num_rows else deletes).select(columns).schema
-        parts = [
-            table.select(columns)
-            .cast(schema)
-            .append_column(_DELETED, pa.array(np.full(table.num_rows, flag)))
-            for table, flag in ((rows, False), (deletes, True))
-            if table.num_rows or table is rows
-        ]
-        changes = pa.concat_tables([p for p in parts if p.num_rows] or parts[:1])
-        ordered = changes.sort_by([(c, "ascending") for c in columns])
-        ordered = ordered.append_column(_POSITION, pa.array(np.arange(ordered.num_rows, dtype=np.int64)))
-        last = ordered.group_by(list(self.key), use_threads=False).aggregate([(_POSITION, "max")])
-        winners = ordered.take(last.column(f"{_POSITION}_max")).sort_by([(c, "ascending") for c in self.key])
-        self.winners = winners.select([*self.key, "partition", "offset", _DELETED]).rename_columns(
-            [*self.key, _WIN_PARTITION, _WIN_OFFSET, _DELETED]
-        )
-
-    @classmethod
-    def from_winners(cls, key: Sequence[str], winners: pa.Table) -> KeyChanges:
-        """The changes as `winners` (a table `write_winners` wrote) holds them: resolved already."""
-        changes = cls.__new__(cls)
-        changes.key = tuple(key)
-        changes.winners = winners
-        return changes
-
-    @property
-    def count(self) -> int:
-        """How many keys the run changed."""
-        return int(self.winners.num_rows)
-
-    @property
-    def deleted(self) -> int:
-        """How many keys the run ends with deleted."""
-        return int(np.count_nonzero(self.winners.column(_DELETED).to_numpy(zero_copy_only=False)))
-
-    def key_values(self, column: str) -> pa.Array:
-        """The changed keys' values of a key column, sorted, each once (what the locate step prunes by)."""
-        values = self.winners.column(column).unique()
-        return values.take(pa.compute.sort_indices(values))
-
-    def replaced(self, rows: pa.Table) -> tuple[np.ndarray, np.ndarray]:
-        """For `rows` of the table (key columns at least): which hold a changed key (to drop), and of
-        those which the run deletes rather than updates."""
-        matched, _partition, _offset, deleted = self._match(rows)
-        return matched, matched & deleted
-
-    def superseded(self, rows: pa.Table) -> np.ndarray:
-        """For the run's own new `rows` (key columns, `partition`, `offset`): which a later change of
-        their key replaced (not their key's winning row, or the key ends deleted)."""
-        matched, partition, offset, deleted = self._match(rows)
-        written_at = rows.column("partition").to_numpy(), rows.column("offset").to_numpy()
-        same = (partition == written_at[0]) & (offset == written_at[1])
-        superseded: np.ndarray = matched & (deleted | ~same)
-        return superseded
-
-    def _match(self, rows: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        keys = rows.select(list(self.key))
-        keys = keys.cast(self.winners.select(list(self.key)).schema)
-        keys = keys.append_column(_POSITION, pa.array(np.arange(rows.num_rows, dtype=np.int64)))
-        joined = keys.join(self.winners, keys=list(self.key), join_type="inner", use_threads=False)
-        count = rows.num_rows
-        matched = np.zeros(count, bool)
-        partition = np.full(count, -1, np.int64)
-        offset = np.full(count, -1, np.int64)
-        deleted = np.zeros(count, bool)
-        at = joined.column(_POSITION).to_numpy()
-        matched[at] = True
-        partition[at] = joined.column(_WIN_PARTITION).to_numpy()
-        offset[at] = joined.column(_WIN_OFFSET).to_numpy()
-        deleted[at] = joined.column(_DELETED).to_numpy(zero_copy_only=False)
-        return matched, partition, offset, deleted
 
 
 @dataclass(frozen=True)
@@ -151,43 +66,54 @@ def rewrite_without(
     folder: str,
     own: bool,
     partition_values: Mapping[str, PartitionValue] | None = None,
+    located: LocatedRows | None = None,
 ) -> FileRewrite:
     """`source` written again under `folder` without the rows `changes` replace (a table file: rows of
-    a changed key; `own`, a file of the run: rows a later change superseded). Only the key columns
-    are decoded unless a row must go. `partition_values`: what the new file carries (the source's
-    values of partition fields its bounds cannot give, e.g. a bucket's). Idempotent: the new file's
-    name derives from `source`."""
-    data = reader.read_bytes(source)
-    columns = [*changes.key, "partition", "offset"] if own else list(changes.key)
-    probe = pq.read_table(io.BytesIO(data), columns=columns)
-    if own:
-        drop, deleted = changes.superseded(probe), np.zeros(probe.num_rows, bool)
+    a changed key, at the positions `located` found - and the rows the table's delete files deleted,
+    which must not come back; `own`, a file of the run: rows a later change superseded). Only the key
+    columns are decoded unless a row must go. `partition_values`: what the new file carries (the
+    source's values of partition fields its bounds cannot give, e.g. a bucket's). Idempotent: the new
+    file's name derives from `source`."""
+    if located is not None and not own:
+        if not located.replaced.size:
+            return FileRewrite(source=source, written=None, dropped=0, deleted=0)
+        data = reader.read_bytes(source)
+        drop = np.zeros(located.rows, bool)
+        drop[located.replaced] = True
+        drop[located.deleted_before[located.deleted_before < located.rows]] = True
+        dropped, deletes = int(located.replaced.size), int(located.deleted.size)
     else:
-        drop, deleted = changes.replaced(probe)
-    dropped = int(np.count_nonzero(drop))
-    if not dropped:
-        return FileRewrite(source=source, written=None, dropped=0, deleted=0)
+        data = reader.read_bytes(source)
+        columns = [*changes.key, "partition", "offset"] if own else list(changes.key)
+        probe = pq.read_table(io.BytesIO(data), columns=columns)
+        if own:
+            drop, deleted = changes.superseded(probe), np.zeros(probe.num_rows, bool)
+        else:
+            drop, deleted = changes.replaced(probe)
+        dropped, deletes = int(np.count_nonzero(drop)), int(np.count_nonzero(deleted))
+        if not dropped:
+            return FileRewrite(source=source, written=None, dropped=0, deleted=0)
     rows = pq.read_table(io.BytesIO(data)).filter(pa.array(~drop))
-    deletes = int(np.count_nonzero(deleted))
     if not rows.num_rows:
         return FileRewrite(source=source, written=None, dropped=dropped, deleted=deletes)
     name = f"{'run' if own else 'table'}-{hashlib.sha256(source.encode()).hexdigest()[:24]}.parquet"
-    uri = join_uri(folder, name)
+    written = _write_rows(sink, join_uri(folder, name), rows, partition_values)
+    return FileRewrite(source=source, written=written, dropped=dropped, deleted=deletes)
+
+
+def _write_rows(
+    sink: FileSink, uri: str, rows: pa.Table, partition_values: Mapping[str, PartitionValue] | None
+) -> DataFile:
     staging = sink.staging_path(uri)
     pq.write_table(rows, staging, compression="zstd", compression_level=1, write_statistics=True)
     size = os.path.getsize(staging)
     # Its metrics from the footer just written (local), so the commit step reads no data file.
     stats = file_stats(pq.read_metadata(staging), rows.schema)
     sink.publish(staging, uri)
-    return FileRewrite(
-        source=source,
-        written=DataFile(
-            uri=uri,
-            record_count=rows.num_rows,
-            size_bytes=size,
-            partition_values=dict(partition_values or {}),
-            stats=stats,
-        ),
-        dropped=dropped,
-        deleted=deletes,
+    return DataFile(
+        uri=uri,
+        record_count=rows.num_rows,
+        size_bytes=size,
+        partition_values=dict(partition_values or {}),
+        stats=stats,
     )

@@ -28,7 +28,7 @@ from enum import StrEnum
 from types import MappingProxyType
 
 from kafscale_iceberg.domain.anomalies import OffsetAnomalies
-from kafscale_iceberg.domain.runs import NO_OFFSET, ColumnSpec, DataFile, PartitionField
+from kafscale_iceberg.domain.runs import NO_OFFSET, ColumnSpec, DataFile, PartitionField, PositionDeleteFile
 from kafscale_iceberg.domain.schema import FieldSpec
 from kafscale_iceberg.domain.upsert import LocatedIn, UpsertCounts
 from kafscale_iceberg.exceptions import TableMarkerError
@@ -265,6 +265,11 @@ class TableCommit:
     located: LocatedIn | None = None
     """An upsert run that changed keys: the table version they were located in; the commit refuses
     (`UpsertLocateStaleError`) when it no longer stands."""
+    added_deletes: tuple[PositionDeleteFile, ...] = ()
+    """Position delete files of a merge-on-read upsert run: the commit is then ONE row delta adding
+    them with `file_uris`, refused unless every data file they target is still in the table."""
+    table_properties: Mapping[str, str] = field(default_factory=dict)
+    """Table properties set in the same commit (an upsert table's `write.*.mode`)."""
 
     def summary(self) -> dict[str, str]:
         """The snapshot summary keys: what this snapshot added, for audit and recovery."""

@@ -36,6 +36,18 @@ def _count(value: str | None) -> int:
 
 
 @dataclass(frozen=True)
+class DeleteFolding:
+    """When compaction folds a table's position deletes into its data files (`maintenance.max_delete_ratio`,
+    `maintenance.max_delete_files`): a data file whose deleted share (its delete files' rows, an upper
+    bound) passes the ratio, or every data file with deletes of a partition holding at least that many
+    delete files, is rewritten with its deletes applied, and the delete files no remaining data file
+    needs leave the table."""
+
+    max_delete_ratio: float = 0.3
+    max_delete_files: int = 20
+
+
+@dataclass(frozen=True)
 class TableHealth:
     """What a table looks like now: its current snapshot's files and manifests, its snapshots."""
 
@@ -49,6 +61,8 @@ class TableHealth:
     manifest_bytes: int
     last_maintenance_ms: int | None = None
     last_compaction_ms: int | None = None
+    delete_files: int = 0
+    """Position delete files the current snapshot's data files carry (merge-on-read upserts)."""
     data_location: str = ""
     """Where the table keeps its data files (`write.data.path`, else `{location}/data`); this
     product's own files are under `{data_location}/kafscale/` (`domain/table_locations.py`)."""
@@ -68,6 +82,7 @@ class CompactionOutcome:
     rows: int = 0
     attempts: int = 0
     abandoned: bool = False
+    delete_files_removed: int = 0
     """The files it replaces left the table meanwhile (e.g. a reset): nothing committed."""
     version: str | None = None
     """The table's metadata file its commit wrote (None: nothing committed)."""

@@ -24,14 +24,49 @@ locate step is separate so position deletes can later take the rewrite's place.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+
+from kafscale_iceberg.domain.runs import UpsertWrite
 
 SUMMARY_UPSERT_INSERTED = "kafscale.upsert.inserted"
 SUMMARY_UPSERT_UPDATED = "kafscale.upsert.updated"
 SUMMARY_UPSERT_DELETED = "kafscale.upsert.deleted"
 SUMMARY_UPSERT_FILES_REWRITTEN = "kafscale.upsert.files-rewritten"
 SUMMARY_UPSERT_BYTES_REWRITTEN = "kafscale.upsert.bytes-rewritten"
+SUMMARY_UPSERT_BYTES_LOCATED = "kafscale.upsert.bytes-located"
+
+AUTO_COPY_ON_WRITE_MAX_FILES = 4
+"""`upsert.write: auto` rewrites (copy-on-write) at most this many candidate files..."""
+AUTO_COPY_ON_WRITE_MAX_BYTES = 32 * 1024 * 1024
+"""...of at most these bytes in all; beyond either, it writes position deletes (merge-on-read)."""
+
+WRITE_MODE_PROPERTIES = ("write.update.mode", "write.delete.mode", "write.merge.mode")
+"""The table properties other writers (Spark, Trino) follow for row-level changes."""
+
+
+def choose_write(policy: UpsertWrite, candidate_sizes: Sequence[int]) -> UpsertWrite:
+    """How a run removes the rows its changed keys replace, given `upsert.write` and the sizes of the
+    table files that may hold a changed key: `copy-on-write` or `merge-on-read`, never `auto`.
+
+    `auto` rewrites when the candidates are few and small (`AUTO_COPY_ON_WRITE_MAX_FILES`,
+    `AUTO_COPY_ON_WRITE_MAX_BYTES`: the rewrite then costs about what its delete files would cost
+    readers until the next compaction), and writes position deletes otherwise, so a run's cost
+    follows its changes, not the table."""
+    if policy is not UpsertWrite.AUTO:
+        return policy
+    few = len(candidate_sizes) <= AUTO_COPY_ON_WRITE_MAX_FILES
+    if few and sum(candidate_sizes) <= AUTO_COPY_ON_WRITE_MAX_BYTES:
+        return UpsertWrite.COPY_ON_WRITE
+    return UpsertWrite.MERGE_ON_READ
+
+
+def write_mode_properties(policy: UpsertWrite) -> dict[str, str]:
+    """The table's `write.update.mode`, `write.delete.mode`, `write.merge.mode` for `upsert.write`:
+    `copy-on-write` only when every run rewrites; a table `auto` lands in may hold delete files, so
+    other writers treat it as `merge-on-read`."""
+    mode = "copy-on-write" if policy is UpsertWrite.COPY_ON_WRITE else "merge-on-read"
+    return dict.fromkeys(WRITE_MODE_PROPERTIES, mode)
 
 
 @dataclass(frozen=True)
@@ -56,6 +91,10 @@ class UpsertCounts:
     deleted: int = 0
     files_rewritten: int = 0
     bytes_rewritten: int = 0
+    delete_files: int = 0
+    """Position delete files written (merge-on-read)."""
+    bytes_located: int = 0
+    """Bytes read from table files to locate the changed keys (key columns only)."""
 
     def plus(self, other: UpsertCounts) -> UpsertCounts:
         """Both counts added."""
@@ -65,6 +104,8 @@ class UpsertCounts:
             deleted=self.deleted + other.deleted,
             files_rewritten=self.files_rewritten + other.files_rewritten,
             bytes_rewritten=self.bytes_rewritten + other.bytes_rewritten,
+            delete_files=self.delete_files + other.delete_files,
+            bytes_located=self.bytes_located + other.bytes_located,
         )
 
     def to_json(self) -> dict[str, int]:
@@ -75,6 +116,8 @@ class UpsertCounts:
             "deleted": self.deleted,
             "files_rewritten": self.files_rewritten,
             "bytes_rewritten": self.bytes_rewritten,
+            "delete_files": self.delete_files,
+            "bytes_located": self.bytes_located,
         }
 
     def summary(self) -> dict[str, str]:
@@ -85,6 +128,7 @@ class UpsertCounts:
             SUMMARY_UPSERT_DELETED: str(self.deleted),
             SUMMARY_UPSERT_FILES_REWRITTEN: str(self.files_rewritten),
             SUMMARY_UPSERT_BYTES_REWRITTEN: str(self.bytes_rewritten),
+            SUMMARY_UPSERT_BYTES_LOCATED: str(self.bytes_located),
         }
 
 
@@ -95,7 +139,7 @@ def upsert_counts_of(summary: Mapping[str, str]) -> UpsertCounts | None:
         return None
 
     def count(key: str) -> int:
-        text = summary.get(key, "")
+        text = summary.get(key) or ""
         return int(text) if text.isdigit() else 0
 
     return UpsertCounts(
@@ -104,4 +148,6 @@ def upsert_counts_of(summary: Mapping[str, str]) -> UpsertCounts | None:
         deleted=count(SUMMARY_UPSERT_DELETED),
         files_rewritten=count(SUMMARY_UPSERT_FILES_REWRITTEN),
         bytes_rewritten=count(SUMMARY_UPSERT_BYTES_REWRITTEN),
+        delete_files=count("added-delete-files"),
+        bytes_located=count(SUMMARY_UPSERT_BYTES_LOCATED),
     )

@@ -24,18 +24,25 @@ and the file rewritten, and a plan always locates in the version it names.
 from __future__ import annotations
 
 import functools
+import hashlib
 import logging
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+import pyarrow as pa
 from pydantic import Field
 
+from kafscale_iceberg.adapters.data_files import StagedFileStore
+from kafscale_iceberg.adapters.documents import DocumentStore
 from kafscale_iceberg.adapters.s3_segments import S3Settings
+from kafscale_iceberg.dataplane.position_deletes import write_position_deletes
 from kafscale_iceberg.dataplane.storage import join_uri
+from kafscale_iceberg.dataplane.upsert_keys import KeyChanges
 from kafscale_iceberg.dataplane.upsert_locate import Located, locate
+from kafscale_iceberg.dataplane.upsert_positions import locate_rows, read_delete_rows
 from kafscale_iceberg.dataplane.upsert_rewrite import (
-    KeyChanges,
     read_change_columns,
     read_winners,
     rewrite_without,
@@ -44,14 +51,17 @@ from kafscale_iceberg.dataplane.upsert_rewrite import (
 from kafscale_iceberg.domain.runs import (
     DataFile,
     PartitionValue,
+    PositionDeleteFile,
     ReplacedFile,
     RunPlan,
     RunResult,
     UpsertOutcome,
+    UpsertWrite,
 )
 from kafscale_iceberg.domain.runs.documents import DocumentModel
+from kafscale_iceberg.domain.upsert import choose_write
 from kafscale_iceberg.execution.stores import worker_stores
-from kafscale_iceberg.ports import TaskExecutor
+from kafscale_iceberg.ports import FileSink, TaskExecutor
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +77,10 @@ class RewriteSource(DocumentModel):
     size_bytes: int = Field(ge=0)
     own: bool
     partition_values: dict[str, PartitionValue] = Field(default_factory=dict)
+    partition_key: str = ""
+    """A table file's partition spec and values (its position deletes go to that partition's file)."""
+    delete_files: tuple[str, ...] = ()
+    """The table's position delete files that may delete rows of a table file."""
 
 
 class FileRewritten(DocumentModel):
@@ -77,6 +91,10 @@ class FileRewritten(DocumentModel):
     written: DataFile | None = None
     dropped: int = Field(ge=0)
     deleted: int = Field(ge=0)
+    positions: tuple[int, ...] = ()
+    """Merge-on-read: the positions of the rows replaced (`dropped` of them), for a delete file."""
+    bytes_read: int = Field(default=0, ge=0)
+    """Bytes read from a table file to locate its changed keys."""
 
 
 class RewriteReport(DocumentModel):
@@ -97,34 +115,59 @@ class RewriteRunner:
     winners_uri: str
     folder: str
     tasks: tuple[tuple[RewriteSource, ...], ...]
+    merge_on_read: bool = False
+    """Table files are left in place: their replaced rows' positions are reported, not rewritten."""
 
     def __call__(self, task_indexes: Iterable[int]) -> Iterator[str]:
         reader, sink = worker_stores(self.s3)
         changes = _winners(self.s3, self.winners_uri, self.key)
         for task_index in task_indexes:
             started = time.perf_counter()
-            files = []
-            for source in self.tasks[task_index]:
-                outcome = rewrite_without(
-                    reader,
-                    sink,
-                    source.uri,
-                    changes,
-                    folder=self.folder,
-                    own=source.own,
-                    partition_values=source.partition_values,
-                )
-                files.append(
-                    FileRewritten(
-                        source=source,
-                        written=outcome.written,
-                        dropped=outcome.dropped,
-                        deleted=outcome.deleted,
-                    )
-                )
+            files = [self._one(reader, sink, changes, source) for source in self.tasks[task_index]]
             yield RewriteReport(
                 task_index=task_index, files=tuple(files), seconds=time.perf_counter() - started
             ).model_dump_json()
+
+    def _one(
+        self, reader: DocumentStore, sink: StagedFileStore, changes: KeyChanges, source: RewriteSource
+    ) -> FileRewritten:
+        """One file: the run's own rewritten without superseded rows; a table file's changed keys
+        located by position, then rewritten without them or reported for the delete step."""
+        located = None
+        if not source.own:
+            located = locate_rows(
+                reader,
+                source.uri,
+                source.size_bytes,
+                changes,
+                source.delete_files,
+                functools.partial(_delete_rows, self.s3),
+            )
+            if self.merge_on_read:
+                return FileRewritten(
+                    source=source,
+                    dropped=int(located.replaced.size),
+                    deleted=int(located.deleted.size),
+                    positions=tuple(located.replaced.tolist()),
+                    bytes_read=located.bytes_read,
+                )
+        outcome = rewrite_without(
+            reader,
+            sink,
+            source.uri,
+            changes,
+            folder=self.folder,
+            own=source.own,
+            partition_values=source.partition_values,
+            located=located,
+        )
+        return FileRewritten(
+            source=source,
+            written=outcome.written,
+            dropped=outcome.dropped,
+            deleted=outcome.deleted,
+            bytes_read=0 if located is None else located.bytes_read,
+        )
 
 
 @functools.lru_cache(maxsize=2)
@@ -132,6 +175,14 @@ def _winners(s3: S3Settings, uri: str, key: tuple[str, ...]) -> KeyChanges:
     """The run's resolved changes, read once per process (every rewrite task of a run reads the same)."""
     reader, _sink = worker_stores(s3)
     return read_winners(reader, uri, key)
+
+
+@functools.lru_cache(maxsize=512)
+def _delete_rows(s3: S3Settings, uri: str) -> pa.Table:
+    """A position delete file's rows, read once per process (immutable; a partition's delete file
+    names rows of many of the files the tasks locate in)."""
+    reader, _sink = worker_stores(s3)
+    return read_delete_rows(reader, uri)
 
 
 def run_upsert_stage(
@@ -150,10 +201,12 @@ def run_upsert_stage(
         read_change_columns(reader, result.deleted_key_files, key),
     )
     if not changes.count:
-        return result.model_copy(
-            update={"upsert": UpsertOutcome(located_version=plan.table.metadata_location)}
+        outcome = UpsertOutcome(
+            located_version=plan.table.metadata_location, policy=plan.conversion.upsert.write
         )
+        return result.model_copy(update={"upsert": outcome})
     located = locate(reader, plan.table.metadata_location, changes)
+    write = choose_write(plan.conversion.upsert.write, [c.size_bytes for c in located.candidates])
     folder = join_uri(plan.table.data_uri, REWRITE_FOLDER)
     winners_uri = join_uri(folder, WINNERS_NAME)
     write_winners(sink, winners_uri, changes)
@@ -164,25 +217,43 @@ def run_upsert_stage(
         ),
         *(
             RewriteSource(
-                uri=c.uri, size_bytes=c.size_bytes, own=False, partition_values=dict(c.partition_values)
+                uri=c.uri,
+                size_bytes=c.size_bytes,
+                own=False,
+                partition_values=dict(c.partition_values),
+                partition_key=c.partition_key,
+                delete_files=c.delete_files,
             )
             for c in located.candidates
         ),
     ]
     runner = RewriteRunner(
-        s3=s3, key=key, winners_uri=winners_uri, folder=folder, tasks=cut_by_bytes(sources, max_tasks)
+        s3=s3,
+        key=key,
+        winners_uri=winners_uri,
+        folder=folder,
+        tasks=cut_by_bytes(sources, max_tasks),
+        merge_on_read=write is UpsertWrite.MERGE_ON_READ,
     )
     documents = executor.map_tasks(runner, len(runner.tasks)) if runner.tasks else []
     reports = sorted((RewriteReport.model_validate_json(d) for d in documents), key=lambda r: r.task_index)
-    outcome, added = _fold(plan, result, changes, located, [f for r in reports for f in r.files])
+    rewrites = [f for r in reports for f in r.files]
+    outcome, added = _fold(plan, result, changes, located, rewrites)
+    if write is UpsertWrite.MERGE_ON_READ:
+        deletes = _write_deletes(sink, folder, plan.run_id, rewrites)
+        outcome = outcome.model_copy(update={"write": write, "deletes": deletes})
+    outcome = outcome.model_copy(update={"policy": plan.conversion.upsert.write})
     logger.info(
-        "upsert rewritten: run_id=%s snapshot=%s table_files=%d candidates=%d replaced=%d tasks=%d "
-        "inserted=%d updated=%d deleted=%d",
+        "upsert located: run_id=%s snapshot=%s write=%s table_files=%d candidates=%d bytes_read=%d "
+        "replaced=%d delete_files=%d tasks=%d inserted=%d updated=%d deleted=%d",
         plan.run_id,
         located.snapshot_id,
+        write.value,
         located.table_files,
         len(located.candidates),
+        outcome.located_bytes_read,
         len(outcome.replaced),
+        len(outcome.deletes),
         len(runner.tasks),
         outcome.inserted,
         outcome.updated,
@@ -209,9 +280,11 @@ def _fold(
         rewrite = by_uri[candidate.uri]
         if not rewrite.dropped:
             continue
-        replaced.append(ReplacedFile(uri=candidate.uri, size_bytes=candidate.size_bytes))
         updated += rewrite.dropped - rewrite.deleted
         deleted += rewrite.deleted
+        if rewrite.positions:
+            continue
+        replaced.append(ReplacedFile(uri=candidate.uri, size_bytes=candidate.size_bytes))
         if rewrite.written is not None:
             added.append(rewrite.written)
     outcome = UpsertOutcome(
@@ -219,11 +292,30 @@ def _fold(
         located_version=plan.table.metadata_location if plan.table is not None else None,
         changed_keys=changes.count,
         replaced=tuple(replaced),
+        located_bytes_read=sum(r.bytes_read for r in rewrites),
         inserted=changes.count - changes.deleted - updated,
         updated=updated,
         deleted=deleted,
     )
     return outcome, tuple(added)
+
+
+def _write_deletes(
+    sink: FileSink, folder: str, run_id: str, rewrites: Sequence[FileRewritten]
+) -> tuple[PositionDeleteFile, ...]:
+    """One position delete file per Iceberg partition of the table files whose rows the run
+    replaces, named from the run and the partition (idempotent)."""
+    by_partition: dict[str, dict[str, np.ndarray]] = {}
+    for rewrite in rewrites:
+        if rewrite.positions:
+            positions = by_partition.setdefault(rewrite.source.partition_key, {})
+            positions[rewrite.source.uri] = np.asarray(rewrite.positions, np.int64)
+    written = []
+    for partition_key in sorted(by_partition):
+        digest = hashlib.sha256(f"{run_id}/{partition_key}".encode()).hexdigest()[:24]
+        uri = join_uri(folder, f"deletes-{digest}.parquet")
+        written.append(write_position_deletes(sink, uri, by_partition[partition_key]))
+    return tuple(written)
 
 
 def cut_by_bytes(sources: Sequence[RewriteSource], max_tasks: int) -> tuple[tuple[RewriteSource, ...], ...]:

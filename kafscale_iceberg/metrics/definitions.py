@@ -324,6 +324,20 @@ UPSERT_BYTES_REWRITTEN = MetricDef(
     "Bytes of the data files an upsert table's committed runs rewrote (as the table knew them).",
     "Bytes",
 )
+UPSERT_DELETE_FILES = MetricDef(
+    "upsert_delete_files_total",
+    MetricKind.COUNTER,
+    ("topic", "table"),
+    "Position delete files an upsert table's committed merge-on-read runs wrote.",
+    "Count",
+)
+UPSERT_BYTES_LOCATED = MetricDef(
+    "upsert_bytes_located_total",
+    MetricKind.COUNTER,
+    ("topic", "table"),
+    "Bytes an upsert table's committed runs read from its data files to locate their changed keys.",
+    "Bytes",
+)
 
 
 RECONCILER_SIGNALS = MetricDef(
@@ -415,6 +429,8 @@ ALL_METRICS: tuple[MetricDef, ...] = (
     UPSERT_ROWS,
     UPSERT_FILES_REWRITTEN,
     UPSERT_BYTES_REWRITTEN,
+    UPSERT_DELETE_FILES,
+    UPSERT_BYTES_LOCATED,
     RECONCILER_SIGNALS,
     RECONCILER_RELEASED_LEASES,
     REPLAY_SEGMENTS_ENQUEUED,

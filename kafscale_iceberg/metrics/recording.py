@@ -44,7 +44,9 @@ from kafscale_iceberg.metrics.definitions import (
     RUN_DURATION,
     RUNS,
     TABLE_RECORDS,
+    UPSERT_BYTES_LOCATED,
     UPSERT_BYTES_REWRITTEN,
+    UPSERT_DELETE_FILES,
     UPSERT_FILES_REWRITTEN,
     UPSERT_ROWS,
     WATERMARK_AGE,
@@ -205,6 +207,8 @@ def _upsert_samples(topic: str, counts: UpsertCounts | None, table: str) -> list
         sample(UPSERT_ROWS, counts.deleted, topic=topic, table=table, change="deleted"),
         sample(UPSERT_FILES_REWRITTEN, counts.files_rewritten, topic=topic, table=table),
         sample(UPSERT_BYTES_REWRITTEN, counts.bytes_rewritten, topic=topic, table=table),
+        sample(UPSERT_DELETE_FILES, counts.delete_files, topic=topic, table=table),
+        sample(UPSERT_BYTES_LOCATED, counts.bytes_located, topic=topic, table=table),
     ]
 
 

@@ -194,12 +194,13 @@ class MaintenanceService:
             )
             waiting = self._spark.pending(table)
             spared = (join_uri(prefix, waiting.job_id) + "/",) if waiting is not None else ()
-        elif force or before.small_files >= settings.compaction_min_small_files:
+        elif settings.compaction_due(before, force=force):
             plan = self._tables.plan_compaction(
                 table,
                 small_file_bytes=settings.small_file_bytes,
                 min_small_files=2 if force else settings.compaction_min_small_files,
                 max_bytes=settings.compaction_max_bytes,
+                folding=settings.delete_folding(),
             )
             candidates = plan.file_count
             if candidates and not dry_run:

@@ -22,6 +22,7 @@ from kafscale_iceberg.adapters.iceberg_maintenance import IcebergTableMaintainer
 from kafscale_iceberg.adapters.iceberg_tables import IcebergTableCommitter
 from kafscale_iceberg.adapters.sqlite_checkpoints import SqliteCheckpointStore
 from kafscale_iceberg.domain.leases import LeaseGrant
+from kafscale_iceberg.domain.maintenance import DeleteFolding
 from kafscale_iceberg.domain.runs import (
     NO_OFFSET,
     ColumnSpec,
@@ -126,13 +127,18 @@ class UpsertWorld:
         return result
 
     def compact(self) -> bool:
-        """A `maintain` compaction of every file of the table into one (the real maintainer); whether
-        it landed (not when the table does not exist yet)."""
+        """A `maintain` compaction of every file of the table into one, its position deletes folded
+        (the real maintainer); whether it landed (not when the table does not exist yet)."""
         if not self.catalog.table_exists(TABLE):
             return False
         maintainer = IcebergTableMaintainer(self.catalog, StagedFileStore())
+        # Every position delete folded (a merge-on-read table): the compacted table has none.
         plan = maintainer.plan_compaction(
-            TABLE, small_file_bytes=1 << 30, min_small_files=2, max_bytes=1 << 30
+            TABLE,
+            small_file_bytes=1 << 30,
+            min_small_files=2,
+            max_bytes=1 << 30,
+            folding=DeleteFolding(max_delete_ratio=1e-9, max_delete_files=1),
         )
         written = maintainer.write_compaction(
             plan, data_prefix=str(self.root / "compacted"), target_file_size_bytes=1 << 30

@@ -74,7 +74,14 @@ from kafscale_iceberg.domain.runs.result import (
     RunTimings,
     TableOutput,
 )
-from kafscale_iceberg.domain.runs.upsert import CdcFormat, ReplacedFile, UpsertOutcome, UpsertSettings
+from kafscale_iceberg.domain.runs.upsert import (
+    CdcFormat,
+    PositionDeleteFile,
+    ReplacedFile,
+    UpsertOutcome,
+    UpsertSettings,
+    UpsertWrite,
+)
 from kafscale_iceberg.domain.runs.written import (
     plan_as_written,
     table_outputs,
@@ -115,6 +122,7 @@ __all__ = [
     "PartitionTransform",
     "PartitionValue",
     "PlannedSegment",
+    "PositionDeleteFile",
     "QuarantinedSegment",
     "RegistrySettings",
     "RegistryType",
@@ -134,6 +142,7 @@ __all__ = [
     "TimeColumns",
     "UpsertOutcome",
     "UpsertSettings",
+    "UpsertWrite",
     "deleted_keys_target",
     "make_run_id",
     "plan_as_written",

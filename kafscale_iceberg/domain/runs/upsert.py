@@ -15,6 +15,17 @@ from pydantic import Field, model_validator
 from kafscale_iceberg.domain.runs.documents import DocumentModel
 
 
+class UpsertWrite(StrEnum):
+    """`upsert.write`: how an upsert run removes the rows its changed keys replace (`choose_write`)."""
+
+    MERGE_ON_READ = "merge-on-read"
+    """Position delete files name the replaced rows; no table file is rewritten."""
+    COPY_ON_WRITE = "copy-on-write"
+    """The files holding a replaced row are written again without it."""
+    AUTO = "auto"
+    """Copy-on-write when the files to rewrite are few and small, merge-on-read otherwise."""
+
+
 class CdcFormat(StrEnum):
     """`upsert.cdc`: how a record's value says what changed."""
 
@@ -32,6 +43,8 @@ class UpsertSettings(DocumentModel):
     cdc: CdcFormat = CdcFormat.NONE
     delete_on_tombstone: bool = True
     """A tombstone (a record with a null value) deletes the row of the key its record key names."""
+    write: UpsertWrite = UpsertWrite.AUTO
+    """How replaced rows are removed (`upsert.write`)."""
 
     @model_validator(mode="after")
     def _key_columns_once(self) -> UpsertSettings:
@@ -45,6 +58,23 @@ class ReplacedFile(DocumentModel):
 
     uri: str
     size_bytes: int = Field(ge=0)
+
+
+class PositionDeleteFile(DocumentModel):
+    """An Iceberg v2 position delete file an upsert run wrote (`dataplane/position_deletes.py`): the
+    rows (`file_path`, `pos`) it deletes, in the data files it `targets` (sorted; all of one partition),
+    with the metrics the commit gives the table (bounds of both columns, their Parquet sizes)."""
+
+    uri: str
+    record_count: int = Field(ge=1)
+    size_bytes: int = Field(ge=0)
+    targets: tuple[str, ...] = Field(min_length=1)
+    pos_lower: int = Field(ge=0)
+    pos_upper: int = Field(ge=0)
+    file_path_bytes: int = Field(default=0, ge=0)
+    """The compressed bytes of the `file_path` column."""
+    pos_bytes: int = Field(default=0, ge=0)
+    """The compressed bytes of the `pos` column."""
 
 
 class UpsertOutcome(DocumentModel):
@@ -63,6 +93,14 @@ class UpsertOutcome(DocumentModel):
     changed_keys: int = Field(default=0, ge=0)
     """How many keys the run changed (none: the commit only moves the offsets)."""
     replaced: tuple[ReplacedFile, ...] = ()
+    policy: UpsertWrite = UpsertWrite.AUTO
+    """`upsert.write` of the plan: what the table's `write.*.mode` properties tell other writers."""
+    write: UpsertWrite = UpsertWrite.COPY_ON_WRITE
+    """How the run removed replaced rows: `copy-on-write` (`replaced`) or `merge-on-read` (`deletes`)."""
+    deletes: tuple[PositionDeleteFile, ...] = ()
+    """Merge-on-read: the position delete files, each naming rows of table files it leaves in place."""
+    located_bytes_read: int = Field(default=0, ge=0)
+    """Bytes the run read from table files to locate its changed keys (key columns only)."""
     inserted: int = Field(default=0, ge=0)
     updated: int = Field(default=0, ge=0)
     deleted: int = Field(default=0, ge=0)

@@ -20,7 +20,7 @@ from typing import ClassVar
 
 from kafscale_iceberg.domain.commits import TableCommit, TableState
 from kafscale_iceberg.domain.runs import RunPlan, RunResult, RunStatus, UpsertOutcome
-from kafscale_iceberg.domain.upsert import LocatedIn, UpsertCounts
+from kafscale_iceberg.domain.upsert import LocatedIn, UpsertCounts, write_mode_properties
 from kafscale_iceberg.exceptions import RunNotCommittableError
 from kafscale_iceberg.services.commits.run_writes import DataTableWrite
 
@@ -50,6 +50,8 @@ class UpsertTableWrite(DataTableWrite):
                     "updated": commit.upsert.updated,
                     "deleted": commit.upsert.deleted,
                     "files_rewritten": commit.upsert.files_rewritten,
+                    "delete_files": commit.upsert.delete_files,
+                    "bytes_located": commit.upsert.bytes_located,
                     "bytes_rewritten": commit.upsert.bytes_rewritten,
                     "located_snapshot_id": self.outcome.located_snapshot_id,
                     "snapshot_id": after.snapshot_id,
@@ -69,21 +71,25 @@ class UpsertTableWrite(DataTableWrite):
         return replace(
             super().build(state),
             removed_files=tuple(f.uri for f in outcome.replaced),
+            added_deletes=outcome.deletes,
             upsert=UpsertCounts(
                 inserted=outcome.inserted,
                 updated=outcome.updated,
                 deleted=outcome.deleted,
                 files_rewritten=len(outcome.replaced),
                 bytes_rewritten=sum(f.size_bytes for f in outcome.replaced),
+                delete_files=len(outcome.deletes),
+                bytes_located=outcome.located_bytes_read,
             ),
             located=LocatedIn(outcome.located_snapshot_id) if outcome.changed_keys else None,
+            table_properties=write_mode_properties(outcome.policy),
         )
 
 
 def check_upsert_committable(plan: RunPlan, result: RunResult) -> None:
     """Refuse (`RunNotCommittableError`) an upsert outcome or deleted keys in a result of a plan that
     is not an upsert's, a succeeded upsert result without its outcome (a job that did not locate and
-    rewrite), and deleted-key files outside the table's run prefix."""
+    rewrite), and deleted-key or position delete files outside the table's run prefix."""
     upsert = plan.conversion.upsert is not None and plan.table is not None
     if not upsert and (result.deleted_key_files or result.upsert is not None):
         raise RunNotCommittableError(
@@ -100,8 +106,11 @@ def check_upsert_committable(plan: RunPlan, result: RunResult) -> None:
         )
     prefix = plan.table.data_uri.rstrip("/") + "/"
     foreign = [f.uri for f in result.deleted_key_files if not f.uri.startswith(prefix)]
+    if result.upsert is not None:
+        foreign += [d.uri for d in result.upsert.deletes if not d.uri.startswith(prefix)]
     if foreign:
         raise RunNotCommittableError(
             plan.run_id,
-            f"{len(foreign)} deleted-key file(s) lie outside the run's prefix {prefix!r}: {foreign[0]!r}",
+            f"{len(foreign)} deleted-key or position delete file(s) lie outside the run's prefix "
+            f"{prefix!r}: {foreign[0]!r}",
         )
