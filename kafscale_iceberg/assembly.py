@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import cached_property
 from typing import TYPE_CHECKING
 
@@ -325,11 +325,17 @@ class Assembly:
 
         return CommitService(self.tables, self.checkpoints, stranded_runs=self._run_documents)
 
-    def _table_data_prefix(self, table: str) -> str:
-        """The product's data prefix of `table` (run folders; where orphan cleanup looks)."""
-        from kafscale_iceberg.services.launch import run_data_prefix  # noqa: PLC0415
+    def _table_data_prefix(self, table: str) -> str | None:
+        """The product's folder in `table`'s data location (run folders; where orphan cleanup looks);
+        None when the table does not exist."""
+        from kafscale_iceberg.domain.table_locations import kafscale_data_prefix  # noqa: PLC0415
+        from kafscale_iceberg.exceptions import TableMissingError  # noqa: PLC0415
 
-        return run_data_prefix(self.config, tuple(table.split(".")))
+        try:
+            known = self.tables.field_ids(table)
+        except TableMissingError:
+            return None
+        return kafscale_data_prefix(known.data_location) if known.data_location else None
 
     @cached_property
     def offset_reset(self) -> OffsetReset:
@@ -386,7 +392,27 @@ class Assembly:
         from kafscale_iceberg.adapters.iceberg_maintenance import IcebergTableMaintainer  # noqa: PLC0415
 
         catalog = load_iceberg_catalog(CatalogSettings.from_config(self.config))
-        return IcebergTableMaintainer(catalog, StagedFileStore(self.s3_settings))
+        return IcebergTableMaintainer(
+            catalog, StagedFileStore(self.s3_settings), managed_compaction=self._s3_tables_compaction()
+        )
+
+    def _s3_tables_compaction(self) -> Callable[[str], bool] | None:
+        """With an Amazon S3 Tables warehouse, whether S3 Tables compacts a table itself; else None."""
+        from kafscale_iceberg.config.sections import S3_TABLES_ARN  # noqa: PLC0415
+
+        table_bucket = S3_TABLES_ARN.fullmatch(self.config.iceberg.warehouse)
+        if table_bucket is None:
+            return None
+        import boto3  # noqa: PLC0415
+
+        from kafscale_iceberg.adapters.s3tables_maintenance import S3TablesCompactionProbe  # noqa: PLC0415
+
+        client = boto3.session.Session().client(
+            "s3tables",
+            region_name=table_bucket["region"],
+            endpoint_url=self.config.s3.endpoint or None,
+        )
+        return S3TablesCompactionProbe(table_bucket.string, client).compacts
 
     @cached_property
     def maintenance(self) -> MaintenanceService:

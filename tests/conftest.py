@@ -23,4 +23,5 @@ pytest_plugins = [
     "tests.support.schema_registry",
     "tests.support.aws_box",
     "tests.support.glue_registry",
+    "tests.support.seaweedfs",
 ]

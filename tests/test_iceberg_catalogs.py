@@ -28,9 +28,11 @@ from kafscale_iceberg.adapters.iceberg_catalog import (
 from kafscale_iceberg.adapters.iceberg_tables import IcebergTableCommitter
 from kafscale_iceberg.adapters.sqlite_checkpoints import SqliteCheckpointStore
 from kafscale_iceberg.config import parse_config
+from kafscale_iceberg.domain.commits import TableSpec
 from kafscale_iceberg.domain.leases import LeaseGrant
 from kafscale_iceberg.domain.runs import DataFile, RunPlan, RunResult, TableTarget
-from kafscale_iceberg.exceptions import CatalogUnavailableError, ConfigError
+from kafscale_iceberg.domain.schema import table_fields
+from kafscale_iceberg.exceptions import CatalogError, CatalogUnavailableError, ConfigError
 from kafscale_iceberg.services.commits.commit import CommitService
 from kafscale_iceberg.services.commits.run_writes import TablePolicy
 from tests.support.iceberg_runs import RunFactory
@@ -309,3 +311,56 @@ def test_glue_catalog_with_an_s3_warehouse_creates_the_table_and_commits_a_run(
     assert (
         glue.get_table(DatabaseName=database, Name="orders")["Table"]["Parameters"]["table_type"] == "ICEBERG"
     )
+
+
+class RefusingCreateStub(RestStub):
+    """A REST catalog that knows no table and answers `create_status` to every CreateNamespace."""
+
+    create_status = 500
+
+    def do_GET(self) -> None:
+        if self.path.startswith("/v1/config"):
+            self._reply(200, {"defaults": {}, "overrides": {}})
+        else:
+            self._reply(
+                404, {"error": {"message": "no such table", "type": "NoSuchTableException", "code": 404}}
+            )
+
+    def do_POST(self) -> None:
+        self.seen.append(("POST", self.path, ""))
+        self._reply(
+            self.create_status,
+            {
+                "error": {
+                    "message": "internal error",
+                    "type": "InternalServerError",
+                    "code": self.create_status,
+                }
+            },
+        )
+
+
+@pytest.mark.parametrize(("status", "transient"), [(500, False), (503, True), (502, True)])
+def test_a_500_answering_create_namespace_is_a_refusal_not_an_outage(status: int, transient: bool) -> None:
+    seen: list[tuple[str, str, str]] = []
+    handler = type("Handler", (RefusingCreateStub,), {"seen": seen, "create_status": status})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        settings = CatalogSettings(
+            type="rest", uri=f"http://127.0.0.1:{server.server_address[1]}", warehouse="w"
+        )
+        tables = IcebergTableCommitter(load_iceberg_catalog(settings))
+        spec = TableSpec(identifier="lake.orders", fields=table_fields(()), create_if_missing=True)
+        with pytest.raises(CatalogError) as raised:
+            tables.ensure_table(spec)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+    assert raised.value.transient is transient
+    assert ("POST", "/v1/namespaces", "") in seen
+    if not transient:
+        assert "'lake.orders'" in str(raised.value)
+        assert "not retried as an outage" in str(raised.value)

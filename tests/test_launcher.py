@@ -110,7 +110,7 @@ def test_plans_every_pending_segment_and_starts_the_run(world: World) -> None:
     assert plan.start_offsets() == {0: -1, 1: -1}
     assert [(s.base_offset, s.last_offset) for s in plan.partitions[0].segments] == [(0, 9), (10, 14)]
     assert plan.source.bucket == world.bucket
-    assert plan.table.data_uri.endswith(f"/warehouse/prod/orders/data/kafscale/{plan.run_id}")
+    assert plan.table.data_uri.endswith(f"/warehouse/prod.db/orders/data/kafscale/{plan.run_id}")
     assert plan.result_uri == run_document_uri(
         world.config.runs.location, "orders", plan.run_id, "result.json"
     )

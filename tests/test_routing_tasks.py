@@ -161,7 +161,7 @@ def test_a_template_creates_tables_as_values_appear_and_refuses_invalid_names(tm
     ]
     eu = next(o for o in result.tables if o.identifier == "prod.orders_eu")
     assert eu.files
-    assert all(f.uri.startswith(f"{tmp_path}/warehouse/prod/orders_eu/run/") for f in eu.files)
+    assert all(f.uri.startswith(f"{tmp_path}/warehouse/prod.db/orders_eu/run/") for f in eu.files)
 
 
 def test_a_dotted_route_field_reads_into_objects(tmp_path: Path) -> None:

@@ -16,8 +16,10 @@ from urllib.parse import unquote, urlparse
 from botocore.exceptions import BotoCoreError, ClientError
 
 from kafscale_iceberg.adapters.s3_segments import S3Settings, make_s3_client
+from kafscale_iceberg.config.base import DEFAULT_RUNS_DIRECTORY
 from kafscale_iceberg.domain.tickets import join_uri
 from kafscale_iceberg.exceptions import (
+    ConfigError,
     DocumentMissingError,
     DocumentStoreError,
     KafscaleIcebergError,
@@ -27,6 +29,21 @@ __all__ = ["DocumentMissingError", "DocumentStore", "DocumentStoreError", "join_
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
+
+
+def refused_or_failed(uri: str, exc: ClientError) -> KafscaleIcebergError:
+    """`ConfigError` (terminal) when S3 denied access to a run document: a missing permission, or
+    `runs.location` inside a table bucket (Amazon S3 Tables, SeaweedFS), which refuses every object
+    but its tables' files; else `DocumentStoreError` (transient)."""
+    if exc.response.get("Error", {}).get("Code") in {"AccessDenied", "403"}:
+        return ConfigError(
+            "runs.location",
+            f"S3 denied access to {uri} ({exc}). Give the role s3:GetObject/PutObject on runs.location; "
+            "if it is in a table bucket (Amazon S3 Tables, SeaweedFS: iceberg.warehouse's default puts "
+            f"it at {{warehouse}}/{DEFAULT_RUNS_DIRECTORY}), set runs.location to a normal bucket: a table "
+            "bucket holds tables only",
+        )
+    return DocumentStoreError(f"{uri}: {exc}")
 
 
 def local_path(uri: str) -> Path | None:
@@ -67,7 +84,7 @@ class DocumentStore:
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") in {"NoSuchKey", "404"}:
                 raise DocumentMissingError(uri) from None
-            raise DocumentStoreError(f"{uri}: {exc}") from exc
+            raise refused_or_failed(uri, exc) from exc
         except BotoCoreError as exc:
             raise DocumentStoreError(f"{uri}: {exc}") from exc
         return body
@@ -91,7 +108,7 @@ class DocumentStore:
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") in {"NoSuchKey", "404"}:
                 raise DocumentMissingError(uri) from None
-            raise DocumentStoreError(f"{uri} ({wanted}): {exc}") from exc
+            raise refused_or_failed(uri, exc) from exc
         except BotoCoreError as exc:
             raise DocumentStoreError(f"{uri} ({wanted}): {exc}") from exc
         return body
@@ -112,7 +129,9 @@ class DocumentStore:
         bucket, key = _s3_location(uri)
         try:
             self._s3().put_object(Bucket=bucket, Key=key, Body=data)
-        except (ClientError, BotoCoreError) as exc:
+        except ClientError as exc:
+            raise refused_or_failed(uri, exc) from exc
+        except BotoCoreError as exc:
             raise DocumentStoreError(f"{uri}: {exc}") from exc
 
     def write_text(self, uri: str, text: str) -> None:

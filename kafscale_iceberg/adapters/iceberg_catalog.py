@@ -64,6 +64,11 @@ class CatalogSettings:
     s3_path_style: bool = False
     glue_endpoint: str = ""
     properties: Mapping[str, str] = field(default_factory=dict, repr=False)
+    sigv4: bool = False
+    signing_name: str = ""
+    signing_region: str = ""
+    oauth2_server_uri: str = ""
+    scope: str = ""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "properties", MappingProxyType(dict(self.properties)))
@@ -89,6 +94,11 @@ class CatalogSettings:
             s3_region=config.s3.region,
             s3_path_style=config.s3.path_style,
             properties=dict(catalog.properties),
+            sigv4=catalog.sigv4,
+            signing_name=catalog.signing_name,
+            signing_region=catalog.signing_region,
+            oauth2_server_uri=catalog.oauth2_server_uri,
+            scope=catalog.scope,
         )
 
 
@@ -113,13 +123,7 @@ def catalog_properties(settings: CatalogSettings) -> dict[str, str]:
     if settings.warehouse:
         properties["warehouse"] = settings.warehouse
     if settings.type == "rest":
-        if settings.token:
-            properties["token"] = settings.token
-        if settings.username:
-            # The Go processor sends username:password as the OAuth2 client credential.
-            properties["credential"] = f"{settings.username}:{settings.password}"
-            # Where iceberg-go (and pyiceberg, deprecated) fetch the token by default, made explicit.
-            properties["oauth2-server-uri"] = f"{settings.uri.rstrip('/')}/v1/oauth/tokens"
+        properties.update(rest_auth_properties(settings))
     if settings.type == "glue":
         if settings.glue_endpoint:
             properties["glue.endpoint"] = settings.glue_endpoint
@@ -137,6 +141,42 @@ def catalog_properties(settings: CatalogSettings) -> dict[str, str]:
     properties["py-io-impl"] = "kafscale_iceberg.adapters.iceberg_io.SinglePutFileIO"
     properties.update(settings.properties)
     return properties
+
+
+def rest_auth_properties(settings: CatalogSettings) -> dict[str, str]:
+    """How pyiceberg authenticates to a REST catalog: a bearer token, OAuth2 client credentials
+    (`username:password`), or AWS SigV4 (credentials from the AWS default chain, or the
+    `client.access-key-id`/`client.secret-access-key` properties). The server's `/v1/config` answer
+    (its `prefix`, a `warehouse` override) is merged by pyiceberg when the catalog opens."""
+    properties: dict[str, str] = {}
+    if settings.token:
+        properties["token"] = settings.token
+    if settings.username:
+        # The Go processor sends username:password as the OAuth2 client credential.
+        properties["credential"] = f"{settings.username}:{settings.password}"
+        # Where iceberg-go (and pyiceberg, deprecated) fetch the token by default, made explicit.
+        properties["oauth2-server-uri"] = (
+            settings.oauth2_server_uri or f"{settings.uri.rstrip('/')}/v1/oauth/tokens"
+        )
+        if settings.scope:
+            properties["scope"] = settings.scope
+    if settings.sigv4:
+        properties["rest.sigv4-enabled"] = "true"
+        properties["rest.signing-name"] = settings.signing_name or _signing_name(settings.uri)
+        region = settings.signing_region or settings.s3_region
+        if region:
+            properties["rest.signing-region"] = region
+    return properties
+
+
+def _signing_name(uri: str) -> str:
+    """The service a SigV4 catalog URI belongs to: `s3tables.…` S3 Tables, `glue.…` Glue, else API Gateway."""
+    host = urlsplit(uri).hostname or ""
+    if host.startswith("s3tables."):
+        return "s3tables"
+    if host.startswith("glue."):
+        return "glue"
+    return "execute-api"
 
 
 def load_iceberg_catalog(settings: CatalogSettings) -> Catalog:
@@ -180,6 +220,13 @@ def translate_catalog_error(settings: CatalogSettings, operation: str, exc: Exce
     catalog = settings.describe()
     problem = f"{type(exc).__name__}: {exc}"
     if isinstance(exc, (UnauthorizedError, ForbiddenError, OAuthError, AuthorizationExpiredError)):
+        if settings.sigv4:
+            return ConfigError(
+                "iceberg.catalog.sigv4",
+                f"the {catalog} catalog rejected the SigV4-signed request ({problem}); check the AWS "
+                "credentials (the role, or properties client.access-key-id/client.secret-access-key), "
+                "signing_name and signing_region",
+            )
         key = "iceberg.catalog.password" if settings.username else "iceberg.catalog.token"
         return ConfigError(key, f"the {catalog} catalog rejected the credentials ({problem})")
     if is_unreachable_error(exc):
@@ -200,6 +247,13 @@ def is_unreachable_error(exc: BaseException) -> bool:
     throttling (a Glue `ThrottlingException`, an S3 `SlowDown` under the metadata): retry later."""
     unavailable = (ServerError, ServiceUnavailableError, TooManyRequestsError)
     return isinstance(exc, unavailable) or is_unreachable(exc)
+
+
+def answered_internal_error(exc: BaseException) -> bool:
+    """True when a REST catalog answered exactly 500 (pyiceberg's `ServerError` also stands for the
+    502/504 of a gateway, which are outages); the HTTP error is the exception's cause."""
+    response = getattr(exc.__cause__, "response", None)
+    return isinstance(exc, ServerError) and getattr(response, "status_code", None) == 500
 
 
 class CatalogTableAccess:
@@ -234,6 +288,13 @@ class CatalogTableAccess:
         return tuple(sorted(".".join(identifier) for identifier in listed))
 
     def _translate(self, operation: str, exc: Exception) -> Exception:
+        if isinstance(exc, (UnauthorizedError, ForbiddenError, OAuthError, AuthorizationExpiredError)):
+            return ConfigError(
+                "iceberg.catalog",
+                f"the {self._describe} catalog refused to {operation} ({type(exc).__name__}: {exc}); check "
+                "its credentials (token, username/password, or with sigv4 the AWS credentials, signing_name "
+                "and signing_region) and what they may access",
+            )
         if is_unreachable_error(exc):
             return CatalogUnavailableError(self._describe, operation, f"{type(exc).__name__}: {exc}")
         return CatalogError(self._describe, operation, f"{type(exc).__name__}: {exc}")

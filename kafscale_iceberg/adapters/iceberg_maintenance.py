@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
@@ -72,6 +72,7 @@ from kafscale_iceberg.domain.maintenance import (
     snapshots_to_expire,
     total_data_files,
 )
+from kafscale_iceberg.domain.table_locations import data_location_of
 from kafscale_iceberg.exceptions import (
     CompactionResultError,
     KafscaleIcebergError,
@@ -132,9 +133,18 @@ class CompactionWrite:
 class IcebergTableMaintainer(CatalogTableAccess):
     """Maintenance of the tables of one catalog (see the module docstring)."""
 
-    def __init__(self, catalog: Catalog, sink: StagedFileStore, *, describe: str = "") -> None:
+    def __init__(
+        self,
+        catalog: Catalog,
+        sink: StagedFileStore,
+        *,
+        describe: str = "",
+        managed_compaction: Callable[[str], bool] | None = None,
+    ) -> None:
+        """`managed_compaction(table)`: whether the catalog compacts the table itself (Amazon S3 Tables)."""
         super().__init__(catalog, describe=describe)
         self._sink = sink
+        self._managed_compaction = managed_compaction
 
     # -- health -------------------------------------------------------------------------------------
 
@@ -160,6 +170,8 @@ class IcebergTableMaintainer(CatalogTableAccess):
             manifest_bytes=sum(m.manifest_length for m in manifests),
             last_maintenance_ms=_int_or_none(properties.get(LAST_MAINTENANCE_PROPERTY)),
             last_compaction_ms=_int_or_none(properties.get(LAST_COMPACTION_PROPERTY)),
+            data_location=data_location_of(loaded.location(), dict(properties)),
+            managed_compaction=self._managed_compaction is not None and self._managed_compaction(table),
             delete_files=len({d.file_path for t in tasks for d in t.delete_files}),
         )
 

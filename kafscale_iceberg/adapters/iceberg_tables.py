@@ -40,6 +40,7 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import (
     CommitFailedException,
     NoSuchTableError,
+    ServerError,
     TableAlreadyExistsError,
     ValidationException,
 )
@@ -50,7 +51,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.types import NestedField
 
-from kafscale_iceberg.adapters.iceberg_catalog import CatalogTableAccess
+from kafscale_iceberg.adapters.iceberg_catalog import CatalogTableAccess, answered_internal_error
 from kafscale_iceberg.adapters.iceberg_schemas import (
     NAME_MAPPING,
     SchemaChanges,
@@ -90,8 +91,10 @@ from kafscale_iceberg.domain.field_ids import TableFieldIds, field_id_mismatches
 from kafscale_iceberg.domain.history import TableHistory, TopicSnapshot
 from kafscale_iceberg.domain.maintenance import files_baseline, total_data_files
 from kafscale_iceberg.domain.partitioning import partition_field_name
+from kafscale_iceberg.domain.table_locations import created_table_location, data_location_of
 from kafscale_iceberg.domain.upsert import UpsertCounts, upsert_counts_of
 from kafscale_iceberg.exceptions import (
+    CatalogError,
     CatalogUnavailableError,
     CommitOutcomeUnknownError,
     DataFileRejectedError,
@@ -138,6 +141,10 @@ class IcebergTableCommitter(CatalogTableAccess):
                     self._create(spec)
                 except TableAlreadyExistsError:
                     table = self._catalog.load_table(spec.identifier)  # lost a create race: use the winner
+                except ServerError as exc:
+                    if not answered_internal_error(exc):
+                        raise
+                    raise self._creation_refused(spec, exc) from exc
                 else:
                     logger.info("table created", extra={"table": spec.identifier})
                     return SchemaChanges(created=True)
@@ -172,6 +179,19 @@ class IcebergTableCommitter(CatalogTableAccess):
         except Exception as exc:
             raise self._translate(f"ensure table {spec.identifier!r}", exc) from exc
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _creation_refused(self, spec: TableSpec, exc: ServerError) -> CatalogError:
+        """A catalog that answers 500 to creating a namespace or table refuses that request (a table
+        bucket holding stray objects under the namespace's prefix did): retrying it forever as an
+        outage helps nobody. Terminal, naming what to check."""
+        return CatalogError(
+            self._describe,
+            f"create table {spec.identifier!r} (and its namespace)",
+            f"the catalog answered 500 Internal Server Error ({exc}); it refuses this creation, so it is "
+            "not retried as an outage. Check the catalog server's log; on a table bucket (Amazon S3 "
+            "Tables, SeaweedFS) remove objects that are not tables' files, or create the namespace and "
+            "table yourself, then retry the run",
+        )
 
     def _create(self, spec: TableSpec) -> None:
         # Top-level fields keep ids 1..n (the base fields' 1-8, as the Go processor's); nested parts
@@ -220,14 +240,11 @@ class IcebergTableCommitter(CatalogTableAccess):
 
     def _warehouse_location(self, spec: TableSpec) -> str | None:
         """Where a new table goes: under the catalog's warehouse when that is a storage URI, in
-        pyiceberg's own layout (`{warehouse}/{namespace}.db/{table}`), whatever location its namespace
-        has (a Glue database's `LocationUri` would put it outside the warehouse, where the stack's
-        roles may not write). None (the catalog decides) for a warehouse *name* (REST catalogs)."""
-        warehouse = str(self._catalog.properties.get("warehouse", "")).rstrip("/")
-        if not warehouse.startswith(("s3://", "s3a://", "gs://", "abfss://", "file://", "/")):
-            return None
-        *namespace, name = spec.identifier.split(".")
-        return f"{warehouse}/{'.'.join(namespace)}.db/{name}"
+        pyiceberg's own layout (`{warehouse}/{namespace}.db/{table}`, where the launcher plans the
+        first run's files: `domain/table_locations.py`), whatever location its namespace has (a Glue
+        database's `LocationUri` would put it outside the warehouse, where the stack's roles may not
+        write). None (the catalog decides) for a warehouse *name* or table bucket ARN (REST catalogs)."""
+        return created_table_location(str(self._catalog.properties.get("warehouse", "")), spec.identifier)
 
     # -- commit state -----------------------------------------------------------------------------
 
@@ -459,6 +476,7 @@ class IcebergTableCommitter(CatalogTableAccess):
             last_column_id=metadata.last_column_id,
             columns=table_columns(metadata.schema()),
             metadata_location=loaded.metadata_location,
+            data_location=data_location_of(loaded.location(), dict(loaded.properties)),
         )
 
     def count_rows(self, table: str, after: Mapping[int, int]) -> int:

@@ -97,6 +97,7 @@ def _render_topic(topic: TopicStatus) -> str:
             f"{health.snapshots} snapshots, "
             f"last maintenance {_time(health.last_maintenance_ms)}, "
             f"last compaction {_time(health.last_compaction_ms)}"
+            + ("; compaction by Amazon S3 Tables (maintain leaves it)" if health.managed_compaction else "")
         )
     if topic.upsert is not None:
         u = topic.upsert

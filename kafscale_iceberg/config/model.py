@@ -42,6 +42,12 @@ def _is_storage_location(value: str) -> bool:
     return value.startswith(("s3://", "file://", "/"))
 
 
+def _in_table_bucket(location: str) -> bool:
+    """Whether `location` is in an S3 Tables table bucket (its storage bucket's name ends `--table-s3`)."""
+    bucket = location.removeprefix("s3://").removeprefix("s3a://").split("/", 1)[0]
+    return location.startswith(("s3://", "s3a://")) and bucket.endswith("--table-s3")
+
+
 class KafscaleConfig(_Section):
     """The whole configuration file. Build it with `load_config`, `parse_config` or `config_from_mapping`."""
 
@@ -102,6 +108,18 @@ class KafscaleConfig(_Section):
                     else "is empty"
                 )
                 + " (e.g. s3://my-bucket/kafscale-runs)",
+            )
+        elif _in_table_bucket(self.runs.location):
+            problems.add(
+                "runs.location",
+                f"{self.runs.location!r} is in an Amazon S3 Tables table bucket, which holds tables only "
+                "(every other object is refused)"
+                + (
+                    f" - it is the default, {{iceberg.warehouse}}/{DEFAULT_RUNS_DIRECTORY}"
+                    if self.runs.location.endswith(DEFAULT_RUNS_DIRECTORY)
+                    else ""
+                )
+                + ": set runs.location to a normal bucket (e.g. s3://my-bucket/kafscale-runs)",
             )
         elif self.runner.type == "emr_serverless" and not self.runs.location.startswith("s3://"):
             problems.add(

@@ -7,6 +7,7 @@ rules across sections, in `config.model`.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -106,10 +107,21 @@ class CatalogConfig(_Section):
     password: SecretStr = SecretStr("")
     name: str = "kafscale"
     properties: StringMap = Field(default_factory=dict, repr=False)
+    sigv4: bool = False
+    """REST: sign every request with AWS SigV4 (Amazon S3 Tables' and Glue's Iceberg endpoints)."""
+    signing_name: str = ""
+    """REST with SigV4: the service name signed for (`s3tables`, `glue`; default from the URI/warehouse)."""
+    signing_region: str = ""
+    """REST with SigV4: the region signed for (default: the warehouse ARN's, else `s3.region`)."""
+    oauth2_server_uri: str = ""
+    """REST with `username`/`password`: where the OAuth2 token is fetched (`{uri}/v1/oauth/tokens`)."""
+    scope: str = ""
+    """REST with `username`/`password`: the OAuth2 scope asked for (default pyiceberg's, `catalog`)."""
 
     @model_validator(mode="after")
     def _check_per_type(self) -> CatalogConfig:
         problems = _Problems()
+        self._check_rest_auth(problems)
         if self.type in {"rest", "sql"} and not self.uri:
             example = "https://catalog.example.com" if self.type == "rest" else "sqlite:///var/lib/catalog.db"
             problems.add("uri", f"is required when type is {self.type!r} (e.g. {example})")
@@ -130,6 +142,45 @@ class CatalogConfig(_Section):
         problems.raise_if_any()
         return self
 
+    def _check_rest_auth(self, problems: _Problems) -> None:
+        """SigV4 or OAuth2 (token, client credentials) for a REST catalog; REST-only keys only with `rest`."""
+        # A token and a client credential go together (pyiceberg refreshes the token with the
+        # credential); SigV4 replaces both.
+        bearer = [
+            name
+            for name, given in (("token", self.token.get_secret_value()), ("username", self.username))
+            if given
+        ]
+        if self.sigv4 and bearer:
+            problems.add(
+                "sigv4",
+                f"cannot be combined with {bearer[0]}: choose one way to authenticate to the catalog "
+                "(token and/or username/password: OAuth2; sigv4: AWS SigV4 with the role's credentials)",
+            )
+        rest_only = {
+            "sigv4": self.sigv4,
+            "signing_name": self.signing_name,
+            "signing_region": self.signing_region,
+            "oauth2_server_uri": self.oauth2_server_uri,
+            "scope": self.scope,
+        }
+        for key, value in rest_only.items():
+            if value and self.type != "rest":
+                problems.add(key, f"applies to a rest catalog only (type is {self.type!r})")
+        for key in ("signing_name", "signing_region"):
+            if rest_only[key] and not self.sigv4 and self.type == "rest":
+                problems.add(key, "applies only with sigv4: true")
+        if self.oauth2_server_uri and not re.match(r"https?://", self.oauth2_server_uri):
+            problems.add(
+                "oauth2_server_uri", f"must be an http:// or https:// URL, got {self.oauth2_server_uri!r}"
+            )
+
+
+S3_TABLES_ARN = re.compile(
+    r"arn:aws[a-z-]*:s3tables:(?P<region>[a-z0-9-]+):(?P<account>[^:]+):bucket/(?P<bucket>[a-z0-9-]+)"
+)
+"""An Amazon S3 Tables table bucket ARN (the warehouse of its Iceberg REST endpoint)."""
+
 
 class IcebergConfig(_Section):
     """`iceberg`: the catalog and the warehouse location tables are created under."""
@@ -141,7 +192,46 @@ class IcebergConfig(_Section):
     def _derive_defaults(cls, data: dict[str, Any]) -> dict[str, Any]:
         # An absent catalog is reported as its missing keys (iceberg.catalog.type), not as "catalog".
         data.setdefault("catalog", {})
+        table_bucket = S3_TABLES_ARN.fullmatch(str(data.get("warehouse") or "").rstrip("/"))
+        catalog = data["catalog"]
+        if table_bucket and isinstance(catalog, Mapping) and catalog.get("type") in (None, "rest"):
+            # Amazon S3 Tables: its Iceberg REST endpoint in the bucket's region, signed for `s3tables`.
+            region = table_bucket["region"]
+            data["catalog"] = {
+                "type": "rest",
+                "uri": f"https://s3tables.{region}.amazonaws.com/iceberg",
+                "sigv4": True,
+                "signing_name": "s3tables",
+                "signing_region": region,
+                **catalog,
+            }
         return data
+
+    @model_validator(mode="after")
+    def _check_table_bucket(self) -> IcebergConfig:
+        if not self.warehouse.startswith("arn:") or ":s3tables:" not in self.warehouse:
+            return self
+        problems = _Problems()
+        if not S3_TABLES_ARN.fullmatch(self.warehouse):
+            problems.add(
+                "warehouse",
+                f"{self.warehouse!r} is not an S3 Tables table bucket ARN "
+                "(arn:aws:s3tables:REGION:ACCOUNT:bucket/NAME)",
+            )
+        elif self.catalog.type != "rest":
+            problems.add(
+                "catalog.type",
+                "must be rest for an S3 Tables warehouse (its Iceberg REST endpoint), "
+                f"got {self.catalog.type!r}",
+            )
+        elif not self.catalog.sigv4:
+            problems.add(
+                "catalog.sigv4",
+                "must be true for an S3 Tables warehouse: its Iceberg REST endpoint takes AWS SigV4 only "
+                "(signing_name s3tables)",
+            )
+        problems.raise_if_any()
+        return self
 
     @field_validator("warehouse")
     @classmethod

@@ -56,6 +56,9 @@ class TableFieldIds(BaseModel):
     """An upsert table's metadata file when the document was written (its next run locates the changed
     keys in it); None for other tables, which no reader needs it for (so their entries change only
     when their columns do)."""
+    data_location: str | None = None
+    """Where the table keeps its data files (`write.data.path`, else `{location}/data`): the launcher
+    plans the run's files under it (`domain/table_locations.py`). None in documents written before."""
 
 
 class TopicFieldIds(BaseModel):

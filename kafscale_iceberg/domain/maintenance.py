@@ -63,6 +63,12 @@ class TableHealth:
     last_compaction_ms: int | None = None
     delete_files: int = 0
     """Position delete files the current snapshot's data files carry (merge-on-read upserts)."""
+    data_location: str = ""
+    """Where the table keeps its data files (`write.data.path`, else `{location}/data`); this
+    product's own files are under `{data_location}/kafscale/` (`domain/table_locations.py`)."""
+    managed_compaction: bool = False
+    """The catalog compacts the table itself (Amazon S3 Tables' compaction, on unless turned off):
+    `maintain` leaves compaction to it."""
 
 
 @dataclass(frozen=True)

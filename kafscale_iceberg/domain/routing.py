@@ -27,12 +27,15 @@ from __future__ import annotations
 
 import re
 
+from kafscale_iceberg.domain.table_locations import table_path
+
 VALUE_PLACEHOLDER = "{value}"
 ROUTE_VALUE_PATTERN = re.compile(r"[a-z0-9_]{1,100}")
 """What a route value must be to name a table through `table_template`."""
 ROUTE_VALUE_RULE = "1-100 lowercase letters, digits or '_'"
 PATH_PLACEHOLDER = "{path}"
-"""In a plan's `data_uri_template`: the table identifier's parts joined by `/`."""
+"""In a plan's `data_uri_template`: the table's folder under the warehouse, `{namespace}.db/{table}`
+(`table_locations.table_path`, where this product creates a table in a storage warehouse)."""
 
 
 def route_path(field: str) -> tuple[str, ...]:
@@ -91,4 +94,4 @@ def templates_overlap(first: str, second: str) -> bool:
 
 def data_uri_for(template: str, identifier: str) -> str:
     """A plan's `data_uri_template` filled for `identifier`."""
-    return template.replace(PATH_PLACEHOLDER, "/".join(identifier.split(".")))
+    return template.replace(PATH_PLACEHOLDER, table_path(identifier))

@@ -126,6 +126,25 @@ class FieldIdMismatchError(DataFileRejectedError):
         )
 
 
+class TableLocationUnknownError(FieldIdMismatchError):
+    """The run was planned before its table existed, in a catalog that chooses table locations (a REST
+    warehouse name, an S3 Tables bucket ARN), so its files are not under the table's data location.
+    The commit step has created the table and records where it keeps its data: a stale plan, re-planned
+    at once like a field-id mismatch (nothing committed; one run per new table)."""
+
+    def __init__(self, table: str, run_id: str, data_location: str) -> None:
+        self.mismatches = {}
+        self.data_location = data_location
+        DataFileRejectedError.__init__(
+            self,
+            table,
+            run_id,
+            f"the run was planned before the table existed and its catalog chose where the table keeps "
+            f"its data ({data_location}), so the run's files are not there. Abort the run: the next "
+            "attempt writes under the table's data location",
+        )
+
+
 class UpsertLocateStaleError(DataFileRejectedError):
     """The table version an upsert run located its changed keys in no longer stands: a file the run
     replaces left the table, or a commit other than a compaction landed after it (or that version is

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from kafscale_iceberg.config import KafscaleConfig, MappingConfig
-from kafscale_iceberg.domain.field_ids import TopicFieldIds, planned_field_ids
+from kafscale_iceberg.domain.field_ids import TableFieldIds, TopicFieldIds, planned_field_ids
 from kafscale_iceberg.domain.leases import LeaseBusy, LeaseGrant
 from kafscale_iceberg.domain.planning import (
     PartitionSelection,
@@ -52,6 +52,11 @@ from kafscale_iceberg.domain.runs import (
     make_run_id,
 )
 from kafscale_iceberg.domain.schema import DEAD_LETTER_FIELDS, FieldSpec, table_fields
+from kafscale_iceberg.domain.table_locations import (
+    created_table_location,
+    data_location_of,
+    kafscale_data_prefix,
+)
 from kafscale_iceberg.domain.tickets import (
     OUTCOME_NAME,
     PLAN_NAME,
@@ -75,14 +80,17 @@ from kafscale_iceberg.services.pending import concurrently, run_limits, select_p
 logger = logging.getLogger(__name__)
 
 
-def run_data_prefix(config: KafscaleConfig, identifier: tuple[str, ...]) -> str:
-    """The folder holding every run's data files of a table (one subfolder per run id): under the
-    table's warehouse location when the warehouse is a storage URI, else under the runs location.
-    Orphan-file cleanup looks only here."""
-    warehouse = config.iceberg.warehouse
-    if warehouse.startswith(("s3://", "file://", "/")):
-        return join_uri(warehouse, *identifier, "data", "kafscale")
-    return join_uri(config.runs.location, "data", *identifier)
+def run_data_prefix(
+    config: KafscaleConfig, identifier: tuple[str, ...], known: TableFieldIds | None = None
+) -> str | None:
+    """The folder holding every run's data files of a table (one subfolder per run id), inside the
+    table's data location (`domain/table_locations.py`): the one `known` records, else where this
+    product creates the table in a storage warehouse; None when neither is known (the catalog
+    chooses the location of a table not created yet). Orphan-file cleanup looks only here."""
+    if known is not None and known.data_location:
+        return kafscale_data_prefix(known.data_location)
+    location = created_table_location(config.iceberg.warehouse, ".".join(identifier))
+    return None if location is None else kafscale_data_prefix(data_location_of(location, {}))
 
 
 def next_attempt(
@@ -483,10 +491,13 @@ class Launcher:
         fields = table_fields(conversion.table_columns)
 
         def target(identifier: str, fields: tuple[FieldSpec, ...] = fields) -> TableTarget:
+            recorded = known.table(identifier)
+            data_uri = self._data_uri(identifier, run_id, recorded)
             return TableTarget(
                 identifier=identifier,
-                data_uri=self._data_uri(tuple(identifier.split(".")), run_id),
-                field_ids=planned_field_ids(fields, known.table(identifier)),
+                data_uri=data_uri or self._unplaced_uri(mapping.topic, run_id, identifier),
+                field_ids=self._planned_ids(fields, recorded),
+                location_unknown=data_uri is None,
             )
 
         def routed(identifier: str) -> TableTarget:
@@ -516,9 +527,16 @@ class Launcher:
                 tables={value: routed(table) for value, table in mapping.route.tables.items()},
                 default_table=routed(mapping.route.default_table) if mapping.route.default_table else None,
                 table_template=template,
-                data_uri_template=None
+                data_uri_template=None if template is None else self._template_uri(mapping.topic, run_id),
+                known_data_uris={}
                 if template is None
-                else join_uri(run_data_prefix(config, (PATH_PLACEHOLDER,)), run_id),
+                else {
+                    t.identifier: join_uri(kafscale_data_prefix(t.data_location), run_id)
+                    for t in known.tables
+                    if t.data_location and matches_template(template, t.identifier)
+                },
+                template_location_unknown=template is not None
+                and created_table_location(config.iceberg.warehouse, PATH_PLACEHOLDER) is None,
                 known_field_ids={}
                 if template is None
                 else {
@@ -526,7 +544,7 @@ class Launcher:
                     for t in known_template_tables(template)
                     if t.field_ids is not None
                 },
-                new_field_ids=None if template is None else planned_field_ids(fields, None),
+                new_field_ids=None if template is None else self._planned_ids(fields, None),
                 reserved=tuple(sorted(config.named_tables - set(mapping.data_tables))),
                 known_columns={}
                 if template is None or not infer
@@ -553,13 +571,33 @@ class Launcher:
             route=route,
         )
 
-    def _data_uri(self, identifier: tuple[str, ...], run_id: str) -> str:
-        """Run-scoped folder for a table's new files: under the table's warehouse location when the
-        warehouse is a storage URI (where tables this product creates live), else under the runs location.
+    def _data_uri(self, identifier: str, run_id: str, known: TableFieldIds | None) -> str | None:
+        """Run-scoped folder for a table's new files, inside the table's data location; None when that
+        is not known yet (`run_data_prefix`). Files are added to the table in place."""
+        prefix = run_data_prefix(self._config, tuple(identifier.split(".")), known)
+        return None if prefix is None else join_uri(prefix, run_id)
 
-        Files are added to the table in place, so this folder is table data from then on.
-        """
-        return join_uri(run_data_prefix(self._config, identifier), run_id)
+    def _unplaced_uri(self, topic: str, run_id: str, identifier: str) -> str:
+        """Where a run writes a table's files when the table's location is not known yet: beside the
+        run's documents (never committed: the commit step refuses the run, `TableTarget.location_unknown`)."""
+        return join_uri(self._config.runs.location, topic, run_id, "unplaced", identifier)
+
+    def _template_uri(self, topic: str, run_id: str) -> str:
+        """A route template's `data_uri_template`: in each new table's created location, else unplaced."""
+        location = created_table_location(self._config.iceberg.warehouse, PATH_PLACEHOLDER)
+        if location is None:
+            return self._unplaced_uri(topic, run_id, PATH_PLACEHOLDER)
+        return join_uri(kafscale_data_prefix(data_location_of(location, {})), run_id)
+
+    def _planned_ids(
+        self, fields: tuple[FieldSpec, ...], known: TableFieldIds | None
+    ) -> dict[str, int] | None:
+        """The field ids of a run's files (`planned_field_ids`); none for a table not created yet in a
+        REST catalog, which may assign its own ids (the spec allows it; SeaweedFS renumbers nested
+        fields): those files are read through the name mapping, set from the ids the catalog returned."""
+        if known is None and self._config.iceberg.catalog.type == "rest":
+            return None
+        return planned_field_ids(fields, known)
 
     def _not_started(self, topic: str, selection: Selection, held: Mapping[int, str]) -> LaunchOutcome:
         if selection.wait_seconds > 0:

@@ -17,7 +17,7 @@ For each mapped table and its dead-letter table, in this order:
    `maintenance.keep_snapshots` and the snapshot each topic's last run wrote; the offsets markers
    are table properties, which expiry never touches. The metadata log is bounded by
    `maintenance.metadata_previous_versions_max`.
-3. **Orphan files**: files under the table's run-scoped data prefix (`run_data_prefix`) that no
+3. **Orphan files**: files under the table's `{data location}/kafscale/` (`domain/table_locations.py`) that no
    snapshot references and older than `maintenance.orphan_grace` are deleted; the folder of the run
    holding the topic's lease is never touched, whatever its age (a run in flight keeps its files),
    nor the folder of any run whose stored result succeeded and whose range the topic has not passed
@@ -46,13 +46,13 @@ from kafscale_iceberg.domain.maintenance import (
 )
 from kafscale_iceberg.domain.routing import matches_template
 from kafscale_iceberg.domain.runs import RunPlan, RunResult, RunStatus
+from kafscale_iceberg.domain.table_locations import kafscale_data_prefix
 from kafscale_iceberg.domain.tickets import PLAN_NAME, join_uri, run_document_uri
 from kafscale_iceberg.exceptions import DocumentMissingError, UnmappedTopicError
 from kafscale_iceberg.ports import CheckpointStore, FileLister, RunDocuments, TableMaintainer
 from kafscale_iceberg.services.compaction_jobs import SparkCompaction
 from kafscale_iceberg.services.compaction_trigger import SmallFileTrigger
 from kafscale_iceberg.services.field_id_records import FieldIdRecords
-from kafscale_iceberg.services.launch import run_data_prefix
 
 logger = logging.getLogger(__name__)
 
@@ -179,12 +179,16 @@ class MaintenanceService:
         """Compaction, expiry, orphan cleanup of one table (see the module docstring)."""
         settings = self._config.maintenance
         table = ".".join(identifier)
-        prefix = run_data_prefix(self._config, identifier)
         before = self._tables.health(table, small_file_bytes=settings.small_file_bytes)
+        prefix = kafscale_data_prefix(before.data_location)
         compaction: CompactionOutcome | None = None
         candidates = 0
         spared: tuple[str, ...] = ()
-        if self._spark is not None:
+        if before.managed_compaction:
+            logger.info(
+                "compaction left to the catalog (Amazon S3 Tables compacts the table)", extra={"table": table}
+            )
+        elif self._spark is not None:
             compaction, candidates = self._spark.compact(
                 mapping, table, data_prefix=prefix, health=before, dry_run=dry_run, force=force
             )

@@ -104,14 +104,18 @@ class OffsetReset(TableWriter):
         tables: TableCommitter,
         checkpoints: CheckpointStore,
         *,
-        rewrite_prefix: Callable[[str], str] | None = None,
+        rewrite_prefix: Callable[[str], str | None] | None = None,
         **retry: Unpack[CommitRetryOptions],
     ) -> None:
         """`rewrite_prefix(table)` is the product's data prefix of a table: a reset writes the files it
         rewrites under `{prefix}/{reset's lease run id}/`, where orphan cleanup finds them (and spares
-        them while the reset holds the lease); None: the table's own data location."""
+        them while the reset holds the lease); None (or a None answer): the table's own data location."""
         super().__init__(tables, checkpoints, **retry)
         self._rewrite_prefix = rewrite_prefix
+
+    def _rewrite_location(self, table: str, run_id: str) -> str | None:
+        prefix = self._rewrite_prefix(table) if self._rewrite_prefix else None
+        return None if prefix is None else join_uri(prefix, run_id)
 
     def reset_offsets(
         self, topic: str, tables: tuple[str, ...], offsets: Mapping[int, int], lease: LeaseGrant
@@ -144,9 +148,7 @@ class OffsetReset(TableWriter):
                 adopted=offsets_of(stored),
                 lease=lease,
                 checkpoints=self._checkpoints,
-                rewrite_location=(
-                    join_uri(self._rewrite_prefix(table), lease.run_id) if self._rewrite_prefix else None
-                ),
+                rewrite_location=self._rewrite_location(table, lease.run_id),
             )
             try:
                 commit_verified(self._tables, write, self._retry)

@@ -92,6 +92,7 @@ def _health_json(health: TableHealth | None) -> dict[str, object] | None:
         "manifest_bytes": health.manifest_bytes,
         "last_maintenance_ms": health.last_maintenance_ms,
         "last_compaction_ms": health.last_compaction_ms,
+        "compaction_managed_by_catalog": health.managed_compaction,
     }
 
 

@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from kafscale_iceberg.domain.routing import matches_template
+from kafscale_iceberg.domain.routing import data_uri_for, matches_template
 from kafscale_iceberg.domain.runner_choice import RunnerKind
 from kafscale_iceberg.domain.runs.columns import ColumnSpec, ColumnType, PartitionField, TimeColumns
 from kafscale_iceberg.domain.runs.documents import DocumentModel, Offset, PartitionNumber
@@ -121,6 +121,11 @@ class TableTarget(DocumentModel):
     """An upsert table: the table's metadata file as the launcher knew it (`field-ids.json`), which the
     run locates the files holding changed keys in; None when the table has none (new). The commit
     refuses the run when that version no longer stands, and the next plan carries the current one."""
+    location_unknown: bool = False
+    """The launcher did not know where the table keeps its data (a table not created yet whose catalog
+    chooses its location: a REST warehouse name, an S3 Tables bucket ARN), so `data_uri` is a folder
+    of the run's documents: the commit step creates the table and refuses the run
+    (`TableLocationUnknownError`), recording the location for the next plan (`domain/table_locations.py`)."""
 
 
 def deleted_keys_target(table: TableTarget) -> TableTarget:
@@ -145,14 +150,14 @@ class TableRole(StrEnum):
 class RoutePlan(DocumentModel):
     """`mappings[].route` as a run carries it (the rules are `domain.routing`'s).
 
-    `tables` maps a value to its table; `default_table` takes records whose field is missing or null
-    (and, without a template, strings no key matches); `table_template` names a table for any valid
-    value. A template table's files go to `data_uri_template` with `{path}` filled in
-    (`routing.data_uri_for`); `known_field_ids` are the ids of template tables the commit step has
-    recorded, `new_field_ids` the ids a table this run creates gets. `reserved`: every other table of
-    the config, which a template value may not name. An inferred mapping's template tables also carry
-    their own columns and `last-column-id` (`known_columns`, `known_last_column_ids`; a table not
-    listed starts from the base fields).
+    `tables` maps a value to its table; `default_table` takes records whose field is missing or null (and,
+    without a template, strings no key matches); `table_template` names a table for any valid value. A
+    template table's files go to its recorded data location (`known_data_uris`), else to
+    `data_uri_template` with `{path}` filled in (`routing.data_uri_for`); `known_field_ids` are the ids of
+    template tables the commit step has recorded, `new_field_ids` the ids a table this run creates gets.
+    `reserved`: every other table of the config, which a template value may not name. An inferred
+    mapping's template tables also carry their own columns and `last-column-id` (`known_columns`,
+    `known_last_column_ids`; a table not listed starts from the base fields).
     """
 
     field: str
@@ -165,6 +170,10 @@ class RoutePlan(DocumentModel):
     reserved: tuple[str, ...] = ()
     known_columns: dict[str, tuple[ColumnSpec, ...]] = Field(default_factory=dict)
     known_last_column_ids: dict[str, int] = Field(default_factory=dict)
+    known_data_uris: dict[str, str] = Field(default_factory=dict)
+    """The run's folder in each template table whose data location the commit step has recorded."""
+    template_location_unknown: bool = False
+    """A template table not in `known_data_uris` has no known location (`TableTarget.location_unknown`)."""
 
     @model_validator(mode="after")
     def _names_a_table(self) -> RoutePlan:
@@ -202,7 +211,8 @@ class RoutePlan(DocumentModel):
         assert self.data_uri_template is not None
         return TableTarget(
             identifier=identifier,
-            data_uri=self.data_uri_template.replace("{path}", "/".join(identifier.split("."))),
+            data_uri=self.known_data_uris.get(identifier) or data_uri_for(self.data_uri_template, identifier),
+            location_unknown=identifier not in self.known_data_uris and self.template_location_unknown,
             field_ids=self.known_field_ids.get(identifier, self.new_field_ids),
             last_column_id=self.known_last_column_ids.get(identifier),
             columns=self.known_columns.get(identifier),

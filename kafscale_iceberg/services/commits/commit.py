@@ -62,6 +62,7 @@ from kafscale_iceberg.exceptions import (
     OffsetMismatchError,
     OffsetsNotRecordedError,
     RunSupersededError,
+    TableLocationUnknownError,
     TableMissingError,
 )
 from kafscale_iceberg.ports import CheckpointStore, TableCommitter
@@ -213,11 +214,12 @@ class CommitService(TableWriter):
             self._tables.ensure_table(output_spec(plan, anchor, policy), current=main)
             for _write, state, output in lagging:
                 self._tables.ensure_table(output_spec(plan, output, policy), current=state)
-            # An inferred table that moved since the plan (a race adding columns) is refused here,
-            # before the first table's commit, not between two tables' commits.
+            # A table that moved since the plan (a race adding columns), or one created just now whose
+            # catalog chose its location, is refused here, before the first table's commit.
             for write, state in [(w, s) for w, s, _o in lagging] + [(data, main)]:
                 self._check_inferred_ids(write, state)
             self._check_before_commits(data, main, [w for w, _s, _o in lagging])
+            self._check_placed(plan, [o for _w, _s, o in lagging] + [anchor])
             # Tables before the anchor, in the plan's fixed order; each verified COMMITTED is skipped.
             # Quarantined ranges go to the dead-letter table's marker even without files, so both
             # tables list them (an offset reset to before a range drops it from both).
@@ -338,6 +340,15 @@ class CommitService(TableWriter):
         mismatches = field_id_mismatches(dict(write.field_ids), expected)
         if mismatches:
             raise FieldIdMismatchError(write.table, write.run_id, mismatches)
+
+    def _check_placed(self, plan: RunPlan, outputs: Sequence[TableOutput]) -> None:
+        """Refuse (`TableLocationUnknownError`) a run whose files for a table went beside its documents
+        because the launcher did not know the table's location (`TableTarget.location_unknown`)."""
+        for output in outputs:
+            target = plan_target(plan, output)
+            if target.location_unknown and output.files:
+                known = self._tables.field_ids(target.identifier)
+                raise TableLocationUnknownError(target.identifier, plan.run_id, known.data_location or "")
 
     def _check_lagging(
         self, plan: RunPlan, outputs: Sequence[TableOutput], quarantined: tuple[QuarantinedRange, ...]
