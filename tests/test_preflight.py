@@ -90,6 +90,16 @@ def test_a_misspelled_bucket_is_named_before_the_run(
     assert err.count("does not exist") == 1
 
 
+def test_maintain_does_not_ask_for_the_segments_bucket(
+    moto_server: MotoEndpoint, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`maintain` works on the tables and the run documents, never on segments: a bucket it never
+    reads (here one that does not exist) is not a reason to refuse it."""
+    document = _config(tmp_path, moto_server, bucket="no-such-bucket-here")
+    assert main(["maintain", "--config", _write(tmp_path, document), "--dry-run"]) == 0
+    assert "s3.bucket" not in capsys.readouterr().err
+
+
 def test_a_wrong_etcd_endpoint_is_named_once(
     moto_server: MotoEndpoint, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -42,7 +42,7 @@ def maintain_command(args: argparse.Namespace) -> int:
     from kafscale_iceberg.local.preflight import check_before_start  # noqa: PLC0415
 
     config = load_config_from(args.config, strict=args.strict_config)
-    check_before_start(config, command="maintain")
+    check_before_start(config, command="maintain", reads_segments=False)
     assembly = Assembly(config)
     if config.maintenance.compaction_engine == "spark" and config.runner.type == "local" and not args.dry_run:
         # One machine: the compaction job runs on local Spark, as `run`'s runs do.

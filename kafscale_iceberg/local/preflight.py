@@ -32,17 +32,19 @@ Problem = tuple[str, str]
 """(config key, what is wrong and what to do)."""
 
 
-def check_before_start(config: KafscaleConfig, *, command: str) -> None:
-    """Check the state directories (created when missing), the bucket, etcd, the registry and the
-    catalog; raise `ConfigValidationError` listing every problem once, with the config's unknown
-    keys. Idempotent: only creates missing directories and namespaces."""
+def check_before_start(config: KafscaleConfig, *, command: str, reads_segments: bool = True) -> None:
+    """Check the state directories (created when missing), the segments' bucket (when the command
+    `reads_segments`: `maintain` does not), etcd, the registry and the catalog; raise
+    `ConfigValidationError` listing every problem once, with the config's unknown keys. Idempotent:
+    only creates missing directories and namespaces."""
     # Imported before the clock starts: on a loaded machine importing pyiceberg alone can take
     # longer than the deadline, which is for dependencies that do not answer.
     import kafscale_iceberg.adapters.iceberg_preflight  # noqa: F401, PLC0415
 
-    checks: list[_Check] = [
-        ("iceberg.warehouse", lambda: state_directory_problems(config)),
-        ("s3.bucket", lambda: bucket_problems(config)),
+    checks: list[_Check] = [("iceberg.warehouse", lambda: state_directory_problems(config))]
+    if reads_segments:
+        checks.append(("s3.bucket", lambda: bucket_problems(config)))
+    checks += [
         ("etcd.endpoints", lambda: etcd_problems(config)),
         ("schema_registry.url", lambda: registry_problems(config)),
         ("iceberg.catalog", lambda: catalog_problems(config)),
