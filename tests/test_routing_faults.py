@@ -147,6 +147,7 @@ def test_a_crash_between_table_commits_loses_and_duplicates_nothing(
     world.put(1, 8)
     with pytest.raises(ProcessDied):
         world.process(point).run_once()
+    world.expire_dead_lease()  # as etcd would once the dead process's TTL passed
     stopped_at = next((t for t in (DLQ, S0, S1, RAW) if point == after(t)), None)
     if stopped_at is not None:  # `status` shows the table ahead of the anchor, and why
         look = Assembly(world.config, owner_id="look")
@@ -170,6 +171,7 @@ def test_a_finished_stranded_run_is_told_as_a_recovery_naming_its_run_tables_and
     world.put(1, 8)
     with pytest.raises(ProcessDied):
         world.process(after(S0)).run_once()
+    world.expire_dead_lease()
     catalog = load_iceberg_catalog(CatalogSettings.from_config(world.config))
     stranded = catalog.load_table(S0).properties[f"kafscale.run-id.{TOPIC}"]
     world.put(0, 6, bad_at=15)
