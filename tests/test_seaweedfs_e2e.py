@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import boto3
 import pyarrow.parquet as pq
 import pytest
 import yaml
@@ -78,8 +79,12 @@ class Lake:
                 "catalog": {
                     "type": "rest",
                     "uri": server.iceberg_url,
-                    "username": server.access_key,
-                    "password": server.secret_key,
+                    # A table bucket's ARN means SigV4 (derived), with the process's credentials.
+                    **(
+                        {}
+                        if (warehouse or "").startswith("arn:")
+                        else {"username": server.access_key, "password": server.secret_key}
+                    ),
                     "properties": {
                         "s3.access-key-id": server.access_key,
                         "s3.secret-access-key": server.secret_key,
@@ -134,6 +139,9 @@ def seaweed_env(seaweedfs: EmbeddedSeaweedFS, monkeypatch: pytest.MonkeyPatch) -
     """The process's AWS credentials are SeaweedFS's (segments and documents use the default chain)."""
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", seaweedfs.access_key)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", seaweedfs.secret_key)
+    # boto3's default session keeps the first credentials it resolved in this worker (another
+    # test's): clients made from now on resolve these.
+    monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)
     monkeypatch.setenv("KAFSCALE_METRICS_ADDR", "127.0.0.1:0")
     return seaweedfs
 

@@ -67,6 +67,7 @@ def test_a_run_document_in_a_table_bucket_is_a_config_error_naming_runs_location
 ) -> None:
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", seaweedfs.access_key)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", seaweedfs.secret_key)
+    monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)  # not another test's cached credentials
     store = DocumentStore(S3Settings(endpoint_url=seaweedfs.s3_url, region=seaweedfs.region, path_style=True))
     uri = f"{table_bucket.warehouse}/_kafscale_runs/orders/field-ids.json"
 
@@ -168,6 +169,7 @@ def test_maintain_leaves_compaction_to_s3_tables_where_it_is_on_and_status_says_
 ) -> None:
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", seaweedfs.access_key)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", seaweedfs.secret_key)
+    monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)  # not another test's cached credentials
     catalog = (
         f"{{type: rest, uri: '{seaweedfs.iceberg_url}', properties: "
         f"{{s3.access-key-id: {seaweedfs.access_key}, s3.secret-access-key: {seaweedfs.secret_key}}}}}"
