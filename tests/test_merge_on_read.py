@@ -28,6 +28,7 @@ from tests.support.table_readers import duckdb_rows, snapshot_files, spark_rows
 from tests.support.upsert_world import TABLE, UpsertWorld
 
 KEYS = 40
+FILE_PATH = 2147483546  # the `file_path` column of a position delete file
 
 
 def mor_world(root: Path) -> UpsertWorld:
@@ -75,13 +76,21 @@ def test_runs_write_position_deletes_and_no_table_file_is_rewritten(tmp_path: Pa
     summary = snapshot.summary
     assert summary is not None
     assert summary["kafscale.upsert.files-rewritten"] == "0"
-    assert int(summary["added-delete-files"]) >= 1
-    assert summary["added-position-deletes"] == "2"  # keys 4 (one row, three changes) and 9
+    # One delete file per data file: the last run deleted the rows of keys 4 (one row, three changes)
+    # and 9, each in a first-run file that already had a delete file (keys 2, 10, 30; 7, 21): each
+    # new file holds all its data file's positions and the old one left in the same snapshot.
+    assert summary["added-delete-files"] == "2"
+    assert summary["added-position-deletes"] == "7"
+    assert summary["removed-position-deletes"] == "5"
+    assert summary["total-delete-files"] == "2"
     assert int(summary["kafscale.upsert.bytes-located"]) > 0
     assert summary.operation.value == "overwrite"
     data, deletes = snapshot_files(table)
     assert len(data) == 6  # each run's file per Kafka partition stays: nothing replaced
-    assert deletes
+    assert len(deletes) == 2
+    for task in table.scan().plan_files():  # each delete file names its one data file by its bounds
+        path = task.file.file_path.encode()
+        assert all(d.lower_bounds[FILE_PATH] == d.upper_bounds[FILE_PATH] == path for d in task.delete_files)
     for name in ("write.update.mode", "write.delete.mode", "write.merge.mode"):
         assert table.properties[name] == "merge-on-read"
     readers_agree(world, model)

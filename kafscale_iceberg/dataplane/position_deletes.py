@@ -4,9 +4,10 @@ that hold its changed keys (`domain/upsert.py`).
 
 A position delete file is Parquet with two required columns, `file_path` (string, field id
 2147483546) and `pos` (long, 2147483545): the data file and the 0-based row position of each deleted
-row, sorted by `file_path` then `pos` as the spec requires. One file per Iceberg partition of the
-rows it deletes (the commit gives it its targets' partition); when it targets a single data file its
-`file_path` bounds are equal, which every reader takes as its referenced data file. Its metrics -
+row, sorted by `file_path` then `pos` as the spec requires. An upsert run writes one per data file
+it deletes rows of (`execution/upsert_stage.py`; the commit gives it its target's partition); one
+targeting a single data file has equal `file_path` bounds, which every reader takes as its
+referenced data file. Its metrics -
 record count, both columns' bounds and compressed sizes - come from the rows and the footer just
 written, so the commit step reads no file.
 

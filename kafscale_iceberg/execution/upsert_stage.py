@@ -78,9 +78,11 @@ class RewriteSource(DocumentModel):
     own: bool
     partition_values: dict[str, PartitionValue] = Field(default_factory=dict)
     partition_key: str = ""
-    """A table file's partition spec and values (its position deletes go to that partition's file)."""
+    """A table file's partition spec and values."""
     delete_files: tuple[str, ...] = ()
     """The table's position delete files that may delete rows of a table file."""
+    own_delete_files: tuple[str, ...] = ()
+    """Of `delete_files`, those deleting rows of this file only (merged and removed by merge-on-read)."""
 
 
 class FileRewritten(DocumentModel):
@@ -92,7 +94,8 @@ class FileRewritten(DocumentModel):
     dropped: int = Field(ge=0)
     deleted: int = Field(ge=0)
     positions: tuple[int, ...] = ()
-    """Merge-on-read: the positions of the rows replaced (`dropped` of them), for a delete file."""
+    """Merge-on-read: every position of the file deleted once the run lands - the `dropped` rows it
+    replaces and those the table's delete files already delete - for its one delete file."""
     bytes_read: int = Field(default=0, ge=0)
     """Bytes read from a table file to locate its changed keys."""
 
@@ -144,11 +147,12 @@ class RewriteRunner:
                 functools.partial(_delete_rows, self.s3),
             )
             if self.merge_on_read:
+                merged = np.union1d(located.replaced, located.deleted_before) if located.replaced.size else ()
                 return FileRewritten(
                     source=source,
                     dropped=int(located.replaced.size),
                     deleted=int(located.deleted.size),
-                    positions=tuple(located.replaced.tolist()),
+                    positions=tuple(int(p) for p in merged),
                     bytes_read=located.bytes_read,
                 )
         outcome = rewrite_without(
@@ -223,6 +227,7 @@ def run_upsert_stage(
                 partition_values=dict(c.partition_values),
                 partition_key=c.partition_key,
                 delete_files=c.delete_files,
+                own_delete_files=c.own_delete_files,
             )
             for c in located.candidates
         ),
@@ -303,18 +308,18 @@ def _fold(
 def _write_deletes(
     sink: FileSink, folder: str, run_id: str, rewrites: Sequence[FileRewritten]
 ) -> tuple[PositionDeleteFile, ...]:
-    """One position delete file per Iceberg partition of the table files whose rows the run
-    replaces, named from the run and the partition (idempotent)."""
-    by_partition: dict[str, dict[str, np.ndarray]] = {}
-    for rewrite in rewrites:
-        if rewrite.positions:
-            positions = by_partition.setdefault(rewrite.source.partition_key, {})
-            positions[rewrite.source.uri] = np.asarray(rewrite.positions, np.int64)
+    """One position delete file per table file whose rows the run replaces, named from the run and
+    the file (idempotent): every position of the file deleted once the run lands, so it replaces
+    the file's own delete files (`own_delete_files`, removed in the same snapshot). A reader then
+    matches at most one delete file to a data file, by its referenced data file, as Iceberg v3's
+    deletion vectors and Spark's `write.delete.granularity=file` do (docs/architecture.md)."""
     written = []
-    for partition_key in sorted(by_partition):
-        digest = hashlib.sha256(f"{run_id}/{partition_key}".encode()).hexdigest()[:24]
+    for rewrite in sorted((r for r in rewrites if r.dropped and not r.source.own), key=lambda r: r.source.uri):
+        digest = hashlib.sha256(f"{run_id}/{rewrite.source.uri}".encode()).hexdigest()[:24]
         uri = join_uri(folder, f"deletes-{digest}.parquet")
-        written.append(write_position_deletes(sink, uri, by_partition[partition_key]))
+        positions = {rewrite.source.uri: np.asarray(rewrite.positions, np.int64)}
+        delete = write_position_deletes(sink, uri, positions)
+        written.append(delete.model_copy(update={"replaces": rewrite.source.own_delete_files}))
     return tuple(written)
 
 
