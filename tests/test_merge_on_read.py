@@ -196,3 +196,74 @@ def test_locating_reads_the_key_column_not_the_file(tmp_path: Path) -> None:
     assert located.replaced.tolist() == [5, 19_999]
     assert located.deleted.tolist() == []
     assert 0 < located.bytes_read < size / 20  # the footer and the key column chunk, not the payload
+
+
+@pytest.fixture
+def local_runner(spark: Any) -> Any:
+    """The one-machine job runner on the session's local Spark: the code EMR runs (`spark_app`)."""
+    from kafscale_iceberg.local.spark_runner import LocalSparkJobRunner
+
+    runner = LocalSparkJobRunner(master="local[2]", keep_session_warm=True)
+    yield runner
+    runner.close()
+
+
+def spark_compaction(world: UpsertWorld, runner: Any) -> Any:
+    """`maintain`'s compaction step with `compaction_engine: spark` (the EMR path) on this table:
+    plan, the job on `runner`, its result checked and committed; its outcome."""
+    from kafscale_iceberg.adapters.iceberg_maintenance import new_compaction_id
+    from kafscale_iceberg.config import config_from_mapping
+    from kafscale_iceberg.local.config_document import one_machine_document
+    from kafscale_iceberg.services.compaction_jobs import SparkCompaction
+
+    columns = [{"name": "id", "type": "long", "required": True}, {"name": "name", "type": "string"}]
+    mapping = {
+        "topic": "orders",
+        "table": TABLE,
+        "mode": "upsert",
+        "upsert": {"key": ["id"]},
+        "schema": {"columns": columns},
+    }
+    document = one_machine_document(
+        world.root,
+        bucket="unused",
+        mappings=[mapping],
+        maintenance={"compaction_engine": "spark", "max_delete_ratio": 0.01, "compaction_wait_seconds": 600},
+    )
+    config = config_from_mapping(document, source="test")
+    maintainer = IcebergTableMaintainer(world.catalog, StagedFileStore())
+    compaction = SparkCompaction(
+        config, maintainer, runner, DocumentStore(), new_job_id=new_compaction_id, poll_seconds=0.2
+    )
+    outcome, _planned = compaction.compact(
+        config.mappings[0],
+        TABLE,
+        data_prefix=str(world.root / "compacted"),
+        health=maintainer.health(TABLE, small_file_bytes=1 << 30),
+        dry_run=False,
+        force=False,  # due for its delete files alone
+    )
+    return outcome
+
+
+@pytest.mark.slow
+def test_the_spark_compaction_job_folds_deletes_and_no_deleted_row_comes_back(
+    tmp_path: Path, spark: Any, local_runner: Any
+) -> None:
+    world, model = mor_world(tmp_path), {}
+    history(world, model)
+    outcome = spark_compaction(world, local_runner)
+    assert outcome is not None
+    assert outcome.committed
+    table = world.catalog.load_table(TABLE)
+    snapshot = table.current_snapshot()
+    assert snapshot is not None
+    assert snapshot.summary is not None
+    assert snapshot.summary.operation.value == "replace"
+    assert snapshot.summary["total-delete-files"] == "0"
+    readers_agree(world, model, spark)
+    world.write(0, [change(model, 2, None), change(model, 7, "d7")])
+    world.run()  # deletes rows of the job's files again: the next job folds those too
+    assert spark_compaction(world, local_runner).committed
+    assert snapshot_files(world.catalog.load_table(TABLE))[1] == []
+    readers_agree(world, model, spark)

@@ -314,7 +314,9 @@ def _write_deletes(
     matches at most one delete file to a data file, by its referenced data file, as Iceberg v3's
     deletion vectors and Spark's `write.delete.granularity=file` do (docs/architecture.md)."""
     written = []
-    for rewrite in sorted((r for r in rewrites if r.dropped and not r.source.own), key=lambda r: r.source.uri):
+    for rewrite in sorted(
+        (r for r in rewrites if r.dropped and not r.source.own), key=lambda r: r.source.uri
+    ):
         digest = hashlib.sha256(f"{run_id}/{rewrite.source.uri}".encode()).hexdigest()[:24]
         uri = join_uri(folder, f"deletes-{digest}.parquet")
         positions = {rewrite.source.uri: np.asarray(rewrite.positions, np.int64)}
