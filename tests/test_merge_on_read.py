@@ -20,11 +20,10 @@ from kafscale_iceberg.adapters.documents import DocumentStore
 from kafscale_iceberg.adapters.iceberg_maintenance import IcebergTableMaintainer
 from kafscale_iceberg.dataplane.upsert_keys import KeyChanges
 from kafscale_iceberg.dataplane.upsert_positions import locate_rows
-from kafscale_iceberg.domain.maintenance import DeleteFolding
 from kafscale_iceberg.domain.runs import UpsertSettings, UpsertWrite
 from kafscale_iceberg.domain.upsert import AUTO_COPY_ON_WRITE_MAX_FILES, choose_write
 from kafscale_iceberg.exceptions import UpsertLocateStaleError
-from tests.support.table_readers import duckdb_rows, snapshot_files, spark_rows
+from tests.support.table_readers import duckdb_rows, full_compaction, snapshot_files, spark_rows
 from tests.support.upsert_world import TABLE, UpsertWorld
 
 KEYS = 40
@@ -143,15 +142,8 @@ def test_a_compaction_racing_a_run_that_deleted_its_rows_abandons(tmp_path: Path
     world.write(0, [change(model, k, f"b{k}") for k in range(0, KEYS, 3)])
     world.run()
     maintainer = IcebergTableMaintainer(world.catalog, StagedFileStore())
-    planned = maintainer.plan_compaction(
-        TABLE,
-        small_file_bytes=1 << 30,
-        min_small_files=2,
-        max_bytes=1 << 30,
-        folding=DeleteFolding(max_delete_ratio=1e-9, max_delete_files=1),
-    )
-    written = maintainer.write_compaction(
-        planned, data_prefix=str(tmp_path / "compacted"), target_file_size_bytes=1 << 30
+    written = full_compaction(
+        maintainer, TABLE, data_prefix=str(tmp_path / "compacted"), target_file_size_bytes=1 << 30
     )
     world.write(0, [change(model, 1, "c1"), change(model, 5, None)])
     world.run()  # deletes rows of the files the compaction is replacing
