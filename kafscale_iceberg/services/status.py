@@ -477,7 +477,7 @@ class StatusService:
         runs = self._config.runs
         if not runs.location:
             return 0
-        limits = run_limits(runs, mappings=self._config.mappings_for(topic))
+        limits = run_limits(runs, mappings=self._config.mappings_for(topic), runner=self._config.runner)
         selection = select_pending(probe.segments, topic, committed, limits, now_ms=now_ms)
         ranges = []
         for chosen in selection.partitions:
