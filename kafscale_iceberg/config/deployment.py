@@ -90,6 +90,7 @@ DEPLOYMENT_VARIABLES: tuple[DeploymentVariable, ...] = (
         clears="runner.emr_serverless.venv_archive",
     ),
     DeploymentVariable("KAFSCALE_ICEBERG_EMR_LOG_URI", "runner.emr_serverless.log_uri"),
+    DeploymentVariable("KAFSCALE_ICEBERG_EMR_MAX_VCPU", "runner.emr_serverless.max_vcpu"),
 )
 
 # JSON secrets: etcd `{"username", "password"[, "endpoints"][, "tls_ca", "tls_cert", "tls_key"]}` (the
