@@ -41,7 +41,7 @@ from kafscale_iceberg.dataplane.position_deletes import write_position_deletes
 from kafscale_iceberg.dataplane.storage import join_uri
 from kafscale_iceberg.dataplane.upsert_keys import KeyChanges
 from kafscale_iceberg.dataplane.upsert_locate import Located, locate
-from kafscale_iceberg.dataplane.upsert_positions import locate_rows, read_delete_rows
+from kafscale_iceberg.dataplane.upsert_positions import LocatedRows, locate_rows, read_delete_rows
 from kafscale_iceberg.dataplane.upsert_rewrite import (
     read_change_columns,
     read_winners,
@@ -93,9 +93,10 @@ class FileRewritten(DocumentModel):
     written: DataFile | None = None
     dropped: int = Field(ge=0)
     deleted: int = Field(ge=0)
-    positions: tuple[int, ...] = ()
-    """Merge-on-read: every position of the file deleted once the run lands - the `dropped` rows it
-    replaces and those the table's delete files already delete - for its one delete file."""
+    delete: PositionDeleteFile | None = None
+    """Merge-on-read: the file's one position delete file, of every position of it deleted once the
+    run lands - the `dropped` rows it replaces and those the table's delete files already delete;
+    it supersedes the file's own delete files (`replaces`)."""
     bytes_read: int = Field(default=0, ge=0)
     """Bytes read from a table file to locate its changed keys."""
 
@@ -119,7 +120,7 @@ class RewriteRunner:
     folder: str
     tasks: tuple[tuple[RewriteSource, ...], ...]
     merge_on_read: bool = False
-    """Table files are left in place: their replaced rows' positions are reported, not rewritten."""
+    """Table files are left in place: their replaced rows' positions go to a delete file each."""
 
     def __call__(self, task_indexes: Iterable[int]) -> Iterator[str]:
         reader, sink = worker_stores(self.s3)
@@ -147,12 +148,13 @@ class RewriteRunner:
                 functools.partial(_delete_rows, self.s3),
             )
             if self.merge_on_read:
-                merged = np.union1d(located.replaced, located.deleted_before) if located.replaced.size else ()
                 return FileRewritten(
                     source=source,
                     dropped=int(located.replaced.size),
                     deleted=int(located.deleted.size),
-                    positions=tuple(int(p) for p in merged),
+                    delete=_write_delete(sink, self.folder, source, located)
+                    if located.replaced.size
+                    else None,
                     bytes_read=located.bytes_read,
                 )
         outcome = rewrite_without(
@@ -245,7 +247,7 @@ def run_upsert_stage(
     rewrites = [f for r in reports for f in r.files]
     outcome, added = _fold(plan, result, changes, located, rewrites)
     if write is UpsertWrite.MERGE_ON_READ:
-        deletes = _write_deletes(sink, folder, plan.run_id, rewrites)
+        deletes = tuple(sorted((r.delete for r in rewrites if r.delete is not None), key=lambda d: d.uri))
         outcome = outcome.model_copy(update={"write": write, "deletes": deletes})
     outcome = outcome.model_copy(update={"policy": plan.conversion.upsert.write})
     logger.info(
@@ -287,7 +289,7 @@ def _fold(
             continue
         updated += rewrite.dropped - rewrite.deleted
         deleted += rewrite.deleted
-        if rewrite.positions:
+        if rewrite.delete is not None:
             continue
         replaced.append(ReplacedFile(uri=candidate.uri, size_bytes=candidate.size_bytes))
         if rewrite.written is not None:
@@ -305,24 +307,18 @@ def _fold(
     return outcome, tuple(added)
 
 
-def _write_deletes(
-    sink: FileSink, folder: str, run_id: str, rewrites: Sequence[FileRewritten]
-) -> tuple[PositionDeleteFile, ...]:
-    """One position delete file per table file whose rows the run replaces, named from the run and
-    the file (idempotent): every position of the file deleted once the run lands, so it replaces
-    the file's own delete files (`own_delete_files`, removed in the same snapshot). A reader then
-    matches at most one delete file to a data file, by its referenced data file, as Iceberg v3's
-    deletion vectors and Spark's `write.delete.granularity=file` do (docs/architecture.md)."""
-    written = []
-    for rewrite in sorted(
-        (r for r in rewrites if r.dropped and not r.source.own), key=lambda r: r.source.uri
-    ):
-        digest = hashlib.sha256(f"{run_id}/{rewrite.source.uri}".encode()).hexdigest()[:24]
-        uri = join_uri(folder, f"deletes-{digest}.parquet")
-        positions = {rewrite.source.uri: np.asarray(rewrite.positions, np.int64)}
-        delete = write_position_deletes(sink, uri, positions)
-        written.append(delete.model_copy(update={"replaces": rewrite.source.own_delete_files}))
-    return tuple(written)
+def _write_delete(
+    sink: FileSink, folder: str, source: RewriteSource, located: LocatedRows
+) -> PositionDeleteFile:
+    """The one position delete file of table file `source` once the run lands: the positions it
+    replaces and those already deleted, so it replaces the file's own delete files (removed in the
+    same snapshot). A reader then matches at most one delete file to a data file, by its referenced
+    data file, as Iceberg v3's deletion vectors and Spark's `write.delete.granularity=file` do
+    (docs/architecture.md). Named from the file, in the run's folder (idempotent)."""
+    digest = hashlib.sha256(source.uri.encode()).hexdigest()[:24]
+    positions = {source.uri: np.union1d(located.replaced, located.deleted_before)}
+    written = write_position_deletes(sink, join_uri(folder, f"deletes-{digest}.parquet"), positions)
+    return written.model_copy(update={"replaces": source.own_delete_files})
 
 
 def cut_by_bytes(sources: Sequence[RewriteSource], max_tasks: int) -> tuple[tuple[RewriteSource, ...], ...]:
