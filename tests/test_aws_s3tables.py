@@ -120,3 +120,35 @@ def test_a_table_buckets_objects_are_table_data_and_a_listing_or_delete_is_refus
         ("unsupported-in-table-bucket:s3:DeleteObject", f"{ARN}/table/shop.orders"),
         ("s3:GetObject", "arn:aws:s3:::runs/plan.json"),
     ]
+
+
+def test_a_config_file_without_an_iceberg_section_reaches_s3_tables_from_the_stacks_environment() -> None:
+    """What deploy.md tells an S3 Tables user: the stack's environment names the catalog and the
+    table bucket; the endpoint and its SigV4 signing follow from the ARN."""
+    from kafscale_iceberg.config.deployment import apply_deployment_environment
+    from tests.support.cfn_template import Deployment, functions
+
+    parameters = {
+        "ConfigLocation": "s3://config/config.yaml",
+        "SegmentBucketName": "kafscale-data",
+        "SubnetIds": "subnet-0a",
+        "SecurityGroupIds": "sg-0c",
+        "WarehouseBucket": "unused-by-the-tables",
+        "EtcdEndpoints": "http://etcd:2379",
+        "CatalogType": "s3tables",
+        "TableBucketArn": ARN,
+    }
+    deployment = Deployment(parameters)
+    commit = next(f for f in functions() if f.logical_id == "CommitFunction")
+    data = {"mappings": [{"topic": TOPIC, "table": TABLE, "create_table_if_missing": True}]}
+
+    config = apply_deployment_environment(
+        data, deployment.environment(commit), source="s3://config/config.yaml"
+    )
+
+    catalog = config.iceberg.catalog
+    assert (catalog.type, catalog.uri) == ("rest", "https://s3tables.us-east-1.amazonaws.com/iceberg")
+    assert (catalog.sigv4, catalog.signing_name, catalog.signing_region) == (True, "s3tables", "us-east-1")
+    assert config.iceberg.warehouse == ARN
+    assert config.iceberg.in_table_bucket
+    assert not config.runs.location.startswith(ARN)
