@@ -335,7 +335,7 @@ def test_the_default_minimum_batch_never_exceeds_a_smaller_run_limit() -> None:
 def test_product_defaults() -> None:
     config = load(minimal())
     runs = config.runs
-    assert runs.max_bytes_per_run == 1024**3
+    assert runs.max_bytes_per_run == 8 * 1024**3
     assert runs.max_segments_per_run == 5000
     assert runs.min_bytes_per_run == 96 * 1024**2
     assert runs.max_wait_seconds == 480
