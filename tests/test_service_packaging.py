@@ -366,6 +366,7 @@ MIRRORS = {
     "WorkItemsLagAlarm": "KafscaleIcebergLag",
     "ConsecutiveFailuresAlarm": "KafscaleIcebergConsecutiveFailures",
     "WatermarkAgeAlarm": "KafscaleIcebergWatermarkAge",
+    "FallingBehindAlarm": "KafscaleIcebergFallingBehind",
     "NoCommitAlarm": "KafscaleIcebergNoCommit",
 }
 
@@ -460,6 +461,9 @@ def test_every_aws_alarm_has_its_one_machine_rule() -> None:
     )
     assert thresholds["KafscaleIcebergWatermarkAge"].endswith(
         f"> {parameters['WatermarkAgeAlarmSeconds']['Default']}"
+    )
+    assert thresholds["KafscaleIcebergFallingBehind"].endswith(
+        f"> {parameters['FallingBehindAlarmSeconds']['Default']}"
     )
     assert thresholds["KafscaleIcebergLag"].endswith(f"> {parameters['QueueAgeAlarmSeconds']['Default']}")
     assert f"[{parameters['NoCommitAlarmMinutes']['Default']}m]" in thresholds["KafscaleIcebergNoCommit"]

@@ -75,6 +75,7 @@ from kafscale_iceberg.exceptions.control_plane import (
     UnmappedTopicError,
 )
 from kafscale_iceberg.exceptions.dataplane import (
+    ColumnRenameError,
     EnvelopeError,
     FieldIdError,
     InvalidJsonSchemaError,
@@ -126,6 +127,7 @@ __all__ = [
     "CheckpointError",
     "CheckpointRequestError",
     "CheckpointUnavailableError",
+    "ColumnRenameError",
     "CommitConflictError",
     "CommitOutcomeUnknownError",
     "CompactionResultError",
