@@ -218,6 +218,11 @@ class IcebergConfig(_Section):
             }
         return data
 
+    @property
+    def in_table_bucket(self) -> bool:
+        """Whether the warehouse is an Amazon S3 Tables table bucket (its ARN)."""
+        return S3_TABLES_ARN.fullmatch(self.warehouse) is not None
+
     @model_validator(mode="after")
     def _check_table_bucket(self) -> IcebergConfig:
         if not self.warehouse.startswith("arn:") or ":s3tables:" not in self.warehouse:

@@ -24,6 +24,9 @@ For each mapped table and its dead-letter table, in this order:
    (a run stranded between its tables' commits, whoever holds the lease: it may still be finished).
    The commit step checks every file it references exists besides, so neither a maintenance bug
    nor a manual delete can make a table reference a missing file.
+   With an Amazon S3 Tables warehouse (a table bucket ARN) this step is deferred, not run: a table
+   bucket refuses listing its tables' storage, and S3 Tables removes unreferenced files itself
+   (its unreferenced-file removal, on by default); the report says so (`orphans_deferred`).
 
 `dry_run` reads only and reports what each step would do. Every step is idempotent.
 """
@@ -69,6 +72,8 @@ class TableMaintenance:
     expiry: ExpiryOutcome | None = None
     orphans: tuple[OrphanFile, ...] = ()
     orphans_deleted: int = 0
+    orphans_deferred: bool = False
+    """Orphan cleanup left to Amazon S3 Tables' unreferenced-file removal (not run here)."""
 
 
 @dataclass(frozen=True)
@@ -108,6 +113,7 @@ def _table_json(done: TableMaintenance) -> dict[str, Any]:
         "expired_snapshots": list(expiry.expired) if expiry else [],
         "orphans": [o.uri for o in done.orphans],
         "orphans_deleted": done.orphans_deleted,
+        "orphans_deferred": done.orphans_deferred,
     }
 
 
@@ -197,8 +203,15 @@ class MaintenanceService:
             now_ms=now_ms,
             dry_run=dry_run,
         )
-        orphans = tuple(self.orphan_files(mapping.topic, table, prefix, spared=spared))
-        deleted = 0 if dry_run else self._files.delete_files([o.uri for o in orphans])
+        deferred = self._config.iceberg.in_table_bucket
+        if deferred:
+            logger.info(
+                "orphan cleanup left to Amazon S3 Tables (its unreferenced-file removal; a table bucket "
+                "refuses listing)",
+                extra={"table": table},
+            )
+        orphans = () if deferred else tuple(self.orphan_files(mapping.topic, table, prefix, spared=spared))
+        deleted = 0 if dry_run or deferred else self._files.delete_files([o.uri for o in orphans])
         after = None if dry_run else self._tables.health(table, small_file_bytes=settings.small_file_bytes)
         logger.info(
             "table maintained",
@@ -219,6 +232,7 @@ class MaintenanceService:
             expiry=expiry,
             orphans=orphans,
             orphans_deleted=deleted,
+            orphans_deferred=deferred,
         )
 
     def _compact(
