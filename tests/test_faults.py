@@ -294,7 +294,7 @@ def test_a_stale_plan_refused_at_commit_repairs_the_store_and_is_replanned_at_on
     _die(world, Point.AFTER_TABLE_COMMIT)
     world.put(0, 10)
     pipeline = world.process()
-    pipeline.launcher._repair_offsets = None  # as on AWS: plans come from the store alone
+    pipeline.launcher._repair_from_table = None  # as on AWS: plans come from the store alone
     summary = pipeline.run_once()
     assert summary.ok, summary.failed
     refused, committed = summary.runs

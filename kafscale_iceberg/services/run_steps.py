@@ -38,11 +38,9 @@ from kafscale_iceberg.domain.runs import FailureKind, RunPlan, RunResult, TableR
 from kafscale_iceberg.domain.tickets import OUTCOME_NAME, FailedAttempt, RunTicket, run_document_uri
 from kafscale_iceberg.exceptions import (
     DocumentMissingError,
-    FieldIdMismatchError,
     KafscaleIcebergError,
     LeaseLostError,
     RunNotCommittableError,
-    UpsertLocateStaleError,
 )
 from kafscale_iceberg.ports import CheckpointStore, JobLookup, JobRunner, RunDocuments, WaitingJobRunner
 from kafscale_iceberg.services.backoff import BackoffRecords
@@ -178,10 +176,12 @@ class RunSteps:
         grant = self._hold_or_reclaim(ticket)
         try:
             outcome = self._commit_service().commit_run(plan, result, grant, policy)
-        except (FieldIdMismatchError, UpsertLocateStaleError):
-            # So the next attempt is planned with the tables' ids (a template's the run wrote too) and
-            # an upsert table's current version.
-            self._record_field_ids(plan, written=tuple(t.identifier for t in result.tables))
+        except KafscaleIcebergError as exc:
+            decision = decide_commit_failure(exc)
+            if decision is not None and decision.refresh_recorded_tables:
+                # So the next attempt is planned with the tables' ids (a template's the run wrote
+                # too) and an upsert table's current version (a finished stranded run moved it).
+                self._record_field_ids(plan, written=tuple(t.identifier for t in result.tables))
             raise
         if outcome.table_committed or outcome.dead_letter_committed or plan.field_ids_digest is None:
             self._record_field_ids(plan, outcome)
