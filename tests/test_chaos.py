@@ -1,5 +1,5 @@
 """The crash harness (issue 29): an upsert and an append topic, the process killed at every step of a run
-(`Kill`), then compaction, orphan cleanup or a manual delete of every unreferenced data file while it is
+(`Point`), then compaction, orphan cleanup or a manual delete of every unreferenced data file while it is
 down, then more records and `run --once` until idle. Every scenario must end committed (each `run
 --once` ok: exit 0), with no key lost, duplicated, stale or resurrected, every dead letter once, the
 offsets at the end (no topic stuck) and no table referencing a missing file.
@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.dying import Point
 from tests.support.moto import MotoEndpoint
-from tests.support.recovery_world import BAD, Kill, RecoveryWorld
+from tests.support.recovery_world import BAD, RecoveryWorld
 
 pytestmark = pytest.mark.slow  # end to end, a few seconds a run: `make test`, not the fast loop
 
@@ -25,12 +26,13 @@ MODES = ("upsert", "append")
 MEANWHILE = ("nothing", "compaction", "orphan cleanup", "files deleted by hand")
 
 SLICE = [
-    ("upsert", Kill.AFTER_DEAD_LETTERS, "compaction"),
-    ("upsert", Kill.AFTER_ANCHOR, "orphan cleanup"),
-    ("append", Kill.AFTER_DEAD_LETTERS, "files deleted by hand"),
-    ("append", Kill.AFTER_OFFSETS, "compaction"),
+    ("upsert", Point.AFTER_DEAD_LETTER_COMMIT, "compaction"),
+    ("upsert", Point.AFTER_TABLE_COMMIT, "orphan cleanup"),
+    ("append", Point.AFTER_DEAD_LETTER_COMMIT, "files deleted by hand"),
+    ("append", Point.AFTER_OFFSETS, "compaction"),
 ]
-SCENARIOS = list(itertools.product(MODES, Kill.ALL, MEANWHILE)) if os.environ.get("CHAOS_FULL") else SLICE
+FULL = list(itertools.product(MODES, Point.COMMIT_STEPS, MEANWHILE))
+SCENARIOS = FULL if os.environ.get("CHAOS_FULL") else SLICE
 
 
 def _run_until_idle(world: RecoveryWorld) -> None:

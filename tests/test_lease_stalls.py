@@ -69,7 +69,8 @@ def _holder(etcd: EtcdServer) -> Iterator[subprocess.Popen[str]]:
 
 
 def _renew(child: subprocess.Popen[str]) -> None:
-    assert child.stdin is not None and child.stdout is not None
+    assert child.stdin is not None
+    assert child.stdout is not None
     child.stdin.write("go\n")
     child.stdin.flush()
     assert child.stdout.readline().strip() == "renewing"

@@ -322,7 +322,7 @@ def test_consecutive_failures_agree_with_the_launchers_attempts(
         f"stuck: 2 attempts of offsets 0..9 ended uncommitted; the last, run {second.run_id}, aborted: "
         "job failed: the commit was refused (bad column)"
     )
-    assert reasons[1] is not None and reasons[1].startswith("stuck: 2 attempts of offsets 0..3 ended")
+    assert str(reasons[1]).startswith("stuck: 2 attempts of offsets 0..3 ended")
     assert stuck.to_json()["partitions"][0]["problem"] == reasons[0]  # type: ignore[index]
     assert f"  partition 0 waits: {reasons[0]}" in render_status(world.status.report()).splitlines()
     third = runs.launch()

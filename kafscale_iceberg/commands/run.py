@@ -113,13 +113,16 @@ def print_summary(summary: OnceSummary) -> None:
     from kafscale_iceberg.local.pipeline import RunEnd  # noqa: PLC0415
     from kafscale_iceberg.local.wiring import lfs_summary  # noqa: PLC0415
 
-    committed = [r for r in summary.runs if r.end is RunEnd.COMMITTED]
+    ended = [r for r in summary.runs if r.end is RunEnd.COMMITTED]
+    committed = [r for r in ended if not r.committed_elsewhere]
     finished = summary.finished
     records = sum(r.records for r in committed) + sum(f.records for f in finished)
     recovered = f" ({len(finished)} of them left by an earlier crash and finished)" if finished else ""
+    elsewhere = len(ended) - len(committed)
+    others = f", {counted(elsewhere, 'run')} already committed by another runner" if elsewhere else ""
     print(
         f"kafscale-iceberg run --once: {counted(len(committed) + len(finished), 'run')} committed"
-        f"{recovered}, {counted(records, 'record')}, {counted(len(summary.failed), 'topic')} failed",
+        f"{recovered}, {counted(records, 'record')}{others}, {counted(len(summary.failed), 'topic')} failed",
         file=sys.stderr,
     )
     for run in finished:

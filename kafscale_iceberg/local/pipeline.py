@@ -103,6 +103,19 @@ class RunReport:
     """The plan was stale (refused at commit, the store repaired from the table): plan again now."""
     finished: FinishedRun | None = None
     """A run stranded between its tables' commits that this run's commit finished first (in now)."""
+    commit_attempts: int = 1
+    """This process's commit attempts of the run (more than 1: an earlier one failed for now - an
+    outage, a conflict - and may have landed before it failed)."""
+
+    @property
+    def committed_elsewhere(self) -> bool:
+        """Committed, but by another runner: this process's first and only commit attempt found the
+        run in its tables and the store already (nothing added). Not this process's commit: not
+        counted as one (`print_summary`)."""
+        outcome = None if self.commit is None else self.commit.outcome
+        if outcome is None or self.commit_attempts > 1:
+            return False
+        return not (outcome.table_committed or outcome.dead_letter_committed or outcome.offsets_written)
 
 
 @dataclass(frozen=True)
@@ -596,6 +609,7 @@ class Pipeline:
             commit_started_at=commit_started_at,
             commit_ended_at=time.time(),
             finished=committed.outcome.finished,
+            commit_attempts=attempt,
         )
 
     def _commit_failed(
