@@ -10,7 +10,7 @@ dead process's TTL passes, without a wall-clock wait a busy machine could make a
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from kafscale_iceberg.assembly import Assembly
@@ -46,11 +46,19 @@ class Point:
     """Every point of a run's commit: the crash harness kills at each."""
 
 
-class DyingTables:
-    """The real table committer; the process dies around a commit to `table` or `dead_letters`."""
+def die(point: str) -> None:
+    """What happens at a point by default: the process dies there."""
+    raise ProcessDied(point)
 
-    def __init__(self, inner: Any, point: str, *, table: str, dead_letters: str) -> None:
-        self._inner, self._point = inner, point
+
+class DyingTables:
+    """The real table committer; the process dies (or `act` is done, e.g. an outage starts) around a
+    commit to `table` or `dead_letters`."""
+
+    def __init__(
+        self, inner: Any, point: str, *, table: str, dead_letters: str, act: Callable[[str], None] = die
+    ) -> None:
+        self._inner, self._point, self._act = inner, point, act
         self._table, self._dead_letters = table, dead_letters
 
     def __getattr__(self, name: str) -> Any:
@@ -58,20 +66,21 @@ class DyingTables:
 
     def commit(self, expected: TableState, commit: TableCommit) -> TableState:
         if self._point == Point.BEFORE_TABLE_COMMIT:
-            raise ProcessDied(self._point)
+            self._act(self._point)
         after = self._inner.commit(expected, commit)
         if self._point == Point.AFTER_DEAD_LETTER_COMMIT and expected.table == self._dead_letters:
-            raise ProcessDied(self._point)
+            self._act(self._point)
         if self._point == Point.AFTER_TABLE_COMMIT and expected.table == self._table:
-            raise ProcessDied(self._point)
+            self._act(self._point)
         return after
 
 
 class DyingCheckpoints:
-    """The real checkpoint store; the process dies after the offset write or the lease release."""
+    """The real checkpoint store; the process dies (or `act` is done) after the offset write or the
+    lease release."""
 
-    def __init__(self, inner: Any, point: str) -> None:
-        self._inner, self._point = inner, point
+    def __init__(self, inner: Any, point: str, *, act: Callable[[str], None] = die) -> None:
+        self._inner, self._point, self._act = inner, point, act
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
@@ -79,13 +88,13 @@ class DyingCheckpoints:
     def commit_offsets(self, grant: LeaseGrant, updates: Mapping[int, OffsetUpdate]) -> Any:
         written = self._inner.commit_offsets(grant, updates)
         if self._point == Point.AFTER_OFFSETS:
-            raise ProcessDied(self._point)
+            self._act(self._point)
         return written
 
     def release_lease(self, grant: LeaseGrant) -> bool:
         released: bool = self._inner.release_lease(grant)
         if self._point == Point.AFTER_RELEASE:
-            raise ProcessDied(self._point)
+            self._act(self._point)
         return released
 
 

@@ -25,7 +25,7 @@ from kafscale_iceberg.execution.job_runner import InProcessJobRunner
 from kafscale_iceberg.local.pipeline import OnceSummary, Pipeline, PipelineObserver
 from kafscale_iceberg.services.maintenance import MaintenanceReport, MaintenanceService
 from tests.support.config_documents import local_document
-from tests.support.dying import DyingCheckpoints, DyingTables, ProcessDied, expire_dead_lease
+from tests.support.dying import DyingCheckpoints, DyingTables, ProcessDied, die, expire_dead_lease
 from tests.support.moto import MotoEndpoint
 from tests.support.segments import put_segment
 
@@ -42,6 +42,8 @@ class RecoveryWorld:
     moto: MotoEndpoint
     root: Path
     mode: str = "upsert"
+    etcd_url: str | None = None
+    """The checkpoint store's etcd (None: the SQLite store)."""
     s3: Any = field(init=False)
     bucket: str = field(init=False)
     next_offset: int = 0
@@ -72,6 +74,7 @@ class RecoveryWorld:
             self.moto,
             bucket=self.bucket,
             namespace=NAMESPACE,
+            etcd_url=self.etcd_url,
             runs={"retry_backoff_seconds": 0},
             runner={"type": "inline", "inline": {"workers": 2}},
             offsets={"lease_ttl_seconds": 120},  # a loaded machine never loses it by stalling
@@ -114,17 +117,23 @@ class RecoveryWorld:
         owner: str = "test",
         observer: PipelineObserver | None = None,
         checkpoints: Callable[[Any], Any] | None = None,
+        act: Callable[[str], None] = die,
     ) -> Pipeline:
-        """A process (owner `owner`), dying at `kill` when given; `checkpoints` wraps its store."""
+        """A process (owner `owner`) that dies at `kill` (a `Point`) when given - or does `act` there,
+        e.g. starts an etcd outage; `checkpoints` wraps its store."""
         assembly = Assembly(self.config, owner_id=owner)
         if self.runner is None:
             self.runner = InProcessJobRunner(workers=2, s3=assembly.s3_settings)
         if kill is not None:
-            assembly.__dict__["tables"] = DyingTables(assembly.tables, kill, table=TABLE, dead_letters=DLQ)
-            assembly.__dict__["checkpoints"] = DyingCheckpoints(assembly.checkpoints, kill)
+            assembly.__dict__["tables"] = DyingTables(
+                assembly.tables, kill, table=TABLE, dead_letters=DLQ, act=act
+            )
+            assembly.__dict__["checkpoints"] = DyingCheckpoints(assembly.checkpoints, kill, act=act)
         if checkpoints is not None:
             assembly.__dict__["checkpoints"] = checkpoints(assembly.checkpoints)
-        return Pipeline(assembly, self.runner, watch_interval_s=0.05, observer=observer)
+        return Pipeline(
+            assembly, self.runner, watch_interval_s=0.05, observer=observer, outage_backoff_s=(0.2, 1.0)
+        )
 
     def run_once(
         self, kill: str | None = None, observer: PipelineObserver | None = None
@@ -134,6 +143,24 @@ class RecoveryWorld:
             return self.pipeline(kill, observer=observer).run_once(busy_wait_s=0)
         except ProcessDied:
             return None
+
+    def run_once_through_an_outage(
+        self, point: str, start: Callable[[], None], end: Callable[[], None]
+    ) -> OnceSummary:
+        """One `run --once` during which an outage `start`s at `point` (once) and lasts the rest of the
+        process; `end`ed after it exits."""
+        started: list[str] = []
+
+        def outage(at: str) -> None:
+            if not started:
+                started.append(at)
+                start()
+
+        try:
+            return self.pipeline(point, act=outage).run_once(busy_wait_s=0)
+        finally:
+            if started:
+                end()
 
     def expire_lease(self) -> None:
         """The dead process's lease is gone (as its TTL would make it), without waiting for it."""
