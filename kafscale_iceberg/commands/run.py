@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING
 from kafscale_iceberg.exceptions import KafscaleIcebergError
 
 if TYPE_CHECKING:
-    from kafscale_iceberg.local.pipeline import OnceSummary, RunReport
+    from kafscale_iceberg.local.pipeline import OnceSummary
+    from kafscale_iceberg.local.run_reports import RunReport
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -110,7 +111,7 @@ def stop_on_signals(stop: Callable[[], None]) -> Iterator[None]:
 def print_summary(summary: OnceSummary) -> None:
     """The `--once` summary: runs, records, and each topic left behind with why."""
     from kafscale_iceberg.domain.wording import counted  # noqa: PLC0415
-    from kafscale_iceberg.local.pipeline import RunEnd  # noqa: PLC0415
+    from kafscale_iceberg.local.run_reports import RunEnd  # noqa: PLC0415
     from kafscale_iceberg.local.wiring import lfs_summary  # noqa: PLC0415
 
     ended = [r for r in summary.runs if r.end is RunEnd.COMMITTED]

@@ -27,7 +27,8 @@ from kafscale_iceberg.domain.tickets import RunTicket
 from kafscale_iceberg.domain.wording import counted
 from kafscale_iceberg.exceptions import JavaMissingError
 from kafscale_iceberg.execution.job_runner import ChosenJobRunner, InProcessJobRunner
-from kafscale_iceberg.local.pipeline import Pipeline, PipelineObserver, RunEnd, RunReport
+from kafscale_iceberg.local.pipeline import Pipeline, PipelineObserver
+from kafscale_iceberg.local.run_reports import RunEnd, RunReport
 from kafscale_iceberg.local.spark_runner import LocalSparkJobRunner
 from kafscale_iceberg.metrics import (
     MetricsSink,

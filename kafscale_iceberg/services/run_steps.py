@@ -40,6 +40,7 @@ from kafscale_iceberg.exceptions import (
     DocumentMissingError,
     KafscaleIcebergError,
     LeaseLostError,
+    OffsetsFencedError,
     RunNotCommittableError,
 )
 from kafscale_iceberg.ports import CheckpointStore, JobLookup, JobRunner, RunDocuments, WaitingJobRunner
@@ -284,8 +285,11 @@ class RunSteps:
         decision = None if error is None else decide_commit_failure(error)
         if failures == 0 and decision is not None:  # `_record_backoff`: not the topic's failure
             logger.info(
-                "run %s not committed (%s): the topic is planned again now",
+                "run %s %s (%s): the topic is planned again now",
                 ticket.run_id,
+                "committed, its offsets not written"
+                if error == OffsetsFencedError.__name__
+                else "not committed",
                 decision.failure.value.replace("_", " "),
                 extra={**facts, "failure": decision.failure.value},
             )
