@@ -195,3 +195,52 @@ def test_a_process_whose_run_another_committed_meanwhile_does_not_count_it(
     assert summary.ok, summary.failed
     assert world.problems() == []
     assert "run --once: 0 runs committed, 0 records, 1 run already committed by another runner" in printed
+
+
+class _StallsBeforeTheOffsets:
+    """The real checkpoint store of a process that stalls past its lease right before its offset
+    write (its table commit landed): meanwhile `meanwhile` runs (the TTL passing, another process)."""
+
+    def __init__(self, inner: Any, meanwhile: Any) -> None:
+        self._inner, self._meanwhile, self.stalled = inner, meanwhile, False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def commit_offsets(self, grant: LeaseGrant, updates: Any) -> Any:
+        if not self.stalled:
+            self.stalled = True
+            self._meanwhile()
+        return self._inner.commit_offsets(grant, updates)
+
+
+def test_a_process_fenced_after_its_table_commit_says_its_rows_are_in(
+    moto_server: MotoEndpoint,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Before: "aborted ... nothing was written" although the table commit landed."""
+    world = RecoveryWorld(moto_server, tmp_path)
+    world.put([(1, "a"), BAD, (2, "b")])
+
+    def meanwhile() -> None:
+        world.expire_lease()
+        assert world.run_once() is not None  # another process: repairs the offsets from the table
+
+    stores: list[_StallsBeforeTheOffsets] = []
+
+    def wrap(inner: Any) -> _StallsBeforeTheOffsets:
+        stores.append(_StallsBeforeTheOffsets(inner, meanwhile))
+        return stores[-1]
+
+    progress = io.StringIO()
+    with caplog.at_level(logging.INFO):
+        summary = world.pipeline(observer=ProgressPrinter(progress), checkpoints=wrap).run_once(busy_wait_s=0)
+    printed = progress.getvalue()
+    assert stores[0].stalled
+    assert summary.ok, summary.failed
+    assert world.problems() == []
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+    assert "is committed to its tables (offsets p0=2), but its lease was lost before" in printed
+    assert "nothing was written" not in printed
