@@ -244,3 +244,26 @@ def test_a_process_fenced_after_its_table_commit_says_its_rows_are_in(
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
     assert "is committed to its tables (offsets p0=2), but its lease was lost before" in printed
     assert "nothing was written" not in printed
+
+
+def test_without_the_launchers_repair_as_on_aws_a_superseded_commit_records_the_tables_version(
+    moto_server: MotoEndpoint, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The AWS launcher carries no pyiceberg: it plans from `field-ids.json` alone. A commit that
+    finishes a stranded upsert run first moves the table; the commit step records its version then
+    (as for a stale refusal), so the re-plan locates in it and commits (before: refused as stale)."""
+    world = RecoveryWorld(moto_server, tmp_path)
+    world.put([(1, "a"), (2, "b")])
+    _settle(world)
+    world.put([(1, "a2"), BAD, (3, "c")])
+    assert world.run_once(Point.AFTER_DEAD_LETTER_COMMIT) is None
+    world.expire_lease()
+    world.put([(4, "d"), (2, None)])
+    pipeline = world.pipeline()
+    pipeline.launcher._repair_from_table = None  # as on AWS: plans come from the store and documents
+    with caplog.at_level(logging.INFO):
+        summary = pipeline.run_once(busy_wait_s=0)
+    assert summary.ok, summary.failed
+    assert [r.end.value for r in summary.runs] == ["superseded", "committed"]
+    assert "UpsertLocateStaleError" not in caplog.text
+    assert world.problems() == []
