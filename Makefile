@@ -10,7 +10,7 @@ LOCALSTACK_PYTHON ?= $(or $(lastword $(sort $(wildcard $(HOME)/.pyenv/versions/3
 export SPARK_LOCAL_IP := 127.0.0.1
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: install test test-fast test-aws chaos lint fmt demo bench bench-codec bench-commit bench-spark bench-planning bench-e2e bench-lfs bench-reset bench-maintenance bench-s3 bench-cost cost-box-counts cost-throughput bench-soak bench-decimals bench-upsert bench-partitioning clean
+.PHONY: install deploy-rules test test-fast test-aws chaos lint fmt demo bench bench-codec bench-commit bench-spark bench-planning bench-e2e bench-lfs bench-reset bench-maintenance bench-s3 bench-cost cost-box-counts cost-throughput bench-soak bench-decimals bench-upsert bench-partitioning clean
 
 # uv resolves this dependency set in seconds; pip's resolver backtracks for minutes into ancient sdists.
 $(BIN)/uv:
@@ -54,6 +54,14 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+
+# The Prometheus Operator's copy of the one-machine alert rules (deploy/kubernetes/base/prometheusrule.yaml)
+# from deploy/prometheus/alerts.yaml; tests/test_service_packaging.py holds the two equal.
+deploy-rules: $(STAMP)
+	$(BIN)/python -c 'import yaml; g = yaml.safe_load(open("deploy/prometheus/alerts.yaml"))["groups"]; \
+	head = "".join(l for l in open("deploy/kubernetes/base/prometheusrule.yaml") if l.startswith("#")); \
+	doc = {"apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule", "metadata": {"name": "kafscale-iceberg"}, "spec": {"groups": g}}; \
+	open("deploy/kubernetes/base/prometheusrule.yaml", "w").write(head + yaml.safe_dump(doc, sort_keys=False, width=100))'
 
 fmt: $(STAMP)
 	$(BIN)/ruff check --fix .

@@ -335,10 +335,10 @@ def test_the_default_minimum_batch_never_exceeds_a_smaller_run_limit() -> None:
 def test_product_defaults() -> None:
     config = load(minimal())
     runs = config.runs
-    assert runs.max_bytes_per_run == 1024**3
+    assert runs.max_bytes_per_run == 8 * 1024**3
     assert runs.max_segments_per_run == 5000
-    assert runs.min_bytes_per_run == 256 * 1024**2
-    assert runs.max_wait_seconds == 60
+    assert runs.min_bytes_per_run == 128 * 1024**2
+    assert runs.max_wait_seconds == 480
     assert runs.target_file_size_bytes == 128 * 1024**2
     assert runs.corrupt_segment_policy == "fail"
     assert runs.verify_crc is True

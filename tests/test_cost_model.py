@@ -211,3 +211,29 @@ def test_every_function_emits_under_the_one_service_dimension() -> None:
                 services[path.name] = ast.unparse(service)
     assert services, "no Metrics(...) found in functions/"
     assert set(services.values()) == {"EMF_SERVICE"}, services
+
+
+def test_a_100_mbps_topic_keeps_up_in_runs_sized_to_the_application_and_falls_behind_on_a_small_one(
+    tmp_path: Path,
+) -> None:
+    """Runs grow with the backlog up to what the EMR application's `EmrMaximumCpu` holds
+    (domain/run_sizing.py): at the template's 16 vCPU a 100 MB/s topic keeps up; on a 4-vCPU
+    application (a driver and one executor) the same topic falls behind and is priced on what it
+    commits only."""
+    model = build_model()
+    runs = model.topic_runs(WORKLOADS["100mbps"].groups[0])
+    assert runs.keeps_up
+    assert 1024**3 < runs.planned_bytes <= model.run_cap()
+    assert model.month(WORKLOADS["100mbps"]).keeps_up
+    (tmp_path / "infra").mkdir()
+    asl = ROOT / "infra" / "state_machine.asl.json"
+    (tmp_path / "infra" / asl.name).write_text(asl.read_text())
+    text = TEMPLATE.read_text()
+    small = re.sub(r"(\n  EmrMaximumCpu:\n    Type: String\n    Default: )16 vCPU\n", r"\g<1>4 vCPU\n", text)
+    assert small != text
+    path = tmp_path / "template.yaml"
+    path.write_text(small)
+    assert read_stack(path).emr_max_vcpu == 4
+    behind = build_model(Artefacts(template=path)).month(WORKLOADS["100mbps"])
+    assert not behind.keeps_up
+    assert behind.p50_s is None

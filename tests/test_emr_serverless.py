@@ -264,15 +264,28 @@ def test_a_small_run_gets_a_small_job_with_a_fixed_executor_count(moto_server: M
         assert f"--conf {conf}" in parameters, parameters
 
 
-def test_the_executor_count_grows_with_the_planned_bytes_and_a_big_run_keeps_emr_defaults() -> None:
-    tiny, small = job_size(1), job_size(GIB)
-    assert tiny is not None
-    assert small is not None
-    assert (tiny.vcpu, tiny.billed_memory_gb) == (2, 5)  # a 2 GB driver and a 3 GB executor worker
-    assert (small.vcpu, small.executors) == (3, 1)
-    assert [job_size(n * GIB + 1).executors for n in (1, 2, 3)] == [2, 3, 4]  # type: ignore[union-attr]
-    assert job_size(4 * GIB + 1) is None
-    assert sizing_conf(5 * GIB) == {}
+@pytest.mark.parametrize(
+    ("planned", "max_vcpu", "vcpu", "executors", "billed_gb"),
+    [
+        (1, 16, 2, 1, 5),  # a live topic's run: a 2 GB driver and a 3 GB executor worker
+        (256 * 1024**2, 16, 2, 1, 5),
+        (256 * 1024**2 + 1, 16, 3, 1, 7),  # one 2-vCPU executor (5 GB billed) per GiB
+        (GIB, 16, 3, 1, 7),
+        (GIB + 1, 16, 5, 2, 12),
+        (4 * GIB + 1, 16, 11, 5, 27),  # a backlog: the job grows with it ...
+        (7 * GIB, 16, 15, 7, 37),
+        (8 * GIB, 16, 15, 7, 37),  # ... up to the application's 16 vCPU (EmrMaximumCpu)
+        (8 * GIB, 7, 7, 3, 17),
+        (8 * GIB, 3, 3, 1, 7),
+    ],
+)
+def test_the_executor_count_grows_with_the_planned_bytes_up_to_the_application_s_vcpu(
+    planned: int, max_vcpu: int, vcpu: int, executors: int, billed_gb: int
+) -> None:
+    size = job_size(planned, max_vcpu)
+    assert (size.vcpu, size.executors, size.billed_memory_gb) == (vcpu, executors, billed_gb)
+    assert size.vcpu <= max_vcpu
+    assert sizing_conf(planned, max_vcpu=max_vcpu)["spark.executor.instances"] == str(executors)
 
 
 def test_the_users_spark_submit_parameters_win_over_the_sizing(moto_server: MotoEndpoint) -> None:

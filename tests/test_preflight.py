@@ -19,6 +19,8 @@ import pytest
 import yaml
 
 from kafscale_iceberg.cli import main
+from kafscale_iceberg.config import load_config
+from kafscale_iceberg.local.preflight import state_directory_problems
 from tests.support.config_documents import local_document
 from tests.support.etcd import EtcdServer
 from tests.support.moto import MotoEndpoint
@@ -78,6 +80,21 @@ def test_missing_state_directories_are_created(
     document = _config(tmp_path, moto_server, offsets={"sqlite_path": str(deep / "offsets.sqlite")})
     assert main(["status", "--config", _write(tmp_path, document)]) == 0
     assert deep.is_dir()
+
+
+def test_a_table_bucket_arn_warehouse_is_not_made_a_local_folder(
+    moto_server: MotoEndpoint, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A REST catalog over S3 Tables takes the table bucket's ARN as its warehouse: an ARN has no
+    # "://", and the pre-start check once created it as a folder in the working directory.
+    monkeypatch.chdir(tmp_path)
+    document = _config(tmp_path, moto_server)
+    document["iceberg"]["warehouse"] = "arn:aws:s3tables:us-east-1:111122223333:bucket/lake"
+    document["iceberg"]["catalog"] = {"type": "rest", "uri": "http://127.0.0.1:9/iceberg"}
+    document["runs"] = {**document.get("runs", {}), "location": str(tmp_path / "runs")}
+    config = load_config(_write(tmp_path, document))
+    assert state_directory_problems(config) == []
+    assert not any(entry.name.startswith("arn:") for entry in tmp_path.iterdir())
 
 
 def test_a_misspelled_bucket_is_named_before_the_run(

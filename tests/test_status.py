@@ -548,3 +548,51 @@ def test_a_quarantined_segment_is_shown_with_the_command_that_brings_it_back(
     line = next(x for x in capsys.readouterr().out.splitlines() if "quarantined" in x)
     assert line.startswith(f"  partition 0 quarantined: offsets 10..19 of {quarantined.segment_key} skipped")
     assert line.endswith(f"replay --config … --topic {TOPIC} --partition 0 --from-offset 10 --reset-offsets")
+
+
+def test_a_topic_with_more_pending_than_one_run_takes_shows_falling_behind(
+    sqlite_world: World, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`status` compares the pending bytes with what the launcher's next run takes
+    (`runs.max_bytes_per_run`, capped by the runner: domain/run_sizing.py) and says what to raise."""
+    world = sqlite_world
+    for base in (0, 10, 20):
+        world.put(0, base, 10)
+    world.put(1, 0, 10)
+    sizes = [
+        world.s3.head_object(Bucket=world.bucket, Key=format_segment_key(NAMESPACE, TOPIC, p, b))[
+            "ContentLength"
+        ]
+        for p, b in ((0, 0), (0, 10), (0, 20), (1, 0))
+    ]
+    keeping_up = world.topic().backlog
+    assert keeping_up is not None
+    assert (keeping_up.falling_behind, keeping_up.pending_bytes) == (False, sum(sizes))
+    world.config_data["runs"]["max_bytes_per_run"] = 2 * max(sizes)
+
+    assert main(["status", "--config", str(_config_file(world)), "--json"]) == 0
+    (topic,) = json.loads(capsys.readouterr().out)["topics"]
+    backlog = topic["backlog"]
+    assert (backlog["falling_behind"], backlog["pending_bytes"], backlog["run_bytes"]) == (
+        True,
+        sum(sizes),
+        2 * max(sizes),
+    )
+    service = StatusService(
+        config_from_mapping(world.config_data, source="test"),
+        world.store,
+        world.segments,
+        world.tables,
+        world.documents,
+        clock=lambda: world.now_ms / 1000,
+    )
+    (status,) = service.report().topics
+    assert status.backlog is not None
+    oldest = min(world.landed_ms(p, b) for p, b in ((0, 0), (0, 10), (0, 20), (1, 0)))
+    minutes = (world.now_ms - oldest) / 60_000
+    assert status.backlog.arriving_bytes_per_min == pytest.approx(sum(sizes) / minutes, rel=1e-6)
+    assert [p["pending_bytes"] for p in topic["partitions"]] == [sum(sizes[:3]), sizes[3]]
+    assert main(["status", "--config", str(_config_file(world))]) == 0
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("  backlog")]
+    assert "falling behind: " in line
+    assert "raise runs.max_bytes_per_run or EmrMaximumCpu" in line

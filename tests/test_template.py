@@ -883,6 +883,7 @@ def test_every_alarm_query_names_the_metric_parameters() -> None:
     assert sorted(expressions) == [
         'SELECT MAX(consecutive_failures) FROM "KafScaleIceberg"',
         'SELECT MAX(watermark_age_seconds) FROM "KafScaleIceberg"',
+        'SELECT MIN(watermark_age_seconds) FROM "KafScaleIceberg" GROUP BY topic',
         'SELECT SUM(lambda_runner_kills_total) FROM "KafScaleIceberg"',
         "SELECT SUM(runs_total) FROM \"KafScaleIceberg\" WHERE outcome = 'committed'",
     ]

@@ -92,7 +92,9 @@ class EmrServerlessJobRunner:
         (`domain/job_sizing.py`: a table of small files gets the 2 vCPU job, not EMR's 16 vCPU
         defaults); idempotent by the job id."""
         sizing = (
-            sizing_conf(job.total_bytes, self._settings.spark_submit_parameters) if job.total_bytes else None
+            sizing_conf(job.total_bytes, self._settings.spark_submit_parameters, self._settings.max_vcpu)
+            if job.total_bytes
+            else None
         )
         request = self._job_request(
             job.job_id,
@@ -116,7 +118,9 @@ class EmrServerlessJobRunner:
 
     def _request(self, plan: RunPlan, plan_uri: str) -> dict[str, Any]:
         """The run's job, sized to its planned bytes (`domain/job_sizing.py`)."""
-        sizing = sizing_conf(plan.total_bytes, self._settings.spark_submit_parameters)
+        sizing = sizing_conf(
+            plan.total_bytes, self._settings.spark_submit_parameters, self._settings.max_vcpu
+        )
         return self._job_request(
             plan.run_id,
             ["--plan", plan_uri],

@@ -90,6 +90,8 @@ def _render_topic(topic: TopicStatus) -> str:
         since = f" since {_time(lease.since_ms)}" if lease.since_ms else ""
         lines.append(f"  lease         {lease.owner_id}, run in flight {lease.run_id}{since}")
     lines.append(f"  failures      {topic.consecutive_failures} consecutive")
+    if topic.backlog is not None and topic.backlog.pending_bytes:
+        lines.append(f"  backlog       {topic.backlog.message()}")
     health = topic.health
     if health is not None:
         lines.append(

@@ -23,7 +23,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kafscale_iceberg.config.loading import config_from_mapping, parse_config_yaml
+from kafscale_iceberg.config.loading import (
+    ETCD_PASSWORD_ENV,
+    ETCD_USERNAME_ENV,
+    config_from_mapping,
+    parse_config_yaml,
+)
 from kafscale_iceberg.config.model import KafscaleConfig
 from kafscale_iceberg.config.sections import EtcdConfig
 from kafscale_iceberg.exceptions import ConfigError, ConfigValidationError
@@ -85,6 +90,7 @@ DEPLOYMENT_VARIABLES: tuple[DeploymentVariable, ...] = (
         clears="runner.emr_serverless.venv_archive",
     ),
     DeploymentVariable("KAFSCALE_ICEBERG_EMR_LOG_URI", "runner.emr_serverless.log_uri"),
+    DeploymentVariable("KAFSCALE_ICEBERG_EMR_MAX_VCPU", "runner.emr_serverless.max_vcpu"),
 )
 
 # JSON secrets: etcd `{"username", "password"[, "endpoints"][, "tls_ca", "tls_cert", "tls_key"]}` (the
@@ -198,8 +204,6 @@ def apply_deployment_environment(
 
 # The checkpoint function's etcd credentials when passed in (parameters `EtcdUsername`/`EtcdPassword`)
 # rather than read from Secrets Manager, whose endpoint inside the VPC costs (docs/deploy.md).
-ETCD_USERNAME_ENV = "KAFSCALE_ICEBERG_ETCD_USERNAME"
-ETCD_PASSWORD_ENV = "KAFSCALE_ICEBERG_ETCD_PASSWORD"
 ETCD_ENDPOINTS_ENV = "KAFSCALE_ICEBERG_ETCD_ENDPOINTS"
 
 

@@ -147,7 +147,7 @@ def config_from_mapping(
     env = os.environ if environ is None else environ
     unknown = tuple(_find_unknown_keys(data, KafscaleConfig, ""))
     overrides, problems = _lfs_env_overrides(env)
-    prepared = _apply_lfs_overrides(data, overrides)
+    prepared = _apply_etcd_credentials(_apply_lfs_overrides(data, overrides), env)
     config: KafscaleConfig | None = None
     try:
         config = KafscaleConfig.model_validate(prepared)
@@ -221,6 +221,25 @@ def _apply_lfs_overrides(data: Mapping[str, Any], overrides: Mapping[str, object
         lfs = dict(lfs) if isinstance(lfs, Mapping) else {}
         updated.append({**mapping, "lfs": {**lfs, **overrides}})
     return {**data, "mappings": updated}
+
+
+# etcd credentials from the environment, over the file's `etcd.username`/`etcd.password` when set and not
+# empty: a Kubernetes Secret (deploy/kubernetes/base) or a systemd credential file keeps them out of the
+# config file; the checkpoint function (config.deployment) reads the same variables.
+ETCD_USERNAME_ENV = "KAFSCALE_ICEBERG_ETCD_USERNAME"
+ETCD_PASSWORD_ENV = "KAFSCALE_ICEBERG_ETCD_PASSWORD"
+
+
+def _apply_etcd_credentials(data: Mapping[str, Any], env: Mapping[str, str]) -> Mapping[str, Any]:
+    credentials = {
+        key: env[variable]
+        for key, variable in (("username", ETCD_USERNAME_ENV), ("password", ETCD_PASSWORD_ENV))
+        if env.get(variable, "")
+    }
+    if not credentials:
+        return data
+    etcd = data.get("etcd")
+    return {**data, "etcd": {**(etcd if isinstance(etcd, Mapping) else {}), **credentials}}
 
 
 STRICT_CONFIG_FLAG = "--strict-config"

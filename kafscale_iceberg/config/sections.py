@@ -41,6 +41,7 @@ from kafscale_iceberg.config.base import (
     _Section,
     _zero_means,
 )
+from kafscale_iceberg.domain.job_sizing import DEFAULT_MAX_VCPU
 from kafscale_iceberg.domain.maintenance import DeleteFolding, TableHealth
 from kafscale_iceberg.domain.runs import CorruptSegmentPolicy, SchemaMode, TimeColumns
 from kafscale_iceberg.segments.keys import normalize_namespace
@@ -48,6 +49,16 @@ from kafscale_iceberg.segments.keys import normalize_namespace
 _EMR_PYTHON = "./environment/bin/python"
 # The interpreter infra/emr/Dockerfile's image links (the one the package was installed for).
 _EMR_IMAGE_PYTHON = "/usr/local/bin/kafscale-python"
+
+
+def _vcpu_count(value: object) -> object:
+    """EMR Serverless's capacity as template.yaml's `EmrMaximumCpu` gives it ("16 vCPU") or a number."""
+    if isinstance(value, str):
+        match = re.fullmatch(r"\s*(\d+)\s*(vcpu)?\s*", value, flags=re.IGNORECASE)
+        if not match:
+            raise _invalid(f"must be a vCPU count like 16 or '16 vCPU' (EmrMaximumCpu), got {value!r}")
+        return int(match.group(1))
+    return value
 
 
 # --------------------------------------------------------------------------------------------------
@@ -363,20 +374,28 @@ def _check_runs_location(value: str) -> str:
     return value.rstrip("/") or value
 
 
-DEFAULT_MIN_BYTES_PER_RUN = 256 * MIB
-"""A run starts once this much is pending, or once its oldest segment waited `max_wait_seconds`."""
+DEFAULT_MIN_BYTES_PER_RUN = 128 * MIB
+"""A run starts once this much is pending, or once its oldest segment waited `max_wait_seconds`
+(Firehose's buffering hints: size or interval, whichever comes first). 128 MiB starts a 1 MB/s topic's
+run about every 2 minutes and keeps a 10 MB/s one's per-run cost under $0.010/GB (docs/cost.md)."""
+DEFAULT_MAX_WAIT_SECONDS = 480
+"""A topic below `min_bytes_per_run` runs this long after its oldest pending segment: a small topic's
+record waits 4 minutes on average (p50 PUT->committed ~250 s on the Lambda runner, under 5 minutes),
+and pays its per-run cost 7.5 times an hour instead of 60 (docs/configuration.md "Batching")."""
 
 
 class RunsConfig(_Section):
     """`runs`: how pending segments are grouped into runs, and where run plans and results go."""
 
     location: Annotated[str, AfterValidator(_check_runs_location)] = ""
-    max_bytes_per_run: PositiveByteSize = ByteSize(GIB)
+    # A run grows with the backlog up to this (and on EMR Serverless up to what its biggest job holds,
+    # domain/run_sizing.py): a topic behind by gigabytes catches up in runs of a minute or so.
+    max_bytes_per_run: PositiveByteSize = ByteSize(8 * GIB)
     max_segments_per_run: Annotated[int, Field(gt=0)] = 5000
     # A topic commits at most about every `max_wait_seconds` unless this much is pending (unset: at
     # most `max_bytes_per_run`): docs/configuration.md "Batching" gives the reasons.
     min_bytes_per_run: Annotated[ByteSize, Field(ge=0)] = ByteSize(DEFAULT_MIN_BYTES_PER_RUN)
-    max_wait_seconds: Annotated[int, Field(ge=0)] = 60
+    max_wait_seconds: Annotated[int, Field(ge=0)] = DEFAULT_MAX_WAIT_SECONDS
     target_file_size_bytes: PositiveByteSize = ByteSize(128 * MIB)
     corrupt_segment_policy: Annotated[CorruptSegmentPolicy, BeforeValidator(_lowercase)] = (
         CorruptSegmentPolicy.FAIL
@@ -488,6 +507,9 @@ class EmrServerlessRunnerConfig(_Section):
     log_uri: str = ""
     region: str = ""
     poll_interval_seconds: Annotated[int, Field(gt=0)] = 15
+    # The vCPU one job may take: the application's maximum capacity (template.yaml `EmrMaximumCpu`,
+    # "16 vCPU"). A run's job is sized from its bytes up to it (domain/job_sizing.py).
+    max_vcpu: Annotated[int, BeforeValidator(_vcpu_count), Field(ge=3)] = DEFAULT_MAX_VCPU
 
     def job_spark_submit_parameters(self) -> str:
         """The `sparkSubmitParameters` of a job run: the Python environment's conf, then the extras."""

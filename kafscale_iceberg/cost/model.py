@@ -10,9 +10,11 @@ named assumption below, with its reason.
 Each topic runs as the launcher starts runs: when `runs.min_bytes_per_run` are pending or the oldest
 pending segment waited `runs.max_wait_seconds`, seen at the next router batch, never before the
 previous run committed; a run goes to the Lambda runner up to `runner.lambda.max_bytes`, else to an EMR
-job sized by `domain/job_sizing.py`. A topic *keeps up* when one run carries what arrives during a
-cycle within `runs.max_bytes_per_run`; a topic that does not is priced on what it commits only, and has
-no latency. A record's PUT→committed latency is uniform over [run, run + cycle].
+job sized by `domain/job_sizing.py` within the application's `MaximumCapacity.Cpu`. A run grows with
+what is pending up to `domain/run_sizing.py`'s cap (`runs.max_bytes_per_run`, and what the biggest
+job within the application's vCPU carries). A topic *keeps up* when one run carries what arrives
+during a cycle within that cap; a topic that does not is priced on what it commits only, and has no
+latency. A record's PUT→committed latency is uniform over [run, run + cycle].
 
 Line items (`LINE_ITEMS`): the fixed stack (idle event-source polls, the reconciler's passes), runs
 (runner compute, the run's control-plane functions and state machine), commits (the commit step),
@@ -33,6 +35,7 @@ from kafscale_iceberg.cost.measured import BoxCounts, Throughput
 from kafscale_iceberg.cost.prices import US_EAST_1, PriceList
 from kafscale_iceberg.cost.stack import DeployedStack, FunctionSpec
 from kafscale_iceberg.domain.job_sizing import job_size
+from kafscale_iceberg.domain.run_sizing import EMR_RUNNER, run_bytes_cap
 from kafscale_iceberg.metrics.definitions import (
     ALL_METRICS,
     custom_metrics_aggregated,
@@ -56,7 +59,6 @@ LINE_ITEMS = (
 
 # -- assumptions (not measurable here), each with its reason ---------------------------------------------
 EMR_JOB_START_S = 45.0  # application started (auto-start, 15 min idle stop); driver and executor come up
-EMR_DEFAULT_WORKERS = (4, 4, 16)  # a job no sizing covers (> 4 GiB): workers x vCPU x GB
 LAMBDA_RUNNER_START_S = 2.0  # container image, warm numba cache: init and plan read (cold starts rare)
 LAMBDA_MB_PER_VCPU = 1769  # Lambda gives one vCPU per 1,769 MB
 # Seconds per invocation of each function (the box's invocations took about these on its machine).
@@ -219,7 +221,13 @@ class CostModel:
         mb = planned_bytes / 1e6
         if 0 < planned_bytes <= self.policy.lambda_max_bytes:
             return LAMBDA_RUNNER_START_S + mb / self.throughput.lambda_runner(self.runner_vcpu()), True
-        return EMR_JOB_START_S + mb / (self.throughput.spark_task_1_vcpu * _emr_cores(planned_bytes)), False
+        return EMR_JOB_START_S + mb / (
+            self.throughput.spark_task_1_vcpu * _emr_cores(planned_bytes, self.stack.emr_max_vcpu)
+        ), False
+
+    def run_cap(self) -> int:
+        """The most one run carries on the deployed stack (`domain/run_sizing.py`)."""
+        return run_bytes_cap(self.policy.max_bytes_per_run, EMR_RUNNER, self.stack.emr_max_vcpu)
 
     def run_seconds(self, planned_bytes: float) -> float:
         """Launch to committed."""
@@ -233,14 +241,15 @@ class CostModel:
             return TopicRuns(0.0, 0.0, 0.0, True, True)
         max_wait = self.policy.max_wait_s if group.max_wait_s is None else group.max_wait_s
         min_bytes = self.policy.min_bytes if group.min_bytes is None else group.min_bytes
-        wait = min(max_wait, min_bytes / rate) + self.stack.router_window_s / 2
+        cap = self.run_cap()
+        wait = min(max_wait, min(min_bytes, cap) / rate) + self.stack.router_window_s / 2
         cycle = wait
         for _ in range(60):  # a run's time depends on its size, which depends on the cycle
-            planned = min(rate * cycle, self.policy.max_bytes_per_run)
+            planned = min(rate * cycle, cap)
             cycle = max(wait, self.run_seconds(planned))
-        planned = min(rate * cycle, self.policy.max_bytes_per_run)
+        planned = min(rate * cycle, cap)
         _, lam = self.runner_seconds(planned)
-        keeps_up = rate * cycle <= self.policy.max_bytes_per_run * (1 + 1e-9)
+        keeps_up = rate * cycle <= cap * (1 + 1e-9)
         return TopicRuns(cycle, planned, self.run_seconds(planned), lam, keeps_up)
 
     # -- the bill --------------------------------------------------------------------------------------
@@ -357,7 +366,7 @@ class CostModel:
         if on_lambda:
             runner = self.stack.function("PlanRunnerFunction")
             return self.lambda_usd(runner, 1, runner_s)
-        vcpu, memory_gb = _emr_shape(planned_bytes)
+        vcpu, memory_gb = _emr_shape(planned_bytes, self.stack.emr_max_vcpu)
         return self._emr_usd(vcpu, memory_gb, runner_s)
 
     def _emr_usd(self, vcpu: float, memory_gb: float, seconds: float) -> float:
@@ -412,9 +421,9 @@ class CostModel:
         jobs = max(min(passes, files / policy.compaction_min_small_files), files / policy.trigger_small_files)
         job_bytes = runs.runs_per_month * runs.planned_bytes / jobs
         # sized like a run of its bytes (adapters/emr_serverless.py: job_sizing.sizing_conf)
-        vcpu, memory_gb = _emr_shape(job_bytes)
+        vcpu, memory_gb = _emr_shape(job_bytes, self.stack.emr_max_vcpu)
         job_s = EMR_JOB_START_S + job_bytes / 1e6 / (
-            self.throughput.spark_task_1_vcpu * _emr_cores(job_bytes)
+            self.throughput.spark_task_1_vcpu * _emr_cores(job_bytes, self.stack.emr_max_vcpu)
         )
         waited = min(job_s, policy.compaction_wait_s)
         per_job = self._emr_usd(vcpu, memory_gb, job_s) + self.lambda_usd(maintenance, 1, waited)
@@ -454,20 +463,15 @@ def _vpc_role(stack: DeployedStack, count_name: str) -> bool:
     )
 
 
-def _emr_cores(planned_bytes: float) -> int:
-    size = job_size(int(planned_bytes)) if math.isfinite(planned_bytes) else None
-    if size is None:
-        workers, vcpu, _ = EMR_DEFAULT_WORKERS
-        return vcpu * (workers - 1)  # the driver's worker runs no task
+def _emr_cores(planned_bytes: float, max_vcpu: int) -> int:
+    """The task cores of the job of `planned_bytes` (the driver runs no task)."""
+    size = job_size(int(min(planned_bytes, 2**62)), max_vcpu)
     return size.executor_vcpu * size.executors
 
 
-def _emr_shape(planned_bytes: float) -> tuple[float, float]:
+def _emr_shape(planned_bytes: float, max_vcpu: int) -> tuple[float, float]:
     """(vCPU, GB) EMR bills for a job of `planned_bytes`."""
-    size = job_size(int(planned_bytes)) if math.isfinite(planned_bytes) else None
-    if size is None:
-        workers, vcpu, memory = EMR_DEFAULT_WORKERS
-        return workers * vcpu, workers * memory
+    size = job_size(int(min(planned_bytes, 2**62)), max_vcpu)
     return size.vcpu, size.billed_memory_gb
 
 

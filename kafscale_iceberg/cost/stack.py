@@ -20,6 +20,8 @@ from typing import Any
 
 import yaml
 
+from kafscale_iceberg.config import EmrServerlessRunnerConfig
+from kafscale_iceberg.domain.job_sizing import DEFAULT_MAX_VCPU
 from kafscale_iceberg.exceptions import ConfigError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -94,6 +96,8 @@ class DeployedStack:
     functions: Mapping[str, FunctionSpec]
     state_machine: StateMachineSpec
     emr_architecture: str
+    emr_max_vcpu: int
+    """The EMR application's `MaximumCapacity.Cpu`: the biggest job a run gets (`domain/job_sizing.py`)."""
     reconcile_every_s: float
     maintenance_every_s: float
     router_window_s: float
@@ -342,6 +346,13 @@ def _xray_sampling(template: _Template) -> tuple[float, float]:
     return float(template.value(rule["FixedRate"])), float(template.value(rule["ReservoirSize"]))
 
 
+def _emr_max_vcpu(template: _Template, emr: Mapping[str, Any]) -> int:
+    """The application's maximum vCPU ("16 vCPU"), as the functions' config reads it."""
+    capacity = emr.get("Properties", {}).get("MaximumCapacity", {})
+    cpu = template.value(capacity.get("Cpu", str(DEFAULT_MAX_VCPU)))
+    return int(EmrServerlessRunnerConfig.model_validate({"max_vcpu": cpu}).max_vcpu)
+
+
 def read_stack(template_path: Path = DEFAULT_TEMPLATE) -> DeployedStack:
     """The stack `template_path` deploys with its parameters' defaults.
 
@@ -355,6 +366,7 @@ def read_stack(template_path: Path = DEFAULT_TEMPLATE) -> DeployedStack:
         functions=_functions(template),
         state_machine=_state_machine(template),
         emr_architecture=str(template.value(emr.get("Properties", {}).get("Architecture", "X86_64"))),
+        emr_max_vcpu=_emr_max_vcpu(template, emr),
         reconcile_every_s=_schedule_seconds(template, "ReconcilerFunction"),
         maintenance_every_s=_schedule_seconds(template, "MaintenanceFunction"),
         router_window_s=_router_window(template),

@@ -8,10 +8,12 @@ executor processes in seconds. So:
 - up to `TINY_JOB_MAX_BYTES` (the runs of a live topic): a 1 vCPU driver with 1 GB of heap (it only
   reads the plan and folds the task reports; EMR's smallest worker, 2 GB) and one 1 vCPU executor
   with 2 GB of heap (a 3 GB worker): 2 vCPU billed instead of 16;
-- up to `SMALL_JOB_MAX_BYTES` (a few GB): the same driver and one 2 vCPU / 4 GB executor per
-  `BYTES_PER_EXECUTOR` planned (at most 4 + 1 workers, 9 vCPU: inside a new account's 16 vCPU quota);
-- dynamic allocation off in both, so the count is what is billed;
-- beyond: nothing is set, EMR's defaults apply (today's jobs, sized for backlogs and replays).
+- beyond: the same driver and one 2 vCPU / 4 GB executor per `BYTES_PER_EXECUTOR` planned, as many
+  as the application's `max_vcpu` holds (`runner.emr_serverless.max_vcpu`, template.yaml's
+  `EmrMaximumCpu`: 16 vCPU, a driver and 7 executors): a run of a backlog grows its job with its bytes,
+  so it takes about as long as a run of 1 GiB (`largest_run_bytes` is what the biggest job carries in
+  that time, and what a run on EMR is capped at: `domain/run_sizing.py`);
+- dynamic allocation off, so the count is what is billed.
 
 A user's `runner.emr_serverless.spark_submit_parameters` win: a key they set (as `--conf key=value`
 or as spark-submit's own flag) is never set here (`sizing_conf`).
@@ -25,10 +27,13 @@ from dataclasses import dataclass
 
 GIB = 1024**3
 TINY_JOB_MAX_BYTES = 256 * 1024**2
-SMALL_JOB_MAX_BYTES = 4 * GIB
 BYTES_PER_EXECUTOR = GIB
-"""A 2-vCPU executor's share of a small job: about half a minute of work at the data plane's
-measured per-core speed (docs/benchmarks.md "AWS cost"), so a run is not bound by one worker."""
+"""A 2-vCPU executor's share of a job: about twenty seconds of work at the data plane's measured
+per-core speed (docs/cost.md "throughput of record"), so a run is not bound by one worker."""
+DRIVER_VCPU = 1
+EXECUTOR_VCPU = 2
+DEFAULT_MAX_VCPU = 16
+"""template.yaml's `EmrMaximumCpu` default: the application's capacity, which one job may fill."""
 
 _FLAGS = {
     "--driver-memory": "spark.driver.memory",
@@ -72,16 +77,30 @@ class JobSize:
         }
 
 
-def job_size(planned_bytes: int) -> JobSize | None:
-    """The job for a run of `planned_bytes` segment bytes; None beyond `SMALL_JOB_MAX_BYTES` (EMR's
-    defaults)."""
-    if planned_bytes > SMALL_JOB_MAX_BYTES:
-        return None
+def max_executors(max_vcpu: int = DEFAULT_MAX_VCPU) -> int:
+    """The 2-vCPU executors a job of at most `max_vcpu` (driver included) holds; at least one."""
+    return max(1, (max_vcpu - DRIVER_VCPU) // EXECUTOR_VCPU)
+
+
+def largest_run_bytes(max_vcpu: int = DEFAULT_MAX_VCPU) -> int:
+    """The bytes the biggest job within `max_vcpu` converts in about the time one executor takes
+    for `BYTES_PER_EXECUTOR`: the most an EMR run is planned with."""
+    return max_executors(max_vcpu) * BYTES_PER_EXECUTOR
+
+
+def job_size(planned_bytes: int, max_vcpu: int = DEFAULT_MAX_VCPU) -> JobSize:
+    """The job for a run (or compaction) of `planned_bytes` segment bytes, within `max_vcpu`."""
     if planned_bytes <= TINY_JOB_MAX_BYTES:
-        return JobSize(driver_vcpu=1, driver_memory_gb=1, executor_vcpu=1, executor_memory_gb=2, executors=1)
-    executors = max(1, math.ceil(planned_bytes / BYTES_PER_EXECUTOR))
+        return JobSize(
+            driver_vcpu=DRIVER_VCPU, driver_memory_gb=1, executor_vcpu=1, executor_memory_gb=2, executors=1
+        )
+    executors = min(max_executors(max_vcpu), max(1, math.ceil(planned_bytes / BYTES_PER_EXECUTOR)))
     return JobSize(
-        driver_vcpu=1, driver_memory_gb=1, executor_vcpu=2, executor_memory_gb=4, executors=executors
+        driver_vcpu=DRIVER_VCPU,
+        driver_memory_gb=1,
+        executor_vcpu=EXECUTOR_VCPU,
+        executor_memory_gb=4,
+        executors=executors,
     )
 
 
@@ -96,10 +115,10 @@ def user_conf_keys(spark_submit_parameters: str) -> set[str]:
     return keys
 
 
-def sizing_conf(planned_bytes: int, spark_submit_parameters: str = "") -> dict[str, str]:
+def sizing_conf(
+    planned_bytes: int, spark_submit_parameters: str = "", max_vcpu: int = DEFAULT_MAX_VCPU
+) -> dict[str, str]:
     """The sizing `--conf`s of a run's job, less the keys the user's parameters set."""
-    size = job_size(planned_bytes)
-    if size is None:
-        return {}
+    size = job_size(planned_bytes, max_vcpu)
     taken = user_conf_keys(spark_submit_parameters)
     return {key: value for key, value in size.spark_conf().items() if key not in taken}

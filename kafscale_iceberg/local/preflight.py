@@ -107,9 +107,10 @@ def state_directory_problems(config: KafscaleConfig) -> list[Problem]:
 
 
 def _local_path(location: str) -> Path | None:
+    """The local folder a location names; None for object stores and for an S3 Tables bucket's ARN."""
     if location.startswith("file://"):
         return Path(urlparse(location).path)
-    if location and "://" not in location:
+    if location and "://" not in location and not location.startswith("arn:"):
         return Path(location).expanduser()
     return None
 

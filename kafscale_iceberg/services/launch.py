@@ -356,7 +356,10 @@ class Launcher:
         segment_ends: Mapping[int, int] | None,
     ) -> Selection:
         limits = run_limits(
-            self._config.runs, ignore_min_batch=ignore_min_batch, mappings=self._config.mappings_for(topic)
+            self._config.runs,
+            ignore_min_batch=ignore_min_batch,
+            mappings=self._config.mappings_for(topic),
+            runner=self._config.runner,
         )
         now_ms = int(self._clock() * 1000)
         return select_pending(

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import TypeVar
 
-from kafscale_iceberg.config import MappingConfig, RunsConfig
+from kafscale_iceberg.config import MappingConfig, RunnerConfig, RunsConfig
 from kafscale_iceberg.domain.planning import (
     ListedSegment,
     RunLimits,
@@ -21,6 +21,7 @@ from kafscale_iceberg.domain.planning import (
     needs_fallback_listing,
     select_segments,
 )
+from kafscale_iceberg.domain.run_sizing import run_bytes_cap
 from kafscale_iceberg.exceptions import KafscaleIcebergError, SegmentFormatError, SegmentKeyError
 from kafscale_iceberg.ports import SegmentLister
 
@@ -96,18 +97,26 @@ def pending_segments(
 
 
 def run_limits(
-    runs: RunsConfig, *, ignore_min_batch: bool = False, mappings: Sequence[MappingConfig] = ()
+    runs: RunsConfig,
+    *,
+    ignore_min_batch: bool = False,
+    mappings: Sequence[MappingConfig] = (),
+    runner: RunnerConfig | None = None,
 ) -> RunLimits:
     """The limits one run of a topic is planned within: `runs.*`, with the batching its `mappings` set
     (`mappings[].min_bytes_per_run`, `.max_wait_seconds`; of several, the smallest: the most
-    latency-sensitive mapping of the topic decides when its run starts)."""
+    latency-sensitive mapping of the topic decides when its run starts), and a run no bigger than
+    its `runner` holds (`domain/run_sizing.py`: on EMR Serverless, the application's vCPU)."""
     own_bytes = [int(m.min_bytes_per_run) for m in mappings if m.min_bytes_per_run is not None]
     own_waits = [m.max_wait_seconds for m in mappings if m.max_wait_seconds is not None]
     min_bytes = min(own_bytes) if own_bytes else int(runs.min_bytes_per_run)
+    max_bytes = int(runs.max_bytes_per_run)
+    if runner is not None:
+        max_bytes = run_bytes_cap(max_bytes, runner.type, runner.emr_serverless.max_vcpu)
     return RunLimits(
-        max_bytes=int(runs.max_bytes_per_run),
+        max_bytes=max_bytes,
         max_segments=runs.max_segments_per_run,
-        min_bytes=0 if ignore_min_batch else min(min_bytes, int(runs.max_bytes_per_run)),
+        min_bytes=0 if ignore_min_batch else min(min_bytes, max_bytes),
         max_wait_seconds=min(own_waits) if own_waits else runs.max_wait_seconds,
     )
 

@@ -51,6 +51,7 @@ from pydantic import ValidationError
 
 from kafscale_iceberg.config import KafscaleConfig
 from kafscale_iceberg.domain.anomalies import OffsetAnomalies, PartitionGaps
+from kafscale_iceberg.domain.backlog import Backlog, backlog
 from kafscale_iceberg.domain.commits import QuarantinedRange, TableState
 from kafscale_iceberg.domain.leases import LeaseHolder
 from kafscale_iceberg.domain.maintenance import TableHealth
@@ -164,6 +165,8 @@ class PartitionStatus:
     watermark_age_seconds: float | None = None
     """Now minus the committed watermark's timestamp (the newest committed record), whether or not
     records wait: what a freshness alarm watches. None while nothing is committed."""
+    pending: tuple[tuple[int, int], ...] = field(default=(), compare=False)
+    """The pending segments' `(size_bytes, last_modified_ms)` (`domain/backlog.py` reads them)."""
 
     def to_json(self) -> dict[str, object]:
         """A JSON-ready dict."""
@@ -176,6 +179,7 @@ class PartitionStatus:
             "lag_records": self.lag_records,
             "lag_seconds": round(self.lag_seconds, 3),
             "pending_segments": self.pending_segments,
+            "pending_bytes": sum(size for size, _ in self.pending),
             "blocked_segment": self.blocked_segment,
             "last_record_timestamp_ms": self.last_record_timestamp_ms,
             "store_updated_at_ms": self.store_updated_at_ms,
@@ -248,6 +252,8 @@ class TopicStatus:
     tables: tuple[TableLine, ...] = ()
     upsert: UpsertCounts | None = None
     """An upsert table (`mode: upsert`): what its runs did, over the table's retained snapshots."""
+    backlog: Backlog | None = None
+    """Pending bytes against one run's cap: whether the topic falls behind (`domain/backlog.py`)."""
 
     @property
     def run_in_flight(self) -> str | None:
@@ -279,6 +285,7 @@ class TopicStatus:
             "table_health": _health_json(self.health),
             "tables": [t.to_json() for t in self.tables],
             "upsert": self.upsert.to_json() if self.upsert is not None else None,
+            "backlog": self.backlog.to_json() if self.backlog is not None else None,
         }
 
 
@@ -399,12 +406,20 @@ class StatusService:
                 else None
             ),
             quarantined=state.marker.quarantined if state is not None else (),
+            backlog=self._backlog(topic, partitions, now_ms),
             tables=tuple(
                 self._table_line(table, topic, table_offsets)
                 for table in (self._tables_of(topic) if several else ())
                 if table != anchor
             ),
         )
+
+    def _backlog(self, topic: str, partitions: Iterable[PartitionStatus], now_ms: int) -> Backlog:
+        """The topic's pending bytes against what the launcher's next run takes."""
+        limits = run_limits(
+            self._config.runs, mappings=self._config.mappings_for(topic), runner=self._config.runner
+        )
+        return backlog((s for p in partitions for s in p.pending), limits.max_bytes, now_ms=now_ms)
 
     def _table_line(self, table: str, topic: str, anchor: Mapping[int, int] | None) -> TableLine:
         try:
@@ -468,6 +483,7 @@ class StatusService:
             lag_records=lag,
             lag_seconds=lag_seconds,
             pending_segments=len(chosen),
+            pending=tuple((c.size_bytes, c.last_modified_ms) for c in chosen),
             blocked_segment=stopper.key if stopper is not None else None,
             last_record_timestamp_ms=stored.last_timestamp_ms if stored is not None else None,
             store_updated_at_ms=stored.updated_at_ms if stored is not None else None,
@@ -488,7 +504,7 @@ class StatusService:
         runs = self._config.runs
         if not runs.location:
             return 0, {}
-        limits = run_limits(runs, mappings=self._config.mappings_for(topic))
+        limits = run_limits(runs, mappings=self._config.mappings_for(topic), runner=self._config.runner)
         selection = select_pending(probe.segments, topic, committed, limits, now_ms=now_ms)
         ranges = []
         for chosen in selection.partitions:
