@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -122,13 +123,33 @@ def test_a_process_frozen_with_a_renewal_in_flight_is_told_it_stalled_not_that_e
     assert "check that the store is up" not in answer
 
 
+@contextmanager
+def _kept_frozen(pid: int) -> Iterator[None]:
+    """SIGSTOP `pid` and keep it stopped (again every 50 ms: a stray SIGCONT - another process on a
+    shared machine thawing a recycled pid - would let it answer) until the block ends."""
+    done = threading.Event()
+
+    def keep() -> None:
+        while not done.is_set():
+            os.kill(pid, signal.SIGSTOP)
+            done.wait(0.05)
+
+    os.kill(pid, signal.SIGSTOP)
+    thread = threading.Thread(target=keep, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+        os.kill(pid, signal.SIGCONT)
+
+
 def test_an_etcd_that_does_not_answer_is_an_outage(etcd: EtcdServer) -> None:
-    with _holder(etcd) as child:
-        os.kill(etcd.process.pid, signal.SIGSTOP)
+    with _holder(etcd) as child, _kept_frozen(etcd.process.pid):
         _renew(child)
         assert child.stdout is not None
         answer = child.stdout.read().strip()
-        os.kill(etcd.process.pid, signal.SIGCONT)
     assert answer.startswith("CheckpointUnavailableError"), answer
     assert "check that the store is up" in answer
     assert "stalled" not in answer
