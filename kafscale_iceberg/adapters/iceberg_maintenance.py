@@ -114,6 +114,11 @@ class CompactionPlan:
     def file_count(self) -> int:
         return sum(len(g.files) for g in self.groups)
 
+    @property
+    def total_bytes(self) -> int:
+        """The bytes the plan reads (its files' sizes): what chooses where it runs."""
+        return sum(g.bytes for g in self.groups)
+
 
 @dataclass(frozen=True)
 class CompactionWrite:

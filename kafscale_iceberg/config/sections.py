@@ -484,6 +484,13 @@ class MaintenanceConfig(_Section):
     compaction_engine: Literal["spark", "inline"] = "spark"
     compaction_wait_seconds: DurationSeconds = 600
     trigger_small_files: Annotated[int, Field(ge=0)] = 100
+    # With the spark engine, a compaction of at most this many bytes runs in the maintaining process
+    # (pyarrow: no job, no JVM, no EMR minimum); 0: every compaction is a job.
+    compaction_inline_max_bytes: Annotated[ByteSize, Field(ge=0)] = ByteSize(256 * MIB)
+
+    def compacts_inline(self, planned_bytes: int) -> bool:
+        """Whether a compaction of `planned_bytes` runs in this process rather than as a Spark job."""
+        return self.compaction_engine == "inline" or planned_bytes <= self.compaction_inline_max_bytes
 
 
 class LocalRunnerConfig(_Section):

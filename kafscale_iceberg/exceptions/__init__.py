@@ -76,6 +76,7 @@ from kafscale_iceberg.exceptions.control_plane import (
     UnmappedTopicError,
 )
 from kafscale_iceberg.exceptions.dataplane import (
+    ColumnRenameError,
     EnvelopeError,
     FieldIdError,
     InvalidJsonSchemaError,
@@ -127,6 +128,7 @@ __all__ = [
     "CheckpointError",
     "CheckpointRequestError",
     "CheckpointUnavailableError",
+    "ColumnRenameError",
     "CommitConflictError",
     "CommitOutcomeUnknownError",
     "CompactionResultError",
