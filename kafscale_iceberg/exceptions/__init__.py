@@ -32,6 +32,7 @@ from kafscale_iceberg.exceptions.checkpoints import (
     ConcurrentOffsetUpdateError,
     LeaseLostError,
     OffsetRegressionError,
+    OffsetsFencedError,
     OffsetsNotRecordedError,
 )
 from kafscale_iceberg.exceptions.commits import (
@@ -165,6 +166,7 @@ __all__ = [
     "OffsetNotInHistoryError",
     "OffsetRegressionError",
     "OffsetResetRefusedError",
+    "OffsetsFencedError",
     "OffsetsNotRecordedError",
     "PartitionSpecMismatchError",
     "PartitioningError",
