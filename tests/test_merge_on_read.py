@@ -14,6 +14,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from pyiceberg.manifest import ManifestContent
 
 from kafscale_iceberg.adapters.data_files import StagedFileStore
 from kafscale_iceberg.adapters.documents import DocumentStore
@@ -87,6 +88,9 @@ def test_runs_write_position_deletes_and_no_table_file_is_rewritten(tmp_path: Pa
     data, deletes = snapshot_files(table)
     assert len(data) == 6  # each run's file per Kafka partition stays: nothing replaced
     assert len(deletes) == 2
+    # One delete manifest, rewritten by each run that deletes rows (not one more per run).
+    delete_manifests = [m for m in snapshot.manifests(table.io) if m.content == ManifestContent.DELETES]
+    assert len(delete_manifests) == 1
     for task in table.scan().plan_files():  # each delete file names its one data file by its bounds
         path = task.file.file_path.encode()
         assert all(d.lower_bounds[FILE_PATH] == d.upper_bounds[FILE_PATH] == path for d in task.delete_files)

@@ -165,16 +165,31 @@ class _RowDelta(_FastAppendFiles):
         return self
 
     def _existing_manifests(self) -> list[ManifestFile]:
-        if not self._deleted_data_files:
-            return super()._existing_manifests()
-        return _manifests_without(self, {f.file_path for f in self._deleted_data_files})
+        # The delete manifests of the specs it adds delete files in are merged by `_manifests`.
+        merged = self._merged_specs()
+        kept = super()._existing_manifests()
+        return [m for m in kept if m.content != ManifestContent.DELETES or m.partition_spec_id not in merged]
 
     def _manifests(self) -> list[ManifestFile]:
+        """The data manifests as a fast append writes them, and ONE delete manifest per partition
+        spec it adds delete files in: those files, and the live entries of that spec's delete
+        manifests - `DELETED` for the delete files it removes, `EXISTING` (sequence numbers kept)
+        for the others. A table then has one delete manifest per spec however many runs wrote
+        deletes (each run used to add one, and a reader opens every manifest to plan a scan)."""
         manifests = super()._manifests()
+        removed = {f.file_path for f in self._deleted_data_files}
         by_spec: dict[int, list[DataFile]] = defaultdict(list)
         for delete_file in self._added_delete_files:
             by_spec[delete_file.spec_id].append(delete_file)
-        for spec_id, files in sorted(by_spec.items()):
+        specs = self._merged_specs()
+        parent = self._transaction.table_metadata.snapshot_by_id(self._parent_snapshot_id or -1)
+        earlier = [
+            m
+            for m in (parent.manifests(self._io) if parent is not None else ())
+            if m.content == ManifestContent.DELETES and m.partition_spec_id in specs
+        ]
+        for spec_id in sorted(specs):
+            files = by_spec.get(spec_id, [])
             writer = _DeleteManifestWriter(
                 spec=self.spec(spec_id),
                 schema=self.schema(),
@@ -185,8 +200,18 @@ class _RowDelta(_FastAppendFiles):
             with writer:
                 for delete_file in files:
                     writer.add_entry(_added(self._snapshot_id, delete_file))
+                for manifest in (m for m in earlier if m.partition_spec_id == spec_id):
+                    for entry in manifest.fetch_manifest_entry(self._io, discard_deleted=True):
+                        if entry.data_file.file_path in removed:
+                            writer.delete(entry)
+                        else:
+                            writer.existing(entry)
             manifests.append(writer.to_manifest_file())
         return manifests
+
+    def _merged_specs(self) -> set[int]:
+        """The partition specs whose delete manifests this snapshot writes again as one."""
+        return {f.spec_id for f in (*self._added_delete_files, *self._deleted_data_files)}
 
     def _summary(self, snapshot_properties: dict[str, str] = EMPTY_DICT) -> Any:
         # pyiceberg's collector counts a file by its content: the delete files are summed as
