@@ -121,6 +121,23 @@ def test_every_reader_agrees_through_compactions(tmp_path: Path, spark: Any) -> 
     readers_agree(world, model, spark)
 
 
+def test_a_run_merges_the_data_manifests_once_min_count_to_merge_stand(tmp_path: Path) -> None:
+    world, model = mor_world(tmp_path), {}
+    history(world, model)  # three runs: three data manifests
+    table = world.catalog.load_table(TABLE)
+    with table.transaction() as transaction:
+        transaction.set_properties({"commit.manifest.min-count-to-merge": "3"})
+    world.write(0, [change(model, 6, "m6")])
+    world.run()
+    table = world.catalog.load_table(TABLE)
+    snapshot = table.current_snapshot()
+    assert snapshot is not None
+    contents = [m.content for m in snapshot.manifests(table.io)]
+    assert contents.count(ManifestContent.DATA) == 1  # Iceberg's row delta merges; a fast append would not
+    assert contents.count(ManifestContent.DELETES) == 1
+    readers_agree(world, model)
+
+
 def test_a_compaction_landing_first_refuses_the_run_whose_deletes_it_moved(tmp_path: Path) -> None:
     world, model = mor_world(tmp_path), {}
     world.write(0, [change(model, k, f"a{k}") for k in range(KEYS)])

@@ -44,11 +44,12 @@ from pyiceberg.manifest import (
     ManifestWriterV2,
 )
 from pyiceberg.schema import Schema
-from pyiceberg.table import Transaction
+from pyiceberg.table import TableProperties, Transaction
 from pyiceberg.table.snapshots import Operation, Summary
-from pyiceberg.table.update.snapshot import _FastAppendFiles, _SnapshotProducer
+from pyiceberg.table.update.snapshot import _FastAppendFiles, _ManifestMergeManager, _SnapshotProducer
 from pyiceberg.typedef import EMPTY_DICT
 from pyiceberg.types import NestedField, StringType, StructType
+from pyiceberg.utils.properties import property_as_bool, property_as_int
 
 from kafscale_iceberg.domain.runs import PositionDeleteFile
 
@@ -208,6 +209,31 @@ class _RowDelta(_FastAppendFiles):
                             writer.existing(entry)
             manifests.append(writer.to_manifest_file())
         return manifests
+
+    def _process_manifests(self, manifests: list[ManifestFile]) -> list[ManifestFile]:
+        """The data manifests merged as Iceberg's own row delta merges them (Java's default, off in
+        pyiceberg's): once `commit.manifest.min-count-to-merge` (100) of them would stand, into
+        manifests of `commit.manifest.target-size-bytes` (8 MB). A merge-on-read run adds one each,
+        and a reader opens every one to plan a scan."""
+        properties = self._transaction.table_metadata.properties
+        merger = _ManifestMergeManager(
+            target_size_bytes=property_as_int(
+                properties,
+                TableProperties.MANIFEST_TARGET_SIZE_BYTES,
+                TableProperties.MANIFEST_TARGET_SIZE_BYTES_DEFAULT,
+            )
+            or TableProperties.MANIFEST_TARGET_SIZE_BYTES_DEFAULT,
+            min_count_to_merge=property_as_int(
+                properties,
+                TableProperties.MANIFEST_MIN_MERGE_COUNT,
+                TableProperties.MANIFEST_MIN_MERGE_COUNT_DEFAULT,
+            )
+            or TableProperties.MANIFEST_MIN_MERGE_COUNT_DEFAULT,
+            merge_enabled=property_as_bool(properties, TableProperties.MANIFEST_MERGE_ENABLED, True),
+            snapshot_producer=self,
+        )
+        data = [m for m in manifests if m.content == ManifestContent.DATA]
+        return [*merger.merge_manifests(data), *(m for m in manifests if m.content != ManifestContent.DATA)]
 
     def _merged_specs(self) -> set[int]:
         """The partition specs whose delete manifests this snapshot writes again as one."""
