@@ -1,4 +1,11 @@
-"""Commit Lambda (container image): the final step — one Iceberg snapshot per table, then offsets."""
+"""Commit Lambda (container image): the final step — one Iceberg snapshot per table, then offsets, then
+the topic's signal for what arrived while the run held the lease.
+
+The signal is sent here rather than by a state of its own (a Standard execution bills each state it
+enters: two fewer a run, docs/cost.md). It is deduplicated by run id, so a retried commit step sends
+one message; a send that fails cannot fail the committed run (logged; the reconciler finds what is
+pending on its next pass).
+"""
 
 from __future__ import annotations
 
@@ -45,18 +52,33 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     )
     if committed.outcome.table_committed:
         assembly().maintenance_trigger.after_commit(ticket.topic, committed.outcome.states)  # never raises
+    # Segments may have arrived while the run held the lease. The run's ends are segments' ends (the
+    # launcher planned them from footers): the launcher need not probe behind them.
+    signal = TopicSignal(
+        topic=ticket.topic,
+        reason="run committed",
+        nonce=ticket.run_id,
+        segment_ends=committed.plan.end_offsets(),
+    )
     return {
         "topic": ticket.topic,
         "run_id": ticket.run_id,
         "table_committed": committed.outcome.table_committed,
         "offsets": {str(p): o for p, o in committed.outcome.offsets.items()},
-        # Segments may have arrived while the run held the lease: the state machine sends this signal
-        # (deduplicated by run id, so a retried send is one message). The run's ends are segments'
-        # ends (the launcher planned them from footers): the launcher need not probe behind them.
-        "signal": TopicSignal(
-            topic=ticket.topic,
-            reason="run committed",
-            nonce=ticket.run_id,
-            segment_ends=committed.plan.end_offsets(),
-        ).sqs_message(),
+        "signalled": _signal(signal),
     }
+
+
+def _signal(signal: TopicSignal) -> bool:
+    """Send the signal after a commit; never raises (the run is committed whatever happens here)."""
+    try:
+        assembly().work_queue.send_signal(signal)
+    except KafscaleIcebergError as exc:  # SQS failed, or no work queue configured
+        logger.warning(
+            "the topic could not be signalled after its commit; the reconciler finds what is pending",
+            topic=signal.topic,
+            run_id=signal.nonce,
+            error=f"{type(exc).__name__}: {exc}",
+        )
+        return False
+    return True

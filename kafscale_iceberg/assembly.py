@@ -6,6 +6,7 @@ nothing but the commit step loads pyiceberg or pyarrow.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 from collections.abc import Callable, Mapping
@@ -16,7 +17,7 @@ from kafscale_iceberg.adapters.documents import DocumentStore
 from kafscale_iceberg.adapters.s3_segments import S3SegmentStore, S3Settings, make_s3_client
 from kafscale_iceberg.config import KafscaleConfig
 from kafscale_iceberg.domain.runner_choice import RunnerKind, RunnerLineup
-from kafscale_iceberg.exceptions import ConfigError
+from kafscale_iceberg.exceptions import ConfigError, TableMissingError
 
 if TYPE_CHECKING:
     from kafscale_iceberg.adapters.emr_serverless import EmrServerlessJobRunner
@@ -52,6 +53,8 @@ if TYPE_CHECKING:
     from kafscale_iceberg.services.replay import ReplayService
     from kafscale_iceberg.services.route import Router
     from kafscale_iceberg.services.run_steps import RunSteps
+
+logger = logging.getLogger(__name__)
 
 STATE_MACHINE_ENV = "KAFSCALE_ICEBERG_STATE_MACHINE_ARN"
 MAINTENANCE_FUNCTION_ENV = "KAFSCALE_ICEBERG_MAINTENANCE_FUNCTION_ARN"
@@ -240,7 +243,8 @@ class Assembly:
 
     def make_launcher(self, starter: RunStarter, *, repair_from_table: bool = False) -> Launcher:
         """A launcher handing its runs to `starter`; `repair_from_table` (one machine: pyiceberg is
-        loaded anyway) has it set the checkpoint store to the table's offsets before each plan starts."""
+        loaded anyway) has it set the checkpoint store to the table's offsets, and `field-ids.json`
+        to the upsert tables' current versions, before each plan is made."""
         from kafscale_iceberg.services.launch import Launcher  # noqa: PLC0415
 
         return Launcher(
@@ -252,14 +256,39 @@ class Assembly:
             owner_id=self.owner_id,
             registry=self.registry,
             partition_filter=self.discovery.partitions if self.metadata_source is not None else None,
-            repair_offsets=self._repair_offsets if repair_from_table else None,
+            repair_from_table=self._repair_from_table if repair_from_table else None,
         )
 
-    def _repair_offsets(self, topic: str, grant: LeaseGrant) -> None:
-        """Set `topic`'s checkpoint-store offsets to its table's markers, fenced by `grant`."""
+    def _repair_from_table(self, topic: str, grant: LeaseGrant) -> None:
+        """Set `topic`'s checkpoint-store offsets to its table's markers (fenced by `grant`) and the
+        upsert tables' recorded versions to their current ones."""
         anchor = self.config.anchor_table(topic)
         if anchor is not None:
             self.commits.reconciled_offsets(topic, anchor, lease=grant)
+        upsert = [m.table for m in self.config.mappings_for(topic) if m.table and m.upsert is not None]
+        if upsert:
+            self._repair_versions(topic, upsert)
+
+    def _repair_versions(self, topic: str, tables: list[str]) -> None:
+        from kafscale_iceberg.services.field_id_records import FieldIdRecords  # noqa: PLC0415
+
+        current: dict[str, str] = {}
+        for table in tables:
+            try:
+                version = self.tables.read_state(table, topic).version
+            except TableMissingError:
+                continue
+            if version is not None:
+                current[table] = version
+        moved = FieldIdRecords(self.documents, self.config.runs.location).repair_versions(topic, current)
+        if moved:
+            logger.info(
+                "topic %s: the recorded version of %s caught up with the table (it moved since the "
+                "last commit recorded it); the run locates its keys in the current one",
+                topic,
+                ", ".join(sorted(moved)),
+                extra={"topic": topic, "tables": sorted(moved)},
+            )
 
     @cached_property
     def launcher(self) -> Launcher:
@@ -329,7 +358,6 @@ class Assembly:
         """The product's folder in `table`'s data location (run folders; where orphan cleanup looks);
         None when the table does not exist."""
         from kafscale_iceberg.domain.table_locations import kafscale_data_prefix  # noqa: PLC0415
-        from kafscale_iceberg.exceptions import TableMissingError  # noqa: PLC0415
 
         try:
             known = self.tables.field_ids(table)

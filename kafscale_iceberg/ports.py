@@ -406,6 +406,9 @@ class CompactionPlanLike(Protocol):
     @property
     def file_count(self) -> int: ...
 
+    @property
+    def total_bytes(self) -> int: ...
+
 
 class TableMaintainer(Protocol):
     """Iceberg maintenance operations (adapter: `IcebergTableMaintainer`)."""

@@ -112,8 +112,10 @@ def test_segments_land_exactly_once_and_every_call_is_allowed(box: Box) -> None:
     assert len(box.rows(TABLE)) == 8, box.describe()
     assert "FAILED" not in _statuses(box)
     _assert_iam(box)
-    # The launcher described no execution, the steps ran in order, the commit signalled the topic.
-    assert box.recorder.count("sqs:SendMessage", "RunStateMachineRole") >= 1
+    # The launcher described no execution, the steps ran in order, the commit step signalled the topic
+    # itself (no state of its own after the commit: the execution ends at Commit).
+    assert box.recorder.count("sqs:SendMessage", "CommitRole") >= 1
+    assert box.recorder.count("sqs:SendMessage", "RunStateMachineRole") == 0
     assert box.fleet.count("CommitFunction") >= 1
 
 
@@ -645,4 +647,37 @@ def test_a_commit_step_failing_between_two_tables_is_retried_and_lands_once(
     assert sorted(r["offset"] for r in box.rows(TABLE)) == [1, 2, 3, 4, 6, 7, 8, 9]
     assert box.committed_offsets(TOPIC) == {0: 9}
     assert _statuses(box) == ["SUCCEEDED"]
+    _assert_iam(box)
+
+
+def test_a_signal_after_commit_that_cannot_be_sent_leaves_the_run_committed(
+    box: Box, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The commit step sends its topic's signal itself (the execution ends at Commit): SQS failing that
+    send (a fault) leaves the run committed and the execution SUCCEEDED, with nothing retried or
+    aborted; the next segment lands once after it."""
+    from kafscale_iceberg.adapters.sqs_queues import SqsWorkQueue
+    from kafscale_iceberg.exceptions import QueueUnavailableError
+
+    real_send = SqsWorkQueue.send_signal
+    refused: list[str] = []
+
+    def refuse_once(self: SqsWorkQueue, signal: Any) -> None:
+        if refused:
+            return real_send(self, signal)
+        refused.append(signal.nonce)
+        raise QueueUnavailableError(f"{self.queue_url}: sending work items failed: throttled (fault)")
+
+    monkeypatch.setattr(SqsWorkQueue, "send_signal", refuse_once)
+    put_segment(box.s3, box.segment_bucket, box.namespace, TOPIC, 0, 0, 5)
+    box.pump()
+    assert len(refused) == 1, refused
+    assert box.fleet.count("CommitFunction") == 1  # not retried: the send's failure is not the step's
+    assert len(box.rows(TABLE)) == 5, box.describe()
+    assert box.committed_offsets(TOPIC) == {0: 4}
+    assert _statuses(box) == ["SUCCEEDED"]
+    put_segment(box.s3, box.segment_bucket, box.namespace, TOPIC, 0, 5, 3)
+    box.pump()
+    assert sorted(r["offset"] for r in box.rows(TABLE)) == list(range(8)), box.describe()
+    assert box.committed_offsets(TOPIC) == {0: 7}
     _assert_iam(box)

@@ -33,7 +33,14 @@ def spark_runner(spark: Any, moto_server: MotoEndpoint) -> Iterator[Any]:
     runner.close()
 
 
-MAINTENANCE = {"compaction_min_small_files": 2, "orphan_grace": "1h", "compaction_wait_seconds": 120}
+# The box's tables are small: `compaction_inline_max_bytes: 0` sends their compactions to EMR as a
+# big table's are (the default compacts them inside the maintenance function: the last test).
+MAINTENANCE = {
+    "compaction_min_small_files": 2,
+    "orphan_grace": "1h",
+    "compaction_wait_seconds": 120,
+    "compaction_inline_max_bytes": 0,
+}
 
 
 def _make_box(
@@ -175,4 +182,38 @@ def test_a_table_gathering_small_files_triggers_a_compaction_from_the_commit_ste
         assert len(box.rows(TABLE)) == 7 * run
         _produce_run(box, run)  # one new file since the pass: no trigger
         assert box.fleet.count("MaintenanceFunction") == 1
+        _assert_iam(box)
+
+
+def test_a_small_table_compacts_inside_the_maintenance_function_without_an_emr_job(
+    moto_server: MotoEndpoint,
+    etcd_server: EtcdServer,
+    spark_runner: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """At the default `compaction_inline_max_bytes` (256 MiB) a table of a few KB is rewritten by the
+    maintenance function itself: no EMR job, the same one snapshot, no row lost or doubled, every
+    call allowed by the maintenance role; the next run lands after it exactly once."""
+    defaults = {k: v for k, v in MAINTENANCE.items() if k != "compaction_inline_max_bytes"}
+    for box in _box(moto_server, etcd_server, spark_runner, tmp_path, monkeypatch, maintenance=defaults):
+        _produce(box, 3)
+        rows_before = sorted((r["partition"], r["offset"]) for r in box.rows(TABLE))
+        files_before = len(box.data_files(TABLE))
+        jobs_before = len(box.emr.started)
+
+        report = box.fleet.invoke("MaintenanceFunction", {})
+
+        (done,) = [t for t in report["tables"] if t["table"] == TABLE]
+        assert done["compaction"]["committed"], report
+        assert len(box.emr.started) == jobs_before  # no job: the function rewrote the files
+        assert box.recorder.count("emr-serverless:StartJobRun", "MaintenanceRole") == 0
+        files = box.data_files(TABLE)
+        assert len(files) == 2 < files_before  # one file per Kafka partition
+        assert sorted((r["partition"], r["offset"]) for r in box.rows(TABLE)) == rows_before
+        _assert_iam(box)
+        put_segment(box.s3, box.segment_bucket, box.namespace, TOPIC, 0, 12, 2)
+        box.pump()
+        assert len(box.rows(TABLE)) == 23
+        assert box.committed_offsets(TOPIC) == {0: 13, 1: 8}
         _assert_iam(box)

@@ -125,5 +125,26 @@ def test_avro_topics_land_through_a_confluent_registry_then_the_glue_schema_regi
     assert [(r["id"], r["tip"]) for r in rows][-1] == (4, 0.5), box.describe()
     assert box.recorder.count("glue:GetSchemaVersion", "PlanRunnerRole") >= 1
 
-    assert [e["status"] for e in box.executions()] == ["SUCCEEDED"] * 3
+    # (d) a field renamed with an Avro alias (issue 34): the commit Lambda renames the Glue table's
+    # column in the commit of the rows that bring it; the column keeps its field id and old rows.
+    table = f"shop.{GLUE_TOPIC}"
+    sauce_id = box.catalog().load_table(table).schema().find_field("sauce").field_id
+    renamed = {**PIZZA_V2, "fields": [_aliased(f) for f in PIZZA_V2["fields"]]}
+    record = {k: v for k, v in pizza(5, tip=0.25).items() if k != "sauce"} | {"topping_sauce": "white"}
+    (value,) = glue_registry.avro(GLUE_TOPIC, renamed, [record])
+    put_segment(box.s3, box.segment_bucket, box.namespace, GLUE_TOPIC, 0, 3, 1, values=[value])
+    box.pump(timeout_s=300)
+    schema = box.catalog().load_table(table).schema()
+    assert schema.find_field("topping_sauce").field_id == sauce_id, box.describe()
+    rows = sorted(box.rows(table), key=lambda r: r["offset"])
+    assert [r["topping_sauce"] for r in rows] == ["tomato", "tomato", "tomato", "white"]
+
+    assert [e["status"] for e in box.executions()] == ["SUCCEEDED"] * 4
     assert box.recorder.denied() == []
+
+
+def _aliased(field: dict[str, object]) -> dict[str, object]:
+    """`sauce` renamed `topping_sauce`, its old name an alias (Avro's rename)."""
+    if field["name"] != "sauce":
+        return field
+    return {**field, "name": "topping_sauce", "aliases": ["sauce"]}

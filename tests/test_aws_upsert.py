@@ -1,14 +1,17 @@
 """A Debezium CDC topic into an upsert table on the AWS flow (`make test-aws`): router -> launcher ->
 the real state machine -> EMR Serverless job (local Spark), whose driver locates the changed keys in
 the table version the plan names and whose tasks rewrite the files holding them -> the commit
-function, which replaces them in one Iceberg commit on the Glue catalog reading no data file; every
-AWS call is checked against its role in template.yaml. The box and its fakes are described in
-tests/support/aws_box.py."""
+function, which replaces them in one Iceberg commit on the Glue catalog reading no data file; and a
+merge-on-read topic on each runner (EMR, the Lambda runner), its deletes folded by the maintenance
+function's EMR compaction job; every AWS call is checked against its role in template.yaml. The box
+and its fakes are described in tests/support/aws_box.py."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
+from typing import Any
 
 import pytest
 
@@ -21,26 +24,28 @@ TOPIC = "dbserver1.inventory.customers"
 TABLE = "shop.customers"
 
 
+def upsert_box(spark_box: SparkBoxOpener, write: str = "auto", **options: Any) -> AbstractContextManager[Box]:
+    """The box with the CDC topic landing in an upsert table (`upsert.write`: `write`)."""
+    mapping = {
+        "topic": TOPIC,
+        "table": TABLE,
+        "mode": "upsert",
+        "upsert": {"key": ["id"], "cdc": "debezium", "write": write},
+        "create_table_if_missing": True,
+        "schema": {
+            "columns": [
+                {"name": "id", "type": "long", "required": True},
+                {"name": "email", "type": "string"},
+            ]
+        },
+    }
+    maintenance = {"compaction_min_small_files": 2, "compaction_wait_seconds": 120}
+    return spark_box(mappings=[mapping], maintenance=maintenance, **options)
+
+
 @pytest.fixture
 def box(spark_box: SparkBoxOpener) -> Iterator[Box]:
-    with spark_box(
-        mappings=[
-            {
-                "topic": TOPIC,
-                "table": TABLE,
-                "mode": "upsert",
-                "upsert": {"key": ["id"], "cdc": "debezium"},
-                "create_table_if_missing": True,
-                "schema": {
-                    "columns": [
-                        {"name": "id", "type": "long", "required": True},
-                        {"name": "email", "type": "string"},
-                    ]
-                },
-            }
-        ],
-        maintenance={"compaction_min_small_files": 2, "compaction_wait_seconds": 120},
-    ) as opened:
+    with upsert_box(spark_box) as opened:
         yield opened
 
 
@@ -124,43 +129,44 @@ def test_an_upsert_run_after_the_maintenance_functions_compaction_commits_at_its
     assert denied == [], "\n".join(map(str, denied))
 
 
-@pytest.fixture
-def mor_box(spark_box: SparkBoxOpener) -> Iterator[Box]:
-    with spark_box(
-        mappings=[
-            {
-                "topic": TOPIC,
-                "table": TABLE,
-                "mode": "upsert",
-                "upsert": {"key": ["id"], "cdc": "debezium", "write": "merge-on-read"},
-                "create_table_if_missing": True,
-                "schema": {
-                    "columns": [
-                        {"name": "id", "type": "long", "required": True},
-                        {"name": "email", "type": "string"},
-                    ]
-                },
-            }
-        ],
-        maintenance={"compaction_min_small_files": 2, "compaction_wait_seconds": 120},
-    ) as opened:
-        yield opened
+RUNNERS = {
+    "emr": {"lambda": {"max_bytes": 0}},
+    "lambda": {"lambda": {"max_bytes": 64 * 1024 * 1024}},
+}
 
 
-def test_a_merge_on_read_cdc_topic_lands_once_with_every_call_allowed(mor_box: Box) -> None:
-    box = mor_box
-    put(box, 0, 0, ("r", 1, "a@x"), ("r", 2, "b@x"), ("c", 3, "c@x"), ("u", 1, "a2@x"))
-    box.pump()
-    put(box, 0, 4, ("d", 2, "b@x"), ("t", 2, None), ("u", 3, "c2@x"), ("c", 4, "d@x"))
-    box.pump()
+@pytest.mark.parametrize("runner", sorted(RUNNERS))
+def test_a_merge_on_read_cdc_topic_lands_once_on_each_runner_and_maintenance_folds_it(
+    spark_box: SparkBoxOpener, runner: str
+) -> None:
+    with upsert_box(spark_box, write="merge-on-read", runner=RUNNERS[runner]) as box:
+        put(box, 0, 0, ("r", 1, "a@x"), ("r", 2, "b@x"), ("c", 3, "c@x"), ("u", 1, "a2@x"))
+        box.pump()
+        put(box, 0, 4, ("d", 2, "b@x"), ("t", 2, None), ("u", 3, "c2@x"), ("c", 4, "d@x"))
+        box.pump()
+        table = box.catalog().load_table(TABLE)
+        summary = table.current_snapshot().summary
+        assert summary["kafscale.upsert.files-rewritten"] == "0"  # the first run's file stays...
+        assert summary["added-position-deletes"] == "2"  # ...its rows of keys 2 and 3 deleted by position
+        assert table.properties["write.update.mode"] == "merge-on-read"
+        put(box, 0, 8, ("u", 1, "a3@x"))
+        box.pump()
+        summary = box.catalog().load_table(TABLE).current_snapshot().summary
+        # One delete file per data file: key 1's row joins the file's two, the old delete file goes.
+        assert (summary["added-position-deletes"], summary["removed-position-deletes"]) == ("3", "2")
+        assert summary["total-delete-files"] == "1"  # the first run's file's (keys 1, 2 and 3)
 
-    expected = [(1, "a2@x"), (3, "c2@x"), (4, "d@x")]
-    assert sorted((r["id"], r["email"]) for r in box.rows(TABLE)) == expected, box.describe()
-    assert box.committed_offsets(TOPIC) == {0: 7}
-    table = box.catalog().load_table(TABLE)
-    summary = table.current_snapshot().summary
-    assert summary["kafscale.upsert.files-rewritten"] == "0"  # the first run's file stays...
-    assert summary["added-position-deletes"] == "2"  # ...its rows of keys 2 and 3 deleted by position
-    assert table.properties["write.update.mode"] == "merge-on-read"
-    denied = box.recorder.denied()
-    assert denied == [], "\n".join(map(str, denied))
+        expected = [(1, "a3@x"), (3, "c2@x"), (4, "d@x")]
+        assert sorted((r["id"], r["email"]) for r in box.rows(TABLE)) == expected, box.describe()
+        assert box.committed_offsets(TOPIC) == {0: 8}
+        lambda_runs = 3 if runner == "lambda" else 0
+        assert (box.fleet.count("PlanRunnerFunction"), len(box.emr.started)) == (lambda_runs, 3 - lambda_runs)
+
+        report = box.fleet.invoke("MaintenanceFunction", {})  # an EMR job folds the deletes
+        (done,) = [t for t in report["tables"] if t["table"] == TABLE]
+        assert done["compaction"]["committed"], report
+        table = box.catalog().load_table(TABLE)
+        assert table.current_snapshot().summary["total-delete-files"] == "0"
+        assert sorted((r["id"], r["email"]) for r in box.rows(TABLE)) == expected
+        denied = box.recorder.denied()
+        assert denied == [], "\n".join(map(str, denied))

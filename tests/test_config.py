@@ -337,7 +337,7 @@ def test_product_defaults() -> None:
     runs = config.runs
     assert runs.max_bytes_per_run == 8 * 1024**3
     assert runs.max_segments_per_run == 5000
-    assert runs.min_bytes_per_run == 128 * 1024**2
+    assert runs.min_bytes_per_run == 96 * 1024**2
     assert runs.max_wait_seconds == 480
     assert runs.target_file_size_bytes == 128 * 1024**2
     assert runs.corrupt_segment_policy == "fail"

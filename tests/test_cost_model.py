@@ -237,3 +237,19 @@ def test_a_100_mbps_topic_keeps_up_in_runs_sized_to_the_application_and_falls_be
     behind = build_model(Artefacts(template=path)).month(WORKLOADS["100mbps"])
     assert not behind.keeps_up
     assert behind.p50_s is None
+
+
+def test_compaction_is_priced_where_it_runs_and_not_at_all_when_nothing_is_worth_merging() -> None:
+    """Files of at least `maintenance.small_file_bytes` are never compacted (the 1 MB/s topic's
+    runs write 64 MiB files: its compaction line is the maintenance passes alone); small tables'
+    compactions run inside the maintenance function (no EMR job), big ones as EMR jobs."""
+    from dataclasses import replace
+
+    model = build_model()
+    passes_only = model.month(Workload("idle", (TopicGroup("idle", 1, 0.0),))).usd["compaction"]
+    assert model.month(WORKLOADS["1mbps"]).usd["compaction"] == pytest.approx(passes_only)
+    small = WORKLOADS["small_topics"]
+    inline = model.month(small).usd["compaction"]
+    model.policy = replace(model.policy, compaction_inline_max_bytes=0)  # every compaction on EMR
+    on_emr = model.month(small).usd["compaction"]
+    assert passes_only * small.topics < inline < on_emr / 5

@@ -2,11 +2,11 @@
 
 Real parts throughout: moto server (S3), a pyiceberg SQLite catalog, local Spark, and both checkpoint
 stores (a real etcd server, and the SQLite store). A crash is injected by wrapping a real adapter
-(the table committer, the checkpoint store or the job runner): at the named point it raises
-`ProcessDied`, which no product code catches, so the "process" stops right there with whatever it
-had written. A fresh process (a new `Assembly` with another owner id) then starts, with or without
-new segments, and every test ends by comparing the table, the dead-letter table, the checkpoint
-store and the produced records exactly. (The real-SIGKILL counterparts are in
+(the table committer, the checkpoint store or the job runner, `tests/support/dying.py`): at the
+named point it raises `ProcessDied`, which no product code catches, so the "process" stops right
+there with whatever it had written. A fresh process (a new `Assembly` with another owner id) then
+starts, with or without new segments, and every test ends by comparing the table, the dead-letter
+table, the checkpoint store and the produced records exactly. (The real-SIGKILL counterparts are in
 `tests/test_faults_sigkill.py`.)
 """
 
@@ -24,14 +24,18 @@ from pyspark.sql import SparkSession
 from kafscale_iceberg.adapters.iceberg_catalog import CatalogSettings, load_iceberg_catalog
 from kafscale_iceberg.assembly import Assembly
 from kafscale_iceberg.config import KafscaleConfig, config_from_mapping
-from kafscale_iceberg.domain.commits import TableCommit, TableState
-from kafscale_iceberg.domain.leases import LeaseGrant
-from kafscale_iceberg.domain.offsets import OffsetUpdate
-from kafscale_iceberg.domain.runs import RunPlan
 from kafscale_iceberg.local.pipeline import Pipeline, RunEnd
 from kafscale_iceberg.local.spark_runner import LocalSparkJobRunner
 from kafscale_iceberg.segments.keys import format_segment_key
 from tests.support.config_documents import local_document
+from tests.support.dying import (
+    DyingCheckpoints,
+    DyingRunner,
+    DyingTables,
+    Point,
+    ProcessDied,
+    expire_dead_lease,
+)
 from tests.support.etcd import EtcdServer
 from tests.support.moto import MotoEndpoint
 from tests.support.segments import order_value, put_segment
@@ -40,82 +44,6 @@ pytestmark = pytest.mark.slow
 
 NAMESPACE, TOPIC, TABLE, DLQ = "prod", "orders", "shop.orders", "shop.orders__dlq"
 BAD = b"not json"
-
-
-class ProcessDied(BaseException):
-    """The process died at an injected point (nothing in the product catches a BaseException)."""
-
-
-class Point:
-    """Where the first process dies."""
-
-    BEFORE_JOB = "before the job starts"
-    AFTER_JOB_START = "after the job started, before it is watched"
-    BEFORE_TABLE_COMMIT = "before any table commit"
-    AFTER_DEAD_LETTER_COMMIT = "after the dead-letter commit, before the table commit"
-    AFTER_TABLE_COMMIT = "after the table commit, before the offset write"
-    AFTER_OFFSETS = "after the offset write, before the lease release"
-    AFTER_RELEASE = "after the lease release"
-
-
-class DyingTables:
-    """The real table committer; the process dies around a commit to the named table."""
-
-    def __init__(self, inner: Any, point: str) -> None:
-        self._inner, self._point = inner, point
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-    def commit(self, expected: TableState, commit: TableCommit) -> TableState:
-        if self._point == Point.BEFORE_TABLE_COMMIT:
-            raise ProcessDied(self._point)
-        after = self._inner.commit(expected, commit)
-        if self._point == Point.AFTER_DEAD_LETTER_COMMIT and expected.table == DLQ:
-            raise ProcessDied(self._point)
-        if self._point == Point.AFTER_TABLE_COMMIT and expected.table == TABLE:
-            raise ProcessDied(self._point)
-        return after
-
-
-class DyingCheckpoints:
-    """The real checkpoint store; the process dies after the offset write or the lease release."""
-
-    def __init__(self, inner: Any, point: str) -> None:
-        self._inner, self._point = inner, point
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-    def commit_offsets(self, grant: LeaseGrant, updates: Mapping[int, OffsetUpdate]) -> Any:
-        written = self._inner.commit_offsets(grant, updates)
-        if self._point == Point.AFTER_OFFSETS:
-            raise ProcessDied(self._point)
-        return written
-
-    def release_lease(self, grant: LeaseGrant) -> bool:
-        released: bool = self._inner.release_lease(grant)
-        if self._point == Point.AFTER_RELEASE:
-            raise ProcessDied(self._point)
-        return released
-
-
-class DyingRunner:
-    """The real local Spark runner; the process dies before or right after starting the job."""
-
-    def __init__(self, inner: LocalSparkJobRunner, point: str) -> None:
-        self._inner, self._point = inner, point
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-    def start(self, plan: RunPlan, plan_uri: str) -> str:
-        if self._point == Point.BEFORE_JOB:
-            raise ProcessDied(self._point)
-        job_id = self._inner.start(plan, plan_uri)
-        if self._point == Point.AFTER_JOB_START:
-            raise ProcessDied(self._point)
-        return job_id
 
 
 class World:
@@ -188,7 +116,7 @@ class World:
         runner: Any = self.runner
         if point is not None:
             # cached_property: the instance's dict wins, so every service gets the dying adapter.
-            assembly.__dict__["tables"] = DyingTables(assembly.tables, point)
+            assembly.__dict__["tables"] = DyingTables(assembly.tables, point, table=TABLE, dead_letters=DLQ)
             assembly.__dict__["checkpoints"] = DyingCheckpoints(assembly.checkpoints, point)
             runner = DyingRunner(self.runner, point)
         return Pipeline(
@@ -196,22 +124,8 @@ class World:
         )
 
     def expire_dead_lease(self) -> None:
-        """The lease a dead process left runs out now: what the store does once its TTL passes,
-        without a wall-clock wait a busy machine could make a step outlast."""
-        assembly = Assembly(self.config, owner_id="the-ttl")
-        holder = assembly.checkpoints.read_lease_holder(TOPIC)
-        if holder is None or holder.run_id is None:
-            return
-        grant = LeaseGrant(
-            topic=TOPIC,
-            owner_id=holder.owner_id,
-            run_id=holder.run_id,
-            token=holder.token,
-            lease_id=holder.lease_id,
-            ttl_seconds=self.config.offsets.lease_ttl_seconds,
-            claimed_at_ms=holder.claimed_at_ms or 0,
-        )
-        assert assembly.checkpoints.release_lease(grant)
+        """The lease a dead process left runs out now (`tests/support/dying.py`)."""
+        expire_dead_lease(self.config, TOPIC)
 
     def check_exactly_once(self) -> None:
         """Table, dead-letter table, checkpoint store and lease: exactly what was produced, once."""
@@ -294,7 +208,7 @@ def test_a_stale_plan_refused_at_commit_repairs_the_store_and_is_replanned_at_on
     _die(world, Point.AFTER_TABLE_COMMIT)
     world.put(0, 10)
     pipeline = world.process()
-    pipeline.launcher._repair_offsets = None  # as on AWS: plans come from the store alone
+    pipeline.launcher._repair_from_table = None  # as on AWS: plans come from the store alone
     summary = pipeline.run_once()
     assert summary.ok, summary.failed
     refused, committed = summary.runs

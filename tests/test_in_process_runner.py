@@ -27,7 +27,7 @@ from kafscale_iceberg.domain.jobs import JobState
 from kafscale_iceberg.domain.runner_choice import RunnerKind, lambda_runner_traits
 from kafscale_iceberg.domain.runs import FailureKind, RunPlan, RunResult, RunStatus
 from kafscale_iceberg.execution.driver import TaskSizing, run_plan
-from kafscale_iceberg.execution.in_process import InProcessTaskExecutor, run_plan_in_process
+from kafscale_iceberg.execution.in_process import InProcessTaskExecutor, run_plan_in_process, usable_cores
 from kafscale_iceberg.execution.job_runner import ChosenJobRunner, InProcessJobRunner
 from kafscale_iceberg.local.pipeline import RunEnd
 from kafscale_iceberg.local.wiring import make_runner, open_pipeline
@@ -148,6 +148,19 @@ def test_a_cancelled_executor_starts_no_further_task() -> None:
 
     assert gate.ran == [0]
     assert [type(e).__name__ for e in outcome] == ["CancelledError"]
+
+
+def test_a_lambda_function_runs_as_many_task_threads_as_its_memory_buys_vcpus(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Lambda shows a 1,769 MB function two cores but gives it one vCPU's share: one task thread
+    (two contend: kafscale_iceberg/cost/measured/throughput.json); 3,538 MB buys two."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0, 1}, raising=False)
+    assert usable_cores() == 2
+    for memory, threads in (("1769", 1), ("1024", 1), ("3538", 2), ("10240", 2)):
+        monkeypatch.setenv("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", memory)
+        assert usable_cores() == threads, memory
+        assert InProcessTaskExecutor()._workers == threads
 
 
 def test_the_inline_runner_runs_a_plan_once_per_run_id_and_reports_its_result(

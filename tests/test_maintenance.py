@@ -383,10 +383,9 @@ def _spark_service(world: World, runner: Any, **maintenance: Any) -> Maintenance
     from kafscale_iceberg.adapters.iceberg_maintenance import new_compaction_id
     from kafscale_iceberg.services.compaction_jobs import SparkCompaction
 
-    config = config_from_mapping(
-        {**world.config_data, "maintenance": {**world.config_data["maintenance"], **maintenance}},
-        source="test",
-    )
+    # The world's tables are small: inline max 0 sends every compaction to the Spark job.
+    settings = {**world.config_data["maintenance"], "compaction_inline_max_bytes": 0, **maintenance}
+    config = config_from_mapping({**world.config_data, "maintenance": settings}, source="test")
     spark = SparkCompaction(
         config, world.maintainer(), runner, DocumentStore(), new_job_id=new_compaction_id, poll_seconds=0.2
     )

@@ -20,14 +20,14 @@ from kafscale_iceberg.adapters.documents import DocumentStore
 from kafscale_iceberg.adapters.iceberg_maintenance import IcebergTableMaintainer
 from kafscale_iceberg.dataplane.upsert_keys import KeyChanges
 from kafscale_iceberg.dataplane.upsert_positions import locate_rows
-from kafscale_iceberg.domain.maintenance import DeleteFolding
 from kafscale_iceberg.domain.runs import UpsertSettings, UpsertWrite
 from kafscale_iceberg.domain.upsert import AUTO_COPY_ON_WRITE_MAX_FILES, choose_write
 from kafscale_iceberg.exceptions import UpsertLocateStaleError
-from tests.support.table_readers import duckdb_rows, snapshot_files, spark_rows
+from tests.support.table_readers import duckdb_rows, full_compaction, snapshot_files, spark_rows
 from tests.support.upsert_world import TABLE, UpsertWorld
 
 KEYS = 40
+FILE_PATH = 2147483546  # the `file_path` column of a position delete file
 
 
 def mor_world(root: Path) -> UpsertWorld:
@@ -75,13 +75,21 @@ def test_runs_write_position_deletes_and_no_table_file_is_rewritten(tmp_path: Pa
     summary = snapshot.summary
     assert summary is not None
     assert summary["kafscale.upsert.files-rewritten"] == "0"
-    assert int(summary["added-delete-files"]) >= 1
-    assert summary["added-position-deletes"] == "2"  # keys 4 (one row, three changes) and 9
+    # One delete file per data file: the last run deleted the rows of keys 4 (one row, three changes)
+    # and 9, each in a first-run file that already had a delete file (keys 2, 10, 30; 7, 21): each
+    # new file holds all its data file's positions and the old one left in the same snapshot.
+    assert summary["added-delete-files"] == "2"
+    assert summary["added-position-deletes"] == "7"
+    assert summary["removed-position-deletes"] == "5"
+    assert summary["total-delete-files"] == "2"
     assert int(summary["kafscale.upsert.bytes-located"]) > 0
     assert summary.operation.value == "overwrite"
     data, deletes = snapshot_files(table)
     assert len(data) == 6  # each run's file per Kafka partition stays: nothing replaced
-    assert deletes
+    assert len(deletes) == 2
+    for task in table.scan().plan_files():  # each delete file names its one data file by its bounds
+        path = task.file.file_path.encode()
+        assert all(d.lower_bounds[FILE_PATH] == d.upper_bounds[FILE_PATH] == path for d in task.delete_files)
     for name in ("write.update.mode", "write.delete.mode", "write.merge.mode"):
         assert table.properties[name] == "merge-on-read"
     readers_agree(world, model)
@@ -134,15 +142,8 @@ def test_a_compaction_racing_a_run_that_deleted_its_rows_abandons(tmp_path: Path
     world.write(0, [change(model, k, f"b{k}") for k in range(0, KEYS, 3)])
     world.run()
     maintainer = IcebergTableMaintainer(world.catalog, StagedFileStore())
-    planned = maintainer.plan_compaction(
-        TABLE,
-        small_file_bytes=1 << 30,
-        min_small_files=2,
-        max_bytes=1 << 30,
-        folding=DeleteFolding(max_delete_ratio=1e-9, max_delete_files=1),
-    )
-    written = maintainer.write_compaction(
-        planned, data_prefix=str(tmp_path / "compacted"), target_file_size_bytes=1 << 30
+    written = full_compaction(
+        maintainer, TABLE, data_prefix=str(tmp_path / "compacted"), target_file_size_bytes=1 << 30
     )
     world.write(0, [change(model, 1, "c1"), change(model, 5, None)])
     world.run()  # deletes rows of the files the compaction is replacing
@@ -187,3 +188,74 @@ def test_locating_reads_the_key_column_not_the_file(tmp_path: Path) -> None:
     assert located.replaced.tolist() == [5, 19_999]
     assert located.deleted.tolist() == []
     assert 0 < located.bytes_read < size / 20  # the footer and the key column chunk, not the payload
+
+
+@pytest.fixture
+def local_runner(spark: Any) -> Any:
+    """The one-machine job runner on the session's local Spark: the code EMR runs (`spark_app`)."""
+    from kafscale_iceberg.local.spark_runner import LocalSparkJobRunner
+
+    runner = LocalSparkJobRunner(master="local[2]", keep_session_warm=True)
+    yield runner
+    runner.close()
+
+
+def spark_compaction(world: UpsertWorld, runner: Any) -> Any:
+    """`maintain`'s compaction step with `compaction_engine: spark` (the EMR path) on this table:
+    plan, the job on `runner`, its result checked and committed; its outcome."""
+    from kafscale_iceberg.adapters.iceberg_maintenance import new_compaction_id
+    from kafscale_iceberg.config import config_from_mapping
+    from kafscale_iceberg.local.config_document import one_machine_document
+    from kafscale_iceberg.services.compaction_jobs import SparkCompaction
+
+    columns = [{"name": "id", "type": "long", "required": True}, {"name": "name", "type": "string"}]
+    mapping = {
+        "topic": "orders",
+        "table": TABLE,
+        "mode": "upsert",
+        "upsert": {"key": ["id"]},
+        "schema": {"columns": columns},
+    }
+    document = one_machine_document(
+        world.root,
+        bucket="unused",
+        mappings=[mapping],
+        maintenance={"compaction_engine": "spark", "max_delete_ratio": 0.01, "compaction_wait_seconds": 600},
+    )
+    config = config_from_mapping(document, source="test")
+    maintainer = IcebergTableMaintainer(world.catalog, StagedFileStore())
+    compaction = SparkCompaction(
+        config, maintainer, runner, DocumentStore(), new_job_id=new_compaction_id, poll_seconds=0.2
+    )
+    outcome, _planned = compaction.compact(
+        config.mappings[0],
+        TABLE,
+        data_prefix=str(world.root / "compacted"),
+        health=maintainer.health(TABLE, small_file_bytes=1 << 30),
+        dry_run=False,
+        force=False,  # due for its delete files alone
+    )
+    return outcome
+
+
+@pytest.mark.slow
+def test_the_spark_compaction_job_folds_deletes_and_no_deleted_row_comes_back(
+    tmp_path: Path, spark: Any, local_runner: Any
+) -> None:
+    world, model = mor_world(tmp_path), {}
+    history(world, model)
+    outcome = spark_compaction(world, local_runner)
+    assert outcome is not None
+    assert outcome.committed
+    table = world.catalog.load_table(TABLE)
+    snapshot = table.current_snapshot()
+    assert snapshot is not None
+    assert snapshot.summary is not None
+    assert snapshot.summary.operation.value == "replace"
+    assert snapshot.summary["total-delete-files"] == "0"
+    readers_agree(world, model, spark)
+    world.write(0, [change(model, 2, None), change(model, 7, "d7")])
+    world.run()  # deletes rows of the job's files again: the next job folds those too
+    assert spark_compaction(world, local_runner).committed
+    assert snapshot_files(world.catalog.load_table(TABLE))[1] == []
+    readers_agree(world, model, spark)

@@ -39,7 +39,11 @@ Shift = message(compile_proto({"shift.proto": SHIFT_PROTO, TIME_OF_DAY: TIME_OF_
 STARTS = ColumnSpec(
     name="starts",
     type=ColumnType.STRUCT,
-    fields=tuple(ColumnSpec(name=n, type=ColumnType.INT) for n in ("hours", "minutes", "seconds", "nanos")),
+    fields=tuple(
+        ColumnSpec(name=n, type=ColumnType.INT, number=number)
+        for number, n in enumerate(("hours", "minutes", "seconds", "nanos"), start=1)
+    ),
+    number=2,  # the field's number in `Shift`, which a rename keeps
 )
 
 

@@ -17,9 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from kafscale_iceberg.assembly import Assembly
-from kafscale_iceberg.domain.leases import LeaseGrant
 from kafscale_iceberg.exceptions import RedriveLeaseBusyError
+from tests.support.dying import expire_dead_lease
 from tests.support.moto import MotoEndpoint
 from tests.test_redrive import ALL, BAD, DLQ, TABLE, TOPIC, RedriveWorld
 
@@ -65,25 +64,11 @@ LEASE_TTL_S = 60
 
 
 def _expire_dead_lease(world: RedriveWorld) -> None:
-    """The lease the killed child left runs out now: what the store does once its TTL passes, without a
-    wall-clock wait."""
-    config = world.config("long")
-    store = Assembly(config, owner_id="the-ttl").checkpoints
-    holder = store.read_lease_holder(TOPIC)
-    assert holder is not None
-    assert holder.run_id is not None  # the child died holding it: a busy topic until it expires
+    """The lease the killed child left (a busy topic until it expires) runs out now
+    (`tests/support/dying.py`)."""
     with pytest.raises(RedriveLeaseBusyError, match="doomed"):
         world.redrive()
-    grant = LeaseGrant(
-        topic=TOPIC,
-        owner_id=holder.owner_id,
-        run_id=holder.run_id,
-        token=holder.token,
-        lease_id=holder.lease_id,
-        ttl_seconds=LEASE_TTL_S,
-        claimed_at_ms=holder.claimed_at_ms or 0,
-    )
-    assert store.release_lease(grant)
+    assert expire_dead_lease(world.config("long"), TOPIC)  # the child died holding it
 
 
 @pytest.mark.parametrize("step", ["land_redriven", "resolve_dead_letters", "release_lease"])

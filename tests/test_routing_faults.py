@@ -28,9 +28,10 @@ from kafscale_iceberg.domain.commits import TableCommit, TableState
 from kafscale_iceberg.local.pipeline import Pipeline
 from kafscale_iceberg.local.spark_runner import LocalSparkJobRunner
 from kafscale_iceberg.services.status import StatusService
+from tests.support.dying import DyingCheckpoints, DyingRunner, Point, ProcessDied
 from tests.support.etcd import EtcdServer
 from tests.support.moto import MotoEndpoint
-from tests.test_faults import BAD, TOPIC, DyingCheckpoints, DyingRunner, Point, ProcessDied, World
+from tests.test_faults import BAD, TOPIC, World
 
 pytestmark = pytest.mark.slow
 

@@ -313,8 +313,18 @@ def test_consecutive_failures_agree_with_the_launchers_attempts(
     assert second.attempt == 1
     assert (world.topic().run_in_flight, world.topic().consecutive_failures) == (second.run_id, 1)
 
-    runs.steps.abort(second, "job failed")
-    assert world.topic().consecutive_failures == 2
+    runs.steps.abort(second, "job failed: the commit was refused (bad column)")
+    stuck = world.topic()
+    assert stuck.consecutive_failures == 2
+    # A stuck topic says why on each partition it holds back (before: `problem` null everywhere).
+    reasons = {p.partition: p.problem for p in stuck.partitions}
+    assert reasons[0] == (
+        f"stuck: 2 attempts of offsets 0..9 ended uncommitted; the last, run {second.run_id}, aborted: "
+        "job failed: the commit was refused (bad column)"
+    )
+    assert str(reasons[1]).startswith("stuck: 2 attempts of offsets 0..3 ended")
+    assert stuck.to_json()["partitions"][0]["problem"] == reasons[0]  # type: ignore[index]
+    assert f"  partition 0 waits: {reasons[0]}" in render_status(world.status.report()).splitlines()
     third = runs.launch()
     assert third.attempt == 2  # the launcher counts the same two aborted attempts
     assert (world.topic().run_in_flight, world.topic().consecutive_failures) == (third.run_id, 2)

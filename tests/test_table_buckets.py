@@ -8,6 +8,7 @@ request, as a `ConfigError` naming `runs.location` rather than an outage retried
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import boto3
@@ -222,3 +223,30 @@ def test_the_seaweedfs_config_in_the_docs_is_valid() -> None:
 
     assert config.iceberg.catalog.type == "rest"
     assert config.runs.location == "s3://kafscale-data/runs"
+
+
+def test_the_documented_rest_and_s3_tables_configs_load_as_described() -> None:
+    """The three setups of configuration.md's "REST catalogs and Amazon S3 Tables", each with a bucket,
+    etcd and a mapping added, give the catalog properties the text says."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "configuration.md").read_text()
+    section = text.split("#### REST catalogs and Amazon S3 Tables", 1)[1]
+    section = section.split("#### Where data files go", 1)[0]
+    blocks = re.findall(r"```yaml\n(.*?)```", section, flags=re.DOTALL)
+    assert len(blocks) == 3
+    rest = "s3: {bucket: kafscale-data}\netcd: {endpoints: ['http://127.0.0.1:2379']}\n"
+    rest += "mappings: [{topic: orders, table: shop.orders}]\n"
+    configs = [parse_config(rest + b, source="docs/configuration.md", environ={}) for b in blocks]
+    oauth2, bearer, s3tables = (catalog_properties(CatalogSettings.from_config(c)) for c in configs)
+
+    assert [c.unknown_keys for c in configs] == [(), (), ()]
+    assert [c.runs.location for c in configs] == ["s3://kafscale-runs/runs"] * 3
+    assert oauth2["credential"] == "kafscale-client:CLIENT-SECRET"
+    assert oauth2["oauth2-server-uri"] == "https://catalog.example.com/api/catalog/v1/oauth/tokens"
+    assert oauth2["scope"] == "PRINCIPAL_ROLE:ALL"
+    assert bearer["token"] == "TOKEN"
+    assert s3tables["uri"] == "https://s3tables.eu-west-1.amazonaws.com/iceberg"
+    assert s3tables["warehouse"] == "arn:aws:s3tables:eu-west-1:123456789012:bucket/kafscale-lake"
+    assert (s3tables["rest.sigv4-enabled"], s3tables["rest.signing-name"]) == ("true", "s3tables")
+    assert s3tables["rest.signing-region"] == "eu-west-1"
+    assert configs[2].iceberg.in_table_bucket
+    assert not configs[0].iceberg.in_table_bucket

@@ -110,6 +110,7 @@ NOT_SET_BY_THE_TEMPLATE = {
     "KAFSCALE_ICEBERG_REGISTRY_TOKEN",
     # Set by the Lambda runtime.
     "AWS_LAMBDA_FUNCTION_NAME",
+    "AWS_LAMBDA_FUNCTION_MEMORY_SIZE",  # the Lambda runner's task threads (execution/in_process.py)
     "AWS_LAMBDA_LOG_STREAM_NAME",
     "AWS_REGION",  # the default of s3.region (config/deployment.py)
 }
@@ -733,9 +734,18 @@ def test_emr_and_queue_actions_are_scoped_to_the_stack_resources() -> None:
         "StartJobRole", "emr-serverless:GetJobRun", "arn:aws:emr-serverless:x:y:/applications/other/jobruns/1"
     )
     work = deployment.attribute("WorkQueue", "Arn")
-    for role in ("RouterRole", "LauncherRole", "ReconcilerRole", "ReplayRole", "RunStateMachineRole"):
+    # The commit step signals its topic after the commit (functions/commit.py); the state machine the
+    # abort's re-signal.
+    for role in (
+        "RouterRole",
+        "LauncherRole",
+        "ReconcilerRole",
+        "ReplayRole",
+        "RunStateMachineRole",
+        "CommitRole",
+    ):
         assert deployment.role_allows(role, "sqs:SendMessage", work), role
-    for role in ("StartJobRole", "WatchRole", "AbortRole", "CommitRole", "EmrJobRole"):
+    for role in ("StartJobRole", "WatchRole", "AbortRole", "EmrJobRole"):
         assert not deployment.role_allows(role, "sqs:SendMessage", work), role
     execution = (
         f"arn:aws:states:{REGION}:{ACCOUNT}:execution:{deployment.attribute('RunStateMachine', 'Name')}:run-1"

@@ -14,6 +14,7 @@ or another endpoint (see `claim_lease` for the one that needs care).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Unpack
 
@@ -82,6 +83,10 @@ class EtcdCheckpointStore(CheckpointStoreBase):
         self._etcd = EtcdClient(endpoints, **connection)
         self._metadata_snapshot_key = metadata_snapshot_key
         self._max_txn_ops = max_txn_ops
+        self._touched_at: dict[int, float] = {}
+        """By etcd lease id: when this process last claimed it or last tried to renew it (monotonic,
+        whatever the answer), to tell a lease lost because this process stalled past its TTL (it did
+        not even try) from an outage (it kept trying) or another claim."""
 
     @property
     def endpoints(self) -> tuple[str, ...]:
@@ -149,6 +154,7 @@ class EtcdCheckpointStore(CheckpointStoreBase):
                 ttl_seconds=ttl_seconds,
                 claimed_at_ms=now,
             )
+            self._touched_at[lease_id] = time.monotonic()
             logger.info(
                 "lease claimed",
                 extra={"topic": topic, "run_id": run_id, "token": grant.token, "ttl_s": ttl_seconds},
@@ -173,7 +179,7 @@ class EtcdCheckpointStore(CheckpointStoreBase):
         """
         key = self._keys.lease(grant.topic)
         operation = f"renew the lease of topic {grant.topic!r}"
-        ttl_seconds = self._etcd.call(operation, lambda client: _keep_alive_once(client, grant.lease_id))
+        ttl_seconds, quiet = self._keep_alive(operation, grant)
         if ttl_seconds <= 0:
             value, meta = self._etcd.call(operation, lambda client: client.get(key))
             reason = (
@@ -182,7 +188,7 @@ class EtcdCheckpointStore(CheckpointStoreBase):
             )
             if value is not None:
                 reason += f"; {self._lost_reason(grant, [(value, meta)])}"
-            raise LeaseLostError(grant.topic, grant.token, grant.run_id, reason)
+            raise LeaseLostError(grant.topic, grant.token, grant.run_id, _stalled(quiet, grant) + reason)
         now = self._now_ms()
         record = LeaseRecord(
             owner_id=grant.owner_id,
@@ -200,8 +206,25 @@ class EtcdCheckpointStore(CheckpointStoreBase):
         if not succeeded:
             self._revoke_quietly(grant.lease_id, grant.topic)
             raise LeaseLostError(
-                grant.topic, grant.token, grant.run_id, self._lost_reason(grant, responses[0])
+                grant.topic,
+                grant.token,
+                grant.run_id,
+                _stalled(quiet, grant) + self._lost_reason(grant, responses[0]),
             )
+
+    def _keep_alive(self, operation: str, grant: LeaseGrant) -> tuple[int, float]:
+        """One keep-alive of `grant`'s etcd lease: (its TTL now, 0 or less when expired; how long this
+        process went without trying to renew it, when that was its own stall - before this call, or
+        during it - else 0)."""
+        started = time.monotonic()
+        quiet = started - self._touched_at.get(grant.lease_id, started)
+        try:
+            ttl_seconds = self._etcd.call(operation, lambda client: _keep_alive_once(client, grant.lease_id))
+        finally:
+            ended = self._touched_at[grant.lease_id] = time.monotonic()
+        if quiet <= grant.ttl_seconds and self._etcd.stalled(ended - started):
+            quiet = ended - started
+        return ttl_seconds, quiet
 
     def release_lease(self, grant: LeaseGrant) -> bool:
         """Delete the lease key only if its create_revision is still the grant's token; revoke the lease.
@@ -218,6 +241,7 @@ class EtcdCheckpointStore(CheckpointStoreBase):
             failure=[],
         )
         self._revoke_quietly(grant.lease_id, grant.topic)
+        self._touched_at.pop(grant.lease_id, None)
         if released:
             logger.info(
                 "lease released", extra={"topic": grant.topic, "run_id": grant.run_id, "token": grant.token}
@@ -406,6 +430,19 @@ class EtcdCheckpointStore(CheckpointStoreBase):
                 "etcd lease not revoked; it ends with its TTL",
                 extra={"topic": topic, "lease_id": lease_id, "error": str(exc)},
             )
+
+
+def _stalled(quiet: float, grant: LeaseGrant) -> str:
+    """The start of a lost lease's reason when this process went `quiet` seconds without renewing
+    it, past its TTL: fencing after a stall (a freeze, a paused VM, an overloaded host), not an
+    outage - etcd answered. Empty otherwise."""
+    if quiet <= grant.ttl_seconds:
+        return ""
+    return (
+        f"this process stalled past its lease (no renewal for {quiet:.0f} s, TTL {grant.ttl_seconds} s; "
+        "etcd is up: this is fencing, not an outage; if it recurs, look for what freezes the process "
+        "or raise offsets.lease_ttl_seconds): "
+    )
 
 
 def _keep_alive_once(client: Any, lease_id: int) -> int:

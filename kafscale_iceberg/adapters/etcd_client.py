@@ -19,12 +19,19 @@ subchannels and their reconnect backoff (up to 120 s) across channels unless tol
 (`_GRPC_OPTIONS`); `transaction()` returns no header revision (read a key back with a `Get` in the
 same transaction); revoking an unknown lease raises a raw grpc `NOT_FOUND` (`is_lease_not_found`);
 refreshing an expired lease is not an error but answers TTL 0; compares with `range_end` work.
+
+A stall is not an outage: a call in flight while this process is frozen (SIGSTOP, a paused VM, a
+host swapping) outlives its deadline and grpc reports DEADLINE_EXCEEDED on resume, although etcd
+answered. A call that failed as unavailable long after its deadline (`_STALL_FACTOR`: grpc would have
+reported it at the deadline, had the process run) is tried once more on a fresh channel, so the
+answer - a lease gone, usually - is etcd's, not a made-up outage.
 """
 
 from __future__ import annotations
 
 import ssl
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,6 +65,9 @@ __all__ = [
 T = TypeVar("T")
 
 DEFAULT_PORT = 2379
+_STALL_FACTOR = 1.5
+"""A call failing as unavailable this many deadlines after it started (plus 1 s) was stalled by this
+process, not refused by etcd (module docstring)."""
 _UNAVAILABLE_CODES = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
 
 # What etcd3 and grpc raise: a call that fails with one of these is classified by `EtcdClient.call`.
@@ -160,6 +170,11 @@ class EtcdClient:
         """The endpoint URLs, as configured."""
         return tuple(endpoint.url for endpoint in self._endpoints)
 
+    def stalled(self, elapsed_seconds: float) -> bool:
+        """Whether a call that took `elapsed_seconds` was held up by this process, not by etcd: grpc
+        ends a call at its deadline, had the process run (module docstring)."""
+        return elapsed_seconds > _STALL_FACTOR * self._timeout_seconds + 1.0
+
     def close(self) -> None:
         """Close every connection this client opened (a pre-built client is left to its owner)."""
         with self._lock:
@@ -195,27 +210,43 @@ class EtcdClient:
             index = (start + step) % count
             endpoint = self._endpoints[index]
             try:
+                result = self._call_endpoint(operation, index, fn)
+            except EtcdErrors as exc:
+                failures.append(f"{endpoint.url}: {_status(exc)[1]}")
+                last_error = exc
+                self._forget(index)
+                continue
+            self._active = index
+            return result
+        raise CheckpointUnavailableError(operation, self.endpoints, "; ".join(failures)) from last_error
+
+    def _call_endpoint(self, operation: str, index: int, fn: Callable[[Any], T]) -> T:
+        """`fn(client)` on endpoint `index`: renews an expired token once, tries once more on a fresh
+        channel after a stall (module docstring); raises an unavailable etcd error as it is, every
+        other as `CheckpointAuthError` or `CheckpointRequestError`."""
+        endpoint = self._endpoints[index]
+        for tries_left in (1, 0):
+            started = time.monotonic()
+            try:
                 try:
-                    result = fn(self._client(index))
+                    return fn(self._client(index))
                 except EtcdErrors as exc:
                     if self._prebuilt or not _is_expired_token(exc):
                         raise
                     self._forget(index)
-                    result = fn(self._client(index))
+                    return fn(self._client(index))
             except EtcdErrors as exc:
                 if _is_unavailable(exc):
-                    failures.append(f"{endpoint.url}: {_status(exc)[1]}")
-                    last_error = exc
-                    self._forget(index)
-                    continue
+                    if self.stalled(time.monotonic() - started) and tries_left and not self._prebuilt:
+                        self._forget(index)
+                        continue
+                    raise
                 if _is_auth_failure(exc):
                     raise CheckpointAuthError(
                         operation, self.endpoints, self._username, _status(exc)[1]
                     ) from exc
                 raise CheckpointRequestError(operation, (endpoint.url,), _status(exc)[1]) from exc
-            self._active = index
-            return result
-        raise CheckpointUnavailableError(operation, self.endpoints, "; ".join(failures)) from last_error
+        raise AssertionError("unreachable: the last try returns or raises")
 
     def _client(self, index: int) -> Any:
         with self._lock:

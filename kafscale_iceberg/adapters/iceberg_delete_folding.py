@@ -8,6 +8,9 @@ change landed on a file the compaction replaces while it ran.
   files or more. Its rewrite reads it through the table (pyiceberg's scan applies its deletes).
 - **Removal** (`delete_files_to_remove`): every live delete file no data file that stays needs -
   those of the rewritten files, and dangling ones whose data files left the table earlier.
+- **Rows a rewrite keeps** (`deleted_rows`): the rows of a data file its delete files delete,
+  counted from the delete files' positions, so a Spark compaction job's result is checked against
+  the rows its rewrite must hold, deletes applied.
 - **Race** (`deletes_landed_on`): the compaction replaces a file only with the deletes it applied;
   a merge-on-read upsert run that committed deletes against it meanwhile makes the compaction
   abandon (its rewrite would bring those rows back). The run's side is `iceberg_upsert.py`: its
@@ -19,7 +22,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 
-from pyiceberg.manifest import DataFile, ManifestContent
+import numpy as np
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pyiceberg.io import FileIO
+from pyiceberg.manifest import DataFile, FileFormat, ManifestContent
 from pyiceberg.table import FileScanTask, Table
 
 from kafscale_iceberg.domain.maintenance import DeleteFolding
@@ -42,6 +49,30 @@ def folded_files(tasks: Sequence[FileScanTask], folding: DeleteFolding) -> set[s
         if crowded or deleted >= folding.max_delete_ratio * max(1, task.file.record_count):
             folded.add(task.file.file_path)
     return folded
+
+
+def deleted_rows(io: FileIO, tasks: Sequence[FileScanTask]) -> dict[str, int]:
+    """Per data file of `tasks` that has delete files, how many of its rows they delete: the
+    distinct positions naming it below its record count, read from the (small) delete files, each
+    once. Raises `ValueError` for a delete file that is not Parquet (a Puffin deletion vector)."""
+    rows_of: dict[str, set[str]] = {}
+    for task in tasks:
+        for delete in task.delete_files:
+            if delete.file_format != FileFormat.PARQUET:
+                raise ValueError(f"delete file {delete.file_path} is {delete.file_format}, not Parquet")
+            rows_of.setdefault(delete.file_path, set()).add(task.file.file_path)
+    found: dict[str, list[np.ndarray]] = {}
+    for delete_path, targets in rows_of.items():
+        with io.new_input(delete_path).open() as stream:
+            rows = pq.read_table(stream, columns=["file_path", "pos"])
+        paths = rows.column("file_path").cast("string")
+        for target in targets:
+            found.setdefault(target, []).append(rows.filter(pc.equal(paths, target)).column("pos").to_numpy())
+    counts = {t.file.file_path: t.file.record_count for t in tasks}
+    return {
+        path: int(np.count_nonzero(np.unique(np.concatenate(chunks)) < counts[path]))
+        for path, chunks in found.items()
+    }
 
 
 def live_delete_files(table: Table) -> list[DataFile]:

@@ -48,6 +48,7 @@ from kafscale_iceberg.adapters.iceberg_data_files import bucket_values, data_fil
 from kafscale_iceberg.adapters.iceberg_delete_folding import (
     applied_deletes,
     delete_files_to_remove,
+    deleted_rows,
     deletes_landed_on,
     folded_files,
 )
@@ -113,6 +114,11 @@ class CompactionPlan:
     @property
     def file_count(self) -> int:
         return sum(len(g.files) for g in self.groups)
+
+    @property
+    def total_bytes(self) -> int:
+        """The bytes the plan reads (its files' sizes): what chooses where it runs."""
+        return sum(g.bytes for g in self.groups)
 
 
 @dataclass(frozen=True)
@@ -264,8 +270,13 @@ class IcebergTableMaintainer(CatalogTableAccess):
         started_ms: int,
     ) -> CompactionJob:
         """The job document of `plan` for Spark (`spark_app/main.py --compaction`): the metadata
-        file it was planned from, each group's file paths and row counts, a new output folder."""
+        file it was planned from, each group's file paths, row counts and rows its position deletes
+        delete (read from its delete files), a new output folder."""
         base = plan.base or self._load(plan.table)
+        try:
+            deleted = deleted_rows(base.io, list(plan.tasks.values()))
+        except Exception as exc:
+            raise self._translate(f"read the position deletes of {plan.table!r}", exc) from exc
         return CompactionJob(
             job_id=job_id,
             table=plan.table,
@@ -276,6 +287,7 @@ class IcebergTableMaintainer(CatalogTableAccess):
                     partition_key=g.partition_key,
                     files=tuple(f.file_path for f in g.files),
                     rows=sum(f.record_count for f in g.files),
+                    deleted_rows=sum(deleted.get(f.file_path, 0) for f in g.files),
                     bytes=sum(f.file_size_in_bytes for f in g.files),
                 )
                 for g in plan.groups
@@ -603,9 +615,12 @@ def _check_job_result(job: CompactionJob, result: CompactionJobResult) -> None:
         problem = f"the result has groups {sorted(o.index for o in result.groups)}, the job {len(job.groups)}"
     else:
         for output in result.groups:
-            expected = job.groups[output.index].rows
+            group = job.groups[output.index]
+            expected = group.rows - group.deleted_rows
             if output.rows != expected:
                 problem = f"group {output.index} wrote {output.rows} rows, its files hold {expected}"
+                if group.deleted_rows:
+                    problem += f" once {group.deleted_rows} deleted by position deletes are applied"
                 break
             outside = [uri for uri in output.files if not uri.startswith(job.folder.rstrip("/") + "/")]
             if outside:

@@ -11,8 +11,10 @@ This module is the smallest adapter over its manifest and snapshot classes that 
 - `_RowDelta`: pyiceberg's fast append (every existing manifest kept, the new snapshot's sequence
   number inherited by every added entry - the data files' and the delete files' alike, so a delete
   applies to the table's older files and never to the rows added beside it) plus a delete manifest
-  per partition spec, and the summary's `added-delete-files` / `added-position-deletes` (pyiceberg's
-  own summary collector counts them by the files' content);
+  per partition spec, the delete files a new one supersedes removed (their manifests rewritten with
+  them `DELETED`: what Iceberg's `RowDelta.removeDeletes` does), and the summary's
+  `added-delete-files` / `added-position-deletes` / `removed-position-deletes` (pyiceberg's own
+  summary collector counts them by the files' content);
 - `_Replace`: a `replace` snapshot (rows unchanged: a compaction) removing data files and the
   delete files folded into their rewrite - pyiceberg's overwrite removes data files only, would
   rewrite a delete manifest as a data manifest, and calls itself `overwrite`, which incremental
@@ -157,6 +159,16 @@ class _RowDelta(_FastAppendFiles):
         self._added_delete_files.append(delete_file)
         return self
 
+    def remove_delete_file(self, delete_file: DataFile) -> _RowDelta:
+        """Remove a delete file of the table (its entry as the parent snapshot lists it)."""
+        self._deleted_data_files.add(delete_file)
+        return self
+
+    def _existing_manifests(self) -> list[ManifestFile]:
+        if not self._deleted_data_files:
+            return super()._existing_manifests()
+        return _manifests_without(self, {f.file_path for f in self._deleted_data_files})
+
     def _manifests(self) -> list[ManifestFile]:
         manifests = super()._manifests()
         by_spec: dict[int, list[DataFile]] = defaultdict(list)
@@ -230,33 +242,38 @@ class _Replace(_SnapshotProducer["_Replace"]):
                 for data_file in self._added_data_files:
                     writer.add_entry(_added(self._snapshot_id, data_file))
             manifests.append(writer.to_manifest_file())
-        removed = {f.file_path for f in self._deleted_data_files}
-        parent = self._transaction.table_metadata.snapshot_by_id(self._parent_snapshot_id or -1)
-        for manifest in parent.manifests(self._io) if parent is not None else ():
-            entries = manifest.fetch_manifest_entry(self._io, discard_deleted=True)
-            if not any(e.data_file.file_path in removed for e in entries):
-                manifests.append(manifest)
-                continue
-            writer = self._writer_like(manifest)
-            with writer:
-                for entry in entries:
-                    if entry.data_file.file_path in removed:
-                        writer.delete(entry)
-                    else:
-                        writer.existing(entry)
-            manifests.append(writer.to_manifest_file())
-        return manifests
+        return manifests + _manifests_without(self, {f.file_path for f in self._deleted_data_files})
 
-    def _writer_like(self, manifest: ManifestFile) -> ManifestWriterV2:
-        """A writer of a manifest of `manifest`'s content and partition spec."""
+
+def _manifests_without(producer: _SnapshotProducer[Any], removed: set[str]) -> list[ManifestFile]:
+    """The parent snapshot's live manifests with the entries of `removed` (file paths, data or
+    delete files) marked `DELETED`: a manifest holding none is kept as it is, one holding some is
+    written again, in a manifest of its content and partition spec."""
+    manifests: list[ManifestFile] = []
+    parent = producer._transaction.table_metadata.snapshot_by_id(producer._parent_snapshot_id or -1)
+    for manifest in parent.manifests(producer._io) if parent is not None else ():
+        if not (manifest.has_added_files() or manifest.has_existing_files()):
+            continue  # every entry deleted already: no snapshot after the parent needs it
+        entries = manifest.fetch_manifest_entry(producer._io, discard_deleted=True)
+        if not any(e.data_file.file_path in removed for e in entries):
+            manifests.append(manifest)
+            continue
         kind = _DeleteManifestWriter if manifest.content == ManifestContent.DELETES else ManifestWriterV2
-        return kind(
-            spec=self.spec(manifest.partition_spec_id),
-            schema=self.schema(),
-            output_file=self.new_manifest_output(),
-            snapshot_id=self._snapshot_id,
-            avro_compression=self._compression,
+        writer = kind(
+            spec=producer.spec(manifest.partition_spec_id),
+            schema=producer.schema(),
+            output_file=producer.new_manifest_output(),
+            snapshot_id=producer._snapshot_id,
+            avro_compression=producer._compression,
         )
+        with writer:
+            for entry in entries:
+                if entry.data_file.file_path in removed:
+                    writer.delete(entry)
+                else:
+                    writer.existing(entry)
+        manifests.append(writer.to_manifest_file())
+    return manifests
 
 
 def replace_files(
@@ -281,10 +298,12 @@ def add_row_delta(
     data_files: Sequence[DataFile],
     delete_files: Sequence[DataFile],
     summary: dict[str, str],
+    removed_deletes: Sequence[DataFile] = (),
 ) -> None:
-    """Add `data_files` and `delete_files` (`position_delete_entry`) to `transaction` as ONE snapshot
-    carrying `summary` (operation `overwrite` when it adds and deletes rows, `delete` when it only
-    deletes, `append` when it only adds: Iceberg's row delta).
+    """Add `data_files` and `delete_files` (`position_delete_entry`) to `transaction`, and remove the
+    table's delete files `removed_deletes` (superseded by added ones holding their positions), as ONE
+    snapshot carrying `summary` (operation `overwrite` when it adds and deletes rows, `delete` when it
+    only deletes, `append` when it only adds: Iceberg's row delta).
     pyiceberg's commit retries must be off for the transaction (`single_attempt`): a lost race is for
     the caller to verify again, never to re-apply blindly."""
     producer = _RowDelta(transaction, snapshot_properties=summary)
@@ -296,4 +315,6 @@ def add_row_delta(
         producer.append_data_file(data_file)
     for delete_file in delete_files:
         producer.add_delete_file(delete_file)
+    for delete_file in removed_deletes:
+        producer.remove_delete_file(delete_file)
     producer.commit()

@@ -5,7 +5,8 @@
 - `plan_schema_changes` (pure) and `apply_schema_changes`: the evolution `ensure_table` makes before any
   file is added (optional columns added, int->long / float->double widened when allowed, required
   columns relaxed; anything else a `SchemaChangeError`).
-- `stage_new_columns`: an inferred table's new columns, staged in the transaction that adds its files.
+- `stage_new_columns`: an inferred table's renamed and new columns, staged in the transaction that adds
+  its files; `stage_column_sources` the table property keeping their former names and Protobuf numbers.
 - `field_ids_by_path`: a schema's field ids as `domain.field_ids` plans them.
 - `iceberg_transform`, `check_partitioning`: partition transforms, and a table's spec checked against
   the run's.
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -56,12 +57,14 @@ from pyiceberg.types import (
     UUIDType,
 )
 
+from kafscale_iceberg.domain.column_sources import COLUMN_SOURCES_PROPERTY, sources_property, with_sources
 from kafscale_iceberg.domain.commits import (
     TableCommit,
     TableSpec,
     describe_partitioning,
 )
 from kafscale_iceberg.domain.field_ids import missing_parts
+from kafscale_iceberg.domain.renames import column_renames
 from kafscale_iceberg.domain.runs import ColumnSpec, ColumnType, PartitionField, PartitionTransform
 from kafscale_iceberg.domain.schema import BASE_FIELD_NAMES, FieldSpec
 from kafscale_iceberg.domain.schema_evolution import merged_column, widened_parts
@@ -227,6 +230,19 @@ def stage_new_columns(transaction: Transaction, table: str, commit: TableCommit)
     (int -> long, float -> double, a wider decimal: `domain/schema_evolution.py`). Raises
     `InferredColumnChangedError` (nothing staged) when a column or part the table has is of another
     type in the run's files that is not such a promotion."""
+    renames = column_renames(commit.columns or (), field_ids_by_path(transaction.table_metadata.schema()))
+    if renames:  # a record schema renamed a column: it keeps its id and rows (`domain/renames.py`)
+        with transaction.update_schema() as update:
+            for rename in renames:
+                update.rename_column(rename.old, rename.new_name)
+        logger.info(
+            "columns renamed with the run's files",
+            extra={
+                "table": table,
+                "run_id": commit.run_id,
+                "renamed": {".".join(r.old): ".".join(r.new) for r in renames},
+            },
+        )
     schema = transaction.table_metadata.schema()
     by_name = {f.name: f for f in schema.fields}
     known = field_ids_by_path(schema)
@@ -322,11 +338,24 @@ def column_spec_of(field: NestedField) -> ColumnSpec | None:
 _NOT_PRIMITIVE = frozenset({ColumnType.DECIMAL, ColumnType.STRUCT, ColumnType.LIST, ColumnType.MAP})
 
 
-def table_columns(schema: Schema) -> tuple[ColumnSpec, ...]:
+def table_columns(schema: Schema, properties: Mapping[str, str] | None = None) -> tuple[ColumnSpec, ...]:
     """The columns of `schema` after the base fields, as mapping columns (those of a type a mapping
-    cannot name left out)."""
+    cannot name left out), with the record-schema sources the table's `properties` keep for them
+    (former names, Protobuf numbers: `domain/column_sources.py`)."""
     columns = (column_spec_of(f) for f in schema.fields if f.name not in BASE_FIELD_NAMES)
-    return tuple(c for c in columns if c is not None)
+    found = tuple(c for c in columns if c is not None)
+    kept = (properties or {}).get(COLUMN_SOURCES_PROPERTY)
+    return with_sources(found, field_ids_by_path(schema), kept) if kept else found
+
+
+def stage_column_sources(transaction: Transaction, columns: Sequence[ColumnSpec]) -> dict[str, str]:
+    """The table property keeping `columns`' record-schema sources by field id, when it changes (to set
+    with the run's other properties); the ids are the staged schema's (renames and new columns in)."""
+    metadata = transaction.table_metadata
+    wanted = sources_property(columns, field_ids_by_path(metadata.schema()))
+    if wanted is None or metadata.properties.get(COLUMN_SOURCES_PROPERTY) == wanted:
+        return {}
+    return {COLUMN_SOURCES_PROPERTY: wanted}
 
 
 def field_ids_by_path(schema: Schema) -> dict[str, int]:

@@ -63,6 +63,7 @@ from kafscale_iceberg.adapters.iceberg_schemas import (
     key_sort_order,
     plan_schema_changes,
     set_identifier_fields,
+    stage_column_sources,
     stage_new_columns,
     table_columns,
 )
@@ -408,7 +409,8 @@ class IcebergTableCommitter(CatalogTableAccess):
         try:
             # An upsert run: only while its located version stands (manifests read, no data file).
             replaced = files_to_replace(table, expected.table, commit)
-            transaction.set_properties({**commit.table_properties, **updates})
+            sources = stage_column_sources(transaction, commit.columns) if commit.columns else {}
+            transaction.set_properties({**commit.table_properties, **sources, **updates})
             present = tuple(key for key in removals if key in table.properties)
             if present:
                 transaction.remove_properties(*present)
@@ -474,7 +476,7 @@ class IcebergTableCommitter(CatalogTableAccess):
             identifier=table,
             field_ids=field_ids_by_path(metadata.schema()),
             last_column_id=metadata.last_column_id,
-            columns=table_columns(metadata.schema()),
+            columns=table_columns(metadata.schema(), metadata.properties),
             metadata_location=loaded.metadata_location,
             data_location=data_location_of(loaded.location(), dict(loaded.properties)),
         )

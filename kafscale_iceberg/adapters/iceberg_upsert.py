@@ -10,7 +10,8 @@ lands only when
   did not see (a compaction only moves rows; the next check catches it moving the run's);
 - every file the run replaces, and every data file its position deletes target (merge-on-read), is
   still in the current snapshot - a compaction that took one meanwhile moved the rows the deletes
-  name, so the run is refused rather than resurrecting them.
+  name, so the run is refused rather than resurrecting them - and so is every delete file its new
+  delete files supersede (`PositionDeleteFile.replaces`).
 
 Otherwise `UpsertLocateStaleError` (nothing written): the run is aborted and planned again on the
 table's current version. Only manifests are read here, never a data file.
@@ -29,9 +30,9 @@ _ADDED_DATA_FILES = "added-data-files"
 
 
 def files_to_replace(table: Table, identifier: str, commit: TableCommit) -> list[IcebergDataFile]:
-    """The current snapshot's entries of `commit.removed_files` and of the data files its position
-    deletes target, once `commit.located` is checked to still stand on `table` (see the module
-    docstring). Raises `UpsertLocateStaleError`."""
+    """The current snapshot's entries of `commit.removed_files`, of the data files its position
+    deletes target and of the delete files they supersede, once `commit.located` is checked to still
+    stand on `table` (see the module docstring). Raises `UpsertLocateStaleError`."""
     metadata = table.metadata
     if commit.located is None and not commit.removed_files and not commit.added_deletes:
         return []
@@ -59,12 +60,15 @@ def files_to_replace(table: Table, identifier: str, commit: TableCommit) -> list
                     f"snapshot {walked} ({operation}, {added} data file(s) added) landed after it",
                 )
             walked = snapshot.parent_snapshot_id
-    wanted = {*commit.removed_files, *(t for d in commit.added_deletes for t in d.targets)}
+    superseded = {r for d in commit.added_deletes for r in d.replaces}
+    wanted = {*commit.removed_files, *(t for d in commit.added_deletes for t in d.targets), *superseded}
     if not wanted:
         return []
     snapshot_id = metadata.current_snapshot_id
-    live = [] if snapshot_id is None else table.scan(snapshot_id=snapshot_id).plan_files()
+    live = [] if snapshot_id is None else list(table.scan(snapshot_id=snapshot_id).plan_files())
     removed = [task.file for task in live if task.file.file_path in wanted]
+    deletes = {d.file_path: d for task in live for d in task.delete_files if d.file_path in superseded}
+    removed.extend(deletes.values())
     if len(removed) != len(wanted):
         gone = sorted(wanted - {f.file_path for f in removed})
         raise UpsertLocateStaleError(

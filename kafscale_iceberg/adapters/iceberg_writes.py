@@ -111,14 +111,16 @@ def add_row_delta(
     transaction: Transaction, table: Table, commit: TableCommit, live: Sequence[IcebergDataFile]
 ) -> None:
     """Add `commit`'s files and its position delete files (`commit.added_deletes`, each in the
-    partition of the data files it targets, found in `live`) as ONE snapshot carrying its summary."""
+    partition of the data files it targets, found in `live`) and remove the delete files they
+    supersede (in `live` too) as ONE snapshot carrying its summary."""
     metadata = transaction.table_metadata
     files = data_files_to_add(metadata, table.io, commit.file_uris, {f.uri: f for f in commit.files})
     if metadata.name_mapping() is None:
         transaction.set_properties({NAME_MAPPING: metadata.schema().name_mapping.model_dump_json()})
     by_path = {f.file_path: f for f in live}
     deletes = [position_delete_entry(d, by_path[d.targets[0]]) for d in commit.added_deletes]
-    add_row_delta_snapshot(transaction, files, deletes, commit.summary())
+    superseded = [by_path[uri] for d in commit.added_deletes for uri in d.replaces]
+    add_row_delta_snapshot(transaction, files, deletes, commit.summary(), removed_deletes=superseded)
 
 
 @dataclass(frozen=True)

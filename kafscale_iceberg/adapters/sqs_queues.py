@@ -43,6 +43,10 @@ class SqsWorkQueue:
         """Enqueue a topic signal ("look at this topic again"); each signal is unique (a new nonce)."""
         self._send([TopicSignal(topic=topic, reason=reason, nonce=uuid.uuid4().hex)])
 
+    def send_signal(self, signal: TopicSignal) -> None:
+        """Enqueue `signal` as built (its nonce: a retried send within 5 minutes is one message)."""
+        self._send([signal])
+
     def _send(self, messages: Sequence[WorkItem | TopicSignal]) -> None:
         for start in range(0, len(messages), _SQS_BATCH):
             chunk = messages[start : start + _SQS_BATCH]

@@ -79,7 +79,9 @@ def render_report(report: MaintenanceReport) -> str:
         lines = [
             f"{done.table}: {before.files} files ({before.small_files} small), {before.snapshots} snapshots",
         ]
-        if report.dry_run:
+        if before.managed_compaction:
+            lines.append("  compaction    left to Amazon S3 Tables (it compacts the table)")
+        elif report.dry_run:
             lines.append(f"  compaction    would rewrite {done.compaction_candidates} files")
         elif done.compaction is not None:
             c = done.compaction
@@ -89,7 +91,10 @@ def render_report(report: MaintenanceReport) -> str:
             lines.append("  compaction    not needed")
         expired = len(done.expiry.expired) if done.expiry else 0
         lines.append(f"  expiry        {verb} expire {expired} snapshots")
-        lines.append(f"  orphan files  {verb} delete {len(done.orphans)}")
+        if done.orphans_deferred:
+            lines.append("  orphan files  left to Amazon S3 Tables (its unreferenced-file removal)")
+        else:
+            lines.append(f"  orphan files  {verb} delete {len(done.orphans)}")
         lines += [f"    {o.uri}" for o in done.orphans[:50]]
         if len(done.orphans) > 50:
             lines.append(f"    … and {len(done.orphans) - 50} more")

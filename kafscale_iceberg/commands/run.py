@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING
 from kafscale_iceberg.exceptions import KafscaleIcebergError
 
 if TYPE_CHECKING:
-    from kafscale_iceberg.local.pipeline import OnceSummary, RunReport
+    from kafscale_iceberg.local.pipeline import OnceSummary
+    from kafscale_iceberg.local.run_reports import RunReport
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -112,16 +113,19 @@ def print_summary(summary: OnceSummary, refer: Callable[[str], str] = lambda tex
     """The `--once` summary: runs, records, and each topic left behind with why (an error the progress
     lines printed already is referred to, not repeated: `refer`)."""
     from kafscale_iceberg.domain.wording import counted  # noqa: PLC0415
-    from kafscale_iceberg.local.pipeline import RunEnd  # noqa: PLC0415
+    from kafscale_iceberg.local.run_reports import RunEnd  # noqa: PLC0415
     from kafscale_iceberg.local.wiring import lfs_summary  # noqa: PLC0415
 
-    committed = [r for r in summary.runs if r.end is RunEnd.COMMITTED]
+    ended = [r for r in summary.runs if r.end is RunEnd.COMMITTED]
+    committed = [r for r in ended if not r.committed_elsewhere]
     finished = summary.finished
     records = sum(r.records for r in committed) + sum(f.records for f in finished)
     recovered = f" ({len(finished)} of them left by an earlier crash and finished)" if finished else ""
+    elsewhere = len(ended) - len(committed)
+    others = f", {counted(elsewhere, 'run')} already committed by another runner" if elsewhere else ""
     print(
         f"kafscale-iceberg run --once: {counted(len(committed) + len(finished), 'run')} committed"
-        f"{recovered}, {counted(records, 'record')}, {counted(len(summary.failed), 'topic')} failed",
+        f"{recovered}, {counted(records, 'record')}{others}, {counted(len(summary.failed), 'topic')} failed",
         file=sys.stderr,
     )
     for run in finished:

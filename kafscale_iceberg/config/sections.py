@@ -218,6 +218,11 @@ class IcebergConfig(_Section):
             }
         return data
 
+    @property
+    def in_table_bucket(self) -> bool:
+        """Whether the warehouse is an Amazon S3 Tables table bucket (its ARN)."""
+        return S3_TABLES_ARN.fullmatch(self.warehouse) is not None
+
     @model_validator(mode="after")
     def _check_table_bucket(self) -> IcebergConfig:
         if not self.warehouse.startswith("arn:") or ":s3tables:" not in self.warehouse:
@@ -374,10 +379,11 @@ def _check_runs_location(value: str) -> str:
     return value.rstrip("/") or value
 
 
-DEFAULT_MIN_BYTES_PER_RUN = 128 * MIB
+DEFAULT_MIN_BYTES_PER_RUN = 96 * MIB
 """A run starts once this much is pending, or once its oldest segment waited `max_wait_seconds`
-(Firehose's buffering hints: size or interval, whichever comes first). 128 MiB starts a 1 MB/s topic's
-run about every 2 minutes and keeps a 10 MB/s one's per-run cost under $0.010/GB (docs/cost.md)."""
+(Firehose's buffering hints: size or interval, whichever comes first). 96 MiB starts a 1 MB/s topic's
+run about every 100 s (p50 PUT->committed about a minute) and keeps a 10 MB/s one's per-run cost under
+$0.010/GB (docs/cost.md)."""
 DEFAULT_MAX_WAIT_SECONDS = 480
 """A topic below `min_bytes_per_run` runs this long after its oldest pending segment: a small topic's
 record waits 4 minutes on average (p50 PUT->committed ~250 s on the Lambda runner, under 5 minutes),
@@ -484,6 +490,13 @@ class MaintenanceConfig(_Section):
     compaction_engine: Literal["spark", "inline"] = "spark"
     compaction_wait_seconds: DurationSeconds = 600
     trigger_small_files: Annotated[int, Field(ge=0)] = 100
+    # With the spark engine, a compaction of at most this many bytes runs in the maintaining process
+    # (pyarrow: no job, no JVM, no EMR minimum); 0: every compaction is a job.
+    compaction_inline_max_bytes: Annotated[ByteSize, Field(ge=0)] = ByteSize(256 * MIB)
+
+    def compacts_inline(self, planned_bytes: int) -> bool:
+        """Whether a compaction of `planned_bytes` runs in this process rather than as a Spark job."""
+        return self.compaction_engine == "inline" or planned_bytes <= self.compaction_inline_max_bytes
 
 
 class LocalRunnerConfig(_Section):

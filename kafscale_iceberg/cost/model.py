@@ -82,6 +82,9 @@ VPC_AZS = 2  # subnets in two AZs, as docs/deploy.md deploys
 NAT_BYTES_PER_REQUEST = (
     16_000  # what an AWS API call of a VPC function moves on average (documents, metadata)
 )
+INLINE_REWRITE_FACTOR = (
+    1.0  # a Parquet rewrite in pyarrow: priced as the runner's conversion of as many bytes
+)
 FILES_PER_RUN_PER_PARTITION = 1  # a run writes one file per Kafka partition (one partition value)
 # Further router batches of one run (functions/launcher.py): while the previous run holds the lease, the
 # router's send and the launcher's receive and delete; while the topic waits, the router's send only.
@@ -168,6 +171,8 @@ class RunPolicy:
     compaction_min_small_files: int
     trigger_small_files: int
     compaction_wait_s: float
+    compaction_inline_max_bytes: int
+    small_file_bytes: int
 
     @classmethod
     def defaults(cls) -> RunPolicy:
@@ -180,6 +185,8 @@ class RunPolicy:
             compaction_min_small_files=maintenance.compaction_min_small_files,
             trigger_small_files=maintenance.trigger_small_files,
             compaction_wait_s=float(maintenance.compaction_wait_seconds),
+            compaction_inline_max_bytes=int(maintenance.compaction_inline_max_bytes),
+            small_file_bytes=int(maintenance.small_file_bytes),
         )
 
 
@@ -410,16 +417,23 @@ class CostModel:
             bill.add("network", count * vpc_requests * NAT_BYTES_PER_REQUEST / GB * prices.nat_gb)
 
     def _compaction(self, bill: Bill, group: TopicGroup, runs: TopicRuns) -> None:
-        """Each table's maintenance passes, and its compaction jobs (EMR; the maintenance function waits)."""
+        """Each table's maintenance passes, and its compactions: up to `compaction_inline_max_bytes`
+        inside the maintenance function (its rewrite at the runner's 1-vCPU speed), beyond as EMR jobs
+        the function waits on (`services/maintenance.py` `_compact`)."""
         maintenance = self.stack.function("MaintenanceFunction")
         passes = MONTH_S / self.stack.maintenance_every_s if self.stack.maintenance_every_s else 0.0
         bill.add("compaction", group.count * self.function_usd("MaintenanceFunction", passes))
         files = runs.runs_per_month * group.partitions * FILES_PER_RUN_PER_PARTITION
-        if not files:
-            return
         policy = self.policy
+        file_bytes = runs.planned_bytes / (group.partitions * FILES_PER_RUN_PER_PARTITION)
+        if not files or file_bytes >= policy.small_file_bytes:
+            return  # nothing worth merging: the runs write files of at least `small_file_bytes`
         jobs = max(min(passes, files / policy.compaction_min_small_files), files / policy.trigger_small_files)
         job_bytes = runs.runs_per_month * runs.planned_bytes / jobs
+        if job_bytes <= policy.compaction_inline_max_bytes:
+            rewrite_s = job_bytes / 1e6 / self.throughput.lambda_runner(1.0) * INLINE_REWRITE_FACTOR
+            bill.add("compaction", group.count * jobs * self.lambda_usd(maintenance, 1, rewrite_s))
+            return
         # sized like a run of its bytes (adapters/emr_serverless.py: job_sizing.sizing_conf)
         vcpu, memory_gb = _emr_shape(job_bytes, self.stack.emr_max_vcpu)
         job_s = EMR_JOB_START_S + job_bytes / 1e6 / (

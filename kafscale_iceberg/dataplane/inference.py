@@ -196,7 +196,9 @@ def _resolved_table(
     if conversion.value_format.self_described:  # columns from the records' own schemas
         schemas = observed.schemas if observed is not None else {}
         given = [with_time_as(schemas[key], conversion.time_columns, current) for key in sorted(schemas)]
-        columns = evolved_columns(current, given, reserved=reserved)
+        pinned = {p.column for p in conversion.partition_by}
+        pinned.update(conversion.upsert.key if conversion.upsert is not None else ())
+        columns = evolved_columns(current, given, reserved=reserved, pinned=pinned)
     else:
         columns = resolve_columns(
             current, observed, allow_type_widening=conversion.allow_type_widening, reserved=reserved

@@ -4,9 +4,10 @@ that hold its changed keys (`domain/upsert.py`).
 
 A position delete file is Parquet with two required columns, `file_path` (string, field id
 2147483546) and `pos` (long, 2147483545): the data file and the 0-based row position of each deleted
-row, sorted by `file_path` then `pos` as the spec requires. One file per Iceberg partition of the
-rows it deletes (the commit gives it its targets' partition); when it targets a single data file its
-`file_path` bounds are equal, which every reader takes as its referenced data file. Its metrics -
+row, sorted by `file_path` then `pos` as the spec requires. An upsert run writes one per data file
+it deletes rows of (`execution/upsert_stage.py`; the commit gives it its target's partition); one
+targeting a single data file has equal `file_path` bounds, which every reader takes as its
+referenced data file. Its metrics -
 record count, both columns' bounds and compressed sizes - come from the rows and the footer just
 written, so the commit step reads no file.
 
@@ -69,8 +70,18 @@ def write_position_deletes(
         raise ValueError(f"position delete file {uri}: no position to delete")
     staging = sink.staging_path(uri)
     # Dictionary-encoded paths (few distinct, repeated): what Iceberg's writers do, and pyiceberg's
-    # reader expects a dictionary it can unify.
-    pq.write_table(rows, staging, compression="zstd", compression_level=1, write_statistics=True)
+    # reader expects a dictionary it can unify. No Arrow schema in the footer (the Parquet schema
+    # holds the field ids) and no Parquet statistics of the paths (readers match a delete file by
+    # its manifest bounds): 694 bytes instead of 1,708 for 25 positions of one data file, which
+    # counts with a file per data file a run deletes rows of.
+    pq.write_table(
+        rows,
+        staging,
+        compression="zstd",
+        compression_level=1,
+        write_statistics=["pos"],
+        store_schema=False,
+    )
     size = os.path.getsize(staging)
     metadata = pq.read_metadata(staging)
     sizes = [0, 0]

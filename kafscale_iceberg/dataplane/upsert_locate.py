@@ -13,7 +13,8 @@ the current snapshot's manifest list and its data manifests (Avro, through `fast
 
 Only the candidates' key columns are then read, by the run's tasks (`upsert_positions.py`). Each
 candidate carries the table's position delete files whose `file_path` bounds (or referenced data
-file) hold it: the rows they delete are gone, neither replaced again nor brought back by a rewrite.
+file) hold it: the rows they delete are gone, neither replaced again nor brought back by a rewrite;
+and which of them delete rows of it alone (a merge-on-read run replaces those by one merged file).
 A table with equality delete files is refused (`UpsertTableError`): no position says which rows
 they delete.
 """
@@ -59,10 +60,18 @@ class TableFile:
     """Its partition spec and values: the files of one key share an Iceberg partition."""
     delete_files: tuple[str, ...] = ()
     """The table's position delete files that may delete rows of it (their path bounds hold it)."""
+    own_delete_files: tuple[str, ...] = ()
+    """Of `delete_files`, those deleting rows of this file only (its referenced data file): a
+    merge-on-read run that deletes more of its rows writes one file of all and removes these."""
 
     def with_deletes(self, deletes: Sequence[_DeleteFile]) -> TableFile:
         """The file with the delete files of `deletes` that may delete rows of it."""
-        return replace(self, delete_files=tuple(d.uri for d in deletes if d.may_delete_in(self.uri)))
+        mine = [d for d in deletes if d.may_delete_in(self.uri)]
+        return replace(
+            self,
+            delete_files=tuple(d.uri for d in mine),
+            own_delete_files=tuple(d.uri for d in mine if d.lowest == d.highest == self.uri),
+        )
 
 
 @dataclass(frozen=True)

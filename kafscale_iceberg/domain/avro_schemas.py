@@ -181,7 +181,7 @@ def avro_columns(
             continue
         taken.add(name.casefold())
         column = mapper.column(name, field.get("type"), namespace=_namespace(schema, ""), path=(name,))
-        columns.append(with_default(column, field))
+        columns.append(with_aliases(with_default(column, field), field))
     return tuple(columns)
 
 
@@ -211,6 +211,16 @@ def with_default(column: ColumnSpec, field: Mapping[str, object]) -> ColumnSpec:
     if not isinstance(default, expected):
         return column
     return column.model_copy(update={"default": default})
+
+
+def with_aliases(column: ColumnSpec, field: Mapping[str, object]) -> ColumnSpec:
+    """`column` carrying the field's `aliases` (its former names): a column of one of those names is
+    renamed to the field's, keeping its id and rows (`domain/schema_evolution.py`)."""
+    aliases = field.get("aliases")
+    if not isinstance(aliases, list):
+        return column
+    names = tuple(dict.fromkeys(a for a in aliases if isinstance(a, str) and a and a != column.name))
+    return column.model_copy(update={"aliases": names}) if names else column
 
 
 def _namespace(schema: Mapping[str, object], enclosing: str) -> str:
@@ -297,7 +307,7 @@ class _AvroMapper:
                 part = self.column(
                     field_name, field.get("type"), namespace=inner_namespace, path=(*path, field_name)
                 )
-                parts.append(with_default(part, field))
+                parts.append(with_aliases(with_default(part, field), field))
             self._open.discard(full)
             if not parts:
                 raise self._error(path, f"is the record {full!r} without fields: Iceberg has no empty struct")

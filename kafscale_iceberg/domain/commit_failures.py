@@ -70,6 +70,13 @@ class CommitDecision:
         False for a plan that only has to be made again."""
         return self.action is not CommitAction.REPLAN_NOW
 
+    @property
+    def refresh_recorded_tables(self) -> bool:
+        """Whether the tables moved past what the plan was made from (a stale plan, a stranded run
+        finished first): the commit step records their ids and upsert versions again
+        (`field-ids.json`), so the next plan - on either loop - locates in the current version."""
+        return self.failure in (CommitFailure.STALE_PLAN, CommitFailure.SUPERSEDED)
+
 
 _BY_CLASS: tuple[tuple[type[KafscaleIcebergError], CommitFailure, CommitAction], ...] = (
     (exceptions.RunSupersededError, CommitFailure.SUPERSEDED, CommitAction.REPLAN_NOW),

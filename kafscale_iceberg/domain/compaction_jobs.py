@@ -49,7 +49,10 @@ class CompactionJobGroup(_Model):
     partition_key: str
     files: tuple[str, ...] = Field(min_length=1)
     rows: int = Field(ge=0)
-    """Rows the files hold (their manifests' record counts): the result must hold exactly as many."""
+    """Rows the files hold (their manifests' record counts)."""
+    deleted_rows: int = Field(default=0, ge=0)
+    """Of `rows`, those the snapshot's position deletes delete: the job's rewrite applies them (it
+    reads through the table), so the result must hold exactly `rows - deleted_rows`."""
     bytes: int = Field(default=0, ge=0)
     """The files' bytes (their manifests' sizes): what sizes the job (0 in a job written before)."""
 

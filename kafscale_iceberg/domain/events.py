@@ -171,8 +171,9 @@ class TopicSignal(BaseModel):
         return fifo_id(f"signal#{self.topic}#{self.nonce}")
 
     def sqs_message(self) -> dict[str, str]:
-        """The signal as SQS `SendMessage` fields; the state machine sends them as the steps give them,
-        so the group and deduplication ids are built by this one function wherever a signal is sent."""
+        """The signal as SQS `SendMessage` fields; the state machine sends the abort's re-signal as the
+        step gives it, so no FIFO id is built in ASL (the commit step's signal goes through the work
+        queue adapter, which takes the same `message_group_id` and `deduplication_id`)."""
         return {
             "MessageBody": self.model_dump_json(),
             "MessageGroupId": message_group_id(self.topic),

@@ -27,6 +27,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from kafscale_iceberg.domain.renames import column_renames, renamed_paths
 from kafscale_iceberg.domain.runs import ColumnSpec, ColumnType
 from kafscale_iceberg.domain.schema import FieldSpec
 from kafscale_iceberg.domain.tickets import join_uri
@@ -186,6 +187,9 @@ def planned_field_ids(
         for f in fields:
             _assign_parts(f.name, f.column, lambda: next(counter), ids)
         return ids
+    renames = column_renames([f.column for f in fields if f.column is not None], known.field_ids)
+    if renames:  # renamed columns keep their ids (`domain/renames.py`)
+        known = known.model_copy(update={"field_ids": renamed_paths(known.field_ids, renames)})
     ids = {}
     next_id = itertools.count(known.last_column_id + 1)
     for f in fields:

@@ -112,7 +112,7 @@ def protobuf_columns(
         taken.add(field.name.casefold())
         column = mapper.column(field.name, field, path=(field.name,))
         if column is not None:
-            columns.append(column)
+            columns.append(column.model_copy(update={"number": field.number}))
     return tuple(columns)
 
 
@@ -163,7 +163,11 @@ class _ProtobufMapper:
         if full in self.open:
             raise self._error(path, f"uses the message {full!r} inside itself: recursive schemas are refused")
         self.open.add(full)
-        parts = [p for p in (self.column(f.name, f, path=(*path, f.name)) for f in message.fields) if p]
+        parts = [
+            p.model_copy(update={"number": f.number})
+            for f in message.fields
+            if (p := self.column(f.name, f, path=(*path, f.name))) is not None
+        ]
         self.open.discard(full)
         if not parts:
             return None

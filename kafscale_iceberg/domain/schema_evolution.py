@@ -17,6 +17,13 @@ Rules, applied to each schema in turn (in schema-id order: older versions first)
 
 Names are compared exactly, and a new name equal to a column's ignoring case is left out (it stays in
 the `value` bytes), as for inferred columns (`domain/inference.py`).
+
+Renames keep the column (its field id, its rows): a field whose name the columns lack is the column
+it renames when its Avro `aliases` name the column, or when it has the column's Protobuf field number;
+the column takes the new name and keeps the old one among its `aliases`, so records still written with
+the old name land in it. A rename onto a name another column already has is refused
+(`ColumnRenameError`), never merged into that column. A field named like one of a column's aliases (an
+older schema version) lands in that column.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from kafscale_iceberg.domain.runs import ColumnSpec, ColumnType, TimeColumns
+from kafscale_iceberg.exceptions import ColumnRenameError
 
 _WIDER: dict[tuple[ColumnType, ColumnType], ColumnType] = {
     (ColumnType.INT, ColumnType.LONG): ColumnType.LONG,
@@ -32,39 +40,113 @@ _WIDER: dict[tuple[ColumnType, ColumnType], ColumnType] = {
 
 
 def evolved_columns(
-    current: Sequence[ColumnSpec], schemas: Iterable[Sequence[ColumnSpec]], *, reserved: Iterable[str] = ()
+    current: Sequence[ColumnSpec],
+    schemas: Iterable[Sequence[ColumnSpec]],
+    *,
+    reserved: Iterable[str] = (),
+    pinned: Iterable[str] = (),
 ) -> tuple[ColumnSpec, ...]:
     """`current` evolved by each of `schemas` (columns from record schemas), in order; `reserved`
-    names (base fields, `lfs_*`) never become columns."""
+    names (base fields, `lfs_*`) never become columns; `pinned` columns (the mapping names them: its
+    partitioning, its upsert key) are never renamed (a field renaming one becomes a new column)."""
     columns = tuple(c.model_copy(update={"required": False}) if c.required else c for c in current)
     reserved_names = {name.casefold() for name in reserved}
     for schema in schemas:
-        columns = _merged_fields(columns, schema, reserved_names)
+        columns = _merged_fields(columns, schema, reserved_names, frozenset(pinned))
     return columns
 
 
 def _merged_fields(
-    current: Sequence[ColumnSpec], incoming: Sequence[ColumnSpec], reserved: set[str]
+    current: Sequence[ColumnSpec],
+    incoming: Sequence[ColumnSpec],
+    reserved: set[str],
+    pinned: frozenset[str] = frozenset(),
 ) -> tuple[ColumnSpec, ...]:
-    by_name = {c.name: c for c in incoming}
-    merged = [merged_column(c, by_name[c.name]) if c.name in by_name else c for c in current]
-    taken = {c.name.casefold() for c in current} | reserved
+    partners = _partners(current, incoming, pinned)
+    merged = [
+        c
+        if c.name not in partners
+        else merged_column(_renamed(c, partners[c.name], current), partners[c.name])
+        for c in current
+    ]
+    claimed = {id(column) for column in partners.values()}
+    taken = {c.name.casefold() for c in merged} | reserved
     for column in incoming:
-        if column.name.casefold() in taken:
+        if id(column) in claimed or column.name.casefold() in taken:
             continue
         taken.add(column.name.casefold())
         merged.append(column.model_copy(update={"required": False}))
     return tuple(merged)
 
 
+def _partners(
+    current: Sequence[ColumnSpec], incoming: Sequence[ColumnSpec], pinned: frozenset[str]
+) -> dict[str, ColumnSpec]:
+    """Per current column's name, the incoming field that is it: the same name; else a field named
+    like one of its aliases (an older version's name); else a field renaming it (its aliases name the
+    column, or it has the column's Protobuf number) when no incoming field has the column's name and
+    the column is not `pinned`."""
+    names = {c.name for c in incoming}
+    renamable = [c for c in current if c.name not in pinned]
+    partners: dict[str, ColumnSpec] = {}
+    for rule, columns in ((_same_name, current), (_former_name, current), (_renames, renamable)):
+        for field in incoming:
+            if any(field is partner for partner in partners.values()):
+                continue
+            column = next((c for c in columns if c.name not in partners and rule(c, field, names)), None)
+            if column is not None:
+                partners[column.name] = field
+    for owner, field in partners.items():  # a field renaming a column onto another column's name
+        stale = next((c for c in renamable if c.name not in partners and _renames(c, field, names)), None)
+        if stale is not None:
+            raise ColumnRenameError(stale.name, field.name, owner)
+    return partners
+
+
+def _same_name(column: ColumnSpec, field: ColumnSpec, _names: set[str]) -> bool:
+    return column.name == field.name
+
+
+def _former_name(column: ColumnSpec, field: ColumnSpec, names: set[str]) -> bool:
+    return field.name in column.aliases and column.name not in names
+
+
+def _renames(column: ColumnSpec, field: ColumnSpec, names: set[str]) -> bool:
+    if column.name in names:
+        return False
+    same_number = field.number is not None and field.number == column.number
+    return column.name in field.aliases or same_number
+
+
+def _renamed(column: ColumnSpec, field: ColumnSpec, current: Sequence[ColumnSpec]) -> ColumnSpec:
+    """`column` under `field`'s name when `field` renames it (its old name kept among its aliases);
+    `ColumnRenameError` when another column already has that name in some case."""
+    if field.name == column.name or field.name in column.aliases:
+        return column
+    clash = next(
+        (c.name for c in current if c is not column and c.name.casefold() == field.name.casefold()), None
+    )
+    if clash is not None:
+        raise ColumnRenameError(column.name, field.name, clash)
+    aliases = tuple(dict.fromkeys((*column.aliases, column.name)))
+    return column.model_copy(update={"name": field.name, "aliases": aliases})
+
+
 def merged_column(current: ColumnSpec, incoming: ColumnSpec) -> ColumnSpec:
     """`current` widened and extended by `incoming` where the rules allow (else `current`), with
-    `incoming`'s declared default when it has one its type takes (a newer schema's default wins)."""
+    `incoming`'s declared default when it has one its type takes (a newer schema's default wins),
+    the aliases of both, and `incoming`'s Protobuf number when it has one."""
     merged = _merged_parts(current, incoming)
+    update: dict[str, object] = {}
     fits = merged.type is incoming.type or _WIDER.get((incoming.type, merged.type)) is merged.type
     if incoming.default is not None and fits and merged.default != incoming.default:
-        return merged.model_copy(update={"default": incoming.default})
-    return merged
+        update["default"] = incoming.default
+    aliases = tuple(a for a in dict.fromkeys((*merged.aliases, *incoming.aliases)) if a != merged.name)
+    if aliases != merged.aliases:
+        update["aliases"] = aliases
+    if incoming.number is not None and incoming.number != merged.number:
+        update["number"] = incoming.number
+    return merged.model_copy(update=update) if update else merged
 
 
 def _merged_parts(current: ColumnSpec, incoming: ColumnSpec) -> ColumnSpec:

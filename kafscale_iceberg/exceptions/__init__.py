@@ -32,6 +32,7 @@ from kafscale_iceberg.exceptions.checkpoints import (
     ConcurrentOffsetUpdateError,
     LeaseLostError,
     OffsetRegressionError,
+    OffsetsFencedError,
     OffsetsNotRecordedError,
 )
 from kafscale_iceberg.exceptions.commits import (
@@ -75,6 +76,7 @@ from kafscale_iceberg.exceptions.control_plane import (
     UnmappedTopicError,
 )
 from kafscale_iceberg.exceptions.dataplane import (
+    ColumnRenameError,
     EnvelopeError,
     FieldIdError,
     InvalidJsonSchemaError,
@@ -126,6 +128,7 @@ __all__ = [
     "CheckpointError",
     "CheckpointRequestError",
     "CheckpointUnavailableError",
+    "ColumnRenameError",
     "CommitConflictError",
     "CommitOutcomeUnknownError",
     "CompactionResultError",
@@ -163,6 +166,7 @@ __all__ = [
     "OffsetNotInHistoryError",
     "OffsetRegressionError",
     "OffsetResetRefusedError",
+    "OffsetsFencedError",
     "OffsetsNotRecordedError",
     "PartitionSpecMismatchError",
     "PartitioningError",

@@ -112,6 +112,21 @@ class LeaseLostError(CheckpointError):
         )
 
 
+class OffsetsFencedError(LeaseLostError):
+    """Every table of the run is committed (its rows are in), but its lease was lost before the
+    checkpoint store took its offsets (this process stalled past the lease, or another claim took
+    it). Fencing, not a failure of the run: nothing is lost or doubled, and the store catches up
+    from the table (its record wins) at the next plan of the topic - whoever makes it."""
+
+    def __init__(self, lost: LeaseLostError, offsets: str) -> None:
+        super().__init__(lost.topic, lost.token, lost.run_id, lost.reason, lost.written_partitions)
+        self.args = (
+            f"run {lost.run_id!r} of topic {lost.topic!r} is committed to its tables (offsets {offsets}), "
+            f"but its lease was lost before the checkpoint store took them: {lost.reason}; the store "
+            "catches up from the table at the next plan of the topic (nothing to do)",
+        )
+
+
 class OffsetRegressionError(CheckpointError):
     """A commit would move a committed offset backwards. Terminal; nothing was written.
 

@@ -25,3 +25,19 @@ class RecordSchemaError(KafscaleIcebergError, ValueError):
     """A record schema (Avro, a Kafka Connect envelope's, ...) cannot be turned into columns: a recursive
     type, a decimal wider than 38 digits, a schema that does not parse. The message names the schema
     (id or subject) and the part at fault."""
+
+
+class ColumnRenameError(RecordSchemaError):
+    """A record schema renames a column (Avro `aliases`, the same Protobuf field number) to a name
+    another column of the table already has (in some case): refused, never merged into that column.
+    Terminal until the schema or the table changes."""
+
+    def __init__(self, column: str, new_name: str, clash: str) -> None:
+        self.column = column
+        self.new_name = new_name
+        self.clash = clash
+        super().__init__(
+            f"a record schema renames column {column!r} to {new_name!r}, but the table already has a "
+            f"column {clash!r}: rename or drop {clash!r} in the table (ALTER TABLE ... RENAME COLUMN), or "
+            f"give the field another name in the schema; until then its records are not converted"
+        )

@@ -22,13 +22,22 @@ from kafscale_iceberg.domain.runs import RunResult
 from kafscale_iceberg.execution.driver import TaskSizing, run_plan
 from kafscale_iceberg.ports import TaskWork
 
+LAMBDA_MB_PER_VCPU = 1769
+"""Lambda gives a function one vCPU's share per 1,769 MB of `MemorySize`, whatever cores it shows."""
+
 
 def usable_cores() -> int:
-    """The cores this process may run on (its CPU affinity where the OS has one, else all)."""
+    """The cores this process may run on (its CPU affinity where the OS has one, else all); in a
+    Lambda function at most its memory's vCPU share (`AWS_LAMBDA_FUNCTION_MEMORY_SIZE`): a 1,769 MB
+    function shows two cores but runs one's worth, and two task threads would contend on it."""
     try:
-        return max(1, len(os.sched_getaffinity(0)))
+        cores = len(os.sched_getaffinity(0))
     except AttributeError:  # macOS: no affinity
-        return max(1, os.cpu_count() or 1)
+        cores = os.cpu_count() or 1
+    memory_mb = os.environ.get("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "")
+    if memory_mb.isdigit():
+        cores = min(cores, -(-int(memory_mb) // LAMBDA_MB_PER_VCPU))
+    return max(1, cores)
 
 
 class InProcessTaskExecutor:

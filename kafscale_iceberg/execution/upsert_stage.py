@@ -41,7 +41,7 @@ from kafscale_iceberg.dataplane.position_deletes import write_position_deletes
 from kafscale_iceberg.dataplane.storage import join_uri
 from kafscale_iceberg.dataplane.upsert_keys import KeyChanges
 from kafscale_iceberg.dataplane.upsert_locate import Located, locate
-from kafscale_iceberg.dataplane.upsert_positions import locate_rows, read_delete_rows
+from kafscale_iceberg.dataplane.upsert_positions import LocatedRows, locate_rows, read_delete_rows
 from kafscale_iceberg.dataplane.upsert_rewrite import (
     read_change_columns,
     read_winners,
@@ -78,9 +78,11 @@ class RewriteSource(DocumentModel):
     own: bool
     partition_values: dict[str, PartitionValue] = Field(default_factory=dict)
     partition_key: str = ""
-    """A table file's partition spec and values (its position deletes go to that partition's file)."""
+    """A table file's partition spec and values."""
     delete_files: tuple[str, ...] = ()
     """The table's position delete files that may delete rows of a table file."""
+    own_delete_files: tuple[str, ...] = ()
+    """Of `delete_files`, those deleting rows of this file only (merged and removed by merge-on-read)."""
 
 
 class FileRewritten(DocumentModel):
@@ -91,8 +93,10 @@ class FileRewritten(DocumentModel):
     written: DataFile | None = None
     dropped: int = Field(ge=0)
     deleted: int = Field(ge=0)
-    positions: tuple[int, ...] = ()
-    """Merge-on-read: the positions of the rows replaced (`dropped` of them), for a delete file."""
+    delete: PositionDeleteFile | None = None
+    """Merge-on-read: the file's one position delete file, of every position of it deleted once the
+    run lands - the `dropped` rows it replaces and those the table's delete files already delete;
+    it supersedes the file's own delete files (`replaces`)."""
     bytes_read: int = Field(default=0, ge=0)
     """Bytes read from a table file to locate its changed keys."""
 
@@ -116,7 +120,7 @@ class RewriteRunner:
     folder: str
     tasks: tuple[tuple[RewriteSource, ...], ...]
     merge_on_read: bool = False
-    """Table files are left in place: their replaced rows' positions are reported, not rewritten."""
+    """Table files are left in place: their replaced rows' positions go to a delete file each."""
 
     def __call__(self, task_indexes: Iterable[int]) -> Iterator[str]:
         reader, sink = worker_stores(self.s3)
@@ -148,7 +152,9 @@ class RewriteRunner:
                     source=source,
                     dropped=int(located.replaced.size),
                     deleted=int(located.deleted.size),
-                    positions=tuple(located.replaced.tolist()),
+                    delete=_write_delete(sink, self.folder, source, located)
+                    if located.replaced.size
+                    else None,
                     bytes_read=located.bytes_read,
                 )
         outcome = rewrite_without(
@@ -223,6 +229,7 @@ def run_upsert_stage(
                 partition_values=dict(c.partition_values),
                 partition_key=c.partition_key,
                 delete_files=c.delete_files,
+                own_delete_files=c.own_delete_files,
             )
             for c in located.candidates
         ),
@@ -240,7 +247,7 @@ def run_upsert_stage(
     rewrites = [f for r in reports for f in r.files]
     outcome, added = _fold(plan, result, changes, located, rewrites)
     if write is UpsertWrite.MERGE_ON_READ:
-        deletes = _write_deletes(sink, folder, plan.run_id, rewrites)
+        deletes = tuple(sorted((r.delete for r in rewrites if r.delete is not None), key=lambda d: d.uri))
         outcome = outcome.model_copy(update={"write": write, "deletes": deletes})
     outcome = outcome.model_copy(update={"policy": plan.conversion.upsert.write})
     logger.info(
@@ -282,7 +289,7 @@ def _fold(
             continue
         updated += rewrite.dropped - rewrite.deleted
         deleted += rewrite.deleted
-        if rewrite.positions:
+        if rewrite.delete is not None:
             continue
         replaced.append(ReplacedFile(uri=candidate.uri, size_bytes=candidate.size_bytes))
         if rewrite.written is not None:
@@ -300,22 +307,18 @@ def _fold(
     return outcome, tuple(added)
 
 
-def _write_deletes(
-    sink: FileSink, folder: str, run_id: str, rewrites: Sequence[FileRewritten]
-) -> tuple[PositionDeleteFile, ...]:
-    """One position delete file per Iceberg partition of the table files whose rows the run
-    replaces, named from the run and the partition (idempotent)."""
-    by_partition: dict[str, dict[str, np.ndarray]] = {}
-    for rewrite in rewrites:
-        if rewrite.positions:
-            positions = by_partition.setdefault(rewrite.source.partition_key, {})
-            positions[rewrite.source.uri] = np.asarray(rewrite.positions, np.int64)
-    written = []
-    for partition_key in sorted(by_partition):
-        digest = hashlib.sha256(f"{run_id}/{partition_key}".encode()).hexdigest()[:24]
-        uri = join_uri(folder, f"deletes-{digest}.parquet")
-        written.append(write_position_deletes(sink, uri, by_partition[partition_key]))
-    return tuple(written)
+def _write_delete(
+    sink: FileSink, folder: str, source: RewriteSource, located: LocatedRows
+) -> PositionDeleteFile:
+    """The one position delete file of table file `source` once the run lands: the positions it
+    replaces and those already deleted, so it replaces the file's own delete files (removed in the
+    same snapshot). A reader then matches at most one delete file to a data file, by its referenced
+    data file, as Iceberg v3's deletion vectors and Spark's `write.delete.granularity=file` do
+    (docs/architecture.md). Named from the file, in the run's folder (idempotent)."""
+    digest = hashlib.sha256(source.uri.encode()).hexdigest()[:24]
+    positions = {source.uri: np.union1d(located.replaced, located.deleted_before)}
+    written = write_position_deletes(sink, join_uri(folder, f"deletes-{digest}.parquet"), positions)
+    return written.model_copy(update={"replaces": source.own_delete_files})
 
 
 def cut_by_bytes(sources: Sequence[RewriteSource], max_tasks: int) -> tuple[tuple[RewriteSource, ...], ...]:

@@ -27,7 +27,6 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol
 
 from kafscale_iceberg.adapters.foreign_errors import is_unreachable
@@ -40,14 +39,16 @@ from kafscale_iceberg.domain.tickets import RunTicket
 from kafscale_iceberg.exceptions import (
     ConfigError,
     KafscaleIcebergError,
+    OffsetsFencedError,
     OffsetsNotRecordedError,
     RunAttemptEndedError,
     RunSupersededError,
 )
+from kafscale_iceberg.local.run_reports import RunEnd, RunReport
 from kafscale_iceberg.metrics import ErrorStage, Readiness, error_stage
 from kafscale_iceberg.ports import AwaitableJobRunner, JobRunner
 from kafscale_iceberg.services.launch import LaunchStatus
-from kafscale_iceberg.services.run_steps import CommittedRun, failure_reason
+from kafscale_iceberg.services.run_steps import failure_reason
 
 if TYPE_CHECKING:
     from kafscale_iceberg.adapters.sqs_queues import SqsReceiver
@@ -61,48 +62,6 @@ logger = logging.getLogger(__name__)
 
 _COMMIT_ATTEMPTS = 3
 _CANCEL_WAIT_S = 60.0
-
-
-class RunEnd(StrEnum):
-    """How a run driven by the loop ended."""
-
-    COMMITTED = "committed"
-    ABORTED = "aborted"
-    CANCELLED = "cancelled"
-    SUPERSEDED = "superseded"
-    """Not committed: its commit first finished an earlier stranded run (`finished`), which moved the
-    table past the run's start; the topic is planned again at once."""
-
-
-@dataclass(frozen=True)
-class RunReport:
-    """One run, as the loop saw it."""
-
-    topic: str
-    run_id: str
-    end: RunEnd
-    seconds: float
-    segments: int = 0
-    records: int = 0
-    dead_lettered: int = 0
-    quarantined: int = 0
-    skipped_lfs: int = 0
-    lfs_resolved: int = 0
-    lfs_errors: dict[str, int] = field(default_factory=dict)
-    """LFS envelopes that could not be used, by reason (each one of the dead-lettered records)."""
-    offsets: dict[int, int] = field(default_factory=dict)
-    reason: str = ""
-    retry_after_seconds: int = 0
-    consecutive_failures: int = 0
-    started_at: float = 0.0
-    """Wall clock (Unix seconds) when the loop took the run."""
-    commit: CommittedRun | None = None
-    commit_started_at: float = 0.0
-    commit_ended_at: float = 0.0
-    replan: bool = False
-    """The plan was stale (refused at commit, the store repaired from the table): plan again now."""
-    finished: FinishedRun | None = None
-    """A run stranded between its tables' commits that this run's commit finished first (in now)."""
 
 
 @dataclass(frozen=True)
@@ -596,6 +555,7 @@ class Pipeline:
             commit_started_at=commit_started_at,
             commit_ended_at=time.time(),
             finished=committed.outcome.finished,
+            commit_attempts=attempt,
         )
 
     def _commit_failed(
@@ -623,6 +583,9 @@ class Pipeline:
             return replace(
                 aborted, end=RunEnd.SUPERSEDED, retry_after_seconds=0, replan=True, finished=error.finished
             )
+        if isinstance(error, OffsetsFencedError):  # its rows are in; the next plan repairs the offsets
+            logger.warning("%s", error, extra={"topic": ticket.topic, "run_id": ticket.run_id})
+            return replace(aborted, end=RunEnd.SUPERSEDED, retry_after_seconds=0, replan=True)
         logger.warning(
             "run %s not committed (%s): %s; the topic is planned again now",
             ticket.run_id,

@@ -28,7 +28,8 @@ from kafscale_iceberg.domain.tickets import RunTicket
 from kafscale_iceberg.domain.wording import counted
 from kafscale_iceberg.exceptions import JavaMissingError
 from kafscale_iceberg.execution.job_runner import ChosenJobRunner, InProcessJobRunner
-from kafscale_iceberg.local.pipeline import Pipeline, PipelineObserver, RunEnd, RunReport
+from kafscale_iceberg.local.pipeline import Pipeline, PipelineObserver
+from kafscale_iceberg.local.run_reports import RunEnd, RunReport
 from kafscale_iceberg.local.spark_runner import LocalSparkJobRunner
 from kafscale_iceberg.metrics import (
     MetricsSink,
@@ -290,15 +291,14 @@ class ProgressPrinter:
             extra += f", {counted(report.quarantined, 'segment')} quarantined" if report.quarantined else ""
             extra += lfs_summary(report.lfs_resolved, report.skipped_lfs, report.lfs_errors)
             extra += _anomalies(report)
-            committed = report.commit
-            if committed is not None and not (
-                committed.outcome.table_committed or committed.outcome.offsets_written
-            ):
+            if report.committed_elsewhere:
                 self._print(
                     f"  {report.topic}: run {_short(report.run_id)} was already committed by another runner "
                     f"(nothing added); offsets {describe_offsets(report.offsets)}"
                 )
                 return
+            if report.commit_attempts > 1:
+                extra += f" (commit attempt {report.commit_attempts}: an earlier one failed for now)"
             self._print(
                 f"  {report.topic}: run {_short(report.run_id)} committed {counted(report.records, 'record')}"
                 f"{extra} in {report.seconds:.1f} s; offsets {describe_offsets(report.offsets)}"

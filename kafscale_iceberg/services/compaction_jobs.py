@@ -88,9 +88,9 @@ class SparkCompaction:
             small_file_bytes=settings.small_file_bytes,
             min_small_files=2 if force else settings.compaction_min_small_files,
             max_bytes=settings.compaction_max_bytes,
-            # No folding of position deletes here yet: the job's result check compares each group's
-            # rows with its files' record counts, which a rewrite with deletes applied does not
-            # keep (the inline engine folds them; issue 30).
+            # Position deletes folded as the inline engine does: the job reads through the table
+            # (deletes applied); its result is checked against the rows left once they are.
+            folding=settings.delete_folding(),
         )
         candidates = int(plan.file_count)
         if not candidates or dry_run:

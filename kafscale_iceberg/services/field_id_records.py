@@ -4,6 +4,10 @@
 - the commit step writes it after a commit, only when its content changed since the launcher read it
   (an append topic's columns rarely change: no PUT per run), and always after a refused commit;
 - the abort step reads it to tell a stale plan from a failure;
+- the one-machine launcher repairs an upsert table's recorded version from the table before it plans
+  (`repair_versions`), as it repairs the offsets: a kill between a commit and this document's write,
+  a stranded run finished by recovery, a reset or a compaction leave it old, and a plan locating in
+  an old version is refused at its commit;
 - maintenance moves an upsert table's recorded version to its compaction's, so the next run locates
   its changed keys in the compacted files instead of being refused for locating in files the
   compaction replaced (`services/maintenance.py`).
@@ -16,7 +20,7 @@ commit step writes the tables' current state again.
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 
 from pydantic import ValidationError
 
@@ -66,3 +70,20 @@ class FieldIdRecords:
         if document is None or recorded is None or recorded.metadata_location not in follows:
             return False
         return self.write(topic, document.with_version(table, metadata_location))
+
+    def repair_versions(self, topic: str, current: Mapping[str, str]) -> dict[str, str]:
+        """Set the recorded version of each table in `current` (an upsert table's current metadata
+        location, read from the catalog) that the document records otherwise; one GET, and one PUT
+        when any moved. The versions moved (table -> the old one recorded). Idempotent."""
+        document = self.read(topic)
+        if document is None:
+            return {}
+        moved: dict[str, str] = {}
+        for table, location in current.items():
+            recorded = document.table(table)
+            if recorded is not None and recorded.metadata_location != location:
+                moved[table] = recorded.metadata_location or ""
+                document = document.with_version(table, location)
+        if moved:
+            self.write(topic, document)
+        return moved

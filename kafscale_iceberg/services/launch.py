@@ -150,13 +150,15 @@ class Launcher:
         registry: SchemaRegistry | None = None,
         partition_filter: Callable[[str], frozenset[int] | None] | None = None,
         clock: Callable[[], float] = time.time,
-        repair_offsets: Callable[[str, LeaseGrant], object] | None = None,
+        repair_from_table: Callable[[str, LeaseGrant], object] | None = None,
     ) -> None:
-        """`repair_offsets(topic, grant)`, when given, sets the checkpoint store to the table's offsets
-        under the claimed lease before a plan is handed on (`CommitService.reconciled_offsets`); a
-        repair that moves a planned start means re-planning at once. Without it (the AWS launcher,
-        which carries no pyiceberg) the commit step repairs the store when it refuses a stale plan."""
-        self._repair_offsets = repair_offsets
+        """`repair_from_table(topic, grant)`, when given, sets the checkpoint store to the table's
+        offsets under the claimed lease (`CommitService.reconciled_offsets`) and `field-ids.json` to the
+        upsert tables' current versions before a plan is made; a repair that moves a planned start
+        means re-planning at once (the plan document is made after the repair, so it carries the
+        repaired versions). Without it (the AWS launcher, which carries no pyiceberg) the commit step
+        repairs both when it refuses a stale plan or finishes a stranded run."""
+        self._repair_from_table = repair_from_table
         self._backoff = BackoffRecords(documents, config.runs)
         self._config = config
         self._runners = RunnerLineup.configured(config.runner.type, config.runner.lambda_.max_bytes)
@@ -306,8 +308,8 @@ class Launcher:
         grant: LeaseGrant,
         lambda_kill_reason: str,
     ) -> LaunchOutcome:
-        if self._repair_offsets is not None:
-            self._repair_offsets(topic, grant)
+        if self._repair_from_table is not None:
+            self._repair_from_table(topic, grant)
         now = self._checkpoints.load_committed_offsets(topic)
         moved = [p.partition for p in partitions if now.offset(p.partition) != p.start_exclusive]
         if moved:

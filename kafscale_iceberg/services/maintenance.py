@@ -24,6 +24,9 @@ For each mapped table and its dead-letter table, in this order:
    (a run stranded between its tables' commits, whoever holds the lease: it may still be finished).
    The commit step checks every file it references exists besides, so neither a maintenance bug
    nor a manual delete can make a table reference a missing file.
+   With an Amazon S3 Tables warehouse (a table bucket ARN) this step is deferred, not run: a table
+   bucket refuses listing its tables' storage, and S3 Tables removes unreferenced files itself
+   (its unreferenced-file removal, on by default); the report says so (`orphans_deferred`).
 
 `dry_run` reads only and reports what each step would do. Every step is idempotent.
 """
@@ -69,6 +72,8 @@ class TableMaintenance:
     expiry: ExpiryOutcome | None = None
     orphans: tuple[OrphanFile, ...] = ()
     orphans_deleted: int = 0
+    orphans_deferred: bool = False
+    """Orphan cleanup left to Amazon S3 Tables' unreferenced-file removal (not run here)."""
 
 
 @dataclass(frozen=True)
@@ -108,6 +113,7 @@ def _table_json(done: TableMaintenance) -> dict[str, Any]:
         "expired_snapshots": list(expiry.expired) if expiry else [],
         "orphans": [o.uri for o in done.orphans],
         "orphans_deleted": done.orphans_deleted,
+        "orphans_deferred": done.orphans_deferred,
     }
 
 
@@ -181,35 +187,9 @@ class MaintenanceService:
         table = ".".join(identifier)
         before = self._tables.health(table, small_file_bytes=settings.small_file_bytes)
         prefix = kafscale_data_prefix(before.data_location)
-        compaction: CompactionOutcome | None = None
-        candidates = 0
-        spared: tuple[str, ...] = ()
-        if before.managed_compaction:
-            logger.info(
-                "compaction left to the catalog (Amazon S3 Tables compacts the table)", extra={"table": table}
-            )
-        elif self._spark is not None:
-            compaction, candidates = self._spark.compact(
-                mapping, table, data_prefix=prefix, health=before, dry_run=dry_run, force=force
-            )
-            waiting = self._spark.pending(table)
-            spared = (join_uri(prefix, waiting.job_id) + "/",) if waiting is not None else ()
-        elif settings.compaction_due(before, force=force):
-            plan = self._tables.plan_compaction(
-                table,
-                small_file_bytes=settings.small_file_bytes,
-                min_small_files=2 if force else settings.compaction_min_small_files,
-                max_bytes=settings.compaction_max_bytes,
-                folding=settings.delete_folding(),
-            )
-            candidates = plan.file_count
-            if candidates and not dry_run:
-                written = self._tables.write_compaction(
-                    plan,
-                    data_prefix=prefix,
-                    target_file_size_bytes=self._config.target_file_size_for(mapping),
-                )
-                compaction = self._tables.commit_compaction(written, now_ms=self._now_ms())
+        compaction, candidates, spared = self._compact(
+            mapping, table, prefix, before, dry_run=dry_run, force=force
+        )
         if compaction is not None and compaction.version is not None and mapping.upsert is not None:
             self._field_ids.record_version(
                 mapping.topic, table, compaction.version, follows=compaction.earlier_versions
@@ -223,8 +203,15 @@ class MaintenanceService:
             now_ms=now_ms,
             dry_run=dry_run,
         )
-        orphans = tuple(self.orphan_files(mapping.topic, table, prefix, spared=spared))
-        deleted = 0 if dry_run else self._files.delete_files([o.uri for o in orphans])
+        deferred = self._config.iceberg.in_table_bucket
+        if deferred:
+            logger.info(
+                "orphan cleanup left to Amazon S3 Tables (its unreferenced-file removal; a table bucket "
+                "refuses listing)",
+                extra={"table": table},
+            )
+        orphans = () if deferred else tuple(self.orphan_files(mapping.topic, table, prefix, spared=spared))
+        deleted = 0 if dry_run or deferred else self._files.delete_files([o.uri for o in orphans])
         after = None if dry_run else self._tables.health(table, small_file_bytes=settings.small_file_bytes)
         logger.info(
             "table maintained",
@@ -245,7 +232,63 @@ class MaintenanceService:
             expiry=expiry,
             orphans=orphans,
             orphans_deleted=deleted,
+            orphans_deferred=deferred,
         )
+
+    def _compact(
+        self,
+        mapping: MappingConfig,
+        table: str,
+        prefix: str,
+        before: TableHealth,
+        *,
+        dry_run: bool,
+        force: bool,
+    ) -> tuple[CompactionOutcome | None, int, tuple[str, ...]]:
+        """A table's compaction, sized to its work: `(outcome, files planned, folders spared)`.
+
+        Nothing when the catalog compacts the table or nothing is worth merging (no job, no write).
+        A Spark job the table waits for is finished first. Otherwise the plan's bytes choose: up to
+        `maintenance.compaction_inline_max_bytes` the rewrite runs here (pyarrow, deletes folded; on
+        AWS inside the maintenance function, every small table of the pass in the one invocation),
+        beyond it a Spark job sized like a run of its bytes (`services/compaction_jobs.py`)."""
+        settings = self._config.maintenance
+        spark = self._spark
+        if before.managed_compaction:
+            logger.info(
+                "compaction left to the catalog (Amazon S3 Tables compacts the table)", extra={"table": table}
+            )
+            return None, 0, ()
+        waiting = spark.pending(table) if spark is not None else None
+        if waiting is None:
+            if not settings.compaction_due(before, force=force):
+                return None, 0, ()
+            plan = self._tables.plan_compaction(
+                table,
+                small_file_bytes=settings.small_file_bytes,
+                min_small_files=2 if force else settings.compaction_min_small_files,
+                max_bytes=settings.compaction_max_bytes,
+                folding=settings.delete_folding(),
+            )
+            if spark is None or not plan.file_count or settings.compacts_inline(plan.total_bytes):
+                return self._compact_here(mapping, plan, prefix, dry_run=dry_run), plan.file_count, ()
+        assert spark is not None
+        compaction, candidates = spark.compact(
+            mapping, table, data_prefix=prefix, health=before, dry_run=dry_run, force=force
+        )
+        waiting = spark.pending(table)
+        return compaction, candidates, ((join_uri(prefix, waiting.job_id) + "/",) if waiting else ())
+
+    def _compact_here(
+        self, mapping: MappingConfig, plan: Any, prefix: str, *, dry_run: bool
+    ) -> CompactionOutcome | None:
+        if not plan.file_count or dry_run:
+            return None
+        written = self._tables.write_compaction(
+            plan, data_prefix=prefix, target_file_size_bytes=self._config.target_file_size_for(mapping)
+        )
+        outcome: CompactionOutcome = self._tables.commit_compaction(written, now_ms=self._now_ms())
+        return outcome
 
     def orphan_files(
         self, topic: str, table: str, prefix: str, *, spared: tuple[str, ...] = ()

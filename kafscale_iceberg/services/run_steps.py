@@ -38,11 +38,10 @@ from kafscale_iceberg.domain.runs import FailureKind, RunPlan, RunResult, TableR
 from kafscale_iceberg.domain.tickets import OUTCOME_NAME, FailedAttempt, RunTicket, run_document_uri
 from kafscale_iceberg.exceptions import (
     DocumentMissingError,
-    FieldIdMismatchError,
     KafscaleIcebergError,
     LeaseLostError,
+    OffsetsFencedError,
     RunNotCommittableError,
-    UpsertLocateStaleError,
 )
 from kafscale_iceberg.ports import CheckpointStore, JobLookup, JobRunner, RunDocuments, WaitingJobRunner
 from kafscale_iceberg.services.backoff import BackoffRecords
@@ -178,10 +177,12 @@ class RunSteps:
         grant = self._hold_or_reclaim(ticket)
         try:
             outcome = self._commit_service().commit_run(plan, result, grant, policy)
-        except (FieldIdMismatchError, UpsertLocateStaleError):
-            # So the next attempt is planned with the tables' ids (a template's the run wrote too) and
-            # an upsert table's current version.
-            self._record_field_ids(plan, written=tuple(t.identifier for t in result.tables))
+        except KafscaleIcebergError as exc:
+            decision = decide_commit_failure(exc)
+            if decision is not None and decision.refresh_recorded_tables:
+                # So the next attempt is planned with the tables' ids (a template's the run wrote
+                # too) and an upsert table's current version (a finished stranded run moved it).
+                self._record_field_ids(plan, written=tuple(t.identifier for t in result.tables))
             raise
         if outcome.table_committed or outcome.dead_letter_committed or plan.field_ids_digest is None:
             self._record_field_ids(plan, outcome)
@@ -284,8 +285,11 @@ class RunSteps:
         decision = None if error is None else decide_commit_failure(error)
         if failures == 0 and decision is not None:  # `_record_backoff`: not the topic's failure
             logger.info(
-                "run %s not committed (%s): the topic is planned again now",
+                "run %s %s (%s): the topic is planned again now",
                 ticket.run_id,
+                "committed, its offsets not written"
+                if error == OffsetsFencedError.__name__
+                else "not committed",
                 decision.failure.value.replace("_", " "),
                 extra={**facts, "failure": decision.failure.value},
             )

@@ -47,6 +47,8 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
+from pydantic import ValidationError
+
 from kafscale_iceberg.config import KafscaleConfig
 from kafscale_iceberg.domain.anomalies import OffsetAnomalies, PartitionGaps
 from kafscale_iceberg.domain.backlog import Backlog, backlog
@@ -56,8 +58,11 @@ from kafscale_iceberg.domain.maintenance import TableHealth
 from kafscale_iceberg.domain.offsets import CommittedOffsets
 from kafscale_iceberg.domain.planning import ListedSegment
 from kafscale_iceberg.domain.runs import NO_OFFSET
+from kafscale_iceberg.domain.runs.plan import make_run_id
+from kafscale_iceberg.domain.tickets import OUTCOME_NAME, FailedAttempt, run_document_uri
 from kafscale_iceberg.domain.upsert import UpsertCounts
 from kafscale_iceberg.exceptions import (
+    DocumentMissingError,
     SegmentFormatError,
     SegmentKeyError,
     TableMissingError,
@@ -150,7 +155,9 @@ class PartitionStatus:
     """The store's `last_timestamp_ms` (newest committed record); None when nothing is stored."""
     store_updated_at_ms: int | None
     problem: str | None = None
-    """A malformed key or corrupt segment in this partition's way (it waits; the others flow)."""
+    """A malformed key or corrupt segment in this partition's way (it waits; the others flow), or,
+    while the topic is stuck (attempts of the range it would run next ended uncommitted), how many
+    and why the last one ended."""
     offset_gaps: PartitionGaps = field(default_factory=PartitionGaps)
     """Offsets inside committed runs' ranges that no segment contained (retained snapshots)."""
     overlapped_records: int = 0
@@ -371,7 +378,9 @@ class StatusService:
         if holder is not None:
             failures = _attempt_of(holder.run_id) if holder.run_id else 0
         else:
-            failures = self._aborted_attempts(probe, topic, {p: store.offset(p) for p in in_s3}, now_ms)
+            stored = {p: store.offset(p) for p in in_s3}
+            failures, stuck = self._aborted_attempts(probe, topic, stored, now_ms)
+            partitions = _with_problems(partitions, stuck)
         last_commit_ms, source = table_commit_ms, "table" if table_commit_ms is not None else None
         if last_commit_ms is None:
             updated = [s.updated_at_ms for s in store.states.values()]
@@ -488,11 +497,13 @@ class StatusService:
 
     def _aborted_attempts(
         self, probe: _SegmentProbe, topic: str, committed: dict[int, int], now_ms: int
-    ) -> int:
-        """Aborted attempts of the range the launcher would plan now (0 when it would plan nothing)."""
+    ) -> tuple[int, dict[int, str]]:
+        """Aborted attempts of the range the launcher would plan now (0 when it would plan nothing),
+        and, when there are any, why the last one ended, by partition of the range: a stuck topic's
+        reason, shown on each partition it holds back."""
         runs = self._config.runs
         if not runs.location:
-            return 0
+            return 0, {}
         limits = run_limits(runs, mappings=self._config.mappings_for(topic), runner=self._config.runner)
         selection = select_pending(probe.segments, topic, committed, limits, now_ms=now_ms)
         ranges = []
@@ -503,7 +514,22 @@ class StatusService:
                 continue  # the launcher leaves this segment out too
             if end > chosen.committed:
                 ranges.append((chosen.partition, chosen.committed, end))
-        return next_attempt(self._documents, runs.location, topic, ranges) if ranges else 0
+        failures = next_attempt(self._documents, runs.location, topic, ranges) if ranges else 0
+        if not failures:
+            return 0, {}
+        last = make_run_id(topic, ranges, failures - 1)
+        try:
+            ended = FailedAttempt.model_validate_json(
+                self._documents.read_text(run_document_uri(runs.location, topic, last, OUTCOME_NAME))
+            )
+        except (DocumentMissingError, ValidationError):
+            return failures, {}
+        attempts = f"{failures} attempt{'' if failures == 1 else 's'}"
+        last_one = f"the last, run {last}, {ended.status}: {ended.reason}"
+        return failures, {
+            p: f"stuck: {attempts} of offsets {start + 1}..{end} ended uncommitted; {last_one}"
+            for p, start, end in ranges
+        }
 
 
 class _SegmentProbe:
@@ -553,6 +579,16 @@ class _CachedSegments:
         if key not in self._footers:
             self._footers[key] = self._segments.read_footer(key)
         return self._footers[key]
+
+
+def _with_problems(
+    partitions: tuple[PartitionStatus, ...], problems: Mapping[int, str]
+) -> tuple[PartitionStatus, ...]:
+    """`partitions` with `problems` (a stuck topic's reason, by partition) where none is shown yet."""
+    return tuple(
+        replace(p, problem=problems[p.partition]) if p.problem is None and p.partition in problems else p
+        for p in partitions
+    )
 
 
 def _attempt_of(run_id: str) -> int:

@@ -196,7 +196,19 @@ def iam_requests(service: str, operation: str, params: dict[str, Any]) -> list[t
         return [(f"secretsmanager:{operation}", params["SecretId"])]
     if service == "lambda" and operation == "Invoke":
         return [("lambda:InvokeFunction", params["FunctionName"])]
+    if service == "s3tables":  # the S3 Tables API (its Iceberg REST endpoint: tests/support/s3tables_box.py)
+        bucket = params.get("tableBucketARN") or params["arn"]
+        table = f"{bucket}/table/{params['namespace']}.{params['name']}" if "name" in params else bucket
+        return [(f"s3tables:{operation}", table)]
     raise AssertionError(f"the IAM recorder does not know {service}:{operation}: teach iam_requests")
+
+
+def current_principal() -> str | None:
+    """The role of the code running in this thread: the function being invoked, or the EMR job's driver."""
+    role = _principal.get()
+    if role is None and threading.current_thread().name.startswith(SPARK_JOB_THREAD):
+        role = EMR_JOB_ROLE
+    return role
 
 
 def glue_schema_version_requests(params: dict[str, Any]) -> list[tuple[str, str]]:
@@ -277,6 +289,10 @@ class CallRecorder:
         # `UNATTRIBUTED` (the harness's own calls).
         self.s3_requests_by_role: Counter[tuple[str, str]] = Counter()
         self.active_role: Callable[[], str | None] = lambda: None
+        # A catalog stand-in's (tests/support/s3tables_box.py): how IAM sees its buckets' requests, and
+        # WSGI apps answering some requests moto receives instead of moto (None: not theirs).
+        self.rewrite: Callable[[list[tuple[str, str]]], list[tuple[str, str]]] = lambda found: found
+        self.forwards: list[Callable[[dict[str, Any], Callable[..., Any]], list[bytes] | None]] = []
         self._lock = threading.Lock()
 
     def keep_params(self, params: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
@@ -296,9 +312,7 @@ class CallRecorder:
         header of the request (`server_hook` attributes S3 requests by it)."""
         request = params if params is not None else {}
         params = context.get("aws_box_params", {})
-        role = _principal.get()
-        if role is None and threading.current_thread().name.startswith(SPARK_JOB_THREAD):
-            role = EMR_JOB_ROLE
+        role = current_principal()
         if role is None:
             credentials = getattr(request_signer, "_credentials", None)
             if getattr(credentials, "access_key", None) != "ak":  # moto's interpreter signs with "ak"
@@ -311,13 +325,17 @@ class CallRecorder:
         self.record(role, service, model.name, params)
 
     def record(self, role: str, service: str, operation: str, params: dict[str, Any]) -> None:
-        with self._lock:
-            self.requests[f"{service}:{operation}"] += 1
         try:
             requests = iam_requests(service, operation, params)
         except (AssertionError, KeyError) as exc:  # reported by denied(), never raised into a handler
             requests = [(f"unmapped:{service}:{operation}", repr(exc))]
-        for action, raw in requests:
+        self.record_requests(role, f"{service}:{operation}", requests)
+
+    def record_requests(self, role: str, request: str, found: list[tuple[str, str]]) -> None:
+        """One request (`service:Operation`) of `role`, authorized as the (action, resource) pairs `found`."""
+        with self._lock:
+            self.requests[request] += 1
+        for action, raw in self.rewrite(found):
             resource = raw
             for moto_id, template_id in self.renames.items():
                 resource = resource.replace(moto_id, template_id)
@@ -358,7 +376,7 @@ class CallRecorder:
                 environ["REQUEST_METHOD"], environ.get("PATH_INFO", ""), environ.get("QUERY_STRING", ""), body
             )
         with self._lock:
-            self.calls.extend(Call(EMR_JOB_ROLE, action, resource) for action, resource in found)
+            self.calls.extend(Call(EMR_JOB_ROLE, action, raw) for action, raw in self.rewrite(found))
             self.worker_requests += 1
 
     def denied(self) -> list[Call]:
@@ -932,6 +950,8 @@ class Box:
     """`Invoke` with `InvocationType=Event` by a function: (function, event), run by `pump`."""
     config: dict[str, Any] = field(default_factory=dict)
     """The config file the user wrote (`ConfigLocation`); `rewrite_config` changes it."""
+    s3tables: Any = None
+    """With `CatalogType=s3tables`, the stand-in of S3 Tables (tests/support/s3tables_box.py)."""
 
     def rewrite_config(self, **sections: Any) -> None:
         """The user edits the config file: `sections` replace its top-level keys. Every invocation
@@ -1028,7 +1048,9 @@ class Box:
         return list(self.sfn.get_execution_history(executionArn=execution_arn, maxResults=1000)["events"])
 
     def catalog(self) -> Any:
-        """The stack's Glue catalog (pyiceberg, on moto's Glue and S3)."""
+        """The stack's Glue catalog (pyiceberg, on moto's Glue and S3), or its S3 Tables stand-in's."""
+        if self.s3tables is not None:
+            return self.s3tables.catalog()
         from kafscale_iceberg.adapters.iceberg_catalog import CatalogSettings, load_iceberg_catalog
 
         return load_iceberg_catalog(
@@ -1143,8 +1165,10 @@ def build_box(
     visibility_seconds: int = VISIBILITY_SECONDS,
     parameters: dict[str, str] | None = None,
     schema_registry: dict[str, Any] | None = None,
+    s3tables: Any = None,
 ) -> Box:
-    """Create the stack's resources on moto, wire the fakes, and return the box (one per test)."""
+    """Create the stack's resources on moto, wire the fakes, and return the box (one per test).
+    `s3tables` (tests/support/s3tables_box.py's `S3TablesStandIn`) deploys with `CatalogType=s3tables`."""
     from moto.core.config import default_user_config
     from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
     from moto.stepfunctions.parser.asl.component.state.exec.state_task import (
@@ -1168,6 +1192,7 @@ def build_box(
         "SecurityGroupIds": "sg-0c",
         "WarehouseBucket": f"{stack}-lake",
         "GlueDatabaseNames": "shop",
+        **(s3tables.parameters if s3tables is not None else {}),
         **(parameters or {}),
     }
     deployment = Deployment(parameters, stack=stack)
@@ -1244,7 +1269,9 @@ def build_box(
             # environment sets the type and the warehouse; only the endpoint is the box's).
             "catalog": {"type": "glue", "properties": {"glue.endpoint": moto_url}},
             "warehouse": f"s3://{stack}-lake/warehouse",
-        },
+        }
+        if s3tables is None
+        else s3tables.iceberg_config(),
         "etcd": {"endpoints": [etcd.url]},
         "offsets": {"key_prefix": key_prefix},
         # No backoff: the state machine's Backoff wait is scaled, the launcher's check of it is wall time.
@@ -1271,6 +1298,8 @@ def build_box(
         environment[function.logical_id] = variables
 
     recorder = CallRecorder(deployment, {application_id: TEMPLATE_APPLICATION_ID})
+    if s3tables is not None:
+        s3tables.install(monkeypatch, recorder)
     # The functions' clients come from boto3's default session: give the box its own, and give the
     # previous one back at teardown (a later test in another region would find no queues otherwise).
     # pyiceberg's Glue catalog makes its own boto3 session: every session made during the test records.
@@ -1317,6 +1346,10 @@ def build_box(
 
     def recorded_call(app: Any, environ: dict[str, Any], start_response: Any) -> Any:
         recorder.server_hook(environ)
+        for forward in recorder.forwards:
+            answer = forward(environ, start_response)
+            if answer is not None:
+                return answer
         return original_call(app, environ, start_response)
 
     monkeypatch.setattr(DomainDispatcherApplication, "__call__", recorded_call)
@@ -1419,6 +1452,7 @@ def build_box(
         queue_urls=queue_urls,
         async_invokes=async_invokes,
         config=config,
+        s3tables=s3tables,
     )
     return box
 

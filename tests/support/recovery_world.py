@@ -1,6 +1,7 @@
 """One topic on the one-machine pipeline (`run --once`), killed at a chosen step, with maintenance and
 manual deletes between the runs, checked against a model of each key's last state: what the recovery
-tests (`tests/test_recovery.py`) and the crash harness (`bench/chaos.py`) share.
+tests (`tests/test_recovery.py`) and the crash harness (`tests/test_chaos.py`) share; the dying
+adapters are `tests/support/dying.py`'s (`Point`: where a process dies).
 
 Real parts: moto S3, the SQLite checkpoint store, a pyiceberg SQLite catalog, the in-process runner
 (the Spark job's task code without a JVM), the real maintenance service (its clock moved past the
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,71 +21,17 @@ from kafscale_iceberg.adapters.file_listing import StorageFileLister
 from kafscale_iceberg.adapters.iceberg_catalog import CatalogSettings, load_iceberg_catalog
 from kafscale_iceberg.assembly import Assembly
 from kafscale_iceberg.config import config_from_mapping
-from kafscale_iceberg.domain.commits import TableCommit, TableState
-from kafscale_iceberg.domain.leases import LeaseGrant
-from kafscale_iceberg.domain.offsets import OffsetUpdate
 from kafscale_iceberg.execution.job_runner import InProcessJobRunner
-from kafscale_iceberg.local.pipeline import OnceSummary, Pipeline
+from kafscale_iceberg.local.pipeline import OnceSummary, Pipeline, PipelineObserver
 from kafscale_iceberg.services.maintenance import MaintenanceReport, MaintenanceService
 from tests.support.config_documents import local_document
+from tests.support.dying import DyingCheckpoints, DyingTables, ProcessDied, die, expire_dead_lease
 from tests.support.moto import MotoEndpoint
 from tests.support.segments import put_segment
 
 NAMESPACE, TOPIC, TABLE, DLQ = "prod", "orders", "shop.orders", "shop.orders__dlq"
 BAD = b"not json"
 """A record that converts in no mode: a dead letter."""
-
-
-class ProcessDied(BaseException):
-    """The process died at an injected point (nothing in the product catches a BaseException)."""
-
-
-class Kill:
-    """Where a process dies: after a commit to a table, or around the checkpoint store's writes."""
-
-    BEFORE_ANY_COMMIT = "before the run's first table commit"
-    AFTER_DEAD_LETTERS = "after the dead-letter table's commit, before the anchor's"
-    AFTER_ANCHOR = "after the anchor's commit, before the offset write"
-    AFTER_OFFSETS = "after the offset write, before the lease release"
-    AFTER_RELEASE = "after the lease release"
-
-    ALL = (BEFORE_ANY_COMMIT, AFTER_DEAD_LETTERS, AFTER_ANCHOR, AFTER_OFFSETS, AFTER_RELEASE)
-
-
-class _DyingTables:
-    def __init__(self, inner: Any, point: str) -> None:
-        self._inner, self._point = inner, point
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-    def commit(self, expected: TableState, commit: TableCommit) -> TableState:
-        if self._point == Kill.BEFORE_ANY_COMMIT:
-            raise ProcessDied(self._point)
-        after = self._inner.commit(expected, commit)
-        if (self._point, expected.table) in ((Kill.AFTER_DEAD_LETTERS, DLQ), (Kill.AFTER_ANCHOR, TABLE)):
-            raise ProcessDied(self._point)
-        return after
-
-
-class _DyingCheckpoints:
-    def __init__(self, inner: Any, point: str) -> None:
-        self._inner, self._point = inner, point
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-    def commit_offsets(self, grant: LeaseGrant, updates: Mapping[int, OffsetUpdate]) -> Any:
-        written = self._inner.commit_offsets(grant, updates)
-        if self._point == Kill.AFTER_OFFSETS:
-            raise ProcessDied(self._point)
-        return written
-
-    def release_lease(self, grant: LeaseGrant) -> bool:
-        released: bool = self._inner.release_lease(grant)
-        if self._point == Kill.AFTER_RELEASE:
-            raise ProcessDied(self._point)
-        return released
 
 
 @dataclass
@@ -95,6 +42,8 @@ class RecoveryWorld:
     moto: MotoEndpoint
     root: Path
     mode: str = "upsert"
+    etcd_url: str | None = None
+    """The checkpoint store's etcd (None: the SQLite store)."""
     s3: Any = field(init=False)
     bucket: str = field(init=False)
     next_offset: int = 0
@@ -125,6 +74,7 @@ class RecoveryWorld:
             self.moto,
             bucket=self.bucket,
             namespace=NAMESPACE,
+            etcd_url=self.etcd_url,
             runs={"retry_backoff_seconds": 0},
             runner={"type": "inline", "inline": {"workers": 2}},
             offsets={"lease_ttl_seconds": 120},  # a loaded machine never loses it by stalling
@@ -161,28 +111,60 @@ class RecoveryWorld:
 
     # -- processes -----------------------------------------------------------------------------------
 
-    def pipeline(self, kill: str | None = None, owner: str = "test") -> Pipeline:
+    def pipeline(
+        self,
+        kill: str | None = None,
+        owner: str = "test",
+        observer: PipelineObserver | None = None,
+        checkpoints: Callable[[Any], Any] | None = None,
+        act: Callable[[str], None] = die,
+    ) -> Pipeline:
+        """A process (owner `owner`) that dies at `kill` (a `Point`) when given - or does `act` there,
+        e.g. starts an etcd outage; `checkpoints` wraps its store."""
         assembly = Assembly(self.config, owner_id=owner)
         if self.runner is None:
             self.runner = InProcessJobRunner(workers=2, s3=assembly.s3_settings)
         if kill is not None:
-            assembly.__dict__["tables"] = _DyingTables(assembly.tables, kill)
-            assembly.__dict__["checkpoints"] = _DyingCheckpoints(assembly.checkpoints, kill)
-        return Pipeline(assembly, self.runner, watch_interval_s=0.05)
+            assembly.__dict__["tables"] = DyingTables(
+                assembly.tables, kill, table=TABLE, dead_letters=DLQ, act=act
+            )
+            assembly.__dict__["checkpoints"] = DyingCheckpoints(assembly.checkpoints, kill, act=act)
+        if checkpoints is not None:
+            assembly.__dict__["checkpoints"] = checkpoints(assembly.checkpoints)
+        return Pipeline(
+            assembly, self.runner, watch_interval_s=0.05, observer=observer, outage_backoff_s=(0.2, 1.0)
+        )
 
-    def run_once(self, kill: str | None = None) -> OnceSummary | None:
-        """One `run --once`; None when the process died at `kill`."""
+    def run_once(
+        self, kill: str | None = None, observer: PipelineObserver | None = None
+    ) -> OnceSummary | None:
+        """One `run --once`; None when the process died at `kill` (a `Point`)."""
         try:
-            return self.pipeline(kill).run_once(busy_wait_s=0)
+            return self.pipeline(kill, observer=observer).run_once(busy_wait_s=0)
         except ProcessDied:
             return None
 
+    def run_once_through_an_outage(
+        self, point: str, start: Callable[[], None], end: Callable[[], None]
+    ) -> OnceSummary:
+        """One `run --once` during which an outage `start`s at `point` (once) and lasts the rest of the
+        process; `end`ed after it exits."""
+        started: list[str] = []
+
+        def outage(at: str) -> None:
+            if not started:
+                started.append(at)
+                start()
+
+        try:
+            return self.pipeline(point, act=outage).run_once(busy_wait_s=0)
+        finally:
+            if started:
+                end()
+
     def expire_lease(self) -> None:
         """The dead process's lease is gone (as its TTL would make it), without waiting for it."""
-        assembly = Assembly(self.config, owner_id="look")
-        holder = assembly.checkpoints.read_lease_holder(TOPIC)
-        if holder is not None:
-            assembly.checkpoints.release_lease(holder)
+        expire_dead_lease(self.config, TOPIC)
 
     def maintain(self, *, compact: bool = False) -> MaintenanceReport:
         """A `maintain` pass seen from two days later: every unreferenced file is past the grace."""

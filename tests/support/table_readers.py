@@ -6,6 +6,8 @@ read the data files with its own Parquet reader, each row with its file and row 
 the (file, position) pairs the snapshot's position delete files name (an anti-join). What these
 readers check is that the files the product writes - data files and position delete files - mean the
 same rows to every Parquet reader: field ids, row order, the delete files' columns and paths.
+
+And the compaction they are compared with after (`full_compaction`), shared with `make bench-upsert`.
 """
 
 from __future__ import annotations
@@ -13,6 +15,9 @@ from __future__ import annotations
 from typing import Any
 
 from pyiceberg.table import Table
+
+from kafscale_iceberg.adapters.iceberg_maintenance import CompactionWrite, IcebergTableMaintainer
+from kafscale_iceberg.domain.maintenance import DeleteFolding
 
 
 def snapshot_files(table: Table) -> tuple[list[str], list[str]]:
@@ -67,3 +72,26 @@ def spark_rows(spark: Any, table: Table, columns: list[str]) -> list[tuple[Any, 
         )
         rows = rows.join(gone, on=["_file", "_pos"], how="left_anti")
     return [tuple(r) for r in rows.select(*columns).collect()]
+
+
+def delete_file_paths(table: Table) -> set[str]:
+    """The position delete files the current snapshot's data files carry."""
+    return set(snapshot_files(table)[1])
+
+
+def full_compaction(
+    maintainer: IcebergTableMaintainer, table: str, *, data_prefix: str, target_file_size_bytes: int
+) -> CompactionWrite:
+    """`maintain`'s compaction of every data file of `table`, every position delete folded, planned
+    and written (not committed: `maintainer.commit_compaction(written, now_ms=0)`). What the upsert
+    tests and `make bench-upsert` compare a merge-on-read table with."""
+    plan = maintainer.plan_compaction(
+        table,
+        small_file_bytes=1 << 40,
+        min_small_files=2,
+        max_bytes=1 << 40,
+        folding=DeleteFolding(max_delete_ratio=1e-9, max_delete_files=1),
+    )
+    return maintainer.write_compaction(
+        plan, data_prefix=data_prefix, target_file_size_bytes=target_file_size_bytes
+    )

@@ -22,7 +22,6 @@ from kafscale_iceberg.adapters.iceberg_maintenance import IcebergTableMaintainer
 from kafscale_iceberg.adapters.iceberg_tables import IcebergTableCommitter
 from kafscale_iceberg.adapters.sqlite_checkpoints import SqliteCheckpointStore
 from kafscale_iceberg.domain.leases import LeaseGrant
-from kafscale_iceberg.domain.maintenance import DeleteFolding
 from kafscale_iceberg.domain.runs import (
     NO_OFFSET,
     ColumnSpec,
@@ -42,6 +41,7 @@ from kafscale_iceberg.services.commits.outcome import CommitOutcome
 from kafscale_iceberg.services.commits.run_writes import TablePolicy
 from tests.support.iceberg_runs import sql_settings
 from tests.support.spark_job import BASE_TIME_MS, SegmentFolder, make_plan, write_plan
+from tests.support.table_readers import full_compaction
 
 TABLE = "prod.orders"
 COLUMNS = (
@@ -133,15 +133,8 @@ class UpsertWorld:
             return False
         maintainer = IcebergTableMaintainer(self.catalog, StagedFileStore())
         # Every position delete folded (a merge-on-read table): the compacted table has none.
-        plan = maintainer.plan_compaction(
-            TABLE,
-            small_file_bytes=1 << 30,
-            min_small_files=2,
-            max_bytes=1 << 30,
-            folding=DeleteFolding(max_delete_ratio=1e-9, max_delete_files=1),
-        )
-        written = maintainer.write_compaction(
-            plan, data_prefix=str(self.root / "compacted"), target_file_size_bytes=1 << 30
+        written = full_compaction(
+            maintainer, TABLE, data_prefix=str(self.root / "compacted"), target_file_size_bytes=1 << 30
         )
         return maintainer.commit_compaction(written, now_ms=0).committed
 

@@ -90,7 +90,7 @@ def conform(batch: DecodedBatch, columns: Sequence[ColumnSpec]) -> DecodedColumn
         failed = np.zeros(count, bool)
         sources.append([])
         for group in batch.groups:
-            source = _field(group.records, column.name)
+            source = _named_field(group.records, column)
             sources[-1].append(source)
             if source is None:  # its schema lacks the field: the declared default (Avro's resolution)
                 pieces.append(default_or_nulls(column, len(group.positions)))
@@ -154,6 +154,16 @@ def _field(records: pa.StructArray, name: str) -> pa.Array | None:
     return child
 
 
+def _named_field(records: pa.StructArray, column: ColumnSpec) -> pa.Array | None:
+    """`records`' field for `column`: of its name, else of one of its aliases (a renamed column's
+    former name, written by an older schema version)."""
+    for name in (column.name, *column.aliases):
+        found = _field(records, name)
+        if found is not None:
+            return found
+    return None
+
+
 def _in_batch_order(
     pieces: list[pa.Array], order: list[np.ndarray], count: int, target: pa.DataType
 ) -> pa.Array:
@@ -188,7 +198,10 @@ def conform_array(source: pa.Array, column: ColumnSpec) -> tuple[pa.Array, np.nd
             return pa.nulls(count, target), valid
         children = []
         for part in column.fields:
-            index = source.type.get_field_index(part.name)
+            index = next(
+                (i for name in (part.name, *part.aliases) if (i := source.type.get_field_index(name)) >= 0),
+                -1,
+            )
             if index < 0:
                 children.append(default_or_nulls(part, count))
                 continue

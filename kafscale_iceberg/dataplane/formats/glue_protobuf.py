@@ -128,6 +128,6 @@ def decoder(settings: ConversionSettings, schemas: SchemaCache | None, *, part: 
         schemas or no_registry("protobuf"),
         subject=settings.value_subject,
         message=settings.value_message,
-        columns=[c.name for c in settings.columns],
+        columns=[name for c in settings.columns for name in (c.name, *c.aliases)],
         part=part,
     )

@@ -90,6 +90,11 @@ class ColumnSpec(DocumentModel):
     default: JsonValue = Field(default=None, exclude_if=lambda value: value is None)
     """The default a record schema declares for the field (Avro, a scalar), landed for a record written
     with a schema without the field (Avro's schema resolution); None (left out of documents): null."""
+    aliases: tuple[str, ...] = Field(default=(), exclude_if=lambda value: not value)
+    """Other names the column's values come under in record schemas: an Avro field's `aliases`, and a
+    renamed column's former names (`domain/schema_evolution.py`); empty (left out of documents): none."""
+    number: int | None = Field(default=None, exclude_if=lambda value: value is None)
+    """The field's number in its Protobuf message (a rename keeps it); None (left out): not Protobuf."""
 
     @model_validator(mode="after")
     def _parts_match_type(self) -> ColumnSpec:

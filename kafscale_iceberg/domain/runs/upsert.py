@@ -75,6 +75,9 @@ class PositionDeleteFile(DocumentModel):
     """The compressed bytes of the `file_path` column."""
     pos_bytes: int = Field(default=0, ge=0)
     """The compressed bytes of the `pos` column."""
+    replaces: tuple[str, ...] = ()
+    """Delete files of the table it supersedes (it holds their positions too): removed in the
+    snapshot that adds it, so a data file keeps at most one delete file."""
 
 
 class UpsertOutcome(DocumentModel):

@@ -59,7 +59,9 @@ from kafscale_iceberg.exceptions import (
     DeadLetterAheadError,
     FieldIdMismatchError,
     InferredColumnChangedError,
+    LeaseLostError,
     OffsetMismatchError,
+    OffsetsFencedError,
     OffsetsNotRecordedError,
     RunSupersededError,
     TableLocationUnknownError,
@@ -243,6 +245,8 @@ class CommitService(TableWriter):
             written_offsets = advance_store(self._checkpoints, lease, result, offsets, plan.end_offsets())
         except CheckpointUnavailableError as exc:
             raise OffsetsNotRecordedError(exc, topic, run_id, describe_offsets(offsets)) from exc
+        except LeaseLostError as exc:
+            raise OffsetsFencedError(exc, describe_offsets(offsets)) from exc
         released = self._checkpoints.release_lease(lease) if release else False
         logger.info(
             "run committed",
