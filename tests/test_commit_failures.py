@@ -28,6 +28,7 @@ from kafscale_iceberg.exceptions import (
     KafscaleIcebergError,
     LeaseLostError,
     OffsetMismatchError,
+    OffsetsFencedError,
     OffsetsNotRecordedError,
     PartitionSpecMismatchError,
     RunNotCommittableError,
@@ -51,6 +52,7 @@ CASES: list[tuple[Exception, CommitFailure, CommitAction]] = [
     (DataFileMissingError("r2", ["t"], ["s3://b/t/r2/f.parquet"]), F.STALE_PLAN, A.REPLAN_NOW),
     (RunSupersededError(_STALE, _FINISHED), F.SUPERSEDED, A.REPLAN_NOW),
     (LeaseLostError("orders", 7, "r2", "the lease expired"), F.FENCED, A.REPLAN_NOW),
+    (OffsetsFencedError(LeaseLostError("orders", 7, "r2", "stalled"), "p0=9"), F.FENCED, A.REPLAN_NOW),
     (CommitConflictError("t", "r2", 3), F.CONFLICT, A.RETRY),
     (TableChangedError("t", "snapshot moved"), F.CONFLICT, A.RETRY),
     (CommitOutcomeUnknownError("t", "r2", "timeout"), F.CONFLICT, A.RETRY),
@@ -125,3 +127,24 @@ def test_a_cause_of_ours_under_a_foreign_error_is_what_decides() -> None:
 @pytest.mark.parametrize("name", ["LeaseLost", "States.Timeout", "Sandbox.Timedout", "JobFailed", ""])
 def test_a_name_that_is_not_ours_is_not_a_commit_failure(name: str) -> None:
     assert decide_commit_failure(name) is None
+
+
+@pytest.mark.parametrize(
+    ("error", "refresh"),
+    [
+        (_STALE, True),
+        (RunSupersededError(_STALE, _FINISHED), True),
+        (LeaseLostError("o", 7, "r2", "x"), False),
+    ],
+    ids=["stale", "superseded", "fenced"],
+)
+def test_the_tables_are_recorded_again_after_a_stale_or_superseded_commit_on_both_loops(
+    error: Exception, refresh: bool
+) -> None:
+    """`field-ids.json` (an upsert table's version) is written again when the tables moved past the
+    plan: the same answer from the exception and from the error name the abort step sees."""
+    local = decide_commit_failure(error)
+    aws = decide_commit_failure(_as_the_abort_step_sees_it(error))
+    assert local is not None
+    assert aws is not None
+    assert local.refresh_recorded_tables is aws.refresh_recorded_tables is refresh

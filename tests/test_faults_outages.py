@@ -68,6 +68,12 @@ def _world(moto: MotoEndpoint, tmp_path: Path, etcd: RestartableEtcd, proxy: Tcp
     return World(moto, tmp_path, etcd_url=etcd.url, endpoint=proxy.url)
 
 
+SETTLE_S = 420.0
+"""How long a wait may take before the test fails. Every wait polls for a state and returns as soon as it
+holds, so this bounds only a failing test: it is set for a loaded machine (a run, a JVM task and a
+commit can take minutes there), not for the work's usual pace (issue 35 §5)."""
+
+
 class Loop:
     """`run_forever` in a thread, with what `health` reported (sampled every 50 ms)."""
 
@@ -93,7 +99,7 @@ class Loop:
                 self.not_ready.append(reason)
             time.sleep(0.05)
 
-    def wait_for(self, condition: Callable[[], bool], what: str, timeout_s: float = 120.0) -> None:
+    def wait_for(self, condition: Callable[[], bool], what: str, timeout_s: float = SETTLE_S) -> None:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             assert self.error is None, f"run ended: {self.error!r}"
@@ -108,7 +114,7 @@ class Loop:
 
     def stop(self) -> None:
         self.pipeline.stop()
-        self._thread.join(timeout=120)
+        self._thread.join(timeout=SETTLE_S)
         assert not self._thread.is_alive()
         assert self.error is None, f"run ended with {self.error!r}"
 
@@ -172,7 +178,7 @@ def test_run_rides_out_s3_cut_and_etcd_frozen(
     loop.wait_for(lambda: _committed(world, 1) == 9, "the first records")
     s3_proxy.cut()
     world.put(0, 5)  # straight to moto: the broker is not behind the cut
-    loop.wait_for(lambda: bool(loop.not_ready), "not ready while S3 is cut", timeout_s=30)
+    loop.wait_for(lambda: bool(loop.not_ready), "not ready while S3 is cut")
     s3_proxy.restore()
     loop.wait_for(lambda: _committed(world, 0) == 14, "the records produced during the cut")
     etcd.freeze()
@@ -181,7 +187,6 @@ def test_run_rides_out_s3_cut_and_etcd_frozen(
         loop.wait_for(
             lambda: any("CheckpointUnavailableError" in r for r in loop.not_ready),
             "etcd frozen",
-            timeout_s=40,
         )
     finally:
         etcd.thaw()
@@ -207,7 +212,7 @@ def test_run_once_names_what_was_unavailable(
 
 def _healthz(port: int) -> tuple[int, str]:
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as response:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=30) as response:
             return response.status, response.read().decode()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read().decode()
@@ -232,17 +237,17 @@ def test_the_run_command_survives_a_sigkilled_etcd_and_reports_it_on_healthz(
         text=True,
     )
     try:
-        _wait(lambda: _committed(world, 0) == 9, process, "the first run", 180)
+        _wait(lambda: _committed(world, 0) == 9, process, "the first run")
         etcd.kill()
         world.put(0, 5)
-        _wait(lambda: _healthz(port)[0] == 503, process, "/healthz not ready", 60)
+        _wait(lambda: _healthz(port)[0] == 503, process, "/healthz not ready")
         status, body = _healthz(port)
         assert "CheckpointUnavailableError" in body, (status, body)
         etcd.restart()
-        _wait(lambda: _healthz(port) == (200, "ok"), process, "/healthz ready again", 60)
-        _wait(lambda: _committed(world, 0) == 14, process, "the records produced during the outage", 120)
+        _wait(lambda: _healthz(port) == (200, "ok"), process, "/healthz ready again")
+        _wait(lambda: _committed(world, 0) == 14, process, "the records produced during the outage")
         process.send_signal(signal.SIGTERM)
-        _, stderr = process.communicate(timeout=120)
+        _, stderr = process.communicate(timeout=SETTLE_S)
     finally:
         if process.poll() is None:
             process.kill()
@@ -252,7 +257,9 @@ def test_the_run_command_survives_a_sigkilled_etcd_and_reports_it_on_healthz(
     world.check_exactly_once()
 
 
-def _wait(condition: Callable[[], bool], process: subprocess.Popen[str], what: str, timeout_s: float) -> None:
+def _wait(
+    condition: Callable[[], bool], process: subprocess.Popen[str], what: str, timeout_s: float = SETTLE_S
+) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -275,11 +282,13 @@ class FailingCommits:
     def __init__(self, inner: Any, error: Exception) -> None:
         self._inner, self._error = inner, error
         self.raised = threading.Event()
+        self.calls = 0
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
     def commit(self, expected: TableState, commit: TableCommit) -> TableState:
+        self.calls += 1
         if not self.raised.is_set():
             self.raised.set()
             raise self._error
@@ -322,11 +331,16 @@ def test_run_stops_on_a_defect_instead_of_staying_up_not_ready(
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
-    thread.join(timeout=180)
-    if thread.is_alive():  # the old behaviour: alive and not ready, retrying the defect
+    # Until the loop ends, or commits again: the old behaviour, alive and retrying after the defect.
+    deadline = time.monotonic() + SETTLE_S
+    while thread.is_alive() and commits.calls < 2:
+        assert time.monotonic() < deadline, "the run neither reached its commit nor ended"
+        time.sleep(0.1)
+    if commits.calls >= 2:
         pipeline.stop()
-        thread.join(timeout=120)
+        thread.join(timeout=SETTLE_S)
         pytest.fail(f"run kept going after a defect; health: {pipeline.health.state()}")
+    thread.join(timeout=SETTLE_S)
     assert commits.raised.is_set()
     (error,) = ended
     assert isinstance(error, AttributeError)
@@ -401,7 +415,7 @@ def test_run_rides_out_s3_answering_503_then_hanging_and_run_once_names_it(
     since = len(loop.not_ready)
     fault_proxy.inject(Fault.answer(503, "SlowDown"), matching=_s3)
     world.put(0, 5)  # straight to moto: the broker is not behind the fault
-    loop.wait_for(lambda: _new_reason(loop, since, "SlowDown"), "not ready while S3 answers 503", 90)
+    loop.wait_for(lambda: _new_reason(loop, since, "SlowDown"), "not ready while S3 answers 503")
     fault_proxy.clear()
     loop.wait_for(lambda: _committed(world, 0) == 14, "the records produced during the 503s")
     loop.wait_for(lambda: pipeline.health.state()[0], "ready again")
@@ -409,7 +423,7 @@ def test_run_rides_out_s3_answering_503_then_hanging_and_run_once_names_it(
     since = len(loop.not_ready)
     fault_proxy.inject(Fault.hang(2.0), matching=_s3)
     world.put(0, 5)
-    loop.wait_for(lambda: _new_reason(loop, since, "S3UnavailableError"), "not ready while S3 hangs", 120)
+    loop.wait_for(lambda: _new_reason(loop, since, "S3UnavailableError"), "not ready while S3 hangs")
     fault_proxy.clear()
     loop.wait_for(lambda: _committed(world, 0) == 19, "the records produced during the hang")
     loop.wait_for(lambda: pipeline.health.state()[0], "ready again")
@@ -445,7 +459,7 @@ def test_run_keeps_ingesting_through_an_sqs_outage_and_reports_it(
         Fault.answer(503, "ServiceUnavailable"), matching=lambda head: b"amazonsqs" in head.lower()
     )
     loop.wait_for(
-        lambda: _new_reason(loop, 0, "notifications unavailable", "QueueUnavailableError"), "SQS down", 60
+        lambda: _new_reason(loop, 0, "notifications unavailable", "QueueUnavailableError"), "SQS down"
     )
     world.put(0, 5)
     loop.wait_for(lambda: _committed(world, 0) == 14, "the records produced during the SQS outage")
@@ -508,9 +522,7 @@ def test_run_rides_out_a_glue_catalog_outage_and_run_once_names_it(
     loop.wait_for(lambda: _committed(world, 0) == 9, "the first records")
     fault_proxy.inject(Fault.answer(503, "ServiceUnavailableException"), matching=is_glue)
     world.put(0, 5)
-    loop.wait_for(
-        lambda: _new_reason(loop, 0, "CatalogUnavailableError"), "not ready while Glue answers 503", 90
-    )
+    loop.wait_for(lambda: _new_reason(loop, 0, "CatalogUnavailableError"), "not ready while Glue answers 503")
     fault_proxy.clear()
     loop.wait_for(lambda: _committed(world, 0) == 14, "the records produced during the outage")
     loop.wait_for(lambda: pipeline.health.state()[0], "ready again")

@@ -4,6 +4,7 @@ EMR Serverless job states come from botocore's Stubber: moto's job runs finish a
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -311,6 +312,23 @@ def test_abort_of_an_upsert_plan_located_in_a_replaced_version_does_not_back_off
             error="UpsertLocateStaleError",
         )
     assert (result.resignal_after_seconds, result.consecutive_failures) == (0, 0)
+
+
+def test_abort_of_a_run_fenced_after_its_table_commit_says_its_rows_are_in(
+    steps: Steps, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A lease lost between the tables' commit and the offset write (`OffsetsFencedError`): fencing,
+    not the topic's failure, and not told as "not committed"."""
+    plan = sample_plan()
+    plan_uri = str(tmp_path / "plan.json")
+    steps.documents.write_text(plan_uri, plan.model_dump_json())
+    ticket = steps.ticket().model_copy(update={"plan_uri": plan_uri})
+    steps.cancel_accepted()
+    with steps.stubber, caplog.at_level(logging.INFO):
+        result = steps.steps.abort(ticket, "is committed to its tables", error="OffsetsFencedError")
+    assert (result.resignal_after_seconds, result.consecutive_failures) == (0, 0)
+    assert f"run {ticket.run_id} committed, its offsets not written (fenced)" in caplog.text
+    assert "not committed" not in caplog.text
 
 
 def test_a_backoff_document_written_before_the_rename_still_sends_the_topic_to_emr() -> None:

@@ -57,17 +57,18 @@ def run_command(args: argparse.Namespace) -> int:
     except BaseException:
         server.stop()
         raise
+    printer = ProgressPrinter(config=config)
     where = server.where
     print(f"kafscale-iceberg run: metrics on {where}/metrics, health on {where}/healthz", file=sys.stderr)
     with (
         server,
-        open_pipeline(config, observers=[ProgressPrinter()], metrics=sink, warm_up=not args.once) as pipeline,
+        open_pipeline(config, observers=[printer], metrics=sink, warm_up=not args.once) as pipeline,
         stop_on_signals(pipeline.stop),
     ):
         pipeline.health = server.readiness
         if args.once:
             summary = pipeline.run_once()
-            print_summary(summary)
+            print_summary(summary, refer=printer.refer)
             return 0 if summary.ok else 1
         print(
             f"kafscale-iceberg run: ingesting {', '.join(config.mapped_topics)}; Ctrl-C stops",
@@ -108,8 +109,9 @@ def stop_on_signals(stop: Callable[[], None]) -> Iterator[None]:
             signal.signal(signum, handler)
 
 
-def print_summary(summary: OnceSummary) -> None:
-    """The `--once` summary: runs, records, and each topic left behind with why."""
+def print_summary(summary: OnceSummary, refer: Callable[[str], str] = lambda text: text) -> None:
+    """The `--once` summary: runs, records, and each topic left behind with why (an error the progress
+    lines printed already is referred to, not repeated: `refer`)."""
     from kafscale_iceberg.domain.wording import counted  # noqa: PLC0415
     from kafscale_iceberg.local.run_reports import RunEnd  # noqa: PLC0415
     from kafscale_iceberg.local.wiring import lfs_summary  # noqa: PLC0415
@@ -145,11 +147,12 @@ def print_summary(summary: OnceSummary) -> None:
             file=sys.stderr,
         )
     for topic, reason in sorted(summary.blocked.items()):
-        print(f"  {topic}: not complete yet (left for the next run): {reason}", file=sys.stderr)
+        print(f"  {topic}: not complete yet (left for the next run): {refer(reason)}", file=sys.stderr)
     for topic, reason in sorted(summary.failed.items()):
-        print(f"  {topic}: FAILED: {reason}", file=sys.stderr)
+        print(f"  {topic}: FAILED: {refer(reason)}", file=sys.stderr)
     for what in dict.fromkeys(summary.unavailable):
-        print(f"  unavailable: {what}", file=sys.stderr)
+        if refer(what) == what and not any(what in reason for reason in summary.failed.values()):
+            print(f"  unavailable: {what}", file=sys.stderr)
 
 
 def conversion_failures(runs: Sequence[RunReport]) -> dict[str, dict[str, int]]:

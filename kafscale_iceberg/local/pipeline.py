@@ -656,6 +656,9 @@ class Pipeline:
         (`error_stage`: the rule the Lambdas use, so a lease lost at commit is `checkpoint` here too)."""
         stage = error_stage(error, default=stage)
         topic = topic or getattr(error, "topic", None)
-        logger.error("%s failed: %s", stage, error, extra={"stage": stage, "topic": topic})
+        # With an observer (`run`'s progress lines) the person reads it there, once; the record stays
+        # for a configured log handler at DEBUG.
+        level = logging.DEBUG if self._observer else logging.ERROR
+        logger.log(level, "%s failed: %s", stage, error, extra={"stage": stage, "topic": topic})
         if self._observer:
             self._observer.error(stage, topic, error)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, TextIO
 from kafscale_iceberg.adapters.confluent_registry import RegistryCredentials
 from kafscale_iceberg.assembly import Assembly
 from kafscale_iceberg.config import KafscaleConfig
+from kafscale_iceberg.config.typos import unknown_key_note
 from kafscale_iceberg.domain.column_fill import unfilled_columns
 from kafscale_iceberg.domain.finished_runs import describe_offsets
 from kafscale_iceberg.domain.runs import RunPlan
@@ -258,10 +259,17 @@ class MetricsObserver:
 
 
 class ProgressPrinter:
-    """One line per run start and end (and per error), for a person watching `run` or `demo`."""
+    """One line per run start and end (and per error), for a person watching `run` or `demo`.
 
-    def __init__(self, stream: TextIO | None = None) -> None:
+    Each error is printed once: a run ended by an error already printed says so instead of repeating it,
+    and `printed` (the texts printed so far) lets the `--once` summary do the same. With `config`, an
+    error line also names the unknown keys of the topic's mapping (a misspelled key is often its cause).
+    """
+
+    def __init__(self, stream: TextIO | None = None, *, config: KafscaleConfig | None = None) -> None:
         self._stream = stream or sys.stderr
+        self._config = config
+        self.printed: list[str] = []
 
     def run_started(self, ticket: RunTicket, plan: RunPlan) -> None:
         ranges = ", ".join(
@@ -296,8 +304,13 @@ class ProgressPrinter:
                 f"{extra} in {report.seconds:.1f} s; offsets {describe_offsets(report.offsets)}"
             )
             self._warn_unfilled(report, plan)
+        elif self.already_printed(report.reason):
+            self._print(
+                f"  {report.topic}: run {_short(report.run_id)} {report.end.value} by the error above"
+            )
         else:
             self._print(f"  {report.topic}: run {_short(report.run_id)} {report.end.value}: {report.reason}")
+            self.printed.append(report.reason)
 
     def _warn_unfilled(self, report: RunReport, plan: RunPlan) -> None:
         """Once per run: the mapping columns no record filled (a field name the records do not carry)."""
@@ -313,7 +326,20 @@ class ProgressPrinter:
             )
 
     def error(self, stage: str, topic: str | None, error: Exception) -> None:
-        self._print(f"  {topic + ': ' if topic else ''}{stage} error: {error}")
+        note = unknown_key_note(self._config, topic) if self._config is not None else ""
+        self._print(f"  {topic + ': ' if topic else ''}{stage} error: {error}{note}")
+        self.printed.append(str(error))
+
+    def already_printed(self, text: str) -> bool:
+        """Whether `text` repeats (holds) an error this printer has printed."""
+        return any(printed and printed in text for printed in self.printed)
+
+    def refer(self, text: str) -> str:
+        """`text` with each error this printer has printed replaced by "the error above"."""
+        for printed in self.printed:
+            if printed:
+                text = text.replace(printed, "the error above")
+        return text
 
     def _print(self, line: str) -> None:
         print(line, file=self._stream, flush=True)
