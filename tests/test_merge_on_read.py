@@ -14,6 +14,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from pyiceberg.manifest import ManifestContent
 
 from kafscale_iceberg.adapters.data_files import StagedFileStore
 from kafscale_iceberg.adapters.documents import DocumentStore
@@ -87,6 +88,9 @@ def test_runs_write_position_deletes_and_no_table_file_is_rewritten(tmp_path: Pa
     data, deletes = snapshot_files(table)
     assert len(data) == 6  # each run's file per Kafka partition stays: nothing replaced
     assert len(deletes) == 2
+    # One delete manifest, rewritten by each run that deletes rows (not one more per run).
+    delete_manifests = [m for m in snapshot.manifests(table.io) if m.content == ManifestContent.DELETES]
+    assert len(delete_manifests) == 1
     for task in table.scan().plan_files():  # each delete file names its one data file by its bounds
         path = task.file.file_path.encode()
         assert all(d.lower_bounds[FILE_PATH] == d.upper_bounds[FILE_PATH] == path for d in task.delete_files)
@@ -115,6 +119,23 @@ def test_every_reader_agrees_through_compactions(tmp_path: Path, spark: Any) -> 
     assert snapshot.summary.operation.value == "replace"
     assert snapshot.summary["total-delete-files"] == "0"
     readers_agree(world, model, spark)
+
+
+def test_a_run_merges_the_data_manifests_once_min_count_to_merge_stand(tmp_path: Path) -> None:
+    world, model = mor_world(tmp_path), {}
+    history(world, model)  # three runs: three data manifests
+    table = world.catalog.load_table(TABLE)
+    with table.transaction() as transaction:
+        transaction.set_properties({"commit.manifest.min-count-to-merge": "3"})
+    world.write(0, [change(model, 6, "m6")])
+    world.run()
+    table = world.catalog.load_table(TABLE)
+    snapshot = table.current_snapshot()
+    assert snapshot is not None
+    contents = [m.content for m in snapshot.manifests(table.io)]
+    assert contents.count(ManifestContent.DATA) == 1  # Iceberg's row delta merges; a fast append would not
+    assert contents.count(ManifestContent.DELETES) == 1
+    readers_agree(world, model)
 
 
 def test_a_compaction_landing_first_refuses_the_run_whose_deletes_it_moved(tmp_path: Path) -> None:

@@ -112,7 +112,7 @@ class World:
         if self.runner is None:
             self.runner = LocalSparkJobRunner(master="local[2]", s3=assembly.s3_settings)
         if point is not None:
-            assembly.__dict__["tables"] = DyingTables(assembly.tables, point)
+            assembly.__dict__["tables"] = DyingTables(assembly.tables, point, table=TABLE, dead_letters=DLQ)
         return Pipeline(assembly, self.runner, watch_interval_s=0.1)
 
     def run_once(self) -> None:

@@ -44,11 +44,12 @@ from pyiceberg.manifest import (
     ManifestWriterV2,
 )
 from pyiceberg.schema import Schema
-from pyiceberg.table import Transaction
+from pyiceberg.table import TableProperties, Transaction
 from pyiceberg.table.snapshots import Operation, Summary
-from pyiceberg.table.update.snapshot import _FastAppendFiles, _SnapshotProducer
+from pyiceberg.table.update.snapshot import _FastAppendFiles, _ManifestMergeManager, _SnapshotProducer
 from pyiceberg.typedef import EMPTY_DICT
 from pyiceberg.types import NestedField, StringType, StructType
+from pyiceberg.utils.properties import property_as_bool, property_as_int
 
 from kafscale_iceberg.domain.runs import PositionDeleteFile
 
@@ -165,16 +166,31 @@ class _RowDelta(_FastAppendFiles):
         return self
 
     def _existing_manifests(self) -> list[ManifestFile]:
-        if not self._deleted_data_files:
-            return super()._existing_manifests()
-        return _manifests_without(self, {f.file_path for f in self._deleted_data_files})
+        # The delete manifests of the specs it adds delete files in are merged by `_manifests`.
+        merged = self._merged_specs()
+        kept = super()._existing_manifests()
+        return [m for m in kept if m.content != ManifestContent.DELETES or m.partition_spec_id not in merged]
 
     def _manifests(self) -> list[ManifestFile]:
+        """The data manifests as a fast append writes them, and ONE delete manifest per partition
+        spec it adds delete files in: those files, and the live entries of that spec's delete
+        manifests - `DELETED` for the delete files it removes, `EXISTING` (sequence numbers kept)
+        for the others. A table then has one delete manifest per spec however many runs wrote
+        deletes (each run used to add one, and a reader opens every manifest to plan a scan)."""
         manifests = super()._manifests()
+        removed = {f.file_path for f in self._deleted_data_files}
         by_spec: dict[int, list[DataFile]] = defaultdict(list)
         for delete_file in self._added_delete_files:
             by_spec[delete_file.spec_id].append(delete_file)
-        for spec_id, files in sorted(by_spec.items()):
+        specs = self._merged_specs()
+        parent = self._transaction.table_metadata.snapshot_by_id(self._parent_snapshot_id or -1)
+        earlier = [
+            m
+            for m in (parent.manifests(self._io) if parent is not None else ())
+            if m.content == ManifestContent.DELETES and m.partition_spec_id in specs
+        ]
+        for spec_id in sorted(specs):
+            files = by_spec.get(spec_id, [])
             writer = _DeleteManifestWriter(
                 spec=self.spec(spec_id),
                 schema=self.schema(),
@@ -185,8 +201,43 @@ class _RowDelta(_FastAppendFiles):
             with writer:
                 for delete_file in files:
                     writer.add_entry(_added(self._snapshot_id, delete_file))
+                for manifest in (m for m in earlier if m.partition_spec_id == spec_id):
+                    for entry in manifest.fetch_manifest_entry(self._io, discard_deleted=True):
+                        if entry.data_file.file_path in removed:
+                            writer.delete(entry)
+                        else:
+                            writer.existing(entry)
             manifests.append(writer.to_manifest_file())
         return manifests
+
+    def _process_manifests(self, manifests: list[ManifestFile]) -> list[ManifestFile]:
+        """The data manifests merged as Iceberg's own row delta merges them (Java's default, off in
+        pyiceberg's): once `commit.manifest.min-count-to-merge` (100) of them would stand, into
+        manifests of `commit.manifest.target-size-bytes` (8 MB). A merge-on-read run adds one each,
+        and a reader opens every one to plan a scan."""
+        properties = self._transaction.table_metadata.properties
+        merger = _ManifestMergeManager(
+            target_size_bytes=property_as_int(
+                properties,
+                TableProperties.MANIFEST_TARGET_SIZE_BYTES,
+                TableProperties.MANIFEST_TARGET_SIZE_BYTES_DEFAULT,
+            )
+            or TableProperties.MANIFEST_TARGET_SIZE_BYTES_DEFAULT,
+            min_count_to_merge=property_as_int(
+                properties,
+                TableProperties.MANIFEST_MIN_MERGE_COUNT,
+                TableProperties.MANIFEST_MIN_MERGE_COUNT_DEFAULT,
+            )
+            or TableProperties.MANIFEST_MIN_MERGE_COUNT_DEFAULT,
+            merge_enabled=property_as_bool(properties, TableProperties.MANIFEST_MERGE_ENABLED, True),
+            snapshot_producer=self,
+        )
+        data = [m for m in manifests if m.content == ManifestContent.DATA]
+        return [*merger.merge_manifests(data), *(m for m in manifests if m.content != ManifestContent.DATA)]
+
+    def _merged_specs(self) -> set[int]:
+        """The partition specs whose delete manifests this snapshot writes again as one."""
+        return {f.spec_id for f in (*self._added_delete_files, *self._deleted_data_files)}
 
     def _summary(self, snapshot_properties: dict[str, str] = EMPTY_DICT) -> Any:
         # pyiceberg's collector counts a file by its content: the delete files are summed as
