@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from kafscale_iceberg.config import config_from_mapping
@@ -60,6 +61,7 @@ def _run_once(
     )
 
 
+@pytest.mark.slow  # `kafscale-iceberg run` as a process
 def test_a_misspelled_key_s_error_names_the_key_once(moto_server: MotoEndpoint, tmp_path: Path) -> None:
     done = _run_once(tmp_path, moto_server, {"create_tabel_if_missing": True})
     assert done.returncode == 1
@@ -68,6 +70,7 @@ def test_a_misspelled_key_s_error_names_the_key_once(moto_server: MotoEndpoint, 
     assert "create_tabel_if_missing" in done.stderr.split(told[0], 1)[1], done.stderr
 
 
+@pytest.mark.slow  # `kafscale-iceberg run` as a process
 def test_a_run_s_error_is_printed_once(moto_server: MotoEndpoint, tmp_path: Path) -> None:
     done = _run_once(tmp_path, moto_server, {"create_table_if_missing": True}, corrupt=True)
     print(done.stderr)

@@ -93,6 +93,9 @@ def _sqlite_backup(source: Path, target: Path) -> None:
     assert done.returncode == 0, done.stderr
 
 
+pytestmark = pytest.mark.slow  # `kafscale-iceberg run` and sqlite3 backups as processes
+
+
 @pytest.fixture
 def deployment(moto_server: MotoEndpoint, tmp_path: Path) -> Deployment:
     return Deployment(tmp_path / "state", moto_server)

@@ -44,12 +44,14 @@ from kafscale_iceberg.metrics.prometheus import MetricsServer
 from tests.support.cfn_template import load_template
 
 ROOT = Path(__file__).resolve().parent.parent
-DEPLOY = ROOT / "infra"
-DOCKERFILE = DEPLOY / "container" / "Dockerfile"
-BASE = DEPLOY / "kubernetes" / "base"
-EXAMPLE = DEPLOY / "kubernetes" / "example"
-ALERTS = DEPLOY / "prometheus" / "alerts.yaml"
-UNIT = DEPLOY / "systemd" / "kafscale-iceberg.service"
+pytestmark = pytest.mark.slow  # hadolint, kubectl, systemd-analyze and the probe run as processes
+
+INFRA = ROOT / "infra"
+DOCKERFILE = INFRA / "container" / "Dockerfile"
+BASE = INFRA / "kubernetes" / "base"
+EXAMPLE = INFRA / "kubernetes" / "example"
+ALERTS = INFRA / "prometheus" / "alerts.yaml"
+UNIT = INFRA / "systemd" / "kafscale-iceberg.service"
 BIN = Path(sys.executable).parent
 KUBERNETES_VERSIONS = ("1.29.0", kubernetes_validate.latest_version())
 """The oldest Kubernetes release still common in managed clusters, and the newest the schemas know."""

@@ -230,19 +230,7 @@ def stage_new_columns(transaction: Transaction, table: str, commit: TableCommit)
     (int -> long, float -> double, a wider decimal: `domain/schema_evolution.py`). Raises
     `InferredColumnChangedError` (nothing staged) when a column or part the table has is of another
     type in the run's files that is not such a promotion."""
-    renames = column_renames(commit.columns or (), field_ids_by_path(transaction.table_metadata.schema()))
-    if renames:  # a record schema renamed a column: it keeps its id and rows (`domain/renames.py`)
-        with transaction.update_schema() as update:
-            for rename in renames:
-                update.rename_column(rename.old, rename.new_name)
-        logger.info(
-            "columns renamed with the run's files",
-            extra={
-                "table": table,
-                "run_id": commit.run_id,
-                "renamed": {".".join(r.old): ".".join(r.new) for r in renames},
-            },
-        )
+    _stage_renames(transaction, table, commit)
     schema = transaction.table_metadata.schema()
     by_name = {f.name: f for f in schema.fields}
     known = field_ids_by_path(schema)
@@ -287,6 +275,25 @@ def stage_new_columns(transaction: Transaction, table: str, commit: TableCommit)
                 "widened": [".".join(p) for p, _ in widenings],
             },
         )
+
+
+def _stage_renames(transaction: Transaction, table: str, commit: TableCommit) -> None:
+    """The columns a record schema renamed (Avro aliases, a Protobuf number), renamed in `transaction`:
+    each keeps its field id and rows (`domain/renames.py`)."""
+    renames = column_renames(commit.columns or (), field_ids_by_path(transaction.table_metadata.schema()))
+    if not renames:
+        return
+    with transaction.update_schema() as update:
+        for rename in renames:
+            update.rename_column(rename.old, rename.new_name)
+    logger.info(
+        "columns renamed with the run's files",
+        extra={
+            "table": table,
+            "run_id": commit.run_id,
+            "renamed": {".".join(r.old): ".".join(r.new) for r in renames},
+        },
+    )
 
 
 def _without(column: ColumnSpec, paths: set[tuple[str, ...]], at: tuple[str, ...] = ()) -> ColumnSpec:
