@@ -73,13 +73,11 @@ def _plans(box: Box) -> list[dict[str, Any]]:
 def _executors(box: Box, job_run_id: str) -> int:
     """The executor count the job run was submitted with (its `sparkSubmitParameters`)."""
     emr = boto3.client("emr-serverless", endpoint_url=box.moto_url, region_name=REGION)
-    for application in emr.list_applications()["applications"]:
-        for run in emr.list_job_runs(applicationId=application["id"])["jobRuns"]:
-            if run["id"] == job_run_id:
-                job = emr.get_job_run(applicationId=application["id"], jobRunId=job_run_id)["jobRun"]
-                parameters = job["jobDriver"]["sparkSubmit"]["sparkSubmitParameters"]
-                return int(re.findall(r"spark\.executor\.instances=(\d+)", parameters)[-1])
-    raise AssertionError(f"no job run {job_run_id}")
+    # This stack's application (the moto server is shared: other tests' may be gone by now).
+    application = next(iter(box.fleet.environment.values()))["KAFSCALE_ICEBERG_EMR_APPLICATION_ID"]
+    job = emr.get_job_run(applicationId=application, jobRunId=job_run_id)["jobRun"]
+    parameters = job["jobDriver"]["sparkSubmit"]["sparkSubmitParameters"]
+    return int(re.findall(r"spark\.executor\.instances=(\d+)", parameters)[-1])
 
 
 def test_a_backlog_bigger_than_one_run_is_committed_in_runs_sized_to_the_application(
