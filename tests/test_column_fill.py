@@ -34,8 +34,13 @@ def _result(nulls: dict[str, int], rows: int, failures: dict[str, int]) -> RunRe
     stats = FileStats(
         columns=tuple(
             ColumnStats(
-                name=name, type="string", required=False, physical_type="BYTE_ARRAY", size_bytes=1,
-                value_count=rows, null_count=count,
+                name=name,
+                type="string",
+                required=False,
+                physical_type="BYTE_ARRAY",
+                size_bytes=1,
+                value_count=rows,
+                null_count=count,
             )
             for name, count in nulls.items()
         )
@@ -63,7 +68,9 @@ def test_a_value_present_but_not_converted_counts_as_carried() -> None:
 def test_a_file_without_statistics_gives_no_fill() -> None:
     plan = sample_plan(conversion={"columns": COLUMNS})
     result = _result({"store": 10}, 10, {})
-    bare = result.model_copy(update={"data_files": (result.data_files[0].model_copy(update={"stats": None}),)})
+    bare = result.model_copy(
+        update={"data_files": (result.data_files[0].model_copy(update={"stats": None}),)}
+    )
     assert column_fill(plan, bare) is None
 
 
@@ -88,4 +95,5 @@ def test_only_strict_schema_mode_refuses() -> None:
         refuse_unfilled(strict, column_fill(strict, result), ["store_id"], table="prod.orders")
     assert raised.value.columns == ("store",)
     assert "they carry `store_id`" in str(raised.value)
-    assert "prod.orders" in str(raised.value) and "rename the mapping's column" in str(raised.value)
+    assert "prod.orders" in str(raised.value)
+    assert "rename the mapping's column" in str(raised.value)

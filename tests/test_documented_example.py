@@ -225,7 +225,8 @@ def test_strict_schema_mode_refuses_a_run_whose_column_no_record_fills_before_it
     assert not summary.ok, progress.getvalue()
     reason = summary.failed[MISTAKEN["topic"]]
     assert "schema.mode strict refuses a column no record fills" in reason, reason
-    assert "`store`: absent in" in reason and "they carry `store_id`" in reason, reason
+    assert "`store`: absent in" in reason, reason
+    assert "they carry `store_id`" in reason, reason
     assert "rename the mapping's column" in reason, reason
     assert "nothing was committed" in reason, reason
     # Refused before its commit: no row of the run is in a table.

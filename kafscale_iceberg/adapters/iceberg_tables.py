@@ -69,7 +69,6 @@ from kafscale_iceberg.adapters.iceberg_schemas import (
     table_columns,
 )
 from kafscale_iceberg.adapters.iceberg_upsert import files_to_replace
-from kafscale_iceberg.adapters.record_fields import sample_record_fields
 from kafscale_iceberg.adapters.iceberg_writes import (
     add_row_delta,
     append_files,
@@ -78,12 +77,13 @@ from kafscale_iceberg.adapters.iceberg_writes import (
     rows_after,
     single_attempt,
 )
+from kafscale_iceberg.adapters.record_fields import sample_record_fields
 from kafscale_iceberg.domain.anomalies import OffsetAnomalies
 from kafscale_iceberg.domain.commits import (
     SUMMARY_CONVERSION_FAILURES,
-    SUMMARY_UNFILLED_COLUMNS,
     SUMMARY_DEAD_LETTERS,
     SUMMARY_TOPIC,
+    SUMMARY_UNFILLED_COLUMNS,
     TableCommit,
     TableSpec,
     TableState,

@@ -83,11 +83,11 @@ def samples_fields(plan: RunPlan) -> bool:
 def nearest_fields(column: str, fields: Sequence[str]) -> tuple[str, ...]:
     """The field names closest to `column` (`difflib`), best first; at most three."""
     candidates = [f for f in dict.fromkeys(fields) if f != column]
-    return tuple(difflib.get_close_matches(column, candidates, n=3, cutoff=0.6))
+    return tuple(difflib.get_close_matches(column, candidates, n=3, cutoff=0.7))
 
 
 def describe_unfilled(column: str, records: int, fields: Sequence[str] | None) -> str:
-    """"`store`: absent in 2,400 of 2,400 records; they carry `store_id`" (`fields`: the sampled
+    """ "`store`: absent in 2,400 of 2,400 records; they carry `store_id`" (`fields`: the sampled
     records' field names; None: not sampled, no hint)."""
     text = f"`{column}`: absent in {records:,} of {records:,} records"
     if fields is None:

@@ -290,7 +290,6 @@ class ProgressPrinter:
             extra += f", {counted(report.quarantined, 'segment')} quarantined" if report.quarantined else ""
             extra += lfs_summary(report.lfs_resolved, report.skipped_lfs, report.lfs_errors)
             extra += _anomalies(report)
-            extra += _fill(report)
             if report.committed_elsewhere:
                 self._print(
                     f"  {report.topic}: run {_short(report.run_id)} was already committed by another runner "
@@ -301,7 +300,7 @@ class ProgressPrinter:
                 extra += f" (commit attempt {report.commit_attempts}: an earlier one failed for now)"
             self._print(
                 f"  {report.topic}: run {_short(report.run_id)} committed {counted(report.records, 'record')}"
-                f"{extra} in {report.seconds:.1f} s; offsets {describe_offsets(report.offsets)}"
+                f"{extra} in {report.seconds:.1f} s; offsets {describe_offsets(report.offsets)}{_fill(report)}"
             )
             self._warn_unfilled(report)
         elif self.already_printed(report.reason):
@@ -347,7 +346,7 @@ class ProgressPrinter:
 def _fill(report: RunReport) -> str:
     """Per mapping column, the run's records that carried it, for its line (empty when unknown)."""
     fill = report.commit.outcome.fill if report.commit is not None else None
-    return f", columns filled: {fill.describe()}" if fill is not None and fill.carried else ""
+    return f"; columns filled: {fill.describe()}" if fill is not None and fill.carried else ""
 
 
 def _anomalies(report: RunReport) -> str:
