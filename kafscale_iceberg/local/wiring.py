@@ -300,7 +300,8 @@ class ProgressPrinter:
                 extra += f" (commit attempt {report.commit_attempts}: an earlier one failed for now)"
             self._print(
                 f"  {report.topic}: run {_short(report.run_id)} committed {counted(report.records, 'record')}"
-                f"{extra} in {report.seconds:.1f} s; offsets {describe_offsets(report.offsets)}{_fill(report)}"
+                f"{extra} in {report.seconds:.1f} s; offsets {describe_offsets(report.offsets)}"
+                + _fill(report)
             )
             self._warn_unfilled(report)
         elif self.already_printed(report.reason):
