@@ -44,10 +44,11 @@ class ColumnFill:
 
 def column_fill(plan: RunPlan, result: RunResult) -> ColumnFill | None:
     """The fill of the plan's first mapping's columns in its table's files (`result.data_files`);
-    None when the run wrote no rows there or a file carries no statistics. A column whose statistics
-    a file lacks (no null count) is left out."""
+    None when the run wrote no rows there, a file carries no statistics, or an upsert run's files hold
+    rows of the table it rewrote (copy-on-write: not only the run's records). A column whose
+    statistics a file lacks (no null count) is left out."""
     rows = sum(f.record_count for f in result.data_files)
-    if rows == 0:
+    if rows == 0 or (result.upsert is not None and result.upsert.replaced):
         return None
     nulls: dict[str, int] = {}
     unknown: set[str] = set()
