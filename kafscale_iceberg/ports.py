@@ -314,6 +314,17 @@ class JobRunner(Protocol):
 
 
 @runtime_checkable
+class RecordFieldSampler(Protocol):
+    """Tables whose run files can be read back for the field names the records carry (the Iceberg
+    adapter): the hint of a column no record filled (`domain/column_fill.py`)."""
+
+    def record_fields(self, table: str, uri: str, limit: int) -> tuple[str, ...] | None:
+        """The top-level field names of the first `limit` records' values in data file `uri`; None
+        when it cannot be read."""
+        ...
+
+
+@runtime_checkable
 class AwaitableJobRunner(Protocol):
     """A job runner that can block until a job ends (the local Spark runner): the loop then commits
     the moment the job is done instead of at its next watch."""
@@ -348,6 +359,10 @@ class TableStatusReader(Protocol):
     def last_commit_ms(self, table: str, topic: str) -> int | None: ...
 
     def conversion_failures(self, table: str, topic: str) -> dict[str, int]: ...
+
+    def unfilled_columns(self, table: str, topic: str) -> dict[str, str]:
+        """The mapping columns no record of `topic`'s last run carried, each with its line."""
+        ...
 
     def dead_letter_reasons(self, table: str, topic: str) -> dict[str, int]: ...
 

@@ -33,6 +33,7 @@ their state and makes the one commit.
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 from collections.abc import Mapping, Sequence
 
@@ -76,11 +77,13 @@ from kafscale_iceberg.adapters.iceberg_writes import (
     rows_after,
     single_attempt,
 )
+from kafscale_iceberg.adapters.record_fields import sample_record_fields
 from kafscale_iceberg.domain.anomalies import OffsetAnomalies
 from kafscale_iceberg.domain.commits import (
     SUMMARY_CONVERSION_FAILURES,
     SUMMARY_DEAD_LETTERS,
     SUMMARY_TOPIC,
+    SUMMARY_UNFILLED_COLUMNS,
     TableCommit,
     TableSpec,
     TableState,
@@ -283,6 +286,13 @@ class IcebergTableCommitter(CatalogTableAccess):
             checked = f"check that {len(uris)} file(s) of {table!r} exist"
             raise CatalogUnavailableError(self._describe, checked, str(exc)) from exc
 
+    def record_fields(self, table: str, uri: str, limit: int) -> tuple[str, ...] | None:
+        """The top-level field names of the JSON values of the first `limit` rows of the run's data
+        file `uri` of `table` (`adapters.record_fields`); None when it cannot be read."""
+        loaded = self._read.get(table)
+        io = loaded.io if loaded is not None else load_file_io(self._catalog.properties, uri)
+        return sample_record_fields(io, uri, limit)
+
     def check_commit(self, expected: TableState, commit: TableCommit) -> None:
         """Refuse, writing nothing, an upsert commit whose located version no longer stands on the
         table as `expected` was read (`UpsertLocateStaleError`): what `commit` would refuse, asked
@@ -322,6 +332,20 @@ class IcebergTableCommitter(CatalogTableAccess):
         Walks parent snapshots in memory, no extra I/O beyond loading the table. Raises like `read_state`.
         """
         return self._summed_counts(table, topic, SUMMARY_CONVERSION_FAILURES)
+
+    def unfilled_columns(self, table: str, topic: str) -> dict[str, str]:
+        """The mapping columns no record of `topic`'s last run to `table` carried, each with its line
+        (`kafscale.unfilled-columns` of the topic's newest snapshot). Raises like `read_state`."""
+        summaries = _topic_summaries(self._load(table), topic)
+        if not summaries:
+            return {}
+        try:
+            value = json.loads(summaries[0].get(SUMMARY_UNFILLED_COLUMNS) or "{}")
+        except ValueError:
+            return {}
+        if not isinstance(value, dict):
+            return {}
+        return {str(column): str(line) for column, line in value.items()}
 
     def dead_letter_reasons(self, table: str, topic: str) -> dict[str, int]:
         """Per `error_kind`, the dead-letter rows of `topic`'s runs: the sum of the `kafscale.dead-letters`

@@ -110,6 +110,7 @@ def _render_topic(topic: TopicStatus) -> str:
     if topic.conversion_failures:
         listed = ", ".join(f"{column} {count}" for column, count in topic.conversion_failures.items())
         lines.append(f"  not converted {listed} (stored null; the value column keeps them)")
+    lines += [f"  WARNING last run: no record fills {text}" for text in topic.unfilled_columns.values()]
     if topic.dead_letters:
         listed = ", ".join(f"{kind} {count}" for kind, count in topic.dead_letters.items())
         lines.append(f"  dead letters {listed} (rows of the dead-letter table, by error_kind)")

@@ -40,6 +40,8 @@ SUMMARY_OFFSETS = "kafscale.offsets"
 SUMMARY_QUARANTINED = "kafscale.quarantined"
 SUMMARY_RESET = "kafscale.reset"
 SUMMARY_CONVERSION_FAILURES = "kafscale.conversion-failures"
+SUMMARY_UNFILLED_COLUMNS = "kafscale.unfilled-columns"
+"""Per mapping column no record of the run carried, its line (`domain.column_fill.describe_unfilled`)."""
 """JSON `{column: count}`: the run's values that did not convert to their column (data table only)."""
 SUMMARY_DEAD_LETTERS = "kafscale.dead-letters"
 """JSON `{error_kind: count}`: the run's dead-letter rows per reason, every mapping's (the topic's anchor
@@ -270,6 +272,8 @@ class TableCommit:
     them with `file_uris`, refused unless every data file they target is still in the table."""
     table_properties: Mapping[str, str] = field(default_factory=dict)
     """Table properties set in the same commit (an upsert table's `write.*.mode`)."""
+    unfilled_columns: Mapping[str, str] = field(default_factory=dict)
+    """Per mapping column no record of the run carried, its line (summary key, `status`)."""
 
     def summary(self) -> dict[str, str]:
         """The snapshot summary keys: what this snapshot added, for audit and recovery."""
@@ -286,6 +290,8 @@ class TableCommit:
         ):
             if counts:
                 summary[key] = json.dumps(dict(sorted(counts.items())), separators=(",", ":"))
+        if self.unfilled_columns:
+            summary[SUMMARY_UNFILLED_COLUMNS] = json.dumps(dict(self.unfilled_columns), separators=(",", ":"))
         summary.update(self.anomalies.summary())
         if self.upsert is not None:
             summary.update(self.upsert.summary())

@@ -116,6 +116,7 @@ from kafscale_iceberg.exceptions.tables import (
     TableLocationUnknownError,
     TableMarkerError,
     TableMissingError,
+    UnfilledColumnError,
     UpsertLocateStaleError,
     UpsertTableError,
 )
@@ -198,6 +199,7 @@ __all__ = [
     "TopicBatchingError",
     "TransientError",
     "TruncatedSegmentError",
+    "UnfilledColumnError",
     "UnknownJobError",
     "UnmappedTopicError",
     "UnsupportedCodecError",

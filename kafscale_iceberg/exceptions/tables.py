@@ -211,3 +211,18 @@ class InferredColumnChangedError(FieldIdMismatchError):
 class CompactionResultError(KafscaleIcebergError):
     """A compaction job's result does not match its job (another job's, failed, rows differ, files
     missing): nothing is committed, its files are orphans, the next maintenance pass plans again."""
+
+
+class UnfilledColumnError(DataFileRejectedError):
+    """Under `schema.mode: strict`, a run whose mapping column no record carried (null in every row:
+    the mapping names a field the records do not have). Refused before its commit. Terminal."""
+
+    def __init__(self, table: str, run_id: str, columns: tuple[str, ...], problems: str) -> None:
+        self.columns = columns
+        super().__init__(
+            table,
+            run_id,
+            f"schema.mode strict refuses a column no record fills: {problems}",
+            "rename the mapping's column to the field the records carry, or send the field; "
+            "`kafscale-iceberg segments inspect` shows the records",
+        )

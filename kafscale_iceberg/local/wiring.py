@@ -21,7 +21,6 @@ from kafscale_iceberg.adapters.confluent_registry import RegistryCredentials
 from kafscale_iceberg.assembly import Assembly
 from kafscale_iceberg.config import KafscaleConfig
 from kafscale_iceberg.config.typos import unknown_key_note
-from kafscale_iceberg.domain.column_fill import unfilled_columns
 from kafscale_iceberg.domain.finished_runs import describe_offsets
 from kafscale_iceberg.domain.runs import RunPlan
 from kafscale_iceberg.domain.tickets import RunTicket
@@ -302,8 +301,9 @@ class ProgressPrinter:
             self._print(
                 f"  {report.topic}: run {_short(report.run_id)} committed {counted(report.records, 'record')}"
                 f"{extra} in {report.seconds:.1f} s; offsets {describe_offsets(report.offsets)}"
+                + _fill(report)
             )
-            self._warn_unfilled(report, plan)
+            self._warn_unfilled(report)
         elif self.already_printed(report.reason):
             self._print(
                 f"  {report.topic}: run {_short(report.run_id)} {report.end.value} by the error above"
@@ -312,18 +312,17 @@ class ProgressPrinter:
             self._print(f"  {report.topic}: run {_short(report.run_id)} {report.end.value}: {report.reason}")
             self.printed.append(report.reason)
 
-    def _warn_unfilled(self, report: RunReport, plan: RunPlan) -> None:
-        """Once per run: the mapping columns no record filled (a field name the records do not carry)."""
-        if report.commit is None:
+    def _warn_unfilled(self, report: RunReport) -> None:
+        """Once per run: the mapping columns no record carried, each with the nearest fields the
+        records do carry (`CommitOutcome.unfilled`, decided by the commit step)."""
+        if report.commit is None or not report.commit.outcome.unfilled:
             return
-        empty = unfilled_columns(plan, report.commit.result)
-        if empty:
-            self._print(
-                f"  {report.topic}: WARNING: column{'' if len(empty) == 1 else 's'} {', '.join(empty)} "
-                f"null in all {counted(report.records, 'record')} of run {_short(report.run_id)}: no record "
-                "carries the field (check the mapping's column names against the records' fields, "
-                "`kafscale-iceberg segments inspect`)"
-            )
+        self._print(
+            f"  {report.topic}: WARNING: run {_short(report.run_id)}: no record fills "
+            + " | ".join(report.commit.outcome.unfilled)
+            + " (rename the mapping's column to the field the records carry; "
+            "`kafscale-iceberg segments inspect` shows them; `schema.mode: strict` refuses such a run)"
+        )
 
     def error(self, stage: str, topic: str | None, error: Exception) -> None:
         note = unknown_key_note(self._config, topic) if self._config is not None else ""
@@ -343,6 +342,12 @@ class ProgressPrinter:
 
     def _print(self, line: str) -> None:
         print(line, file=self._stream, flush=True)
+
+
+def _fill(report: RunReport) -> str:
+    """Per mapping column, the run's records that carried it, for its line (empty when unknown)."""
+    fill = report.commit.outcome.fill if report.commit is not None else None
+    return f"; columns filled: {fill.describe()}" if fill is not None and fill.carried else ""
 
 
 def _anomalies(report: RunReport) -> str:

@@ -19,6 +19,7 @@ from kafscale_iceberg.domain.runs import LFS_DURATION_BUCKETS
 from kafscale_iceberg.metrics.definitions import (
     ALL_METRICS,
     BATCHES,
+    COLUMN_RECORDS,
     CONSECUTIVE_FAILURES,
     CONVERSION_FAILURES,
     EMF_NAMESPACE,
@@ -96,6 +97,7 @@ from kafscale_iceberg.ports import MetricsSink
 __all__ = [
     "ALL_METRICS",
     "BATCHES",
+    "COLUMN_RECORDS",
     "CONSECUTIVE_FAILURES",
     "CONVERSION_FAILURES",
     "DEFAULT_METRICS_ADDR",

@@ -275,6 +275,15 @@ CONVERSION_FAILURES = MetricDef(
     "(stored null; the value column keeps the bytes).",
     "Count",
 )
+COLUMN_RECORDS = MetricDef(
+    "column_records_total",
+    MetricKind.COUNTER,
+    ("topic", "table", "column"),
+    "Committed records that carried a mapping column (non-null, or present and not converted); a "
+    "column whose count stays while records_total grows is one no record fills (a misnamed field). "
+    "On CloudWatch every label is an EMF property (one aggregated metric, no per-column cost).",
+    "Count",
+)
 DEAD_LETTERS = MetricDef(
     "dead_letters_total",
     MetricKind.COUNTER,
@@ -424,6 +433,7 @@ ALL_METRICS: tuple[MetricDef, ...] = (
     NOTIFICATIONS_DEFERRED,
     OFFSET_GAPS,
     CONVERSION_FAILURES,
+    COLUMN_RECORDS,
     DEAD_LETTERS,
     TABLE_RECORDS,
     UPSERT_ROWS,

@@ -16,6 +16,7 @@ from kafscale_iceberg.domain.runs import table_outputs
 from kafscale_iceberg.exceptions import KafscaleIcebergError, RunSupersededError, SegmentIncompleteError
 from kafscale_iceberg.metrics.definitions import (
     BATCHES,
+    COLUMN_RECORDS,
     CONSECUTIVE_FAILURES,
     CONVERSION_FAILURES,
     DEAD_LETTERS,
@@ -106,6 +107,12 @@ def record_commit(
         commit_s=max(0.0, ended_at - started_at),
         ended_at=ended_at,
     )
+    if newly and outcome.fill is not None:
+        table = plan.anchor.identifier
+        samples += [
+            sample(COLUMN_RECORDS, count, topic=plan.topic, table=table, column=column)
+            for column, count in outcome.fill.carried.items()
+        ]
     sink.emit(samples)
 
 

@@ -194,6 +194,9 @@ class RunSteps:
                 "table_committed": outcome.table_committed,
                 "records": result.counts.written,
                 "dead_lettered": result.counts.dead_lettered,
+                # Per column, not CloudWatch dimensions (docs/cost.md): searchable in the log record.
+                "column_records": dict(outcome.fill.carried) if outcome.fill is not None else None,
+                "unfilled_columns": list(outcome.unfilled),
             },
         )
         return CommittedRun(plan=plan, result=result, outcome=outcome)

@@ -246,6 +246,9 @@ class TopicStatus:
     table's retained snapshots)."""
     dead_letters: dict[str, int] = field(default_factory=dict)
     """Per `error_kind`, the topic's dead-letter rows (over the anchor's retained snapshots)."""
+    unfilled_columns: dict[str, str] = field(default_factory=dict)
+    """The mapping columns no record of the last run carried, each with its line (the nearest
+    fields the records carry; the anchor's `kafscale.unfilled-columns`)."""
     quarantined: tuple[QuarantinedRange, ...] = ()
     """Segments skipped under `corrupt_segment_policy: quarantine` (`kafscale.quarantine.<topic>`);
     each comes back through an offset reset to its first offset once repaired."""
@@ -280,6 +283,7 @@ class TopicStatus:
             "lag_records": self.lag_records,
             "conversion_failures": dict(self.conversion_failures),
             "dead_letters": dict(self.dead_letters),
+            "unfilled_columns": dict(self.unfilled_columns),
             "quarantined": [r.to_json() for r in self.quarantined],
             "partitions": [p.to_json() for p in self.partitions],
             "table_health": _health_json(self.health),
@@ -350,10 +354,11 @@ class StatusService:
             table_commit_ms = self._tables.last_commit_ms(anchor, topic)
             conversion_failures = self._tables.conversion_failures(anchor, topic)
             dead_letters = self._tables.dead_letter_reasons(anchor, topic)
+            unfilled = self._tables.unfilled_columns(anchor, topic)
             anomalies = self._tables.offset_anomalies(anchor, topic)
         except TableMissingError:
             state, table_commit_ms, anomalies = None, None, OffsetAnomalies()
-            conversion_failures, dead_letters = {}, {}
+            conversion_failures, dead_letters, unfilled = {}, {}, {}
         table_offsets = state.marker.offsets if state is not None else None
         store = self._checkpoints.load_committed_offsets(topic)
         holder = self._checkpoints.read_lease_holder(topic)
@@ -400,6 +405,7 @@ class StatusService:
             health=self._table_health(anchor) if state is not None else None,
             conversion_failures=conversion_failures,
             dead_letters=dead_letters,
+            unfilled_columns=unfilled,
             upsert=(
                 self._tables.upsert_counts(anchor, topic)
                 if mapping.mode == "upsert" and state is not None

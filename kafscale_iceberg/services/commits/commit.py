@@ -33,6 +33,14 @@ from dataclasses import replace
 from typing import Unpack
 
 from kafscale_iceberg.domain.anomalies import offset_anomalies
+from kafscale_iceberg.domain.column_fill import (
+    FIELD_SAMPLE_RECORDS,
+    ColumnFill,
+    column_fill,
+    describe_unfilled,
+    refuse_unfilled,
+    samples_fields,
+)
 from kafscale_iceberg.domain.commits import QuarantinedRange, Reconciliation, Standing, TableState
 from kafscale_iceberg.domain.field_ids import (
     TableFieldIds,
@@ -67,7 +75,7 @@ from kafscale_iceberg.exceptions import (
     TableLocationUnknownError,
     TableMissingError,
 )
-from kafscale_iceberg.ports import CheckpointStore, TableCommitter
+from kafscale_iceberg.ports import CheckpointStore, RecordFieldSampler, TableCommitter
 from kafscale_iceberg.services.commits.checkpoint_sync import (
     advance_store,
     offsets_of,
@@ -138,16 +146,47 @@ class CommitService(TableWriter):
         (nothing written), `OffsetMismatchError` / `DeadLetterAheadError` (the table is not where
         the run starts; nothing written), `CommitConflictError` (transient: the table kept changing),
         `OffsetsNotRecordedError` (transient: every table committed, the store's offsets not written),
-        and the adapters' catalog and checkpoint errors. After any error, calling again is safe.
+        `UnfilledColumnError` (`schema.mode: strict` and a mapping column no record carried; nothing
+        written), and the adapters' catalog and checkpoint errors. After any error, calling again is safe.
         """
         policy = policy or TablePolicy()
         check_committable(plan, result, lease)
         check_upsert_committable(plan, result)
+        fill, unfilled = self._column_fill(plan, result)
         self._checkpoints.renew_lease(lease)
+        noted = dict(zip(fill.unfilled, unfilled, strict=True)) if fill is not None else {}
+        outcome = self._commit_recovering(plan, result, lease, policy, noted)
+        return replace(outcome, fill=fill, unfilled=unfilled)
+
+    def _column_fill(self, plan: RunPlan, result: RunResult) -> tuple[ColumnFill | None, tuple[str, ...]]:
+        """Per mapping column the records that carried it, and one line per column none carried
+        (with the nearest fields the records carry, read from one data file only then); under
+        `schema.mode: strict` such a column refuses the run here, before any commit."""
+        fill = column_fill(plan, result)
+        if fill is None or not fill.unfilled:
+            return fill, ()
+        table = plan.anchor.identifier
+        fields = None
+        if samples_fields(plan) and isinstance(self._tables, RecordFieldSampler):
+            fields = self._tables.record_fields(table, result.data_files[0].uri, FIELD_SAMPLE_RECORDS)
+        refuse_unfilled(plan, fill, fields, table=table)
+        return fill, tuple(describe_unfilled(c, fill.records, fields) for c in fill.unfilled)
+
+    def _commit_recovering(
+        self,
+        plan: RunPlan,
+        result: RunResult,
+        lease: LeaseGrant,
+        policy: TablePolicy,
+        unfilled: Mapping[str, str],
+    ) -> CommitOutcome:
+        """`commit_run` after its checks: a stranded run it runs into finished first (or its tables
+        rewound), a stale plan's store repaired. `unfilled`: per column no record carried, its line
+        (the table's snapshot summary keeps it, for `status`)."""
         finished: FinishedRun | None = None
         try:
             try:
-                return self._commit_run(plan, result, lease, policy)
+                return self._commit_run(plan, result, lease, policy, unfilled=unfilled)
             except DeadLetterAheadError as exc:
                 finished = finish_stranded(
                     exc,
@@ -161,9 +200,10 @@ class CommitService(TableWriter):
                     # It cannot be finished as it was (its located version gone, its files deleted,
                     # its documents gone): its lagging tables are set back to the anchor, and this
                     # run, starting where the anchor is, writes the range again.
-                    return self._commit_after_rewinding(exc, plan, result, lease, policy)
+                    return self._commit_after_rewinding(exc, plan, result, lease, policy, unfilled)
                 # Refused again when the stranded run moved the table past this plan's start.
-                return replace(self._commit_run(plan, result, lease, policy), finished=finished)
+                outcome = self._commit_run(plan, result, lease, policy, unfilled=unfilled)
+                return replace(outcome, finished=finished)
         except OffsetMismatchError as exc:
             if exc.repaired:
                 raise
@@ -181,6 +221,7 @@ class CommitService(TableWriter):
         policy: TablePolicy,
         *,
         release: bool = True,
+        unfilled: Mapping[str, str] | None = None,
     ) -> CommitOutcome:
         plan = plan_as_written(plan, result)  # an inferred table: the columns and ids the job decided
         topic, run_id = plan.topic, plan.run_id
@@ -201,6 +242,7 @@ class CommitService(TableWriter):
             dead_letters=result.counts.dead_letter_reasons,
             adopted=store,
             columns=inferred_columns(plan, anchor),
+            unfilled_columns=unfilled or {},
             **upsert,
         )
         main = read_state_or_empty(self._tables, data.table, topic)
@@ -302,6 +344,7 @@ class CommitService(TableWriter):
         result: RunResult,
         lease: LeaseGrant,
         policy: TablePolicy,
+        unfilled: Mapping[str, str],
     ) -> CommitOutcome:
         """Set back each lagging table holding a stranded run that cannot be finished to this plan's
         starts (where the anchor is: rows after it are only a stranded run's), then commit this run."""
@@ -312,7 +355,7 @@ class CommitService(TableWriter):
             rewind_lagging(self._tables, self._checkpoints, refusal, plan, lease, self._retry)
             rewound.add(refusal.table)
             try:
-                return self._commit_run(plan, result, lease, policy)
+                return self._commit_run(plan, result, lease, policy, unfilled=unfilled)
             except DeadLetterAheadError as again:
                 refusal = again
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from kafscale_iceberg.domain.column_fill import ColumnFill
 from kafscale_iceberg.domain.commits import TableState
 from kafscale_iceberg.domain.finished_runs import FinishedRun
 from kafscale_iceberg.domain.upsert import UpsertCounts
@@ -35,3 +36,8 @@ class CommitOutcome:
     """The tables this call committed the run to, in commit order."""
     finished: FinishedRun | None = None
     """A run stranded between its tables' commits that this call finished first."""
+    fill: ColumnFill | None = None
+    """Per mapping column, the run's records that carried it (None: unknown, e.g. no statistics)."""
+    unfilled: tuple[str, ...] = ()
+    """One line per mapping column no record of the run carried, naming the nearest fields the
+    records do carry (`domain.column_fill.describe_unfilled`)."""

@@ -95,6 +95,8 @@ class RunFilesWrite(TableWrite):
     """The run's dead-letter rows per reason (the anchor's summary, for `status`)."""
     columns: tuple[ColumnSpec, ...] | None = None
     """An inferred table's columns the files were written with (added in the same commit when new)."""
+    unfilled_columns: Mapping[str, str] = field(default_factory=dict)
+    """Per mapping column no record of the run carried, its line (the summary, for `status`)."""
 
     def baseline(self, state: TableState) -> Mapping[int, int]:
         """The topic's committed offsets in this table before the run."""
@@ -119,6 +121,7 @@ class RunFilesWrite(TableWrite):
             anomalies=self.anomalies,
             dead_letters=dict(self.dead_letters),
             columns=self.columns,
+            unfilled_columns=dict(self.unfilled_columns),
         )
 
     @classmethod
