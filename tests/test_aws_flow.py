@@ -8,11 +8,13 @@ catalog, IAM) are described in tests/support/aws_box.py, with what each does not
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 import time
 import uuid
 from collections.abc import Iterator
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -680,4 +682,51 @@ def test_a_signal_after_commit_that_cannot_be_sent_leaves_the_run_committed(
     box.pump()
     assert sorted(r["offset"] for r in box.rows(TABLE)) == list(range(8)), box.describe()
     assert box.committed_offsets(TOPIC) == {0: 7}
+    _assert_iam(box)
+
+
+def test_strict_schema_mode_refuses_a_column_no_record_fills_at_the_commit_step(
+    box: Box, tmp_path: Path
+) -> None:
+    """Issue 35 on AWS: the commit step decides as `run` does (the same `CommitService`): under
+    `schema.mode: strict` a mapping column no record carries refuses the run before its commit, naming
+    the column and the field the records carry; the abort step takes it as rejected data."""
+    schemas = tmp_path / "schemas"
+    schemas.mkdir()
+    (schemas / f"{TOPIC}.json").write_text('{"type": "object"}')
+    handler = functools.partial(SimpleHTTPRequestHandler, directory=str(schemas))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        box.rewrite_config(
+            schema={
+                "mode": "strict",
+                "registry": {"base_url": f"http://127.0.0.1:{server.server_address[1]}"},
+            },
+            mappings=[
+                {
+                    "topic": TOPIC,
+                    "table": TABLE,
+                    "create_table_if_missing": True,
+                    "schema": {
+                        "columns": [
+                            {"name": "order_id", "type": "long", "required": True},
+                            {"name": "store", "type": "string"},  # the records carry `store_id`
+                        ]
+                    },
+                }
+            ],
+        )
+        put_segment(box.s3, box.segment_bucket, box.namespace, TOPIC, 0, 0, 4)
+        box.pump(until=lambda: box.fleet.count("AbortFunction") >= 1)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert box.rows(TABLE) == []
+    assert box.committed_offsets(TOPIC) == {}
+    failed = [e for e in box.executions() if e["status"] == "FAILED"]
+    assert failed, box.describe()
+    details = json.dumps([box.history(e["executionArn"]) for e in failed], default=str)
+    assert "UnfilledColumnError" in details, details
+    assert "they carry `store_id`" in details, details
     _assert_iam(box)
