@@ -14,7 +14,6 @@ import json
 import math
 import re
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import boto3
@@ -22,9 +21,7 @@ import pytest
 
 from kafscale_iceberg.domain import job_sizing
 from kafscale_iceberg.domain.runner_choice import RunnerKind
-from tests.support.aws_box import REGION, Box, local_emr_runner, open_box
-from tests.support.etcd import EtcdServer
-from tests.support.moto import MotoEndpoint
+from tests.support.aws_box import REGION, Box, SparkBoxOpener
 from tests.support.segments import put_segment
 
 pytestmark = [pytest.mark.slow, pytest.mark.aws]
@@ -35,31 +32,13 @@ BACKLOG = {0: 3, 1: 2}  # segments per partition: five segments, more than one r
 
 
 @pytest.fixture
-def spark_runner(spark: Any, moto_server: MotoEndpoint) -> Iterator[Any]:
-    runner = local_emr_runner(moto_server.url)
-    yield runner
-    runner.close()
-
-
-@pytest.fixture
-def box(
-    moto_server: MotoEndpoint,
-    etcd_server: EtcdServer,
-    spark_runner: Any,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-) -> Iterator[Box]:
-    with open_box(
-        moto_url=moto_server.url,
-        etcd=etcd_server,
-        spark_runner=spark_runner,
-        tmp_path=tmp_path,
-        monkeypatch=monkeypatch,
+def box(spark_box: SparkBoxOpener) -> Iterator[Box]:
+    with spark_box(
         mappings=[{"topic": TOPIC, "table": f"shop.{TOPIC}", "create_table_if_missing": True}],
         runner={"lambda": {"max_bytes": 0}},  # every run on EMR Serverless
         parameters={"EmrMaximumCpu": "7 vCPU"},
-    ) as box:
-        yield box
+    ) as opened:
+        yield opened
 
 
 def _plans(box: Box) -> list[dict[str, Any]]:

@@ -191,13 +191,7 @@ class _RowDelta(_FastAppendFiles):
         ]
         for spec_id in sorted(specs):
             files = by_spec.get(spec_id, [])
-            writer = _DeleteManifestWriter(
-                spec=self.spec(spec_id),
-                schema=self.schema(),
-                output_file=self.new_manifest_output(),
-                snapshot_id=self._snapshot_id,
-                avro_compression=self._compression,
-            )
+            writer = _manifest_writer(self, _DeleteManifestWriter, spec_id)
             with writer:
                 for delete_file in files:
                     writer.add_entry(_added(self._snapshot_id, delete_file))
@@ -310,13 +304,7 @@ def _manifests_without(producer: _SnapshotProducer[Any], removed: set[str]) -> l
             manifests.append(manifest)
             continue
         kind = _DeleteManifestWriter if manifest.content == ManifestContent.DELETES else ManifestWriterV2
-        writer = kind(
-            spec=producer.spec(manifest.partition_spec_id),
-            schema=producer.schema(),
-            output_file=producer.new_manifest_output(),
-            snapshot_id=producer._snapshot_id,
-            avro_compression=producer._compression,
-        )
+        writer = _manifest_writer(producer, kind, manifest.partition_spec_id)
         with writer:
             for entry in entries:
                 if entry.data_file.file_path in removed:
@@ -369,3 +357,14 @@ def add_row_delta(
     for delete_file in removed_deletes:
         producer.remove_delete_file(delete_file)
     producer.commit()
+
+
+def _manifest_writer(producer: Any, kind: Any, spec_id: int) -> Any:
+    """A new manifest of `kind` (data or delete) for `producer`'s snapshot, in partition spec `spec_id`."""
+    return kind(
+        spec=producer.spec(spec_id),
+        schema=producer.schema(),
+        output_file=producer.new_manifest_output(),
+        snapshot_id=producer._snapshot_id,
+        avro_compression=producer._compression,
+    )
